@@ -1,0 +1,65 @@
+// CPU backend kernels (fp32 compute). Semantics: docs/program-format.md, "Instructions".
+// Every kernel is multithreaded (OpenMP) where it pays; GEMMs go through OpenBLAS.
+// Elementwise kernels allow their output to alias exactly one input.
+#pragma once
+
+#include <cstdint>
+
+namespace bigc::rt::cpu {
+
+// y[n, :] = table[ids[n], :] for n < N. Returns the index of the first id outside [0, V), or -1.
+int64_t embedding(const float *table, const int32_t *ids, float *y, int64_t N, int64_t V, int64_t C);
+// dtable = 0; dtable[ids[n], :] += dy[n, :].
+void embeddingGrad(const float *dy, const int32_t *ids, float *dtable, int64_t N, int64_t V, int64_t C);
+
+// c[batch][M,N] = op(a)[M,K] @ op(b)[K,N] for each of `batch` products, row-major.
+// a is op(a) stored as [K,M] when transA, b stored as [N,K] when transB.
+// strideA/strideB/strideC: elements between consecutive batch entries (0 = broadcast).
+void matmul(const float *a, const float *b, float *c, int64_t batch, int64_t M, int64_t N, int64_t K,
+            bool transA, bool transB, int64_t strideA, int64_t strideB, int64_t strideC);
+
+void add(const float *a, const float *b, float *c, int64_t n);
+// y[i, j] = x[i, j] + b[j] for i < rows, j < cols.
+void biasAdd(const float *x, const float *b, float *y, int64_t rows, int64_t cols);
+void mul(const float *a, const float *b, float *c, int64_t n);
+void scale(const float *x, float *y, float factor, int64_t n);
+// y[j] = sum_i x[i, j].
+void reduceSum(const float *x, float *y, int64_t rows, int64_t cols);
+void fill(float *y, float value, int64_t n);
+
+void layernorm(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+               int64_t N, int64_t C, float eps);
+void layernormGrad(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
+                   float *dx, float *dw, float *db, int64_t N, int64_t C);
+
+void gelu(const float *x, float *y, int64_t n);
+void geluGrad(const float *x, const float *dy, float *dx, int64_t n);
+
+// qkv [B,T,3C] -> out [B,T,C], lse [B,H,T]; causal.
+void attention(const float *qkv, float *out, float *lse, int64_t B, int64_t T, int64_t C, int64_t H);
+void attentionGrad(const float *dout, const float *qkv, const float *out, const float *lse, float *dqkv,
+                   int64_t B, int64_t T, int64_t C, int64_t H);
+
+// y = transpose(x, perm) for a tensor of `rank` dims with shape `shape` (of x).
+void transpose(const float *x, float *y, const int64_t *shape, const int64_t *perm, int rank);
+// Split x viewed as [outer, parts*inner] into `parts` pieces of [outer, inner] (and back).
+void split(const float *x, float *const *ys, int64_t outer, int64_t inner, int64_t parts);
+void concat(const float *const *xs, float *y, int64_t outer, int64_t inner, int64_t parts);
+
+// Mean over N rows of -log softmax(logits[n,:])[targets[n]]. Returns the index of the first
+// target outside [0, V) through badIndex (or -1).
+float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64_t V, int64_t *badIndex);
+void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N,
+                      int64_t V);
+
+// Sum of squares of n elements (accumulated in double).
+double sumSquares(const float *x, int64_t n);
+
+struct AdamWParams {
+  float lr, beta1, beta2, eps, weightDecay;
+  float gradScale; // 1, or the clipping coefficient
+  int64_t step;    // t >= 1
+};
+void adamw(float *param, const float *grad, float *m, float *v, int64_t n, const AdamWParams &p);
+
+} // namespace bigc::rt::cpu

@@ -1,0 +1,119 @@
+// The program file as the runtime sees it (docs/program-format.md). No MLIR here.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace bigc::rt {
+
+enum class DType { F32, BF16, F16, I32 };
+const char *dtypeName(DType d);
+int64_t dtypeSize(DType d);
+bool parseDType(const std::string &s, DType &out);
+
+// Error in user input (bad file, bad data, bad flag): exit status 1, one message.
+struct UserError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Init {
+  std::string kind; // "normal", "zeros", "ones", "" (none)
+  double std = 0.0;
+};
+
+struct Buffer {
+  int64_t id = 0;
+  std::string name;
+  std::string space; // "device", "host", ...
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::string role; // param, optimizer, grad, activation, activation_grad, input, workspace, transfer
+  int64_t liveFirst = 0, liveLast = 0;
+  Init init;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  bool persistent() const { return role == "param" || role == "optimizer"; }
+};
+
+// Attribute values: numbers, bools and integer lists are all the program uses.
+struct Attr {
+  double num = 0.0;
+  bool isList = false;
+  std::vector<int64_t> list;
+};
+
+struct Instruction {
+  std::string op;
+  std::vector<int64_t> in, out;
+  std::map<std::string, Attr> attrs;
+  std::string loc;
+
+  double num(const std::string &key, double dflt) const {
+    auto it = attrs.find(key);
+    return it == attrs.end() ? dflt : it->second.num;
+  }
+  bool flag(const std::string &key) const { return num(key, 0.0) != 0.0; }
+  std::vector<int64_t> ints(const std::string &key) const {
+    auto it = attrs.find(key);
+    return it == attrs.end() ? std::vector<int64_t>{} : it->second.list;
+  }
+};
+
+struct Space {
+  std::string name;
+  int64_t arenaBytes = 0, lowerBoundBytes = 0, capacityBytes = 0;
+};
+
+struct Optimizer {
+  std::string kind = "adamw";
+  double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1, gradClip = 0.0;
+};
+
+struct Program {
+  int version = 1;
+  std::string producer, source;
+  int64_t batch = 0, seq = 0, vocab = 0, microBatches = 1, ranks = 1;
+  std::string precision = "fp32";
+  Optimizer optimizer;
+  std::string hardwareName;
+  int64_t deviceCapacityBytes = 0, hostCapacityBytes = 0;
+  std::vector<Space> spaces;
+  std::vector<Buffer> buffers;
+  int64_t tokens = -1, targets = -1, loss = -1;
+  std::vector<Instruction> instructions;
+
+  const Space *space(const std::string &name) const {
+    for (auto &s : spaces)
+      if (s.name == name) return &s;
+    return nullptr;
+  }
+  int64_t parameterCount() const; // elements of role "param"
+};
+
+constexpr int kProgramVersion = 1;
+constexpr int64_t kAlignment = 64;
+
+uint64_t fnv1a64(const void *data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
+
+// Read, parse and validate. Throws UserError("<path>: <what> ...") on any problem.
+Program loadProgram(const std::string &path);
+// Parse and validate from the whole file's bytes (container line included).
+Program parseProgram(const std::string &bytes, const std::string &path);
+// Validate a parsed program (offsets, sizes, operand counts, dtypes, shapes). Throws UserError.
+void validateProgram(const Program &p, const std::string &path);
+
+// Serialize (container line + JSON payload). Used by the compiler's emitter and by tests.
+std::string serializeProgram(const Program &p);
+// Write atomically: to path + ".tmp", fsync, rename. Throws UserError on I/O failure.
+void writeFileAtomic(const std::string &path, const std::string &bytes);
+
+} // namespace bigc::rt
