@@ -1,0 +1,51 @@
+// The instruction set of the program format (docs/program-format.md, "Instructions"), in one
+// table: operand counts, which operands are i32, and which ops may write in place. The loader's
+// validator and the executor both use it; the compiler's emitter may too. No MLIR here.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace bigc::rt {
+
+enum class OpKind {
+  Embedding,
+  EmbeddingGrad,
+  Matmul,
+  Add,
+  BiasAdd,
+  Mul,
+  Scale,
+  ReduceSum,
+  Fill,
+  Layernorm,
+  LayernormGrad,
+  Gelu,
+  GeluGrad,
+  Attention,
+  AttentionGrad,
+  Transpose,
+  Reshape,
+  Split,
+  Concat,
+  CrossEntropy,
+  CrossEntropyGrad,
+  GlobalNorm,
+  AdamW,
+};
+
+struct OpSignature {
+  const char *name;
+  OpKind kind;
+  int minIn, maxIn;   // maxIn -1: any number >= minIn
+  int minOut, maxOut; // maxOut -1: any number >= minOut
+  unsigned i32Inputs; // bit i set: input i is i32 (all other operands are f32 in version 1)
+  bool inPlace;       // output may alias exactly one input whose last use this is
+};
+
+// Every op of version 1, in the order of the table in the format document.
+const std::vector<OpSignature> &opSignatures();
+// nullptr when `name` is not an op.
+const OpSignature *findOpSignature(const std::string &name);
+
+} // namespace bigc::rt

@@ -1,0 +1,30 @@
+// Hardware profiles (hardware/*.json): what a plan must fit. No MLIR here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bigc {
+
+struct HardwareProfile {
+  std::string name;
+  std::string description;
+  int64_t devices = 1;           // devices (ranks) per machine
+  int64_t deviceMemBytes = 0;    // per device
+  int64_t hostMemBytes = 0;      // per machine, shared by its devices
+  double deviceFlops = 0;        // peak dense FLOP/s per device for the training precision
+  double hostFlops = 0;          // FLOP/s of the host (CPU Adam etc.)
+  double h2dBytesPerS = 0;       // host -> device bandwidth per device
+  double d2hBytesPerS = 0;       // device -> host
+  double interconnectBytesPerS = 0; // device <-> device (NVLink/PCIe) per device
+  std::string path;              // file it was read from
+};
+
+// `nameOrFile`: a profile name (looked up as <dir>/<name>.json, dir = $BIGC_HARDWARE_DIR or the
+// source tree's hardware/) or a path to a .json file. Throws rt::UserError naming the file and
+// field, or listing the known profile names when the name is unknown.
+HardwareProfile loadHardware(const std::string &nameOrFile);
+std::vector<std::string> knownHardwareNames();
+
+} // namespace bigc

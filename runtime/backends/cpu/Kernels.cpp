@@ -1,0 +1,518 @@
+// CPU backend kernels (fp32). Semantics: docs/program-format.md, "Instructions"; signatures and
+// contracts: include/bigc/runtime/kernels.h.
+//
+// - GEMMs go through OpenBLAS (cblas_sgemm), one call per batch entry.
+// - Everything else is plain C++ with OpenMP over rows (or over column blocks where a reduction
+//   across rows must stay race-free). No kernel allocates memory: scratch is a small fixed-size
+//   stack array, and nothing grows with T, N or V.
+// - Attention is flash-style: the forward walks the keys of a query row in blocks of kKeyBlock,
+//   keeps a running max and sum (online softmax) and accumulates directly into the output row;
+//   the backward recomputes each probability from q, k and the saved log-sum-exp. The T×T matrix
+//   is never stored.
+// - Elementwise kernels read element i before writing element i, so the output may alias one
+//   input exactly.
+#include "bigc/runtime/kernels.h"
+
+#include <algorithm>
+#include <cblas.h>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace bigc::rt::cpu {
+
+namespace {
+
+// Below this many elements the OpenMP fork/join costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 14;
+// Column block for kernels that reduce over rows (race-free: one thread owns a block of columns).
+constexpr int64_t kColBlock = 32;
+// Keys per block in the attention forward (scores of one block live on the stack).
+constexpr int64_t kKeyBlock = 128;
+
+inline float dot(const float *a, const float *b, int64_t n) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i)
+    s += a[i] * b[i];
+  return s;
+}
+
+// y += alpha * x
+inline void axpy(float alpha, const float *x, float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    y[i] += alpha * x[i];
+}
+
+inline void scaleInPlace(float *y, float alpha, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    y[i] *= alpha;
+}
+
+constexpr float kGeluS = 0.7978845608028654f; // sqrt(2/pi)
+constexpr float kGeluC = 0.044715f;
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+int64_t embedding(const float *table, const int32_t *ids, float *y, int64_t N, int64_t V, int64_t C) {
+  // Check first so that nothing is written on bad input.
+  for (int64_t n = 0; n < N; ++n)
+    if (ids[n] < 0 || ids[n] >= V)
+      return n;
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n)
+    std::memcpy(y + n * C, table + static_cast<int64_t>(ids[n]) * C, sizeof(float) * C);
+  return -1;
+}
+
+void embeddingGrad(const float *dy, const int32_t *ids, float *dtable, int64_t N, int64_t V, int64_t C) {
+  // Each thread owns a block of columns of the whole table: the scatter over rows stays race-free
+  // and is done in row order (deterministic).
+  const int64_t nBlocks = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static) if ((N + V) * C >= kParallelMin)
+  for (int64_t blk = 0; blk < nBlocks; ++blk) {
+    const int64_t c0 = blk * kColBlock, c1 = std::min(C, c0 + kColBlock), w = c1 - c0;
+    for (int64_t v = 0; v < V; ++v)
+      std::memset(dtable + v * C + c0, 0, sizeof(float) * w);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t id = ids[n];
+      if (id < 0 || id >= V)
+        continue; // rejected by the forward; never write outside the table
+      float *dst = dtable + id * C + c0;
+      const float *src = dy + n * C + c0;
+#pragma omp simd
+      for (int64_t j = 0; j < w; ++j)
+        dst[j] += src[j];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matmul
+
+void matmul(const float *a, const float *b, float *c, int64_t batch, int64_t M, int64_t N, int64_t K,
+            bool transA, bool transB, int64_t strideA, int64_t strideB, int64_t strideC) {
+  if (batch <= 0 || M <= 0 || N <= 0)
+    return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < batch; ++i)
+      std::memset(c + i * strideC, 0, sizeof(float) * M * N);
+    return;
+  }
+  const blasint lda = static_cast<blasint>(transA ? M : K);
+  const blasint ldb = static_cast<blasint>(transB ? K : N);
+  const blasint ldc = static_cast<blasint>(N);
+  for (int64_t i = 0; i < batch; ++i)
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), 1.0f,
+                a + i * strideA, lda, b + i * strideB, ldb, 0.0f, c + i * strideC, ldc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise
+
+void add(const float *a, const float *b, float *c, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    c[i] = a[i] + b[i];
+}
+
+void biasAdd(const float *x, const float *b, float *y, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * cols;
+    float *yr = y + r * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j)
+      yr[j] = xr[j] + b[j];
+  }
+}
+
+void mul(const float *a, const float *b, float *c, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    c[i] = a[i] * b[i];
+}
+
+void scale(const float *x, float *y, float factor, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = factor * x[i];
+}
+
+void reduceSum(const float *x, float *y, int64_t rows, int64_t cols) {
+  const int64_t nBlocks = (cols + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (int64_t blk = 0; blk < nBlocks; ++blk) {
+    const int64_t c0 = blk * kColBlock, w = std::min(cols, c0 + kColBlock) - c0;
+    float acc[kColBlock];
+    for (int64_t j = 0; j < w; ++j)
+      acc[j] = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = x + r * cols + c0;
+#pragma omp simd
+      for (int64_t j = 0; j < w; ++j)
+        acc[j] += xr[j];
+    }
+    for (int64_t j = 0; j < w; ++j)
+      y[c0 + j] = acc[j];
+  }
+}
+
+void fill(float *y, float value, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm
+
+void layernorm(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+               int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *xr = x + n * C;
+    float *yr = y + n * C;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < C; ++j)
+      s += xr[j];
+    const float m = s / static_cast<float>(C);
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int64_t j = 0; j < C; ++j) {
+      const float d = xr[j] - m;
+      v += d * d;
+    }
+    v /= static_cast<float>(C);
+    const float rs = 1.0f / std::sqrt(v + eps);
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j)
+      yr[j] = (xr[j] - m) * rs * w[j] + b[j];
+    if (mean)
+      mean[n] = m;
+    if (rstd)
+      rstd[n] = rs;
+  }
+}
+
+void layernormGrad(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
+                   float *dx, float *dw, float *db, int64_t N, int64_t C) {
+  // dw, db first (each thread owns a block of columns; overwritten, not accumulated), so that
+  // dy and x are fully read before dx is written.
+  const int64_t nBlocks = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t blk = 0; blk < nBlocks; ++blk) {
+    const int64_t c0 = blk * kColBlock, wdt = std::min(C, c0 + kColBlock) - c0;
+    float accW[kColBlock], accB[kColBlock];
+    for (int64_t j = 0; j < wdt; ++j)
+      accW[j] = accB[j] = 0.0f;
+    for (int64_t n = 0; n < N; ++n) {
+      const float *dyr = dy + n * C + c0;
+      const float *xr = x + n * C + c0;
+      const float m = mean[n], rs = rstd[n];
+#pragma omp simd
+      for (int64_t j = 0; j < wdt; ++j) {
+        accW[j] += dyr[j] * ((xr[j] - m) * rs);
+        accB[j] += dyr[j];
+      }
+    }
+    for (int64_t j = 0; j < wdt; ++j) {
+      dw[c0 + j] = accW[j];
+      db[c0 + j] = accB[j];
+    }
+  }
+  // dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy * w (llm.c).
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *dyr = dy + n * C;
+    const float *xr = x + n * C;
+    float *dxr = dx + n * C;
+    const float m = mean[n], rs = rstd[n];
+    float sD = 0.0f, sDN = 0.0f;
+#pragma omp simd reduction(+ : sD, sDN)
+    for (int64_t j = 0; j < C; ++j) {
+      const float dn = dyr[j] * w[j];
+      sD += dn;
+      sDN += dn * ((xr[j] - m) * rs);
+    }
+    const float mD = sD / static_cast<float>(C), mDN = sDN / static_cast<float>(C);
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j) {
+      const float norm = (xr[j] - m) * rs;
+      dxr[j] = rs * (dyr[j] * w[j] - mD - norm * mDN);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GELU (tanh approximation)
+
+void gelu(const float *x, float *y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = x[i];
+    const float u = kGeluS * (xi + kGeluC * xi * xi * xi);
+    y[i] = 0.5f * xi * (1.0f + std::tanh(u));
+  }
+}
+
+void geluGrad(const float *x, const float *dy, float *dx, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = x[i];
+    const float u = kGeluS * (xi + kGeluC * xi * xi * xi);
+    const float th = std::tanh(u);
+    const float du = kGeluS * (1.0f + 3.0f * kGeluC * xi * xi);
+    const float g = 0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du;
+    dx[i] = dy[i] * g;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Causal multi-head attention, flash-style.
+//
+// qkv [B,T,3C]: q = columns [0,C), k = [C,2C), v = [2C,3C); head h uses [h*hs, (h+1)*hs) of each.
+// out [B,T,C]; lse [B,H,T] = log sum_{j<=t} exp(scale * q_t . k_j).
+
+void attention(const float *qkv, float *out, float *lse, int64_t B, int64_t T, int64_t C, int64_t H) {
+  const int64_t hs = C / H;
+  const int64_t C3 = 3 * C;
+  const float sc = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for collapse(3) schedule(dynamic, 16) if (B * H * T * T * hs >= kParallelMin)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        const float *base = qkv + b * T * C3;
+        const float *q = base + t * C3 + h * hs;
+        float *o = out + (b * T + t) * C + h * hs;
+        for (int64_t d = 0; d < hs; ++d)
+          o[d] = 0.0f;
+        float m = -std::numeric_limits<float>::infinity();
+        float l = 0.0f;
+        float s[kKeyBlock];
+        for (int64_t j0 = 0; j0 <= t; j0 += kKeyBlock) {
+          const int64_t j1 = std::min(t + 1, j0 + kKeyBlock);
+          float bmax = -std::numeric_limits<float>::infinity();
+          for (int64_t j = j0; j < j1; ++j) {
+            const float v = sc * dot(q, base + j * C3 + C + h * hs, hs);
+            s[j - j0] = v;
+            bmax = std::max(bmax, v);
+          }
+          const float mNew = std::max(m, bmax);
+          if (mNew > m && l > 0.0f) { // rescale what was accumulated under the old max
+            const float corr = std::exp(m - mNew);
+            l *= corr;
+            scaleInPlace(o, corr, hs);
+          }
+          m = mNew;
+          for (int64_t j = j0; j < j1; ++j) {
+            const float p = std::exp(s[j - j0] - m);
+            l += p;
+            axpy(p, base + j * C3 + 2 * C + h * hs, o, hs);
+          }
+        }
+        scaleInPlace(o, 1.0f / l, hs);
+        lse[(b * H + h) * T + t] = m + std::log(l);
+      }
+}
+
+// Per (b,h) pair (dk, dv accumulate over query rows, so a pair belongs to one thread):
+//   D_t = dout_t . out_t
+//   p_tj = exp(scale q_t.k_j - lse_t), dp_tj = dout_t . v_j, ds_tj = p_tj (dp_tj - D_t)
+//   dq_t += scale ds_tj k_j; dk_j += scale ds_tj q_t; dv_j += p_tj dout_t
+void attentionGrad(const float *dout, const float *qkv, const float *out, const float *lse, float *dqkv,
+                   int64_t B, int64_t T, int64_t C, int64_t H) {
+  const int64_t hs = C / H;
+  const int64_t C3 = 3 * C;
+  const float sc = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (B * H * T * T * hs >= kParallelMin)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const float *base = qkv + b * T * C3;
+      float *dbase = dqkv + b * T * C3;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t part = 0; part < 3; ++part)
+          std::memset(dbase + t * C3 + part * C + h * hs, 0, sizeof(float) * hs);
+      for (int64_t t = 0; t < T; ++t) {
+        const float *q = base + t * C3 + h * hs;
+        float *dq = dbase + t * C3 + h * hs;
+        const float *dor = dout + (b * T + t) * C + h * hs;
+        const float *orow = out + (b * T + t) * C + h * hs;
+        const float L = lse[(b * H + h) * T + t];
+        const float D = dot(dor, orow, hs);
+        for (int64_t j = 0; j <= t; ++j) {
+          const float *k = base + j * C3 + C + h * hs;
+          const float *v = base + j * C3 + 2 * C + h * hs;
+          float *dk = dbase + j * C3 + C + h * hs;
+          float *dv = dbase + j * C3 + 2 * C + h * hs;
+          const float p = std::exp(sc * dot(q, k, hs) - L);
+          const float dp = dot(dor, v, hs);
+          const float ds = sc * p * (dp - D);
+          axpy(ds, k, dq, hs);
+          axpy(ds, q, dk, hs);
+          axpy(p, dor, dv, hs);
+        }
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layout
+
+void transpose(const float *x, float *y, const int64_t *shape, const int64_t *perm, int rank) {
+  constexpr int kMaxRank = 16;
+  if (rank < 0 || rank > kMaxRank) {
+    std::fprintf(stderr, "bigc: internal error: transpose of rank %d (at most %d supported)\n", rank,
+                 kMaxRank);
+    std::abort();
+  }
+  if (rank == 0) {
+    y[0] = x[0];
+    return;
+  }
+  int64_t xstride[kMaxRank], ystride[kMaxRank], yshape[kMaxRank];
+  int64_t total = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    xstride[d] = total;
+    total *= shape[d];
+  }
+  for (int d = 0; d < rank; ++d) {
+    yshape[d] = shape[perm[d]];
+    ystride[d] = xstride[perm[d]]; // x stride of y's dim d
+  }
+  if (total == 0)
+    return;
+  const int64_t inner = yshape[rank - 1];
+  const int64_t innerStride = ystride[rank - 1];
+  const int64_t rows = total / inner;
+#pragma omp parallel for schedule(static) if (total >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, off = 0;
+    for (int d = rank - 2; d >= 0; --d) {
+      const int64_t i = rem % yshape[d];
+      rem /= yshape[d];
+      off += i * ystride[d];
+    }
+    const float *src = x + off;
+    float *dst = y + r * inner;
+    if (innerStride == 1)
+      std::memcpy(dst, src, sizeof(float) * inner);
+    else
+      for (int64_t i = 0; i < inner; ++i)
+        dst[i] = src[i * innerStride];
+  }
+}
+
+void split(const float *x, float *const *ys, int64_t outer, int64_t inner, int64_t parts) {
+#pragma omp parallel for schedule(static) if (outer * inner * parts >= kParallelMin)
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t p = 0; p < parts; ++p)
+      std::memcpy(ys[p] + o * inner, x + (o * parts + p) * inner, sizeof(float) * inner);
+}
+
+void concat(const float *const *xs, float *y, int64_t outer, int64_t inner, int64_t parts) {
+#pragma omp parallel for schedule(static) if (outer * inner * parts >= kParallelMin)
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t p = 0; p < parts; ++p)
+      std::memcpy(y + (o * parts + p) * inner, xs[p] + o * inner, sizeof(float) * inner);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loss
+
+float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64_t V, int64_t *badIndex) {
+  for (int64_t n = 0; n < N; ++n)
+    if (targets[n] < 0 || targets[n] >= V) {
+      if (badIndex)
+        *badIndex = n;
+      return 0.0f;
+    }
+  if (badIndex)
+    *badIndex = -1;
+  if (N <= 0)
+    return 0.0f;
+  double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (N * V >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *row = logits + n * V;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < V; ++j)
+      mx = std::max(mx, row[j]);
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < V; ++j)
+      s += static_cast<double>(std::exp(row[j] - mx));
+    total += std::log(s) + static_cast<double>(mx) - static_cast<double>(row[targets[n]]);
+  }
+  return static_cast<float>(total / static_cast<double>(N));
+}
+
+void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N,
+                      int64_t V) {
+  if (N <= 0)
+    return;
+  const float g = dloss / static_cast<float>(N);
+#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *row = logits + n * V;
+    float *drow = dlogits + n * V;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < V; ++j)
+      mx = std::max(mx, row[j]);
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < V; ++j)
+      s += static_cast<double>(std::exp(row[j] - mx));
+    const float f = g / static_cast<float>(s);
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j)
+      drow[j] = std::exp(row[j] - mx) * f;
+    const int64_t tgt = targets[n];
+    if (tgt >= 0 && tgt < V)
+      drow[tgt] -= g;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Optimizer
+
+double sumSquares(const float *x, int64_t n) {
+  double s = 0.0;
+#pragma omp parallel for simd schedule(static) reduction(+ : s) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return s;
+}
+
+// torch.optim.AdamW (single-tensor path, amsgrad=False, maximize=False):
+//   param *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//   param -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+void adamw(float *param, const float *grad, float *m, float *v, int64_t n, const AdamWParams &p) {
+  const double t = static_cast<double>(p.step);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
+  const float stepSize = static_cast<float>(static_cast<double>(p.lr) / bc1);
+  const float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = 1.0f - p.lr * p.weightDecay;
+  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps, gs = p.gradScale;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i] * gs;
+    const float mi = b1 * m[i] + (1.0f - b1) * g;
+    const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = param[i] * decay - stepSize * mi / (std::sqrt(vi) / bc2Sqrt + eps);
+  }
+}
+
+} // namespace bigc::rt::cpu

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# bigc vs PyTorch (Debian's python3-torch): same GPT-2 shape, same initial weights (saved by bigc),
+# same batches; loss, every gradient of step 1, 3 AdamW steps' losses and final weights, fp32,
+# relative error <= 1e-4.
+set -euo pipefail
+BIN=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+L=2; C=64; H=4; T=32; B=4; STEPS=3
+"$BIN/bigc" gen gpt --preset tiny --layers $L --hidden $C --heads $H --seq $T --batch $B -o "$d/model.mlir"
+"$BIN/bigc" compile "$d/model.mlir" -o "$d/model.bigc" --lr 1e-3 --weight-decay 0.1 --quiet
+# A text with structure, encoded as byte-level tokens.
+/usr/bin/python3 - "$d/input.txt" <<'PY'
+import random, sys
+random.seed(7)
+words = "the quick brown fox jumps over a lazy dog while bigc plans every byte ahead".split()
+open(sys.argv[1], "w").write(" ".join(random.choice(words) for _ in range(3000)))
+PY
+"$BIN/bigc" data encode "$d/input.txt" -o "$d/tokens.bin"
+"$BIN/bigc" run "$d/model.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
+"$BIN/bigc" run "$d/model.bigc" --data "$d/tokens.bin" --steps 1 --dump-grads "$d/grads.safetensors" --quiet
+"$BIN/bigc" run "$d/model.bigc" --data "$d/tokens.bin" --steps $STEPS --log "$d/log.jsonl" \
+    --save-weights "$d/final.safetensors" --quiet
+/usr/bin/python3 "$HERE/gpt2_reference.py" --init "$d/init.safetensors" --grads "$d/grads.safetensors" \
+    --final "$d/final.safetensors" --log "$d/log.jsonl" --data "$d/tokens.bin" \
+    --batch $B --seq $T --layers $L --heads $H --steps $STEPS --lr 1e-3 --weight-decay 0.1 --tol 1e-4
