@@ -1,0 +1,18 @@
+// `bigc run` / `bigc-run` (CLI contract: ../shared/CLI.md, "bigc run"). No MLIR here.
+#pragma once
+
+namespace bigc::rt {
+
+// Runs `bigc run` with the arguments argv[first..argc). Never throws: prints
+// "bigc run: <message>" on stderr and returns 1 for bad input, 2 for an internal error, 0 on
+// success. `bigc` calls runMain(argc, argv, 2) (after "run"), `bigc-run` runMain(argc, argv, 1).
+int runMain(int argc, char **argv, int first);
+
+// `bigc data encode input.txt -o tokens.bin`: byte-level tokens (vocabulary 256), written in the
+// llm.c format. dataMain(argc, argv, first) takes the arguments from argv[first] on (the
+// subcommand, e.g. "encode"); dataMain(argc, argv) skips argv[0] and a leading "data".
+// Same exit statuses as runMain.
+int dataMain(int argc, char **argv, int first);
+int dataMain(int argc, char **argv);
+
+} // namespace bigc::rt

@@ -1,0 +1,67 @@
+// safetensors files (https://github.com/huggingface/safetensors): 8-byte little-endian header
+// length N, N bytes of JSON header {name: {"dtype", "shape", "data_offsets": [begin, end)},
+// "__metadata__": {str: str}}, then the data (offsets relative to the end of the header).
+// No MLIR here.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bigc/runtime/program.h"
+
+namespace bigc::rt {
+class Executor;
+}
+
+namespace bigc::rt::safetensors {
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::F32; // "F32", "BF16", "F16", "I32" in the file
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data; // numel × dtypeSize bytes, little-endian
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  // The values as f32 (converting bf16/f16; i32 is converted by value).
+  std::vector<float> toF32() const;
+  static Tensor fromF32(const std::string &name, const std::vector<int64_t> &shape, const float *values);
+};
+
+struct File {
+  std::vector<Tensor> tensors; // in file order (by data offset)
+  std::map<std::string, std::string> metadata;
+
+  const Tensor *find(const std::string &name) const;
+};
+
+// "F32" <-> DType::F32 etc. The reader knows no other dtype.
+const char *dtypeTag(DType d);
+bool parseDTypeTag(const std::string &tag, DType &out);
+
+// Parse a whole file's bytes. Throws UserError("<path>: ...") when the header length is out of
+// range, the JSON is bad, a dtype is unknown, or offsets are out of range, inconsistent with
+// shape × dtype, or overlapping.
+File parse(const std::string &bytes, const std::string &path);
+File read(const std::string &path);
+// Header (sorted by name, data in that order, header padded with spaces to a multiple of 8) + data.
+std::string serialize(const File &file);
+// Atomic write (tmp file, fsync, rename). Throws UserError.
+void write(const std::string &path, const File &file);
+
+// Every param buffer of the executor under its name, f32.
+File weightsOf(const Executor &ex);
+// The executor's captured gradients (Executor::enableGradCapture), f32, under the param names.
+File gradsOf(const Executor &ex);
+// Copy weights into the executor's param buffers. Every param must be present with the same shape
+// (UserError naming the first missing or mismatched one, expected vs found shape); a tensor that
+// is not a param is an error too (except Hugging Face GPT-2's non-parameter buffers `*.attn.bias`
+// and `*.attn.masked_bias`; a `transformer.` prefix is stripped). bf16/f16 are converted to f32.
+void loadWeights(Executor &ex, const File &file, const std::string &path);
+
+} // namespace bigc::rt::safetensors

@@ -1,0 +1,245 @@
+// `bigc run` / `bigc-run`: load a program, train for N steps, log, save weights.
+#include "bigc/runtime/run_command.h"
+#include "bigc/runtime/data.h"
+#include "bigc/runtime/executor.h"
+#include "bigc/runtime/program.h"
+#include "bigc/runtime/safetensors.h"
+#include "bigc/support/cli.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <iostream>
+#include <memory>
+#include <new>
+#include <omp.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace bigc::rt {
+
+namespace {
+
+const char *kRunUsage =
+    "usage: bigc run model.bigc [--backend cpu|cuda] [--steps N] [--data FILE | --synthetic] [--seed S]\n"
+    "                [--log FILE.jsonl] [--save-weights FILE] [--load-weights FILE] [--threads N]\n"
+    "                [--dump-grads FILE] [--quiet]\n"
+    "  --steps N           training steps (default 10; 0 with --save-weights writes the initial weights)\n"
+    "  --data FILE         token file (nanoGPT raw uint16 or llm.c); default: synthetic data\n"
+    "  --synthetic         synthetic data: a random Markov chain over the vocabulary, from the seed\n"
+    "  --seed S            initialisation and synthetic-data seed (default 1337)\n"
+    "  --log FILE.jsonl    one JSON object per step: step, loss, tokens_per_s, elapsed_s, peak_bytes\n"
+    "  --save-weights FILE safetensors of every parameter after the last step\n"
+    "  --load-weights FILE start from these weights (safetensors, Hugging Face GPT-2 names)\n"
+    "  --dump-grads FILE   the last step's parameter gradients as safetensors\n"
+    "  --threads N         CPU threads (default: all)\n"
+    "  --quiet             no progress lines\n";
+
+std::string dirOf(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Fail before training when an output file could not be written later.
+void checkWritable(const std::string &path, const char *option) {
+  if (path.empty()) throw UserError(std::string(option) + " needs a file name");
+  std::string dir = dirOf(path);
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw UserError(std::string(option) + " " + path + ": cannot write into directory '" + dir +
+                    "': " + std::strerror(errno));
+}
+
+// A log written to FILE.tmp line by line and renamed into place at the end; removed on failure.
+class LogFile {
+public:
+  explicit LogFile(const std::string &path) : path_(path), tmp_(path + ".tmp") {
+    f_ = std::fopen(tmp_.c_str(), "w");
+    if (!f_) throw UserError(path + ": cannot write: " + std::strerror(errno));
+  }
+  ~LogFile() {
+    if (f_) {
+      std::fclose(f_);
+      std::remove(tmp_.c_str());
+    }
+  }
+  void line(const std::string &s) {
+    if (std::fputs(s.c_str(), f_) < 0 || std::fputc('\n', f_) < 0 || std::fflush(f_) != 0)
+      throw UserError(path_ + ": write failed: " + std::strerror(errno));
+  }
+  void commit() {
+    bool ok = std::fflush(f_) == 0 && ::fsync(fileno(f_)) == 0;
+    ok = (std::fclose(f_) == 0) && ok;
+    f_ = nullptr;
+    if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      int e = errno;
+      std::remove(tmp_.c_str());
+      throw UserError(path_ + ": write failed: " + std::strerror(e));
+    }
+  }
+
+private:
+  std::string path_, tmp_;
+  FILE *f_ = nullptr;
+};
+
+double roundTrip(float x) {
+  if (!std::isfinite(x)) return x;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", double(x));
+  return std::strtod(buf, nullptr);
+}
+
+std::string humanBytes(int64_t b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double x = double(b);
+  int u = 0;
+  while (x >= 1024 && u < 4) x /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", x, units[u]);
+  return buf;
+}
+
+int runBody(int argc, char **argv, int first) {
+  const std::set<std::string> valued = {"--backend",      "--steps",       "--data",         "--seed",
+                                        "--log",          "--save-weights", "--load-weights", "--threads",
+                                        "--dump-grads",   "--checkpoint-dir", "--checkpoint-every"};
+  const std::set<std::string> switches = {"--synthetic", "--quiet", "--resume", "--help"};
+  cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
+  if (args.has("--help")) {
+    std::cout << kRunUsage;
+    return 0;
+  }
+  for (const char *opt : {"--checkpoint-dir", "--checkpoint-every", "--resume"})
+    if (args.has(opt))
+      throw UserError(std::string(opt) + " is not supported by this version yet (use --save-weights and "
+                                         "--load-weights to stop and continue a run)");
+  if (args.positional.empty()) throw UserError("missing the program file\n" + std::string(kRunUsage));
+  if (args.positional.size() > 1)
+    throw UserError("one program file expected, got " + std::to_string(args.positional.size()) + ": '" +
+                    args.positional[0] + "', '" + args.positional[1] + "'...");
+  const std::string programPath = args.positional[0];
+
+  std::string backend = args.str("--backend", "cpu");
+  if (backend == "cuda")
+    throw UserError("--backend cuda: this build has no CUDA backend; use --backend cpu");
+  if (backend != "cpu") throw UserError("--backend: unknown backend '" + backend + "' (cpu or cuda)");
+
+  int64_t steps = args.integer("--steps", 10);
+  if (steps < 0) throw UserError("--steps must be >= 0, got " + std::to_string(steps));
+  if (args.has("--data") && args.has("--synthetic"))
+    throw UserError("--data and --synthetic exclude each other; pick one");
+  uint64_t seed = uint64_t(args.integer("--seed", 1337));
+  int64_t threads = args.integer("--threads", 0);
+  if (args.has("--threads") && threads < 1)
+    throw UserError("--threads must be >= 1, got " + std::to_string(threads));
+  if (args.has("--dump-grads") && steps < 1)
+    throw UserError("--dump-grads needs at least one step (--steps >= 1)");
+  const bool quiet = args.has("--quiet");
+  for (const char *opt : {"--log", "--save-weights", "--dump-grads"})
+    if (args.has(opt)) checkWritable(args.str(opt), opt);
+  if (threads > 0) {
+    omp_set_num_threads(int(threads));
+    openblas_set_num_threads(int(threads));
+  }
+
+  Program prog = loadProgram(programPath);
+  const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab;
+
+  std::unique_ptr<data::TokenSource> source;
+  if (args.has("--data"))
+    source = std::make_unique<data::FileTokenSource>(args.str("--data"), B, T, vocab);
+  else
+    source = std::make_unique<data::SyntheticTokenSource>(B, T, vocab, seed);
+
+  Executor ex(std::move(prog), seed);
+  if (args.has("--load-weights")) {
+    std::string path = args.str("--load-weights");
+    safetensors::loadWeights(ex, safetensors::read(path), path);
+  }
+  if (args.has("--dump-grads")) ex.enableGradCapture();
+
+  std::unique_ptr<LogFile> log;
+  if (args.has("--log")) log = std::make_unique<LogFile>(args.str("--log"));
+
+  const auto arenas = ex.arenaBytes();
+  if (!quiet) {
+    std::string spaces;
+    for (const auto &[name, bytes] : arenas) spaces += (spaces.empty() ? "" : ", ") + name + " " + humanBytes(bytes);
+    std::fprintf(stderr, "bigc run: %s: %lld parameters, batch %lldx%lld, arenas: %s; data: %s; %lld steps\n",
+                 programPath.c_str(), (long long)ex.program().parameterCount(), (long long)B, (long long)T,
+                 spaces.c_str(), source->describe().c_str(), (long long)steps);
+  }
+
+  std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
+  nlohmann::ordered_json peak = nlohmann::ordered_json::object();
+  for (const auto &[name, bytes] : arenas) peak[name] = bytes;
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  float loss = 0.f;
+  for (int64_t s = 1; s <= steps; ++s) {
+    const auto t0 = clock::now();
+    source->next(tokens.data(), targets.data());
+    loss = ex.step(tokens.data(), targets.data());
+    const auto t1 = clock::now();
+    double dt = std::chrono::duration<double>(t1 - t0).count();
+    double elapsed = std::chrono::duration<double>(t1 - start).count();
+    double tps = dt > 0 ? double(B * T) / dt : 0.0;
+    if (!quiet)
+      std::fprintf(stderr, "step %lld/%lld | loss %.4f | %.1f ms | %.0f tok/s\n", (long long)s, (long long)steps,
+                   double(loss), dt * 1e3, tps);
+    if (log) {
+      nlohmann::ordered_json j;
+      j["step"] = s;
+      j["loss"] = roundTrip(loss);
+      j["tokens_per_s"] = std::round(tps * 10) / 10;
+      j["elapsed_s"] = std::round(elapsed * 1e6) / 1e6;
+      j["peak_bytes"] = peak;
+      log->line(j.dump());
+    }
+  }
+
+  if (args.has("--save-weights")) safetensors::write(args.str("--save-weights"), safetensors::weightsOf(ex));
+  if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
+  if (log) log->commit();
+  if (!quiet && steps > 0) {
+    double total = std::chrono::duration<double>(clock::now() - start).count();
+    std::fprintf(stderr, "bigc run: %lld steps in %.2f s, final loss %.4f\n", (long long)steps, total, double(loss));
+  }
+  return 0;
+}
+
+void report(const char *prefix, const std::string &msg) {
+  // cli::parse already names the command.
+  if (msg.rfind(prefix, 0) == 0) std::cerr << msg << "\n";
+  else std::cerr << prefix << ": " << msg << "\n";
+}
+
+} // namespace
+
+int runMain(int argc, char **argv, int first) {
+  try {
+    return runBody(argc, argv, first);
+  } catch (const UserError &e) {
+    report("bigc run", e.what());
+    return 1;
+  } catch (const std::bad_alloc &) {
+    report("bigc run", "internal error: out of memory");
+    return 2;
+  } catch (const std::exception &e) {
+    report("bigc run", std::string("internal error: ") + e.what());
+    return 2;
+  } catch (...) {
+    report("bigc run", "internal error");
+    return 2;
+  }
+}
+
+} // namespace bigc::rt

@@ -1,0 +1,173 @@
+// Hand-built programs for the runtime's unit tests: a small builder that places buffers one after
+// another (64-byte aligned) and derives live intervals from the instructions.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "bigc/runtime/program.h"
+
+namespace bigc::rt::testing {
+
+struct ProgramBuilder {
+  Program p;
+
+  ProgramBuilder(int64_t B, int64_t T, int64_t V) {
+    p.producer = "test";
+    p.source = "test.mlir";
+    p.batch = B, p.seq = T, p.vocab = V;
+  }
+  int64_t buffer(const std::string &name, std::vector<int64_t> shape, const std::string &role,
+                 DType dt = DType::F32, Init init = {}) {
+    Buffer b;
+    b.id = int64_t(p.buffers.size());
+    b.name = name;
+    b.space = "device";
+    b.dtype = dt;
+    b.shape = std::move(shape);
+    b.role = role;
+    b.bytes = b.numel() * dtypeSize(dt);
+    b.init = init;
+    p.buffers.push_back(b);
+    return b.id;
+  }
+  int64_t param(const std::string &name, std::vector<int64_t> shape, double std) {
+    return buffer(name, std::move(shape), "param", DType::F32, Init{"normal", std});
+  }
+  int64_t zeros(const std::string &name, std::vector<int64_t> shape, const std::string &role = "optimizer") {
+    return buffer(name, std::move(shape), role, DType::F32, Init{"zeros", 0});
+  }
+  Instruction &inst(const std::string &op, std::vector<int64_t> in, std::vector<int64_t> out,
+                    std::map<std::string, Attr> attrs = {}) {
+    Instruction i;
+    i.op = op;
+    i.in = std::move(in);
+    i.out = std::move(out);
+    i.attrs = std::move(attrs);
+    i.loc = "test.mlir:" + std::to_string(p.instructions.size() + 1) + ":3";
+    p.instructions.push_back(i);
+    return p.instructions.back();
+  }
+  static Attr num(double v) {
+    Attr a;
+    a.num = v;
+    return a;
+  }
+  static Attr list(std::vector<int64_t> v) {
+    Attr a;
+    a.isList = true;
+    a.list = std::move(v);
+    return a;
+  }
+  // Offsets (sequential unless `aliasOf[id]` >= 0: same offset as that buffer), live intervals,
+  // the arena. Call last.
+  Program finish(const std::map<int64_t, int64_t> &aliasOf = {}) {
+    int64_t n = int64_t(p.instructions.size());
+    int64_t off = 0;
+    for (auto &b : p.buffers) {
+      auto it = aliasOf.find(b.id);
+      if (it != aliasOf.end()) {
+        b.offset = p.buffers[size_t(it->second)].offset;
+        continue;
+      }
+      b.offset = off;
+      off += (b.bytes + 63) / 64 * 64;
+    }
+    for (auto &b : p.buffers) {
+      b.liveFirst = n, b.liveLast = -1;
+      if (b.persistent() || b.id == p.tokens || b.id == p.targets) b.liveFirst = 0;
+      if (b.persistent() || b.id == p.loss) b.liveLast = n - 1;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      for (const auto *ids : {&p.instructions[size_t(i)].in, &p.instructions[size_t(i)].out})
+        for (int64_t id : *ids) {
+          auto &b = p.buffers[size_t(id)];
+          b.liveFirst = std::min(b.liveFirst, i);
+          b.liveLast = std::max(b.liveLast, i);
+        }
+    for (auto &b : p.buffers)
+      if (b.liveLast < b.liveFirst) b.liveFirst = 0, b.liveLast = std::max<int64_t>(n - 1, 0);
+    p.spaces = {Space{"device", off, off, 0}};
+    return p;
+  }
+};
+
+// embedding -> matmul -> cross_entropy, its backward, global_norm, adamw for both parameters.
+// Buffer ids are fixed (see the comments) so tests can reach in.
+struct TinyModel {
+  static constexpr int64_t B = 2, T = 4, V = 8, C = 4;
+  enum : int64_t { WTE = 0, W = 1, TOKENS = 2, TARGETS = 3, X = 4, LOGITS = 5, LOSS = 6, DLOSS = 7,
+                   DLOGITS = 8, X2 = 9, DL2 = 10, DW = 11, DX = 12, DWTE = 13, NORM = 14,
+                   M0 = 15, V0 = 16, M1 = 17, V1 = 18 };
+
+  static Program build(double lr = 0.05, double maxNorm = 0.0, double wd = 0.0) {
+    ProgramBuilder b(B, T, V);
+    b.param("wte.weight", {V, C}, 0.5);                          // 0
+    b.param("head.weight", {C, V}, 0.5);                         // 1
+    b.buffer("tokens", {B, T}, "input", DType::I32);             // 2
+    b.buffer("targets", {B, T}, "input", DType::I32);            // 3
+    b.buffer("x", {B, T, C}, "activation");                      // 4
+    b.buffer("logits", {B, T, V}, "activation");                 // 5
+    b.buffer("loss", {}, "activation");                          // 6
+    b.buffer("dloss", {}, "activation_grad");                    // 7
+    b.buffer("dlogits", {B, T, V}, "activation_grad");           // 8
+    b.buffer("x2", {B * T, C}, "activation");                    // 9
+    b.buffer("dl2", {B * T, V}, "activation_grad");              // 10
+    b.buffer("head.weight.grad", {C, V}, "grad");                // 11
+    b.buffer("dx", {B, T, C}, "activation_grad");                // 12
+    b.buffer("wte.weight.grad", {V, C}, "grad");                 // 13
+    b.buffer("grad_norm", {}, "workspace");                      // 14
+    b.zeros("wte.weight.m", {V, C});                             // 15
+    b.zeros("wte.weight.v", {V, C});                             // 16
+    b.zeros("head.weight.m", {C, V});                            // 17
+    b.zeros("head.weight.v", {C, V});                            // 18
+    b.p.tokens = TOKENS, b.p.targets = TARGETS, b.p.loss = LOSS;
+    b.p.optimizer.lr = lr;
+    b.inst("embedding", {WTE, TOKENS}, {X});
+    b.inst("matmul", {X, W}, {LOGITS});
+    b.inst("cross_entropy", {LOGITS, TARGETS}, {LOSS});
+    b.inst("fill", {}, {DLOSS}, {{"value", ProgramBuilder::num(1.0)}});
+    b.inst("cross_entropy_grad", {LOGITS, TARGETS, DLOSS}, {DLOGITS});
+    b.inst("reshape", {X}, {X2});
+    b.inst("reshape", {DLOGITS}, {DL2});
+    b.inst("matmul", {X2, DL2}, {DW}, {{"transpose_a", ProgramBuilder::num(1)}});
+    b.inst("matmul", {DLOGITS, W}, {DX}, {{"transpose_b", ProgramBuilder::num(1)}});
+    b.inst("embedding_grad", {DX, TOKENS}, {DWTE});
+    b.inst("global_norm", {DWTE, DW}, {NORM});
+    std::map<std::string, Attr> adam = {{"lr", ProgramBuilder::num(lr)},       {"beta1", ProgramBuilder::num(0.9)},
+                                        {"beta2", ProgramBuilder::num(0.95)},   {"eps", ProgramBuilder::num(1e-8)},
+                                        {"weight_decay", ProgramBuilder::num(wd)}, {"max_norm", ProgramBuilder::num(maxNorm)}};
+    b.inst("adamw", {WTE, DWTE, M0, V0, NORM}, {WTE, M0, V0}, adam);
+    b.inst("adamw", {W, DW, M1, V1, NORM}, {W, M1, V1}, adam);
+    return b.finish();
+  }
+};
+
+// A fresh empty directory under the test temp dir.
+inline std::string tempDir() {
+  std::string base = ::testing::TempDir();
+  if (base.empty() || base.back() != '/') base += "/";
+  std::string tmpl = base + "bigc-test-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) std::abort();
+  return std::string(buf.data());
+}
+
+inline std::string wrapPayload(const std::string &payload, int version = 1) {
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a64(payload.data(), payload.size()));
+  return "BIGC-PROGRAM " + std::to_string(version) + " " + std::to_string(payload.size()) + " " + hash + "\n" +
+         payload;
+}
+
+inline std::string payloadOf(const std::string &file) { return file.substr(file.find('\n') + 1); }
+
+} // namespace bigc::rt::testing
