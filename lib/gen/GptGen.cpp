@@ -269,6 +269,8 @@ void validateGptConfig(const GptConfig &c) {
     if (v.v <= 0)
       throw UserError(std::string(v.flag) + " must be a positive integer, got " +
                       std::to_string(v.v));
+  if (c.layers > 10000)
+    throw UserError("--layers " + std::to_string(c.layers) + " is more than 10000 blocks");
   if (c.hidden % c.heads != 0)
     throw UserError("--heads " + std::to_string(c.heads) + " must divide --hidden " +
                     std::to_string(c.hidden) + " (head size = hidden / heads)");
@@ -322,7 +324,7 @@ const char *genHelp() {
          "  --vocab V       vocabulary size\n"
          "  --seq T         sequence length (and position-table size)\n"
          "  --batch B       sequences per micro-batch\n"
-         "  -o FILE         output file (required; written atomically)\n";
+         "  -o FILE         output file (required; written atomically; `-` for stdout)\n";
 }
 
 int genMain(int argc, char **argv, int first) {
@@ -356,11 +358,23 @@ int genMain(int argc, char **argv, int first) {
   bool custom = a.has("--layers") || a.has("--hidden") || a.has("--heads") ||
                 a.has("--vocab") || a.has("--seq") || a.has("--batch");
   if (custom && !c.preset.empty()) c.preset += ", overridden";
+  if (c.heads > 0 && c.hidden > 0 && c.hidden % c.heads != 0) {
+    std::string base = a.str("--preset", "tiny");
+    auto from = [&](const char *flag) {
+      return a.has(flag) ? std::string() : " (from preset " + base + ")";
+    };
+    throw UserError("--heads " + std::to_string(c.heads) + from("--heads") + " must divide --hidden " +
+                    std::to_string(c.hidden) + from("--hidden") +
+                    " (head size = hidden / heads)");
+  }
   if (!a.has("-o")) throw UserError("missing -o FILE (where to write the model)");
   std::string out = a.str("-o");
   if (out.empty()) throw UserError("-o: empty file name");
   std::string text = generateGptMlir(c);
-  rt::writeFileAtomic(out, text);
+  if (out == "-")
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  else
+    rt::writeFileAtomic(out, text);
   return 0;
 }
 

@@ -146,7 +146,18 @@ def main():
                     check(f"gradient of {n}", rel(bigc_grads[n], p.grad))
         opt.step()
     for n, p in P.items():
-        check(f"{n} after {a.steps} steps", rel(bigc_final[n], p.detach()))
+        got, want = bigc_final[n], p.detach()
+        if n.endswith("attn.c_attn.bias"):
+            # The key bias columns [C, 2C) have an exactly zero gradient (softmax is invariant to
+            # adding the same q.b_k to every score of a row); both implementations compute rounding
+            # noise there, which Adam normalises into +-lr steps. Check that the gradient there is
+            # noise in bigc too, and compare the query and value columns.
+            C = want.shape[0] // 3
+            g = bigc_grads[n]
+            check(f"{n}: key-bias gradient is not ~0", (g[C:2 * C].norm() / g.norm()).item() * 1e-2)
+            got = torch.cat([got[:C], got[2 * C:]])
+            want = torch.cat([want[:C], want[2 * C:]])
+        check(f"{n} after {a.steps} steps", rel(got, want))
     print(f"checked {len(P)} parameters, {a.steps} steps; worst relative error {worst:.3e}")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))

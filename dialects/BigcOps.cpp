@@ -1,0 +1,659 @@
+//===- BigcOps.cpp - bigc ops: verifiers and gradients --------------------===//
+//
+// Verifiers implement the shape rules of the runtime instruction table
+// (docs/program-format.md); every error is reported at the op's location.
+// buildGradient implements DifferentiableOpInterface for the forward ops:
+// each gradient is built from bigc ops only, at the op's location.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Dialect/BigcOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::bigc;
+
+#include "dialects/BigcInterfaces.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static RankedTensorType tensorOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+static ArrayRef<int64_t> shapeOf(Value v) { return tensorOf(v).getShape(); }
+static Type eltOf(Value v) { return tensorOf(v).getElementType(); }
+
+/// "[4,64,64]"
+static std::string str(ArrayRef<int64_t> shape) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << '[';
+  llvm::interleave(shape, os, ",");
+  os << ']';
+  return s;
+}
+
+static SmallVector<int64_t> concatShape(ArrayRef<int64_t> a,
+                                        ArrayRef<int64_t> b) {
+  SmallVector<int64_t> r(a.begin(), a.end());
+  r.append(b.begin(), b.end());
+  return r;
+}
+
+static bool isSuffixOf(ArrayRef<int64_t> suffix, ArrayRef<int64_t> full) {
+  return suffix.size() <= full.size() &&
+         full.take_back(suffix.size()) == suffix;
+}
+
+/// Checks that the element types of `values` are all equal.
+static LogicalResult sameElementTypes(Operation *op, ValueRange values) {
+  Type first;
+  for (Value v : values) {
+    Type t = eltOf(v);
+    if (!first)
+      first = t;
+    else if (t != first)
+      return op->emitOpError("requires the same element type for its "
+                             "floating-point operands and results, got ")
+             << first << " and " << t;
+  }
+  return success();
+}
+
+static LogicalResult expectShape(Operation *op, StringRef what, Value v,
+                                 ArrayRef<int64_t> expected) {
+  if (shapeOf(v) != expected)
+    return op->emitOpError() << what << " must have shape " << str(expected)
+                             << ", got " << str(shapeOf(v));
+  return success();
+}
+
+static Value zerosLike(OpBuilder &b, Location loc, Type type) {
+  return b.create<FillOp>(loc, type, b.getF64FloatAttr(0.0));
+}
+
+static Value makeMatmul(OpBuilder &b, Location loc, Type type, Value x, Value y,
+                        bool ta, bool tb) {
+  return b.create<MatmulOp>(loc, type, x, y,
+                            ta ? b.getUnitAttr() : UnitAttr(),
+                            tb ? b.getUnitAttr() : UnitAttr());
+}
+
+//===----------------------------------------------------------------------===//
+// bigc.param / bigc.get_param / bigc.adamw
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamOp::verify() {
+  StringRef init = getInit();
+  if (init != "normal" && init != "zeros" && init != "ones")
+    return emitOpError("init must be \"normal\", \"zeros\" or \"ones\", got \"")
+           << init << "\"";
+  if (std::optional<APFloat> s = getStd()) {
+    if (init != "normal")
+      return emitOpError("std is only allowed with init = \"normal\"");
+    if (!(s->convertToDouble() > 0.0))
+      return emitOpError("std must be positive");
+  }
+  StringRef role = getRole();
+  if (role != "param" && role != "optimizer")
+    return emitOpError("role must be \"param\" or \"optimizer\", got \"")
+           << role << "\"";
+  return success();
+}
+
+static FailureOr<ParamOp> lookupParam(Operation *op,
+                                      SymbolTableCollection &symbols,
+                                      FlatSymbolRefAttr ref, StringRef what) {
+  auto param = symbols.lookupNearestSymbolFrom<ParamOp>(op, ref);
+  if (!param)
+    return op->emitOpError() << what << " " << ref
+                             << " does not name a bigc.param";
+  return param;
+}
+
+LogicalResult GetParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<ParamOp> param =
+      lookupParam(getOperation(), symbols, getParamAttr(), "symbol");
+  if (failed(param))
+    return failure();
+  if (param->getType() != getType())
+    return emitOpError("result type ")
+           << getType() << " does not match the type " << param->getType()
+           << " of " << getParamAttr();
+  return success();
+}
+
+LogicalResult AdamWOp::verify() {
+  auto check = [&](StringRef name, double v, bool ok,
+                   StringRef rule) -> LogicalResult {
+    if (!ok)
+      return emitOpError() << name << " must be " << rule << ", got " << v;
+    return success();
+  };
+  double lr = getLr().convertToDouble(), b1 = getBeta1().convertToDouble(),
+         b2 = getBeta2().convertToDouble(), eps = getEps().convertToDouble(),
+         wd = getWeightDecay().convertToDouble(),
+         mn = getMaxNorm().convertToDouble();
+  if (failed(check("lr", lr, lr >= 0.0, ">= 0")) ||
+      failed(check("beta1", b1, b1 >= 0.0 && b1 < 1.0, "in [0, 1)")) ||
+      failed(check("beta2", b2, b2 >= 0.0 && b2 < 1.0, "in [0, 1)")) ||
+      failed(check("eps", eps, eps > 0.0, "> 0")) ||
+      failed(check("weight_decay", wd, wd >= 0.0, ">= 0")) ||
+      failed(check("max_norm", mn, mn >= 0.0, ">= 0")))
+    return failure();
+  if (getNorm() && !(mn > 0.0))
+    return emitOpError("a norm operand requires max_norm > 0");
+  if (!getNorm() && mn > 0.0)
+    return emitOpError("max_norm > 0 requires the norm operand (global_norm "
+                       "of all gradients)");
+  return success();
+}
+
+LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  std::pair<FlatSymbolRefAttr, StringRef> refs[] = {
+      {getParamAttr(), "param"},
+      {getExpAvgAttr(), "exp_avg"},
+      {getExpAvgSqAttr(), "exp_avg_sq"}};
+  for (auto [ref, what] : refs) {
+    FailureOr<ParamOp> p = lookupParam(getOperation(), symbols, ref, what);
+    if (failed(p))
+      return failure();
+    if (p->getTensorType().getShape() != shapeOf(getGrad()))
+      return emitOpError() << what << " " << ref << " has shape "
+                           << str(p->getTensorType().getShape())
+                           << " but the gradient has shape "
+                           << str(shapeOf(getGrad()));
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Verifiers of the compute ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  auto table = shapeOf(getTable());
+  if (table.size() != 2)
+    return emitOpError("table must have rank 2 [V,C], got ") << str(table);
+  if (failed(sameElementTypes(*this, {getTable(), getY()})))
+    return failure();
+  return expectShape(*this, "result", getY(),
+                     concatShape(shapeOf(getIds()), {table[1]}));
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  auto dtable = shapeOf(getDtable());
+  if (dtable.size() != 2)
+    return emitOpError("result must have rank 2 [V,C], got ") << str(dtable);
+  if (failed(sameElementTypes(*this, {getDy(), getDtable()})))
+    return failure();
+  return expectShape(*this, "dy", getDy(),
+                     concatShape(shapeOf(getIds()), {dtable[1]}));
+}
+
+LogicalResult MatmulOp::verify() {
+  if (failed(sameElementTypes(*this, {getA(), getB(), getC()})))
+    return failure();
+  auto a = shapeOf(getA()), b = shapeOf(getB());
+  bool ta = getTransposeA(), tb = getTransposeB();
+  size_t ra = a.size(), rb = b.size();
+  ArrayRef<int64_t> batch;
+  if (ra == 2 && rb == 2) {
+    // Form 1.
+  } else if (ra > 2 && rb == 2) {
+    // Form 2: a linear layer over the leading dims of a.
+    if (ta)
+      return emitOpError("transpose_a is not allowed when a has rank > 2 and "
+                         "b has rank 2");
+    batch = a.drop_back(2);
+  } else if (ra == rb && ra > 2) {
+    // Form 3: batched.
+    if (a.drop_back(2) != b.drop_back(2))
+      return emitOpError("batched matmul requires equal leading dimensions, "
+                         "got ")
+             << str(a) << " and " << str(b);
+    batch = a.drop_back(2);
+  } else {
+    return emitOpError("operand ranks ")
+           << ra << " and " << rb
+           << " match no matmul form (2 and 2; > 2 and 2; equal ranks > 2)";
+  }
+  int64_t m = ta ? a[ra - 1] : a[ra - 2], k = ta ? a[ra - 2] : a[ra - 1];
+  int64_t k2 = tb ? b[rb - 1] : b[rb - 2], n = tb ? b[rb - 2] : b[rb - 1];
+  if (k != k2)
+    return emitOpError("contraction dimensions differ: op(a) is ")
+           << str({m, k}) << " and op(b) is " << str({k2, n});
+  return expectShape(*this, "result", getC(), concatShape(batch, {m, n}));
+}
+
+LogicalResult AddOp::verify() { return success(); }
+LogicalResult MulOp::verify() { return success(); }
+LogicalResult ScaleOp::verify() { return success(); }
+LogicalResult GeluOp::verify() { return success(); }
+LogicalResult GeluGradOp::verify() { return success(); }
+LogicalResult FillOp::verify() { return success(); }
+
+LogicalResult BiasAddOp::verify() {
+  if (failed(sameElementTypes(*this, {getX(), getB(), getY()})))
+    return failure();
+  auto x = shapeOf(getX()), b = shapeOf(getB());
+  if (b.empty() || !isSuffixOf(b, x))
+    return emitOpError("bias shape ")
+           << str(b) << " must be a non-empty suffix of the input shape "
+           << str(x);
+  return expectShape(*this, "result", getY(), x);
+}
+
+LogicalResult ReduceSumOp::verify() {
+  if (failed(sameElementTypes(*this, {getX(), getY()})))
+    return failure();
+  auto x = shapeOf(getX()), y = shapeOf(getY());
+  if (!isSuffixOf(y, x))
+    return emitOpError("result shape ")
+           << str(y) << " must be a suffix of the input shape " << str(x);
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  auto x = shapeOf(getX());
+  if (x.empty())
+    return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(*this, {getX(), getW(), getB(), getY()})))
+    return failure();
+  int64_t c = x.back();
+  if (failed(expectShape(*this, "weight", getW(), {c})) ||
+      failed(expectShape(*this, "bias", getB(), {c})) ||
+      failed(expectShape(*this, "result y", getY(), x)) ||
+      failed(expectShape(*this, "result mean", getMean(), x.drop_back())) ||
+      failed(expectShape(*this, "result rstd", getRstd(), x.drop_back())))
+    return failure();
+  if (!(getEps().convertToDouble() > 0.0))
+    return emitOpError("eps must be positive");
+  return success();
+}
+
+LogicalResult LayerNormGradOp::verify() {
+  auto x = shapeOf(getX());
+  if (x.empty())
+    return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(
+          *this, {getDy(), getX(), getW(), getDx(), getDw(), getDb()})))
+    return failure();
+  int64_t c = x.back();
+  if (failed(expectShape(*this, "dy", getDy(), x)) ||
+      failed(expectShape(*this, "weight", getW(), {c})) ||
+      failed(expectShape(*this, "mean", getMean(), x.drop_back())) ||
+      failed(expectShape(*this, "rstd", getRstd(), x.drop_back())) ||
+      failed(expectShape(*this, "result dx", getDx(), x)) ||
+      failed(expectShape(*this, "result dw", getDw(), {c})) ||
+      failed(expectShape(*this, "result db", getDb(), {c})))
+    return failure();
+  return success();
+}
+
+/// Checks qkv [B,T,3C] and `heads`; returns C.
+static FailureOr<int64_t> verifyQkv(Operation *op, Value qkv, int64_t heads) {
+  auto s = shapeOf(qkv);
+  if (s.size() != 3)
+    return op->emitOpError("qkv must have rank 3 [B,T,3C], got ") << str(s);
+  if (s[2] % 3 != 0)
+    return op->emitOpError("the last dimension of qkv (")
+           << s[2] << ") must be 3C, a multiple of 3";
+  if (heads <= 0)
+    return op->emitOpError("heads must be positive, got ") << heads;
+  int64_t c = s[2] / 3;
+  if (c % heads != 0)
+    return op->emitOpError("C = ")
+           << c << " must be divisible by heads = " << heads;
+  return c;
+}
+
+LogicalResult AttentionOp::verify() {
+  FailureOr<int64_t> c = verifyQkv(*this, getQkv(), getHeads());
+  if (failed(c))
+    return failure();
+  if (failed(sameElementTypes(*this, {getQkv(), getOut()})))
+    return failure();
+  auto s = shapeOf(getQkv());
+  if (failed(expectShape(*this, "result out", getOut(), {s[0], s[1], *c})) ||
+      failed(expectShape(*this, "result lse", getLse(),
+                         {s[0], (int64_t)getHeads(), s[1]})))
+    return failure();
+  return success();
+}
+
+LogicalResult AttentionGradOp::verify() {
+  FailureOr<int64_t> c = verifyQkv(*this, getQkv(), getHeads());
+  if (failed(c))
+    return failure();
+  if (failed(sameElementTypes(*this,
+                              {getDout(), getQkv(), getOut(), getDqkv()})))
+    return failure();
+  auto s = shapeOf(getQkv());
+  if (failed(expectShape(*this, "dout", getDout(), {s[0], s[1], *c})) ||
+      failed(expectShape(*this, "out", getOut(), {s[0], s[1], *c})) ||
+      failed(expectShape(*this, "lse", getLse(),
+                         {s[0], (int64_t)getHeads(), s[1]})) ||
+      failed(expectShape(*this, "result dqkv", getDqkv(), s)))
+    return failure();
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  if (eltOf(getX()) != eltOf(getY()))
+    return emitOpError("result element type must equal the input's");
+  auto x = shapeOf(getX());
+  ArrayRef<int64_t> perm = getPerm();
+  if (perm.size() != x.size())
+    return emitOpError("perm has ")
+           << perm.size() << " entries but the input has rank " << x.size();
+  SmallVector<bool> seen(x.size(), false);
+  SmallVector<int64_t> expected;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= (int64_t)x.size() || seen[p])
+      return emitOpError("perm ") << str(perm) << " is not a permutation of [0, "
+                                  << x.size() << ")";
+    seen[p] = true;
+    expected.push_back(x[p]);
+  }
+  return expectShape(*this, "result", getY(), expected);
+}
+
+LogicalResult ReshapeOp::verify() {
+  if (eltOf(getX()) != eltOf(getY()))
+    return emitOpError("result element type must equal the input's");
+  if (tensorOf(getX()).getNumElements() != tensorOf(getY()).getNumElements())
+    return emitOpError("cannot reshape ")
+           << str(shapeOf(getX())) << " (" << tensorOf(getX()).getNumElements()
+           << " elements) to " << str(shapeOf(getY())) << " ("
+           << tensorOf(getY()).getNumElements() << " elements)";
+  return success();
+}
+
+static LogicalResult verifyAxis(Operation *op, int64_t axis, size_t rank) {
+  if (axis < 0 || axis >= (int64_t)rank)
+    return op->emitOpError("axis ")
+           << axis << " is out of range for rank " << rank;
+  return success();
+}
+
+LogicalResult SplitOp::verify() {
+  auto x = shapeOf(getX());
+  int64_t axis = getAxis();
+  if (failed(verifyAxis(*this, axis, x.size())))
+    return failure();
+  size_t n = getResults().size();
+  if (n == 0)
+    return emitOpError("requires at least one result");
+  if (x[axis] % (int64_t)n != 0)
+    return emitOpError("dimension ")
+           << axis << " of size " << x[axis] << " cannot be split into " << n
+           << " equal parts";
+  SmallVector<int64_t> part(x.begin(), x.end());
+  part[axis] /= n;
+  for (Value r : getResults()) {
+    if (eltOf(r) != eltOf(getX()))
+      return emitOpError("result element types must equal the input's");
+    if (failed(expectShape(*this, "every result", r, part)))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("requires at least one input");
+  auto first = shapeOf(getInputs().front());
+  int64_t axis = getAxis();
+  if (failed(verifyAxis(*this, axis, first.size())))
+    return failure();
+  SmallVector<Value> all(getInputs().begin(), getInputs().end());
+  all.push_back(getY());
+  if (failed(sameElementTypes(*this, all)))
+    return failure();
+  SmallVector<int64_t> expected(first.begin(), first.end());
+  expected[axis] = 0;
+  for (Value in : getInputs()) {
+    auto s = shapeOf(in);
+    if (s.size() != first.size())
+      return emitOpError("all inputs must have the same rank");
+    for (size_t i = 0; i < s.size(); ++i)
+      if ((int64_t)i != axis && s[i] != first[i])
+        return emitOpError("inputs ")
+               << str(first) << " and " << str(s)
+               << " differ outside the concatenation axis " << axis;
+    expected[axis] += s[axis];
+  }
+  return expectShape(*this, "result", getY(), expected);
+}
+
+static LogicalResult verifyLogitsTargets(Operation *op, Value logits,
+                                         Value targets) {
+  auto l = shapeOf(logits);
+  if (l.empty())
+    return op->emitOpError("logits must have rank >= 1 [...,V]");
+  return expectShape(op, "targets", targets, l.drop_back());
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  return verifyLogitsTargets(*this, getLogits(), getTargets());
+}
+
+LogicalResult CrossEntropyGradOp::verify() {
+  if (failed(verifyLogitsTargets(*this, getLogits(), getTargets())))
+    return failure();
+  if (getDlogits().getType() != getLogits().getType())
+    return emitOpError("result type ")
+           << getDlogits().getType() << " must equal the logits type "
+           << getLogits().getType();
+  return success();
+}
+
+LogicalResult GlobalNormOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("requires at least one input");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Gradients (DifferentiableOpInterface)
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  Value dtable = b.create<EmbeddingGradOp>(getLoc(), getTable().getType(),
+                                           resultGrads[0], getIds());
+  operandGrads.assign({dtable, Value()});
+  return success();
+}
+
+LogicalResult MatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  Location loc = getLoc();
+  Value a = getA(), bm = getB(), dc = resultGrads[0];
+  Type aT = a.getType(), bT = bm.getType();
+  bool ta = getTransposeA(), tb = getTransposeB();
+  size_t ra = shapeOf(a).size(), rb = shapeOf(bm).size();
+  Value da, db;
+  if (ra > 2 && rb == 2) {
+    // Form 2: c[...,M,N] = a[...,M,K] @ op(b).
+    da = makeMatmul(b, loc, aT, dc, bm, false, !tb);
+    // Flatten the leading dims: a2 [P,K], dc2 [P,N].
+    auto as = shapeOf(a), cs = shapeOf(dc);
+    int64_t p = tensorOf(a).getNumElements() / as.back();
+    auto a2T = RankedTensorType::get({p, as.back()}, eltOf(a));
+    auto c2T = RankedTensorType::get({p, cs.back()}, eltOf(dc));
+    Value a2 = b.create<ReshapeOp>(loc, a2T, a);
+    Value dc2 = b.create<ReshapeOp>(loc, c2T, dc);
+    db = tb ? makeMatmul(b, loc, bT, dc2, a2, true, false)  // [N,K] = dc2ᵀ a2
+            : makeMatmul(b, loc, bT, a2, dc2, true, false); // [K,N] = a2ᵀ dc2
+  } else if (!ta && !tb) {
+    // c = a b: da = dc bᵀ, db = aᵀ dc.
+    da = makeMatmul(b, loc, aT, dc, bm, false, true);
+    db = makeMatmul(b, loc, bT, a, dc, true, false);
+  } else if (!ta && tb) {
+    // c = a bᵀ: da = dc b, db = dcᵀ a.
+    da = makeMatmul(b, loc, aT, dc, bm, false, false);
+    db = makeMatmul(b, loc, bT, dc, a, true, false);
+  } else if (ta && !tb) {
+    // c = aᵀ b: da = b dcᵀ, db = a dc.
+    da = makeMatmul(b, loc, aT, bm, dc, false, true);
+    db = makeMatmul(b, loc, bT, a, dc, false, false);
+  } else {
+    // c = aᵀ bᵀ: da = bᵀ dcᵀ, db = dcᵀ aᵀ.
+    da = makeMatmul(b, loc, aT, bm, dc, true, true);
+    db = makeMatmul(b, loc, bT, dc, a, true, true);
+  }
+  operandGrads.assign({da, db});
+  return success();
+}
+
+LogicalResult AddOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                   SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.assign({resultGrads[0], resultGrads[0]});
+  return success();
+}
+
+LogicalResult BiasAddOp::buildGradient(OpBuilder &b,
+                                       ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  Value db = b.create<ReduceSumOp>(getLoc(), getB().getType(), dy);
+  operandGrads.assign({dy, db});
+  return success();
+}
+
+LogicalResult MulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                   SmallVectorImpl<Value> &operandGrads) {
+  Value dc = resultGrads[0];
+  Value da = b.create<MulOp>(getLoc(), getA().getType(), dc, getB());
+  Value db = b.create<MulOp>(getLoc(), getB().getType(), dc, getA());
+  operandGrads.assign({da, db});
+  return success();
+}
+
+LogicalResult ScaleOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  Value dx = b.create<ScaleOp>(getLoc(), getX().getType(), resultGrads[0],
+                               getFactorAttr());
+  operandGrads.assign({dx});
+  return success();
+}
+
+LogicalResult ReduceSumOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  // Broadcast dy back over the leading dims: 0 + dy.
+  Value zeros = zerosLike(b, getLoc(), getX().getType());
+  Value dx = b.create<BiasAddOp>(getLoc(), getX().getType(), zeros,
+                                 resultGrads[0]);
+  operandGrads.assign({dx});
+  return success();
+}
+
+LogicalResult FillOp::buildGradient(OpBuilder &, ArrayRef<Value>,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.clear();
+  return success();
+}
+
+LogicalResult LayerNormOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  if (resultGrads[1] || resultGrads[2])
+    return emitOpError("the mean and rstd results of layernorm have no "
+                       "gradient; only y may be used by differentiable ops");
+  auto g = b.create<LayerNormGradOp>(
+      getLoc(), TypeRange{getX().getType(), getW().getType(), getB().getType()},
+      resultGrads[0], getX(), getW(), getMean(), getRstd());
+  operandGrads.assign({g.getDx(), g.getDw(), g.getDb()});
+  return success();
+}
+
+LogicalResult GeluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Value dx = b.create<GeluGradOp>(getLoc(), getX().getType(), getX(),
+                                  resultGrads[0]);
+  operandGrads.assign({dx});
+  return success();
+}
+
+LogicalResult AttentionOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  if (resultGrads[1])
+    return emitOpError("the lse result of attention has no gradient; only "
+                       "out may be used by differentiable ops");
+  Value dqkv = b.create<AttentionGradOp>(getLoc(), getQkv().getType(),
+                                         resultGrads[0], getQkv(), getOut(),
+                                         getLse(), getHeadsAttr());
+  operandGrads.assign({dqkv});
+  return success();
+}
+
+LogicalResult TransposeOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  ArrayRef<int64_t> perm = getPerm();
+  SmallVector<int64_t> inverse(perm.size());
+  for (auto [i, p] : llvm::enumerate(perm))
+    inverse[p] = i;
+  Value dx = b.create<TransposeOp>(getLoc(), getX().getType(), resultGrads[0],
+                                   b.getDenseI64ArrayAttr(inverse));
+  operandGrads.assign({dx});
+  return success();
+}
+
+LogicalResult ReshapeOp::buildGradient(OpBuilder &b,
+                                       ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  Value dx = b.create<ReshapeOp>(getLoc(), getX().getType(), resultGrads[0]);
+  operandGrads.assign({dx});
+  return success();
+}
+
+LogicalResult SplitOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  SmallVector<Value> parts;
+  for (auto [r, g] : llvm::zip(getResults(), resultGrads))
+    parts.push_back(g ? g : zerosLike(b, getLoc(), r.getType()));
+  Value dx = b.create<ConcatOp>(getLoc(), getX().getType(), parts,
+                                getAxisAttr());
+  operandGrads.assign({dx});
+  return success();
+}
+
+LogicalResult ConcatOp::buildGradient(OpBuilder &b,
+                                      ArrayRef<Value> resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  for (Value in : getInputs())
+    if (in.getType() != getInputs().front().getType())
+      return emitOpError("has no gradient: its inputs are of unequal sizes "
+                         "and bigc.split makes equal parts");
+  auto split = b.create<SplitOp>(getLoc(), getInputs().getTypes(),
+                                 resultGrads[0], getAxisAttr());
+  operandGrads.assign(split.getResults().begin(), split.getResults().end());
+  return success();
+}
+
+LogicalResult CrossEntropyOp::buildGradient(
+    OpBuilder &b, ArrayRef<Value> resultGrads,
+    SmallVectorImpl<Value> &operandGrads) {
+  Value dlogits =
+      b.create<CrossEntropyGradOp>(getLoc(), getLogits().getType(), getLogits(),
+                                   getTargets(), resultGrads[0]);
+  operandGrads.assign({dlogits, Value()});
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "dialects/BigcOps.cpp.inc"

@@ -1,0 +1,339 @@
+//===- BigcOps.td - bigc ops -------------------------------*- tablegen -*-===//
+//
+// One op per runtime instruction (docs/program-format.md), same names and
+// semantics, plus the module-level parameter symbols (`bigc.param`), their
+// reads (`bigc.get_param`) and the optimizer update (`bigc.adamw`).
+// Every verifier implements the shape rules of the instruction table.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BIGC_OPS_TD
+#define BIGC_OPS_TD
+
+include "BigcDialect.td"
+include "BigcInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+// A side-effect-free compute op in the uniform assembly format
+//   bigc.op %a, %b {attrs} : (type(a), type(b)) -> type(result)
+class Bigc_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Bigc_Op<mnemonic, !listconcat([Pure], traits)> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+// A forward compute op that implements DifferentiableOpInterface.
+class Bigc_DiffOp<string mnemonic, list<Trait> traits = []>
+    : Bigc_ComputeOp<mnemonic,
+        !listconcat([DeclareOpInterfaceMethods<DifferentiableOpInterface>], traits)>;
+
+def Bigc_AnyTensor : StaticShapeTensorOf<[F32, BF16, F16, I32]>;
+
+//===----------------------------------------------------------------------===//
+// Parameters and optimizer
+//===----------------------------------------------------------------------===//
+
+def Bigc_ParamOp : Bigc_Op<"param", [Symbol]> {
+  let summary = "declares a persistent tensor (model weight or optimizer state)";
+  let description = [{
+    A module-level, named, persistent tensor. `init` is how the runtime
+    initialises it: "normal" (with `std`, default 0.02), "zeros" or "ones".
+    `role` is "param" (a model weight, the default) or "optimizer" (an AdamW
+    moment).
+
+    ```mlir
+    bigc.param @"h.0.ln_1.weight" : tensor<64xf32> {init = "ones"}
+    bigc.param @"wte.weight" : tensor<256x64xf32> {init = "normal", std = 2.000000e-02 : f64}
+    bigc.param @"wte.weight.exp_avg" : tensor<256x64xf32> {init = "zeros", role = "optimizer"}
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Bigc_FloatTensor>:$type,
+                       StrAttr:$init,
+                       OptionalAttr<F64Attr>:$std,
+                       DefaultValuedStrAttr<StrAttr, "param">:$role);
+  let assemblyFormat = "$sym_name `:` $type attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def Bigc_GetParamOp : Bigc_Op<"get_param", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>, MemoryEffects<[MemRead]>]> {
+  let summary = "reads a parameter";
+  let description = [{
+    The current value of the `bigc.param` named `param` (the types must
+    match). Its gradient, in bigc-autodiff, goes to the optimizer.
+
+    ```mlir
+    %w = bigc.get_param @"h.0.ln_1.weight" : tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param);
+  let results = (outs Bigc_FloatTensor:$result);
+  let assemblyFormat = "$param attr-dict `:` type($result)";
+}
+
+def Bigc_AdamWOp : Bigc_Op<"adamw", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "AdamW update of a parameter and its two moments, in place";
+  let description = [{
+    PyTorch AdamW (see docs/program-format.md). Reads and writes the
+    parameter `param` and its moments `exp_avg`, `exp_avg_sq` (all three
+    `bigc.param` symbols with the shape of `grad`). With `norm` (the global
+    gradient norm) the gradient is first scaled by
+    `min(1, max_norm / (norm + 1e-6))`.
+
+    ```mlir
+    bigc.adamw %g {param = @w, exp_avg = @"w.exp_avg", exp_avg_sq = @"w.exp_avg_sq",
+                   lr = 3.0e-04 : f64, beta1 = 0.9 : f64, beta2 = 0.95 : f64,
+                   eps = 1.0e-08 : f64, weight_decay = 0.1 : f64} : tensor<64x64xf32>
+    bigc.adamw %g, %norm {..., max_norm = 1.0 : f64} : tensor<64x64xf32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$grad,
+                       Optional<Bigc_ScalarF32>:$norm,
+                       FlatSymbolRefAttr:$param,
+                       FlatSymbolRefAttr:$exp_avg,
+                       FlatSymbolRefAttr:$exp_avg_sq,
+                       F64Attr:$lr,
+                       F64Attr:$beta1,
+                       F64Attr:$beta2,
+                       F64Attr:$eps,
+                       F64Attr:$weight_decay,
+                       DefaultValuedAttr<F64Attr, "0.0">:$max_norm);
+  let assemblyFormat = [{
+    $grad (`,` $norm^)? attr-dict `:` type($grad) (`,` type($norm)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Compute ops (runtime instructions)
+//===----------------------------------------------------------------------===//
+
+def Bigc_EmbeddingOp : Bigc_DiffOp<"embedding"> {
+  let summary = "row gather: y[i,:] = table[ids[i],:]";
+  let description = [{
+    table `[V,C]`, ids `[...]` i32 → y `[...,C]`.
+    ```mlir
+    %y = bigc.embedding %table, %ids : (tensor<256x64xf32>, tensor<4x64xi32>) -> tensor<4x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$table, Bigc_IdTensor:$ids);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_EmbeddingGradOp : Bigc_ComputeOp<"embedding_grad"> {
+  let summary = "dtable = 0; dtable[ids[i],:] += dy[i,:]";
+  let description = [{
+    dy `[...,C]`, ids `[...]` i32 → dtable `[V,C]`.
+    ```mlir
+    %dt = bigc.embedding_grad %dy, %ids : (tensor<4x64x64xf32>, tensor<4x64xi32>) -> tensor<256x64xf32>
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$dy, Bigc_IdTensor:$ids);
+  let results = (outs Bigc_FloatTensor:$dtable);
+}
+
+def Bigc_MatmulOp : Bigc_DiffOp<"matmul"> {
+  let summary = "c = op(a) @ op(b)";
+  let description = [{
+    `op(x)` swaps the last two dimensions of x when its flag is set. Three
+    forms: (1) a, b of rank 2; (2) a of rank > 2 without transpose_a and b of
+    rank 2 (a linear layer: leading dims of a flattened); (3) a, b of the same
+    rank > 2 with equal leading dims (batched).
+    ```mlir
+    %c = bigc.matmul %a, %b : (tensor<4x64x64xf32>, tensor<64x256xf32>) -> tensor<4x64x256xf32>
+    %d = bigc.matmul %a, %b {transpose_b} : (tensor<8x16xf32>, tensor<32x16xf32>) -> tensor<8x32xf32>
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$a, Bigc_FloatTensor:$b,
+                       UnitAttr:$transpose_a, UnitAttr:$transpose_b);
+  let results = (outs Bigc_FloatTensor:$c);
+}
+
+def Bigc_AddOp : Bigc_DiffOp<"add", [SameOperandsAndResultType]> {
+  let summary = "c = a + b (same shapes)";
+  let arguments = (ins Bigc_FloatTensor:$a, Bigc_FloatTensor:$b);
+  let results = (outs Bigc_FloatTensor:$c);
+}
+
+def Bigc_BiasAddOp : Bigc_DiffOp<"bias_add"> {
+  let summary = "y = x + b, b broadcast over the leading dims of x";
+  let description = [{
+    x `[...,S...]`, b `[S...]` (b's shape is a suffix of x's) → y (x's type).
+    ```mlir
+    %y = bigc.bias_add %x, %b : (tensor<4x64x256xf32>, tensor<256xf32>) -> tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$x, Bigc_FloatTensor:$b);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_MulOp : Bigc_DiffOp<"mul", [SameOperandsAndResultType]> {
+  let summary = "c = a * b (same shapes)";
+  let arguments = (ins Bigc_FloatTensor:$a, Bigc_FloatTensor:$b);
+  let results = (outs Bigc_FloatTensor:$c);
+}
+
+def Bigc_ScaleOp : Bigc_DiffOp<"scale", [SameOperandsAndResultType]> {
+  let summary = "y = factor * x";
+  let description = [{
+    ```mlir
+    %y = bigc.scale %x {factor = 5.000000e-01 : f64} : (tensor<8xf32>) -> tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$x, F64Attr:$factor);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_ReduceSumOp : Bigc_DiffOp<"reduce_sum"> {
+  let summary = "sum over the leading dims: x [P...,S...] -> y [S...]";
+  let arguments = (ins Bigc_FloatTensor:$x);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_FillOp : Bigc_DiffOp<"fill"> {
+  let summary = "every element of y = value";
+  let description = [{
+    ```mlir
+    %one = bigc.fill {value = 1.000000e+00 : f64} : () -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins F64Attr:$value);
+  let results = (outs Bigc_FloatTensor:$y);
+  let assemblyFormat = "attr-dict `:` functional-type(operands, results)";
+}
+
+def Bigc_LayerNormOp : Bigc_DiffOp<"layernorm"> {
+  let summary = "layer normalisation over the last dim";
+  let description = [{
+    x `[...,C]`, w `[C]`, b `[C]` → y `[...,C]`, mean `[...]`, rstd `[...]`
+    with `rstd = 1/sqrt(var + eps)` (biased variance). Only y has a gradient.
+    ```mlir
+    %y, %mean, %rstd = bigc.layernorm %x, %w, %b {eps = 1.0e-05 : f64}
+        : (tensor<4x64x64xf32>, tensor<64xf32>, tensor<64xf32>)
+       -> (tensor<4x64x64xf32>, tensor<4x64xf32>, tensor<4x64xf32>)
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$x, Bigc_FloatTensor:$w, Bigc_FloatTensor:$b,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$eps);
+  let results = (outs Bigc_FloatTensor:$y, Bigc_FloatTensor:$mean,
+                      Bigc_FloatTensor:$rstd);
+}
+
+def Bigc_LayerNormGradOp : Bigc_ComputeOp<"layernorm_grad"> {
+  let summary = "gradients of layernorm: (dy, x, w, mean, rstd) -> (dx, dw, db)";
+  let arguments = (ins Bigc_FloatTensor:$dy, Bigc_FloatTensor:$x, Bigc_FloatTensor:$w,
+                       Bigc_FloatTensor:$mean, Bigc_FloatTensor:$rstd);
+  let results = (outs Bigc_FloatTensor:$dx, Bigc_FloatTensor:$dw,
+                      Bigc_FloatTensor:$db);
+}
+
+def Bigc_GeluOp : Bigc_DiffOp<"gelu", [SameOperandsAndResultType]> {
+  let summary = "GELU, tanh approximation";
+  let arguments = (ins Bigc_FloatTensor:$x);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_GeluGradOp : Bigc_ComputeOp<"gelu_grad", [SameOperandsAndResultType]> {
+  let summary = "dx = dy * gelu'(x)";
+  let arguments = (ins Bigc_FloatTensor:$x, Bigc_FloatTensor:$dy);
+  let results = (outs Bigc_FloatTensor:$dx);
+}
+
+def Bigc_AttentionOp : Bigc_DiffOp<"attention"> {
+  let summary = "causal multi-head attention";
+  let description = [{
+    qkv `[B,T,3C]` → out `[B,T,C]`, lse `[B,H,T]`; C divisible by `heads`.
+    ```mlir
+    %out, %lse = bigc.attention %qkv {heads = 4 : i64}
+        : (tensor<4x64x192xf32>) -> (tensor<4x64x64xf32>, tensor<4x4x64xf32>)
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$qkv, I64Attr:$heads);
+  let results = (outs Bigc_FloatTensor:$out, Bigc_FloatTensor:$lse);
+}
+
+def Bigc_AttentionGradOp : Bigc_ComputeOp<"attention_grad"> {
+  let summary = "gradient of attention with respect to qkv";
+  let description = [{
+    dout `[B,T,C]`, qkv `[B,T,3C]`, out `[B,T,C]`, lse `[B,H,T]` → dqkv `[B,T,3C]`.
+  }];
+  let arguments = (ins Bigc_FloatTensor:$dout, Bigc_FloatTensor:$qkv,
+                       Bigc_FloatTensor:$out, Bigc_FloatTensor:$lse, I64Attr:$heads);
+  let results = (outs Bigc_FloatTensor:$dqkv);
+}
+
+def Bigc_TransposeOp : Bigc_DiffOp<"transpose"> {
+  let summary = "y.shape[i] = x.shape[perm[i]] (numpy transpose)";
+  let description = [{
+    ```mlir
+    %y = bigc.transpose %x {perm = array<i64: 1, 0>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
+    ```
+  }];
+  let arguments = (ins Bigc_AnyTensor:$x, DenseI64ArrayAttr:$perm);
+  let results = (outs Bigc_AnyTensor:$y);
+}
+
+def Bigc_ReshapeOp : Bigc_DiffOp<"reshape"> {
+  let summary = "same elements (row-major), new shape";
+  let arguments = (ins Bigc_AnyTensor:$x);
+  let results = (outs Bigc_AnyTensor:$y);
+}
+
+def Bigc_SplitOp : Bigc_DiffOp<"split"> {
+  let summary = "n equal parts along axis";
+  let description = [{
+    ```mlir
+    %a, %b = bigc.split %x {axis = 1 : i64} : (tensor<4x8xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>)
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$x, I64Attr:$axis);
+  let results = (outs Variadic<Bigc_FloatTensor>:$results);
+}
+
+def Bigc_ConcatOp : Bigc_DiffOp<"concat"> {
+  let summary = "join along axis";
+  let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs, I64Attr:$axis);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_CrossEntropyOp : Bigc_DiffOp<"cross_entropy"> {
+  let summary = "mean over positions of -log softmax(logits)[target]";
+  let description = [{
+    logits `[...,V]`, targets `[...]` i32 → loss `tensor<f32>`.
+    ```mlir
+    %loss = bigc.cross_entropy %logits, %targets : (tensor<4x64x256xf32>, tensor<4x64xi32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$logits, Bigc_IdTensor:$targets);
+  let results = (outs Bigc_ScalarF32:$loss);
+}
+
+def Bigc_CrossEntropyGradOp : Bigc_ComputeOp<"cross_entropy_grad"> {
+  let summary = "dlogits = (softmax(logits) - onehot(target)) * dloss / N";
+  let arguments = (ins Bigc_FloatTensor:$logits, Bigc_IdTensor:$targets,
+                       Bigc_ScalarF32:$dloss);
+  let results = (outs Bigc_FloatTensor:$dlogits);
+}
+
+def Bigc_GlobalNormOp : Bigc_ComputeOp<"global_norm"> {
+  let summary = "sqrt of the sum of squares of all elements of all inputs";
+  let description = [{
+    ```mlir
+    %n = bigc.global_norm %g0, %g1 : (tensor<64x64xf32>, tensor<64xf32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs);
+  let results = (outs Bigc_ScalarF32:$norm);
+}
+
+#endif // BIGC_OPS_TD

@@ -1,0 +1,29 @@
+//===- BigcOps.h - bigc ops -------------------------------------*- C++ -*-===//
+//
+// The ops of the bigc dialect (mlir::bigc::MatmulOp, ...). Op names are the
+// runtime instruction names of docs/program-format.md.
+//
+//===----------------------------------------------------------------------===//
+#ifndef BIGC_DIALECT_BIGCOPS_H
+#define BIGC_DIALECT_BIGCOPS_H
+
+#include "bigc/Dialect/BigcDialect.h"
+#include "bigc/Dialect/BigcInterfaces.h"
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#define GET_OP_CLASSES
+#include "dialects/BigcOps.h.inc"
+
+namespace mlir {
+namespace bigc {
+/// The discardable attribute naming the phase of an op in the train step:
+/// "forward", "backward" or "optimizer".
+inline constexpr llvm::StringLiteral kPhaseAttrName = "bigc.phase";
+} // namespace bigc
+} // namespace mlir
+
+#endif // BIGC_DIALECT_BIGCOPS_H

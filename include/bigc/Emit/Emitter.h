@@ -1,0 +1,49 @@
+//===- Emitter.h - planned MLIR module -> bigc program ----------*- C++ -*-===//
+//
+// The last step of `bigc compile`: from a module that went through
+// bigc-autodiff, bigc-schedule and bigc-memory-plan, build the program the
+// runtime executes (docs/program-format.md). The emitter decides nothing: the
+// order is the IR's, every offset comes from the bigc.offsets / bigc.offset /
+// bigc.arg_offsets attributes, the arena size from bigc.arena_bytes.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "bigc/runtime/program.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace bigc::emit {
+
+struct EmitOptions {
+  std::string source;                 // the model file, as given (payload "source")
+  std::string producer = "bigc 0.1.0";
+  rt::Optimizer optimizer;            // defaults shown in the program ("optimizer")
+  std::string hardwareName;           // "" -> "none"
+  int64_t deviceCapacityBytes = 0;    // 0: unknown
+  int64_t hostCapacityBytes = 0;
+};
+
+// The module is not what the emitter expects (not planned, an op with no runtime instruction,
+// ...): a compiler bug, `bigc compile` exits 2.
+struct EmitError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Builds the program of @train_step. Buffers: every bigc.param (roles param / optimizer, live
+// over the whole step, with its init), the arguments (role input: tokens, targets), every op
+// result except bigc.get_param's (which is the parameter). Roles of results: `grad` for the
+// gradient operand of a bigc.adamw and the values aliased into it (reshape, in place),
+// `activation` for forward-phase values, `activation_grad` for the others. Instructions: the
+// ops in order except bigc.get_param; adamw in = [param, grad, m, v(, norm)], out = [param, m, v].
+// Throws EmitError.
+rt::Program buildProgram(mlir::ModuleOp module, const EmitOptions &options);
+
+// "file:line:col" of a location (the first file location inside fused / named / call-site
+// locations), "" when it has none.
+std::string locString(mlir::Location loc);
+
+} // namespace bigc::emit

@@ -1,0 +1,44 @@
+// `bigc inspect model.bigc [--memory] [--json] [--timeline FILE.svg] [--rank R]`: what lives
+// where, when, and why, read from a program file (docs/program-format.md). No MLIR here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bigc/runtime/program.h"
+
+namespace bigc::inspect {
+
+// "512 B", "1.50 KiB", "12.34 MiB", "3.00 GiB", "1.20 TiB".
+std::string humanBytes(int64_t bytes);
+
+// Bytes live at each instruction in one memory space, per role (from each buffer's `live`
+// interval, inclusive). `roles` is sorted by the canonical order (param, optimizer, grad,
+// input, activation, activation_grad, workspace, transfer, then others by name);
+// `live[i][r]` is the bytes of role `roles[r]` live at instruction i.
+struct SpaceTimeline {
+  std::string space;
+  std::vector<std::string> roles;
+  std::vector<std::vector<int64_t>> live;
+  int64_t peakBytes = 0;        // max over i of the sum over roles
+  int64_t peakInstruction = 0;  // first instruction where the peak is reached
+};
+SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space);
+
+// Capacity the plan is checked against: the space's capacity_bytes, else the hardware's
+// device/host capacity for spaces named so; 0 = unknown.
+int64_t spaceCapacity(const rt::Program &p, const rt::Space &s);
+
+// The report `bigc inspect` prints (text) and its JSON form.
+std::string textReport(const rt::Program &p, const std::string &path, int64_t rank, bool memory);
+std::string jsonReport(const rt::Program &p, const std::string &path, int64_t rank);
+// Memory over the step as an SVG document (one panel per memory space).
+std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t rank);
+
+// Entry point for `bigc inspect`; argv[first] is the first argument after `inspect`.
+// Returns the exit status; throws rt::UserError on bad input.
+int inspectMain(int argc, char **argv, int first);
+const char *inspectHelp();
+
+} // namespace bigc::inspect

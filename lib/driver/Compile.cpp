@@ -1,0 +1,492 @@
+//===- Compile.cpp - `bigc compile` ---------------------------------------===//
+//
+// model.mlir -> model.bigc: parse + verify, bigc-autodiff, bigc-schedule,
+// bigc-memory-plan, emit, check the plan against the device's capacity,
+// write atomically. Exit status (CLI.md): 0 written; 1 the input or an
+// option is wrong, or the plan does not fit (with a table); 2 internal
+// error. Nothing is written on any failure.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Driver/Compile.h"
+
+#include "bigc/Dialect/BigcDialect.h"
+#include "bigc/Dialect/BigcOps.h"
+#include "bigc/Emit/Emitter.h"
+#include "bigc/Passes/Passes.h"
+#include "bigc/runtime/program.h"
+#include "bigc/support/cli.h"
+#include "bigc/support/hardware.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+namespace bigc {
+
+using rt::UserError;
+
+namespace {
+
+const char *kHelp =
+    "usage: bigc compile model.mlir -o model.bigc [options]\n"
+    "\n"
+    "Compiles a model graph (func.func @forward returning the loss, bigc dialect) into a\n"
+    "training program: backward (bigc-autodiff), AdamW updates, one schedule (bigc-schedule),\n"
+    "a memory plan with one offset per tensor (bigc-memory-plan), and writes the program file\n"
+    "(docs/program-format.md). Fails with a table, writing nothing, when the plan does not fit.\n"
+    "\n"
+    "options:\n"
+    "  -o FILE                 the program to write (default: the model's name with .bigc)\n"
+    "  --hardware NAME|FILE    hardware profile (hardware/*.json) the plan must fit\n"
+    "  --device-mem SIZE       device memory per rank (overrides the profile), e.g. 16G\n"
+    "  --host-mem SIZE         host memory (overrides the profile)\n"
+    "  --lr F                  AdamW learning rate (3e-4)\n"
+    "  --beta1 F --beta2 F     AdamW betas (0.9, 0.95)\n"
+    "  --eps F                 AdamW epsilon (1e-8)\n"
+    "  --weight-decay F        AdamW weight decay, parameters of rank >= 2 only (0.1)\n"
+    "  --grad-clip F           clip the global gradient norm to F (0: no clipping)\n"
+    "  --quiet                 print nothing on success\n"
+    "\n"
+    "options of later versions (this version accepts only the default value):\n"
+    "  --precision fp32|bf16|fp16   --micro-batches K   --recompute none|full|selective|auto\n"
+    "  --memory-budget SIZE   --offload none|cpu|nvme   --zero 0|1|2|3   --tp N   --pp N\n"
+    "  --ranks N\n"
+    "\n"
+    "exit status: 0 written; 1 bad input or option, or the plan does not fit; 2 internal error\n";
+
+const std::set<std::string> kValued = {
+    "--hardware", "--device-mem", "--host-mem", "--ranks", "--precision", "--micro-batches",
+    "--recompute", "--memory-budget", "--offload", "--zero", "--tp", "--pp", "--lr", "--beta1",
+    "--beta2", "--eps", "--weight-decay", "--grad-clip"};
+const std::set<std::string> kSwitches = {"--quiet", "--help"};
+
+std::string humanBytes(int64_t b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) v /= 1024.0, ++u;
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string withCommas(int64_t n) {
+  std::string s = std::to_string(n), out;
+  int k = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (k && k % 3 == 0 && *it != '-') out.push_back(',');
+    out.push_back(*it);
+    ++k;
+  }
+  return std::string(out.rbegin(), out.rend());
+}
+
+std::string padRight(const std::string &s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
+
+std::string rstrip(std::string s) {
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+// Options that later versions implement: anything but the default is refused, by name.
+void refuseLaterOptions(const cli::Args &a) {
+  auto later = [](const std::string &opt, const std::string &value, const std::string &what) {
+    throw UserError("option " + opt + " " + value + " is not supported by this version yet (" + what +
+                    "); this version compiles fp32, one micro-batch, no recompute, no offload, "
+                    "no ZeRO, one rank");
+  };
+  auto oneOf = [](const std::string &opt, const std::string &value, const std::set<std::string> &allowed) {
+    if (!allowed.count(value)) {
+      std::string list;
+      for (const auto &s : allowed) list += (list.empty() ? "" : ", ") + s;
+      throw UserError("option " + opt + ": unknown value '" + value + "' (expected one of " + list + ")");
+    }
+  };
+  if (a.has("--precision")) {
+    std::string v = a.str("--precision");
+    oneOf("--precision", v, {"fp32", "bf16", "fp16"});
+    if (v != "fp32") later("--precision", v, "mixed precision");
+  }
+  if (a.has("--micro-batches")) {
+    int64_t k = a.integer("--micro-batches", 1);
+    if (k < 1) throw UserError("option --micro-batches: must be at least 1, got " + std::to_string(k));
+    if (k != 1) later("--micro-batches", std::to_string(k), "gradient accumulation");
+  }
+  if (a.has("--recompute")) {
+    std::string v = a.str("--recompute");
+    oneOf("--recompute", v, {"none", "full", "selective", "auto"});
+    if (v != "none") later("--recompute", v, "recomputation");
+  }
+  if (a.has("--offload")) {
+    std::string v = a.str("--offload");
+    oneOf("--offload", v, {"none", "cpu", "nvme"});
+    if (v != "none") later("--offload", v, "offload");
+  }
+  if (a.has("--zero")) {
+    int64_t z = a.integer("--zero", 0);
+    if (z < 0 || z > 3) throw UserError("option --zero: expected 0, 1, 2 or 3, got " + std::to_string(z));
+    if (z != 0) later("--zero", std::to_string(z), "ZeRO partitioning");
+  }
+  for (const char *opt : {"--tp", "--pp", "--ranks"}) {
+    if (!a.has(opt)) continue;
+    int64_t v = a.integer(opt, 1);
+    if (v < 1) throw UserError(std::string("option ") + opt + ": must be at least 1, got " + std::to_string(v));
+    if (v != 1)
+      later(opt, std::to_string(v),
+            std::string(opt) == "--tp" ? "tensor parallelism"
+            : std::string(opt) == "--pp" ? "pipeline parallelism"
+                                         : "data parallelism over several ranks");
+  }
+}
+
+emit::EmitOptions optimizerOptions(const cli::Args &a, mlir::bigc::AdamWConfig &cfg) {
+  emit::EmitOptions o;
+  cfg.lr = a.number("--lr", cfg.lr);
+  cfg.beta1 = a.number("--beta1", cfg.beta1);
+  cfg.beta2 = a.number("--beta2", cfg.beta2);
+  cfg.eps = a.number("--eps", cfg.eps);
+  cfg.weightDecay = a.number("--weight-decay", cfg.weightDecay);
+  cfg.gradClip = a.number("--grad-clip", cfg.gradClip);
+  if (!(cfg.lr > 0)) throw UserError("option --lr: must be positive, got " + a.str("--lr"));
+  if (!(cfg.beta1 >= 0 && cfg.beta1 < 1)) throw UserError("option --beta1: must be in [0, 1), got " + a.str("--beta1"));
+  if (!(cfg.beta2 >= 0 && cfg.beta2 < 1)) throw UserError("option --beta2: must be in [0, 1), got " + a.str("--beta2"));
+  if (!(cfg.eps > 0)) throw UserError("option --eps: must be positive, got " + a.str("--eps"));
+  if (!(cfg.weightDecay >= 0)) throw UserError("option --weight-decay: must be >= 0, got " + a.str("--weight-decay"));
+  if (!(cfg.gradClip >= 0)) throw UserError("option --grad-clip: must be >= 0 (0: no clipping), got " + a.str("--grad-clip"));
+  o.optimizer.lr = cfg.lr;
+  o.optimizer.beta1 = cfg.beta1;
+  o.optimizer.beta2 = cfg.beta2;
+  o.optimizer.eps = cfg.eps;
+  o.optimizer.weightDecay = cfg.weightDecay;
+  o.optimizer.gradClip = cfg.gradClip;
+  return o;
+}
+
+// @forward(%tokens: tensor<BxTxi32>, %targets: tensor<BxTxi32>) -> tensor<f32>, located error
+// otherwise.
+mlir::LogicalResult checkInterface(mlir::ModuleOp module) {
+  auto fwd = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  if (!fwd)
+    return module.emitError("the model has no func.func @forward(%tokens, %targets) -> tensor<f32> "
+                            "(write one, or generate one with `bigc gen gpt`)");
+  auto ft = fwd.getFunctionType();
+  auto tok = ft.getNumInputs() == 2 ? llvm::dyn_cast<mlir::RankedTensorType>(ft.getInput(0)) : nullptr;
+  if (!tok || tok.getRank() != 2 || !tok.hasStaticShape() || !tok.getElementType().isInteger(32) ||
+      ft.getInput(1) != ft.getInput(0))
+    return fwd.emitError("@forward must take (%tokens, %targets), both tensor<BxTxi32> of the same "
+                         "static shape, got ")
+           << ft.getInputs();
+  // Version 1 computes in fp32: 16-bit tensors come with --precision (a later version).
+  auto is16 = [](mlir::Type t) {
+    auto rt = llvm::dyn_cast<mlir::RankedTensorType>(t);
+    return rt && (rt.getElementType().isBF16() || rt.getElementType().isF16());
+  };
+  mlir::Operation *bad = nullptr;
+  module.walk([&](mlir::Operation *op) {
+    bool b16 = llvm::any_of(op->getResultTypes(), is16);
+    if (auto p = llvm::dyn_cast<mlir::bigc::ParamOp>(op)) b16 |= is16(p.getType());
+    if (b16 && !bad) bad = op;
+  });
+  if (bad)
+    return bad->emitError("16-bit tensors are not supported by this version yet: write the model in f32 "
+                          "(mixed precision will come with --precision bf16|fp16)");
+  return mlir::success();
+}
+
+std::string defaultOutput(const std::string &in) {
+  std::string base = in;
+  size_t slash = base.find_last_of('/');
+  size_t dot = base.find_last_of('.');
+  if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) base.resize(dot);
+  return base + ".bigc";
+}
+
+const char *kRoleOrder[] = {"param", "optimizer", "grad", "input", "activation", "activation_grad", "workspace",
+                            "transfer"};
+
+int roleRank(const std::string &r) {
+  for (int i = 0; i < 8; ++i)
+    if (r == kRoleOrder[i]) return i;
+  return 8;
+}
+
+} // namespace
+
+const char *compileHelp() { return kHelp; }
+
+std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &space, int64_t *peakInstruction) {
+  const int64_t n = std::max<int64_t>(int64_t(p.instructions.size()), 1);
+  // Alias groups: buffers an in-place instruction places at the same offset count once.
+  std::vector<size_t> parent(p.buffers.size());
+  std::iota(parent.begin(), parent.end(), size_t(0));
+  auto root = [&](size_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  static const std::set<std::string> inPlace = {"add", "bias_add", "mul", "scale", "gelu", "gelu_grad", "reshape"};
+  for (const auto &ins : p.instructions) {
+    if (!inPlace.count(ins.op)) continue;
+    for (int64_t o : ins.out)
+      for (int64_t i : ins.in) {
+        const auto &x = p.buffers[size_t(i)], &y = p.buffers[size_t(o)];
+        if (x.space == y.space && x.offset == y.offset && x.bytes == y.bytes) {
+          size_t a = root(size_t(i)), b = root(size_t(o));
+          if (a != b) parent[std::max(a, b)] = std::min(a, b); // the earlier buffer owns the group
+        }
+      }
+  }
+  struct G {
+    int64_t first = INT64_MAX, last = -1, bytes = 0;
+    std::string role;
+  };
+  std::map<size_t, G> groups;
+  for (const auto &b : p.buffers) {
+    if (b.space != space) continue;
+    G &g = groups[root(size_t(b.id))];
+    int64_t first = b.persistent() ? 0 : b.liveFirst, last = b.persistent() ? n - 1 : b.liveLast;
+    g.first = std::min(g.first, first);
+    g.last = std::max(g.last, last);
+    g.bytes = std::max(g.bytes, (b.bytes + rt::kAlignment - 1) / rt::kAlignment * rt::kAlignment);
+    if (size_t(b.id) == root(size_t(b.id))) g.role = b.role;
+  }
+  std::map<std::string, std::vector<int64_t>> diff;
+  std::vector<int64_t> total(size_t(n) + 1, 0);
+  for (auto &[id, g] : groups) {
+    auto &d = diff[g.role];
+    if (d.empty()) d.assign(size_t(n) + 1, 0);
+    d[size_t(g.first)] += g.bytes;
+    d[size_t(g.last) + 1] -= g.bytes;
+    total[size_t(g.first)] += g.bytes;
+    total[size_t(g.last) + 1] -= g.bytes;
+  }
+  int64_t best = -1, at = 0, run = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    run += total[size_t(i)];
+    if (run > best) best = run, at = i;
+  }
+  std::vector<RoleUsage> out;
+  for (auto &[role, d] : diff) {
+    int64_t v = 0;
+    for (int64_t i = 0; i <= at; ++i) v += d[size_t(i)];
+    out.push_back({role, v});
+  }
+  std::sort(out.begin(), out.end(), [](const RoleUsage &a, const RoleUsage &b) {
+    return roleRank(a.role) != roleRank(b.role) ? roleRank(a.role) < roleRank(b.role) : a.role < b.role;
+  });
+  if (peakInstruction) *peakInstruction = at;
+  return out;
+}
+
+int compileMain(int argc, char **argv, int first) {
+  for (int i = first; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+  auto t0 = std::chrono::steady_clock::now();
+  cli::Args args = cli::parse(argc, argv, first, kValued, kSwitches, "compile");
+  if (args.positional.empty())
+    throw UserError("compile: no model file given (usage: bigc compile model.mlir -o model.bigc; see --help)");
+  if (args.positional.size() > 1)
+    throw UserError("compile: one model file expected, got " + std::to_string(args.positional.size()) + " ('" +
+                    args.positional[0] + "', '" + args.positional[1] + "', ...)");
+  const std::string input = args.positional[0];
+  const std::string output = args.has("-o") ? args.str("-o") : defaultOutput(input);
+  if (output.empty()) throw UserError("compile: option -o needs a file name");
+  const bool quiet = args.has("--quiet");
+
+  refuseLaterOptions(args);
+  mlir::bigc::AdamWConfig adam;
+  emit::EmitOptions eo = optimizerOptions(args, adam);
+  eo.source = input;
+
+  HardwareProfile hw;
+  bool haveHw = false;
+  if (args.has("--hardware")) {
+    hw = loadHardware(args.str("--hardware"));
+    haveHw = true;
+  }
+  int64_t deviceCap = args.size("--device-mem", haveHw ? hw.deviceMemBytes : 0);
+  int64_t hostCap = args.size("--host-mem", haveHw ? hw.hostMemBytes : 0);
+  if (args.has("--device-mem") && deviceCap <= 0) throw UserError("option --device-mem: must be positive");
+  if (args.has("--memory-budget")) {
+    int64_t budget = args.size("--memory-budget", 0);
+    if (budget <= 0) throw UserError("option --memory-budget: must be positive");
+    if (!quiet)
+      std::fprintf(stderr, "bigc compile: note: --memory-budget is the budget of --recompute auto, which this "
+                           "version does not have yet; it has no effect\n");
+  }
+  eo.hardwareName = haveHw ? hw.name : (args.has("--device-mem") ? "custom" : "none");
+  eo.deviceCapacityBytes = deviceCap;
+  eo.hostCapacityBytes = hostCap;
+
+  // Parse and verify, with located diagnostics (model.mlir:LINE:COL: error: ...).
+  auto fileOrErr = llvm::MemoryBuffer::getFile(input, /*IsText=*/true);
+  if (std::error_code ec = fileOrErr.getError())
+    throw UserError("compile: cannot read the model file '" + input + "': " + ec.message());
+  mlir::DialectRegistry registry;
+  registry.insert<mlir::bigc::BigcDialect, mlir::func::FuncDialect>();
+  mlir::MLIRContext ctx(registry);
+  ctx.disableMultithreading();
+  ctx.printOpOnDiagnostic(false); // the source line is shown; the generic form would be noise
+  ctx.loadAllAvailableDialects();
+  llvm::SourceMgr sm;
+  sm.AddNewSourceBuffer(std::move(*fileOrErr), llvm::SMLoc());
+  mlir::SourceMgrDiagnosticHandler diag(sm, &ctx, llvm::errs());
+
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceFile<mlir::ModuleOp>(sm, mlir::ParserConfig(&ctx));
+  if (!module) {
+    llvm::errs() << "bigc compile: " << input << " is not a valid model (errors above); nothing written\n";
+    return 1;
+  }
+  if (mlir::failed(mlir::verify(*module)) || mlir::failed(checkInterface(*module))) {
+    llvm::errs() << "bigc compile: " << input << " is not a valid model (errors above); nothing written\n";
+    return 1;
+  }
+  auto tParsed = std::chrono::steady_clock::now();
+
+  // Backward + optimizer: failures are about the model (a non-differentiable op, ...).
+  {
+    mlir::PassManager pm(&ctx);
+    mlir::bigc::BigcAutodiffOptions o;
+    o.lr = adam.lr;
+    o.beta1 = adam.beta1;
+    o.beta2 = adam.beta2;
+    o.eps = adam.eps;
+    o.weightDecay = adam.weightDecay;
+    o.gradClip = adam.gradClip;
+    pm.addPass(mlir::bigc::createBigcAutodiff(o));
+    if (mlir::failed(pm.run(*module))) {
+      llvm::errs() << "bigc compile: " << input << ": cannot build the training step (errors above); nothing written\n";
+      return 1;
+    }
+  }
+  auto tAutodiff = std::chrono::steady_clock::now();
+  // Schedule and memory plan: failures here are the compiler's.
+  {
+    mlir::PassManager pm(&ctx);
+    pm.addPass(mlir::bigc::createBigcSchedule());
+    pm.addPass(mlir::bigc::createBigcMemoryPlan());
+    if (mlir::failed(pm.run(*module))) {
+      llvm::errs() << "bigc compile: internal error while scheduling or planning memory (errors above; please "
+                      "report it); nothing written\n";
+      return 2;
+    }
+  }
+  auto tPlanned = std::chrono::steady_clock::now();
+
+  rt::Program program;
+  std::string bytes;
+  try {
+    program = emit::buildProgram(*module, eo);
+    rt::validateProgram(program, output);
+    bytes = rt::serializeProgram(program);
+  } catch (const emit::EmitError &e) {
+    std::fprintf(stderr, "bigc compile: internal error: %s (please report it); nothing written\n", e.what());
+    return 2;
+  } catch (const UserError &e) {
+    std::fprintf(stderr, "bigc compile: internal error: the emitted program is invalid: %s (please report it); "
+                         "nothing written\n", e.what());
+    return 2;
+  }
+  auto tEmitted = std::chrono::steady_clock::now();
+
+  const rt::Space &dev = *program.space("device");
+  int64_t peakAt = 0;
+  std::vector<RoleUsage> usage = peakUsageByRole(program, "device", &peakAt);
+  const int64_t nParams = program.parameterCount();
+
+  if (deviceCap > 0 && dev.arenaBytes > deviceCap) {
+    std::ostringstream os;
+    std::string source = haveHw && !args.has("--device-mem") ? "hardware " + hw.name : "--device-mem";
+    os << "bigc compile: the plan does not fit: " << input << " needs " << humanBytes(dev.arenaBytes)
+       << " of device memory, " << humanBytes(deviceCap) << " available (" << source << "); nothing written\n\n";
+    os << "  " << padRight("space", 10) << padRight("needed", 14) << padRight("lower bound", 14)
+       << rstrip(padRight("available", 14)) << "\n";
+    os << "  " << padRight("device", 10) << padRight(humanBytes(dev.arenaBytes), 14)
+       << padRight(humanBytes(dev.lowerBoundBytes), 14) << humanBytes(deviceCap) << "\n\n";
+    std::string where = peakAt < int64_t(program.instructions.size()) ? program.instructions[size_t(peakAt)].loc : "";
+    os << "  device memory by role at the peak (instruction " << peakAt << ", "
+       << program.instructions.size() << " in all" << (where.empty() ? "" : "; " + where) << "):\n";
+    int64_t persistent = 0, transient = 0;
+    for (const auto &u : usage) {
+      os << "    " << padRight(u.role, 18) << humanBytes(u.bytes) << "\n";
+      if (u.role == "param" || u.role == "optimizer")
+        persistent += u.bytes;
+      else if (u.role != "grad")
+        transient += u.bytes;
+    }
+    os << "\n  options that would make it fit:\n";
+    if (persistent >= deviceCap) {
+      os << "    - fewer parameters: the weights and AdamW states alone need " << humanBytes(persistent)
+         << " (12 bytes for each of the " << withCommas(nParams)
+         << " parameters: fp32 weights and two AdamW moments); use fewer layers or a smaller hidden size (bigc gen gpt --layers/--hidden)\n";
+    } else {
+      os << "    - a smaller batch (bigc gen gpt --batch) or a shorter sequence (--seq): activations and their "
+            "gradients, "
+         << humanBytes(transient) << " at the peak, scale with B*T\n";
+      os << "    - fewer layers or a smaller hidden size (bigc gen gpt --layers/--hidden): weights and AdamW "
+            "states take "
+         << humanBytes(persistent) << "\n";
+    }
+    os << "    - a device with more memory (--hardware, --device-mem)\n";
+    os << "    - later versions: --recompute, --offload cpu, --zero, --precision bf16\n";
+    std::fputs(os.str().c_str(), stderr);
+    return 1;
+  }
+
+  rt::writeFileAtomic(output, bytes);
+  auto tEnd = std::chrono::steady_clock::now();
+
+  if (!quiet) {
+    auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    std::ostringstream os;
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.3f",
+                  dev.lowerBoundBytes > 0 ? double(dev.arenaBytes) / double(dev.lowerBoundBytes) : 1.0);
+    os << "bigc compile: " << input << " -> " << output << "\n";
+    os << "  parameters    " << withCommas(nParams) << " (" << humanBytes(nParams * 4) << " fp32)\n";
+    os << "  program       " << withCommas(int64_t(program.instructions.size())) << " instructions, "
+       << withCommas(int64_t(program.buffers.size())) << " buffers, batch " << program.batch << " x seq "
+       << program.seq << "\n";
+    os << "  device arena  " << humanBytes(dev.arenaBytes) << " (lower bound " << humanBytes(dev.lowerBoundBytes)
+       << ", ratio " << ratio << ")";
+    if (deviceCap > 0)
+      os << ", " << humanBytes(deviceCap) << " available" << (haveHw ? " on " + hw.name : std::string());
+    os << "\n  at the peak  ";
+    for (const auto &u : usage) os << " " << u.role << " " << humanBytes(u.bytes) << ";";
+    os << "\n";
+    char times[160];
+    std::snprintf(times, sizeof times,
+                  "  time          %.2f s (parse %.2f, autodiff %.2f, schedule+plan %.2f, emit %.2f, write %.2f)\n",
+                  secs(t0, tEnd), secs(t0, tParsed), secs(tParsed, tAutodiff), secs(tAutodiff, tPlanned),
+                  secs(tPlanned, tEmitted), secs(tEmitted, tEnd));
+    os << times;
+    if (haveHw && hw.devices > 1)
+      os << "  note          " << hw.name << " has " << hw.devices
+         << " devices; this version plans for one rank\n";
+    std::fputs(os.str().c_str(), stdout);
+  }
+  return 0;
+}
+
+} // namespace bigc

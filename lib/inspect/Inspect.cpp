@@ -1,0 +1,719 @@
+// `bigc inspect`: reports on a program file's memory plan. See include/bigc/Inspect/Inspect.h.
+#include "bigc/Inspect/Inspect.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "bigc/support/cli.h"
+
+namespace bigc::inspect {
+
+using rt::UserError;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+const std::vector<std::string> kRoleOrder = {"param",          "optimizer", "grad",
+                                             "input",          "activation", "activation_grad",
+                                             "workspace",      "transfer"};
+
+int roleRank(const std::string &r) {
+  auto it = std::find(kRoleOrder.begin(), kRoleOrder.end(), r);
+  return it == kRoleOrder.end() ? int(kRoleOrder.size()) : int(it - kRoleOrder.begin());
+}
+
+bool roleLess(const std::string &a, const std::string &b) {
+  int ra = roleRank(a), rb = roleRank(b);
+  return ra != rb ? ra < rb : a < b;
+}
+
+const char *roleColor(const std::string &r) {
+  static const std::map<std::string, const char *> colors = {
+      {"param", "#4e79a7"},      {"optimizer", "#76b7b2"}, {"grad", "#f28e2b"},
+      {"input", "#bab0ac"},      {"activation", "#59a14f"}, {"activation_grad", "#e15759"},
+      {"workspace", "#b07aa1"},  {"transfer", "#edc948"}};
+  auto it = colors.find(r);
+  return it == colors.end() ? "#9c755f" : it->second;
+}
+
+std::string withCommas(int64_t n) {
+  bool neg = n < 0;
+  std::string s = std::to_string(neg ? -n : n), out;
+  int k = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it, ++k) {
+    if (k && k % 3 == 0) out.push_back(',');
+    out.push_back(*it);
+  }
+  if (neg) out.push_back('-');
+  return std::string(out.rbegin(), out.rend());
+}
+
+std::string shapeStr(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string fmt(const char *f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string pad(const std::string &s, size_t w) {
+  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
+}
+std::string lpad(const std::string &s, size_t w) {
+  return s.size() >= w ? s : std::string(w - s.size(), ' ') + s;
+}
+
+std::string xmlEscape(const std::string &s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+    case '&': o += "&amp;"; break;
+    case '<': o += "&lt;"; break;
+    case '>': o += "&gt;"; break;
+    case '"': o += "&quot;"; break;
+    default: o.push_back(c);
+    }
+  }
+  return o;
+}
+
+// Roles present in the program, canonical order.
+std::vector<std::string> rolesOf(const rt::Program &p, const std::string *space = nullptr) {
+  std::set<std::string> seen;
+  for (const auto &b : p.buffers)
+    if (!space || b.space == *space) seen.insert(b.role);
+  std::vector<std::string> v(seen.begin(), seen.end());
+  std::sort(v.begin(), v.end(), roleLess);
+  return v;
+}
+
+struct Phase {
+  int64_t begin = 0, end = 0; // [begin, end) instruction indices
+  std::string name;           // forward, backward, backward + optimizer, optimizer
+};
+
+// Each instruction is forward, backward (computes a gradient: an op named *_grad or one that
+// writes a grad/activation_grad buffer) or optimizer (adamw, global_norm, writes optimizer
+// state). Phases: forward up to the first non-forward instruction; backward up to the last
+// backward instruction ("backward + optimizer" when updates are interleaved with it); then the
+// optimizer tail.
+std::vector<Phase> inferPhases(const rt::Program &p) {
+  const int64_t n = int64_t(p.instructions.size());
+  auto writesRole = [&](const rt::Instruction &ins, const char *role) {
+    for (int64_t o : ins.out)
+      if (o >= 0 && o < int64_t(p.buffers.size()) && p.buffers[size_t(o)].role == role) return true;
+    return false;
+  };
+  std::vector<char> cls(size_t(n), 'F');
+  int64_t firstNonF = n, lastB = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto &ins = p.instructions[size_t(i)];
+    bool opt = ins.op == "adamw" || ins.op == "global_norm" || writesRole(ins, "optimizer");
+    bool bwd = !opt && ((ins.op.size() > 5 && ins.op.compare(ins.op.size() - 5, 5, "_grad") == 0) ||
+                        writesRole(ins, "grad") || writesRole(ins, "activation_grad"));
+    cls[size_t(i)] = opt ? 'O' : bwd ? 'B' : 'F';
+    if (cls[size_t(i)] != 'F' && firstNonF == n) firstNonF = i;
+    if (bwd) lastB = i;
+  }
+  std::vector<Phase> out;
+  if (firstNonF > 0) out.push_back({0, firstNonF, "forward"});
+  int64_t tail = firstNonF;
+  if (lastB >= firstNonF) {
+    bool mixed = std::count(cls.begin() + firstNonF, cls.begin() + lastB + 1, 'O') > 0;
+    out.push_back({firstNonF, lastB + 1, mixed ? "backward + optimizer" : "backward"});
+    tail = lastB + 1;
+  }
+  if (tail < n && std::count(cls.begin() + tail, cls.end(), 'O') > 0)
+    out.push_back({tail, n, "optimizer"});
+  return out;
+}
+
+std::string phaseOf(const std::vector<Phase> &phases, int64_t i) {
+  for (const auto &ph : phases)
+    if (ph.begin <= i && i < ph.end) return ph.name;
+  return "";
+}
+
+struct SpaceSummary {
+  const rt::Space *space = nullptr;
+  int64_t capacity = 0;
+  bool fits = true;
+  int64_t buffers = 0;
+  std::map<std::string, int64_t> byRole, countByRole;
+  SpaceTimeline tl;
+  std::vector<const rt::Buffer *> largest; // up to 10
+};
+
+SpaceSummary summarize(const rt::Program &p, const rt::Space &s) {
+  SpaceSummary sum;
+  sum.space = &s;
+  sum.capacity = spaceCapacity(p, s);
+  sum.fits = sum.capacity == 0 || s.arenaBytes <= sum.capacity;
+  std::vector<const rt::Buffer *> bufs;
+  for (const auto &b : p.buffers)
+    if (b.space == s.name) {
+      bufs.push_back(&b);
+      sum.byRole[b.role] += b.bytes;
+      sum.countByRole[b.role] += 1;
+    }
+  sum.buffers = int64_t(bufs.size());
+  std::stable_sort(bufs.begin(), bufs.end(), [](const rt::Buffer *a, const rt::Buffer *b) {
+    return a->bytes != b->bytes ? a->bytes > b->bytes : a->id < b->id;
+  });
+  if (bufs.size() > 10) bufs.resize(10);
+  sum.largest = bufs;
+  sum.tl = computeTimeline(p, s.name);
+  return sum;
+}
+
+void checkRank(const rt::Program &p, int64_t rank) {
+  if (rank < 0 || rank >= std::max<int64_t>(1, p.ranks))
+    throw UserError("--rank " + std::to_string(rank) + " is out of range: the program has " +
+                    std::to_string(std::max<int64_t>(1, p.ranks)) + " rank" +
+                    (p.ranks == 1 ? "" : "s") + " (0.." +
+                    std::to_string(std::max<int64_t>(1, p.ranks) - 1) + ")");
+}
+
+bool allFit(const std::vector<SpaceSummary> &ss) {
+  for (const auto &s : ss)
+    if (!s.fits) return false;
+  return true;
+}
+
+std::vector<SpaceSummary> summarizeAll(const rt::Program &p) {
+  std::vector<SpaceSummary> v;
+  for (const auto &s : p.spaces) v.push_back(summarize(p, s));
+  return v;
+}
+
+std::string bufName(const rt::Buffer &b) {
+  return b.name.empty() ? "#" + std::to_string(b.id) : b.name;
+}
+
+std::string liveStr(const rt::Buffer &b) {
+  return "[" + std::to_string(b.liveFirst) + ", " + std::to_string(b.liveLast) + "]";
+}
+
+} // namespace
+
+std::string humanBytes(int64_t bytes) {
+  const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = double(bytes < 0 ? -bytes : bytes);
+  std::string sign = bytes < 0 ? "-" : "";
+  if (v < 1024) return sign + std::to_string(bytes < 0 ? -bytes : bytes) + " B";
+  int u = -1;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  return sign + fmt("%.2f", v) + " " + units[u];
+}
+
+int64_t spaceCapacity(const rt::Program &p, const rt::Space &s) {
+  if (s.capacityBytes > 0) return s.capacityBytes;
+  if (s.name == "device") return p.deviceCapacityBytes;
+  if (s.name == "host") return p.hostCapacityBytes;
+  return 0;
+}
+
+SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space) {
+  SpaceTimeline tl;
+  tl.space = space;
+  tl.roles = rolesOf(p, &space);
+  const int64_t n = std::max<int64_t>(1, int64_t(p.instructions.size()));
+  std::map<std::string, size_t> idx;
+  for (size_t r = 0; r < tl.roles.size(); ++r) idx[tl.roles[r]] = r;
+  // Difference arrays: +bytes at liveFirst, -bytes after liveLast.
+  std::vector<std::vector<int64_t>> diff(size_t(n) + 1, std::vector<int64_t>(tl.roles.size(), 0));
+  for (const auto &b : p.buffers) {
+    if (b.space != space) continue;
+    int64_t f = std::clamp<int64_t>(b.liveFirst, 0, n - 1);
+    int64_t l = std::clamp<int64_t>(b.liveLast, f, n - 1);
+    size_t r = idx[b.role];
+    diff[size_t(f)][r] += b.bytes;
+    diff[size_t(l) + 1][r] -= b.bytes;
+  }
+  // In place: an output placed over an input that dies at the same instruction shares its
+  // bytes there; count them once (on the output's role) at that instruction.
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    const auto &ins = p.instructions[i];
+    for (int64_t o : ins.out) {
+      if (o < 0 || o >= int64_t(p.buffers.size())) continue;
+      const rt::Buffer &ob = p.buffers[size_t(o)];
+      if (ob.space != space || ob.liveFirst != int64_t(i)) continue;
+      for (int64_t a : ins.in) {
+        if (a == o || a < 0 || a >= int64_t(p.buffers.size())) continue;
+        const rt::Buffer &ab = p.buffers[size_t(a)];
+        if (ab.space != space || ab.liveLast != int64_t(i)) continue;
+        int64_t lo = std::max(ab.offset, ob.offset);
+        int64_t hi = std::min(ab.offset + ab.bytes, ob.offset + ob.bytes);
+        if (hi <= lo) continue;
+        size_t r = idx[ob.role];
+        diff[i][r] -= hi - lo;
+        diff[i + 1][r] += hi - lo;
+      }
+    }
+  }
+  tl.live.assign(size_t(n), std::vector<int64_t>(tl.roles.size(), 0));
+  std::vector<int64_t> cur(tl.roles.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t total = 0;
+    for (size_t r = 0; r < cur.size(); ++r) {
+      cur[r] += diff[size_t(i)][r];
+      tl.live[size_t(i)][r] = cur[r];
+      total += cur[r];
+    }
+    if (total > tl.peakBytes) tl.peakBytes = total, tl.peakInstruction = i;
+  }
+  return tl;
+}
+
+std::string textReport(const rt::Program &p, const std::string &path, int64_t rank, bool memory) {
+  checkRank(p, rank);
+  std::ostringstream o;
+  auto sums = summarizeAll(p);
+  int64_t params = p.parameterCount();
+  o << path << ": bigc program version " << p.version;
+  if (!p.producer.empty()) o << ", produced by " << p.producer;
+  if (!p.source.empty()) o << " from " << p.source;
+  o << "\n";
+  o << "config: batch " << p.batch << ", seq " << p.seq << ", vocab " << p.vocab << ", precision "
+    << p.precision << ", micro-batches " << p.microBatches << ", ranks " << p.ranks;
+  if (p.ranks > 1) o << " (showing rank " << rank << ")";
+  o << "\n";
+  o << "hardware: " << (p.hardwareName.empty() ? std::string("(none)") : p.hardwareName);
+  if (p.deviceCapacityBytes || p.hostCapacityBytes)
+    o << " (device " << humanBytes(p.deviceCapacityBytes) << ", host "
+      << humanBytes(p.hostCapacityBytes) << ")";
+  o << "\n";
+  o << "optimizer: " << p.optimizer.kind << " lr " << p.optimizer.lr << ", betas "
+    << p.optimizer.beta1 << "/" << p.optimizer.beta2 << ", eps " << p.optimizer.eps
+    << ", weight decay " << p.optimizer.weightDecay << ", grad clip " << p.optimizer.gradClip
+    << "\n";
+  o << "parameters: " << withCommas(params) << "\n";
+  o << "instructions: " << withCommas(int64_t(p.instructions.size())) << ", buffers: "
+    << withCommas(int64_t(p.buffers.size())) << "\n";
+  o << "fits: " << (allFit(sums) ? "yes" : "NO") << "\n";
+
+  std::vector<Phase> ph = inferPhases(p);
+  for (const auto &s : sums) {
+    const rt::Space &sp = *s.space;
+    o << "\nspace " << sp.name << " (" << s.buffers << " buffers)\n";
+    o << "  arena        " << lpad(humanBytes(sp.arenaBytes), 12) << "  ("
+      << withCommas(sp.arenaBytes) << " bytes)\n";
+    o << "  lower bound  " << lpad(humanBytes(sp.lowerBoundBytes), 12);
+    if (sp.lowerBoundBytes > 0)
+      o << "  (arena / lower bound = " << fmt("%.3f", double(sp.arenaBytes) / double(sp.lowerBoundBytes)) << ")";
+    o << "\n";
+    o << "  capacity     ";
+    if (s.capacity > 0)
+      o << lpad(humanBytes(s.capacity), 12) << "  "
+        << (s.fits ? "fits" : "DOES NOT FIT") << " ("
+        << fmt("%.1f", 100.0 * double(sp.arenaBytes) / double(s.capacity)) << "% used)\n";
+    else
+      o << lpad("unknown", 12) << "  (no capacity recorded)\n";
+    o << "  by role:\n";
+    std::vector<std::string> roles;
+    for (const auto &kv : s.byRole) roles.push_back(kv.first);
+    std::sort(roles.begin(), roles.end(), roleLess);
+    for (const auto &r : roles)
+      o << "    " << pad(r, 16) << lpad(humanBytes(s.byRole.at(r)), 12) << "\n";
+    o << "  largest buffers:\n";
+    size_t nameW = 6, roleW = 6, shapeW = 7;
+    for (const rt::Buffer *b : s.largest) {
+      nameW = std::max(nameW, bufName(*b).size() + 2);
+      roleW = std::max(roleW, b->role.size() + 2);
+      shapeW = std::max(shapeW, shapeStr(b->shape).size() + 2);
+    }
+    o << "    " << pad("name", nameW) << pad("role", roleW) << pad("shape", shapeW)
+      << lpad("bytes", 11) << "  live\n";
+    for (const rt::Buffer *b : s.largest)
+      o << "    " << pad(bufName(*b), nameW) << pad(b->role, roleW) << pad(shapeStr(b->shape), shapeW)
+        << lpad(humanBytes(b->bytes), 11) << "  " << liveStr(*b) << "\n";
+
+    if (memory) {
+      o << "  per role (count, total bytes, live at the peak):\n";
+      o << "    " << pad("role", 16) << lpad("count", 8) << lpad("total", 14) << lpad("at peak", 14)
+        << "\n";
+      const auto &tl = s.tl;
+      std::vector<int64_t> atPeak(tl.roles.size(), 0);
+      if (!tl.live.empty()) atPeak = tl.live[size_t(tl.peakInstruction)];
+      for (size_t r = 0; r < tl.roles.size(); ++r) {
+        const std::string &role = tl.roles[r];
+        o << "    " << pad(role, 16) << lpad(std::to_string(s.countByRole.at(role)), 8)
+          << lpad(humanBytes(s.byRole.at(role)), 14) << lpad(humanBytes(atPeak[r]), 14) << "\n";
+      }
+      std::string phase = phaseOf(ph, tl.peakInstruction);
+      o << "  peak: " << humanBytes(tl.peakBytes) << " live at instruction " << tl.peakInstruction;
+      if (tl.peakInstruction < int64_t(p.instructions.size())) {
+        const auto &ins = p.instructions[size_t(tl.peakInstruction)];
+        o << " (" << ins.op;
+        if (!phase.empty()) o << ", " << phase;
+        if (!ins.loc.empty()) o << ", " << ins.loc;
+        o << ")";
+      }
+      o << "\n";
+      // The largest buffers live at the peak.
+      std::vector<const rt::Buffer *> live;
+      for (const auto &b : p.buffers)
+        if (b.space == sp.name && b.liveFirst <= tl.peakInstruction &&
+            tl.peakInstruction <= b.liveLast && !b.persistent())
+          live.push_back(&b);
+      std::stable_sort(live.begin(), live.end(),
+                       [](const rt::Buffer *a, const rt::Buffer *b) { return a->bytes > b->bytes; });
+      if (live.size() > 8) live.resize(8);
+      if (!live.empty()) {
+        size_t nw = 6, rw = 6;
+        for (const rt::Buffer *b : live) {
+          nw = std::max(nw, bufName(*b).size() + 2);
+          rw = std::max(rw, b->role.size() + 2);
+        }
+        o << "  largest non-persistent buffers live at the peak:\n";
+        for (const rt::Buffer *b : live)
+          o << "    " << pad(bufName(*b), nw) << pad(b->role, rw) << lpad(humanBytes(b->bytes), 11)
+            << "  " << liveStr(*b) << "\n";
+      }
+    }
+  }
+  if (memory) {
+    o << "\nphases:";
+    for (size_t k = 0; k < ph.size(); ++k)
+      o << (k ? ", " : " ") << ph[k].name << " [" << ph[k].begin << ", " << ph[k].end << ")";
+    if (ph.empty()) o << " (no instructions)";
+    o << "\n";
+  }
+  return o.str();
+}
+
+std::string jsonReport(const rt::Program &p, const std::string &path, int64_t rank) {
+  checkRank(p, rank);
+  auto sums = summarizeAll(p);
+  json j;
+  j["file"] = path;
+  j["version"] = p.version;
+  j["producer"] = p.producer;
+  j["source"] = p.source;
+  j["parameters"] = p.parameterCount();
+  j["ranks"] = p.ranks;
+  j["rank"] = rank;
+  j["fits"] = allFit(sums);
+  j["instructions"] = int64_t(p.instructions.size());
+  j["buffers"] = int64_t(p.buffers.size());
+  j["config"] = {{"batch", p.batch},           {"seq", p.seq},
+                 {"vocab", p.vocab},           {"precision", p.precision},
+                 {"micro_batches", p.microBatches}, {"ranks", p.ranks}};
+  j["hardware"] = {{"name", p.hardwareName},
+                   {"device_capacity_bytes", p.deviceCapacityBytes},
+                   {"host_capacity_bytes", p.hostCapacityBytes}};
+  json phases = json::array();
+  for (const auto &ph : inferPhases(p))
+    phases.push_back({{"name", ph.name}, {"begin", ph.begin}, {"end", ph.end}});
+  j["phases"] = phases;
+  json spaces = json::object();
+  std::vector<const rt::Buffer *> all;
+  for (const auto &s : sums) {
+    json sj;
+    sj["arena_bytes"] = s.space->arenaBytes;
+    sj["lower_bound_bytes"] = s.space->lowerBoundBytes;
+    sj["capacity_bytes"] = s.capacity;
+    sj["fits"] = s.fits;
+    sj["ratio"] = s.space->lowerBoundBytes > 0
+                      ? double(s.space->arenaBytes) / double(s.space->lowerBoundBytes)
+                      : 0.0;
+    sj["buffers"] = s.buffers;
+    json byRole = json::object(), counts = json::object(), atPeak = json::object();
+    std::vector<std::string> roles;
+    for (const auto &kv : s.byRole) roles.push_back(kv.first);
+    std::sort(roles.begin(), roles.end(), roleLess);
+    for (const auto &r : roles) {
+      byRole[r] = s.byRole.at(r);
+      counts[r] = s.countByRole.at(r);
+    }
+    for (size_t r = 0; r < s.tl.roles.size(); ++r)
+      atPeak[s.tl.roles[r]] =
+          s.tl.live.empty() ? int64_t(0) : s.tl.live[size_t(s.tl.peakInstruction)][r];
+    sj["by_role"] = byRole;
+    sj["count_by_role"] = counts;
+    sj["peak_live_bytes"] = s.tl.peakBytes;
+    sj["peak_instruction"] = s.tl.peakInstruction;
+    sj["by_role_at_peak"] = atPeak;
+    spaces[s.space->name] = sj;
+  }
+  j["spaces"] = spaces;
+  for (const auto &b : p.buffers) all.push_back(&b);
+  std::stable_sort(all.begin(), all.end(), [](const rt::Buffer *a, const rt::Buffer *b) {
+    return a->bytes != b->bytes ? a->bytes > b->bytes : a->id < b->id;
+  });
+  if (all.size() > 10) all.resize(10);
+  json largest = json::array();
+  for (const rt::Buffer *b : all)
+    largest.push_back({{"id", b->id},
+                       {"name", b->name},
+                       {"space", b->space},
+                       {"role", b->role},
+                       {"dtype", rt::dtypeName(b->dtype)},
+                       {"shape", b->shape},
+                       {"bytes", b->bytes},
+                       {"offset", b->offset},
+                       {"live", {b->liveFirst, b->liveLast}}});
+  j["largest_buffers"] = largest;
+  return j.dump(2) + "\n";
+}
+
+namespace {
+
+struct Unit {
+  double div;
+  const char *name;
+};
+
+Unit unitFor(double maxBytes) {
+  if (maxBytes >= double(1ll << 40)) return {double(1ll << 40), "TiB"};
+  if (maxBytes >= double(1ll << 30)) return {double(1ll << 30), "GiB"};
+  if (maxBytes >= double(1ll << 20)) return {double(1ll << 20), "MiB"};
+  if (maxBytes >= 1024.0) return {1024.0, "KiB"};
+  return {1.0, "B"};
+}
+
+double niceStep(double range, int ticks) {
+  if (range <= 0) return 1;
+  double raw = range / ticks;
+  double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double f = raw / mag;
+  double nice = f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10;
+  return nice * mag;
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+std::string tickLabel(double v) {
+  char buf[32];
+  if (std::fabs(v - std::round(v)) < 1e-9) std::snprintf(buf, sizeof buf, "%.0f", v);
+  else std::snprintf(buf, sizeof buf, "%.2g", v);
+  return buf;
+}
+
+} // namespace
+
+std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t rank) {
+  checkRank(p, rank);
+  const double W = 1140, left = 90, right = 230, panelH = 300, top = 56, gap = 60;
+  const double plotW = W - left - right;
+  const size_t nSpaces = std::max<size_t>(1, p.spaces.size());
+  const double H = top + nSpaces * (panelH + gap) - gap + 24;
+  const int64_t n = std::max<int64_t>(1, int64_t(p.instructions.size()));
+  std::vector<Phase> ph = inferPhases(p);
+
+  std::ostringstream o;
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << num(H)
+    << "\" viewBox=\"0 0 " << W << " " << num(H)
+    << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
+  o << "<rect x=\"0\" y=\"0\" width=\"" << W << "\" height=\"" << num(H) << "\" fill=\"white\"/>\n";
+  o << "<text x=\"" << left << "\" y=\"22\" font-size=\"16\" font-weight=\"bold\">Memory over one step: "
+    << xmlEscape(path) << "</text>\n";
+  o << "<text x=\"" << left << "\" y=\"40\" fill=\"#555\">" << withCommas(p.parameterCount())
+    << " parameters, " << withCommas(int64_t(p.instructions.size())) << " instructions, precision "
+    << xmlEscape(p.precision) << ", ranks " << p.ranks << (p.ranks > 1 ? " (rank " + std::to_string(rank) + ")" : "")
+    << (p.hardwareName.empty() ? "" : ", hardware " + xmlEscape(p.hardwareName)) << "</text>\n";
+
+  double y0 = top;
+  for (const auto &sp : p.spaces) {
+    SpaceTimeline tl = computeTimeline(p, sp.name);
+    int64_t cap = spaceCapacity(p, sp);
+    double maxV = std::max<double>({double(tl.peakBytes), double(sp.arenaBytes), 1.0});
+    bool showCap = cap > 0 && double(cap) <= 1.6 * maxV;
+    if (showCap) maxV = std::max(maxV, double(cap));
+    maxV *= 1.08; // headroom for the line labels
+    Unit u = unitFor(maxV);
+    double step = niceStep(maxV / u.div, 5);
+    double yMax = std::ceil(maxV / u.div / step) * step * u.div;
+    if (yMax <= 0) yMax = 1;
+    const double pt = y0 + 40, pb = y0 + panelH - 24;
+    auto X = [&](double i) { return left + plotW * i / double(n); };
+    auto Y = [&](double bytes) { return pb - (pb - pt) * bytes / yMax; };
+
+    o << "<g id=\"space-" << xmlEscape(sp.name) << "\">\n";
+    o << "<text x=\"" << left << "\" y=\"" << num(y0 + 14)
+      << "\" font-size=\"14\" font-weight=\"bold\" fill=\"" << (cap > 0 && sp.arenaBytes > cap ? "#c00" : "#000")
+      << "\">space "
+      << xmlEscape(sp.name) << ": arena " << humanBytes(sp.arenaBytes) << ", lower bound "
+      << humanBytes(sp.lowerBoundBytes) << ", capacity "
+      << (cap > 0 ? humanBytes(cap) + (sp.arenaBytes <= cap ? " (fits)" : " (DOES NOT FIT)")
+                  : std::string("unknown"))
+      << "</text>\n";
+    // Phases.
+    auto bandColor = [](const std::string &name) {
+      if (name == "forward") return "#eef4fb";
+      if (name == "optimizer") return "#eef8ee";
+      return "#fbf1ea";
+    };
+    for (const auto &bd : ph) {
+      if (bd.end <= bd.begin) continue;
+      o << "<rect x=\"" << num(X(double(bd.begin))) << "\" y=\"" << num(pt) << "\" width=\""
+        << num(X(double(bd.end)) - X(double(bd.begin))) << "\" height=\"" << num(pb - pt)
+        << "\" fill=\"" << bandColor(bd.name) << "\"><title>" << bd.name << " [" << bd.begin
+        << ", " << bd.end << ")</title></rect>\n";
+      if (X(double(bd.end)) - X(double(bd.begin)) < 40) continue; // too narrow to label
+      o << "<text x=\"" << num((X(double(bd.begin)) + X(double(bd.end))) / 2) << "\" y=\""
+        << num(pt - 5) << "\" text-anchor=\"middle\" fill=\"#777\">" << xmlEscape(bd.name)
+        << "</text>\n";
+    }
+    // Grid and y axis.
+    for (double v = 0; v <= yMax / u.div + step * 1e-6; v += step) {
+      double yy = Y(v * u.div);
+      o << "<line x1=\"" << left << "\" y1=\"" << num(yy) << "\" x2=\"" << num(left + plotW)
+        << "\" y2=\"" << num(yy) << "\" stroke=\"#ddd\" stroke-width=\"0.5\"/>\n";
+      o << "<text x=\"" << num(left - 6) << "\" y=\"" << num(yy + 4) << "\" text-anchor=\"end\">"
+        << tickLabel(v) << "</text>\n";
+    }
+    o << "<text transform=\"translate(" << num(left - 55) << "," << num((pt + pb) / 2)
+      << ") rotate(-90)\" text-anchor=\"middle\">live bytes (" << u.name << ")</text>\n";
+    // Stacked areas. At most ~1 point per pixel: take, per bucket, the instruction with the
+    // largest total so the peak is never hidden.
+    const int64_t maxPts = int64_t(plotW) * 2;
+    std::vector<int64_t> pts;
+    if (n <= maxPts) {
+      for (int64_t i = 0; i < n; ++i) pts.push_back(i);
+    } else {
+      for (int64_t k = 0; k < maxPts; ++k) {
+        int64_t a = k * n / maxPts, b = std::max(a + 1, (k + 1) * n / maxPts);
+        int64_t best = a, bestV = -1;
+        for (int64_t i = a; i < b && i < n; ++i) {
+          int64_t t = 0;
+          for (int64_t v : tl.live[size_t(i)]) t += v;
+          if (t > bestV) bestV = t, best = i;
+        }
+        pts.push_back(best);
+      }
+    }
+    std::vector<double> below(pts.size(), 0.0);
+    for (size_t r = 0; r < tl.roles.size(); ++r) {
+      std::vector<double> above(pts.size());
+      for (size_t k = 0; k < pts.size(); ++k)
+        above[k] = below[k] + double(tl.live[size_t(pts[k])][r]);
+      std::ostringstream d;
+      // Steps: each instruction occupies [i, i+1).
+      for (size_t k = 0; k < pts.size(); ++k) {
+        double xa = X(double(pts[k])), xb = X(double(k + 1 < pts.size() ? pts[k + 1] : n));
+        d << (k == 0 ? "M" : "L") << num(xa) << "," << num(Y(above[k])) << " L" << num(xb) << ","
+          << num(Y(above[k])) << " ";
+      }
+      for (size_t k = pts.size(); k-- > 0;) {
+        double xa = X(double(pts[k])), xb = X(double(k + 1 < pts.size() ? pts[k + 1] : n));
+        d << "L" << num(xb) << "," << num(Y(below[k])) << " L" << num(xa) << ","
+          << num(Y(below[k])) << " ";
+      }
+      d << "Z";
+      o << "<path d=\"" << d.str() << "\" fill=\"" << roleColor(tl.roles[r])
+        << "\" fill-opacity=\"0.85\" stroke=\"none\"><title>" << xmlEscape(tl.roles[r])
+        << "</title></path>\n";
+      below = above;
+    }
+    // Arena and capacity lines.
+    auto hline = [&](double bytes, const char *color, const std::string &label, const char *dash) {
+      double yy = Y(bytes);
+      o << "<line x1=\"" << left << "\" y1=\"" << num(yy) << "\" x2=\"" << num(left + plotW)
+        << "\" y2=\"" << num(yy) << "\" stroke=\"" << color << "\" stroke-width=\"1.2\" stroke-dasharray=\""
+        << dash << "\"/>\n";
+      o << "<text x=\"" << num(left + plotW - 4) << "\" y=\"" << num(yy - 4)
+        << "\" text-anchor=\"end\" fill=\"" << color << "\">" << xmlEscape(label) << "</text>\n";
+    };
+    hline(double(sp.arenaBytes), "#333", "arena " + humanBytes(sp.arenaBytes), "6,3");
+    if (showCap) hline(double(cap), "#c00", "capacity " + humanBytes(cap), "2,2");
+    // Peak marker.
+    o << "<line x1=\"" << num(X(double(tl.peakInstruction) + 0.5)) << "\" y1=\"" << num(pt)
+      << "\" x2=\"" << num(X(double(tl.peakInstruction) + 0.5)) << "\" y2=\"" << num(pb)
+      << "\" stroke=\"#555\" stroke-width=\"0.8\" stroke-dasharray=\"1,3\"/>\n";
+    o << "<text x=\"" << num(X(double(tl.peakInstruction) + 0.5) + 3) << "\" y=\"" << num(pt + 28)
+      << "\" fill=\"#555\">peak " << humanBytes(tl.peakBytes) << " @ " << tl.peakInstruction
+      << "</text>\n";
+    // X axis.
+    o << "<line x1=\"" << left << "\" y1=\"" << num(pb) << "\" x2=\"" << num(left + plotW)
+      << "\" y2=\"" << num(pb) << "\" stroke=\"#333\"/>\n";
+    o << "<line x1=\"" << left << "\" y1=\"" << num(pt) << "\" x2=\"" << left << "\" y2=\""
+      << num(pb) << "\" stroke=\"#333\"/>\n";
+    double xs = niceStep(double(n), 8);
+    for (double v = 0; v <= double(n) + 1e-9; v += xs) {
+      o << "<line x1=\"" << num(X(v)) << "\" y1=\"" << num(pb) << "\" x2=\"" << num(X(v))
+        << "\" y2=\"" << num(pb + 4) << "\" stroke=\"#333\"/>\n";
+      o << "<text x=\"" << num(X(v)) << "\" y=\"" << num(pb + 16) << "\" text-anchor=\"middle\">"
+        << tickLabel(v) << "</text>\n";
+    }
+    o << "<text x=\"" << num(left + plotW / 2) << "\" y=\"" << num(pb + 34)
+      << "\" text-anchor=\"middle\">instruction index</text>\n";
+    // Legend (top role of the stack first).
+    double ly = pt + 4;
+    for (size_t r = tl.roles.size(); r-- > 0;) {
+      int64_t peakR = tl.live.empty() ? 0 : tl.live[size_t(tl.peakInstruction)][r];
+      o << "<rect x=\"" << num(left + plotW + 16) << "\" y=\"" << num(ly) << "\" width=\"12\" height=\"12\" fill=\""
+        << roleColor(tl.roles[r]) << "\"/>\n";
+      o << "<text x=\"" << num(left + plotW + 34) << "\" y=\"" << num(ly + 10) << "\">"
+        << xmlEscape(tl.roles[r]) << " (" << humanBytes(peakR) << ")</text>\n";
+      ly += 18;
+    }
+    o << "<text x=\"" << num(left + plotW + 16) << "\" y=\"" << num(ly + 12)
+      << "\" fill=\"#777\" font-size=\"10\">(bytes at the peak)</text>\n";
+    o << "</g>\n";
+    y0 += panelH + gap;
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+const char *inspectHelp() {
+  return "usage: bigc inspect model.bigc [--memory] [--json] [--timeline FILE.svg] [--rank R]\n"
+         "\n"
+         "Reports a program's memory plan: per memory space the arena, the lower bound (the most\n"
+         "bytes live at once), their ratio, the capacity and whether it fits, bytes by role, the\n"
+         "10 largest buffers with their live intervals, the parameter and instruction counts.\n"
+         "\n"
+         "options:\n"
+         "  --memory            add a per-role table (count, bytes, bytes live at the peak) and\n"
+         "                      the buffers live at the peak instruction\n"
+         "  --json              print one JSON object instead (parameters, ranks, fits,\n"
+         "                      instructions, spaces{arena_bytes, lower_bound_bytes,\n"
+         "                      capacity_bytes, by_role}, largest_buffers, ...)\n"
+         "  --timeline FILE.svg write an SVG of bytes live per role over the step, one panel\n"
+         "                      per memory space, phases shaded\n"
+         "  --rank R            the rank to show (0 .. ranks-1; default 0)\n";
+}
+
+int inspectMain(int argc, char **argv, int first) {
+  for (int i = first; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(inspectHelp(), stdout);
+      return 0;
+    }
+  cli::Args a = cli::parse(argc, argv, first, {"--timeline", "--rank"}, {"--memory", "--json"},
+                           "inspect");
+  if (a.positional.empty()) throw UserError("missing the program file (usage: bigc inspect model.bigc)");
+  if (a.positional.size() > 1)
+    throw UserError("unexpected argument '" + a.positional[1] + "' (one program file; see --help)");
+  if (a.has("-o")) throw UserError("unknown option '-o' (use --timeline FILE.svg; see --help)");
+  const std::string path = a.positional[0];
+  int64_t rank = a.integer("--rank", 0);
+  if (a.has("--timeline") && a.str("--timeline").empty())
+    throw UserError("--timeline: empty file name");
+  rt::Program p = rt::loadProgram(path);
+  checkRank(p, rank);
+  // Build everything before writing anything.
+  std::string report = a.has("--json") ? jsonReport(p, path, rank)
+                                        : textReport(p, path, rank, a.has("--memory"));
+  if (a.has("--timeline")) rt::writeFileAtomic(a.str("--timeline"), timelineSvg(p, path, rank));
+  std::fwrite(report.data(), 1, report.size(), stdout);
+  return 0;
+}
+
+} // namespace bigc::inspect

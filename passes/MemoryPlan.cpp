@@ -1,0 +1,294 @@
+//===- MemoryPlan.cpp - bigc-memory-plan ----------------------------------===//
+//
+// Liveness of every tensor of @train_step in its scheduled order, aliasing
+// (reshape, in-place elementwise), and one offset per buffer in the "device"
+// arena from plan::planArena. The result is recorded as attributes so that
+// every decision is visible in the IR and the emitter only copies it:
+//   op            bigc.offsets = array<i64: ...>   (one per result)
+//   bigc.param    bigc.offset = N : i64
+//   @train_step   bigc.arg_offsets = array<i64: ...>, bigc.arena_bytes,
+//                 bigc.lower_bound_bytes
+//
+//===----------------------------------------------------------------------===//
+
+#include "MemoryPlanAnalysis.h"
+
+#include "bigc/Dialect/BigcOps.h"
+#include "bigc/Passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+namespace mlir {
+namespace bigc {
+#define GEN_PASS_DEF_BIGCMEMORYPLAN
+#include "passes/Passes.h.inc"
+} // namespace bigc
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::bigc;
+
+int64_t mlir::bigc::tensorBytes(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t || !t.hasStaticShape())
+    return -1;
+  Type e = t.getElementType();
+  int64_t size = 0;
+  if (e.isF32() || e.isInteger(32))
+    size = 4;
+  else if (e.isBF16() || e.isF16())
+    size = 2;
+  else
+    return -1;
+  return t.getNumElements() * size;
+}
+
+bool mlir::bigc::isInPlaceElementwise(Operation *op) {
+  return isa<AddOp, BiasAddOp, MulOp, ScaleOp, GeluOp, GeluGradOp>(op);
+}
+
+func::FuncOp mlir::bigc::getTrainStep(ModuleOp module) {
+  return module.lookupSymbol<func::FuncOp>("train_step");
+}
+
+int64_t MemoryPlan::offsetOf(Value v) const {
+  auto it = valueId.find(v);
+  if (it == valueId.end())
+    return -1;
+  return groups[values[it->second].group].offset;
+}
+
+namespace {
+// Union-find over plan values whose group data merge on union.
+struct Groups {
+  std::vector<unsigned> parent;
+  std::vector<AliasGroup> data;
+  unsigned find(unsigned x) {
+    while (parent[x] != x)
+      x = parent[x] = parent[parent[x]];
+    return x;
+  }
+  void unite(unsigned a, unsigned b) {
+    a = find(a);
+    b = find(b);
+    if (a == b)
+      return;
+    if (b < a)
+      std::swap(a, b);
+    parent[b] = a;
+    AliasGroup &x = data[a], &y = data[b];
+    x.bytes = std::max(x.bytes, y.bytes);
+    x.first = std::min(x.first, y.first);
+    x.last = std::max(x.last, y.last);
+    x.persistent |= y.persistent;
+    x.pinned |= y.pinned;
+  }
+};
+} // namespace
+
+FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
+                                                     func::FuncOp func,
+                                                     int64_t alignment) {
+  MemoryPlan mp;
+  mp.func = func;
+  mp.alignment = alignment;
+  if (func.isExternal() || !func.getBody().hasOneBlock())
+    return func.emitError("bigc-memory-plan: @")
+           << func.getSymName() << " must have a body of one block";
+  Block &block = func.front();
+
+  // Instruction indices.
+  int64_t n = 0;
+  for (Operation &op : block.without_terminator())
+    if (!isa<GetParamOp>(op))
+      mp.index[&op] = n++;
+  mp.numInstructions = n;
+  const int64_t end = std::max<int64_t>(n - 1, 0);
+
+  auto addValue = [&](PlanValue pv) {
+    mp.values.push_back(pv);
+    return unsigned(mp.values.size() - 1);
+  };
+
+  // Persistent buffers: every bigc.param, live over the whole step.
+  for (ParamOp p : module.getOps<ParamOp>()) {
+    PlanValue pv;
+    pv.kind = PlanValue::Param;
+    pv.param = p;
+    pv.bytes = tensorBytes(p.getType());
+    if (pv.bytes < 0)
+      return p.emitError("bigc-memory-plan: cannot size parameter type ")
+             << p.getType();
+    pv.first = 0;
+    pv.last = end;
+    unsigned id = addValue(pv);
+    mp.paramId[p] = id;
+    mp.paramByName[p.getSymName()] = id;
+  }
+  // Function arguments (tokens, targets): written before instruction 0.
+  for (BlockArgument a : block.getArguments()) {
+    PlanValue pv;
+    pv.kind = PlanValue::Arg;
+    pv.value = a;
+    pv.bytes = tensorBytes(a.getType());
+    if (pv.bytes < 0)
+      return func.emitError("bigc-memory-plan: cannot size argument #")
+             << a.getArgNumber() << " of type " << a.getType();
+    pv.first = pv.last = 0;
+    mp.valueId[a] = addValue(pv);
+  }
+  // Results: live from their definition to their last use.
+  for (Operation &op : block.without_terminator()) {
+    if (auto gp = dyn_cast<GetParamOp>(op)) {
+      auto it = mp.paramByName.find(gp.getParam());
+      if (it == mp.paramByName.end())
+        return gp.emitError("bigc-memory-plan: unknown parameter @")
+               << gp.getParam();
+      mp.valueId[gp.getResult()] = it->second;
+      continue;
+    }
+    int64_t i = mp.index[&op];
+    for (Value operand : op.getOperands()) {
+      auto it = mp.valueId.find(operand);
+      if (it == mp.valueId.end())
+        return op.emitError("bigc-memory-plan: operand not defined in @")
+               << func.getSymName();
+      PlanValue &pv = mp.values[it->second];
+      pv.last = std::max(pv.last, i);
+    }
+    for (Value r : op.getResults()) {
+      PlanValue pv;
+      pv.kind = PlanValue::Result;
+      pv.value = r;
+      pv.bytes = tensorBytes(r.getType());
+      if (pv.bytes < 0)
+        return op.emitError("bigc-memory-plan: cannot size result type ")
+               << r.getType();
+      pv.first = pv.last = i;
+      mp.valueId[r] = addValue(pv);
+    }
+  }
+  // The returned values (the loss) are read after the last instruction.
+  llvm::DenseSet<unsigned> returned;
+  for (Value operand : block.getTerminator()->getOperands()) {
+    auto it = mp.valueId.find(operand);
+    if (it == mp.valueId.end())
+      continue;
+    mp.values[it->second].last = end;
+    returned.insert(it->second);
+  }
+
+  // Alias groups.
+  Groups g;
+  g.parent.resize(mp.values.size());
+  g.data.resize(mp.values.size());
+  for (unsigned k = 0; k < mp.values.size(); ++k) {
+    const PlanValue &pv = mp.values[k];
+    g.parent[k] = k;
+    AliasGroup &d = g.data[k];
+    d.bytes = pv.bytes;
+    d.first = pv.first;
+    d.last = pv.last;
+    d.persistent = pv.kind == PlanValue::Param;
+    d.pinned = pv.kind == PlanValue::Arg || returned.count(k);
+  }
+  for (Operation &op : block.without_terminator()) {
+    if (isa<GetParamOp>(op))
+      continue;
+    int64_t i = mp.index[&op];
+    if (auto rs = dyn_cast<ReshapeOp>(op)) {
+      // Same elements, same bytes: the result is the operand, seen anew.
+      g.unite(mp.valueId[rs.getX()], mp.valueId[rs.getY()]);
+      continue;
+    }
+    if (!isInPlaceElementwise(&op) || op.getNumResults() != 1)
+      continue;
+    Value r = op.getResult(0);
+    unsigned rid = mp.valueId[r];
+    for (Value operand : op.getOperands()) {
+      if (operand.getType() != r.getType())
+        continue;
+      unsigned root = g.find(mp.valueId[operand]);
+      const AliasGroup &d = g.data[root];
+      // Reuse only a buffer that nothing reads after this op: not a
+      // parameter, an argument or the result, and dead after instruction i.
+      if (d.persistent || d.pinned || d.last != i || d.bytes != mp.values[rid].bytes)
+        continue;
+      g.unite(root, rid);
+      break;
+    }
+  }
+
+  // One interval per group, planned together.
+  llvm::DenseMap<unsigned, unsigned> groupIndex;
+  std::vector<::bigc::plan::Interval> intervals;
+  for (unsigned k = 0; k < mp.values.size(); ++k) {
+    unsigned root = g.find(k);
+    auto [it, inserted] = groupIndex.try_emplace(root, mp.groups.size());
+    if (inserted) {
+      AliasGroup d = g.data[root];
+      if (d.persistent) {
+        d.first = 0;
+        d.last = end;
+      }
+      mp.groups.push_back(d);
+      ::bigc::plan::Interval iv;
+      iv.first = d.first;
+      iv.last = d.last;
+      iv.bytes = d.bytes;
+      intervals.push_back(iv);
+    }
+    mp.values[k].group = it->second;
+  }
+  mp.arena = ::bigc::plan::planArena(intervals, alignment);
+  for (size_t k = 0; k < mp.groups.size(); ++k)
+    mp.groups[k].offset = mp.arena.offsets[k];
+  std::string problem = ::bigc::plan::checkPlan(intervals, mp.arena, alignment);
+  if (!problem.empty())
+    return func.emitError("bigc-memory-plan: internal error, the plan is "
+                          "invalid: ")
+           << problem;
+  return mp;
+}
+
+namespace {
+struct BigcMemoryPlanPass
+    : public mlir::bigc::impl::BigcMemoryPlanBase<BigcMemoryPlanPass> {
+  using Base::Base;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp func = getTrainStep(module);
+    if (!func) {
+      module.emitError("bigc-memory-plan: the module has no func.func "
+                       "@train_step (run bigc-autodiff first)");
+      return signalPassFailure();
+    }
+    FailureOr<MemoryPlan> mp = computeMemoryPlan(module, func);
+    if (failed(mp))
+      return signalPassFailure();
+
+    Builder b(module.getContext());
+    for (ParamOp p : module.getOps<ParamOp>()) {
+      const PlanValue &pv = mp->values[mp->paramId[p]];
+      p->setAttr("bigc.offset", b.getI64IntegerAttr(mp->groups[pv.group].offset));
+    }
+    Block &block = func.front();
+    SmallVector<int64_t> argOffsets;
+    for (BlockArgument a : block.getArguments())
+      argOffsets.push_back(mp->offsetOf(a));
+    for (Operation &op : block.without_terminator()) {
+      if (op.getNumResults() == 0)
+        continue;
+      SmallVector<int64_t> offsets;
+      for (Value r : op.getResults())
+        offsets.push_back(mp->offsetOf(r));
+      op.setAttr("bigc.offsets", b.getDenseI64ArrayAttr(offsets));
+    }
+    func->setAttr("bigc.arg_offsets", b.getDenseI64ArrayAttr(argOffsets));
+    func->setAttr("bigc.arena_bytes", b.getI64IntegerAttr(mp->arena.arenaBytes));
+    func->setAttr("bigc.lower_bound_bytes",
+                  b.getI64IntegerAttr(mp->arena.lowerBoundBytes));
+  }
+};
+} // namespace

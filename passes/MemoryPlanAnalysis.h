@@ -1,0 +1,82 @@
+//===- MemoryPlanAnalysis.h - liveness and arena offsets of @train_step -*- C++ -*-===//
+//
+// Shared by bigc-memory-plan (which records the result as attributes) and
+// bigc-test-print-memory-plan (which prints it for FileCheck). Private to
+// passes/.
+//
+//===----------------------------------------------------------------------===//
+#ifndef BIGC_PASSES_MEMORYPLANANALYSIS_H
+#define BIGC_PASSES_MEMORYPLANANALYSIS_H
+
+#include "bigc/Dialect/BigcOps.h"
+#include "bigc/plan/arena_planner.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir {
+namespace bigc {
+
+/// Bytes of a static tensor type (element count x element size: f32/i32 4,
+/// bf16/f16 2); -1 for anything else.
+int64_t tensorBytes(Type type);
+
+/// One buffer of the plan: a parameter symbol, a function argument or an op
+/// result (bigc.get_param results are not buffers: they are the parameter).
+struct PlanValue {
+  enum Kind { Param, Arg, Result } kind = Result;
+  Value value;              ///< null for Param
+  ParamOp param;            ///< for Param
+  int64_t bytes = 0;
+  int64_t first = 0, last = 0; ///< own live interval (instruction indices)
+  unsigned group = 0;       ///< alias group (index into MemoryPlan::groups)
+};
+
+/// Buffers that share one place: a value and its reshapes, an elementwise
+/// op's result and the operand whose buffer it reuses.
+struct AliasGroup {
+  int64_t bytes = 0;
+  int64_t first = 0, last = 0; ///< union of the members' intervals
+  bool persistent = false;     ///< holds a bigc.param
+  bool pinned = false;         ///< holds a function argument or the result
+  int64_t offset = 0;
+};
+
+struct MemoryPlan {
+  func::FuncOp func;
+  int64_t numInstructions = 0;
+  /// Instruction index of each op of the function that becomes an
+  /// instruction (everything but bigc.get_param and the terminator).
+  llvm::DenseMap<Operation *, int64_t> index;
+  std::vector<PlanValue> values; ///< params, then args, then results in order
+  llvm::DenseMap<Value, unsigned> valueId;  ///< args and results -> values[]
+  llvm::DenseMap<Operation *, unsigned> paramId; ///< bigc.param -> values[]
+  llvm::StringMap<unsigned> paramByName;
+  std::vector<AliasGroup> groups;
+  ::bigc::plan::ArenaPlan arena; ///< over the groups
+  int64_t alignment = 64;
+
+  int64_t offsetOf(Value v) const;
+};
+
+/// Liveness in the current order of `func` (def index -> last use; arguments
+/// live from 0; the returned values to the end; parameters throughout),
+/// reshape aliasing, in-place reuse of elementwise operands, and offsets from
+/// plan::planArena. Emits a located error and fails on a type it cannot size.
+FailureOr<MemoryPlan> computeMemoryPlan(ModuleOp module, func::FuncOp func,
+                                        int64_t alignment = 64);
+
+/// The function the memory passes work on: @train_step.
+func::FuncOp getTrainStep(ModuleOp module);
+
+/// Elementwise ops whose result may reuse the buffer of an operand that dies
+/// there (the in-place rule of docs/program-format.md).
+bool isInPlaceElementwise(Operation *op);
+
+} // namespace bigc
+} // namespace mlir
+
+#endif // BIGC_PASSES_MEMORYPLANANALYSIS_H

@@ -1,0 +1,6 @@
+// `bigc compile` test input (compile-errors.test): no @forward.
+module {
+  func.func @main() {
+    return
+  }
+}

@@ -1,0 +1,134 @@
+//===- bigc: the driver (gen, compile, inspect, run, data) ----------------===//
+//
+// The command-line contract is ../shared/CLI.md. Exit status: 0 success; 1 the user's input is
+// wrong or the plan does not fit (one message on stderr); 2 an internal error. Never a crash.
+//
+//===----------------------------------------------------------------------===//
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "bigc/Driver/Compile.h"
+#include "bigc/Gen/GptGen.h"
+#include "bigc/Inspect/Inspect.h"
+#include "bigc/runtime/program.h"
+#include "bigc/runtime/run_command.h"
+
+#ifndef BIGC_VERSION
+#define BIGC_VERSION "0.1.0"
+#endif
+
+namespace {
+
+const char *kUsage =
+    "usage: bigc <command> [options]\n"
+    "\n"
+    "bigc compiles a model graph (MLIR, bigc dialect) into a memory-planned training program\n"
+    "and runs it.\n"
+    "\n"
+    "commands:\n"
+    "  gen gpt      write a GPT-2-architecture model as MLIR (presets tiny, gpt2 ... 175b)\n"
+    "  compile      model.mlir -> model.bigc: backward, optimizer, schedule, memory plan\n"
+    "  inspect      show a program's memory plan (--memory, --json, --timeline FILE.svg)\n"
+    "  run          train: run a program on the CPU or CUDA backend\n"
+    "  data encode  turn a text file into byte-level tokens (vocabulary 256)\n"
+    "\n"
+    "  bigc <command> --help   options of one command\n"
+    "  bigc --version          the version\n"
+    "\n"
+    "example:\n"
+    "  bigc gen gpt --preset tiny -o model.mlir\n"
+    "  bigc compile model.mlir -o model.bigc\n"
+    "  bigc inspect model.bigc --memory --timeline plan.svg\n"
+    "  bigc run model.bigc --synthetic --steps 100\n";
+
+const char *kCommands = "gen, compile, inspect, run, data";
+
+bool isHelp(const char *a) {
+  return std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0;
+}
+
+// "bigc <label>: message", unless the message already names the command.
+void report(const std::string &label, const std::string &msg) {
+  std::string first = label.substr(0, label.find(' '));
+  if (msg.rfind(label + ":", 0) == 0 || msg.rfind(first + " ", 0) == 0 ||
+      msg.rfind(first + ":", 0) == 0)
+    std::fprintf(stderr, "bigc %s\n", msg.c_str());
+  else
+    std::fprintf(stderr, "bigc %s: %s\n", label.c_str(), msg.c_str());
+}
+
+int dispatch(int argc, char **argv, const std::string &cmd) {
+  if (cmd == "gen") return bigc::gen::genMain(argc, argv, 2);
+  if (cmd == "compile") return bigc::compileMain(argc, argv, 2);
+  if (cmd == "inspect") return bigc::inspect::inspectMain(argc, argv, 2);
+  if (cmd == "run") return bigc::rt::runMain(argc, argv, 2);
+  if (cmd == "data") return bigc::rt::dataMain(argc, argv, 2);
+  return -1;
+}
+
+int realMain(int argc, char **argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 1;
+  }
+  std::string cmd = argv[1];
+  if (isHelp(argv[1])) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("bigc %s (MLIR 19, program format version %d)\n", BIGC_VERSION,
+                bigc::rt::kProgramVersion);
+    return 0;
+  }
+  if (cmd == "help") {
+    if (argc < 3) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    // `bigc help <command>` = `bigc <command> --help`.
+    static char helpFlag[] = "--help";
+    char *args[] = {argv[0], argv[2], helpFlag, nullptr};
+    return realMain(3, args);
+  } else {
+    std::string label = cmd;
+    if (cmd == "gen" && argc > 2 && !isHelp(argv[2]) && argv[2][0] != '-')
+      label = "gen " + std::string(argv[2]);
+    try {
+      int rc = dispatch(argc, argv, cmd);
+      if (rc >= 0) return rc;
+    } catch (const bigc::rt::UserError &e) {
+      report(label, e.what());
+      return 1;
+    } catch (const std::bad_alloc &) {
+      std::fprintf(stderr, "bigc %s: internal error: out of memory\n", label.c_str());
+      return 2;
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "bigc %s: internal error: %s (please report it)\n", label.c_str(),
+                   e.what());
+      return 2;
+    } catch (...) {
+      std::fprintf(stderr, "bigc %s: internal error: unknown exception (please report it)\n",
+                   label.c_str());
+      return 2;
+    }
+  }
+  std::fprintf(stderr, "bigc: unknown command '%s'; commands: %s (see bigc --help)\n",
+               cmd.c_str(), kCommands);
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return realMain(argc, argv);
+  } catch (...) {
+    std::fprintf(stderr, "bigc: internal error (please report it)\n");
+    return 2;
+  }
+}
