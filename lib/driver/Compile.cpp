@@ -296,6 +296,117 @@ std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &
   return out;
 }
 
+namespace {
+
+struct InternalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void runPasses(mlir::ModuleOp m, mlir::PassManager &pm, bool modelStage, const char *what) {
+  if (mlir::succeeded(pm.run(m))) return;
+  if (modelStage) throw UserError(std::string("cannot ") + what + " (errors above); nothing written");
+  throw InternalError(std::string("internal error while ") + what + " (errors above; please report it)");
+}
+
+} // namespace
+
+rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
+  mlir::OwningOpRef<mlir::ModuleOp> owned(llvm::cast<mlir::ModuleOp>(parsed->clone()));
+  mlir::ModuleOp module = *owned;
+  mlir::MLIRContext *ctx = module.getContext();
+
+  // Backward + optimizer: failures are about the model (a non-differentiable op, ...).
+  {
+    mlir::PassManager pm(ctx);
+    mlir::bigc::BigcAutodiffOptions ao;
+    ao.lr = o.lr;
+    ao.beta1 = o.beta1;
+    ao.beta2 = o.beta2;
+    ao.eps = o.eps;
+    ao.weightDecay = o.weightDecay;
+    ao.gradClip = o.gradClip;
+    pm.addPass(mlir::bigc::createBigcAutodiff(ao));
+    runPasses(module, pm, /*modelStage=*/true, "build the training step");
+  }
+  // The single-device techniques, in DESIGN.md's order. Each block adds its pass when its option
+  // asks for it.
+  {
+    mlir::PassManager pm(ctx);
+    // [bigc-mixed-precision]
+    // [bigc-grad-accum]
+    // [bigc-recompute]
+    // [bigc-offload]
+    runPasses(module, pm, /*modelStage=*/false, "applying precision, accumulation, recomputation and offload");
+  }
+  // Schedule and memory plan: failures here are the compiler's.
+  {
+    mlir::PassManager pm(ctx);
+    pm.addPass(mlir::bigc::createBigcSchedule());
+    pm.addPass(mlir::bigc::createBigcMemoryPlan());
+    runPasses(module, pm, /*modelStage=*/false, "scheduling or planning memory");
+  }
+
+  emit::EmitOptions eo;
+  eo.source = o.input;
+  eo.optimizer.lr = o.lr;
+  eo.optimizer.beta1 = o.beta1;
+  eo.optimizer.beta2 = o.beta2;
+  eo.optimizer.eps = o.eps;
+  eo.optimizer.weightDecay = o.weightDecay;
+  eo.optimizer.gradClip = o.gradClip;
+  eo.hardwareName = o.haveHardware ? o.hardware.name : (o.deviceCapacity > 0 ? "custom" : "none");
+  eo.deviceCapacityBytes = o.deviceCapacity;
+  eo.hostCapacityBytes = o.hostCapacity;
+  try {
+    rt::Program program = emit::buildProgram(module, eo);
+    rt::validateProgram(program, o.output);
+    return program;
+  } catch (const emit::EmitError &e) {
+    throw InternalError(std::string("internal error: ") + e.what() + " (please report it)");
+  } catch (const UserError &e) {
+    throw InternalError(std::string("internal error: the emitted program is invalid: ") + e.what() +
+                        " (please report it)");
+  }
+}
+
+namespace {
+
+CompileOptions parseOptions(const cli::Args &args) {
+  CompileOptions o;
+  o.input = args.positional[0];
+  o.output = args.has("-o") ? args.str("-o") : defaultOutput(o.input);
+  if (o.output.empty()) throw UserError("compile: option -o needs a file name");
+  o.quiet = args.has("--quiet");
+  refuseLaterOptions(args);
+  mlir::bigc::AdamWConfig adam;
+  optimizerOptions(args, adam);
+  o.lr = adam.lr;
+  o.beta1 = adam.beta1;
+  o.beta2 = adam.beta2;
+  o.eps = adam.eps;
+  o.weightDecay = adam.weightDecay;
+  o.gradClip = adam.gradClip;
+  if (args.has("--hardware")) {
+    o.hardware = loadHardware(args.str("--hardware"));
+    o.haveHardware = true;
+  }
+  o.deviceCapacity = args.size("--device-mem", o.haveHardware ? o.hardware.deviceMemBytes : 0);
+  o.hostCapacity = args.size("--host-mem", o.haveHardware ? o.hardware.hostMemBytes : 0);
+  if (args.has("--device-mem") && o.deviceCapacity <= 0) throw UserError("option --device-mem: must be positive");
+  if (args.has("--host-mem") && o.hostCapacity <= 0) throw UserError("option --host-mem: must be positive");
+  o.precision = args.str("--precision", o.precision);
+  o.microBatches = args.integer("--micro-batches", o.microBatches);
+  o.recompute = args.str("--recompute", o.recompute);
+  o.offload = args.str("--offload", o.offload);
+  if (args.has("--memory-budget")) {
+    o.memoryBudget = args.size("--memory-budget", 0);
+    if (o.memoryBudget <= 0) throw UserError("option --memory-budget: must be positive");
+  }
+  return o;
+}
+
+} // namespace
+
 int compileMain(int argc, char **argv, int first) {
   for (int i = first; i < argc; ++i)
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
@@ -309,35 +420,12 @@ int compileMain(int argc, char **argv, int first) {
   if (args.positional.size() > 1)
     throw UserError("compile: one model file expected, got " + std::to_string(args.positional.size()) + " ('" +
                     args.positional[0] + "', '" + args.positional[1] + "', ...)");
-  const std::string input = args.positional[0];
-  const std::string output = args.has("-o") ? args.str("-o") : defaultOutput(input);
-  if (output.empty()) throw UserError("compile: option -o needs a file name");
-  const bool quiet = args.has("--quiet");
-
-  refuseLaterOptions(args);
-  mlir::bigc::AdamWConfig adam;
-  emit::EmitOptions eo = optimizerOptions(args, adam);
-  eo.source = input;
-
-  HardwareProfile hw;
-  bool haveHw = false;
-  if (args.has("--hardware")) {
-    hw = loadHardware(args.str("--hardware"));
-    haveHw = true;
-  }
-  int64_t deviceCap = args.size("--device-mem", haveHw ? hw.deviceMemBytes : 0);
-  int64_t hostCap = args.size("--host-mem", haveHw ? hw.hostMemBytes : 0);
-  if (args.has("--device-mem") && deviceCap <= 0) throw UserError("option --device-mem: must be positive");
-  if (args.has("--memory-budget")) {
-    int64_t budget = args.size("--memory-budget", 0);
-    if (budget <= 0) throw UserError("option --memory-budget: must be positive");
-    if (!quiet)
-      std::fprintf(stderr, "bigc compile: note: --memory-budget is the budget of --recompute auto, which this "
-                           "version does not have yet; it has no effect\n");
-  }
-  eo.hardwareName = haveHw ? hw.name : (args.has("--device-mem") ? "custom" : "none");
-  eo.deviceCapacityBytes = deviceCap;
-  eo.hostCapacityBytes = hostCap;
+  CompileOptions opts = parseOptions(args);
+  const std::string &input = opts.input, &output = opts.output;
+  const bool quiet = opts.quiet;
+  const bool haveHw = opts.haveHardware;
+  const HardwareProfile &hw = opts.hardware;
+  const int64_t deviceCap = opts.deviceCapacity;
 
   // Parse and verify, with located diagnostics (model.mlir:LINE:COL: error: ...).
   auto fileOrErr = llvm::MemoryBuffer::getFile(input, /*IsText=*/true);
@@ -364,50 +452,18 @@ int compileMain(int argc, char **argv, int first) {
   }
   auto tParsed = std::chrono::steady_clock::now();
 
-  // Backward + optimizer: failures are about the model (a non-differentiable op, ...).
-  {
-    mlir::PassManager pm(&ctx);
-    mlir::bigc::BigcAutodiffOptions o;
-    o.lr = adam.lr;
-    o.beta1 = adam.beta1;
-    o.beta2 = adam.beta2;
-    o.eps = adam.eps;
-    o.weightDecay = adam.weightDecay;
-    o.gradClip = adam.gradClip;
-    pm.addPass(mlir::bigc::createBigcAutodiff(o));
-    if (mlir::failed(pm.run(*module))) {
-      llvm::errs() << "bigc compile: " << input << ": cannot build the training step (errors above); nothing written\n";
-      return 1;
-    }
-  }
-  auto tAutodiff = std::chrono::steady_clock::now();
-  // Schedule and memory plan: failures here are the compiler's.
-  {
-    mlir::PassManager pm(&ctx);
-    pm.addPass(mlir::bigc::createBigcSchedule());
-    pm.addPass(mlir::bigc::createBigcMemoryPlan());
-    if (mlir::failed(pm.run(*module))) {
-      llvm::errs() << "bigc compile: internal error while scheduling or planning memory (errors above; please "
-                      "report it); nothing written\n";
-      return 2;
-    }
-  }
-  auto tPlanned = std::chrono::steady_clock::now();
-
   rt::Program program;
-  std::string bytes;
   try {
-    program = emit::buildProgram(*module, eo);
-    rt::validateProgram(program, output);
-    bytes = rt::serializeProgram(program);
-  } catch (const emit::EmitError &e) {
-    std::fprintf(stderr, "bigc compile: internal error: %s (please report it); nothing written\n", e.what());
+    // [choices the compiler makes before the final pipeline: --recompute auto, offloaded parameters]
+    program = compileToProgram(*module, opts);
+  } catch (const InternalError &e) {
+    std::fprintf(stderr, "bigc compile: %s; nothing written\n", e.what());
     return 2;
   } catch (const UserError &e) {
-    std::fprintf(stderr, "bigc compile: internal error: the emitted program is invalid: %s (please report it); "
-                         "nothing written\n", e.what());
-    return 2;
+    std::fprintf(stderr, "bigc compile: %s: %s\n", input.c_str(), e.what());
+    return 1;
   }
+  std::string bytes = rt::serializeProgram(program);
   auto tEmitted = std::chrono::steady_clock::now();
 
   const rt::Space &dev = *program.space("device");
@@ -476,10 +532,8 @@ int compileMain(int argc, char **argv, int first) {
     for (const auto &u : usage) os << " " << u.role << " " << humanBytes(u.bytes) << ";";
     os << "\n";
     char times[160];
-    std::snprintf(times, sizeof times,
-                  "  time          %.2f s (parse %.2f, autodiff %.2f, schedule+plan %.2f, emit %.2f, write %.2f)\n",
-                  secs(t0, tEnd), secs(t0, tParsed), secs(tParsed, tAutodiff), secs(tAutodiff, tPlanned),
-                  secs(tPlanned, tEmitted), secs(tEmitted, tEnd));
+    std::snprintf(times, sizeof times, "  time          %.2f s (parse %.2f, passes and emit %.2f, write %.2f)\n",
+                  secs(t0, tEnd), secs(t0, tParsed), secs(tParsed, tEmitted), secs(tEmitted, tEnd));
     os << times;
     if (haveHw && hw.devices > 1)
       os << "  note          " << hw.name << " has " << hw.devices

@@ -13,8 +13,41 @@
 #include <vector>
 
 #include "bigc/runtime/program.h"
+#include "bigc/support/hardware.h"
+
+namespace mlir {
+class ModuleOp;
+}
 
 namespace bigc {
+
+// Everything `bigc compile` decides from its options; one field per option of CLI.md (plus the
+// compiler's own choices, filled in by the driver before the pipeline runs).
+struct CompileOptions {
+  std::string input, output;
+  bool quiet = false;
+  // AdamW
+  double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1, gradClip = 0.0;
+  // Capacity
+  bool haveHardware = false;
+  HardwareProfile hardware;
+  int64_t deviceCapacity = 0, hostCapacity = 0; // 0: unknown
+  // Techniques
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
+  double lossScaleInit = 65536.0;  // fp16 dynamic loss scaling: initial scale
+  int64_t lossScaleGrowthInterval = 2000; // clean steps before the scale doubles
+  int64_t microBatches = 1;
+  std::string recompute = "none";  // none | full | selective | auto
+  int64_t memoryBudget = 0;        // bytes; 0: the device capacity
+  int64_t recomputeDrop = -1;      // auto: how many ranked candidates are recomputed (-1: search)
+  std::string offload = "none";    // none | cpu | nvme
+  std::string offloadParams = "auto"; // with offload: device | host | auto (host when the device cannot hold them)
+};
+
+// Runs the pipeline on a clone of `parsed` (which is left untouched) with `o`, and returns the
+// emitted, validated program. Throws rt::UserError when the model or the options are wrong
+// (diagnostics already printed) and std::runtime_error on internal errors.
+rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o);
 
 // Entry point of `bigc compile`; argv[first] is the first argument after `compile`. Returns
 // the exit status: 0 written; 1 bad input (file, syntax, verifier, option) or the plan does not
