@@ -26,6 +26,10 @@ def Bigc_Dialect : Dialect {
     Discardable attributes used by the passes:
     - `bigc.phase` : "forward" | "backward" | "optimizer" (set by
       bigc-autodiff on every op of the train step).
+    - `bigc.micro_batch` : i64, the micro-batch of a forward/backward op
+      (set by bigc-grad-accum).
+    Module attributes: `bigc.precision` ("bf16" | "fp16", set by
+    bigc-mixed-precision), `bigc.micro_batches` (K, set by bigc-grad-accum).
   }];
   let dependentDialects = ["::mlir::func::FuncDialect"];
 }

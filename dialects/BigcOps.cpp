@@ -76,6 +76,16 @@ static LogicalResult expectShape(Operation *op, StringRef what, Value v,
   return success();
 }
 
+/// Statistics (layernorm mean/rstd, attention lse) are always f32, whatever
+/// the precision of the data.
+static LogicalResult expectF32(Operation *op, StringRef what, Value v) {
+  if (!eltOf(v).isF32())
+    return op->emitOpError()
+           << what << " must be f32 (statistics are kept in fp32 in every "
+           << "precision), got " << eltOf(v);
+  return success();
+}
+
 static Value zerosLike(OpBuilder &b, Location loc, Type type) {
   return b.create<FillOp>(loc, type, b.getF64FloatAttr(0.0));
 }
@@ -93,8 +103,10 @@ static Value makeMatmul(OpBuilder &b, Location loc, Type type, Value x, Value y,
 
 LogicalResult ParamOp::verify() {
   StringRef init = getInit();
-  if (init != "normal" && init != "zeros" && init != "ones")
-    return emitOpError("init must be \"normal\", \"zeros\" or \"ones\", got \"")
+  if (init != "normal" && init != "zeros" && init != "ones" &&
+      init != "fill" && init != "copy")
+    return emitOpError("init must be \"normal\", \"zeros\", \"ones\", "
+                       "\"fill\" or \"copy\", got \"")
            << init << "\"";
   if (std::optional<APFloat> s = getStd()) {
     if (init != "normal")
@@ -102,10 +114,40 @@ LogicalResult ParamOp::verify() {
     if (!(s->convertToDouble() > 0.0))
       return emitOpError("std must be positive");
   }
+  if (init == "fill" && !getValue())
+    return emitOpError("init = \"fill\" requires a value attribute");
+  if (init != "fill" && getValue())
+    return emitOpError("value is only allowed with init = \"fill\"");
+  if (init == "copy" && (!getSource() || getSource()->empty()))
+    return emitOpError("init = \"copy\" requires a source attribute naming "
+                       "the persistent tensor it is a cast of");
+  if (init != "copy" && getSource())
+    return emitOpError("source is only allowed with init = \"copy\"");
+  if (init == "copy") {
+    auto module = (*this)->getParentOp();
+    auto src = module ? SymbolTable::lookupSymbolIn(module, *getSource())
+                      : nullptr;
+    auto srcParam = dyn_cast_or_null<ParamOp>(src);
+    if (!srcParam)
+      return emitOpError("source \"")
+             << *getSource() << "\" does not name a bigc.param";
+    if (srcParam.getTensorType().getShape() != getTensorType().getShape())
+      return emitOpError("source \"")
+             << *getSource() << "\" has shape "
+             << str(srcParam.getTensorType().getShape())
+             << ", this copy has shape " << str(getTensorType().getShape());
+  }
   StringRef role = getRole();
-  if (role != "param" && role != "optimizer")
-    return emitOpError("role must be \"param\" or \"optimizer\", got \"")
+  if (role != "param" && role != "optimizer" && role != "master" &&
+      role != "transfer") // transfer: a host staging tensor of bigc-offload
+    return emitOpError("role must be \"param\", \"master\", "
+                       "\"optimizer\" or \"transfer\", got \"")
            << role << "\"";
+  if ((role == "master" || role == "optimizer") &&
+      !getTensorType().getElementType().isF32())
+    return emitOpError("a parameter of role \"")
+           << role << "\" must be f32 (fp32 master weights and optimizer "
+           << "states), got " << getTensorType().getElementType();
   return success();
 }
 
@@ -157,6 +199,23 @@ LogicalResult AdamWOp::verify() {
   return success();
 }
 
+/// Looks up a bigc.param that must be an f32 scalar (loss scale, counters).
+static LogicalResult checkScalarF32Param(Operation *op,
+                                         SymbolTableCollection &symbols,
+                                         FlatSymbolRefAttr ref,
+                                         StringRef what) {
+  auto param = symbols.lookupNearestSymbolFrom<ParamOp>(op, ref);
+  if (!param)
+    return op->emitOpError() << what << " " << ref
+                             << " does not name a bigc.param";
+  RankedTensorType t = param.getTensorType();
+  if (t.getRank() != 0 || !t.getElementType().isF32())
+    return op->emitOpError()
+           << what << " " << ref << " must be an f32 scalar (tensor<f32>), got "
+           << t;
+  return success();
+}
+
 LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbols) {
   std::pair<FlatSymbolRefAttr, StringRef> refs[] = {
       {getParamAttr(), "param"},
@@ -171,7 +230,71 @@ LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbols) {
                            << str(p->getTensorType().getShape())
                            << " but the gradient has shape "
                            << str(shapeOf(getGrad()));
+    if (what != "param" && !p->getTensorType().getElementType().isF32())
+      return emitOpError() << what << " " << ref
+                           << " must be f32 (AdamW moments are kept in fp32), "
+                           << "got " << p->getTensorType().getElementType();
   }
+  if (FlatSymbolRefAttr half = getHalfAttr()) {
+    FailureOr<ParamOp> h = lookupParam(getOperation(), symbols, half, "half");
+    if (failed(h))
+      return failure();
+    if (h->getTensorType().getShape() != shapeOf(getGrad()))
+      return emitOpError() << "half " << half << " has shape "
+                           << str(h->getTensorType().getShape())
+                           << " but the gradient has shape "
+                           << str(shapeOf(getGrad()));
+    auto master = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(),
+                                                           getParamAttr());
+    if (!master.getTensorType().getElementType().isF32())
+      return emitOpError() << "with half = " << half << ", param "
+                           << getParamAttr()
+                           << " must be the f32 master, got "
+                           << master.getTensorType().getElementType();
+    if (half == getParamAttr())
+      return emitOpError("half must name another parameter than param");
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// bigc.check_finite / bigc.loss_scale_update / bigc.cast
+//===----------------------------------------------------------------------===//
+
+LogicalResult CheckFiniteOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("requires at least one input");
+  return success();
+}
+
+LogicalResult LossScaleUpdateOp::verify() {
+  if (getGrowthInterval() < 1)
+    return emitOpError("growth_interval must be >= 1, got ")
+           << getGrowthInterval();
+  double backoff = getBackoff().convertToDouble(),
+         growth = getGrowth().convertToDouble();
+  if (!(backoff > 0.0 && backoff < 1.0))
+    return emitOpError("backoff must be in (0, 1), got ") << backoff;
+  if (!(growth > 1.0))
+    return emitOpError("growth must be > 1, got ") << growth;
+  return success();
+}
+
+LogicalResult
+LossScaleUpdateOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(checkScalarF32Param(*this, symbols, getScaleAttr(), "scale")) ||
+      failed(checkScalarF32Param(*this, symbols, getGoodAttr(), "good")))
+    return failure();
+  if (getScaleAttr() == getGoodAttr())
+    return emitOpError("scale and good must be two different parameters");
+  return success();
+}
+
+LogicalResult CastOp::verify() {
+  if (shapeOf(getX()) != shapeOf(getY()))
+    return emitOpError("result shape ")
+           << str(shapeOf(getY())) << " must equal the input shape "
+           << str(shapeOf(getX()));
   return success();
 }
 
@@ -268,6 +391,9 @@ LogicalResult LayerNormOp::verify() {
     return emitOpError("input must have rank >= 1");
   if (failed(sameElementTypes(*this, {getX(), getW(), getB(), getY()})))
     return failure();
+  if (failed(expectF32(*this, "result mean", getMean())) ||
+      failed(expectF32(*this, "result rstd", getRstd())))
+    return failure();
   int64_t c = x.back();
   if (failed(expectShape(*this, "weight", getW(), {c})) ||
       failed(expectShape(*this, "bias", getB(), {c})) ||
@@ -286,6 +412,9 @@ LogicalResult LayerNormGradOp::verify() {
     return emitOpError("input must have rank >= 1");
   if (failed(sameElementTypes(
           *this, {getDy(), getX(), getW(), getDx(), getDw(), getDb()})))
+    return failure();
+  if (failed(expectF32(*this, "mean", getMean())) ||
+      failed(expectF32(*this, "rstd", getRstd())))
     return failure();
   int64_t c = x.back();
   if (failed(expectShape(*this, "dy", getDy(), x)) ||
@@ -320,7 +449,8 @@ LogicalResult AttentionOp::verify() {
   FailureOr<int64_t> c = verifyQkv(*this, getQkv(), getHeads());
   if (failed(c))
     return failure();
-  if (failed(sameElementTypes(*this, {getQkv(), getOut()})))
+  if (failed(sameElementTypes(*this, {getQkv(), getOut()})) ||
+      failed(expectF32(*this, "result lse", getLse())))
     return failure();
   auto s = shapeOf(getQkv());
   if (failed(expectShape(*this, "result out", getOut(), {s[0], s[1], *c})) ||
@@ -335,7 +465,8 @@ LogicalResult AttentionGradOp::verify() {
   if (failed(c))
     return failure();
   if (failed(sameElementTypes(*this,
-                              {getDout(), getQkv(), getOut(), getDqkv()})))
+                              {getDout(), getQkv(), getOut(), getDqkv()})) ||
+      failed(expectF32(*this, "lse", getLse())))
     return failure();
   auto s = shapeOf(getQkv());
   if (failed(expectShape(*this, "dout", getDout(), {s[0], s[1], *c})) ||
@@ -652,6 +783,13 @@ LogicalResult CrossEntropyOp::buildGradient(
       b.create<CrossEntropyGradOp>(getLoc(), getLogits().getType(), getLogits(),
                                    getTargets(), resultGrads[0]);
   operandGrads.assign({dlogits, Value()});
+  return success();
+}
+
+LogicalResult CastOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Value dx = b.create<CastOp>(getLoc(), getX().getType(), resultGrads[0]);
+  operandGrads.assign({dx});
   return success();
 }
 

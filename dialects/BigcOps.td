@@ -39,21 +39,39 @@ def Bigc_ParamOp : Bigc_Op<"param", [Symbol]> {
   let summary = "declares a persistent tensor (model weight or optimizer state)";
   let description = [{
     A module-level, named, persistent tensor. `init` is how the runtime
-    initialises it: "normal" (with `std`, default 0.02), "zeros" or "ones".
-    `role` is "param" (a model weight, the default) or "optimizer" (an AdamW
-    moment).
+    initialises it: "normal" (with `std`, default 0.02), "zeros", "ones",
+    "fill" (with `value`: every element) or "copy" (with `source`: the cast
+    of the persistent tensor `source` after that one is initialised; the
+    16-bit compute copy of an fp32 master). `role` is "param" (a model weight
+    the step reads, the default), "master" (the fp32 weight of record of a
+    16-bit or offloaded compute copy, updated by AdamW) or "optimizer" (an
+    AdamW moment, the loss scale). The type may be f32, bf16 or f16.
 
     ```mlir
     bigc.param @"h.0.ln_1.weight" : tensor<64xf32> {init = "ones"}
     bigc.param @"wte.weight" : tensor<256x64xf32> {init = "normal", std = 2.000000e-02 : f64}
     bigc.param @"wte.weight.exp_avg" : tensor<256x64xf32> {init = "zeros", role = "optimizer"}
+    bigc.param @"wte.weight" : tensor<256x64xf32> {init = "normal", role = "master"}
+    bigc.param @"wte.weight.half" : tensor<256x64xbf16> {init = "copy", source = "wte.weight"}
+    bigc.param @loss_scale : tensor<f32> {init = "fill", value = 6.553600e+04 : f64, role = "optimizer"}
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<Bigc_FloatTensor>:$type,
                        StrAttr:$init,
                        OptionalAttr<F64Attr>:$std,
-                       DefaultValuedStrAttr<StrAttr, "param">:$role);
+                       DefaultValuedStrAttr<StrAttr, "param">:$role,
+                       OptionalAttr<StrAttr>:$source,
+                       OptionalAttr<F64Attr>:$value);
+  let builders = [
+    // The version-1 form (no source, no value).
+    OpBuilder<(ins "::mlir::StringAttr":$sym_name, "::mlir::TypeAttr":$type,
+                   "::mlir::StringAttr":$init, "::mlir::FloatAttr":$std,
+                   "::mlir::StringAttr":$role), [{
+      build($_builder, $_state, sym_name, type, init, std, role,
+            ::mlir::StringAttr(), ::mlir::FloatAttr());
+    }]>
+  ];
   let assemblyFormat = "$sym_name `:` $type attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -79,26 +97,44 @@ def Bigc_GetParamOp : Bigc_Op<"get_param", [
   let assemblyFormat = "$param attr-dict `:` type($result)";
 }
 
+// A scalar f32 operand whose type the assembly format need not spell.
+def Bigc_F32Scalar : 0DTensorOf<[F32]>,
+    BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getF32Type())">;
+
 def Bigc_AdamWOp : Bigc_Op<"adamw", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
-    MemoryEffects<[MemRead, MemWrite]>]> {
+    MemoryEffects<[MemRead, MemWrite]>, AttrSizedOperandSegments]> {
   let summary = "AdamW update of a parameter and its two moments, in place";
   let description = [{
     PyTorch AdamW (see docs/program-format.md). Reads and writes the
     parameter `param` and its moments `exp_avg`, `exp_avg_sq` (all three
-    `bigc.param` symbols with the shape of `grad`). With `norm` (the global
-    gradient norm) the gradient is first scaled by
-    `min(1, max_norm / (norm + 1e-6))`.
+    `bigc.param` symbols with the shape of `grad`; the moments f32).
+    Optional operands (version 2; each one's presence is the flag of the
+    program's instruction):
+
+    - `norm` (the global gradient norm; instruction flag `clip`): the
+      gradient is first scaled by `min(1, max_norm / (norm + 1e-6))`;
+    - `unscale(%s)` (the loss scale, f32 scalar; flag `unscale`): the
+      gradient (and the norm) are divided by it first;
+    - `skip_if(%f)` (the found_inf flag of `bigc.check_finite`; flag
+      `skip_on_overflow`): when it is nonzero nothing is written.
+
+    `half = @sym` (flag `write_half`): after the update the 16-bit (or f32)
+    compute copy `@sym` is written as `cast(param)`; `param` is then the fp32
+    master. The gradient may be 16-bit (read as fp32).
 
     ```mlir
     bigc.adamw %g {param = @w, exp_avg = @"w.exp_avg", exp_avg_sq = @"w.exp_avg_sq",
                    lr = 3.0e-04 : f64, beta1 = 0.9 : f64, beta2 = 0.95 : f64,
                    eps = 1.0e-08 : f64, weight_decay = 0.1 : f64} : tensor<64x64xf32>
     bigc.adamw %g, %norm {..., max_norm = 1.0 : f64} : tensor<64x64xf32>, tensor<f32>
+    bigc.adamw %g unscale(%scale) skip_if(%found) {..., half = @"w.half"} : tensor<64x64xf16>
     ```
   }];
   let arguments = (ins Bigc_FloatTensor:$grad,
                        Optional<Bigc_ScalarF32>:$norm,
+                       Optional<Bigc_F32Scalar>:$loss_scale,
+                       Optional<Bigc_F32Scalar>:$found_inf,
                        FlatSymbolRefAttr:$param,
                        FlatSymbolRefAttr:$exp_avg,
                        FlatSymbolRefAttr:$exp_avg_sq,
@@ -107,10 +143,69 @@ def Bigc_AdamWOp : Bigc_Op<"adamw", [
                        F64Attr:$beta2,
                        F64Attr:$eps,
                        F64Attr:$weight_decay,
-                       DefaultValuedAttr<F64Attr, "0.0">:$max_norm);
+                       DefaultValuedAttr<F64Attr, "0.0">:$max_norm,
+                       OptionalAttr<FlatSymbolRefAttr>:$half);
+  let builders = [
+    // The version-1 form: gradient and optional norm only.
+    OpBuilder<(ins "::mlir::Value":$grad, "::mlir::Value":$norm,
+                   "::mlir::FlatSymbolRefAttr":$param,
+                   "::mlir::FlatSymbolRefAttr":$exp_avg,
+                   "::mlir::FlatSymbolRefAttr":$exp_avg_sq,
+                   "::mlir::FloatAttr":$lr, "::mlir::FloatAttr":$beta1,
+                   "::mlir::FloatAttr":$beta2, "::mlir::FloatAttr":$eps,
+                   "::mlir::FloatAttr":$weight_decay,
+                   "::mlir::FloatAttr":$max_norm), [{
+      build($_builder, $_state, grad, norm, ::mlir::Value(), ::mlir::Value(),
+            param, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+            max_norm, ::mlir::FlatSymbolRefAttr());
+    }]>
+  ];
   let assemblyFormat = [{
-    $grad (`,` $norm^)? attr-dict `:` type($grad) (`,` type($norm)^)?
+    $grad (`,` $norm^)? (`unscale` `(` $loss_scale^ `)`)?
+    (`skip_if` `(` $found_inf^ `)`)? attr-dict `:` type($grad) (`,` type($norm)^)?
   }];
+  let hasVerifier = 1;
+}
+
+def Bigc_CheckFiniteOp : Bigc_Op<"check_finite", [Pure]> {
+  let summary = "flag = 1 if any element of any input is inf or nan, else 0";
+  let description = [{
+    Inputs: any float tensors (the parameter gradients); result: the f32
+    scalar `found_inf` that `bigc.adamw skip_if(...)` and
+    `bigc.loss_scale_update` read (fp16 dynamic loss scaling).
+
+    ```mlir
+    %found = bigc.check_finite %g0, %g1 : (tensor<64x64xf16>, tensor<64xf16>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs);
+  let results = (outs Bigc_ScalarF32:$found_inf);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Bigc_LossScaleUpdateOp : Bigc_Op<"loss_scale_update", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "dynamic loss scaling: back off on overflow, grow after N clean steps";
+  let description = [{
+    Updates, in place, the two f32 scalar `bigc.param`s `scale` and `good`
+    (clean steps since the last change) from the `found_inf` flag: on
+    overflow `scale *= backoff`, `good = 0`; else `good += 1` and when
+    `good == growth_interval`: `scale *= growth`, `good = 0`.
+
+    ```mlir
+    bigc.loss_scale_update %found {scale = @loss_scale, good = @loss_scale_good,
+        growth_interval = 2000 : i64, backoff = 5.0e-01 : f64, growth = 2.0 : f64}
+    ```
+  }];
+  let arguments = (ins Bigc_F32Scalar:$found_inf,
+                       FlatSymbolRefAttr:$scale,
+                       FlatSymbolRefAttr:$good,
+                       DefaultValuedAttr<I64Attr, "2000">:$growth_interval,
+                       DefaultValuedAttr<F64Attr, "0.5">:$backoff,
+                       DefaultValuedAttr<F64Attr, "2.0">:$growth);
+  let assemblyFormat = "$found_inf attr-dict";
   let hasVerifier = 1;
 }
 
@@ -335,5 +430,19 @@ def Bigc_GlobalNormOp : Bigc_ComputeOp<"global_norm"> {
   let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs);
   let results = (outs Bigc_ScalarF32:$norm);
 }
+
+def Bigc_CastOp : Bigc_DiffOp<"cast"> {
+  let summary = "convert to another float type (round to nearest even)";
+  let description = [{
+    Same shape, another element type among f32, bf16, f16.
+    ```mlir
+    %y = bigc.cast %x : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$x);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+include "BigcTransferOps.td" // copy, param_copy, wait (CPU offload, streams)
 
 #endif // BIGC_OPS_TD

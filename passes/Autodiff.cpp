@@ -9,6 +9,7 @@
 
 #include "bigc/Dialect/BigcInterfaces.h"
 #include "bigc/Dialect/BigcOps.h"
+#include "bigc/Dialect/BigcTransfer.h" // kLayerAttrName
 #include "bigc/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -61,6 +62,11 @@ LogicalResult mlir::bigc::buildBackward(OpBuilder &b, Block &block,
       return op->emitOpError(
           "is not differentiable: bigc-autodiff cannot compute the gradient "
           "of the loss through it");
+    // The ops built for `op` (its gradient, the accumulation of its operands'
+    // gradients) are those between `before` and the insertion point.
+    Block *insBlock = b.getInsertionBlock();
+    Block::iterator ip = b.getInsertionPoint();
+    Operation *before = ip == insBlock->begin() ? nullptr : &*std::prev(ip);
     SmallVector<Value> operandGrads;
     if (failed(diff.buildGradient(b, resultGrads, operandGrads)))
       return failure();
@@ -71,6 +77,15 @@ LogicalResult mlir::bigc::buildBackward(OpBuilder &b, Block &block,
     for (auto [operand, g] : llvm::zip(op->getOperands(), operandGrads))
       if (g)
         accumulate(b, op->getLoc(), grads, operand, g);
+    // Backward ops of transformer block i carry `bigc.layer = i` like the
+    // forward op they differentiate (recompute, offload and the schedule
+    // work by layer).
+    if (Attribute layer = op->getAttr(kLayerAttrName))
+      for (auto it = before ? std::next(before->getIterator())
+                            : insBlock->begin();
+           it != b.getInsertionPoint(); ++it)
+        if (!it->hasAttr(kLayerAttrName))
+          it->setAttr(kLayerAttrName, layer);
   }
   return success();
 }

@@ -1,19 +1,23 @@
 //===- MemoryPlan.cpp - bigc-memory-plan ----------------------------------===//
 //
 // Liveness of every tensor of @train_step in its scheduled order, aliasing
-// (reshape, in-place elementwise), and one offset per buffer in the "device"
-// arena from plan::planArena. The result is recorded as attributes so that
-// every decision is visible in the IR and the emitter only copies it:
-//   op            bigc.offsets = array<i64: ...>   (one per result)
+// (reshape, in-place elementwise), and one offset per buffer in the arena of
+// its space ("device", "host") from plan::planArena. The result is recorded
+// as attributes so that every decision is visible in the IR and the emitter
+// only copies it:
+//   op            bigc.offsets = array<i64: ...>   (one per result, in the
+//                 arena of the op's space)
 //   bigc.param    bigc.offset = N : i64
 //   @train_step   bigc.arg_offsets = array<i64: ...>, bigc.arena_bytes,
-//                 bigc.lower_bound_bytes
+//                 bigc.lower_bound_bytes (the device arena), and with a host
+//                 space bigc.host_arena_bytes, bigc.host_lower_bound_bytes
 //
 //===----------------------------------------------------------------------===//
 
 #include "MemoryPlanAnalysis.h"
 
 #include "bigc/Dialect/BigcOps.h"
+#include "bigc/Dialect/BigcTransfer.h"
 #include "bigc/Passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -83,6 +87,8 @@ struct Groups {
     x.last = std::max(x.last, y.last);
     x.persistent |= y.persistent;
     x.pinned |= y.pinned;
+    if (x.space != y.space) // never: aliasing stays within a space
+      x.space = "device";
   }
 };
 } // namespace
@@ -111,17 +117,20 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
     return unsigned(mp.values.size() - 1);
   };
 
-  // Persistent buffers: every bigc.param, live over the whole step.
+  // Persistent buffers: every bigc.param, live over the whole step (a
+  // transfer one from its first to its last touch, found below).
   for (ParamOp p : module.getOps<ParamOp>()) {
     PlanValue pv;
     pv.kind = PlanValue::Param;
     pv.param = p;
+    pv.space = paramSpace(p).str();
     pv.bytes = tensorBytes(p.getType());
     if (pv.bytes < 0)
       return p.emitError("bigc-memory-plan: cannot size parameter type ")
              << p.getType();
-    pv.first = 0;
-    pv.last = end;
+    bool transient = p.getRole() == "transfer";
+    pv.first = transient ? n : 0;
+    pv.last = transient ? -1 : end;
     unsigned id = addValue(pv);
     mp.paramId[p] = id;
     mp.paramByName[p.getSymName()] = id;
@@ -156,11 +165,29 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
                << func.getSymName();
       PlanValue &pv = mp.values[it->second];
       pv.last = std::max(pv.last, i);
+      if (pv.kind == PlanValue::Param && pv.param.getRole() == "transfer")
+        pv.first = std::min(pv.first, i);
+    }
+    // Parameters named by symbol (adamw, param_copy, loss_scale_update):
+    // what a transfer parameter's interval is made of.
+    for (NamedAttribute na : op.getAttrs()) {
+      auto ref = dyn_cast<FlatSymbolRefAttr>(na.getValue());
+      if (!ref)
+        continue;
+      auto it = mp.paramByName.find(ref.getValue());
+      if (it == mp.paramByName.end())
+        continue;
+      PlanValue &pv = mp.values[it->second];
+      if (pv.param.getRole() == "transfer") {
+        pv.first = std::min(pv.first, i);
+        pv.last = std::max(pv.last, i);
+      }
     }
     for (Value r : op.getResults()) {
       PlanValue pv;
       pv.kind = PlanValue::Result;
       pv.value = r;
+      pv.space = opSpace(&op).str();
       pv.bytes = tensorBytes(r.getType());
       if (pv.bytes < 0)
         return op.emitError("bigc-memory-plan: cannot size result type ")
@@ -169,9 +196,50 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
       mp.valueId[r] = addValue(pv);
     }
   }
-  // The returned values (the loss) are read after the last instruction.
+  // A transfer parameter nothing touches: one instruction.
+  for (PlanValue &pv : mp.values)
+    if (pv.kind == PlanValue::Param && pv.first > pv.last)
+      pv.first = pv.last = 0;
+
+  // Side-stream ops: what they touch stays live until the bigc.wait that
+  // names their event (the compute stream may reuse the memory only after
+  // it), or the end of the step.
+  llvm::DenseMap<int64_t, int64_t> joinedAt; // event -> index of its wait
+  for (Operation &op : block.without_terminator())
+    if (auto w = dyn_cast<WaitOp>(op))
+      for (int64_t e : w.getEvents())
+        joinedAt.try_emplace(e, mp.index[&op]);
+  for (Operation &op : block.without_terminator()) {
+    int64_t e = opEvent(&op);
+    if (e < 0 || isa<GetParamOp>(op))
+      continue;
+    auto jt = joinedAt.find(e);
+    int64_t until = jt == joinedAt.end() ? end : std::max(jt->second, mp.index[&op]);
+    auto extend = [&](unsigned id) {
+      PlanValue &pv = mp.values[id];
+      pv.last = std::max(pv.last, until);
+    };
+    for (Value v : op.getOperands())
+      extend(mp.valueId[v]);
+    for (Value r : op.getResults())
+      extend(mp.valueId[r]);
+    for (NamedAttribute na : op.getAttrs())
+      if (auto ref = dyn_cast<FlatSymbolRefAttr>(na.getValue())) {
+        auto it = mp.paramByName.find(ref.getValue());
+        if (it != mp.paramByName.end())
+          extend(it->second);
+      }
+  }
+
+  // The returned values (the loss) are read after the last instruction, and
+  // so is the found_inf flag of bigc.check_finite (fp16: the runtime logs
+  // `skipped` from it).
   llvm::DenseSet<unsigned> returned;
-  for (Value operand : block.getTerminator()->getOperands()) {
+  SmallVector<Value> readAfterStep(block.getTerminator()->getOperands());
+  for (Operation &op : block.without_terminator())
+    if (isa<CheckFiniteOp>(op))
+      readAfterStep.push_back(op.getResult(0));
+  for (Value operand : readAfterStep) {
     auto it = mp.valueId.find(operand);
     if (it == mp.valueId.end())
       continue;
@@ -187,11 +255,14 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
     const PlanValue &pv = mp.values[k];
     g.parent[k] = k;
     AliasGroup &d = g.data[k];
+    d.space = pv.space;
     d.bytes = pv.bytes;
     d.first = pv.first;
     d.last = pv.last;
-    d.persistent = pv.kind == PlanValue::Param;
-    d.pinned = pv.kind == PlanValue::Arg || returned.count(k);
+    d.persistent =
+        pv.kind == PlanValue::Param && ParamOp(pv.param).getRole() != "transfer";
+    d.pinned = pv.kind == PlanValue::Arg || returned.count(k) ||
+               pv.kind == PlanValue::Param; // never reused in place
   }
   for (Operation &op : block.without_terminator()) {
     if (isa<GetParamOp>(op))
@@ -211,6 +282,8 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
         continue;
       unsigned root = g.find(mp.valueId[operand]);
       const AliasGroup &d = g.data[root];
+      if (d.space != mp.values[rid].space)
+        continue;
       // Reuse only a buffer that nothing reads after this op: not a
       // parameter, an argument or the result, and dead after instruction i.
       if (d.persistent || d.pinned || d.last != i || d.bytes != mp.values[rid].bytes)
@@ -220,7 +293,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
     }
   }
 
-  // One interval per group, planned together.
+  // One interval per group, planned together with the groups of its space.
   llvm::DenseMap<unsigned, unsigned> groupIndex;
   std::vector<::bigc::plan::Interval> intervals;
   for (unsigned k = 0; k < mp.values.size(); ++k) {
@@ -241,14 +314,25 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
     }
     mp.values[k].group = it->second;
   }
-  mp.arena = ::bigc::plan::planArena(intervals, alignment);
+  std::map<std::string, std::vector<size_t>> bySpace;
+  bySpace["device"]; // always planned, possibly empty
   for (size_t k = 0; k < mp.groups.size(); ++k)
-    mp.groups[k].offset = mp.arena.offsets[k];
-  std::string problem = ::bigc::plan::checkPlan(intervals, mp.arena, alignment);
-  if (!problem.empty())
-    return func.emitError("bigc-memory-plan: internal error, the plan is "
-                          "invalid: ")
-           << problem;
+    bySpace[mp.groups[k].space].push_back(k);
+  for (auto &[space, members] : bySpace) {
+    std::vector<::bigc::plan::Interval> ivs;
+    for (size_t k : members)
+      ivs.push_back(intervals[k]);
+    ::bigc::plan::ArenaPlan plan = ::bigc::plan::planArena(ivs, alignment);
+    std::string problem = ::bigc::plan::checkPlan(ivs, plan, alignment);
+    if (!problem.empty())
+      return func.emitError("bigc-memory-plan: internal error, the plan of "
+                            "the ")
+             << space << " space is invalid: " << problem;
+    for (size_t j = 0; j < members.size(); ++j)
+      mp.groups[members[j]].offset = plan.offsets[j];
+    mp.arenas[space] = std::move(plan);
+  }
+  mp.arena = mp.arenas["device"];
   return mp;
 }
 
@@ -289,6 +373,15 @@ struct BigcMemoryPlanPass
     func->setAttr("bigc.arena_bytes", b.getI64IntegerAttr(mp->arena.arenaBytes));
     func->setAttr("bigc.lower_bound_bytes",
                   b.getI64IntegerAttr(mp->arena.lowerBoundBytes));
+    func->removeAttr("bigc.host_arena_bytes");
+    func->removeAttr("bigc.host_lower_bound_bytes");
+    auto host = mp->arenas.find("host");
+    if (host != mp->arenas.end()) {
+      func->setAttr("bigc.host_arena_bytes",
+                    b.getI64IntegerAttr(host->second.arenaBytes));
+      func->setAttr("bigc.host_lower_bound_bytes",
+                    b.getI64IntegerAttr(host->second.lowerBoundBytes));
+    }
   }
 };
 } // namespace

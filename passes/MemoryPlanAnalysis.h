@@ -14,6 +14,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct PlanValue {
   enum Kind { Param, Arg, Result } kind = Result;
   Value value;              ///< null for Param
   ParamOp param;            ///< for Param
+  std::string space = "device"; ///< the arena it is placed in
   int64_t bytes = 0;
   int64_t first = 0, last = 0; ///< own live interval (instruction indices)
   unsigned group = 0;       ///< alias group (index into MemoryPlan::groups)
@@ -38,9 +40,10 @@ struct PlanValue {
 /// Buffers that share one place: a value and its reshapes, an elementwise
 /// op's result and the operand whose buffer it reuses.
 struct AliasGroup {
+  std::string space = "device";
   int64_t bytes = 0;
   int64_t first = 0, last = 0; ///< union of the members' intervals
-  bool persistent = false;     ///< holds a bigc.param
+  bool persistent = false;     ///< holds a bigc.param (not a transfer one)
   bool pinned = false;         ///< holds a function argument or the result
   int64_t offset = 0;
 };
@@ -56,16 +59,23 @@ struct MemoryPlan {
   llvm::DenseMap<Operation *, unsigned> paramId; ///< bigc.param -> values[]
   llvm::StringMap<unsigned> paramByName;
   std::vector<AliasGroup> groups;
-  ::bigc::plan::ArenaPlan arena; ///< over the groups
+  ::bigc::plan::ArenaPlan arena; ///< the device space's plan (arenas["device"])
+  /// One plan per space ("device" always, "host" when a buffer is there);
+  /// offsets[k] of a space's plan is for the k-th group of that space.
+  std::map<std::string, ::bigc::plan::ArenaPlan> arenas;
   int64_t alignment = 64;
 
   int64_t offsetOf(Value v) const;
 };
 
 /// Liveness in the current order of `func` (def index -> last use; arguments
-/// live from 0; the returned values to the end; parameters throughout),
-/// reshape aliasing, in-place reuse of elementwise operands, and offsets from
-/// plan::planArena. Emits a located error and fails on a type it cannot size.
+/// live from 0; the returned values to the end; parameters throughout, but
+/// role "transfer" ones from their first to their last touch), extended for
+/// side-stream ops: everything an op with `bigc.event = e` touches is live
+/// until the bigc.wait naming e (or the end of the step); reshape aliasing,
+/// in-place reuse of elementwise operands, and offsets from plan::planArena,
+/// one arena per space (bigc.space of params and ops; arguments on the
+/// device). Emits a located error and fails on a type it cannot size.
 FailureOr<MemoryPlan> computeMemoryPlan(ModuleOp module, func::FuncOp func,
                                         int64_t alignment = 64);
 

@@ -86,6 +86,279 @@ def BigcAutodiff : Pass<"bigc-autodiff", "::mlir::ModuleOp"> {
   ];
 }
 
+def BigcRecompute : Pass<"bigc-recompute", "::mlir::ModuleOp"> {
+  let summary = "Activation recomputation: keep chosen activations, clone forward pieces into the backward";
+  let description = [{
+    The forward keeps alive, until the backward reads them, every value a
+    backward op uses (the *saved* values: layernorm inputs and statistics,
+    matmul inputs, GELU inputs and outputs, attention's qkv, out and lse).
+    For a GPT they are most of the device memory at the peak, and they grow
+    with B*T and the depth. This pass trades FLOPs for those bytes: for each
+    saved value the policy does not keep, the op that defines it is cloned
+    into the backward right before its first backward user (recursively
+    with the forward values it needs that are not kept, each cloned once),
+    the backward uses are rewired to the clone, and the forward value dies
+    at its last forward use. Clones carry `bigc.recompute`, phase
+    "backward", and the `bigc.layer` (and `bigc.micro_batch`) of the
+    original. The values are recomputed by the same kernels from the same
+    inputs, so the results are bit-identical to the run without recompute.
+
+    Policies (option `policy`):
+    - `none`: nothing changes; the module still records the forward FLOPs.
+    - `full`: each transformer block (ops with `bigc.layer = i`) keeps only
+      the values read by forward ops outside the block (the residual stream
+      it passes on, i.e. the next block's input); everything else of the
+      block is recomputed when its backward starts. Ops outside blocks
+      (embeddings, final layernorm, LM head) keep their values. About one
+      extra forward per step; activations of one block at a time.
+    - `selective` (Megatron-LM's idea, Korthikanti et al. 2022): keep the
+      outputs of matmuls, attention and embeddings (expensive to recompute)
+      and drop the saved results of cheap ops (layernorm, gelu, bias_add,
+      add, scale, mul, reshape, transpose, cast) whose inputs are kept anyway
+      or are themselves cheaply recomputed from kept values, so no other
+      value has to stay alive longer: in a GPT block the two layernorm
+      outputs and the GELU output (6C of about 17C values per token) for a
+      few FLOPs per element. Our attention never stores the T x T matrix (it
+      keeps the log-sum-exp), which is what Megatron's selective mode
+      recomputes.
+    - `auto`: the candidates are the values `full` recomputes (dropping a
+      value outside that set saves nothing: recomputing a block's output
+      chains through every earlier block, and the clones all stay alive
+      until their use, as the originals did). They are ranked by bytes saved
+      per FLOP added (the cost model of lib/analysis, counting the unsaved
+      forward values the clone needs: a GELU or layernorm output costs a
+      few FLOPs per element, a bias_add after a matmul the matmul), and the
+      first `drop` of them are recomputed (-1: all, which is `full`).
+      `bigc compile --recompute auto` searches the smallest `drop` whose
+      memory plan fits the budget.
+
+    The module records `bigc.recompute = {policy, candidates, dropped,
+    clones, saved_bytes, flops_added, forward_flops, backward_flops}`: the
+    bytes of saved values no longer kept, the FLOPs of the clones (per step)
+    and of the forward and backward without them; the emitter copies them into the program's `recompute` object
+    and marks the clones' instructions `recompute: true`.
+
+    Before (policy selective):
+
+    ```mlir
+    %y, %mean, %rstd = bigc.layernorm %x, %w, %b {bigc.phase = "forward"} ...
+    %h = bigc.matmul %y, %w1 {bigc.phase = "forward"} ...
+    ...
+    %dy = bigc.matmul %dh, %w1 {transpose_b, bigc.phase = "backward"} ...
+    %dx, %dw, %db = bigc.layernorm_grad %dy, %x, %w, %mean, %rstd {bigc.phase = "backward"} ...
+    ```
+
+    After (%y, %mean, %rstd die in the forward):
+
+    ```mlir
+    %y2, %mean2, %rstd2 = bigc.layernorm %x, %w, %b {bigc.phase = "backward", bigc.recompute} ...
+    %dw1 = bigc.matmul %y2r, %dhr {transpose_a, ...}
+    ...
+    %dx, %dw, %db = bigc.layernorm_grad %dy, %x, %w, %mean2, %rstd2 ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"policy", "policy", "std::string", /*default=*/"\"none\"",
+           "What to keep: none | full | selective | auto">,
+    Option<"drop", "drop", "int64_t", /*default=*/"-1",
+           "auto: how many ranked candidates to recompute (-1: all)">,
+  ];
+}
+
+def BigcMixedPrecision : Pass<"bigc-mixed-precision", "::mlir::ModuleOp"> {
+  let summary = "16-bit params and activations, fp32 masters, fp16 loss scaling";
+  let description = [{
+    Runs after bigc-autodiff on @train_step. With `precision` = bf16 or fp16:
+
+    - each weight `@N` (role param, f32) becomes role "master" (f32, same
+      name and init: the weight of record, what AdamW updates and
+      `--save-weights` writes), and a compute copy `@"N.half"` (16-bit, role
+      param, `init = "copy", source = "N"`) is declared next to it; every
+      `bigc.get_param @N` of the step reads `@"N.half"`;
+    - every floating-point tensor of the step becomes 16-bit, in place,
+      except the statistics (layernorm mean and rstd, attention lse) and the
+      f32 scalars (loss, the loss seed, global norm): the kernels read 16-bit
+      and accumulate in fp32 (layernorm, softmax, attention, loss,
+      reductions), the program's statistics stay fp32;
+    - each `bigc.adamw` keeps `param = @N` (fp32 update of the master and of
+      the fp32 moments) and gets `half = @"N.half"`: the compute copy is
+      written as cast(master) after the update.
+
+    fp16 only (dynamic loss scaling): declares `@loss_scale` (f32 scalar,
+    role optimizer, `init = "fill", value = loss-scale`) and
+    `@loss_scale_good` (zeros); the loss seed `bigc.fill {value = 1.0}` becomes
+    `bigc.get_param @loss_scale` (the backward computes gradients of
+    scale·loss); one `bigc.check_finite` over every parameter gradient;
+    every `bigc.adamw` gets `unscale(%scale)` and `skip_if(%found_inf)`;
+    one `bigc.loss_scale_update` ends the step (halve on overflow, double
+    after growth-interval clean steps).
+
+    Why fp32 masters: a 16-bit weight cannot represent lr·update relative to
+    itself (bf16 has 8 significant bits: an update smaller than 2^-9 of the
+    weight rounds away), so updates accumulate in fp32 and only the compute
+    copy is rounded. Why a loss scale for fp16: its exponent range is small
+    (smallest normal 6.1e-5), small gradients flush to zero unless the loss
+    is scaled up; overflow (inf/nan) is detected and the step skipped. bf16
+    has fp32's exponent range: no loss scaling.
+
+    Before / after (bf16):
+
+    ```mlir
+    bigc.param @w : tensor<8x4xf32> {init = "normal", std = 0.02 : f64}
+    %w = bigc.get_param @w : tensor<8x4xf32>
+    %y = bigc.matmul %x, %w : (tensor<2x8xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+    bigc.adamw %dw {param = @w, ...} : tensor<8x4xf32>
+
+    bigc.param @w : tensor<8x4xf32> {init = "normal", role = "master", std = 0.02 : f64}
+    bigc.param @w.half : tensor<8x4xbf16> {init = "copy", source = "w"}
+    %w = bigc.get_param @w.half : tensor<8x4xbf16>
+    %y = bigc.matmul %x, %w : (tensor<2x8xbf16>, tensor<8x4xbf16>) -> tensor<2x4xbf16>
+    bigc.adamw %dw {half = @w.half, param = @w, ...} : tensor<8x4xbf16>
+    ```
+
+    Sets the module attribute `bigc.precision`. Errors: a weight that is not
+    f32, a name clash with `N.half` / `loss_scale`, no loss seed.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"precision", "precision", "std::string", /*default=*/"\"bf16\"",
+           "16-bit type of the compute copies and activations: bf16 or fp16">,
+    Option<"lossScale", "loss-scale", "double", /*default=*/"65536.0",
+           "fp16: the initial loss scale">,
+    Option<"growthInterval", "growth-interval", "int64_t", /*default=*/"2000",
+           "fp16: clean steps before the loss scale doubles">,
+  ];
+}
+
+def BigcGradAccum : Pass<"bigc-grad-accum", "::mlir::ModuleOp"> {
+  let summary = "K micro-batches per update: unrolled forward+backward, fp32 accumulation";
+  let description = [{
+    Runs after bigc-mixed-precision. With `micro-batches` = K > 1, @train_step
+    takes 2K arguments (tokens_0, targets_0, tokens_1, targets_1, ...) and
+    holds K copies of the forward+backward (every op of phase forward or
+    backward), copy k reading tokens_k / targets_k and carrying
+    `bigc.micro_batch = k : i64`, one after the other, then the optimizer
+    once:
+
+    - the loss seed of each micro-batch is scaled by 1/K (`bigc.scale`), so
+      the gradients add up to those of the mean loss over the global batch;
+    - each gradient the optimizer reads (parameter gradients) is accumulated
+      in f32 right after micro-batch k produces it (`bigc.cast` to f32 when
+      it is 16-bit, then `bigc.add` onto the accumulator);
+    - the returned loss is the mean of the K losses (adds, scale 1/K);
+    - `bigc.global_norm`, `bigc.check_finite`, `bigc.adamw`,
+      `bigc.loss_scale_update` read the accumulated gradients, once.
+
+    Why: the activations of one micro-batch die in its backward, before the
+    next micro-batch's forward starts, so the memory plan reuses their bytes:
+    the arena holds one micro-batch's activations plus the f32 accumulators,
+    and the global batch K·B trains as one batch of K·B would (same losses
+    and updates, to rounding).
+
+    Before / after (K = 2, fp32):
+
+    ```mlir
+    func.func @train_step(%tok: tensor<2x3xi32>, %tgt: tensor<2x3xi32>) -> tensor<f32> {
+      ... forward, backward -> %dw ...
+      bigc.adamw %dw {...}
+      return %loss
+
+    func.func @train_step(%tok0, %tgt0, %tok1, %tgt1) -> tensor<f32> {
+      ... micro-batch 0 {bigc.micro_batch = 0} -> %dw0 ...
+      ... micro-batch 1 {bigc.micro_batch = 1} -> %dw1 ...
+      %acc = bigc.add %dw0, %dw1 {bigc.micro_batch = 1 : i64}
+      %l = bigc.add %loss0, %loss1
+      %mean = bigc.scale %l {factor = 5.0e-01 : f64}
+      bigc.adamw %acc {...}
+      return %mean
+    ```
+
+    Sets the module attribute `bigc.micro_batches`. Errors: K < 1; a step
+    that is not (tokens, targets); no loss seed; a forward/backward value
+    other than a gradient read by the optimizer.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
+           "Micro-batches per optimizer update (K)">,
+  ];
+}
+
+def BigcOffload : Pass<"bigc-offload", "::mlir::ModuleOp"> {
+  let summary = "CPU offload (ZeRO-Offload): optimizer on the host, transfers as ops";
+  let description = [{
+    Moves the optimizer to the host, as ZeRO-Offload does: a GPU holds the
+    16-bit (or fp32) compute copy of each weight, its gradients and the
+    activations; the host holds the fp32 master weights and the two AdamW
+    moments (12 of the 16 bytes per parameter of mixed-precision Adam) and
+    runs the update with a fast multithreaded CPU Adam, overlapped with the
+    backward of the next layers. Runs after bigc-recompute, before
+    bigc-schedule (which puts the transfers on their streams, numbers their
+    events and inserts the waits) and bigc-memory-plan (one arena per
+    space).
+
+    - Every weight gets a master: when bigc-mixed-precision did not run
+      (fp32), `@N` becomes role "master" and `@"N.half"` (f32, role param,
+      init copy of `@N`) is the compute copy every `bigc.get_param` reads.
+    - Masters, moments and every optimizer-role tensor (the fp16 loss scale)
+      get `bigc.space = "host"`; every `bigc.adamw`,
+      `bigc.loss_scale_update`, `bigc.check_finite` and `bigc.global_norm`
+      gets `bigc.space = "host"` (the two reductions read every gradient:
+      on the device they would keep all of them alive to the end of the
+      backward; on the host they read the copies the updates read).
+    - Each device value a host op reads (its gradient, found_inf, the
+      global norm) gets one `bigc.copy {bigc.space = "host"}` right after its
+      definition: the gradient leaves the device as soon as it is complete.
+    - params=device: the host AdamW writes `half = @"N.stage"` (role
+      transfer, host, planned as a transient buffer), followed by
+      `bigc.param_copy {from = @"N.stage", to = @"N.half"}` (host to device;
+      bigc-schedule moves it after the last reader of `@"N.half"`).
+    - params=host (ZeRO-3-Offload, chosen by `bigc compile` when the device
+      cannot hold the weights): `@"N.half"` lives on the host, the AdamW
+      writes it directly, and every device op reading a host parameter reads
+      a `bigc.copy {bigc.space = "device"}` made just before it (each with a
+      `bigc.get_param` of its own; bigc-schedule prefetches it a layer
+      ahead). An AdamW that may be skipped (fp16 loss scaling: it reads
+      found_inf) always works this way: a skipped update writes nothing,
+      not even `half`, so a transient staging tensor would hold garbage.
+
+    Why here: every transfer is an op, so the schedule orders it, the
+    memory plan sizes both arenas with it (a buffer stays live until the
+    transfer reading it is joined) and the tests see where it lands.
+
+    Before (fp32):
+
+    ```mlir
+    bigc.param @w : tensor<64x64xf32> {init = "normal", std = 0.02 : f64}
+    %w = bigc.get_param @w ...
+    %dw = bigc.matmul ...
+    bigc.adamw %dw {param = @w, exp_avg = @"w.exp_avg", ...}
+    ```
+
+    After (params=device):
+
+    ```mlir
+    bigc.param @w : tensor<64x64xf32> {bigc.space = "host", init = "normal", role = "master", ...}
+    bigc.param @"w.half" : tensor<64x64xf32> {init = "copy", source = "w"}
+    bigc.param @"w.stage" : tensor<64x64xf32> {bigc.space = "host", init = "zeros", role = "transfer"}
+    %w = bigc.get_param @"w.half" ...
+    %dw = bigc.matmul ...
+    %dwh = bigc.copy %dw {bigc.space = "host"} : tensor<64x64xf32>
+    bigc.adamw %dwh {bigc.space = "host", param = @w, half = @"w.stage", ...}
+    bigc.param_copy {from = @"w.stage", to = @"w.half"}
+    ```
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"offload", "offload", "std::string", /*default=*/"\"cpu\"",
+           "Where the optimizer goes: cpu">,
+    Option<"params", "params", "std::string", /*default=*/"\"device\"",
+           "Where the compute copies of the weights live between uses: "
+           "device or host">,
+  ];
+}
+
 //===----------------------------------------------------------------------===//
 // Scheduling and memory planning
 //===----------------------------------------------------------------------===//
@@ -102,7 +375,33 @@ def BigcSchedule : Pass<"bigc-schedule", "::mlir::ModuleOp"> {
       its gradient, the definition of the global norm it uses (if any), and
       the last reader of any `bigc.get_param` of the parameter it updates;
     - each `bigc.get_param` and `bigc.fill` sinks to just before its first
-      user.
+      user;
+    - the update also waits for the readers of the compute copy it writes
+      (`half`, bigc-mixed-precision / bigc-offload), and each
+      `bigc.param_copy` moves to just after the update that writes its
+      source and the last reader of its destination.
+
+    Streams and events (after bigc-offload; nothing changes without
+    transfers). Segments are runs of compute ops with the same phase and
+    `bigc.layer` (the forward of block i, the backward of block i, ...).
+    - Prefetch: each device copy of a host parameter (`bigc.copy` with
+      `bigc.space = "device"` of a `bigc.get_param`) moves, with its
+      get_param, to the start of the segment before its user's: the weights
+      of layer i arrive while layer i-1 computes.
+    - Streams (`bigc.stream`): a copy to the host runs on "d2h", to the
+      device on "h2d" (param_copy likewise, from the spaces of its
+      parameters), an op with `bigc.space = "host"` on "host"; compute ops
+      carry none. Every side-stream op gets a unique `bigc.event` (0, 1, ...
+      in order).
+    - Waits: `bigc.wait {events}` on the compute stream just before the
+      first compute op that reads a side-stream result (or a parameter a
+      side-stream op wrote earlier in the step). Every other side-stream op
+      is joined where the memory it touches may be reused: a d2h copy (it
+      reads device memory) at the start of the second segment after it (it
+      overlaps the rest of its block's backward and the whole next block),
+      host work and h2d copies one segment later still; with no such
+      segment, at the end of the step. bigc-memory-plan keeps what a
+      side-stream op touches live until its wait.
 
     Why: bigc-autodiff puts every update at the end, so every parameter
     gradient stays live until the end of the backward: the arena must hold
@@ -163,6 +462,18 @@ def BigcMemoryPlan : Pass<"bigc-memory-plan", "::mlir::ModuleOp"> {
       rule of docs/program-format.md.
     - Offsets: `plan::planArena` (largest first, best fit among buffers live
       at the same time), 64-byte alignment, checked with `plan::checkPlan`.
+    - Spaces (bigc-offload): one arena per space. A `bigc.param` is in its
+      `bigc.space` (default "device"), a result in its op's `bigc.space`
+      (a `bigc.copy`'s destination, "host" for host ops), arguments on the
+      device. Everything an op with `bigc.event = e` touches (operands,
+      results, parameters it names) is live until the `bigc.wait` naming e
+      (or the end of the step): the side stream may still be reading or
+      writing it. A parameter of role "transfer" (host staging tensor) is
+      not persistent: it lives from its first to its last touch (only a few
+      layers' staging tensors are live at once). With a host space the
+      function also gets `bigc.host_arena_bytes` and
+      `bigc.host_lower_bound_bytes` (`bigc.arena_bytes` and
+      `bigc.lower_bound_bytes` are the device's).
 
     Why a separate, visible pass: the plan is the truth the runtime obeys,
     so it is written into the IR where tests (and bigc-test-print-memory-plan)

@@ -3,16 +3,24 @@
 // One order for @train_step (see the description in Passes.td): the forward
 // as written, the backward as bigc-autodiff wrote it, each bigc.adamw moved
 // up to just after the last op it depends on, and bigc.get_param /
-// bigc.fill sunk to just before their first user.
+// bigc.fill sunk to just before their first user. With transfers
+// (bigc-offload): host-to-device copies of parameters prefetched a layer
+// ahead, each bigc.param_copy after the last reader of the tensor it writes,
+// every side-stream op on its stream with an event, and the compute
+// stream's bigc.wait ops.
 //
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Dialect/BigcOps.h"
+#include "bigc/Dialect/BigcTransfer.h"
 #include "bigc/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
 
 namespace mlir {
@@ -51,13 +59,17 @@ void sinkToFirstUse(Block &block) {
   }
 }
 
-/// Moves each bigc.adamw to just after the latest of: its gradient's
-/// definition, its norm's definition, and every reader of a bigc.get_param
-/// of the parameter it updates.
+/// Moves each bigc.adamw to just after the latest of: the definitions of
+/// its operands (gradient, norm, loss scale, found_inf), and every reader of
+/// a bigc.get_param of the parameter it updates or of the compute copy it
+/// writes (`half`). Then each bigc.param_copy to just after the latest of:
+/// the op that writes its source (the adamw whose `half` it is) and every
+/// reader of its destination.
 void hoistOptimizer(Block &block) {
   // Readers of each parameter, and the adamw ops in order.
   llvm::StringMap<SmallVector<Operation *>> readers;
   SmallVector<AdamWOp> updates;
+  SmallVector<ParamCopyOp> paramCopies;
   for (Operation &op : block.without_terminator()) {
     if (auto gp = dyn_cast<GetParamOp>(op)) {
       auto &list = readers[gp.getParam()];
@@ -67,6 +79,8 @@ void hoistOptimizer(Block &block) {
           list.push_back(u);
     } else if (auto a = dyn_cast<AdamWOp>(op)) {
       updates.push_back(a);
+    } else if (auto pc = dyn_cast<ParamCopyOp>(op)) {
+      paramCopies.push_back(pc);
     }
   }
   // The target of each update, computed before anything moves. Reverse
@@ -78,15 +92,18 @@ void hoistOptimizer(Block &block) {
       if (op && (!after || after->isBeforeInBlock(op)))
         after = op;
     };
-    if (Operation *d = a.getGrad().getDefiningOp())
-      later(inBlock(block, d));
-    if (Value norm = a.getNorm())
-      if (Operation *d = norm.getDefiningOp())
+    for (Value operand : a->getOperands())
+      if (Operation *d = operand.getDefiningOp())
         later(inBlock(block, d));
-    auto it = readers.find(a.getParam());
-    if (it != readers.end())
-      for (Operation *r : it->second)
-        later(r);
+    for (std::optional<StringRef> sym :
+         {std::optional<StringRef>(a.getParam()), a.getHalf()}) {
+      if (!sym)
+        continue;
+      auto it = readers.find(*sym);
+      if (it != readers.end())
+        for (Operation *r : it->second)
+          later(r);
+    }
     moves.push_back({a, after});
   }
   for (auto &[a, after] : llvm::reverse(moves)) {
@@ -95,6 +112,234 @@ void hoistOptimizer(Block &block) {
     else
       a->moveBefore(&block.front());
   }
+  // Each param_copy after the update that writes its source and after the
+  // last reader of its destination (the positions of the updates are final).
+  llvm::StringMap<Operation *> writerOf;
+  for (AdamWOp a : updates)
+    if (std::optional<StringRef> half = a.getHalf())
+      writerOf[*half] = a;
+  SmallVector<std::pair<ParamCopyOp, Operation *>> copyMoves;
+  for (ParamCopyOp pc : paramCopies) {
+    Operation *after = nullptr;
+    auto later = [&](Operation *op) {
+      if (op && op != pc && (!after || after->isBeforeInBlock(op)))
+        after = op;
+    };
+    later(writerOf.lookup(pc.getFrom()));
+    auto it = readers.find(pc.getTo());
+    if (it != readers.end())
+      for (Operation *r : it->second)
+        later(r);
+    copyMoves.push_back({pc, after});
+  }
+  for (auto &[pc, after] : llvm::reverse(copyMoves))
+    if (after)
+      pc->moveAfter(after);
+}
+
+/// The key of the "layer segment" of a compute op: its phase and its
+/// bigc.layer. Consecutive compute ops with one key form a segment (the
+/// forward of block i, the backward of block i, ...).
+std::pair<StringRef, int64_t> segmentKey(Operation *op) {
+  StringRef phase;
+  if (auto p = op->getAttrOfType<StringAttr>(kPhaseAttrName))
+    phase = p.getValue();
+  return {phase, opLayer(op)};
+}
+
+/// Compute-stream instructions in order (not get_param, not wait, not a
+/// transfer or host op) and, for each, the index of its segment.
+struct Segments {
+  SmallVector<Operation *> ops;
+  SmallVector<unsigned> segment; ///< per op
+  SmallVector<unsigned> firstOp; ///< per segment: index into ops
+  llvm::DenseMap<Operation *, unsigned> position;
+};
+
+Segments computeSegments(Block &block) {
+  Segments s;
+  std::pair<StringRef, int64_t> key;
+  for (Operation &op : block.without_terminator()) {
+    if (isa<GetParamOp, WaitOp, CopyOp, ParamCopyOp>(op) ||
+        isSideStream(&op) || opSpace(&op) == kHostSpace)
+      continue;
+    auto k = segmentKey(&op);
+    if (s.ops.empty() || k != key) {
+      s.firstOp.push_back(s.ops.size());
+      key = k;
+    }
+    s.position[&op] = s.ops.size();
+    s.ops.push_back(&op);
+    s.segment.push_back(s.firstOp.size() - 1);
+  }
+  return s;
+}
+
+/// A device copy of a parameter (bigc-offload with params=host) and the
+/// bigc.get_param it reads.
+GetParamOp fetchedParam(Operation *op) {
+  auto c = dyn_cast<CopyOp>(op);
+  if (!c || opSpace(c) != kDeviceSpace)
+    return {};
+  auto gp = c.getX().getDefiningOp<GetParamOp>();
+  if (!gp || valueSpace(gp.getResult()) != kHostSpace)
+    return {};
+  return gp;
+}
+
+/// Prefetch: each host-to-device copy of a parameter moves (with its
+/// bigc.get_param) to the start of the segment before the one of its first
+/// user, so that the transfer overlaps the previous layer's compute.
+void prefetchParams(Block &block) {
+  Segments seg = computeSegments(block);
+  SmallVector<std::pair<Operation *, Operation *>> moves;
+  for (Operation &op : block.without_terminator()) {
+    GetParamOp gp = fetchedParam(&op);
+    if (!gp)
+      continue;
+    Operation *first = nullptr;
+    for (Operation *user : op.getUsers()) {
+      Operation *u = inBlock(block, user);
+      if (u && (!first || u->isBeforeInBlock(first)))
+        first = u;
+    }
+    auto it = first ? seg.position.find(first) : seg.position.end();
+    if (it == seg.position.end())
+      continue;
+    unsigned s = seg.segment[it->second];
+    if (s == 0)
+      continue;
+    moves.push_back({&op, seg.ops[seg.firstOp[s - 1]]});
+  }
+  for (auto &[copy, target] : moves) {
+    if (!copy->isBeforeInBlock(target)) {
+      auto gp = cast<CopyOp>(copy).getX().getDefiningOp();
+      copy->moveBefore(target);
+      if (gp->getBlock() == &block && copy->isBeforeInBlock(gp))
+        gp->moveBefore(copy);
+    }
+  }
+}
+
+/// The stream of a transfer-aware op from the spaces it connects.
+StringRef streamOf(Operation *op, ModuleOp module) {
+  auto between = [](StringRef from, StringRef to) -> StringRef {
+    if (from == to)
+      return from == kHostSpace ? StringRef("host") : StringRef(kComputeStream);
+    return to == kHostSpace ? StringRef("d2h") : StringRef("h2d");
+  };
+  if (auto c = dyn_cast<CopyOp>(op))
+    return between(valueSpace(c.getX()), opSpace(op));
+  if (auto pc = dyn_cast<ParamCopyOp>(op)) {
+    auto from = module.lookupSymbol<ParamOp>(pc.getFromAttr());
+    auto to = module.lookupSymbol<ParamOp>(pc.getToAttr());
+    return between(from ? paramSpace(from) : StringRef(kDeviceSpace),
+                   to ? paramSpace(to) : StringRef(kDeviceSpace));
+  }
+  if (opSpace(op) == kHostSpace)
+    return "host";
+  return kComputeStream;
+}
+
+/// Streams, events and waits (see Passes.td). Returns the number of events.
+int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
+  MLIRContext *ctx = module.getContext();
+  // Streams and events.
+  int64_t events = 0;
+  for (Operation &op : block.without_terminator()) {
+    if (isa<GetParamOp>(op))
+      continue;
+    op.removeAttr(kEventAttrName);
+    StringRef stream = streamOf(&op, module);
+    if (stream == kComputeStream) {
+      op.removeAttr(kStreamAttrName);
+      continue;
+    }
+    op.setAttr(kStreamAttrName, StringAttr::get(ctx, stream));
+    op.setAttr(kEventAttrName,
+               IntegerAttr::get(IntegerType::get(ctx, 64), events++));
+  }
+  if (events == 0)
+    return 0;
+
+  // Data waits: before the first compute op that reads a side-stream
+  // result (or a parameter a side-stream op wrote earlier in this step).
+  llvm::DenseSet<Operation *> joined;
+  llvm::DenseMap<Operation *, SmallVector<int64_t>> waitBefore;
+  llvm::StringMap<Operation *> sideWriter; // parameter -> last side op writing it
+  auto symbolsWritten = [](Operation *op) {
+    SmallVector<StringRef> out;
+    if (auto a = dyn_cast<AdamWOp>(op)) {
+      out.push_back(a.getParam());
+      if (auto h = a.getHalf())
+        out.push_back(*h);
+    } else if (auto pc = dyn_cast<ParamCopyOp>(op)) {
+      out.push_back(pc.getTo());
+    } else if (auto lsu = dyn_cast<LossScaleUpdateOp>(op)) {
+      out.push_back(lsu.getScale());
+      out.push_back(lsu.getGood());
+    }
+    return out;
+  };
+  for (Operation &op : block.without_terminator()) {
+    if (isa<GetParamOp, WaitOp>(op))
+      continue;
+    if (isSideStream(&op)) {
+      for (StringRef sym : symbolsWritten(&op))
+        sideWriter[sym] = &op;
+      continue;
+    }
+    SmallVector<int64_t> need;
+    auto require = [&](Operation *side) {
+      if (side && isSideStream(side) && joined.insert(side).second)
+        need.push_back(opEvent(side));
+    };
+    for (Value v : op.getOperands()) {
+      Operation *d = v.getDefiningOp();
+      if (!d)
+        continue;
+      if (auto gp = dyn_cast<GetParamOp>(d))
+        require(sideWriter.lookup(gp.getParam()));
+      else
+        require(inBlock(block, d));
+    }
+    if (!need.empty())
+      waitBefore[&op] = need;
+  }
+
+  // Memory waits: every other side-stream op is joined at a layer boundary
+  // after it (d2h copies read device memory: the next boundary; host work
+  // and host-to-device copies: the second), where the memory it touches may
+  // be reused; none left: the end of the step.
+  Segments seg = computeSegments(block);
+  for (Operation &op : block.without_terminator()) {
+    if (!isSideStream(&op) || joined.count(&op))
+      continue;
+    unsigned boundaries = opStream(&op) == "d2h" ? 1 : 2;
+    // The first compute op after `op`.
+    Operation *next = op.getNextNode();
+    while (next && !seg.position.count(next))
+      next = next->getNextNode();
+    if (!next)
+      continue;
+    // The start of the `boundaries`-th segment after the one `next` is in
+    // (at least one compute op runs alongside the transfer).
+    unsigned target = seg.segment[seg.position[next]] + boundaries;
+    if (target >= seg.firstOp.size())
+      continue;
+    waitBefore[seg.ops[seg.firstOp[target]]].push_back(opEvent(&op));
+    joined.insert(&op);
+  }
+
+  OpBuilder b(ctx);
+  for (auto &[op, list] : waitBefore) {
+    llvm::sort(list);
+    b.setInsertionPoint(op);
+    auto w = b.create<WaitOp>(op->getLoc(), b.getDenseI64ArrayAttr(list));
+    if (Attribute phase = op->getAttr(kPhaseAttrName))
+      w->setAttr(kPhaseAttrName, phase);
+  }
+  return events;
 }
 
 struct BigcSchedulePass
@@ -114,8 +359,14 @@ struct BigcSchedulePass
       return signalPassFailure();
     }
     Block &block = func.front();
+    // Idempotent: waits and events of an earlier run are recomputed.
+    for (Operation &op : llvm::make_early_inc_range(block))
+      if (isa<WaitOp>(op))
+        op.erase();
     sinkToFirstUse(block);
     hoistOptimizer(block);
+    prefetchParams(block);
+    assignStreamsAndWaits(block, module);
   }
 };
 

@@ -10,7 +10,9 @@
 //
 // Sizes are the buffers' own bytes (offsets are 64-aligned); `live` is the
 // buffer's own interval of instruction indices. Values that share a place
-// (reshape, in place) print the same offset.
+// (reshape, in place) print the same offset. With a host space (bigc-offload)
+// the first line ends with ` host_arena=H host_lower_bound=L` and the lines
+// of host buffers with ` space=host` (offsets in the host arena).
 //
 //===----------------------------------------------------------------------===//
 
@@ -52,7 +54,12 @@ struct BigcTestPrintMemoryPlanPass
     os << "memory-plan @" << func.getSymName()
        << ": instructions=" << mp->numInstructions
        << " buffers=" << mp->values.size() << " arena=" << mp->arena.arenaBytes
-       << " lower_bound=" << mp->arena.lowerBoundBytes << "\n";
+       << " lower_bound=" << mp->arena.lowerBoundBytes;
+    auto host = mp->arenas.find("host");
+    if (host != mp->arenas.end())
+      os << " host_arena=" << host->second.arenaBytes
+         << " host_lower_bound=" << host->second.lowerBoundBytes;
+    os << "\n";
     AsmState state(func);
     for (PlanValue pv : mp->values) {
       switch (pv.kind) {
@@ -69,7 +76,10 @@ struct BigcTestPrintMemoryPlanPass
         break;
       }
       os << " : offset=" << mp->groups[pv.group].offset << " size=" << pv.bytes
-         << " live=[" << pv.first << "," << pv.last << "]\n";
+         << " live=[" << pv.first << "," << pv.last << "]";
+      if (pv.space != "device")
+        os << " space=" << pv.space;
+      os << "\n";
     }
     markAllAnalysesPreserved();
   }

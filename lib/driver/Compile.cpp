@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Compile.h"
+#include "bigc/Driver/Capacity.h"
 
 #include "bigc/Dialect/BigcDialect.h"
 #include "bigc/Dialect/BigcOps.h"
@@ -31,6 +32,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <numeric>
@@ -61,19 +63,34 @@ const char *kHelp =
     "  --eps F                 AdamW epsilon (1e-8)\n"
     "  --weight-decay F        AdamW weight decay, parameters of rank >= 2 only (0.1)\n"
     "  --grad-clip F           clip the global gradient norm to F (0: no clipping)\n"
+    "  --recompute POLICY      recompute activations in the backward instead of keeping them:\n"
+    "                          none, full (keep each block's input), selective (drop layernorm\n"
+    "                          and GELU outputs), auto (the least FLOPs that fit the budget)\n"
+    "  --memory-budget SIZE    --recompute auto: device bytes the plan must fit (default: the\n"
+    "                          device memory of --hardware / --device-mem)\n"
+    "  --precision P           fp32 (default), bf16 or fp16: 16-bit weights and activations for\n"
+    "                          compute, fp32 master weights, AdamW states and statistics\n"
+    "  --loss-scale F          fp16: initial dynamic loss scale (65536)\n"
+    "  --loss-scale-window N   fp16: clean steps before the loss scale doubles (2000)\n"
+    "  --micro-batches K       K micro-batches of the model's batch per update, gradients\n"
+    "                          accumulated in fp32 (activation memory of one micro-batch)\n"
+    "  --offload cpu           ZeRO-Offload: fp32 master weights and AdamW states on the host, the\n"
+    "                          update on the host (CPU Adam) overlapped with the backward; the\n"
+    "                          weights also stay on the host between uses when the device\n"
+    "                          cannot hold them (ZeRO-3-Offload)\n"
     "  --quiet                 print nothing on success\n"
     "\n"
     "options of later versions (this version accepts only the default value):\n"
-    "  --precision fp32|bf16|fp16   --micro-batches K   --recompute none|full|selective|auto\n"
-    "  --memory-budget SIZE   --offload none|cpu|nvme   --zero 0|1|2|3   --tp N   --pp N\n"
+    "  --offload nvme   --zero 0|1|2|3   --tp N   --pp N\n"
     "  --ranks N\n"
     "\n"
     "exit status: 0 written; 1 bad input or option, or the plan does not fit; 2 internal error\n";
 
 const std::set<std::string> kValued = {
     "--hardware", "--device-mem", "--host-mem", "--ranks", "--precision", "--micro-batches",
+    "--loss-scale", "--loss-scale-window",
     "--recompute", "--memory-budget", "--offload", "--zero", "--tp", "--pp", "--lr", "--beta1",
-    "--beta2", "--eps", "--weight-decay", "--grad-clip"};
+    "--beta2", "--eps", "--weight-decay", "--grad-clip", "--offload-params"};
 const std::set<std::string> kSwitches = {"--quiet", "--help"};
 
 std::string humanBytes(int64_t b) {
@@ -100,13 +117,6 @@ std::string withCommas(int64_t n) {
   return std::string(out.rbegin(), out.rend());
 }
 
-std::string padRight(const std::string &s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
-
-std::string rstrip(std::string s) {
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
-}
-
 // Options that later versions implement: anything but the default is refused, by name.
 void refuseLaterOptions(const cli::Args &a) {
   auto later = [](const std::string &opt, const std::string &value, const std::string &what) {
@@ -124,22 +134,27 @@ void refuseLaterOptions(const cli::Args &a) {
   if (a.has("--precision")) {
     std::string v = a.str("--precision");
     oneOf("--precision", v, {"fp32", "bf16", "fp16"});
-    if (v != "fp32") later("--precision", v, "mixed precision");
   }
   if (a.has("--micro-batches")) {
     int64_t k = a.integer("--micro-batches", 1);
     if (k < 1) throw UserError("option --micro-batches: must be at least 1, got " + std::to_string(k));
-    if (k != 1) later("--micro-batches", std::to_string(k), "gradient accumulation");
   }
   if (a.has("--recompute")) {
     std::string v = a.str("--recompute");
     oneOf("--recompute", v, {"none", "full", "selective", "auto"});
-    if (v != "none") later("--recompute", v, "recomputation");
   }
   if (a.has("--offload")) {
     std::string v = a.str("--offload");
     oneOf("--offload", v, {"none", "cpu", "nvme"});
-    if (v != "none") later("--offload", v, "offload");
+    if (v == "nvme")
+      throw UserError("option --offload nvme is not supported by this version yet (NVMe offload, "
+                      "ZeRO-Infinity); use --offload cpu");
+  }
+  if (a.has("--offload-params")) {
+    oneOf("--offload-params", a.str("--offload-params"), {"auto", "device", "host"});
+    if (a.str("--offload", "none") != "cpu")
+      throw UserError("option --offload-params: only with --offload cpu (it says where the weights live "
+                      "between uses)");
   }
   if (a.has("--zero")) {
     int64_t z = a.integer("--zero", 0);
@@ -195,7 +210,7 @@ mlir::LogicalResult checkInterface(mlir::ModuleOp module) {
     return fwd.emitError("@forward must take (%tokens, %targets), both tensor<BxTxi32> of the same "
                          "static shape, got ")
            << ft.getInputs();
-  // Version 1 computes in fp32: 16-bit tensors come with --precision (a later version).
+  // Models are written in fp32; bigc-mixed-precision makes the 16-bit compute copies (--precision).
   auto is16 = [](mlir::Type t) {
     auto rt = llvm::dyn_cast<mlir::RankedTensorType>(t);
     return rt && (rt.getElementType().isBF16() || rt.getElementType().isF16());
@@ -207,8 +222,8 @@ mlir::LogicalResult checkInterface(mlir::ModuleOp module) {
     if (b16 && !bad) bad = op;
   });
   if (bad)
-    return bad->emitError("16-bit tensors are not supported by this version yet: write the model in f32 "
-                          "(mixed precision will come with --precision bf16|fp16)");
+    return bad->emitError("16-bit tensors are not supported by this version yet in the model: write the "
+                          "model in f32 and compile with --precision bf16|fp16 (fp32 masters, 16-bit compute)");
   return mlir::success();
 }
 
@@ -220,13 +235,14 @@ std::string defaultOutput(const std::string &in) {
   return base + ".bigc";
 }
 
-const char *kRoleOrder[] = {"param", "optimizer", "grad", "input", "activation", "activation_grad", "workspace",
-                            "transfer"};
+const char *kRoleOrder[] = {"param", "master", "optimizer", "grad", "input", "activation", "activation_grad",
+                            "workspace", "transfer"};
 
 int roleRank(const std::string &r) {
-  for (int i = 0; i < 8; ++i)
+  const int n = int(sizeof kRoleOrder / sizeof kRoleOrder[0]);
+  for (int i = 0; i < n; ++i)
     if (r == kRoleOrder[i]) return i;
-  return 8;
+  return n;
 }
 
 } // namespace
@@ -333,9 +349,34 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
   {
     mlir::PassManager pm(ctx);
     // [bigc-mixed-precision]
+    if (o.precision != "fp32") {
+      mlir::bigc::BigcMixedPrecisionOptions mo;
+      mo.precision = o.precision;
+      mo.lossScale = o.lossScaleInit;
+      mo.growthInterval = o.lossScaleGrowthInterval;
+      pm.addPass(mlir::bigc::createBigcMixedPrecision(mo));
+    }
     // [bigc-grad-accum]
-    // [bigc-recompute]
+    if (o.microBatches > 1) {
+      mlir::bigc::BigcGradAccumOptions go;
+      go.microBatches = o.microBatches;
+      pm.addPass(mlir::bigc::createBigcGradAccum(go));
+    }
+    // [bigc-recompute] (always: with policy none it records the forward FLOPs for the program)
+    {
+      mlir::bigc::BigcRecomputeOptions ro;
+      ro.policy = o.recompute;
+      ro.drop = o.recomputeDrop; // auto: chosen by chooseRecompute (-1: everything)
+      pm.addPass(mlir::bigc::createBigcRecompute(ro));
+    }
     // [bigc-offload]
+    if (o.offload == "nvme") throw UserError("option --offload nvme is not supported by this version yet (use --offload cpu)");
+    if (o.offload == "cpu") {
+      mlir::bigc::BigcOffloadOptions oo;
+      oo.offload = "cpu";
+      oo.params = o.offloadParams == "host" ? "host" : "device"; // "auto": chooseOffloadParams decides first
+      pm.addPass(mlir::bigc::createBigcOffload(oo));
+    }
     runPasses(module, pm, /*modelStage=*/false, "applying precision, accumulation, recomputation and offload");
   }
   // Schedule and memory plan: failures here are the compiler's.
@@ -396,16 +437,136 @@ CompileOptions parseOptions(const cli::Args &args) {
   if (args.has("--host-mem") && o.hostCapacity <= 0) throw UserError("option --host-mem: must be positive");
   o.precision = args.str("--precision", o.precision);
   o.microBatches = args.integer("--micro-batches", o.microBatches);
+  if (args.has("--loss-scale")) {
+    o.lossScaleInit = args.number("--loss-scale", o.lossScaleInit);
+    if (!(o.lossScaleInit > 0) || std::isinf(o.lossScaleInit))
+      throw UserError("option --loss-scale: must be a positive finite number, got " + args.str("--loss-scale"));
+    if (o.precision != "fp16")
+      throw UserError("option --loss-scale: loss scaling is for --precision fp16 only (got --precision " +
+                      o.precision + ")");
+  }
+  if (args.has("--loss-scale-window")) {
+    o.lossScaleGrowthInterval = args.integer("--loss-scale-window", o.lossScaleGrowthInterval);
+    if (o.lossScaleGrowthInterval < 1)
+      throw UserError("option --loss-scale-window: must be at least 1, got " + args.str("--loss-scale-window"));
+    if (o.precision != "fp16")
+      throw UserError("option --loss-scale-window: loss scaling is for --precision fp16 only (got --precision " +
+                      o.precision + ")");
+  }
   o.recompute = args.str("--recompute", o.recompute);
   o.offload = args.str("--offload", o.offload);
+  o.offloadParams = args.str("--offload-params", o.offloadParams);
   if (args.has("--memory-budget")) {
     o.memoryBudget = args.size("--memory-budget", 0);
     if (o.memoryBudget <= 0) throw UserError("option --memory-budget: must be positive");
   }
+  if (o.recompute == "auto" && o.memoryBudget <= 0 && o.deviceCapacity <= 0)
+    throw UserError("--recompute auto needs --memory-budget or --hardware/--device-mem");
   return o;
 }
 
 } // namespace
+
+void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
+  if (o.offload != "cpu" || o.offloadParams != "auto") return;
+  o.offloadParams = "device";
+  if (o.deviceCapacity <= 0) return; // nothing to fit: the weights stay on the device
+  rt::Program p = compileToProgram(parsed, o);
+  const rt::Space *dev = p.space("device");
+  if (!dev || dev->arenaBytes <= o.deviceCapacity) return;
+  o.offloadParams = "host";
+  if (!o.quiet)
+    std::printf("bigc compile: --offload cpu: with the weights on the device the plan needs %s of device memory, "
+                "%s available: the weights stay on the host between uses (ZeRO-3-Offload)\n",
+                humanBytes(dev->arenaBytes).c_str(), humanBytes(o.deviceCapacity).c_str());
+}
+
+namespace {
+
+// --recompute auto: the smallest number N of ranked recomputation candidates (bigc-recompute
+// policy=auto drop=N) whose planned device arena fits the budget (--memory-budget, else the
+// device's capacity). The arena mostly shrinks as N grows, but not strictly (recomputing a whole
+// block at the start of its backward can peak higher than keeping a few of its values), so: try
+// everything recomputed (N = all, which is --recompute full), and if that does not fit a few
+// evenly spaced N; if none fits, no schedule does (the least arena seen is named); else bisect
+// between 0 and the smallest N found to fit, about log2(candidates) compiles in all. Sets
+// o.recomputeDrop. `budgetFromHardware`: the budget is the profile's device memory.
+void chooseRecompute(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHardware) {
+  int64_t budget = o.memoryBudget > 0 ? o.memoryBudget : o.deviceCapacity;
+  if (budget <= 0) throw UserError("--recompute auto needs --memory-budget or --hardware/--device-mem");
+  std::string budgetName = o.memoryBudget > 0 ? "--memory-budget " + humanBytes(budget)
+                           : budgetFromHardware ? "the device memory of " + o.hardware.name + ", " + humanBytes(budget)
+                                                : "--device-mem " + humanBytes(budget);
+  // Every candidate is a forward op of a transformer block (per micro-batch): their count bounds N.
+  int64_t upper = 0;
+  if (auto fwd = parsed.lookupSymbol<mlir::func::FuncOp>("forward"))
+    fwd.walk([&](mlir::Operation *op) {
+      if (!llvm::isa<mlir::bigc::GetParamOp>(op) && op->getNumResults() > 0 && op->hasAttr("bigc.layer")) ++upper;
+    });
+  upper *= std::max<int64_t>(1, o.microBatches);
+  std::map<int64_t, int64_t> arenas; // N -> planned device arena
+  auto fits = [&](int64_t n) {
+    auto it = arenas.find(n);
+    if (it != arenas.end()) return it->second <= budget;
+    CompileOptions t = o;
+    t.recomputeDrop = n;
+    t.quiet = true;
+    rt::Program p = compileToProgram(parsed, t);
+    int64_t arena = p.space("device")->arenaBytes;
+    arenas[n] = arena;
+    if (!o.quiet) {
+      std::string what = n == upper ? std::string("everything recomputed")
+                                     : "the first " + std::to_string(n) + " candidates recomputed";
+      std::printf("bigc compile: recompute auto: %s: device arena %s, %s the budget\n", what.c_str(),
+                  humanBytes(arena).c_str(), arena <= budget ? "within" : "over");
+      std::fflush(stdout);
+    }
+    return arena <= budget;
+  };
+  int64_t hi = -1; // the smallest N known to fit
+  if (fits(upper)) hi = upper;
+  for (int64_t k = 7; hi < 0 && k >= 1; --k)
+    if (upper * k / 8 > 0 && fits(upper * k / 8)) hi = upper * k / 8;
+  if (hi < 0 && fits(0)) hi = 0;
+  if (hi < 0) {
+    auto least = std::min_element(arenas.begin(), arenas.end(),
+                                  [](const auto &a, const auto &b) { return a.second < b.second; });
+    if (arenas[upper] == least->second) least = arenas.find(upper); // name the simplest schedule
+    std::string how = least->first == upper ? std::string("with everything recomputed")
+                      : least->first == 0   ? std::string("with nothing recomputed")
+                                            : "recomputing the first " + std::to_string(least->first) +
+                                                " ranked candidates; everything recomputed: " +
+                                                humanBytes(arenas[upper]);
+    throw UserError("the memory budget (" + budgetName +
+                    ") is smaller than any recomputation schedule reaches: the minimum is " +
+                    humanBytes(least->second) + " (" + how +
+                    "); raise --memory-budget or --device-mem, or make the rest smaller (--precision bf16, "
+                    "--offload cpu, --micro-batches, a smaller --batch or --seq)");
+  }
+  int64_t lo = 0; // does not fit, or hi == 0
+  if (hi > 0 && fits(0)) hi = 0;
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  o.recomputeDrop = hi;
+  if (!o.quiet) {
+    std::printf("bigc compile: recompute auto: recomputing the first %lld ranked candidates fits %s\n",
+                (long long)hi, budgetName.c_str());
+    std::fflush(stdout);
+  }
+}
+
+} // namespace
+
+// The capacity check's candidates (lib/driver/Capacity.cpp, declared in Capacity.h): the choices
+// compileMain makes before the pipeline (--recompute auto, offloaded weights), then the pipeline.
+rt::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o) {
+  o.quiet = true;
+  if (o.recompute == "auto" && o.recomputeDrop < 0) chooseRecompute(parsed, o, false);
+  chooseOffloadParams(parsed, o);
+  return compileToProgram(parsed, o);
+}
 
 int compileMain(int argc, char **argv, int first) {
   for (int i = first; i < argc; ++i)
@@ -455,6 +616,11 @@ int compileMain(int argc, char **argv, int first) {
   rt::Program program;
   try {
     // [choices the compiler makes before the final pipeline: --recompute auto, offloaded parameters]
+    // --offload cpu: the weights go to the host only when the plan with the most recomputation
+    // (recompute auto is still undecided: drop -1 recomputes everything) cannot hold them; the
+    // recompute search then runs with that choice.
+    chooseOffloadParams(*module, opts);
+    if (opts.recompute == "auto" && opts.recomputeDrop < 0) chooseRecompute(*module, opts, haveHw && !args.has("--device-mem"));
     program = compileToProgram(*module, opts);
   } catch (const InternalError &e) {
     std::fprintf(stderr, "bigc compile: %s; nothing written\n", e.what());
@@ -471,42 +637,11 @@ int compileMain(int argc, char **argv, int first) {
   std::vector<RoleUsage> usage = peakUsageByRole(program, "device", &peakAt);
   const int64_t nParams = program.parameterCount();
 
-  if (deviceCap > 0 && dev.arenaBytes > deviceCap) {
-    std::ostringstream os;
-    std::string source = haveHw && !args.has("--device-mem") ? "hardware " + hw.name : "--device-mem";
-    os << "bigc compile: the plan does not fit: " << input << " needs " << humanBytes(dev.arenaBytes)
-       << " of device memory, " << humanBytes(deviceCap) << " available (" << source << "); nothing written\n\n";
-    os << "  " << padRight("space", 10) << padRight("needed", 14) << padRight("lower bound", 14)
-       << rstrip(padRight("available", 14)) << "\n";
-    os << "  " << padRight("device", 10) << padRight(humanBytes(dev.arenaBytes), 14)
-       << padRight(humanBytes(dev.lowerBoundBytes), 14) << humanBytes(deviceCap) << "\n\n";
-    std::string where = peakAt < int64_t(program.instructions.size()) ? program.instructions[size_t(peakAt)].loc : "";
-    os << "  device memory by role at the peak (instruction " << peakAt << ", "
-       << program.instructions.size() << " in all" << (where.empty() ? "" : "; " + where) << "):\n";
-    int64_t persistent = 0, transient = 0;
-    for (const auto &u : usage) {
-      os << "    " << padRight(u.role, 18) << humanBytes(u.bytes) << "\n";
-      if (u.role == "param" || u.role == "optimizer")
-        persistent += u.bytes;
-      else if (u.role != "grad")
-        transient += u.bytes;
-    }
-    os << "\n  options that would make it fit:\n";
-    if (persistent >= deviceCap) {
-      os << "    - fewer parameters: the weights and AdamW states alone need " << humanBytes(persistent)
-         << " (12 bytes for each of the " << withCommas(nParams)
-         << " parameters: fp32 weights and two AdamW moments); use fewer layers or a smaller hidden size (bigc gen gpt --layers/--hidden)\n";
-    } else {
-      os << "    - a smaller batch (bigc gen gpt --batch) or a shorter sequence (--seq): activations and their "
-            "gradients, "
-         << humanBytes(transient) << " at the peak, scale with B*T\n";
-      os << "    - fewer layers or a smaller hidden size (bigc gen gpt --layers/--hidden): weights and AdamW "
-            "states take "
-         << humanBytes(persistent) << "\n";
-    }
-    os << "    - a device with more memory (--hardware, --device-mem)\n";
-    os << "    - later versions: --recompute, --offload cpu, --zero, --precision bf16\n";
-    std::fputs(os.str().c_str(), stderr);
+  // Capacity check (lib/driver/Capacity.cpp): every memory space against its capacity; when one
+  // does not fit, the table of CLI.md with the option sets that do fit (compiled to be sure).
+  if (!allFit(checkFit(program, opts))) {
+    std::string report = notFitReport(*module, program, opts);
+    std::fputs(report.c_str(), stderr);
     return 1;
   }
 
@@ -531,6 +666,16 @@ int compileMain(int argc, char **argv, int first) {
     os << "\n  at the peak  ";
     for (const auto &u : usage) os << " " << u.role << " " << humanBytes(u.bytes) << ";";
     os << "\n";
+    if (const rt::Space *host = program.space("host")) {
+      os << "  host arena    " << humanBytes(host->arenaBytes) << " (lower bound " << humanBytes(host->lowerBoundBytes)
+         << ")";
+      if (opts.hostCapacity > 0)
+        os << ", " << humanBytes(opts.hostCapacity) << " available"
+           << (haveHw && !args.has("--host-mem") ? " on " + hw.name : std::string(" (--host-mem)"));
+      os << "\n  at the peak  ";
+      for (const auto &u : peakUsageByRole(program, "host")) os << " " << u.role << " " << humanBytes(u.bytes) << ";";
+      os << "\n";
+    }
     char times[160];
     std::snprintf(times, sizeof times, "  time          %.2f s (parse %.2f, passes and emit %.2f, write %.2f)\n",
                   secs(t0, tEnd), secs(t0, tParsed), secs(tParsed, tEmitted), secs(tEmitted, tEnd));

@@ -9,6 +9,7 @@
 #include "bigc/Emit/Emitter.h"
 
 #include "bigc/Dialect/BigcOps.h"
+#include "bigc/Dialect/BigcTransfer.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -100,6 +101,128 @@ int64_t i64Attr(Operation *op, llvm::StringRef name) {
   return a.getInt();
 }
 
+// Streams, waits and the lives of what asynchronous instructions touch (format version 2):
+// - a `wait` instruction (bigc.wait) waits for the instructions carrying its events;
+// - every instruction also waits for the latest instruction of each other stream it conflicts
+//   with on a buffer (it reads what that one wrote, or writes what that one read or wrote), and
+//   a side-stream instruction for the compute instruction before it (it is issued when the
+//   compute stream reaches it); the compute stream skips what an earlier wait already joined;
+// - a buffer an asynchronous instruction touches is live until the first compute instruction
+//   that waits for it (or the end of the step), as bigc-memory-plan planned it.
+void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation *, int64_t> &index,
+                   func::FuncOp func, const EmitOptions &options) {
+  const int64_t n = int64_t(p.instructions.size());
+  const int64_t end = std::max<int64_t>(n - 1, 0);
+  std::map<int64_t, int64_t> eventInstr;
+  for (Operation &op : block.without_terminator()) {
+    auto it = index.find(&op);
+    int64_t e = bigcd::opEvent(&op);
+    if (it == index.end() || e < 0) continue;
+    if (!bigcd::isSideStream(&op))
+      fail(str(op.getLoc()) + ": '" + op.getName().getStringRef().str() + "' has bigc.event " +
+           std::to_string(e) + " but runs on the compute stream");
+    if (!eventInstr.emplace(e, it->second).second)
+      fail(str(op.getLoc()) + ": bigc.event " + std::to_string(e) + " is carried by two ops");
+  }
+  for (Operation &op : block.without_terminator()) {
+    auto w = dyn_cast<bigcd::WaitOp>(op);
+    if (!w) continue;
+    int64_t self = index.lookup(&op);
+    for (int64_t e : w.getEvents()) {
+      auto it = eventInstr.find(e);
+      if (it == eventInstr.end()) fail(str(op.getLoc()) + ": bigc.wait names event " + std::to_string(e) + ", which no op carries");
+      if (it->second >= self) fail(str(op.getLoc()) + ": bigc.wait names event " + std::to_string(e) + " of a later op");
+      p.instructions[size_t(self)].wait.push_back(it->second);
+    }
+  }
+  if (eventInstr.empty()) {
+    for (auto &ins : p.instructions)
+      if (ins.stream != "compute") fail("instruction '" + ins.op + "' on stream " + ins.stream + " has no bigc.event (run bigc-schedule)");
+  }
+
+  // Hazards between streams, per buffer: the latest reader and writer on each stream.
+  const size_t nb = p.buffers.size();
+  std::vector<std::map<std::string, int64_t>> readBy(nb), writtenBy(nb);
+  std::map<std::string, int64_t> joined; // compute: latest instruction of each side stream known done
+  std::map<std::string, std::vector<int64_t>> sideOrder; // side stream -> its instructions in order
+  std::vector<int64_t> joinAt(size_t(n), -1);
+  std::map<std::string, size_t> joinedPos; // per side stream: how many of sideOrder have joinAt
+  int64_t lastCompute = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    rt::Instruction &ins = p.instructions[size_t(i)];
+    const std::string &s = ins.stream;
+    std::map<std::string, int64_t> need;
+    auto want = [&](const std::string &st, int64_t j) {
+      if (st == s || j < 0) return;
+      auto [it, fresh] = need.emplace(st, j);
+      if (!fresh) it->second = std::max(it->second, j);
+    };
+    for (int64_t b : ins.in)
+      for (auto &[st, j] : writtenBy[size_t(b)]) want(st, j);
+    for (int64_t b : ins.out) {
+      for (auto &[st, j] : writtenBy[size_t(b)]) want(st, j);
+      for (auto &[st, j] : readBy[size_t(b)]) want(st, j);
+    }
+    if (s != "compute") {
+      want("compute", lastCompute);
+      for (auto &[st, j] : need) ins.wait.push_back(j);
+    } else {
+      for (int64_t j : ins.wait) {
+        int64_t &x = joined.try_emplace(p.instructions[size_t(j)].stream, -1).first->second;
+        x = std::max(x, j);
+      }
+      for (auto &[st, j] : need) {
+        int64_t &x = joined.try_emplace(st, -1).first->second;
+        if (x < j) ins.wait.push_back(j), x = j;
+      }
+      // Side instructions this one joins (directly or as earlier ones of a joined stream).
+      for (auto &[st, x] : joined) {
+        auto &order = sideOrder[st];
+        size_t &pos = joinedPos[st];
+        while (pos < order.size() && order[pos] <= x) joinAt[size_t(order[pos++])] = i;
+      }
+      lastCompute = i;
+    }
+    std::sort(ins.wait.begin(), ins.wait.end());
+    ins.wait.erase(std::unique(ins.wait.begin(), ins.wait.end()), ins.wait.end());
+    if (s != "compute") sideOrder[s].push_back(i);
+    for (int64_t b : ins.in) readBy[size_t(b)][s] = i;
+    for (int64_t b : ins.out) writtenBy[size_t(b)][s] = i;
+  }
+
+  // Lives: every touch of a non-persistent buffer, and a side instruction's buffers until it is
+  // joined.
+  std::vector<bool> touched(nb, false);
+  for (int64_t i = 0; i < n; ++i) {
+    const rt::Instruction &ins = p.instructions[size_t(i)];
+    int64_t until = ins.stream == "compute" ? i : (joinAt[size_t(i)] >= 0 ? joinAt[size_t(i)] : end);
+    for (const auto *list : {&ins.in, &ins.out})
+      for (int64_t b : *list) {
+        rt::Buffer &buf = p.buffers[size_t(b)];
+        if (buf.persistent()) continue;
+        if (!touched[size_t(b)] && buf.role == "transfer" && buf.liveFirst > buf.liveLast) buf.liveFirst = i;
+        touched[size_t(b)] = true;
+        buf.liveFirst = std::min(buf.liveFirst, i);
+        buf.liveLast = std::max(buf.liveLast, until);
+      }
+  }
+  for (rt::Buffer &b : p.buffers)
+    if (b.liveFirst > b.liveLast) b.liveFirst = b.liveLast = 0; // a staging tensor nothing touches
+
+  // The host space (bigc-offload): its own arena.
+  bool host = false;
+  for (const rt::Buffer &b : p.buffers) host |= b.space == "host";
+  if (host) {
+    rt::Space h;
+    h.name = "host";
+    h.arenaBytes = i64Attr(func, "bigc.host_arena_bytes");
+    h.lowerBoundBytes = i64Attr(func, "bigc.host_lower_bound_bytes");
+    h.capacityBytes = options.hostCapacityBytes;
+    p.spaces.push_back(h);
+  }
+}
+
+
 } // namespace
 
 std::string locString(Location loc) {
@@ -149,7 +272,7 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     TensorInfo info = tensorInfo(param.getType(), param.getLoc());
     rt::Buffer b;
     b.name = param.getSymName().str();
-    b.space = "device";
+    b.space = bigcd::paramSpace(param).str();
     b.offset = i64Attr(param, "bigc.offset");
     b.bytes = info.bytes;
     b.dtype = info.dtype;
@@ -157,8 +280,12 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     b.role = param.getRole().str();
     b.liveFirst = 0;
     b.liveLast = end;
+    if (b.role == "transfer") b.liveFirst = end + 1, b.liveLast = -1; // a staging tensor: set from its touches
     b.init.kind = param.getInit().str();
     if (b.init.kind == "normal") b.init.std = param.getStd() ? param.getStd()->convertToDouble() : 0.02;
+    if (b.init.kind == "copy") b.init.source = param.getSource() ? param.getSource()->str() : std::string();
+    if (b.init.kind == "fill") b.init.value = param.getValue() ? param.getValue()->convertToDouble() : 0.0;
+    if (b.role == "transfer") b.init = rt::Init(); // staging tensors are written before they are read
     paramBuffer[b.name] = addBuffer(b);
   }
 
@@ -166,12 +293,15 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   auto argOffsets = func->getAttrOfType<DenseI64ArrayAttr>("bigc.arg_offsets");
   if (!argOffsets || int64_t(argOffsets.size()) != int64_t(block.getNumArguments()))
     fail("@train_step has no bigc.arg_offsets for its arguments (run bigc-memory-plan before emitting)");
-  if (block.getNumArguments() != 2) fail("@train_step must take (tokens, targets)");
-  static const char *argNames[] = {"tokens", "targets"};
+  // (tokens, targets) per micro-batch (bigc-grad-accum: 2K arguments).
+  if (block.getNumArguments() < 2 || block.getNumArguments() % 2 != 0)
+    fail("@train_step must take (tokens, targets) for each micro-batch");
+  const int64_t microBatches = int64_t(block.getNumArguments() / 2);
   for (BlockArgument a : block.getArguments()) {
     TensorInfo info = tensorInfo(a.getType(), func.getLoc());
     rt::Buffer b;
-    b.name = argNames[a.getArgNumber()];
+    b.name = a.getArgNumber() % 2 == 0 ? "tokens" : "targets";
+    if (microBatches > 1) b.name += "." + std::to_string(a.getArgNumber() / 2);
     b.space = "device";
     b.offset = argOffsets[a.getArgNumber()];
     b.bytes = info.bytes;
@@ -182,8 +312,12 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     b.liveLast = 0;
     bufferOf[a] = addBuffer(b);
   }
-  p.tokens = bufferOf[block.getArgument(0)];
-  p.targets = bufferOf[block.getArgument(1)];
+  p.tokenInputs.clear();
+  p.targetInputs.clear();
+  for (int64_t k = 0; k < microBatches; ++k) {
+    p.tokenInputs.push_back(bufferOf[block.getArgument(unsigned(2 * k))]);
+    p.targetInputs.push_back(bufferOf[block.getArgument(unsigned(2 * k + 1))]);
+  }
 
   // Results.
   for (Operation &op : block.without_terminator()) {
@@ -200,18 +334,20 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
            "' has no bigc.offsets for its results (run bigc-memory-plan before emitting)");
     auto phase = op.getAttrOfType<StringAttr>(bigcd::kPhaseAttrName);
     bool forward = phase && phase.getValue() == "forward";
+    forward |= op.hasAttr("bigc.recompute"); // bigc-recompute's clones: activations made again in the backward
     std::string opName = op.getName().stripDialect().str();
     for (OpResult r : op.getResults()) {
       TensorInfo info = tensorInfo(r.getType(), op.getLoc());
       rt::Buffer b;
       b.name = opName + "." + std::to_string(index[&op]);
       if (op.getNumResults() > 1) b.name += ":" + std::to_string(r.getResultNumber());
-      b.space = "device";
+      b.space = bigcd::opSpace(&op).str();
       b.offset = offsets[r.getResultNumber()];
       b.bytes = info.bytes;
       b.dtype = info.dtype;
       b.shape = info.shape;
       b.role = forward ? "activation" : "activation_grad";
+      if (isa<bigcd::CopyOp>(op)) b.role = "transfer"; // a gradient's host copy becomes "grad" below
       b.liveFirst = b.liveLast = index[&op];
       bufferOf[r] = addBuffer(b);
     }
@@ -238,6 +374,7 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   for (Operation &op : block.without_terminator())
     if (auto a = dyn_cast<bigcd::AdamWOp>(op)) grads.insert(a.getGrad());
   for (Operation &op : llvm::reverse(block.without_terminator())) {
+    if (auto c = dyn_cast<bigcd::CopyOp>(op); c && grads.count(c.getY())) grads.insert(c.getX()); // offload
     if (!isInPlaceOp(&op) || op.getNumResults() != 1 || !grads.count(op.getResult(0))) continue;
     const rt::Buffer &y = p.buffers[size_t(bufferOf[op.getResult(0)])];
     for (Value x : op.getOperands()) {
@@ -260,6 +397,9 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     ins.op = op.getName().stripDialect().str();
     ins.loc = locString(op.getLoc());
     ins.attrs = instructionAttrs(&op);
+    ins.recompute = op.hasAttr("bigc.recompute");
+    ins.stream = bigcd::opStream(&op).str();
+    if (auto ph = op.getAttrOfType<StringAttr>(bigcd::kPhaseAttrName)) ins.phase = ph.getValue().str();
     if (auto a = dyn_cast<bigcd::AdamWOp>(op)) {
       auto lookup = [&](llvm::StringRef name) {
         auto it = paramBuffer.find(name);
@@ -269,16 +409,52 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
       int64_t param = lookup(a.getParam()), m = lookup(a.getExpAvg()), v = lookup(a.getExpAvgSq());
       ins.in = {param, bufferOf[a.getGrad()], m, v};
       if (a.getNorm()) ins.in.push_back(bufferOf[a.getNorm()]);
+      if (a.getNorm()) ins.attrs["clip"].num = 1.0; // format v2: the norm operand is there when clip is set
       ins.out = {param, m, v};
+      // Format v2 order: [.., norm] [, loss_scale] [, found_inf]; out [.., half].
+      if (a.getLossScale()) {
+        ins.in.push_back(bufferOf[a.getLossScale()]);
+        ins.attrs["unscale"].num = 1.0;
+      }
+      if (a.getFoundInf()) {
+        ins.in.push_back(bufferOf[a.getFoundInf()]);
+        ins.attrs["skip_on_overflow"].num = 1.0;
+      }
+      if (auto half = a.getHalf()) {
+        ins.out.push_back(lookup(*half));
+        ins.attrs["write_half"].num = 1.0;
+      }
+    } else if (auto u = dyn_cast<bigcd::LossScaleUpdateOp>(op)) {
+      auto lookup = [&](llvm::StringRef name) {
+        auto it = paramBuffer.find(name);
+        if (it == paramBuffer.end()) fail(str(op.getLoc()) + ": loss_scale_update names unknown symbol @" + name.str());
+        return it->second;
+      };
+      int64_t scale = lookup(u.getScale()), good = lookup(u.getGood());
+      ins.in = {bufferOf[u.getFoundInf()], scale, good};
+      ins.out = {scale, good};
+      ins.attrs["growth_interval"].num = double(u.getGrowthInterval());
+      ins.attrs["backoff"].num = u.getBackoff().convertToDouble();
+      ins.attrs["growth"].num = u.getGrowth().convertToDouble();
+      p.lossScale = scale;
+      p.foundInf = bufferOf[u.getFoundInf()];
     } else {
       for (Value v : op.getOperands()) ins.in.push_back(bufferOf[v]);
       for (Value r : op.getResults()) ins.out.push_back(bufferOf[r]);
     }
+    if (auto pc = dyn_cast<bigcd::ParamCopyOp>(op)) { // persistent -> persistent: a `copy`
+      for (llvm::StringRef sym : {pc.getFrom(), pc.getTo()})
+        if (!paramBuffer.count(sym)) fail(str(op.getLoc()) + ": param_copy names unknown symbol @" + sym.str());
+      ins.op = "copy";
+      ins.in = {paramBuffer[pc.getFrom()]};
+      ins.out = {paramBuffer[pc.getTo()]};
+    }
+    if (isa<bigcd::WaitOp>(op)) ins.attrs.clear(); // its events become the instruction's wait list
     p.instructions.push_back(std::move(ins));
   }
 
   // Config: B, T from the tokens, V from the embedding table (else the logits).
-  const rt::Buffer &tok = p.buffers[size_t(p.tokens)];
+  const rt::Buffer &tok = p.buffers[size_t(p.tokenInputs.at(0))];
   if (tok.shape.size() != 2) fail("tokens must be [B, T]");
   p.batch = tok.shape[0];
   p.seq = tok.shape[1];
@@ -292,9 +468,29 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
       p.vocab = t.getDimSize(t.getRank() - 1);
     }
   }
+  // bigc-mixed-precision / bigc-grad-accum record what they did on the module.
   p.precision = "fp32";
-  p.microBatches = 1;
+  if (auto prec = module->getAttrOfType<StringAttr>("bigc.precision")) p.precision = prec.getValue().str();
+  p.microBatches = microBatches;
+  if (auto k = module->getAttrOfType<IntegerAttr>("bigc.micro_batches"))
+    if (k.getInt() != microBatches)
+      fail("bigc.micro_batches = " + std::to_string(k.getInt()) + " but @train_step takes " +
+           std::to_string(microBatches) + " (tokens, targets) pairs");
+  // The runtime reads found_inf after the step (bigc-memory-plan keeps it live to the end).
+  if (p.foundInf >= 0) p.buffers[size_t(p.foundInf)].liveLast = end;
   p.ranks = 1;
+
+  // What bigc-recompute decided (module attribute bigc.recompute; absent: nothing recomputed).
+  if (auto rc = module->getAttrOfType<DictionaryAttr>("bigc.recompute")) {
+    if (auto s = rc.getAs<StringAttr>("policy")) p.recompute.policy = s.getValue().str();
+    auto num = [&](llvm::StringRef key) {
+      auto a = rc.getAs<IntegerAttr>(key);
+      return a ? a.getInt() : int64_t(0);
+    };
+    p.recompute.savedBytes = num("saved_bytes");
+    p.recompute.flopsAdded = num("flops_added");
+    p.recompute.forwardFlops = num("forward_flops");
+  }
 
   rt::Space device;
   device.name = "device";
@@ -302,6 +498,7 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   device.lowerBoundBytes = i64Attr(func, "bigc.lower_bound_bytes");
   device.capacityBytes = options.deviceCapacityBytes;
   p.spaces.push_back(device);
+  finishStreams(p, block, index, func, options); // streams, waits, host space (bigc-offload)
   return p;
 }
 

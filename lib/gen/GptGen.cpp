@@ -94,6 +94,18 @@ public:
 private:
   const GptConfig &c_;
   std::ostringstream os_;
+  int64_t layer_ = -1; // the block being written (-1: outside the blocks)
+
+  // The attribute dictionary of an op: `extra` plus, inside block i, `bigc.layer = i : i64` (every
+  // forward op of block i carries it; bigc-autodiff copies it onto the backward ops, and
+  // bigc-recompute, bigc-offload and the schedule group work by it). Sorted as MLIR prints it.
+  std::string attrs(const std::string &extra = "") const {
+    std::string layer = layer_ >= 0 ? "bigc.layer = " + std::to_string(layer_) + " : i64" : "";
+    if (layer.empty() && extra.empty()) return "";
+    if (layer.empty()) return " {" + extra + "}";
+    if (extra.empty()) return " {" + layer + "}";
+    return " {" + layer + ", " + extra + "}";
+  }
 
   int64_t B() const { return c_.batch; }
   int64_t T() const { return c_.seq; }
@@ -155,7 +167,7 @@ private:
 
   // %name = bigc.get_param @"param" : type
   std::string getParam(const std::string &ssa, const std::string &name, const std::string &type) {
-    os_ << "    %" << ssa << " = bigc.get_param @\"" << name << "\" : " << type << "\n";
+    os_ << "    %" << ssa << " = bigc.get_param @\"" << name << "\"" << attrs() << " : " << type << "\n";
     return "%" + ssa;
   }
 
@@ -164,9 +176,9 @@ private:
                      const std::string &wname, const std::string &bname) {
     std::string w = getParam(pfx + "_w", wname, mat(in, out));
     std::string b = getParam(pfx + "_b", bname, vec(out));
-    os_ << "    %" << pfx << "_mm = bigc.matmul " << x << ", " << w << " : (" << btc(in) << ", "
+    os_ << "    %" << pfx << "_mm = bigc.matmul " << x << ", " << w << attrs() << " : (" << btc(in) << ", "
         << mat(in, out) << ") -> " << btc(out) << "\n";
-    os_ << "    %" << pfx << " = bigc.bias_add %" << pfx << "_mm, " << b << " : (" << btc(out)
+    os_ << "    %" << pfx << " = bigc.bias_add %" << pfx << "_mm, " << b << attrs() << " : (" << btc(out)
         << ", " << vec(out) << ") -> " << btc(out) << "\n";
     return "%" + pfx;
   }
@@ -177,7 +189,7 @@ private:
     std::string b = getParam(pfx + "_b", bname, vec(C()));
     std::string bt = tensorType({B(), T()});
     os_ << "    %" << pfx << ", %" << pfx << "_mean, %" << pfx << "_rstd = bigc.layernorm " << x
-        << ", " << w << ", " << b << " {eps = 1.0e-05 : f64} : (" << btc(C()) << ", " << vec(C())
+        << ", " << w << ", " << b << attrs("eps = 1.0e-05 : f64") << " : (" << btc(C()) << ", " << vec(C())
         << ", " << vec(C()) << ") -> (" << btc(C()) << ", " << bt << ", " << bt << ")\n";
     return "%" + pfx;
   }
@@ -197,27 +209,29 @@ private:
       std::string h = "h" + std::to_string(i);
       std::string p = "h." + std::to_string(i) + ".";
       os_ << "    // block " << i << "\n";
+      layer_ = i;
       std::string ln1 = layernorm(h + "_ln1", x, p + "ln_1.weight", p + "ln_1.bias");
       std::string qkv =
           linear(h + "_qkv", ln1, C(), 3 * C(), p + "attn.c_attn.weight", p + "attn.c_attn.bias");
       os_ << "    %" << h << "_attn, %" << h << "_lse = bigc.attention " << qkv
-          << " {heads = " << H() << " : i64} : (" << btc(3 * C()) << ") -> (" << btc(C()) << ", "
+          << attrs("heads = " + std::to_string(H()) + " : i64") << " : (" << btc(3 * C()) << ") -> (" << btc(C()) << ", "
           << tensorType({B(), H(), T()}) << ")\n";
       std::string proj = linear(h + "_attn_proj", "%" + h + "_attn", C(), C(),
                                 p + "attn.c_proj.weight", p + "attn.c_proj.bias");
-      os_ << "    %" << h << "_res1 = bigc.add " << x << ", " << proj << " : (" << btc(C()) << ", "
+      os_ << "    %" << h << "_res1 = bigc.add " << x << ", " << proj << attrs() << " : (" << btc(C()) << ", "
           << btc(C()) << ") -> " << btc(C()) << "\n";
       std::string ln2 = layernorm(h + "_ln2", "%" + h + "_res1", p + "ln_2.weight", p + "ln_2.bias");
       std::string fc =
           linear(h + "_fc", ln2, C(), 4 * C(), p + "mlp.c_fc.weight", p + "mlp.c_fc.bias");
-      os_ << "    %" << h << "_gelu = bigc.gelu " << fc << " : (" << btc(4 * C()) << ") -> "
+      os_ << "    %" << h << "_gelu = bigc.gelu " << fc << attrs() << " : (" << btc(4 * C()) << ") -> "
           << btc(4 * C()) << "\n";
       std::string mproj = linear(h + "_mlp_proj", "%" + h + "_gelu", 4 * C(), C(),
                                  p + "mlp.c_proj.weight", p + "mlp.c_proj.bias");
-      os_ << "    %" << h << "_res2 = bigc.add %" << h << "_res1, " << mproj << " : (" << btc(C())
+      os_ << "    %" << h << "_res2 = bigc.add %" << h << "_res1, " << mproj << attrs() << " : (" << btc(C())
           << ", " << btc(C()) << ") -> " << btc(C()) << "\n";
       x = "%" + h + "_res2";
     }
+    layer_ = -1;
     os_ << "    // head\n";
     std::string lnf = layernorm("lnf", x, "ln_f.weight", "ln_f.bias");
     os_ << "    %logits = bigc.matmul " << lnf << ", " << wte << " {transpose_b} : (" << btc(C())

@@ -10,6 +10,9 @@
 #include "bigc/support/hardware.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <dirent.h>
 #include <fstream>
@@ -84,7 +87,10 @@ struct Reader {
     if (!v) return dflt;
     if (!v->is_number_integer() && !(v->is_number_float() && v->get<double>() == double(int64_t(v->get<double>()))))
       fail(field, "expected a positive integer, got " + v->dump());
+    if (v->is_number_float() && std::fabs(v->get<double>()) > 9.0e18)
+      fail(field, "expected a positive integer, got " + v->dump());
     int64_t n = v->is_number_integer() ? v->get<int64_t>() : int64_t(v->get<double>());
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) n = INT64_MAX;
     if (n <= 0) fail(field, "expected a positive integer, got " + v->dump());
     return n;
   }
@@ -104,7 +110,8 @@ struct Reader {
     } else {
       fail(field, "expected bytes or a size such as \"16G\", got " + v->dump());
     }
-    if (!(b > 0) || b > 9.0e18) fail(field, "expected a positive size, got " + v->dump());
+    if (!(b > 0)) fail(field, "expected a positive size, got " + v->dump());
+    if (b > 9.0e18) fail(field, "absurd value " + v->dump() + ": more than 8 EiB");
     return int64_t(b);
   }
 
@@ -116,7 +123,43 @@ struct Reader {
     if (!(r > 0)) fail(field, "expected a positive number (per second), got " + v->dump());
     return r;
   }
+
+  // Plausibility: a value outside [lo, hi] is a typo (a missing exponent, bits for bytes, ...).
+  void range(const std::string &field, double value, double lo, double hi, const std::string &unit,
+             const std::string &why) const {
+    if (value < lo || value > hi)
+      fail(field, "absurd value " + human(value) + unit + ": expected " + human(lo) + unit + " to " +
+                      human(hi) + unit + " (" + why + ")");
+  }
+
+  static std::string human(double v) {
+    char buf[64];
+    if (v >= 1e3 || (v > 0 && v < 1e-2)) std::snprintf(buf, sizeof buf, "%.3g", v);
+    else std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+  }
 };
+
+std::string bytesStr(double b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 6) b /= 1024.0, ++u;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u ? "%.4g %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+// Bounds of the plausibility checks. Generous: the largest parts of 2025 are well inside them,
+// an error of a factor of 1000 (a missing exponent) or 8 (bits for bytes, in a few cases) is not.
+constexpr int64_t kMaxDevices = 1024;
+constexpr double kMaxDeviceMem = 10.0 * 1099511627776.0; // 10 TiB per device (H200: 141 GB)
+constexpr double kMinDeviceMem = 64.0 * 1048576.0;        // 64 MiB
+constexpr double kMaxHostMem = 1024.0 * 1099511627776.0;  // 1 PiB per machine
+constexpr double kMaxDeviceFlops = 1e17;                  // 100 PFLOP/s (H100: 0.99 PFLOP/s dense)
+constexpr double kMinFlops = 1e6;                         // 1 MFLOP/s
+constexpr double kMaxHostFlops = 1e16;                    // 10 PFLOP/s
+constexpr double kMaxBandwidth = 1e13;                    // 10 TB/s (NVLink 5: 0.9 TB/s each way)
+constexpr double kMinBandwidth = 1e6;                     // 1 MB/s
 
 HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   json j;
@@ -150,6 +193,9 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   if (p.name.empty()) r.fail("name", "must not be empty");
   p.description = r.str("description", false);
   p.devices = r.integer("devices", true, 1);
+  if (p.devices > kMaxDevices)
+    r.fail("devices", "absurd value " + std::to_string(p.devices) + ": expected 1 to " +
+                          std::to_string(kMaxDevices) + " devices per machine");
   p.deviceMemBytes = r.bytes("device_memory_bytes", true, 0);
   p.hostMemBytes = r.bytes("host_memory_bytes", true, 0);
   p.deviceFlops = r.rate("device_flops", true, 0);
@@ -158,6 +204,28 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   p.d2hBytesPerS = r.rate("d2h_bytes_per_s", false, p.h2dBytesPerS);
   p.interconnectBytesPerS =
       r.rate("interconnect_bytes_per_s", p.devices > 1, p.h2dBytesPerS);
+
+  // Absurd values: each names the field, the value and the accepted range.
+  r.range("device_memory_bytes", double(p.deviceMemBytes), kMinDeviceMem, kMaxDeviceMem, " bytes",
+          "64 MiB to 10 TiB per device; sizes take K M G T suffixes, e.g. \"16G\"");
+  r.range("host_memory_bytes", double(p.hostMemBytes), 1.0, kMaxHostMem, " bytes",
+          "at most 1 PiB per machine");
+  // Host memory far below the devices' memory is a unit mistake (MB for GB, a value per device
+  // for the machine read the other way): a real machine has at least a few percent of it.
+  double minHost = double(p.deviceMemBytes) * double(p.devices) / 100.0;
+  if (double(p.hostMemBytes) < minHost)
+    r.fail("host_memory_bytes",
+           "absurd value " + bytesStr(double(p.hostMemBytes)) + ": less than 1/100 of the devices' memory (" +
+               std::to_string(p.devices) + " x " + bytesStr(double(p.deviceMemBytes)) +
+               "); host_memory_bytes is the RAM of the whole machine, e.g. \"330G\"");
+  r.range("device_flops", p.deviceFlops, kMinFlops, kMaxDeviceFlops, " FLOP/s",
+          "peak dense FLOP/s of one device, e.g. 125e12");
+  r.range("host_flops", p.hostFlops, kMinFlops, kMaxHostFlops, " FLOP/s",
+          "sustained FLOP/s of the host, e.g. 1.5e12");
+  r.range("h2d_bytes_per_s", p.h2dBytesPerS, kMinBandwidth, kMaxBandwidth, " B/s", "e.g. 12e9 for PCIe 3.0 x16");
+  r.range("d2h_bytes_per_s", p.d2hBytesPerS, kMinBandwidth, kMaxBandwidth, " B/s", "e.g. 12e9 for PCIe 3.0 x16");
+  r.range("interconnect_bytes_per_s", p.interconnectBytesPerS, kMinBandwidth, kMaxBandwidth, " B/s",
+          "one direction per device, e.g. 300e9 for NVLink 3");
   return p;
 }
 

@@ -19,7 +19,7 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-const std::vector<std::string> kRoleOrder = {"param",          "optimizer", "grad",
+const std::vector<std::string> kRoleOrder = {"param",          "master",    "optimizer", "grad",
                                              "input",          "activation", "activation_grad",
                                              "workspace",      "transfer"};
 
@@ -35,7 +35,7 @@ bool roleLess(const std::string &a, const std::string &b) {
 
 const char *roleColor(const std::string &r) {
   static const std::map<std::string, const char *> colors = {
-      {"param", "#4e79a7"},      {"optimizer", "#76b7b2"}, {"grad", "#f28e2b"},
+      {"param", "#4e79a7"},      {"master", "#a0cbe8"},    {"optimizer", "#76b7b2"}, {"grad", "#f28e2b"},
       {"input", "#bab0ac"},      {"activation", "#59a14f"}, {"activation_grad", "#e15759"},
       {"workspace", "#b07aa1"},  {"transfer", "#edc948"}};
   auto it = colors.find(r);
@@ -121,6 +121,10 @@ std::vector<Phase> inferPhases(const rt::Program &p) {
     bool opt = ins.op == "adamw" || ins.op == "global_norm" || writesRole(ins, "optimizer");
     bool bwd = !opt && ((ins.op.size() > 5 && ins.op.compare(ins.op.size() - 5, 5, "_grad") == 0) ||
                         writesRole(ins, "grad") || writesRole(ins, "activation_grad"));
+    if (!ins.phase.empty()) { // version 2 records the phase of each instruction
+      opt = ins.phase == "optimizer";
+      bwd = ins.phase == "backward";
+    }
     cls[size_t(i)] = opt ? 'O' : bwd ? 'B' : 'F';
     if (cls[size_t(i)] != 'F' && firstNonF == n) firstNonF = i;
     if (bwd) lastB = i;
@@ -142,6 +146,78 @@ std::string phaseOf(const std::vector<Phase> &phases, int64_t i) {
   for (const auto &ph : phases)
     if (ph.begin <= i && i < ph.end) return ph.name;
   return "";
+}
+
+int streamRank(const std::string &s) {
+  return s == "compute" ? 0 : s == "h2d" ? 1 : s == "d2h" ? 2 : s == "host" ? 3 : 4;
+}
+
+// Instructions per stream, with the bytes each stream's copies write (transfers between spaces).
+struct StreamStat {
+  std::string name;
+  int64_t instructions = 0, copies = 0, bytes = 0;
+};
+std::vector<StreamStat> streamStats(const rt::Program &p) {
+  std::map<std::string, StreamStat> m;
+  for (const auto &ins : p.instructions) {
+    std::string st = ins.stream.empty() ? "compute" : ins.stream;
+    StreamStat &s = m[st];
+    s.name = st;
+    s.instructions += 1;
+    if (ins.op == "copy")
+      for (int64_t o : ins.out)
+        if (o >= 0 && o < int64_t(p.buffers.size())) s.copies += 1, s.bytes += p.buffers[size_t(o)].bytes;
+  }
+  std::vector<StreamStat> v;
+  for (auto &kv : m) v.push_back(kv.second);
+  std::stable_sort(v.begin(), v.end(), [](const StreamStat &a, const StreamStat &b) {
+    return streamRank(a.name) != streamRank(b.name) ? streamRank(a.name) < streamRank(b.name) : a.name < b.name;
+  });
+  return v;
+}
+
+// Marker lanes of the timeline: instructions on the side streams (transfers, host work) and the
+// recomputed forward work, each a row of ticks under the plot of every space.
+struct Lane {
+  std::string name, color, what;
+  std::vector<int64_t> at; // instruction indices
+  int64_t bytes = 0;       // bytes copied (transfer lanes)
+};
+std::vector<Lane> lanesOf(const rt::Program &p) {
+  std::vector<Lane> lanes = {{"h2d", "#1f77b4", "copies from host to device", {}, 0},
+                             {"d2h", "#d62728", "copies from device to host", {}, 0},
+                             {"host", "#8c564b", "work on the host (CPU Adam, ...)", {}, 0},
+                             {"recompute", "#9467bd", "forward work repeated in the backward", {}, 0}};
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    const auto &ins = p.instructions[i];
+    for (auto &l : lanes) {
+      bool on = l.name == "recompute" ? ins.recompute : ins.stream == l.name;
+      if (!on) continue;
+      l.at.push_back(int64_t(i));
+      if (ins.op == "copy")
+        for (int64_t o : ins.out)
+          if (o >= 0 && o < int64_t(p.buffers.size())) l.bytes += p.buffers[size_t(o)].bytes;
+    }
+  }
+  std::vector<Lane> out;
+  for (auto &l : lanes)
+    if (!l.at.empty()) out.push_back(std::move(l));
+  return out;
+}
+
+int64_t recomputedInstructions(const rt::Program &p) {
+  int64_t n = 0;
+  for (const auto &ins : p.instructions) n += ins.recompute ? 1 : 0;
+  return n;
+}
+
+// "812.3 MFLOP", "1.24 TFLOP".
+std::string flopsStr(int64_t f) {
+  const char *units[] = {"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP", "EFLOP"};
+  double v = double(f);
+  int u = 0;
+  while (v >= 1000.0 && u < 6) v /= 1000.0, ++u;
+  return fmt(u == 0 ? "%.0f" : "%.2f", v) + " " + units[u];
 }
 
 struct SpaceSummary {
@@ -301,6 +377,32 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   o << "instructions: " << withCommas(int64_t(p.instructions.size())) << ", buffers: "
     << withCommas(int64_t(p.buffers.size())) << "\n";
   o << "fits: " << (allFit(sums) ? "yes" : "NO") << "\n";
+  {
+    std::vector<StreamStat> st = streamStats(p);
+    if (st.size() > 1 || (st.size() == 1 && st[0].name != "compute")) {
+      o << "streams:";
+      for (size_t k = 0; k < st.size(); ++k) {
+        o << (k ? ", " : " ") << st[k].name << " " << withCommas(st[k].instructions);
+        if (st[k].copies)
+          o << " (" << withCommas(st[k].copies) << (st[k].copies == 1 ? " copy, " : " copies, ")
+            << humanBytes(st[k].bytes) << ")";
+      }
+      o << "\n";
+    }
+  }
+
+  if (p.recompute.policy != "none" || recomputedInstructions(p) > 0) {
+    const auto &rc = p.recompute;
+    o << "recompute: " << rc.policy << ": " << humanBytes(rc.savedBytes)
+      << " of activations not kept for the backward; +" << flopsStr(rc.flopsAdded) << " per step in "
+      << withCommas(recomputedInstructions(p)) << " recomputed instructions";
+    if (rc.forwardFlops > 0)
+      o << " (" << fmt("%.1f", 100.0 * double(rc.flopsAdded) / double(rc.forwardFlops))
+        << "% of the forward's " << flopsStr(rc.forwardFlops) << ", ~"
+        << fmt("%.1f", 100.0 * double(rc.flopsAdded) / (3.0 * double(rc.forwardFlops)))
+        << "% of forward + backward)";
+    o << "\n";
+  }
 
   std::vector<Phase> ph = inferPhases(p);
   for (const auto &s : sums) {
@@ -416,6 +518,18 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
   for (const auto &ph : inferPhases(p))
     phases.push_back({{"name", ph.name}, {"begin", ph.begin}, {"end", ph.end}});
   j["phases"] = phases;
+  json streams = json::object();
+  for (const auto &st : streamStats(p))
+    streams[st.name] = {{"instructions", st.instructions}, {"copies", st.copies}, {"bytes", st.bytes}};
+  j["streams"] = streams;
+  j["recompute"] = {{"policy", p.recompute.policy},
+                    {"saved_bytes", p.recompute.savedBytes},
+                    {"flops_added", p.recompute.flopsAdded},
+                    {"forward_flops", p.recompute.forwardFlops},
+                    {"flops_added_fraction_of_forward",
+                     p.recompute.forwardFlops > 0 ? double(p.recompute.flopsAdded) / double(p.recompute.forwardFlops)
+                                                  : 0.0},
+                    {"instructions", recomputedInstructions(p)}};
   json spaces = json::object();
   std::vector<const rt::Buffer *> all;
   for (const auto &s : sums) {
@@ -511,7 +625,10 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
   const double W = 1140, left = 90, right = 230, panelH = 300, top = 56, gap = 60;
   const double plotW = W - left - right;
   const size_t nSpaces = std::max<size_t>(1, p.spaces.size());
-  const double H = top + nSpaces * (panelH + gap) - gap + 24;
+  // Lanes of markers under each plot: transfers (h2d, d2h), host work, recomputation.
+  const std::vector<Lane> lanes = lanesOf(p);
+  const double laneH = 16, lanesH = lanes.empty() ? 0 : 30 + double(lanes.size()) * laneH;
+  const double H = top + nSpaces * (panelH + lanesH + gap) - gap + 24;
   const int64_t n = std::max<int64_t>(1, int64_t(p.instructions.size()));
   std::vector<Phase> ph = inferPhases(p);
 
@@ -636,9 +753,14 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
     o << "<line x1=\"" << num(X(double(tl.peakInstruction) + 0.5)) << "\" y1=\"" << num(pt)
       << "\" x2=\"" << num(X(double(tl.peakInstruction) + 0.5)) << "\" y2=\"" << num(pb)
       << "\" stroke=\"#555\" stroke-width=\"0.8\" stroke-dasharray=\"1,3\"/>\n";
-    o << "<text x=\"" << num(X(double(tl.peakInstruction) + 0.5) + 3) << "\" y=\"" << num(pt + 28)
-      << "\" fill=\"#555\">peak " << humanBytes(tl.peakBytes) << " @ " << tl.peakInstruction
-      << "</text>\n";
+    {
+      // Near the right edge the label goes to the left of the marker (it would overflow the plot).
+      double px = X(double(tl.peakInstruction) + 0.5);
+      bool leftSide = px > left + 0.8 * plotW;
+      o << "<text x=\"" << num(leftSide ? px - 3 : px + 3) << "\" y=\"" << num(pt + 28) << "\""
+        << (leftSide ? " text-anchor=\"end\"" : "") << " fill=\"#555\">peak " << humanBytes(tl.peakBytes) << " @ "
+        << tl.peakInstruction << "</text>\n";
+    }
     // X axis.
     o << "<line x1=\"" << left << "\" y1=\"" << num(pb) << "\" x2=\"" << num(left + plotW)
       << "\" y2=\"" << num(pb) << "\" stroke=\"#333\"/>\n";
@@ -665,8 +787,40 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
     }
     o << "<text x=\"" << num(left + plotW + 16) << "\" y=\"" << num(ly + 12)
       << "\" fill=\"#777\" font-size=\"10\">(bytes at the peak)</text>\n";
+    // Marker lanes: one tick per instruction (runs merged), on the plot's x axis.
+    double lyy = pb + 46;
+    for (const Lane &l : lanes) {
+      std::string desc = withCommas(int64_t(l.at.size())) + " instruction" + (l.at.size() == 1 ? "" : "s");
+      if (l.bytes > 0) desc += ", " + humanBytes(l.bytes);
+      o << "<g class=\"lane\" id=\"lane-" << xmlEscape(sp.name) << "-" << xmlEscape(l.name) << "\">\n";
+      o << "<title>" << xmlEscape(l.name) << ": " << xmlEscape(l.what) << " (" << desc << ")</title>\n";
+      o << "<text x=\"" << num(left - 6) << "\" y=\"" << num(lyy + 10) << "\" text-anchor=\"end\" fill=\""
+        << l.color << "\">" << xmlEscape(l.name) << "</text>\n";
+      o << "<rect x=\"" << left << "\" y=\"" << num(lyy) << "\" width=\"" << num(plotW) << "\" height=\""
+        << num(laneH - 4) << "\" fill=\"#f6f6f6\"/>\n";
+      double runA = -1, runB = -1;
+      auto flush = [&]() {
+        if (runA < 0) return;
+        o << "<rect x=\"" << num(runA) << "\" y=\"" << num(lyy) << "\" width=\"" << num(std::max(runB - runA, 1.0))
+          << "\" height=\"" << num(laneH - 4) << "\" fill=\"" << l.color << "\"/>\n";
+      };
+      for (int64_t i : l.at) {
+        double a = X(double(i)), b = X(double(i + 1));
+        if (runA >= 0 && a <= runB + 0.5) {
+          runB = std::max(runB, b);
+          continue;
+        }
+        flush();
+        runA = a, runB = b;
+      }
+      flush();
+      o << "<text x=\"" << num(left + plotW + 16) << "\" y=\"" << num(lyy + 10) << "\" fill=\"" << l.color
+        << "\">" << xmlEscape(l.name) << ": " << desc << "</text>\n";
+      o << "</g>\n";
+      lyy += laneH;
+    }
     o << "</g>\n";
-    y0 += panelH + gap;
+    y0 += panelH + lanesH + gap;
   }
   o << "</svg>\n";
   return o.str();
@@ -686,7 +840,8 @@ const char *inspectHelp() {
          "                      instructions, spaces{arena_bytes, lower_bound_bytes,\n"
          "                      capacity_bytes, by_role}, largest_buffers, ...)\n"
          "  --timeline FILE.svg write an SVG of bytes live per role over the step, one panel\n"
-         "                      per memory space, phases shaded\n"
+         "                      per memory space, phases shaded, with lanes marking the\n"
+         "                      transfers (h2d, d2h), host work and recomputed instructions\n"
          "  --rank R            the rank to show (0 .. ranks-1; default 0)\n";
 }
 

@@ -241,8 +241,8 @@ File weightsOf(const Executor &ex) {
   File f;
   f.metadata["format"] = "pt";
   f.metadata["producer"] = "bigc";
-  for (const Buffer *b : ex.params())
-    f.tensors.push_back(Tensor::fromF32(b->name, b->shape, static_cast<const float *>(ex.data(b->id))));
+  for (const Buffer *b : ex.weights()) // masters when there are, as f32
+    f.tensors.push_back(Tensor::fromF32(b->name, b->shape, ex.readF32(b->id).data()));
   return f;
 }
 
@@ -252,7 +252,7 @@ File gradsOf(const Executor &ex) {
   f.metadata["producer"] = "bigc";
   f.metadata["content"] = "gradients";
   const auto &grads = ex.capturedGrads();
-  for (const Buffer *b : ex.params()) {
+  for (const Buffer *b : ex.weights()) {
     auto it = grads.find(b->name);
     if (it == grads.end()) continue;
     f.tensors.push_back(Tensor::fromF32(b->name, b->shape, it->second.data()));
@@ -272,7 +272,8 @@ void loadWeights(Executor &ex, const File &file, const std::string &path) {
     if (!byName.emplace(name, &t).second) fail(path, "tensor '" + name + "' appears twice");
   }
   std::set<std::string> params;
-  for (const Buffer *b : ex.params()) {
+  const std::vector<const Buffer *> weights = ex.weights(); // masters when there are
+  for (const Buffer *b : weights) {
     params.insert(b->name);
     auto it = byName.find(b->name);
     if (it == byName.end())
@@ -284,16 +285,16 @@ void loadWeights(Executor &ex, const File &file, const std::string &path) {
   for (const auto &[name, t] : byName)
     if (!params.count(name))
       fail(path, "tensor '" + t->name + "' " + shapeStr(t->shape) + " is not a parameter of this model");
-  for (const Buffer *b : ex.params()) {
+  for (const Buffer *b : weights) {
     const Tensor *t = byName.at(b->name);
-    float *dst = static_cast<float *>(ex.data(b->id));
-    if (t->dtype == DType::F32) {
-      std::memcpy(dst, t->data.data(), t->data.size());
+    if (t->dtype == DType::F32 && b->dtype == DType::F32) {
+      std::memcpy(ex.data(b->id), t->data.data(), t->data.size());
     } else {
       std::vector<float> v = t->toF32();
-      std::copy(v.begin(), v.end(), dst);
+      ex.writeF32(b->id, v.data());
     }
   }
+  ex.refreshCopies(); // compute copies (init kind copy) follow the loaded masters
 }
 
 } // namespace bigc::rt::safetensors

@@ -35,9 +35,10 @@ const char *kRunUsage =
     "  --synthetic         synthetic data: a random Markov chain over the vocabulary, from the seed\n"
     "  --seed S            initialisation and synthetic-data seed (default 1337)\n"
     "  --log FILE.jsonl    one JSON object per step: step, loss, tokens_per_s, elapsed_s, peak_bytes\n"
-    "  --save-weights FILE safetensors of every parameter after the last step\n"
+    "                      (per memory space), and loss_scale, skipped with fp16 loss scaling\n"
+    "  --save-weights FILE safetensors of every weight (fp32 masters when there are) after the last step\n"
     "  --load-weights FILE start from these weights (safetensors, Hugging Face GPT-2 names)\n"
-    "  --dump-grads FILE   the last step's parameter gradients as safetensors\n"
+    "  --dump-grads FILE   the last step's parameter gradients (f32, unscaled) as safetensors\n"
     "  --threads N         CPU threads (default: all)\n"
     "  --quiet             no progress lines\n";
 
@@ -170,15 +171,23 @@ int runBody(int argc, char **argv, int first) {
   if (args.has("--log")) log = std::make_unique<LogFile>(args.str("--log"));
 
   const auto arenas = ex.arenaBytes();
+  const int64_t K = ex.program().microBatches;
   if (!quiet) {
     std::string spaces;
     for (const auto &[name, bytes] : arenas) spaces += (spaces.empty() ? "" : ", ") + name + " " + humanBytes(bytes);
-    std::fprintf(stderr, "bigc run: %s: %lld parameters, batch %lldx%lld, arenas: %s; data: %s; %lld steps\n",
-                 programPath.c_str(), (long long)ex.program().parameterCount(), (long long)B, (long long)T,
-                 spaces.c_str(), source->describe().c_str(), (long long)steps);
+    std::string streams;
+    for (const auto &s : ex.streams()) streams += (streams.empty() ? "" : ", ") + s;
+    std::fprintf(stderr,
+                 "bigc run: %s: %lld parameters, %s, batch %lld x %lldx%lld, arenas: %s; streams: %s; data: %s; "
+                 "%lld steps\n",
+                 programPath.c_str(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
+                 (long long)K, (long long)B, (long long)T, spaces.c_str(), streams.c_str(),
+                 source->describe().c_str(), (long long)steps);
   }
 
-  std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
+  // K micro-batches per step, in data order: micro-batch k of step s is batch s·K + k.
+  const int64_t bt = B * T;
+  std::vector<int32_t> tokens(size_t(K * bt)), targets(size_t(K * bt));
   nlohmann::ordered_json peak = nlohmann::ordered_json::object();
   for (const auto &[name, bytes] : arenas) peak[name] = bytes;
   using clock = std::chrono::steady_clock;
@@ -186,15 +195,26 @@ int runBody(int argc, char **argv, int first) {
   float loss = 0.f;
   for (int64_t s = 1; s <= steps; ++s) {
     const auto t0 = clock::now();
-    source->next(tokens.data(), targets.data());
+    for (int64_t k = 0; k < K; ++k) source->next(tokens.data() + k * bt, targets.data() + k * bt);
     loss = ex.step(tokens.data(), targets.data());
     const auto t1 = clock::now();
     double dt = std::chrono::duration<double>(t1 - t0).count();
     double elapsed = std::chrono::duration<double>(t1 - start).count();
-    double tps = dt > 0 ? double(B * T) / dt : 0.0;
-    if (!quiet)
-      std::fprintf(stderr, "step %lld/%lld | loss %.4f | %.1f ms | %.0f tok/s\n", (long long)s, (long long)steps,
-                   double(loss), dt * 1e3, tps);
+    double tps = dt > 0 ? double(K * bt) / dt : 0.0;
+    const bool scaling = ex.hasLossScaling();
+    if (!quiet) {
+      std::string extra;
+      if (scaling) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, " | loss scale %g%s", double(ex.lastLossScale()),
+                      ex.lastSkipped() ? " | skipped (overflow)" : "");
+        extra = buf;
+      }
+      std::string mem;
+      for (const auto &[name, bytes] : arenas) mem += (mem.empty() ? " | " : ", ") + name + " " + humanBytes(bytes);
+      std::fprintf(stderr, "step %lld/%lld | loss %.4f%s | %.1f ms | %.0f tok/s%s\n", (long long)s,
+                   (long long)steps, double(loss), extra.c_str(), dt * 1e3, tps, mem.c_str());
+    }
     if (log) {
       nlohmann::ordered_json j;
       j["step"] = s;
@@ -202,6 +222,10 @@ int runBody(int argc, char **argv, int first) {
       j["tokens_per_s"] = std::round(tps * 10) / 10;
       j["elapsed_s"] = std::round(elapsed * 1e6) / 1e6;
       j["peak_bytes"] = peak;
+      if (scaling) {
+        j["loss_scale"] = roundTrip(ex.lastLossScale());
+        j["skipped"] = ex.lastSkipped();
+      }
       log->line(j.dump());
     }
   }

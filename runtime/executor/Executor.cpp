@@ -1,13 +1,26 @@
-// The executor: arenas, buffer placement, initialisation, and the instruction loop (CPU backend).
+// The executor: arenas, buffer placement, initialisation, fp32 staging of 16-bit operands,
+// streams, and the instruction loop (CPU backend).
 #include "bigc/runtime/executor.h"
+#include "bigc/runtime/cpu_adam.h"
+#include "bigc/runtime/half.h"
 #include "bigc/runtime/kernels.h"
 #include "bigc/runtime/ops.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
 #include <unistd.h>
+
+#include <omp.h>
 
 namespace bigc::rt {
 
@@ -18,7 +31,8 @@ uint64_t splitmix64(uint64_t &state) {
   return z ^ (z >> 31);
 }
 
-void initNormal(float *x, int64_t n, double std, uint64_t seed, const std::string &name) {
+namespace {
+template <class Sink> void normalStream(int64_t n, double std, uint64_t seed, const std::string &name, Sink sink) {
   uint64_t state = seed ^ fnv1a64(name.data(), name.size());
   const double twoPi = 6.283185307179586476925286766559;
   const double inv53 = 1.0 / 9007199254740992.0; // 2^-53
@@ -26,17 +40,51 @@ void initNormal(float *x, int64_t n, double std, uint64_t seed, const std::strin
     double u1 = double((splitmix64(state) >> 11) + 1) * inv53;
     double u2 = double(splitmix64(state) >> 11) * inv53;
     double r = std::sqrt(-2.0 * std::log(u1));
-    x[i] = float(std * r * std::cos(twoPi * u2));
-    if (i + 1 < n) x[i + 1] = float(std * r * std::sin(twoPi * u2));
+    sink(i, std * r * std::cos(twoPi * u2));
+    if (i + 1 < n) sink(i + 1, std * r * std::sin(twoPi * u2));
   }
 }
+} // namespace
+
+void initNormal(float *x, int64_t n, double std, uint64_t seed, const std::string &name) {
+  normalStream(n, std, seed, name, [&](int64_t i, double v) { x[i] = float(v); });
+}
+
+void initNormalAs(void *x, DType dtype, int64_t n, double std, uint64_t seed, const std::string &name) {
+  switch (dtype) {
+  case DType::BF16:
+    normalStream(n, std, seed, name,
+                 [&](int64_t i, double v) { static_cast<uint16_t *>(x)[i] = f32ToBf16(f64ToF32RoundOdd(v)); });
+    return;
+  case DType::F16:
+    normalStream(n, std, seed, name,
+                 [&](int64_t i, double v) { static_cast<uint16_t *>(x)[i] = f32ToF16(f64ToF32RoundOdd(v)); });
+    return;
+  default: initNormal(static_cast<float *>(x), n, std, seed, name);
+  }
+}
+
+// A 16-bit operand converted into (pre) or out of (post) its fp32 staging area.
+struct Conv {
+  int64_t id = -1;
+  void *arena = nullptr;
+  DType dtype = DType::F32;
+  int64_t n = 0;
+  int64_t stageOffset = 0; // floats into the stream's staging
+  float *stage = nullptr;
+};
 
 struct Executor::Op {
   OpKind kind;
   size_t index = 0;
+  size_t stream = 0;
   const Instruction *ins = nullptr;
-  std::vector<void *> in, out;
-  std::vector<int64_t> inBytes, outBytes;
+  std::vector<void *> in, out;       // what kernels read/write: arena, or fp32 staging for 16-bit operands
+  std::vector<void *> rawIn, rawOut; // arena
+  std::vector<DType> inType, outType;
+  std::vector<int64_t> inNumel, outNumel;
+  std::vector<Conv> pre, post;
+  int64_t stageFloats = 0;
   // Decoded dimensions (meaning per op, see prepare()).
   int64_t n = 0, rows = 0, cols = 0, V = 0, C = 0, B = 0, T = 0, H = 0;
   int64_t batch = 1, M = 0, N = 0, K = 0, sA = 0, sB = 0, sC = 0;
@@ -45,11 +93,50 @@ struct Executor::Op {
   std::vector<int64_t> shape, perm;
   std::vector<float *> parts;
   std::vector<const float *> cparts;
-  cpu::AdamWParams adam{};
+  // adamw
+  CpuAdamArgs adam{};
   double maxNorm = 0.0;
+  bool clip = false, unscale = false, skip = false, writeHalf = false;
+  int iNorm = -1, iScale = -1, iFound = -1;
+  // loss_scale_update
+  double growthInterval = 2000, backoff = 0.5, growth = 2;
+};
+
+// Stream workers and completion stamps.
+struct Executor::Streams {
+  std::vector<std::string> names;          // [0] = compute
+  std::vector<std::vector<size_t>> lists;  // op indices per stream, program order
+  std::unique_ptr<std::atomic<int64_t>[]> done; // per op: the last step in which it finished
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<int> waiters{0};
+  std::mutex ctlMu;
+  std::condition_variable ctlCv, doneCv;
+  int64_t go = 0;
+  int pending = 0;
+  bool quit = false;
+  int ompThreads = 1;
+  std::atomic<bool> abort{false};
+  std::mutex errMu;
+  std::exception_ptr error;
+  std::vector<std::thread> threads;
+  bool multi = false;
+  std::mutex blasMu; // OpenBLAS calls from two threads at once are not safe in every build
+
+  void fail(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> l(errMu);
+      if (!error) error = e;
+    }
+    abort.store(true);
+    std::lock_guard<std::mutex> l(mu);
+    cv.notify_all();
+  }
 };
 
 namespace {
+struct Aborted {}; // another stream failed; this one stops quietly
+
 int64_t prodRange(const std::vector<int64_t> &s, size_t from, size_t to) {
   int64_t n = 1;
   for (size_t i = from; i < to; ++i) n *= s[i];
@@ -60,26 +147,43 @@ std::string human(int64_t bytes) {
   std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / (1024.0 * 1024.0 * 1024.0));
   return buf;
 }
+bool is16(DType d) { return d == DType::BF16 || d == DType::F16; }
+// Ops that read and write their operands in their stored dtypes themselves (no staging).
+bool direct(OpKind k) {
+  switch (k) {
+  case OpKind::Embedding:
+  case OpKind::Cast:
+  case OpKind::Copy:
+  case OpKind::Wait:
+  case OpKind::CheckFinite:
+  case OpKind::GlobalNorm:
+  case OpKind::Reshape:
+  case OpKind::AdamW:
+  case OpKind::LossScaleUpdate: return true;
+  default: return false;
+  }
+}
 } // namespace
 
 Executor::Executor(Program program, uint64_t seed) : prog_(std::move(program)) {
-  if (prog_.precision != "fp32" || prog_.ranks != 1 || prog_.microBatches != 1)
-    throw UserError("this runtime runs fp32 programs of one rank and one micro-batch; this program is " +
-                    prog_.precision + " with " + std::to_string(prog_.ranks) + " rank(s) and " +
-                    std::to_string(prog_.microBatches) + " micro-batch(es)");
+  if (prog_.ranks != 1)
+    throw UserError("this runtime runs programs of one rank; this program has " + std::to_string(prog_.ranks) +
+                    " ranks");
   int64_t total = 0;
-  for (const auto &s : prog_.spaces) total += s.arenaBytes;
+  std::string list;
+  for (const auto &s : prog_.spaces) {
+    total += s.arenaBytes;
+    list += (list.empty() ? "" : " + ") + s.name + " " + std::to_string(s.arenaBytes) + " bytes (" +
+            human(s.arenaBytes) + ")";
+  }
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
   if (pages > 0 && pageSize > 0) {
     int64_t phys = int64_t(pages) * int64_t(pageSize);
-    for (const auto &s : prog_.spaces)
-      if (s.arenaBytes > phys)
-        throw UserError("the '" + s.name + "' arena needs " + std::to_string(s.arenaBytes) + " bytes (" +
-                        human(s.arenaBytes) + ") but this machine has " + human(phys) +
-                        " of memory; compile for a smaller model or batch, or run on a larger machine");
     if (total > phys)
-      throw UserError("the arenas need " + std::to_string(total) + " bytes (" + human(total) +
-                      ") together but this machine has " + human(phys) + " of memory");
+      throw UserError("the program's arenas need " + std::to_string(total) + " bytes (" + human(total) +
+                      ") together: " + list + "; this machine has " + std::to_string(phys) + " bytes (" + human(phys) +
+                      ") of physical memory. Compile for a smaller model or batch (or with --offload/--recompute), "
+                      "or run on a larger machine");
   }
   for (size_t i = 0; i < prog_.spaces.size(); ++i) {
     const Space &s = prog_.spaces[i];
@@ -97,24 +201,89 @@ Executor::Executor(Program program, uint64_t seed) : prog_(std::move(program)) {
   ptrs_.resize(prog_.buffers.size());
   for (const auto &b : prog_.buffers)
     ptrs_[size_t(b.id)] = static_cast<char *>(arenas_[size_t(arenaIndex_.at(b.space))]) + b.offset;
-  prepare();
+  try {
+    prepare();
+  } catch (...) {
+    for (void *a : arenas_) std::free(a);
+    for (void *a : staging_) std::free(a);
+    throw;
+  }
   initialize(seed);
+
+  // Side streams: one worker thread each, created once.
+  Streams &S = *streams_;
+  for (size_t s = 1; s < S.names.size(); ++s)
+    S.threads.emplace_back([this, s] {
+      Streams &S = *streams_;
+      int64_t seen = 0;
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> l(S.ctlMu);
+          S.ctlCv.wait(l, [&] { return S.quit || S.go > seen; });
+          if (S.quit) return;
+          seen = S.go;
+        }
+        omp_set_num_threads(S.ompThreads);
+        try {
+          runStream(s);
+        } catch (const Aborted &) {
+        } catch (...) {
+          S.fail(std::current_exception());
+        }
+        std::lock_guard<std::mutex> l(S.ctlMu);
+        if (--S.pending == 0) S.doneCv.notify_all();
+      }
+    });
 }
 
 Executor::~Executor() {
+  if (streams_) {
+    {
+      std::lock_guard<std::mutex> l(streams_->ctlMu);
+      streams_->quit = true;
+    }
+    streams_->ctlCv.notify_all();
+    for (auto &t : streams_->threads) t.join();
+  }
   for (void *a : arenas_) std::free(a);
+  for (void *a : staging_) std::free(a);
 }
 
 void Executor::initialize(uint64_t seed) {
   for (const auto &b : prog_.buffers) {
-    if (!b.persistent()) continue;
-    float *x = f32(b.id);
+    if (!b.persistent() || b.init.kind == "copy") continue;
+    void *x = data(b.id);
     int64_t n = b.numel();
-    if (b.init.kind == "normal") initNormal(x, n, b.init.std, seed, b.name);
-    else if (b.init.kind == "ones") std::fill(x, x + n, 1.0f);
-    else std::fill(x, x + n, 0.0f);
+    if (b.init.kind == "normal") {
+      initNormalAs(x, b.dtype, n, b.init.std, seed, b.name);
+    } else if (b.init.kind == "zeros") {
+      std::memset(x, 0, size_t(b.bytes));
+    } else {
+      float v = b.init.kind == "ones" ? 1.0f : float(b.init.value);
+      for (int64_t i = 0; i < n; ++i) storeFrom32(x, b.dtype, i, v);
+    }
   }
-  step_ = 0;
+  refreshCopies();
+  step_ = 0, updates_ = 0;
+  lastScale_ = 1.0f, lastSkipped_ = false;
+}
+
+void Executor::refreshCopies() {
+  // Sources first (the loader rejects cycles and missing sources).
+  std::vector<char> ready(prog_.buffers.size(), 1);
+  for (const auto &b : prog_.buffers)
+    if (b.persistent() && b.init.kind == "copy") ready[size_t(b.id)] = 0;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (const auto &b : prog_.buffers) {
+      if (ready[size_t(b.id)]) continue;
+      const Buffer *src = findPersistent(b.init.source);
+      if (!src || !ready[size_t(src->id)]) continue;
+      convert(data(src->id), src->dtype, data(b.id), b.dtype, b.numel());
+      ready[size_t(b.id)] = 1;
+      progress = true;
+    }
+  }
 }
 
 const Buffer *Executor::findPersistent(const std::string &name) const {
@@ -130,11 +299,50 @@ std::vector<const Buffer *> Executor::params() const {
   return out;
 }
 
+std::vector<const Buffer *> Executor::weights() const {
+  std::set<std::string> masters;
+  for (const auto &b : prog_.buffers)
+    if (b.role == "master") masters.insert(b.name);
+  std::vector<const Buffer *> out;
+  for (const auto &b : prog_.buffers) {
+    if (b.role == "master") {
+      out.push_back(&b);
+    } else if (b.role == "param") {
+      const std::string suffix = ".half";
+      bool isCopy = b.name.size() > suffix.size() &&
+                    b.name.compare(b.name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+                    masters.count(b.name.substr(0, b.name.size() - suffix.size()));
+      if (!isCopy) out.push_back(&b);
+    }
+  }
+  return out;
+}
+
+std::vector<float> Executor::readF32(int64_t bufferId) const {
+  const Buffer &b = prog_.buffers.at(size_t(bufferId));
+  std::vector<float> v(size_t(b.numel()));
+  toF32(data(bufferId), b.dtype, v.data(), b.numel());
+  return v;
+}
+
+void Executor::writeF32(int64_t bufferId, const float *values) {
+  const Buffer &b = prog_.buffers.at(size_t(bufferId));
+  fromF32(values, data(bufferId), b.dtype, b.numel());
+}
+
 std::map<std::string, int64_t> Executor::arenaBytes() const {
   std::map<std::string, int64_t> out;
   for (const auto &s : prog_.spaces) out[s.name] = s.arenaBytes;
   return out;
 }
+
+std::map<std::string, int64_t> Executor::stagingBytes() const {
+  std::map<std::string, int64_t> out;
+  for (size_t s = 0; s < streams_->names.size(); ++s) out[streams_->names[s]] = stagingBytes_[s];
+  return out;
+}
+
+std::vector<std::string> Executor::streams() const { return streams_->names; }
 
 void Executor::enableGradCapture() {
   capture_ = true;
@@ -150,8 +358,19 @@ void Executor::enableGradCapture() {
 }
 
 void Executor::prepare() {
+  streams_ = std::make_unique<Streams>();
+  Streams &S = *streams_;
+  S.names = {"compute"};
+  for (const auto &ins : prog_.instructions)
+    if (std::find(S.names.begin(), S.names.end(), ins.stream) == S.names.end()) S.names.push_back(ins.stream);
+  S.lists.assign(S.names.size(), {});
+  S.multi = S.names.size() > 1;
+  S.done = std::make_unique<std::atomic<int64_t>[]>(prog_.instructions.size());
+  for (size_t i = 0; i < prog_.instructions.size(); ++i) S.done[i].store(0);
+
   ops_.clear();
   ops_.reserve(prog_.instructions.size());
+  stagingBytes_.assign(S.names.size(), 0);
   for (size_t i = 0; i < prog_.instructions.size(); ++i) {
     const Instruction &ins = prog_.instructions[i];
     const OpSignature *sig = findOpSignature(ins.op);
@@ -160,11 +379,44 @@ void Executor::prepare() {
     op.kind = sig->kind;
     op.index = i;
     op.ins = &ins;
-    for (int64_t id : ins.in) op.in.push_back(ptrs_[size_t(id)]), op.inBytes.push_back(prog_.buffers[size_t(id)].bytes);
-    for (int64_t id : ins.out)
-      op.out.push_back(ptrs_[size_t(id)]), op.outBytes.push_back(prog_.buffers[size_t(id)].bytes);
+    op.stream = size_t(std::find(S.names.begin(), S.names.end(), ins.stream) - S.names.begin());
+    S.lists[op.stream].push_back(i);
     auto in = [&](size_t k) -> const Buffer & { return prog_.buffers[size_t(ins.in[k])]; };
     auto out = [&](size_t k) -> const Buffer & { return prog_.buffers[size_t(ins.out[k])]; };
+    for (size_t k = 0; k < ins.in.size(); ++k) {
+      op.rawIn.push_back(ptrs_[size_t(ins.in[k])]);
+      op.inType.push_back(in(k).dtype);
+      op.inNumel.push_back(in(k).numel());
+    }
+    for (size_t k = 0; k < ins.out.size(); ++k) {
+      op.rawOut.push_back(ptrs_[size_t(ins.out[k])]);
+      op.outType.push_back(out(k).dtype);
+      op.outNumel.push_back(out(k).numel());
+    }
+    op.in = op.rawIn, op.out = op.rawOut;
+    // fp32 staging for the 16-bit operands of the ops that compute in fp32 on f32 pointers. A
+    // buffer that is both read and written shares one staging area.
+    if (!direct(op.kind)) {
+      std::map<int64_t, int64_t> stageOf; // buffer id -> offset in floats
+      auto stage = [&](int64_t id) {
+        auto it = stageOf.find(id);
+        if (it != stageOf.end()) return it->second;
+        int64_t off = op.stageFloats;
+        op.stageFloats += (prog_.buffers[size_t(id)].numel() + 15) / 16 * 16;
+        stageOf[id] = off;
+        return off;
+      };
+      for (size_t k = 0; k < ins.in.size(); ++k)
+        if (is16(in(k).dtype)) {
+          bool seen = stageOf.count(ins.in[k]);
+          int64_t off = stage(ins.in[k]);
+          if (!seen) op.pre.push_back(Conv{ins.in[k], op.rawIn[k], in(k).dtype, in(k).numel(), off, nullptr});
+        }
+      for (size_t k = 0; k < ins.out.size(); ++k)
+        if (is16(out(k).dtype))
+          op.post.push_back(Conv{ins.out[k], op.rawOut[k], out(k).dtype, out(k).numel(), stage(ins.out[k]), nullptr});
+      stagingBytes_[op.stream] = std::max(stagingBytes_[op.stream], op.stageFloats * 4);
+    }
     switch (op.kind) {
     case OpKind::Embedding:
       op.V = in(0).shape[0], op.C = in(0).shape[1], op.n = in(1).numel();
@@ -224,6 +476,7 @@ void Executor::prepare() {
       op.perm = ins.ints("perm");
       break;
     case OpKind::Reshape:
+    case OpKind::Copy:
       op.n = in(0).bytes;
       break;
     case OpKind::Split:
@@ -236,10 +489,6 @@ void Executor::prepare() {
       op.rows = prodRange(whole.shape, 0, size_t(ax));
       op.cols = whole.shape[size_t(ax)] / parts * prodRange(whole.shape, size_t(ax) + 1, whole.shape.size());
       op.n = parts;
-      if (split)
-        for (void *p : op.out) op.parts.push_back(static_cast<float *>(p));
-      else
-        for (void *p : op.in) op.cparts.push_back(static_cast<const float *>(p));
       break;
     }
     case OpKind::CrossEntropy:
@@ -248,6 +497,11 @@ void Executor::prepare() {
       op.N = op.V ? in(0).numel() / op.V : 0;
       break;
     case OpKind::GlobalNorm:
+    case OpKind::CheckFinite:
+    case OpKind::Wait:
+      break;
+    case OpKind::Cast:
+      op.n = in(0).numel();
       break;
     case OpKind::AdamW: {
       const Optimizer &o = prog_.optimizer;
@@ -259,10 +513,47 @@ void Executor::prepare() {
       op.adam.weightDecay = float(ins.num("weight_decay", o.weightDecay));
       op.adam.gradScale = 1.0f;
       op.maxNorm = ins.num("max_norm", o.gradClip);
+      op.clip = ins.flag("clip"), op.unscale = ins.flag("unscale"), op.skip = ins.flag("skip_on_overflow");
+      op.writeHalf = ins.flag("write_half");
+      int k = 4;
+      if (op.clip) op.iNorm = k++;
+      if (op.unscale) op.iScale = k++;
+      if (op.skip) op.iFound = k++;
       break;
     }
+    case OpKind::LossScaleUpdate:
+      op.growthInterval = ins.num("growth_interval", 2000);
+      op.backoff = ins.num("backoff", 0.5);
+      op.growth = ins.num("growth", 2.0);
+      break;
     }
     ops_.push_back(std::move(op));
+  }
+
+  // Staging areas (one per stream: streams run concurrently), then the kernels' pointers.
+  staging_.assign(S.names.size(), nullptr);
+  for (size_t s = 0; s < S.names.size(); ++s) {
+    if (stagingBytes_[s] == 0) continue;
+    size_t bytes = size_t((stagingBytes_[s] + kAlignment - 1) / kAlignment * kAlignment);
+    staging_[s] = std::aligned_alloc(size_t(kAlignment), bytes);
+    if (!staging_[s])
+      throw UserError("cannot allocate " + std::to_string(bytes) + " bytes of fp32 staging for the '" + S.names[s] +
+                      "' stream");
+  }
+  for (Op &op : ops_) {
+    float *base = static_cast<float *>(staging_[op.stream]);
+    for (Conv &c : op.pre) c.stage = base + c.stageOffset;
+    for (Conv &c : op.post) c.stage = base + c.stageOffset;
+    for (size_t k = 0; k < op.in.size(); ++k)
+      for (const Conv &c : op.pre)
+        if (c.id == op.ins->in[k]) op.in[k] = c.stage;
+    for (size_t k = 0; k < op.out.size(); ++k)
+      for (const Conv &c : op.post)
+        if (c.id == op.ins->out[k]) op.out[k] = c.stage;
+    if (op.kind == OpKind::Split)
+      for (void *p : op.out) op.parts.push_back(static_cast<float *>(p));
+    if (op.kind == OpKind::Concat)
+      for (void *p : op.in) op.cparts.push_back(static_cast<const float *>(p));
   }
   captureDst_.assign(ops_.size(), nullptr);
 }
@@ -273,94 +564,229 @@ void Executor::runtimeError(const Op &op, const std::string &msg) const {
   throw UserError(where + ": " + msg);
 }
 
-float Executor::step(const int32_t *tokens, const int32_t *targets) {
-  ++step_;
-  const int64_t bt = prog_.batch * prog_.seq;
-  std::memcpy(ptrs_[size_t(prog_.tokens)], tokens, size_t(bt) * sizeof(int32_t));
-  std::memcpy(ptrs_[size_t(prog_.targets)], targets, size_t(bt) * sizeof(int32_t));
+void Executor::waitFor(const Op &op, int64_t dep) {
+  Streams &S = *streams_;
+  std::atomic<int64_t> &d = S.done[size_t(dep)];
+  for (int k = 0; k < 256; ++k) {
+    if (d.load() >= step_) return;
+    if (S.abort.load()) throw Aborted{};
+    if (k >= 64) std::this_thread::yield();
+  }
+  S.waiters.fetch_add(1);
+  bool ok;
+  {
+    std::unique_lock<std::mutex> l(S.mu);
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(waitTimeout_));
+    ok = S.cv.wait_until(l, deadline, [&] { return d.load() >= step_ || S.abort.load(); });
+  }
+  S.waiters.fetch_sub(1);
+  if (S.abort.load()) throw Aborted{};
+  if (!ok) {
+    const Instruction &w = prog_.instructions[size_t(dep)];
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", waitTimeout_);
+    throw std::runtime_error("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
+                             op.ins->op + " on stream '" + op.ins->stream + "') waited " + secs +
+                             " s for instruction " + std::to_string(dep) + " (" + w.op + " on stream '" + w.stream +
+                             "'" + (w.loc.empty() ? std::string() : " at " + w.loc) +
+                             "), which has not finished: the streams are stuck");
+  }
+}
 
-  for (size_t i = 0; i < ops_.size(); ++i) {
-    Op &op = ops_[i];
-    auto fi = [&](size_t k) { return static_cast<const float *>(op.in[k]); };
-    auto fo = [&](size_t k) { return static_cast<float *>(op.out[k]); };
-    auto ii = [&](size_t k) { return static_cast<const int32_t *>(op.in[k]); };
-    switch (op.kind) {
-    case OpKind::Embedding: {
-      int64_t bad = cpu::embedding(fi(0), ii(1), fo(0), op.n, op.V, op.C);
-      if (bad >= 0)
-        runtimeError(op, "token id " + std::to_string(ii(1)[bad]) + " at position " + std::to_string(bad) +
-                             " is outside the embedding table [0, " + std::to_string(op.V) + ")");
-      break;
-    }
-    case OpKind::EmbeddingGrad:
-      for (int64_t k = 0; k < op.n; ++k)
-        if (ii(1)[k] < 0 || ii(1)[k] >= op.V)
-          runtimeError(op, "token id " + std::to_string(ii(1)[k]) + " at position " + std::to_string(k) +
-                               " is outside the embedding table [0, " + std::to_string(op.V) + ")");
-      cpu::embeddingGrad(fi(0), ii(1), fo(0), op.n, op.V, op.C);
-      break;
-    case OpKind::Matmul:
-      cpu::matmul(fi(0), fi(1), fo(0), op.batch, op.M, op.N, op.K, op.ta, op.tb, op.sA, op.sB, op.sC);
-      break;
-    case OpKind::Add: cpu::add(fi(0), fi(1), fo(0), op.n); break;
-    case OpKind::BiasAdd: cpu::biasAdd(fi(0), fi(1), fo(0), op.rows, op.cols); break;
-    case OpKind::Mul: cpu::mul(fi(0), fi(1), fo(0), op.n); break;
-    case OpKind::Scale: cpu::scale(fi(0), fo(0), op.value, op.n); break;
-    case OpKind::ReduceSum: cpu::reduceSum(fi(0), fo(0), op.rows, op.cols); break;
-    case OpKind::Fill: cpu::fill(fo(0), op.value, op.n); break;
-    case OpKind::Layernorm:
-      cpu::layernorm(fi(0), fi(1), fi(2), fo(0), fo(1), fo(2), op.N, op.C, op.value);
-      break;
-    case OpKind::LayernormGrad:
-      cpu::layernormGrad(fi(0), fi(1), fi(2), fi(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C);
-      break;
-    case OpKind::Gelu: cpu::gelu(fi(0), fo(0), op.n); break;
-    case OpKind::GeluGrad: cpu::geluGrad(fi(0), fi(1), fo(0), op.n); break;
-    case OpKind::Attention: cpu::attention(fi(0), fo(0), fo(1), op.B, op.T, op.C, op.H); break;
-    case OpKind::AttentionGrad:
-      cpu::attentionGrad(fi(0), fi(1), fi(2), fi(3), fo(0), op.B, op.T, op.C, op.H);
-      break;
-    case OpKind::Transpose:
-      cpu::transpose(fi(0), fo(0), op.shape.data(), op.perm.data(), int(op.shape.size()));
-      break;
-    case OpKind::Reshape:
-      if (op.in[0] != op.out[0]) std::memmove(op.out[0], op.in[0], size_t(op.n));
-      break;
-    case OpKind::Split: cpu::split(fi(0), op.parts.data(), op.rows, op.cols, op.n); break;
-    case OpKind::Concat: cpu::concat(op.cparts.data(), fo(0), op.rows, op.cols, op.n); break;
-    case OpKind::CrossEntropy: {
-      int64_t bad = -1;
-      float loss = cpu::crossEntropy(fi(0), ii(1), op.N, op.V, &bad);
-      if (bad >= 0)
-        runtimeError(op, "target id " + std::to_string(ii(1)[bad]) + " at position " + std::to_string(bad) +
-                             " is outside the vocabulary [0, " + std::to_string(op.V) + ")");
-      *fo(0) = loss;
-      break;
-    }
-    case OpKind::CrossEntropyGrad:
-      cpu::crossEntropyGrad(fi(0), ii(1), *fi(2), fo(0), op.N, op.V);
-      break;
-    case OpKind::GlobalNorm: {
-      double s = 0.0;
-      for (size_t k = 0; k < op.in.size(); ++k) s += cpu::sumSquares(fi(k), op.inBytes[k] / 4);
-      *fo(0) = float(std::sqrt(s));
-      break;
-    }
-    case OpKind::AdamW: {
-      if (captureDst_[i]) std::memcpy(captureDst_[i], op.in[1], size_t(op.inBytes[1]));
-      cpu::AdamWParams p = op.adam;
-      p.step = step_;
-      p.gradScale = 1.0f;
-      if (op.in.size() == 5 && op.maxNorm > 0.0) {
-        double norm = *fi(4);
-        p.gradScale = float(std::min(1.0, op.maxNorm / (norm + 1e-6)));
-      }
-      cpu::adamw(fo(0), fi(1), fo(1), fo(2), op.n, p);
-      break;
-    }
+void Executor::runStream(size_t s) {
+  Streams &S = *streams_;
+  for (size_t idx : S.lists[s]) {
+    if (S.abort.load()) return;
+    Op &op = ops_[idx];
+    for (int64_t w : op.ins->wait) waitFor(op, w);
+    execute(op);
+    if (int64_t(idx) == neverFinish_) continue;
+    S.done[idx].store(step_);
+    if (S.waiters.load() > 0) {
+      std::lock_guard<std::mutex> l(S.mu);
+      S.cv.notify_all();
     }
   }
+}
+
+float Executor::step(const int32_t *tokens, const int32_t *targets) {
+  Streams &S = *streams_;
+  ++step_;
+  const int64_t bt = prog_.batch * prog_.seq;
+  for (size_t k = 0; k < prog_.tokenInputs.size(); ++k) {
+    std::memcpy(ptrs_[size_t(prog_.tokenInputs[k])], tokens + int64_t(k) * bt, size_t(bt) * sizeof(int32_t));
+    std::memcpy(ptrs_[size_t(prog_.targetInputs[k])], targets + int64_t(k) * bt, size_t(bt) * sizeof(int32_t));
+  }
+  lastScale_ = prog_.lossScale >= 0 ? *static_cast<const float *>(ptrs_[size_t(prog_.lossScale)]) : 1.0f;
+
+  S.abort.store(false);
+  S.error = nullptr;
+  if (!S.threads.empty()) {
+    std::lock_guard<std::mutex> l(S.ctlMu);
+    S.pending = int(S.threads.size());
+    S.ompThreads = omp_get_max_threads();
+    S.go = step_;
+    S.ctlCv.notify_all();
+  }
+  try {
+    runStream(0);
+  } catch (const Aborted &) {
+  } catch (...) {
+    S.fail(std::current_exception());
+  }
+  if (!S.threads.empty()) {
+    std::unique_lock<std::mutex> l(S.ctlMu);
+    S.doneCv.wait(l, [&] { return S.pending == 0; });
+  }
+  if (S.error) std::rethrow_exception(S.error);
+
+  lastSkipped_ = prog_.foundInf >= 0 && *static_cast<const float *>(ptrs_[size_t(prog_.foundInf)]) != 0.0f;
+  if (!lastSkipped_) ++updates_;
   return *static_cast<const float *>(ptrs_[size_t(prog_.loss)]);
+}
+
+void Executor::execute(Op &op) {
+  for (const Conv &c : op.pre) toF32(c.arena, c.dtype, c.stage, c.n);
+  auto fi = [&](size_t k) { return static_cast<const float *>(op.in[k]); };
+  auto fo = [&](size_t k) { return static_cast<float *>(op.out[k]); };
+  auto ii = [&](size_t k) { return static_cast<const int32_t *>(op.in[k]); };
+  auto scalar = [&](size_t k) { return *static_cast<const float *>(op.rawIn[k]); };
+  switch (op.kind) {
+  case OpKind::Embedding: {
+    const int32_t *ids = ii(1);
+    for (int64_t k = 0; k < op.n; ++k)
+      if (ids[k] < 0 || ids[k] >= op.V)
+        runtimeError(op, "token id " + std::to_string(ids[k]) + " at position " + std::to_string(k) +
+                             " is outside the embedding table [0, " + std::to_string(op.V) + ")");
+    if (op.inType[0] == DType::F32 && op.outType[0] == DType::F32) {
+      cpu::embedding(fi(0), ids, fo(0), op.n, op.V, op.C);
+    } else {
+      const int64_t C = op.C;
+      const int64_t rowBytes = C * dtypeSize(op.outType[0]);
+#pragma omp parallel for schedule(static) if (op.n * C >= (1 << 16))
+      for (int64_t k = 0; k < op.n; ++k) {
+        const int64_t id = ids[k];
+        if (op.inType[0] == op.outType[0]) {
+          std::memcpy(static_cast<char *>(op.rawOut[0]) + k * rowBytes,
+                      static_cast<const char *>(op.rawIn[0]) + id * rowBytes, size_t(rowBytes));
+        } else {
+          for (int64_t c = 0; c < C; ++c)
+            storeFrom32(op.rawOut[0], op.outType[0], k * C + c, loadAs32(op.rawIn[0], op.inType[0], id * C + c));
+        }
+      }
+    }
+    break;
+  }
+  case OpKind::EmbeddingGrad:
+    for (int64_t k = 0; k < op.n; ++k)
+      if (ii(1)[k] < 0 || ii(1)[k] >= op.V)
+        runtimeError(op, "token id " + std::to_string(ii(1)[k]) + " at position " + std::to_string(k) +
+                             " is outside the embedding table [0, " + std::to_string(op.V) + ")");
+    cpu::embeddingGrad(fi(0), ii(1), fo(0), op.n, op.V, op.C);
+    break;
+  case OpKind::Matmul:
+    if (streams_->multi) {
+      std::lock_guard<std::mutex> l(streams_->blasMu);
+      cpu::matmul(fi(0), fi(1), fo(0), op.batch, op.M, op.N, op.K, op.ta, op.tb, op.sA, op.sB, op.sC);
+    } else {
+      cpu::matmul(fi(0), fi(1), fo(0), op.batch, op.M, op.N, op.K, op.ta, op.tb, op.sA, op.sB, op.sC);
+    }
+    break;
+  case OpKind::Add: cpu::add(fi(0), fi(1), fo(0), op.n); break;
+  case OpKind::BiasAdd: cpu::biasAdd(fi(0), fi(1), fo(0), op.rows, op.cols); break;
+  case OpKind::Mul: cpu::mul(fi(0), fi(1), fo(0), op.n); break;
+  case OpKind::Scale: cpu::scale(fi(0), fo(0), op.value, op.n); break;
+  case OpKind::ReduceSum: cpu::reduceSum(fi(0), fo(0), op.rows, op.cols); break;
+  case OpKind::Fill: cpu::fill(fo(0), op.value, op.n); break;
+  case OpKind::Layernorm:
+    cpu::layernorm(fi(0), fi(1), fi(2), fo(0), fo(1), fo(2), op.N, op.C, op.value);
+    break;
+  case OpKind::LayernormGrad:
+    cpu::layernormGrad(fi(0), fi(1), fi(2), fi(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C);
+    break;
+  case OpKind::Gelu: cpu::gelu(fi(0), fo(0), op.n); break;
+  case OpKind::GeluGrad: cpu::geluGrad(fi(0), fi(1), fo(0), op.n); break;
+  case OpKind::Attention: cpu::attention(fi(0), fo(0), fo(1), op.B, op.T, op.C, op.H); break;
+  case OpKind::AttentionGrad:
+    cpu::attentionGrad(fi(0), fi(1), fi(2), fi(3), fo(0), op.B, op.T, op.C, op.H);
+    break;
+  case OpKind::Transpose:
+    cpu::transpose(fi(0), fo(0), op.shape.data(), op.perm.data(), int(op.shape.size()));
+    break;
+  case OpKind::Reshape:
+  case OpKind::Copy:
+    if (op.rawIn[0] != op.rawOut[0]) std::memmove(op.rawOut[0], op.rawIn[0], size_t(op.n));
+    break;
+  case OpKind::Split: cpu::split(fi(0), op.parts.data(), op.rows, op.cols, op.n); break;
+  case OpKind::Concat: cpu::concat(op.cparts.data(), fo(0), op.rows, op.cols, op.n); break;
+  case OpKind::CrossEntropy: {
+    int64_t bad = -1;
+    float loss = cpu::crossEntropy(fi(0), ii(1), op.N, op.V, &bad);
+    if (bad >= 0)
+      runtimeError(op, "target id " + std::to_string(ii(1)[bad]) + " at position " + std::to_string(bad) +
+                           " is outside the vocabulary [0, " + std::to_string(op.V) + ")");
+    *fo(0) = loss;
+    break;
+  }
+  case OpKind::CrossEntropyGrad:
+    cpu::crossEntropyGrad(fi(0), ii(1), *fi(2), fo(0), op.N, op.V);
+    break;
+  case OpKind::GlobalNorm: {
+    double s = 0.0;
+    for (size_t k = 0; k < op.rawIn.size(); ++k)
+      s += op.inType[k] == DType::F32 ? cpu::sumSquares(static_cast<const float *>(op.rawIn[k]), op.inNumel[k])
+                                      : sumSquaresAs32(op.rawIn[k], op.inType[k], op.inNumel[k]);
+    *static_cast<float *>(op.rawOut[0]) = float(std::sqrt(s));
+    break;
+  }
+  case OpKind::Cast: convert(op.rawIn[0], op.inType[0], op.rawOut[0], op.outType[0], op.n); break;
+  case OpKind::Wait: break;
+  case OpKind::CheckFinite: {
+    bool bad = false;
+    for (size_t k = 0; k < op.rawIn.size() && !bad; ++k) bad = anyNonFinite(op.rawIn[k], op.inType[k], op.inNumel[k]);
+    *static_cast<float *>(op.rawOut[0]) = bad ? 1.0f : 0.0f;
+    break;
+  }
+  case OpKind::LossScaleUpdate: {
+    float flag = scalar(0);
+    float *scale = static_cast<float *>(op.rawOut[0]), *good = static_cast<float *>(op.rawOut[1]);
+    if (flag != 0.0f) {
+      *scale = float(double(*scale) * op.backoff);
+      *good = 0.0f;
+    } else {
+      *good += 1.0f;
+      if (double(*good) >= op.growthInterval) {
+        *scale = float(double(*scale) * op.growth);
+        *good = 0.0f;
+      }
+    }
+    break;
+  }
+  case OpKind::AdamW: {
+    double inv = 1.0;
+    if (op.unscale) inv = 1.0 / double(scalar(size_t(op.iScale)));
+    if (float *dst = captureDst_[op.index]) {
+      toF32(op.rawIn[1], op.inType[1], dst, op.n);
+      if (op.unscale)
+        for (int64_t k = 0; k < op.n; ++k) dst[k] = float(double(dst[k]) * inv);
+    }
+    if (op.skip && scalar(size_t(op.iFound)) != 0.0f) break; // overflow: nothing is written
+    double c = 1.0;
+    if (op.clip && op.maxNorm > 0.0) {
+      double norm = double(scalar(size_t(op.iNorm))) * inv;
+      c = std::min(1.0, op.maxNorm / (norm + 1e-6));
+    }
+    CpuAdamArgs a = op.adam;
+    a.gradScale = float(c * inv);
+    a.step = updates_ + 1;
+    cpuAdamW(static_cast<float *>(op.rawOut[0]), op.rawIn[1], op.inType[1], static_cast<float *>(op.rawOut[1]),
+             static_cast<float *>(op.rawOut[2]), op.writeHalf ? op.rawOut[3] : nullptr,
+             op.writeHalf ? op.outType[3] : DType::F32, op.n, a);
+    break;
+  }
+  }
+  for (const Conv &c : op.post) fromF32(c.stage, c.arena, c.dtype, c.n);
 }
 
 } // namespace bigc::rt

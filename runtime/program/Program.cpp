@@ -97,7 +97,12 @@ const std::vector<OpSignature> &opSignatures() {
       {"cross_entropy", OpKind::CrossEntropy, 2, 2, 1, 1, 0b10, false},
       {"cross_entropy_grad", OpKind::CrossEntropyGrad, 3, 3, 1, 1, 0b10, false},
       {"global_norm", OpKind::GlobalNorm, 1, -1, 1, 1, 0, false},
-      {"adamw", OpKind::AdamW, 4, 5, 3, 3, 0, false},
+      {"adamw", OpKind::AdamW, 4, 7, 3, 4, 0, false},
+      {"cast", OpKind::Cast, 1, 1, 1, 1, 0, false},
+      {"copy", OpKind::Copy, 1, 1, 1, 1, 0, false},
+      {"wait", OpKind::Wait, 0, 0, 0, 0, 0, false},
+      {"check_finite", OpKind::CheckFinite, 1, -1, 1, 1, 0, false},
+      {"loss_scale_update", OpKind::LossScaleUpdate, 3, 3, 2, 2, 0, false},
   };
   return table;
 }
@@ -291,14 +296,28 @@ Program fromJson(const json &root, const std::string &path) {
       const json &ji = r.object(jb, "init", where);
       b.init.kind = r.string(ji, "kind", where + " init");
       if (b.init.kind == "normal") b.init.std = r.number(ji, "std", where + " init");
+      if (b.init.kind == "copy") b.init.source = r.string(ji, "source", where + " init");
+      if (b.init.kind == "fill") b.init.value = r.number(ji, "value", where + " init");
     }
     p.buffers.push_back(std::move(b));
   }
 
   const json &inputs = r.object(root, "inputs", "payload");
-  p.tokens = r.integer(inputs, "tokens", "inputs");
-  p.targets = r.integer(inputs, "targets", "inputs");
+  p.tokenInputs = r.ints(inputs, "tokens", "inputs");
+  p.targetInputs = r.ints(inputs, "targets", "inputs");
   p.loss = r.integer(root, "loss", "payload");
+  if (root.contains("loss_scaling") && !root["loss_scaling"].is_null()) {
+    const json &ls = r.object(root, "loss_scaling", "payload");
+    p.lossScale = r.integer(ls, "scale", "loss_scaling");
+    p.foundInf = r.integer(ls, "found_inf", "loss_scaling");
+  }
+  if (root.contains("recompute") && !root["recompute"].is_null()) {
+    const json &rc = r.object(root, "recompute", "payload");
+    p.recompute.policy = r.stringOr(rc, "policy", "recompute", "none");
+    p.recompute.savedBytes = r.integerOr(rc, "saved_bytes", "recompute", 0);
+    p.recompute.flopsAdded = r.integerOr(rc, "flops_added", "recompute", 0);
+    p.recompute.forwardFlops = r.integerOr(rc, "forward_flops", "recompute", 0);
+  }
 
   const json &insts = r.array(root, "instructions", "payload");
   p.instructions.reserve(insts.size());
@@ -310,6 +329,13 @@ Program fromJson(const json &root, const std::string &path) {
     ins.in = r.ints(ji, "in", where);
     ins.out = r.ints(ji, "out", where);
     ins.loc = r.stringOr(ji, "loc", where, "");
+    ins.stream = r.stringOr(ji, "stream", where, "compute");
+    if (ji.contains("wait") && !ji["wait"].is_null()) ins.wait = r.ints(ji, "wait", where);
+    ins.phase = r.stringOr(ji, "phase", where, "");
+    if (ji.contains("recompute") && !ji["recompute"].is_null()) {
+      if (!ji["recompute"].is_boolean()) r.mistyped("recompute", where, "a bool", ji["recompute"]);
+      ins.recompute = ji["recompute"].get<bool>();
+    }
     if (ji.contains("attrs") && !ji["attrs"].is_null()) {
       const json &ja = r.object(ji, "attrs", where);
       for (auto it = ja.begin(); it != ja.end(); ++it) {
@@ -426,6 +452,30 @@ int64_t prod(const std::vector<int64_t> &s, size_t from, size_t to) {
   int64_t n = 1;
   for (size_t i = from; i < to; ++i) n *= s[i];
   return n;
+}
+
+// Which dtypes an operand may have (format doc, "Dtypes"): ids are i32; statistics (layernorm
+// mean/rstd, attention lse), scalars (loss, dloss, norms, flags, loss scale), AdamW's master weight,
+// moments and optional scalars are f32; other floating-point tensors f32, bf16 or f16.
+enum class Want { I32, F32, Float, Any };
+Want operandDType(OpKind k, bool isIn, size_t j) {
+  switch (k) {
+  case OpKind::Embedding:
+  case OpKind::EmbeddingGrad: return isIn && j == 1 ? Want::I32 : Want::Float;
+  case OpKind::CrossEntropy: return isIn ? (j == 1 ? Want::I32 : Want::Float) : Want::F32;
+  case OpKind::CrossEntropyGrad: return isIn ? (j == 1 ? Want::I32 : j == 2 ? Want::F32 : Want::Float) : Want::Float;
+  case OpKind::Layernorm: return !isIn && j >= 1 ? Want::F32 : Want::Float;
+  case OpKind::LayernormGrad: return isIn && j >= 3 ? Want::F32 : Want::Float;
+  case OpKind::Attention: return !isIn && j == 1 ? Want::F32 : Want::Float;
+  case OpKind::AttentionGrad: return isIn && j == 3 ? Want::F32 : Want::Float;
+  case OpKind::GlobalNorm:
+  case OpKind::CheckFinite: return isIn ? Want::Float : Want::F32;
+  case OpKind::LossScaleUpdate: return Want::F32;
+  case OpKind::AdamW: return isIn ? (j == 1 ? Want::Float : Want::F32) : (j == 3 ? Want::Float : Want::F32);
+  case OpKind::Copy:
+  case OpKind::Reshape: return Want::Any;
+  default: return Want::Float;
+  }
 }
 
 struct Validator {
@@ -608,6 +658,8 @@ struct Validator {
     case OpKind::Reshape:
       if (in(0).numel() != out(0).numel())
         bad("reshape changes the element count: " + desc(in(0)) + " -> " + desc(out(0)));
+      if (in(0).dtype != out(0).dtype)
+        bad(std::string("reshape keeps the dtype: ") + dtypeName(in(0).dtype) + " -> " + dtypeName(out(0).dtype));
       break;
     case OpKind::Split:
     case OpKind::Concat: {
@@ -641,12 +693,45 @@ struct Validator {
     case OpKind::GlobalNorm:
       wantShape(out(0), {}, "norm");
       break;
+    case OpKind::Cast:
+      sameShape(in(0), out(0), "output");
+      break;
+    case OpKind::Copy:
+      sameShape(in(0), out(0), "output");
+      if (in(0).dtype != out(0).dtype)
+        bad(std::string("copy keeps the dtype: ") + dtypeName(in(0).dtype) + " -> " + dtypeName(out(0).dtype) +
+            " (use cast)");
+      if (ins->in[0] == ins->out[0]) bad("copy onto itself");
+      break;
+    case OpKind::Wait:
+      break;
+    case OpKind::CheckFinite:
+      wantShape(out(0), {}, "flag");
+      break;
+    case OpKind::LossScaleUpdate: {
+      for (size_t k = 0; k < 3; ++k) wantShape(in(k), {}, "input " + std::to_string(k));
+      if (ins->out[0] != ins->in[1] || ins->out[1] != ins->in[2])
+        bad("outputs must be the scale and good inputs (updated in place): in " + shapeStr(ins->in) + ", out " +
+            shapeStr(ins->out));
+      if (ins->in[0] == ins->in[1] || ins->in[0] == ins->in[2] || ins->in[1] == ins->in[2])
+        bad("flag, scale and good must be distinct buffers");
+      double n = ins->num("growth_interval", 2000), backoff = ins->num("backoff", 0.5), growth = ins->num("growth", 2);
+      if (!(n >= 1) || n != std::floor(n)) bad("attribute 'growth_interval' must be a positive integer");
+      if (!(backoff > 0 && backoff <= 1)) bad("attribute 'backoff' must be in (0, 1]");
+      if (!(growth >= 1) || !std::isfinite(growth)) bad("attribute 'growth' must be >= 1");
+      break;
+    }
     case OpKind::AdamW: {
       const Buffer &param = in(0);
       wantShape(in(1), param.shape, "grad");
       wantShape(in(2), param.shape, "m");
       wantShape(in(3), param.shape, "v");
-      if (ins->in.size() == 5) wantShape(in(4), {}, "norm");
+      for (size_t k = 4; k < ins->in.size(); ++k) wantShape(in(k), {}, "optional scalar input " + std::to_string(k));
+      if (ins->out.size() == 4) {
+        wantShape(out(3), param.shape, "half");
+        for (size_t k = 0; k < ins->in.size(); ++k)
+          if (ins->in[k] == ins->out[3]) bad("half (output 3) must be a buffer of its own, not input " + std::to_string(k));
+      }
       if (ins->out[0] != ins->in[0] || ins->out[1] != ins->in[2] || ins->out[2] != ins->in[3])
         bad("outputs must be the param, m and v inputs (updated in place): in " + shapeStr(ins->in) +
             ", out " + shapeStr(ins->out));
@@ -703,11 +788,23 @@ void validateProgram(const Program &p, const std::string &path) {
     fail(path, "config: batch, seq and vocab must be positive (batch " + std::to_string(p.batch) + ", seq " +
                    std::to_string(p.seq) + ", vocab " + std::to_string(p.vocab) + ")");
   if (p.microBatches < 1 || p.ranks < 1) fail(path, "config: micro_batches and ranks must be >= 1");
+  if (p.precision != "fp32" && p.precision != "bf16" && p.precision != "fp16")
+    fail(path, "config: unknown precision '" + p.precision + "' (fp32, bf16 or fp16)");
+  {
+    static const std::set<std::string> policies = {"none", "full", "selective", "auto"};
+    if (!policies.count(p.recompute.policy))
+      fail(path, "recompute: unknown policy '" + p.recompute.policy + "' (none, full, selective or auto)");
+    if (p.recompute.savedBytes < 0 || p.recompute.flopsAdded < 0 || p.recompute.forwardFlops < 0)
+      fail(path, "recompute: saved_bytes, flops_added and forward_flops must be >= 0");
+  }
 
   std::set<std::string> spaceNames;
   for (size_t i = 0; i < p.spaces.size(); ++i) {
     const Space &s = p.spaces[i];
     if (s.name.empty()) fail(path, "spaces[" + std::to_string(i) + "]: empty name");
+    if (s.name != "device" && s.name != "host")
+      fail(path, "spaces[" + std::to_string(i) + "]: unknown memory space '" + s.name +
+                     "' (version 2 knows device and host)");
     if (!spaceNames.insert(s.name).second) fail(path, "space '" + s.name + "' appears twice");
     if (s.arenaBytes < 0) fail(path, "space '" + s.name + "': arena_bytes is negative");
   }
@@ -738,8 +835,8 @@ void validateProgram(const Program &p, const std::string &path) {
     if (b.offset > s->arenaBytes || b.bytes > s->arenaBytes - b.offset)
       fail(path, where + ": offset " + std::to_string(b.offset) + " + bytes " + std::to_string(b.bytes) +
                      " lies outside the '" + s->name + "' arena of " + std::to_string(s->arenaBytes) + " bytes");
-    static const std::set<std::string> roles = {"param", "optimizer", "grad", "activation", "activation_grad",
-                                                "input", "workspace", "transfer"};
+    static const std::set<std::string> roles = {"param",           "master", "optimizer", "grad",     "activation",
+                                                "activation_grad", "input",  "workspace", "transfer"};
     if (!roles.count(b.role)) fail(path, where + ": unknown role '" + b.role + "'");
     if (b.liveFirst > b.liveLast || b.liveFirst < 0 || (nInst > 0 && b.liveLast >= nInst))
       fail(path, where + ": live interval [" + std::to_string(b.liveFirst) + ", " + std::to_string(b.liveLast) +
@@ -747,14 +844,39 @@ void validateProgram(const Program &p, const std::string &path) {
     if (b.persistent()) {
       if (!persistentNames.insert(b.name).second)
         fail(path, where + ": the name '" + b.name + "' is used by two persistent buffers");
-      if (b.init.kind != "normal" && b.init.kind != "zeros" && b.init.kind != "ones")
-        fail(path, where + ": a " + b.role + " buffer needs an init of kind normal, zeros or ones" +
+      static const std::set<std::string> kinds = {"normal", "zeros", "ones", "copy", "fill"};
+      if (!kinds.count(b.init.kind))
+        fail(path, where + ": a " + b.role + " buffer needs an init of kind normal, zeros, ones, copy or fill" +
                        (b.init.kind.empty() ? std::string(" (none given)") : ", not '" + b.init.kind + "'"));
       if (b.init.kind == "normal" && !(b.init.std >= 0 && std::isfinite(b.init.std)))
         fail(path, where + ": init std must be a non-negative number");
-      if (b.dtype != DType::F32) fail(path, where + ": persistent buffers must be f32 in version 1");
+      if (b.init.kind == "fill" && !std::isfinite(b.init.value))
+        fail(path, where + ": init value must be a finite number");
+      if (b.dtype == DType::I32) fail(path, where + ": a " + b.role + " buffer must be f32, bf16 or f16, not i32");
+      if (b.role != "param" && b.dtype != DType::F32)
+        fail(path, where + ": " + b.role + " buffers (fp32 weights of record, AdamW moments) must be f32, not " +
+                       dtypeName(b.dtype));
     } else if (!b.init.kind.empty()) {
-      fail(path, where + ": only param and optimizer buffers take an init");
+      fail(path, where + ": only param, master and optimizer buffers take an init");
+    }
+  }
+
+  // init kind copy: the source is another persistent buffer of the same shape; no cycles.
+  for (const Buffer &b : p.buffers) {
+    if (!b.persistent() || b.init.kind != "copy") continue;
+    std::string where = "buffer " + std::to_string(b.id) + " ('" + b.name + "')";
+    const Buffer *cur = &b;
+    for (size_t hops = 0; cur->init.kind == "copy"; ++hops) {
+      const Buffer *src = nullptr;
+      for (const Buffer &c : p.buffers)
+        if (c.persistent() && c.name == cur->init.source) src = &c;
+      if (!src)
+        fail(path, where + ": init copies '" + cur->init.source + "', which is not a param, master or optimizer buffer");
+      if (src->shape != cur->shape)
+        fail(path, where + ": init copies '" + src->name + "' of shape " + shapeStr(src->shape) + " into shape " +
+                       shapeStr(cur->shape));
+      if (src == &b || hops > p.buffers.size()) fail(path, where + ": init copies form a cycle");
+      cur = src;
     }
   }
 
@@ -764,18 +886,40 @@ void validateProgram(const Program &p, const std::string &path) {
                      std::to_string(p.buffers.size()) + " buffers)");
     return &p.buffers[size_t(id)];
   };
-  const Buffer *tok = bufferRef(p.tokens, "inputs.tokens");
-  const Buffer *tgt = bufferRef(p.targets, "inputs.targets");
-  const Buffer *loss = bufferRef(p.loss, "loss");
   std::vector<int64_t> bt{p.batch, p.seq};
-  for (const Buffer *b : {tok, tgt})
-    if (b->dtype != DType::I32 || b->shape != bt)
-      fail(path, std::string(b == tok ? "inputs.tokens" : "inputs.targets") + " (buffer " + std::to_string(b->id) +
-                     " '" + b->name + "') must be i32 " + shapeStr(bt) + ", is " + dtypeName(b->dtype) + " " +
-                     shapeStr(b->shape));
-  if (tok == tgt) fail(path, "inputs.tokens and inputs.targets must be different buffers");
-  if (tok->space == tgt->space && tok->offset < tgt->offset + tgt->bytes && tgt->offset < tok->offset + tok->bytes)
-    fail(path, "inputs.tokens and inputs.targets overlap in memory");
+  std::vector<std::pair<std::string, const Buffer *>> inputBufs;
+  for (int which = 0; which < 2; ++which) {
+    const auto &ids = which ? p.targetInputs : p.tokenInputs;
+    const std::string list = which ? "inputs.targets" : "inputs.tokens";
+    if (int64_t(ids.size()) != p.microBatches)
+      fail(path, list + " has " + std::to_string(ids.size()) + " buffer(s); config.micro_batches is " +
+                     std::to_string(p.microBatches) + " (one [B,T] i32 buffer per micro-batch)");
+    for (size_t k = 0; k < ids.size(); ++k) {
+      std::string what = list + "[" + std::to_string(k) + "]";
+      const Buffer *b = bufferRef(ids[k], what);
+      if (b->dtype != DType::I32 || b->shape != bt)
+        fail(path, what + " (buffer " + std::to_string(b->id) + " '" + b->name + "') must be i32 " + shapeStr(bt) +
+                       ", is " + dtypeName(b->dtype) + " " + shapeStr(b->shape));
+      inputBufs.emplace_back(what, b);
+    }
+  }
+  for (size_t x = 0; x < inputBufs.size(); ++x)
+    for (size_t y = x + 1; y < inputBufs.size(); ++y) {
+      const Buffer *a = inputBufs[x].second, *b = inputBufs[y].second;
+      if (a == b) fail(path, inputBufs[x].first + " and " + inputBufs[y].first + " must be different buffers");
+      if (a->space == b->space && a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes)
+        fail(path, inputBufs[x].first + " and " + inputBufs[y].first + " overlap in memory");
+    }
+  if (p.lossScale >= 0 || p.foundInf >= 0) {
+    for (auto [id, what] : {std::make_pair(p.lossScale, "loss_scaling.scale"),
+                            std::make_pair(p.foundInf, "loss_scaling.found_inf")}) {
+      const Buffer *b = bufferRef(id, what);
+      if (b->dtype != DType::F32 || !b->shape.empty())
+        fail(path, std::string(what) + " (buffer " + std::to_string(b->id) + " '" + b->name +
+                       "') must be an f32 scalar [], is " + dtypeName(b->dtype) + " " + shapeStr(b->shape));
+    }
+  }
+  const Buffer *loss = bufferRef(p.loss, "loss");
   if (loss->dtype != DType::F32 || !loss->shape.empty())
     fail(path, "loss (buffer " + std::to_string(loss->id) + " '" + loss->name + "') must be an f32 scalar [], is " +
                    dtypeName(loss->dtype) + " " + shapeStr(loss->shape));
@@ -793,10 +937,40 @@ void validateProgram(const Program &p, const std::string &path) {
       if (hi < 0) return "at least " + std::to_string(lo);
       return std::to_string(lo) + " or " + std::to_string(hi);
     };
-    if (!countOk(ins.in.size(), sig->minIn, sig->maxIn))
+    if (sig->kind != OpKind::AdamW && !countOk(ins.in.size(), sig->minIn, sig->maxIn))
       v.bad("expects " + countStr(sig->minIn, sig->maxIn) + " inputs, has " + std::to_string(ins.in.size()));
-    if (!countOk(ins.out.size(), sig->minOut, sig->maxOut))
+    if (sig->kind != OpKind::AdamW && !countOk(ins.out.size(), sig->minOut, sig->maxOut))
       v.bad("expects " + countStr(sig->minOut, sig->maxOut) + " outputs, has " + std::to_string(ins.out.size()));
+    if (sig->kind == OpKind::AdamW) {
+      // in = [param, grad, m, v] + norm (clip) + loss_scale (unscale) + found_inf (skip_on_overflow);
+      // out = [param, m, v] + half (write_half).
+      std::string names = "param, grad, m, v";
+      size_t nIn = 4;
+      for (auto [attr, operand] : {std::make_pair("clip", "norm"), std::make_pair("unscale", "loss_scale"),
+                                   std::make_pair("skip_on_overflow", "found_inf")})
+        if (ins.flag(attr)) ++nIn, names += std::string(", ") + operand + " (" + attr + ")";
+      if (ins.in.size() != nIn)
+        v.bad("expects " + std::to_string(nIn) + " inputs [" + names + "] by its attributes, has " +
+              std::to_string(ins.in.size()) + " (set clip, unscale, skip_on_overflow to match the optional operands)");
+      size_t nOut = ins.flag("write_half") ? 4 : 3;
+      if (ins.out.size() != nOut)
+        v.bad("expects " + std::to_string(nOut) + " outputs [param, m, v" + (nOut == 4 ? ", half (write_half)" : "") +
+              "] by its attributes, has " + std::to_string(ins.out.size()));
+    }
+    {
+      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host"};
+      if (!streams.count(ins.stream)) v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h or host)");
+      static const std::set<std::string> phases = {"", "forward", "backward", "optimizer"};
+      if (!phases.count(ins.phase)) v.bad("unknown phase '" + ins.phase + "' (forward, backward or optimizer)");
+      for (int64_t w : ins.wait) {
+        if (w < 0 || w >= int64_t(i))
+          v.bad("waits for instruction " + std::to_string(w) + ", which is not an earlier instruction (wait indices must be in [0, " +
+                std::to_string(i) + "))");
+        if (p.instructions[size_t(w)].stream == ins.stream)
+          v.bad("waits for instruction " + std::to_string(w) + " on its own stream '" + ins.stream +
+                "' (a wait must name an instruction of another stream; one stream runs in order)");
+      }
+    }
     for (size_t k = 0; k < ins.in.size() + ins.out.size(); ++k) {
       bool isIn = k < ins.in.size();
       size_t j = isIn ? k : k - ins.in.size();
@@ -806,9 +980,20 @@ void validateProgram(const Program &p, const std::string &path) {
         v.bad(what + ": buffer id " + std::to_string(id) + " is out of range (" + std::to_string(p.buffers.size()) +
               " buffers)");
       const Buffer &b = p.buffers[size_t(id)];
-      DType want = (isIn && j < 32 && (sig->i32Inputs >> j) & 1u) ? DType::I32 : DType::F32;
-      if (b.dtype != want)
-        v.bad(what + " (" + v.desc(b) + ") must be " + dtypeName(want) + ", is " + dtypeName(b.dtype));
+      switch (operandDType(sig->kind, isIn, j)) {
+      case Want::I32:
+        if (b.dtype != DType::I32) v.bad(what + " (" + v.desc(b) + ") must be i32, is " + dtypeName(b.dtype));
+        break;
+      case Want::F32:
+        if (b.dtype != DType::F32)
+          v.bad(what + " (" + v.desc(b) + ") must be f32 (statistics, scalars, master weights and moments are f32), is " +
+                dtypeName(b.dtype));
+        break;
+      case Want::Float:
+        if (b.dtype == DType::I32) v.bad(what + " (" + v.desc(b) + ") must be f32, bf16 or f16, is i32");
+        break;
+      case Want::Any: break;
+      }
       if (int64_t(i) < b.liveFirst || int64_t(i) > b.liveLast)
         v.bad(what + " (" + v.desc(b) + ") is used outside its live interval [" + std::to_string(b.liveFirst) +
               ", " + std::to_string(b.liveLast) + "]");
@@ -837,7 +1022,8 @@ void validateProgram(const Program &p, const std::string &path) {
   }
   auto interval = [&](const Buffer &b) {
     int64_t first = b.liveFirst, last = b.liveLast;
-    if (b.id == p.tokens || b.id == p.targets) first = 0;
+    for (int64_t id : p.tokenInputs) if (b.id == id) first = 0;
+    for (int64_t id : p.targetInputs) if (b.id == id) first = 0;
     if (b.id == p.loss && nInst > 0) last = nInst - 1;
     if (b.persistent() && nInst > 0) first = 0, last = nInst - 1;
     return std::make_pair(first, last);
@@ -900,23 +1086,37 @@ std::string serializeProgram(const Program &p) {
     if (!b.init.kind.empty()) {
       json ji = {{"kind", b.init.kind}};
       if (b.init.kind == "normal") ji["std"] = b.init.std;
+      if (b.init.kind == "copy") ji["source"] = b.init.source;
+      if (b.init.kind == "fill") ji["value"] = b.init.value;
       jb["init"] = ji;
     }
     bufs.push_back(std::move(jb));
   }
   root["buffers"] = std::move(bufs);
-  root["inputs"] = {{"tokens", p.tokens}, {"targets", p.targets}};
+  root["inputs"] = {{"tokens", p.tokenInputs}, {"targets", p.targetInputs}};
   root["loss"] = p.loss;
+  if (p.lossScale >= 0 || p.foundInf >= 0) root["loss_scaling"] = {{"scale", p.lossScale}, {"found_inf", p.foundInf}};
+  root["recompute"] = {{"policy", p.recompute.policy},
+                       {"saved_bytes", p.recompute.savedBytes},
+                       {"flops_added", p.recompute.flopsAdded},
+                       {"forward_flops", p.recompute.forwardFlops}};
   json insts = json::array();
   for (const auto &ins : p.instructions) {
     json attrs = json::object();
     for (const auto &[k, a] : ins.attrs) {
       if (a.isList) attrs[k] = a.list;
-      else if (k == "transpose_a" || k == "transpose_b") attrs[k] = a.num != 0.0;
+      else if (k == "transpose_a" || k == "transpose_b" || k == "clip" || k == "unscale" || k == "skip_on_overflow" ||
+               k == "write_half")
+        attrs[k] = a.num != 0.0;
       else if (a.num == std::floor(a.num) && std::fabs(a.num) < 9007199254740992.0) attrs[k] = int64_t(a.num);
       else attrs[k] = a.num;
     }
-    insts.push_back({{"op", ins.op}, {"in", ins.in}, {"out", ins.out}, {"attrs", attrs}, {"loc", ins.loc}});
+    json ji = {{"op", ins.op}, {"in", ins.in}, {"out", ins.out}, {"attrs", attrs}, {"loc", ins.loc}};
+    if (ins.stream != "compute") ji["stream"] = ins.stream;
+    if (!ins.wait.empty()) ji["wait"] = ins.wait;
+    if (!ins.phase.empty()) ji["phase"] = ins.phase;
+    if (ins.recompute) ji["recompute"] = true;
+    insts.push_back(std::move(ji));
   }
   root["instructions"] = std::move(insts);
 

@@ -5,7 +5,7 @@
 // -----
 
 bigc.param @p : tensor<8xf32> {init = "uniform"}
-// expected-error@-1 {{init must be "normal", "zeros" or "ones", got "uniform"}}
+// expected-error@-1 {{init must be "normal", "zeros", "ones", "fill" or "copy", got "uniform"}}
 
 // -----
 
@@ -19,7 +19,7 @@ bigc.param @p : tensor<8xf32> {init = "normal", std = 0.0}
 
 // -----
 
-// expected-error@+1 {{role must be "param" or "optimizer", got "grad"}}
+// expected-error@+1 {{role must be "param", "master", "optimizer" or "transfer", got "grad"}}
 bigc.param @p : tensor<8xf32> {init = "zeros", role = "grad"}
 
 // -----
@@ -536,5 +536,150 @@ func.func @f() {
 func.func @f(%g: tensor<4xf32>) {
   // expected-error@+1 {{result #0 must be 0D tensor of 32-bit float values}}
   %n = bigc.global_norm %g : (tensor<4xf32>) -> tensor<1xf32>
+  return
+}
+
+// -----
+// Version 2: mixed precision, loss scaling.
+
+// expected-error@+1 {{init = "fill" requires a value attribute}}
+bigc.param @s : tensor<f32> {init = "fill", role = "optimizer"}
+
+// -----
+
+// expected-error@+1 {{init = "copy" requires a source attribute}}
+bigc.param @h : tensor<8xbf16> {init = "copy"}
+
+// -----
+
+// expected-error@+1 {{source "nope" does not name a bigc.param}}
+bigc.param @h : tensor<8xbf16> {init = "copy", source = "nope"}
+
+// -----
+
+bigc.param @w : tensor<8xf32> {init = "ones", role = "master"}
+// expected-error@+1 {{source "w" has shape [8], this copy has shape [4]}}
+bigc.param @h : tensor<4xbf16> {init = "copy", source = "w"}
+
+// -----
+
+// expected-error@+1 {{a parameter of role "master" must be f32 (fp32 master weights and optimizer states), got 'bf16'}}
+bigc.param @w : tensor<8xbf16> {init = "ones", role = "master"}
+
+// -----
+
+func.func @f(%x: tensor<2x3x8xbf16>, %w: tensor<8xbf16>) {
+  // expected-error@+1 {{result mean must be f32 (statistics are kept in fp32 in every precision), got 'bf16'}}
+  %y:3 = bigc.layernorm %x, %w, %w : (tensor<2x3x8xbf16>, tensor<8xbf16>, tensor<8xbf16>) -> (tensor<2x3x8xbf16>, tensor<2x3xbf16>, tensor<2x3xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x3x8xf16>, %w: tensor<8xf32>) {
+  // expected-error@+1 {{requires the same element type for its floating-point operands and results, got 'f16' and 'f32'}}
+  %y:3 = bigc.layernorm %x, %w, %w : (tensor<2x3x8xf16>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x3x8xf16>, tensor<2x3xf32>, tensor<2x3xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%qkv: tensor<2x3x24xbf16>) {
+  // expected-error@+1 {{result lse must be f32 (statistics are kept in fp32 in every precision), got 'bf16'}}
+  %o, %l = bigc.attention %qkv {heads = 2 : i64} : (tensor<2x3x24xbf16>) -> (tensor<2x3x8xbf16>, tensor<2x2x3xbf16>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{result shape [8,4] must equal the input shape [4,8]}}
+  %y = bigc.cast %x : (tensor<4x8xf32>) -> tensor<8x4xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x8xi32>) {
+  // expected-error@+1 {{operand #0 must be statically shaped tensor of 32-bit float or bfloat16 type or 16-bit float values}}
+  %y = bigc.cast %x : (tensor<4x8xi32>) -> tensor<4x8xbf16>
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error@+1 {{requires at least one input}}
+  %f = bigc.check_finite : () -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<4xf16>) {
+  // expected-error@+1 {{result #0 must be 0D tensor of 32-bit float values}}
+  %f = bigc.check_finite %g : (tensor<4xf16>) -> tensor<f16>
+  return
+}
+
+// -----
+
+bigc.param @s : tensor<f32> {init = "fill", value = 65536.0, role = "optimizer"}
+bigc.param @g : tensor<2xf32> {init = "zeros", role = "optimizer"}
+func.func @f(%found: tensor<f32>) {
+  // expected-error@+1 {{good @g must be an f32 scalar (tensor<f32>), got 'tensor<2xf32>'}}
+  bigc.loss_scale_update %found {scale = @s, good = @g, growth_interval = 10 : i64}
+  return
+}
+
+// -----
+
+bigc.param @s : tensor<f32> {init = "fill", value = 65536.0, role = "optimizer"}
+bigc.param @g : tensor<f32> {init = "zeros", role = "optimizer"}
+func.func @f(%found: tensor<f32>) {
+  // expected-error@+1 {{backoff must be in (0, 1), got 2.0}}
+  bigc.loss_scale_update %found {scale = @s, good = @g, backoff = 2.0}
+  return
+}
+
+// -----
+
+bigc.param @s : tensor<f32> {init = "fill", value = 65536.0, role = "optimizer"}
+bigc.param @g : tensor<f32> {init = "zeros", role = "optimizer"}
+func.func @f(%found: tensor<f32>) {
+  // expected-error@+1 {{growth_interval must be >= 1, got 0}}
+  bigc.loss_scale_update %found {scale = @s, good = @g, growth_interval = 0 : i64}
+  return
+}
+
+// -----
+
+bigc.param @p : tensor<8xf32> {init = "ones", role = "master"}
+bigc.param @m : tensor<8xbf16> {init = "zeros", role = "param"}
+func.func @f(%g: tensor<8xbf16>) {
+  // expected-error@+1 {{exp_avg @m must be f32 (AdamW moments are kept in fp32), got 'bf16'}}
+  bigc.adamw %g {param = @p, exp_avg = @m, exp_avg_sq = @m, lr = 3.0e-4, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-8, weight_decay = 0.0} : tensor<8xbf16>
+  return
+}
+
+// -----
+
+bigc.param @p : tensor<8xbf16> {init = "ones"}
+bigc.param @h : tensor<8xbf16> {init = "copy", source = "p"}
+bigc.param @m : tensor<8xf32> {init = "zeros", role = "optimizer"}
+func.func @f(%g: tensor<8xbf16>) {
+  // expected-error@+1 {{with half = @h, param @p must be the f32 master, got 'bf16'}}
+  bigc.adamw %g {param = @p, exp_avg = @m, exp_avg_sq = @m, lr = 3.0e-4, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-8, weight_decay = 0.0, half = @h} : tensor<8xbf16>
+  return
+}
+
+// -----
+
+bigc.param @p : tensor<8xf32> {init = "ones", role = "master"}
+bigc.param @h : tensor<4xbf16> {init = "zeros"}
+bigc.param @m : tensor<8xf32> {init = "zeros", role = "optimizer"}
+func.func @f(%g: tensor<8xbf16>) {
+  // expected-error@+1 {{half @h has shape [4] but the gradient has shape [8]}}
+  bigc.adamw %g {param = @p, exp_avg = @m, exp_avg_sq = @m, lr = 3.0e-4, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-8, weight_decay = 0.0, half = @h} : tensor<8xbf16>
   return
 }

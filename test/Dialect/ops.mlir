@@ -29,6 +29,38 @@ func.func @params(%g: tensor<8xf32>, %n: tensor<f32>) -> tensor<8xf32> {
   return %w : tensor<8xf32>
 }
 
+// Version 2: fp32 masters, 16-bit compute copies, dynamic loss scaling.
+// CHECK: bigc.param @m.w : tensor<8xf32> {init = "ones", role = "master"}
+bigc.param @"m.w" : tensor<8xf32> {init = "ones", role = "master"}
+// CHECK: bigc.param @m.w.half : tensor<8xf16> {init = "copy", source = "m.w"}
+bigc.param @"m.w.half" : tensor<8xf16> {init = "copy", source = "m.w"}
+// CHECK: bigc.param @loss_scale : tensor<f32> {init = "fill", role = "optimizer", value = 6.553600e+04 : f64}
+bigc.param @loss_scale : tensor<f32> {init = "fill", value = 65536.0, role = "optimizer"}
+// CHECK: bigc.param @loss_scale_good : tensor<f32> {init = "zeros", role = "optimizer"}
+bigc.param @loss_scale_good : tensor<f32> {init = "zeros", role = "optimizer"}
+
+// CHECK-LABEL: func.func @mixed
+func.func @mixed(%x: tensor<8xf32>, %g: tensor<8xf16>, %gb: tensor<4x8xbf16>, %n: tensor<f32>) -> tensor<8xf16> {
+  // CHECK: bigc.cast %{{.*}} : (tensor<8xf32>) -> tensor<8xf16>
+  %h = bigc.cast %x : (tensor<8xf32>) -> tensor<8xf16>
+  // CHECK: bigc.cast %{{.*}} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %up = bigc.cast %gb : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  // CHECK: %[[F:.*]] = bigc.check_finite %{{.*}}, %{{.*}} : (tensor<8xf16>, tensor<4x8xbf16>) -> tensor<f32>
+  %found = bigc.check_finite %g, %gb : (tensor<8xf16>, tensor<4x8xbf16>) -> tensor<f32>
+  %s = bigc.get_param @loss_scale : tensor<f32>
+  // CHECK: bigc.adamw %{{.*}} unscale(%{{.*}}) skip_if(%[[F]]) {{{.*}}half = @m.w.half{{.*}}param = @m.w{{.*}}} : tensor<8xf16>
+  bigc.adamw %g unscale(%s) skip_if(%found) {param = @"m.w", exp_avg = @"h.0.ln_1.weight.exp_avg", exp_avg_sq = @"h.0.ln_1.weight.exp_avg_sq", lr = 3.0e-4, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-8, weight_decay = 0.0, half = @"m.w.half"} : tensor<8xf16>
+  // CHECK: bigc.adamw %{{.*}}, %{{.*}} unscale(%{{.*}}) {{{.*}}max_norm = 1.000000e+00 : f64{{.*}}} : tensor<8xf16>, tensor<f32>
+  bigc.adamw %g, %n unscale(%s) {param = @"m.w", exp_avg = @"h.0.ln_1.weight.exp_avg", exp_avg_sq = @"h.0.ln_1.weight.exp_avg_sq", lr = 3.0e-4, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-8, weight_decay = 0.0, max_norm = 1.0} : tensor<8xf16>, tensor<f32>
+  // Defaults (growth_interval 2000, backoff 0.5, growth 2) are elided.
+  // CHECK: bigc.loss_scale_update %[[F]] {backoff = 2.500000e-01 : f64, good = @loss_scale_good, growth_interval = 100 : i64, scale = @loss_scale}
+  bigc.loss_scale_update %found {scale = @loss_scale, good = @loss_scale_good, growth_interval = 100 : i64, backoff = 0.25, growth = 2.0}
+  // CHECK: %[[Y:.*]], %[[MEAN:.*]], %[[RSTD:.*]] = bigc.layernorm {{.*}} : (tensor<4x8xbf16>, tensor<8xbf16>, tensor<8xbf16>) -> (tensor<4x8xbf16>, tensor<4xf32>, tensor<4xf32>)
+  %lw = bigc.fill {value = 1.0} : () -> tensor<8xbf16>
+  %y, %mean, %rstd = bigc.layernorm %gb, %lw, %lw : (tensor<4x8xbf16>, tensor<8xbf16>, tensor<8xbf16>) -> (tensor<4x8xbf16>, tensor<4xf32>, tensor<4xf32>)
+  return %h : tensor<8xf16>
+}
+
 // CHECK-LABEL: func.func @compute
 func.func @compute(%ids: tensor<2x3xi32>, %table: tensor<16x8xf32>,
                    %x: tensor<2x3x8xf32>, %w: tensor<8x24xf32>, %b: tensor<24xf32>,

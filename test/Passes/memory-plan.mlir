@@ -156,3 +156,44 @@ module {
     return %one : tensor<f32>
   }
 }
+
+// -----
+
+// Two spaces (bigc-offload): @m and the staging tensor @s are on the host,
+// %h (a bigc.copy to "host") too; each space has its own arena. Side-stream
+// ops keep what they touch live until the bigc.wait that names their event:
+// %g, read by the d2h copy (event 0), lives until the wait (instruction 5),
+// not only until the copy (2), so the scale at 4 cannot take its place; %h
+// likewise. The host param_copy (event 1) is never waited for: @s (role
+// transfer, not persistent) lives from it (3) to the end of the step (7).
+// Instructions: 0 embedding, 1 gelu, 2 copy, 3 param_copy, 4 scale, 5 wait,
+// 6 matmul, 7 cross_entropy.
+// Host arena: @m, @s and %h (256 each) are live together at 3: 768.
+// CHECK-LABEL: memory-plan @train_step: instructions=8 buffers=11 arena={{[0-9]+}} lower_bound={{[0-9]+}} host_arena=768 host_lower_bound=768
+// CHECK-NEXT:  @w param : offset={{[0-9]+}} size=256 live=[0,7]{{$}}
+// CHECK-NEXT:  @m optimizer : offset={{[0-9]+}} size=256 live=[0,7] space=host
+// CHECK-NEXT:  @s transfer : offset={{[0-9]+}} size=256 live=[3,7] space=host
+// CHECK:       %1 bigc.embedding : offset=[[X:[0-9]+]] size=256 live=[0,4]{{$}}
+// CHECK-NEXT:  %2 bigc.gelu : offset=[[G:[0-9]+]] size=256 live=[1,5]{{$}}
+// CHECK-NEXT:  %3 bigc.copy : offset={{[0-9]+}} size=256 live=[2,5] space=host
+// CHECK-NEXT:  %4 bigc.scale : offset=[[X]] size=256 live=[4,6]{{$}}
+
+// ATTR-LABEL: bigc.param @m : tensor<2x8x4xf32> {bigc.offset =
+// ATTR:       func.func @train_step({{.*}}) -> tensor<f32> attributes {bigc.arena_bytes = {{[0-9]+}} : i64, bigc.arg_offsets = array<i64: {{[0-9]+}}, {{[0-9]+}}>, bigc.host_arena_bytes = 768 : i64, bigc.host_lower_bound_bytes = 768 : i64, bigc.lower_bound_bytes = {{[0-9]+}} : i64}
+module {
+  bigc.param @w : tensor<16x4xf32> {init = "normal", std = 2.0e-02 : f64}
+  bigc.param @m : tensor<2x8x4xf32> {init = "zeros", role = "optimizer", bigc.space = "host"}
+  bigc.param @s : tensor<2x8x4xf32> {init = "zeros", role = "transfer", bigc.space = "host"}
+  func.func @train_step(%tokens: tensor<2x8xi32>, %targets: tensor<2x8xi32>) -> tensor<f32> {
+    %w = bigc.get_param @w : tensor<16x4xf32>
+    %x = bigc.embedding %w, %tokens : (tensor<16x4xf32>, tensor<2x8xi32>) -> tensor<2x8x4xf32>
+    %g = bigc.gelu %x : (tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+    %h = bigc.copy %g {bigc.space = "host", bigc.stream = "d2h", bigc.event = 0 : i64} : tensor<2x8x4xf32>
+    bigc.param_copy {from = @m, to = @s, bigc.stream = "host", bigc.event = 1 : i64}
+    %y = bigc.scale %x {factor = 2.0 : f64} : (tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+    bigc.wait {events = array<i64: 0>}
+    %l = bigc.matmul %y, %w {transpose_b} : (tensor<2x8x4xf32>, tensor<16x4xf32>) -> tensor<2x8x16xf32>
+    %loss = bigc.cross_entropy %l, %targets : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}

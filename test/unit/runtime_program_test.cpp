@@ -69,9 +69,11 @@ TEST(RuntimeProgram, DTypes) {
 }
 
 TEST(RuntimeProgram, OpTableCoversTheFormat) {
-  EXPECT_EQ(opSignatures().size(), 23u);
+  EXPECT_EQ(opSignatures().size(), 28u);
   ASSERT_NE(findOpSignature("adamw"), nullptr);
-  EXPECT_EQ(findOpSignature("adamw")->maxIn, 5);
+  EXPECT_EQ(findOpSignature("adamw")->maxIn, 7);
+  for (const char *v2 : {"cast", "copy", "wait", "check_finite", "loss_scale_update"})
+    EXPECT_NE(findOpSignature(v2), nullptr) << v2;
   EXPECT_EQ(findOpSignature("conv2d"), nullptr);
 }
 
@@ -80,7 +82,7 @@ TEST(RuntimeProgram, SerializeParseRoundTrip) {
   p.instructions[5].attrs["perm_test"] = ProgramBuilder::list({1, 0});
   p.instructions[3].attrs["value"] = ProgramBuilder::num(0.1);
   std::string bytes = serializeProgram(p);
-  ASSERT_EQ(bytes.rfind("BIGC-PROGRAM 1 ", 0), 0u);
+  ASSERT_EQ(bytes.rfind("BIGC-PROGRAM 2 ", 0), 0u);
   Program q = parseProgram(bytes, "m.bigc");
   EXPECT_EQ(q.batch, p.batch);
   EXPECT_EQ(q.seq, p.seq);
@@ -155,9 +157,9 @@ TEST(RuntimeProgram, ContainerErrors) {
   flipped[flipped.size() / 2] ^= 0x01;
   EXPECT_ERROR_HAS(parseError(flipped), "checksum");
 
-  std::string v2 = good;
-  v2.replace(0, 15, "BIGC-PROGRAM 2 ");
-  EXPECT_ERROR_HAS(parseError(v2), "version 2", "version 1");
+  std::string v1 = good;
+  v1.replace(0, 15, "BIGC-PROGRAM 1 ");
+  EXPECT_ERROR_HAS(parseError(v1), "version 1", "reads version 2");
 
   EXPECT_ERROR_HAS(parseError(bigc::rt::testing::wrapPayload("{\"version\": 1,")), "not valid JSON");
 }
@@ -172,7 +174,7 @@ TEST(RuntimeProgram, MissingAndMistypedFields) {
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j.erase("config"); })), "'config'", "missing");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["config"]["batch"] = 2.5; })), "config", "'batch'",
                    "integer");
-  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["version"] = 2; })), "version 2");
+  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["version"] = 1; })), "version 1", "reads version 2");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["buffers"][0]["dtype"] = "f64"; })), "buffer 0",
                    "unknown dtype 'f64'");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["instructions"][3]["attrs"]["value"] = "one"; })),
@@ -233,7 +235,7 @@ TEST(RuntimeProgram, InstructionErrors) {
   {
     Program p = TM::build();
     p.instructions[11].out.pop_back();
-    EXPECT_ERROR_HAS(validateError(p), "instruction 11 (adamw", "expects 3 outputs, has 2");
+    EXPECT_ERROR_HAS(validateError(p), "instruction 11 (adamw", "expects 3 outputs", "has 2");
   }
   {
     Program p = TM::build();
@@ -253,7 +255,7 @@ TEST(RuntimeProgram, InstructionErrors) {
   {
     Program p = TM::build();
     p.instructions[1].in[1] = TM::TARGETS; // i32 into matmul
-    EXPECT_ERROR_HAS(validateError(p), "instruction 1 (matmul", "input 1", "must be f32, is i32");
+    EXPECT_ERROR_HAS(validateError(p), "instruction 1 (matmul", "input 1", "must be f32, bf16 or f16, is i32");
   }
   {
     Program p = TM::build();
@@ -314,7 +316,7 @@ TEST(RuntimeProgram, InPlaceAliasing) {
   int64_t x = b.buffer("x", {1, 2, 4}, "activation");
   int64_t y = b.buffer("y", {1, 2, 4}, "activation");
   int64_t loss = b.buffer("loss", {}, "activation");
-  b.p.tokens = tok, b.p.targets = tgt, b.p.loss = loss;
+  b.p.tokenInputs = {tok}, b.p.targetInputs = {tgt}, b.p.loss = loss;
   b.inst("embedding", {wte, tok}, {x});
   b.inst("gelu", {x}, {y});
   b.inst("cross_entropy", {y, tgt}, {loss});
@@ -343,7 +345,7 @@ TEST(RuntimeProgram, MatmulForms) {
     int64_t loss = b.buffer("loss", {}, "activation");
     int64_t A = b.buffer("a", a, "activation"), Bb = b.buffer("b", bshape, "activation"),
             Cc = b.buffer("c", c, "activation");
-    b.p.tokens = tok, b.p.targets = tgt, b.p.loss = loss;
+    b.p.tokenInputs = {tok}, b.p.targetInputs = {tgt}, b.p.loss = loss;
     b.inst("fill", {}, {A});
     b.inst("fill", {}, {Bb});
     b.inst("matmul", {A, Bb}, {Cc},

@@ -25,11 +25,11 @@ struct ProgramBuilder {
     p.batch = B, p.seq = T, p.vocab = V;
   }
   int64_t buffer(const std::string &name, std::vector<int64_t> shape, const std::string &role,
-                 DType dt = DType::F32, Init init = {}) {
+                 DType dt = DType::F32, Init init = {}, const std::string &space = "device") {
     Buffer b;
     b.id = int64_t(p.buffers.size());
     b.name = name;
-    b.space = "device";
+    b.space = space;
     b.dtype = dt;
     b.shape = std::move(shape);
     b.role = role;
@@ -70,19 +70,25 @@ struct ProgramBuilder {
   // the arena. Call last.
   Program finish(const std::map<int64_t, int64_t> &aliasOf = {}) {
     int64_t n = int64_t(p.instructions.size());
-    int64_t off = 0;
+    std::map<std::string, int64_t> off; // per space, "device" first
+    off["device"] = 0;
     for (auto &b : p.buffers) {
       auto it = aliasOf.find(b.id);
       if (it != aliasOf.end()) {
         b.offset = p.buffers[size_t(it->second)].offset;
         continue;
       }
-      b.offset = off;
-      off += (b.bytes + 63) / 64 * 64;
+      b.offset = off[b.space];
+      off[b.space] += (b.bytes + 63) / 64 * 64;
     }
+    auto isInput = [&](int64_t id) {
+      for (const auto *l : {&p.tokenInputs, &p.targetInputs})
+        if (std::find(l->begin(), l->end(), id) != l->end()) return true;
+      return false;
+    };
     for (auto &b : p.buffers) {
       b.liveFirst = n, b.liveLast = -1;
-      if (b.persistent() || b.id == p.tokens || b.id == p.targets) b.liveFirst = 0;
+      if (b.persistent() || isInput(b.id)) b.liveFirst = 0;
       if (b.persistent() || b.id == p.loss) b.liveLast = n - 1;
     }
     for (int64_t i = 0; i < n; ++i)
@@ -94,7 +100,9 @@ struct ProgramBuilder {
         }
     for (auto &b : p.buffers)
       if (b.liveLast < b.liveFirst) b.liveFirst = 0, b.liveLast = std::max<int64_t>(n - 1, 0);
-    p.spaces = {Space{"device", off, off, 0}};
+    p.spaces = {Space{"device", off["device"], off["device"], 0}};
+    for (const auto &[name, bytes] : off)
+      if (name != "device") p.spaces.push_back(Space{name, bytes, bytes, 0});
     return p;
   }
 };
@@ -128,7 +136,7 @@ struct TinyModel {
     b.zeros("wte.weight.v", {V, C});                             // 16
     b.zeros("head.weight.m", {C, V});                            // 17
     b.zeros("head.weight.v", {C, V});                            // 18
-    b.p.tokens = TOKENS, b.p.targets = TARGETS, b.p.loss = LOSS;
+    b.p.tokenInputs = {TOKENS}, b.p.targetInputs = {TARGETS}, b.p.loss = LOSS;
     b.p.optimizer.lr = lr;
     b.inst("embedding", {WTE, TOKENS}, {X});
     b.inst("matmul", {X, W}, {LOGITS});
@@ -143,7 +151,8 @@ struct TinyModel {
     b.inst("global_norm", {DWTE, DW}, {NORM});
     std::map<std::string, Attr> adam = {{"lr", ProgramBuilder::num(lr)},       {"beta1", ProgramBuilder::num(0.9)},
                                         {"beta2", ProgramBuilder::num(0.95)},   {"eps", ProgramBuilder::num(1e-8)},
-                                        {"weight_decay", ProgramBuilder::num(wd)}, {"max_norm", ProgramBuilder::num(maxNorm)}};
+                                        {"weight_decay", ProgramBuilder::num(wd)}, {"max_norm", ProgramBuilder::num(maxNorm)},
+                                        {"clip", ProgramBuilder::num(1)}};
     b.inst("adamw", {WTE, DWTE, M0, V0, NORM}, {WTE, M0, V0}, adam);
     b.inst("adamw", {W, DW, M1, V1, NORM}, {W, M1, V1}, adam);
     return b.finish();
@@ -161,7 +170,7 @@ inline std::string tempDir() {
   return std::string(buf.data());
 }
 
-inline std::string wrapPayload(const std::string &payload, int version = 1) {
+inline std::string wrapPayload(const std::string &payload, int version = 2) {
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a64(payload.data(), payload.size()));
   return "BIGC-PROGRAM " + std::to_string(version) + " " + std::to_string(payload.size()) + " " + hash + "\n" +

@@ -49,6 +49,11 @@ struct CompileOptions {
 // (diagnostics already printed) and std::runtime_error on internal errors.
 rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o);
 
+// --offload cpu with offloadParams "auto": sets it to "host" when the plan with the weights on
+// the device does not fit o.deviceCapacity (one compileToProgram), else "device"; nothing for other
+// options. Prints one line when it chooses the host (unless o.quiet).
+void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o);
+
 // Entry point of `bigc compile`; argv[first] is the first argument after `compile`. Returns
 // the exit status: 0 written; 1 bad input (file, syntax, verifier, option) or the plan does not
 // fit (a table on stderr); 2 internal error. Throws rt::UserError for bad options (the caller

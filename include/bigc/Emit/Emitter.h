@@ -38,7 +38,11 @@ struct EmitError : std::runtime_error {
 // result except bigc.get_param's (which is the parameter). Roles of results: `grad` for the
 // gradient operand of a bigc.adamw and the values aliased into it (reshape, in place),
 // `activation` for forward-phase values, `activation_grad` for the others. Instructions: the
-// ops in order except bigc.get_param; adamw in = [param, grad, m, v(, norm)], out = [param, m, v].
+// ops in order except bigc.get_param; adamw in = [param, grad, m, v(, norm)(, loss_scale)(, found_inf)],
+// out = [param, m, v(, half)] with the v2 flags clip / unscale / skip_on_overflow / write_half.
+// Inputs: one (tokens, targets) pair per micro-batch (2K arguments); config.precision and
+// micro_batches from the module attributes bigc.precision / bigc.micro_batches; loss_scaling from
+// bigc.loss_scale_update.
 // Throws EmitError.
 rt::Program buildProgram(mlir::ModuleOp module, const EmitOptions &options);
 

@@ -1,10 +1,14 @@
 // Runs a validated program on the CPU backend (docs/program-format.md). One arena per memory
 // space, allocated once at construction; every buffer at its planned offset; no allocation in
-// step(). No MLIR here.
+// step(). 16-bit buffers are stored as planned and computed in fp32 through staging buffers sized
+// at construction. Streams (compute, h2d, d2h, host) run concurrently: compute on the caller's
+// thread, every other stream the program uses on a worker thread created once; an instruction's
+// `wait` list is honoured with per-instruction completion stamps (the step number). No MLIR here.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,50 +20,89 @@ namespace bigc::rt {
 // `seed ^ fnv1a64(name)`; element pairs (2k, 2k+1) in row-major order come from one Box–Muller
 // draw: u1 = ((next() >> 11) + 1) · 2⁻⁵³ ∈ (0,1], u2 = (next() >> 11) · 2⁻⁵³ ∈ [0,1),
 // r = sqrt(-2 ln u1), x[2k] = std · r·cos(2π u2), x[2k+1] = std · r·sin(2π u2) (computed in double,
-// rounded to f32); an odd last element takes the cosine of one more pair.
+// rounded to the buffer's dtype); an odd last element takes the cosine of one more pair.
 void initNormal(float *x, int64_t n, double std, uint64_t seed, const std::string &name);
+// The same values rounded (once, to nearest even) to `dtype` (f32, bf16 or f16).
+void initNormalAs(void *x, DType dtype, int64_t n, double std, uint64_t seed, const std::string &name);
 uint64_t splitmix64(uint64_t &state);
 
 class Executor {
 public:
-  // `program` must have passed validateProgram. Throws UserError when an arena does not fit in
-  // this machine's memory or the program uses what this runtime cannot run yet.
+  // `program` must have passed validateProgram. Throws UserError when the arenas together do not
+  // fit in this machine's physical memory (naming the spaces and sizes) or the program uses what
+  // this runtime cannot run (more than one rank).
   Executor(Program program, uint64_t seed);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
 
-  // (Re)initialise every persistent buffer from its `init` and reset the step counter to 0.
+  // (Re)initialise every persistent buffer from its `init` (kind copy after its source) and
+  // reset the step and update counters to 0.
   void initialize(uint64_t seed);
+  // Re-run the init of every buffer of kind copy (compute copies of masters), e.g. after the
+  // masters were loaded from a file.
+  void refreshCopies();
 
-  // One training step: copies B·T tokens and targets into the input buffers, runs every
-  // instruction in order, returns the loss. Throws UserError for a bad token id (naming the step
-  // and the instruction's loc). The step counter (AdamW's t) is incremented first.
+  // One training step: copies the K micro-batches (K = config.micro_batches; `tokens` and
+  // `targets` each hold K·B·T ids, micro-batch k at k·B·T) into the input buffers, runs every
+  // instruction (streams concurrently), returns the loss. Throws UserError for a bad token id
+  // (naming the step and the instruction's loc); an error on any stream is rethrown here after
+  // every stream has stopped.
   float step(const int32_t *tokens, const int32_t *targets);
 
   const Program &program() const { return prog_; }
+  // Steps run (including skipped ones).
   int64_t stepCount() const { return step_; }
-  void setStepCount(int64_t t) { step_ = t; }
+  // Optimizer updates completed (steps not skipped on overflow); AdamW uses t = this + 1.
+  int64_t updateCount() const { return updates_; }
+  void setStepCount(int64_t t) { step_ = t, updates_ = t; }
+  // Loss scaling (fp16): the scale used by the last step and whether it was skipped. Without
+  // loss scaling: 1 and false.
+  bool hasLossScaling() const { return prog_.lossScale >= 0; }
+  float lastLossScale() const { return lastScale_; }
+  bool lastSkipped() const { return lastSkipped_; }
 
   void *data(int64_t bufferId) { return ptrs_.at(size_t(bufferId)); }
   const void *data(int64_t bufferId) const { return ptrs_.at(size_t(bufferId)); }
   float *f32(int64_t bufferId) { return static_cast<float *>(data(bufferId)); }
-  // Persistent (param/optimizer) buffer by name; nullptr when there is none.
+  // A buffer's values as f32 (converting 16-bit), and back (rounding to the buffer's dtype).
+  std::vector<float> readF32(int64_t bufferId) const;
+  void writeF32(int64_t bufferId, const float *values);
+  // Persistent (param/master/optimizer) buffer by name; nullptr when there is none.
   const Buffer *findPersistent(const std::string &name) const;
   // Buffers of role "param", in program order.
   std::vector<const Buffer *> params() const;
+  // The weights of record, in program order: every "master" buffer, and every "param" buffer
+  // that is not the compute copy of a master (`N.half` of a master `N`). Their names are the
+  // Hugging Face names; --save-weights and --load-weights use these.
+  std::vector<const Buffer *> weights() const;
   // Arena size per space name.
   std::map<std::string, int64_t> arenaBytes() const;
+  // fp32 staging bytes per stream (allocated at construction, outside the arenas).
+  std::map<std::string, int64_t> stagingBytes() const;
+  // The streams the program uses, compute first.
+  std::vector<std::string> streams() const;
 
   // Grad capture: after enableGradCapture(), each step copies the grad operand of every adamw
-  // instruction (as it is when adamw runs) into a host buffer keyed by the param's name.
+  // instruction (as it is when adamw runs, as f32, divided by the loss scale when the adamw
+  // unscales) into a host buffer keyed by the param's name.
   void enableGradCapture();
   bool gradCaptureEnabled() const { return capture_; }
   const std::map<std::string, std::vector<float>> &capturedGrads() const { return grads_; }
 
+  // Test hooks. The longest an instruction waits for another stream before the step fails with
+  // an error (default 300 s). An instruction marked never-finishing runs but never reports
+  // completion, so whatever waits for it times out.
+  void setWaitTimeoutForTesting(double seconds) { waitTimeout_ = seconds; }
+  void setNeverFinishForTesting(int64_t instruction) { neverFinish_ = instruction; }
+
 private:
   struct Op;
+  struct Streams;
   void prepare();
+  void execute(Op &op);
+  void runStream(size_t stream);
+  void waitFor(const Op &op, int64_t dep);
   [[noreturn]] void runtimeError(const Op &op, const std::string &msg) const;
 
   Program prog_;
@@ -67,10 +110,17 @@ private:
   std::map<std::string, int64_t> arenaIndex_;
   std::vector<void *> ptrs_;
   std::vector<Op> ops_;
-  int64_t step_ = 0;
+  std::vector<void *> staging_;           // per stream
+  std::vector<int64_t> stagingBytes_;     // per stream
+  std::unique_ptr<Streams> streams_;
+  int64_t step_ = 0, updates_ = 0;
+  float lastScale_ = 1.0f;
+  bool lastSkipped_ = false;
   bool capture_ = false;
   std::map<std::string, std::vector<float>> grads_;
   std::vector<float *> captureDst_; // per op, nullptr unless an adamw with capture on
+  double waitTimeout_ = 300.0;
+  int64_t neverFinish_ = -1;
 };
 
 } // namespace bigc::rt

@@ -32,6 +32,12 @@ enum class OpKind {
   CrossEntropyGrad,
   GlobalNorm,
   AdamW,
+  // version 2
+  Cast,
+  Copy,
+  Wait,
+  CheckFinite,
+  LossScaleUpdate,
 };
 
 struct OpSignature {
@@ -39,11 +45,13 @@ struct OpSignature {
   OpKind kind;
   int minIn, maxIn;   // maxIn -1: any number >= minIn
   int minOut, maxOut; // maxOut -1: any number >= minOut
-  unsigned i32Inputs; // bit i set: input i is i32 (all other operands are f32 in version 1)
+  unsigned i32Inputs; // bit i set: input i is i32 (the dtype rules of the other operands: Program.cpp)
   bool inPlace;       // output may alias exactly one input whose last use this is
 };
 
-// Every op of version 1, in the order of the table in the format document.
+// Every op of version 2, in the order of the tables in the format document. adamw's operand
+// counts depend on its attributes (clip, unscale, skip_on_overflow, write_half): the loader checks
+// them exactly; the table gives the bounds.
 const std::vector<OpSignature> &opSignatures();
 // nullptr when `name` is not an op.
 const OpSignature *findOpSignature(const std::string &name);

@@ -20,8 +20,10 @@ struct UserError : std::runtime_error {
 };
 
 struct Init {
-  std::string kind; // "normal", "zeros", "ones", "" (none)
+  std::string kind; // "normal", "zeros", "ones", "copy", "fill", "" (none)
   double std = 0.0;
+  std::string source; // kind "copy": name of the persistent buffer cast into this one
+  double value = 0;   // kind "fill"
 };
 
 struct Buffer {
@@ -32,7 +34,7 @@ struct Buffer {
   int64_t bytes = 0;
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  std::string role; // param, optimizer, grad, activation, activation_grad, input, workspace, transfer
+  std::string role; // param, master, optimizer, grad, activation, activation_grad, input, workspace, transfer
   int64_t liveFirst = 0, liveLast = 0;
   Init init;
 
@@ -41,7 +43,7 @@ struct Buffer {
     for (int64_t d : shape) n *= d;
     return n;
   }
-  bool persistent() const { return role == "param" || role == "optimizer"; }
+  bool persistent() const { return role == "param" || role == "optimizer" || role == "master"; }
 };
 
 // Attribute values: numbers, bools and integer lists are all the program uses.
@@ -56,6 +58,10 @@ struct Instruction {
   std::vector<int64_t> in, out;
   std::map<std::string, Attr> attrs;
   std::string loc;
+  std::string stream = "compute"; // compute, h2d, d2h, host
+  std::vector<int64_t> wait;      // indices of earlier instructions on other streams
+  std::string phase;              // forward, backward, optimizer ("" unknown)
+  bool recompute = false;         // forward work repeated in the backward
 
   double num(const std::string &key, double dflt) const {
     auto it = attrs.find(key);
@@ -78,8 +84,13 @@ struct Optimizer {
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1, gradClip = 0.0;
 };
 
+struct RecomputeInfo {
+  std::string policy = "none";
+  int64_t savedBytes = 0, flopsAdded = 0, forwardFlops = 0;
+};
+
 struct Program {
-  int version = 1;
+  int version = 2;
   std::string producer, source;
   int64_t batch = 0, seq = 0, vocab = 0, microBatches = 1, ranks = 1;
   std::string precision = "fp32";
@@ -88,7 +99,10 @@ struct Program {
   int64_t deviceCapacityBytes = 0, hostCapacityBytes = 0;
   std::vector<Space> spaces;
   std::vector<Buffer> buffers;
-  int64_t tokens = -1, targets = -1, loss = -1;
+  std::vector<int64_t> tokenInputs, targetInputs; // one per micro-batch
+  int64_t loss = -1;
+  int64_t lossScale = -1, foundInf = -1; // loss_scaling object (fp16); -1 absent
+  RecomputeInfo recompute;
   std::vector<Instruction> instructions;
 
   const Space *space(const std::string &name) const {
@@ -99,7 +113,7 @@ struct Program {
   int64_t parameterCount() const; // elements of role "param"
 };
 
-constexpr int kProgramVersion = 1;
+constexpr int kProgramVersion = 2;
 constexpr int64_t kAlignment = 64;
 
 uint64_t fnv1a64(const void *data, size_t n, uint64_t h = 0xcbf29ce484222325ull);

@@ -54,14 +54,17 @@ std::string serialize(const File &file);
 // Atomic write (tmp file, fsync, rename). Throws UserError.
 void write(const std::string &path, const File &file);
 
-// Every param buffer of the executor under its name, f32.
+// The executor's weights of record (Executor::weights(): the master of each weight when there is
+// one, else the param) under their names, as f32.
 File weightsOf(const Executor &ex);
-// The executor's captured gradients (Executor::enableGradCapture), f32, under the param names.
+// The executor's captured gradients (Executor::enableGradCapture), f32, under the weights' names.
 File gradsOf(const Executor &ex);
-// Copy weights into the executor's param buffers. Every param must be present with the same shape
-// (UserError naming the first missing or mismatched one, expected vs found shape); a tensor that
-// is not a param is an error too (except Hugging Face GPT-2's non-parameter buffers `*.attn.bias`
-// and `*.attn.masked_bias`; a `transformer.` prefix is stripped). bf16/f16 are converted to f32.
+// Copy weights into the executor's weights of record (masters, else params), converting to their
+// dtype, then refresh the compute copies (init kind copy). Every weight must be present with the
+// same shape (UserError naming the first missing or mismatched one, expected vs found shape); a
+// tensor that is not a weight is an error too (except Hugging Face GPT-2's non-parameter buffers
+// `*.attn.bias` and `*.attn.masked_bias`; a `transformer.` prefix is stripped). bf16/f16 files are
+// converted.
 void loadWeights(Executor &ex, const File &file, const std::string &path);
 
 } // namespace bigc::rt::safetensors

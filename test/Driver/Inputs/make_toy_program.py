@@ -3,10 +3,16 @@
 `bigc inspect` tests: a 4x8 embedding tied to the LM head, one training step (forward,
 backward, AdamW) with the AdamW moments in a second memory space, "host".
 
-usage: make_toy_program.py OUT.bigc [DEVICE_CAPACITY_BYTES] [HOST_CAPACITY_BYTES]
+usage: make_toy_program.py OUT.bigc [DEVICE_CAPACITY_BYTES] [HOST_CAPACITY_BYTES] [offload]
+
+With `offload` (format version 2 streams): the fp32 master weight lives on the host, the
+gradient goes to the host on the d2h stream, AdamW runs on the host stream, the new weight comes
+back on the h2d stream, and one forward instruction is marked as recomputed.
 """
 import json
 import sys
+
+OFFLOAD = len(sys.argv) > 4 and sys.argv[4] == "offload"
 
 
 def fnv1a64(data):
@@ -32,7 +38,11 @@ def buf(name, shape, role, space="device", dtype="f32", init=None):
     return b["id"]
 
 
-W = buf("wte.weight", [V, C], "param", init={"kind": "normal", "std": 0.02})
+if OFFLOAD:
+    Wm = buf("wte.weight", [V, C], "master", "host", init={"kind": "normal", "std": 0.02})
+    W = buf("wte.weight.half", [V, C], "param", init={"kind": "copy", "source": "wte.weight"})
+else:
+    W = buf("wte.weight", [V, C], "param", init={"kind": "normal", "std": 0.02})
 M = buf("wte.weight.exp_avg", [V, C], "optimizer", "host", init={"kind": "zeros"})
 S = buf("wte.weight.exp_avg_sq", [V, C], "optimizer", "host", init={"kind": "zeros"})
 tok = buf("tokens", [B, T], "input", dtype="i32")
@@ -63,6 +73,16 @@ ins = [
     {"op": "adamw", "in": [W, dW, M, S], "out": [W, M, S],
      "attrs": {"lr": 3e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}},
 ]
+if OFFLOAD:
+    dWh = buf("wte.weight.grad_host", [V, C], "grad", "host")
+    ins[6]["recompute"] = True
+    ins[-1:] = [
+        {"op": "copy", "in": [dW], "out": [dWh], "stream": "d2h", "wait": [10]},
+        {"op": "adamw", "in": [Wm, dWh, M, S], "out": [Wm, M, S], "stream": "host", "wait": [11],
+         "attrs": {"lr": 3e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}},
+        {"op": "copy", "in": [Wm], "out": [W], "stream": "h2d", "wait": [12]},
+        {"op": "wait", "in": [], "out": [], "wait": [13]},
+    ]
 n = len(ins)
 seen = set()
 for i, x in enumerate(ins):
@@ -77,7 +97,7 @@ for i, x in enumerate(ins):
 # No reuse: every buffer at its own offset (the arena is the sum, the lower bound the peak).
 arena = {"device": 0, "host": 0}
 for b in bufs:
-    if b["role"] in ("param", "optimizer"):
+    if b["role"] in ("param", "optimizer", "master"):
         b["live"] = [0, n - 1]
     if b["role"] == "input":
         b["live"][0] = 0
@@ -94,7 +114,7 @@ def peak(space):
 dev_cap = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 host_cap = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 program = {
-    "version": 1, "producer": "bigc 0.1.0", "source": "toy.mlir",
+    "version": 2, "producer": "bigc 0.1.0", "source": "toy.mlir",
     "config": {"batch": B, "seq": T, "vocab": V, "precision": "fp32", "micro_batches": 1,
                "ranks": 1},
     "optimizer": {"kind": "adamw", "lr": 3e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
@@ -107,9 +127,9 @@ program = {
         {"name": "host", "arena_bytes": arena["host"], "lower_bound_bytes": peak("host"),
          "capacity_bytes": host_cap},
     ],
-    "buffers": bufs, "inputs": {"tokens": tok, "targets": tgt}, "loss": loss,
+    "buffers": bufs, "inputs": {"tokens": [tok], "targets": [tgt]}, "loss": loss,
     "instructions": ins,
 }
 payload = json.dumps(program).encode()
 with open(sys.argv[1], "wb") as f:
-    f.write(b"BIGC-PROGRAM 1 %d %016x\n" % (len(payload), fnv1a64(payload)) + payload)
+    f.write(b"BIGC-PROGRAM 2 %d %016x\n" % (len(payload), fnv1a64(payload)) + payload)

@@ -1,0 +1,145 @@
+//===- BigcTransferOps.cpp - copy, param_copy, wait -----------------------===//
+//
+// Verifiers of the ops of BigcTransferOps.td and the space / stream queries
+// of include/bigc/Dialect/BigcTransfer.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Dialect/BigcTransfer.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseSet.h"
+
+using namespace mlir;
+using namespace mlir::bigc;
+
+bool mlir::bigc::isKnownSpace(StringRef space) {
+  return space == kDeviceSpace || space == kHostSpace;
+}
+
+bool mlir::bigc::isKnownStream(StringRef stream) {
+  return stream == kComputeStream || stream == "h2d" || stream == "d2h" ||
+         stream == "host";
+}
+
+StringRef mlir::bigc::paramSpace(ParamOp param) {
+  if (auto s = param->getAttrOfType<StringAttr>(kSpaceAttrName))
+    return s.getValue();
+  return kDeviceSpace;
+}
+
+StringRef mlir::bigc::opSpace(Operation *op) {
+  if (auto p = dyn_cast<ParamOp>(op))
+    return paramSpace(p);
+  if (auto s = op->getAttrOfType<StringAttr>(kSpaceAttrName))
+    return s.getValue();
+  return kDeviceSpace;
+}
+
+StringRef mlir::bigc::valueSpace(Value value) {
+  Operation *def = value.getDefiningOp();
+  if (!def)
+    return kDeviceSpace;
+  if (auto gp = dyn_cast<GetParamOp>(def)) {
+    if (auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(
+            def, gp.getParamAttr()))
+      return paramSpace(p);
+    return kDeviceSpace;
+  }
+  return opSpace(def);
+}
+
+StringRef mlir::bigc::opStream(Operation *op) {
+  if (auto s = op->getAttrOfType<StringAttr>(kStreamAttrName))
+    return s.getValue();
+  return kComputeStream;
+}
+
+int64_t mlir::bigc::opEvent(Operation *op) {
+  if (auto e = op->getAttrOfType<IntegerAttr>(kEventAttrName))
+    return e.getInt();
+  return -1;
+}
+
+int64_t mlir::bigc::opLayer(Operation *op) {
+  if (auto e = op->getAttrOfType<IntegerAttr>(kLayerAttrName))
+    return e.getInt();
+  return -1;
+}
+
+namespace {
+/// The discardable attributes every transfer-aware op may carry.
+LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
+  Attribute space = op->getAttr(kSpaceAttrName);
+  if (!space && spaceRequired)
+    return op->emitOpError("needs a bigc.space attribute: \"device\" or "
+                           "\"host\" (the space of its result)");
+  if (space) {
+    auto s = dyn_cast<StringAttr>(space);
+    if (!s || !isKnownSpace(s.getValue()))
+      return op->emitOpError("bigc.space must be \"device\" or \"host\", got ")
+             << space;
+  }
+  if (Attribute stream = op->getAttr(kStreamAttrName)) {
+    auto s = dyn_cast<StringAttr>(stream);
+    if (!s || !isKnownStream(s.getValue()))
+      return op->emitOpError("bigc.stream must be \"compute\", \"h2d\", "
+                             "\"d2h\" or \"host\", got ")
+             << stream;
+  }
+  if (Attribute event = op->getAttr(kEventAttrName)) {
+    auto e = dyn_cast<IntegerAttr>(event);
+    if (!e || e.getInt() < 0)
+      return op->emitOpError("bigc.event must be a non-negative integer, got ")
+             << event;
+  }
+  return success();
+}
+} // namespace
+
+LogicalResult CopyOp::verify() {
+  return verifyPlacementAttrs(getOperation(), /*spaceRequired=*/true);
+}
+
+LogicalResult ParamCopyOp::verify() {
+  if (getFrom() == getTo())
+    return emitOpError("from and to must be two different parameters, got @")
+           << getFrom() << " twice";
+  return verifyPlacementAttrs(getOperation(), /*spaceRequired=*/false);
+}
+
+LogicalResult
+ParamCopyOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  ParamOp ends[2];
+  std::pair<FlatSymbolRefAttr, StringRef> refs[] = {{getFromAttr(), "from"},
+                                                    {getToAttr(), "to"}};
+  for (int k = 0; k < 2; ++k) {
+    auto p = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(),
+                                                      refs[k].first);
+    if (!p)
+      return emitOpError() << refs[k].second << " " << refs[k].first
+                           << " does not name a bigc.param";
+    ends[k] = p;
+  }
+  if (ends[0].getType() != ends[1].getType())
+    return emitOpError("from ")
+           << getFromAttr() << " has type " << ends[0].getType() << " but to "
+           << getToAttr() << " has type " << ends[1].getType()
+           << " (a copy does not convert; use the same type)";
+  return success();
+}
+
+LogicalResult WaitOp::verify() {
+  ArrayRef<int64_t> events = getEvents();
+  if (events.empty())
+    return emitOpError("needs at least one event");
+  llvm::DenseSet<int64_t> seen;
+  for (int64_t e : events) {
+    if (e < 0)
+      return emitOpError("events must be non-negative, got ") << e;
+    if (!seen.insert(e).second)
+      return emitOpError("event ") << e << " is listed twice";
+  }
+  return success();
+}

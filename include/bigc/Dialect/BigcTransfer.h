@@ -1,0 +1,55 @@
+//===- BigcTransfer.h - memory spaces, streams, events ----------*- C++ -*-===//
+//
+// The discardable attributes of CPU offload and of the schedule's streams
+// (see dialects/BigcTransferOps.td) and the queries that bigc-offload,
+// bigc-schedule, bigc-memory-plan and the emitter share.
+//
+//===----------------------------------------------------------------------===//
+#ifndef BIGC_DIALECT_BIGCTRANSFER_H
+#define BIGC_DIALECT_BIGCTRANSFER_H
+
+#include "bigc/Dialect/BigcOps.h"
+
+namespace mlir {
+namespace bigc {
+
+/// "device" | "host": on bigc.param, bigc.copy and ops executed on the host.
+inline constexpr llvm::StringLiteral kSpaceAttrName = "bigc.space";
+/// "compute" (default) | "h2d" | "d2h" | "host".
+inline constexpr llvm::StringLiteral kStreamAttrName = "bigc.stream";
+/// i64, unique per side-stream op: what bigc.wait names.
+inline constexpr llvm::StringLiteral kEventAttrName = "bigc.event";
+/// i64: the transformer block a forward op (and its backward) belongs to.
+inline constexpr llvm::StringLiteral kLayerAttrName = "bigc.layer";
+
+inline constexpr llvm::StringLiteral kDeviceSpace = "device";
+inline constexpr llvm::StringLiteral kHostSpace = "host";
+inline constexpr llvm::StringLiteral kComputeStream = "compute";
+
+/// True for "device" and "host".
+bool isKnownSpace(StringRef space);
+/// True for "compute", "h2d", "d2h" and "host".
+bool isKnownStream(StringRef stream);
+
+/// The memory space of a bigc.param ("device" unless `bigc.space` says).
+StringRef paramSpace(ParamOp param);
+/// The space an op executes in / writes its results to: its `bigc.space`,
+/// else "device".
+StringRef opSpace(Operation *op);
+/// The space of a value: arguments are on the device, a bigc.get_param
+/// result is the parameter (its space), other results are in the space of
+/// their op.
+StringRef valueSpace(Value value);
+/// The stream of an op: its `bigc.stream`, else "compute".
+StringRef opStream(Operation *op);
+/// The op runs on a side stream (h2d, d2h, host).
+inline bool isSideStream(Operation *op) { return opStream(op) != kComputeStream; }
+/// The `bigc.event` of an op, -1 when it has none.
+int64_t opEvent(Operation *op);
+/// The `bigc.layer` of an op, -1 when it has none.
+int64_t opLayer(Operation *op);
+
+} // namespace bigc
+} // namespace mlir
+
+#endif // BIGC_DIALECT_BIGCTRANSFER_H

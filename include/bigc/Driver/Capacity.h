@@ -1,0 +1,75 @@
+//===- Capacity.h - does a plan fit, and what would make it fit -*- C++ -*-===//
+//
+// The capacity check of `bigc compile` (CLI.md): each memory space's arena against its
+// capacity (device: per rank, --device-mem or the hardware profile; host: per machine,
+// --host-mem or the profile). When a space does not fit, notFitReport() writes the table of
+// CLI.md: needed vs available per space, bytes by role per space at that space's peak, and the
+// option sets that would make it fit, found by compiling candidates (compileToProgram on the
+// parsed module) and listed cheapest first (least recomputation and transfer time).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bigc/Driver/Compile.h"
+#include "bigc/runtime/program.h"
+
+namespace mlir {
+class ModuleOp;
+}
+
+namespace bigc {
+
+struct SpaceFit {
+  std::string space;
+  int64_t needed = 0, lowerBound = 0, capacity = 0; // capacity 0: unknown (not checked)
+  bool fits = true;
+};
+
+// Capacity of a space under `o`: device -> o.deviceCapacity, host -> o.hostCapacity (the host
+// of one machine is shared by its ranks: a program of R ranks needs R host arenas), else 0.
+int64_t spaceCapacity(const CompileOptions &o, const std::string &space);
+// One row per space of `p` (device first, then host, then others).
+std::vector<SpaceFit> checkFit(const rt::Program &p, const CompileOptions &o);
+bool allFit(const std::vector<SpaceFit> &fits);
+
+// Extra work an option set costs per step, from the program: recomputed FLOPs and bytes
+// copied between spaces, and an estimate of their time on the hardware (0 when none).
+struct ExtraWork {
+  int64_t flopsAdded = 0, forwardFlops = 0, transferBytes = 0;
+  double seconds = 0;
+};
+ExtraWork extraWork(const rt::Program &p, const CompileOptions &o);
+
+// compileToProgram after the choices `bigc compile` makes first (the --recompute auto search,
+// where --offload cpu keeps the weights); quiet. Defined in Compile.cpp. Throws as compileToProgram.
+rt::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o);
+
+// One option set that was tried by notFitReport().
+struct Candidate {
+  std::string flags;        // "--precision bf16 --recompute selective"
+  CompileOptions options;
+  bool compiled = false;    // false: the options are refused (not supported yet, budget, ...)
+  bool fits = false;
+  std::vector<SpaceFit> spaces;
+  ExtraWork work;
+  std::string why;          // when it was not compiled: the first line of the error
+};
+
+// Candidate option sets derived from `o` (at most `maxCandidates`, none equal to `o`), in the
+// order of preference when their costs tie. `withoutOffload`: also try --offload none (when the
+// host is what does not fit).
+std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCandidates = 6,
+                                           bool withoutOffload = false);
+
+// The whole message of a plan that does not fit (the caller prints it to stderr and exits 1).
+// Compiles the candidates on `parsed` (diagnostics of failed candidates are swallowed); at most
+// $BIGC_FIT_CANDIDATES of them (default 6; 0 tries none, for scripts that only need the status).
+// `tried`, when given, receives every candidate with its outcome (for tests and tools).
+std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const CompileOptions &o,
+                         std::vector<Candidate> *tried = nullptr);
+
+} // namespace bigc

@@ -1,0 +1,205 @@
+//===- CostModel.cpp - FLOPs and bytes of bigc ops ------------------------===//
+//
+// See include/bigc/Analysis/CostModel.h. Ops are recognised by name (the
+// instruction names of docs/program-format.md), so the model covers every op
+// of the dialect without depending on its C++ classes, and an op added later
+// falls back to "0 FLOPs, operand + result bytes" until it is taught here.
+//
+// Per-element FLOP counts (n = elements of the op's main tensor):
+//   add, mul, bias_add, scale, reduce_sum     1
+//   layernorm                                  8  (mean 1, variance 2, normalise + affine 4, rsqrt per row)
+//   layernorm_grad                            14  (x-hat 2, dy*w 1, two row sums 4, dx 4, dw/db 3)
+//   gelu (tanh approximation)                 12  (x^3 2, polynomial 3, tanh 4, 1+t and 0.5x(..) 3)
+//   gelu_grad                                 18
+//   cross_entropy                              6  per logit (max 1, exp 4, sum 1)
+//   cross_entropy_grad                         8  per logit (softmax 6, minus one-hot and scale 2)
+//   global_norm                                2  per input element
+//   check_finite                               1  per input element
+//   adamw                                     16  per parameter element
+//   embedding_grad                             1  per dy element (scatter-add)
+// matmul: 2 * elements(result) * K. attention over P = B*H*T(T+1)/2 causal
+// (query, key) pairs with head size d: 4*P*d (Q K^T and P V) + 6*P (softmax);
+// attention_grad: 10*P*d (scores again, dV, dP, dQ, dK) + 8*P + 2*B*T*C.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Analysis/CostModel.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringSwitch.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace mlir::bigc;
+
+int64_t mlir::bigc::typeBytes(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t || !t.hasStaticShape())
+    return 0;
+  Type e = t.getElementType();
+  int64_t size = (e.isF32() || e.isInteger(32)) ? 4 : (e.isBF16() || e.isF16()) ? 2 : 0;
+  return t.getNumElements() * size;
+}
+
+static int64_t elements(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && t.hasStaticShape() ? t.getNumElements() : 0;
+}
+
+static ArrayRef<int64_t> shape(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t ? t.getShape() : ArrayRef<int64_t>();
+}
+
+/// Bytes of the bigc.param named by the symbol attribute `attr` of `op`, or
+/// `fallback` when it cannot be found.
+static int64_t symbolBytes(Operation *op, StringRef attr, int64_t fallback) {
+  auto ref = op->getAttrOfType<FlatSymbolRefAttr>(attr);
+  if (!ref)
+    return 0;
+  if (Operation *sym = SymbolTable::lookupNearestSymbolFrom(op, ref))
+    if (auto t = sym->getAttrOfType<TypeAttr>("type"))
+      return typeBytes(t.getValue());
+  return fallback;
+}
+
+/// Causal (query, key) pairs and head size of an attention over qkv [B,T,3C].
+static void attentionShape(Value qkv, int64_t heads, int64_t &pairs,
+                           int64_t &headDim, int64_t &btc) {
+  ArrayRef<int64_t> s = shape(qkv);
+  pairs = headDim = btc = 0;
+  if (s.size() != 3 || heads <= 0)
+    return;
+  int64_t b = s[0], t = s[1], c = s[2] / 3;
+  pairs = b * heads * (t * (t + 1) / 2);
+  headDim = c / heads;
+  btc = b * t * c;
+}
+
+OpCost mlir::bigc::opCost(Operation *op) {
+  OpCost c;
+  StringRef name = op->getName().getStringRef();
+  if (!name.consume_front("bigc.")) {
+    c.known = false;
+    return c;
+  }
+  if (name == "get_param" || name == "param" || name == "wait")
+    return c;
+  for (Value v : op->getOperands())
+    c.bytesRead += typeBytes(v.getType());
+  for (Value r : op->getResults())
+    c.bytesWritten += typeBytes(r.getType());
+  auto operandElements = [&] {
+    int64_t n = 0;
+    for (Value v : op->getOperands())
+      n += elements(v);
+    return n;
+  };
+  int64_t n0 = op->getNumResults() ? elements(op->getResult(0)) : 0;
+  int64_t heads = 0;
+  if (auto h = op->getAttrOfType<IntegerAttr>("heads"))
+    heads = h.getInt();
+
+  if (name == "matmul") {
+    Value a = op->getOperand(0);
+    ArrayRef<int64_t> as = shape(a);
+    bool ta = op->hasAttr("transpose_a");
+    int64_t k = as.size() >= 2 ? (ta ? as[as.size() - 2] : as.back()) : 0;
+    c.flops = 2 * n0 * k;
+  } else if (name == "add" || name == "mul" || name == "bias_add" ||
+             name == "scale") {
+    c.flops = n0;
+  } else if (name == "reduce_sum") {
+    c.flops = elements(op->getOperand(0));
+  } else if (name == "fill") {
+    c.flops = 0;
+  } else if (name == "layernorm") {
+    c.flops = 8 * elements(op->getOperand(0));
+  } else if (name == "layernorm_grad") {
+    c.flops = 14 * elements(op->getOperand(1));
+  } else if (name == "gelu") {
+    c.flops = 12 * n0;
+  } else if (name == "gelu_grad") {
+    c.flops = 18 * n0;
+  } else if (name == "attention") {
+    int64_t pairs, d, btc;
+    attentionShape(op->getOperand(0), heads, pairs, d, btc);
+    c.flops = 4 * pairs * d + 6 * pairs;
+  } else if (name == "attention_grad") {
+    int64_t pairs, d, btc;
+    attentionShape(op->getOperand(1), heads, pairs, d, btc);
+    c.flops = 10 * pairs * d + 8 * pairs + 2 * btc;
+  } else if (name == "embedding") {
+    // A gather: reads one table row per id, not the whole table.
+    c.bytesRead = typeBytes(op->getOperand(1).getType()) + c.bytesWritten;
+  } else if (name == "embedding_grad") {
+    c.flops = elements(op->getOperand(0));
+  } else if (name == "reshape") {
+    c.bytesRead = c.bytesWritten = 0; // an alias of its operand
+  } else if (name == "transpose" || name == "split" || name == "concat" ||
+             name == "cast" || name == "copy") {
+    c.flops = 0;
+  } else if (name == "cross_entropy") {
+    c.flops = 6 * elements(op->getOperand(0));
+  } else if (name == "cross_entropy_grad") {
+    c.flops = 8 * elements(op->getOperand(0));
+  } else if (name == "global_norm") {
+    c.flops = 2 * operandElements();
+  } else if (name == "check_finite") {
+    c.flops = operandElements();
+  } else if (name == "loss_scale_update") {
+    c.flops = 4;
+  } else if (name == "adamw") {
+    Value g = op->getOperand(0);
+    int64_t fallback = elements(g) * 4;
+    int64_t p = symbolBytes(op, "param", fallback),
+            m = symbolBytes(op, "exp_avg", fallback),
+            v = symbolBytes(op, "exp_avg_sq", fallback);
+    c.flops = 16 * elements(g);
+    c.bytesRead += p + m + v;
+    c.bytesWritten += p + m + v;
+  } else {
+    c.known = false;
+  }
+  return c;
+}
+
+FunctionCost mlir::bigc::functionCost(func::FuncOp func) {
+  FunctionCost fc;
+  if (func.isExternal())
+    return fc;
+  for (Block &block : func.getBody())
+    for (Operation &op : block) {
+      if (op.hasTrait<OpTrait::IsTerminator>())
+        continue;
+      OpCost c = opCost(&op);
+      auto phase = op.getAttrOfType<StringAttr>("bigc.phase");
+      StringRef p = phase ? phase.getValue() : StringRef();
+      if (op.hasAttr("bigc.recompute"))
+        fc.recompute += c;
+      else if (p == "forward")
+        fc.forward += c;
+      else if (p == "backward")
+        fc.backward += c;
+      else if (p == "optimizer")
+        fc.optimizer += c;
+      else
+        fc.other += c;
+    }
+  return fc;
+}
+
+double mlir::bigc::rooflineSeconds(const OpCost &c, double flopsPerS,
+                                   double bytesPerS) {
+  double t = 0;
+  if (flopsPerS > 0)
+    t = std::max(t, double(c.flops) / flopsPerS);
+  if (bytesPerS > 0)
+    t = std::max(t, double(c.bytes()) / bytesPerS);
+  return t;
+}

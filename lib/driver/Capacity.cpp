@@ -1,0 +1,418 @@
+//===- Capacity.cpp - does a plan fit, and what would make it fit ---------===//
+//
+// See include/bigc/Driver/Capacity.h. The table CLI.md promises when a plan does not fit:
+// needed vs available per memory space, bytes by role per space, and the option sets that do
+// fit, found by compiling them (not guessed), cheapest first.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Driver/Capacity.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace bigc {
+
+namespace {
+
+std::string human(int64_t b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) v /= 1024.0, ++u;
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string commas(int64_t n) {
+  std::string s = std::to_string(n), out;
+  int k = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (k && k % 3 == 0 && *it != '-') out.push_back(',');
+    out.push_back(*it);
+    ++k;
+  }
+  return std::string(out.rbegin(), out.rend());
+}
+
+std::string padRight(const std::string &s, size_t w) {
+  return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' ');
+}
+
+std::string rstrip(std::string s) {
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+int spaceRank(const std::string &s) { return s == "device" ? 0 : s == "host" ? 1 : 2; }
+
+// Where a space's capacity came from, for the headline.
+std::string capacitySource(const CompileOptions &o, const std::string &space) {
+  if (space == "device")
+    return o.haveHardware && o.deviceCapacity == o.hardware.deviceMemBytes ? "hardware " + o.hardware.name
+                                                                          : "--device-mem";
+  if (space == "host")
+    return o.haveHardware && o.hostCapacity == o.hardware.hostMemBytes ? "hardware " + o.hardware.name
+                                                                      : "--host-mem";
+  return "?";
+}
+
+// Host memory is per machine: the ranks of one machine share it.
+int64_t ranksPerMachine(const rt::Program &p, const CompileOptions &o) {
+  int64_t r = std::max<int64_t>(1, p.ranks);
+  if (o.haveHardware) r = std::min<int64_t>(r, std::max<int64_t>(1, o.hardware.devices));
+  return r;
+}
+
+std::string firstLine(const std::string &s) {
+  size_t nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+// The flags that turn `base` into `c` (what the user would add to the command line).
+std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
+  std::string f;
+  auto add = [&](const std::string &s) { f += (f.empty() ? "" : " ") + s; };
+  if (c.precision != base.precision) add("--precision " + c.precision);
+  if (c.microBatches != base.microBatches) add("--micro-batches " + std::to_string(c.microBatches));
+  if (c.recompute != base.recompute) add("--recompute " + c.recompute);
+  if (c.offload != base.offload) add("--offload " + c.offload);
+  return f;
+}
+
+bool sameTechniques(const CompileOptions &a, const CompileOptions &b) {
+  return a.precision == b.precision && a.microBatches == b.microBatches && a.recompute == b.recompute &&
+         a.offload == b.offload && a.memoryBudget == b.memoryBudget;
+}
+
+std::string pct(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, x < 0.1 ? "%.1f%%" : "%.0f%%", 100.0 * x);
+  return buf;
+}
+
+std::string secs(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 0.01 ? "%.1e s" : s < 10 ? "%.2f s" : "%.0f s", s);
+  return buf;
+}
+
+std::string workStr(const ExtraWork &w) {
+  std::string s;
+  if (w.flopsAdded > 0)
+    s += "recomputes " + (w.forwardFlops > 0 ? pct(double(w.flopsAdded) / double(w.forwardFlops)) + " of the forward FLOPs"
+                                             : commas(w.flopsAdded) + " FLOPs");
+  if (w.transferBytes > 0) s += (s.empty() ? "" : ", ") + std::string("moves ") + human(w.transferBytes) + " host<->device";
+  if (s.empty()) return "no extra work";
+  return s + " per step (~" + secs(w.seconds) + ")";
+}
+
+std::string bytesBySpace(const std::vector<SpaceFit> &spaces) {
+  std::string s;
+  for (const auto &f : spaces) {
+    s += (s.empty() ? "" : ", ") + f.space + " " + human(f.needed);
+    if (!f.fits) s += " (> " + human(f.capacity) + ")";
+  }
+  return s;
+}
+
+// Whether the program does what the options ask (a technique whose pass is not wired yet is
+// accepted by compileToProgram and ignored): "" when it does, else what is missing.
+std::string unhonoured(const rt::Program &p, const CompileOptions &c) {
+  if (p.precision != c.precision) return "--precision " + c.precision + " not applied";
+  if (c.recompute != "none" && p.recompute.policy == "none") return "--recompute " + c.recompute + " not applied";
+  if (c.offload != "none" && !p.space("host")) return "--offload " + c.offload + " not applied";
+  if (p.microBatches != c.microBatches) return "--micro-batches not applied";
+  return "";
+}
+
+} // namespace
+
+int64_t spaceCapacity(const CompileOptions &o, const std::string &space) {
+  if (space == "device") return o.deviceCapacity;
+  if (space == "host") return o.hostCapacity;
+  return 0;
+}
+
+std::vector<SpaceFit> checkFit(const rt::Program &p, const CompileOptions &o) {
+  std::vector<SpaceFit> out;
+  const int64_t perMachine = ranksPerMachine(p, o);
+  for (const auto &s : p.spaces) {
+    SpaceFit f;
+    f.space = s.name;
+    int64_t mult = s.name == "host" ? perMachine : 1;
+    f.needed = s.arenaBytes * mult;
+    f.lowerBound = s.lowerBoundBytes * mult;
+    f.capacity = spaceCapacity(o, s.name);
+    f.fits = f.capacity <= 0 || f.needed <= f.capacity;
+    out.push_back(f);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const SpaceFit &a, const SpaceFit &b) { return spaceRank(a.space) < spaceRank(b.space); });
+  return out;
+}
+
+bool allFit(const std::vector<SpaceFit> &fits) {
+  return std::all_of(fits.begin(), fits.end(), [](const SpaceFit &f) { return f.fits; });
+}
+
+ExtraWork extraWork(const rt::Program &p, const CompileOptions &o) {
+  ExtraWork w;
+  w.flopsAdded = p.recompute.flopsAdded;
+  w.forwardFlops = p.recompute.forwardFlops;
+  double hostFlops = 0;
+  for (const auto &ins : p.instructions) {
+    if (ins.op == "copy" && !ins.in.empty() && !ins.out.empty()) {
+      const auto &x = p.buffers[size_t(ins.in[0])], &y = p.buffers[size_t(ins.out[0])];
+      if (x.space != y.space) w.transferBytes += y.bytes;
+    }
+    // Updates on the host: ~12 FLOPs per parameter element (AdamW with bias correction).
+    if (ins.stream == "host" && ins.op == "adamw" && !ins.in.empty())
+      hostFlops += 12.0 * double(p.buffers[size_t(ins.in[0])].numel());
+  }
+  double devF = o.haveHardware ? o.hardware.deviceFlops : 100e12;
+  double bw = o.haveHardware ? std::min(o.hardware.h2dBytesPerS, o.hardware.d2hBytesPerS) : 12e9;
+  double hostF = o.haveHardware ? o.hardware.hostFlops : 1e12;
+  w.seconds = double(w.flopsAdded) / devF + double(w.transferBytes) / bw + hostFlops / hostF;
+  return w;
+}
+
+std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCandidates, bool withoutOffload) {
+  // 16-bit type of the suggestions: V100s have no bf16 tensor cores.
+  std::string half = "bf16";
+  if (o.haveHardware && o.hardware.name.rfind("v100", 0) == 0) half = "fp16";
+  if (o.precision != "fp32") half = o.precision;
+  struct Set {
+    const char *precision, *recompute, *offload; // nullptr: as the user gave it
+  };
+  const char *h = half.c_str();
+  // Preference when costs tie: cheaper techniques first (16-bit is free, selective recompute
+  // costs a few percent, full recompute a forward pass, offload transfers and host updates).
+  const Set sets[] = {
+      // Only when the user offloads (and the host is what does not fit): everything on the device.
+      {nullptr, nullptr, "none"},  {h, nullptr, "none"},
+      {h, nullptr, nullptr},       {nullptr, "selective", nullptr}, {h, "selective", nullptr},
+      {h, "full", nullptr},        {h, nullptr, "cpu"},             {"fp16", "auto", "cpu"},
+      {nullptr, "full", nullptr},  {nullptr, nullptr, "cpu"},       {h, "auto", nullptr},
+  };
+  std::vector<Candidate> out;
+  for (const Set &s : sets) {
+    if (out.size() >= maxCandidates) break;
+    if (!withoutOffload && s.offload && std::string(s.offload) == "none") continue;
+    CompileOptions c = o;
+    if (s.precision) c.precision = s.precision;
+    if (s.recompute) c.recompute = s.recompute;
+    if (s.offload) c.offload = s.offload;
+    if (sameTechniques(c, o)) continue;
+    c.recomputeDrop = -1; // searched again for this option set
+    if (o.offload == "none" && c.offload != "none") c.offloadParams = "auto";
+    c.quiet = true;
+    bool dup = false;
+    for (const auto &e : out) dup |= sameTechniques(e.options, c);
+    if (dup) continue;
+    Candidate cand;
+    cand.options = c;
+    cand.flags = flagsOf(o, c);
+    out.push_back(cand);
+  }
+  return out;
+}
+
+std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const CompileOptions &o,
+                         std::vector<Candidate> *tried) {
+  std::vector<SpaceFit> fits = checkFit(p, o);
+  std::ostringstream os;
+
+  // Headline: every space that does not fit.
+  os << "bigc compile: the plan does not fit: " << o.input << " needs ";
+  bool firstOver = true;
+  for (const auto &f : fits) {
+    if (f.fits) continue;
+    os << (firstOver ? "" : "; and ") << human(f.needed) << " of " << f.space << " memory, " << human(f.capacity)
+       << " available (" << capacitySource(o, f.space) << ")";
+    firstOver = false;
+  }
+  os << "; nothing written\n\n";
+
+  // Needed vs available per space.
+  os << "  " << padRight("space", 10) << padRight("needed", 14) << padRight("lower bound", 14)
+     << rstrip(padRight("available", 14)) << "\n";
+  for (const auto &f : fits) {
+    std::string avail = f.capacity > 0 ? human(f.capacity) : "unknown";
+    os << "  " << padRight(f.space, 10) << padRight(human(f.needed), 14) << padRight(human(f.lowerBound), 14);
+    if (f.fits && f.capacity <= 0)
+      os << avail << " (not checked)\n";
+    else if (f.fits)
+      os << padRight(avail, 14) << "fits (" << pct(double(f.needed) / double(f.capacity)) << ")\n";
+    else
+      os << padRight(avail, 14) << "does not fit (" << pct(double(f.needed) / double(f.capacity)) << ")\n";
+  }
+  if (ranksPerMachine(p, o) > 1)
+    os << "  (host: the arenas of the " << ranksPerMachine(p, o) << " ranks of one machine)\n";
+
+  // Bytes by role at each space's peak.
+  int64_t persistentDev = 0, transientDev = 0, devCap = o.deviceCapacity;
+  for (const auto &f : fits) {
+    int64_t at = 0;
+    std::vector<RoleUsage> usage = peakUsageByRole(p, f.space, &at);
+    std::string where = at < int64_t(p.instructions.size()) ? p.instructions[size_t(at)].loc : "";
+    os << "\n  " << f.space << " memory by role at the peak (instruction " << at << ", " << p.instructions.size()
+       << " in all" << (where.empty() ? "" : "; " + where) << "):\n";
+    for (const auto &u : usage) {
+      os << "    " << padRight(u.role, 18) << human(u.bytes) << "\n";
+      if (f.space != "device") continue;
+      if (u.role == "param" || u.role == "optimizer" || u.role == "master")
+        persistentDev += u.bytes;
+      else if (u.role != "grad")
+        transientDev += u.bytes;
+    }
+  }
+
+  // Candidates, compiled for real; the diagnostics of those that fail are not shown.
+  auto t0 = std::chrono::steady_clock::now();
+  bool hostOverAny = false;
+  for (const auto &f : fits) hostOverAny |= f.space == "host" && !f.fits;
+  // BIGC_FIT_CANDIDATES: how many option sets to try (default 6; 0: none, for scripts that only
+  // want the exit status, such as bench/capacity/run.sh).
+  size_t maxCands = 6;
+  if (const char *env = std::getenv("BIGC_FIT_CANDIDATES"); env && *env) {
+    char *end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (*end == '\0' && v >= 0 && v <= 16) maxCands = size_t(v);
+  }
+  std::vector<Candidate> cands = candidateOptionSets(o, maxCands, hostOverAny);
+  int compiled = 0;
+  {
+    mlir::ScopedDiagnosticHandler quiet(parsed->getContext(), [](mlir::Diagnostic &) { return mlir::success(); });
+    for (auto &c : cands) {
+      // Bounded: big models take seconds per compile; stop trying after 60 s.
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > 60.0) {
+        c.why = "not tried (time)";
+        continue;
+      }
+      try {
+        rt::Program cp = compileWithChoices(parsed, c.options);
+        std::string missing = unhonoured(cp, c.options);
+        if (!missing.empty()) { // a technique this build does not implement yet: skip silently
+          c.why = missing;
+          continue;
+        }
+        c.compiled = true;
+        c.spaces = checkFit(cp, c.options);
+        c.fits = allFit(c.spaces);
+        c.work = extraWork(cp, c.options);
+        ++compiled;
+      } catch (const std::exception &e) {
+        c.why = firstLine(e.what());
+      }
+    }
+  }
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<const Candidate *> good, bad;
+  for (const auto &c : cands)
+    if (c.compiled) (c.fits ? good : bad).push_back(&c);
+  std::stable_sort(good.begin(), good.end(),
+                   [](const Candidate *a, const Candidate *b) { return a->work.seconds < b->work.seconds; });
+  // A fitting set that adds flags to a cheaper one without saving memory in any space says
+  // nothing new (e.g. --recompute auto that recomputes nothing): leave it out.
+  auto needed = [](const Candidate *c, const std::string &space) {
+    for (const auto &f : c->spaces)
+      if (f.space == space) return f.needed;
+    return int64_t(0);
+  };
+  auto dominates = [&](const Candidate *d, const Candidate *c) {
+    if (d->flags.size() >= c->flags.size() || d->work.seconds > c->work.seconds) return false;
+    for (const auto &f : c->spaces)
+      if (needed(d, f.space) > f.needed) return false;
+    for (const auto &f : d->spaces)
+      if (f.needed > needed(c, f.space)) return false;
+    return true;
+  };
+  {
+    std::vector<const Candidate *> kept;
+    for (const auto *c : good)
+      if (std::none_of(kept.begin(), kept.end(), [&](const Candidate *d) { return dominates(d, c); }))
+        kept.push_back(c);
+    good = kept;
+  }
+  // The closest misses first.
+  auto worst = [](const Candidate *c) {
+    double r = 0;
+    for (const auto &f : c->spaces)
+      if (f.capacity > 0) r = std::max(r, double(f.needed) / double(f.capacity));
+    return r;
+  };
+  std::stable_sort(bad.begin(), bad.end(), [&](const Candidate *a, const Candidate *b) { return worst(a) < worst(b); });
+
+  char triedStr[96];
+  std::snprintf(triedStr, sizeof triedStr, "tried %d option set%s in %.2f s", compiled, compiled == 1 ? "" : "s",
+                took);
+  os << "\n  options that would make it fit:\n";
+  size_t fw = 10;
+  for (const auto *c : good) fw = std::max(fw, c->flags.size() + 2);
+  for (const auto *c : bad) fw = std::max(fw, c->flags.size() + 2);
+  if (!good.empty()) {
+    for (const auto *c : good)
+      os << "    " << padRight(c->flags, fw) << bytesBySpace(c->spaces) << "; " << workStr(c->work) << "\n";
+    os << "    (" << triedStr << ", cheapest first: least recomputation, transfer and host time)\n";
+    os << "  other ways:\n";
+  }
+
+  // What compiling cannot try: a smaller model, batch or sequence, a bigger machine.
+  bool devOver = false, hostOver = false;
+  int64_t hostNeeded = 0;
+  for (const auto &f : fits) {
+    devOver |= f.space == "device" && !f.fits;
+    hostOver |= f.space == "host" && !f.fits;
+    if (f.space == "host") hostNeeded = f.needed;
+  }
+  if (devOver && persistentDev >= devCap) {
+    os << "    - fewer parameters: with these options the weights and AdamW states alone need " << human(persistentDev)
+       << " of device memory ("
+       << commas(p.parameterCount())
+       << " parameters); use fewer layers or a smaller hidden size (bigc gen gpt --layers/--hidden)\n";
+  } else if (devOver) {
+    os << "    - a smaller batch (bigc gen gpt --batch) or a shorter sequence (--seq): activations and their "
+          "gradients, "
+       << human(transientDev) << " at the device peak, scale with B*T";
+    if (p.batch > 1) os << "; --micro-batches K with --batch " << p.batch << "/K keeps the batch per update";
+    os << "\n";
+    if (persistentDev > 0)
+      os << "    - fewer layers or a smaller hidden size (bigc gen gpt --layers/--hidden): weights and AdamW "
+            "states take "
+         << human(persistentDev) << " of device memory\n";
+  }
+  if (hostOver) {
+    char per[32];
+    std::snprintf(per, sizeof per, "%.1f", p.parameterCount() > 0 ? double(hostNeeded) / double(p.parameterCount()) : 0.0);
+    os << "    - fewer parameters: the host holds " << human(hostNeeded) << " for " << commas(p.parameterCount())
+       << " parameters (" << per
+       << " bytes each: fp32 master weights, AdamW moments, gradients); use fewer layers or a smaller hidden size\n";
+  }
+  if (devOver) os << "    - a device with more memory (--hardware, --device-mem)\n";
+  if (hostOver) os << "    - a machine with more host memory (--hardware, --host-mem)\n";
+  if (good.empty()) {
+    if (cands.empty())
+      os << "    (no other option set tried: BIGC_FIT_CANDIDATES=0)\n";
+    else if (compiled == 0)
+      os << "    (none of the " << cands.size() << " other option sets could be compiled)\n";
+    else
+      os << "    - none of the option sets tried fits (" << triedStr << "):\n";
+    for (const auto *c : bad) os << "        " << padRight(c->flags, fw) << bytesBySpace(c->spaces) << "\n";
+  }
+  if (tried) *tried = cands;
+  return os.str();
+}
+
+} // namespace bigc

@@ -1,0 +1,259 @@
+//===- Offload.cpp - bigc-offload -----------------------------------------===//
+//
+// CPU offload (ZeRO-Offload; see the description in Passes.td): fp32 masters
+// and AdamW moments in the host space, each bigc.adamw on the host reading a
+// host copy of its gradient, the new compute weights back to the device
+// through a host staging tensor; with params=host the compute copies live on
+// the host too and every device use reads a copy made just before it.
+//
+// The pass only decides spaces and inserts the transfers; bigc-schedule
+// places them (prefetch, streams, events, waits) and bigc-memory-plan plans
+// one arena per space.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Dialect/BigcOps.h"
+#include "bigc/Dialect/BigcTransfer.h"
+#include "bigc/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+namespace mlir {
+namespace bigc {
+#define GEN_PASS_DEF_BIGCOFFLOAD
+#include "passes/Passes.h.inc"
+} // namespace bigc
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::bigc;
+
+namespace {
+
+void setSpace(Operation *op, StringRef space) {
+  op->setAttr(kSpaceAttrName, StringAttr::get(op->getContext(), space));
+}
+
+/// Copies the phase and layer of `from` onto `to` (when `from` has them).
+void copyPlacementTags(Operation *from, Operation *to) {
+  for (StringRef name : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName),
+                         StringRef("bigc.micro_batch")})
+    if (Attribute a = from->getAttr(name))
+      to->setAttr(name, a);
+}
+
+/// A new bigc.param `name` right after `after`, or a located error when the
+/// name is taken.
+FailureOr<ParamOp> addParam(ModuleOp module, ParamOp after, StringRef name,
+                            Type type, StringRef init, StringRef role,
+                            StringRef source) {
+  if (SymbolTable::lookupSymbolIn(module, name))
+    return after.emitError("bigc-offload: cannot add the parameter @\"")
+           << name << "\": the name is taken";
+  OpBuilder b(after->getContext());
+  b.setInsertionPointAfter(after);
+  auto p = b.create<ParamOp>(
+      after.getLoc(), b.getStringAttr(name), TypeAttr::get(type),
+      b.getStringAttr(init), FloatAttr(), b.getStringAttr(role),
+      source.empty() ? StringAttr() : b.getStringAttr(source), FloatAttr());
+  return p;
+}
+
+struct BigcOffloadPass
+    : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (offload != "cpu") {
+      module.emitError("bigc-offload: offload must be \"cpu\", got \"")
+          << offload << "\"";
+      return signalPassFailure();
+    }
+    if (params != "device" && params != "host") {
+      module.emitError("bigc-offload: params must be \"device\" or \"host\", "
+                       "got \"")
+          << params << "\"";
+      return signalPassFailure();
+    }
+    auto func = module.lookupSymbol<func::FuncOp>("train_step");
+    if (!func) {
+      module.emitError("bigc-offload: the module has no func.func "
+                       "@train_step (run bigc-autodiff first)");
+      return signalPassFailure();
+    }
+    if (func.isExternal() || !func.getBody().hasOneBlock()) {
+      func.emitError("bigc-offload: @train_step must have a body of one "
+                     "block");
+      return signalPassFailure();
+    }
+    if (failed(offloadOptimizer(module, func)) ||
+        failed(placeHostOperands(func)) || failed(fetchHostParams(module, func)))
+      return signalPassFailure();
+    Builder b(module.getContext());
+    module->setAttr("bigc.offload", b.getStringAttr(offload));
+    module->setAttr("bigc.offload_params", b.getStringAttr(params));
+  }
+
+  /// Masters, moments (and every optimizer-role tensor) to the host; every
+  /// bigc.adamw and bigc.loss_scale_update to the host; staging tensors and
+  /// bigc.param_copy back to the device compute copies (params=device).
+  LogicalResult offloadOptimizer(ModuleOp module, func::FuncOp func) {
+    Block &block = func.front();
+    SmallVector<AdamWOp> updates;
+    for (Operation &op : block.without_terminator())
+      if (auto a = dyn_cast<AdamWOp>(op))
+        updates.push_back(a);
+    for (AdamWOp a : updates) {
+      auto master = module.lookupSymbol<ParamOp>(a.getParamAttr());
+      if (!master)
+        return a.emitError("bigc-offload: unknown parameter @")
+               << a.getParam();
+      StringRef name = master.getSymName();
+      // fp32 run: @N becomes the master, @"N.half" the device compute copy.
+      if (!a.getHalfAttr()) {
+        std::string halfName = (name + ".half").str();
+        FailureOr<ParamOp> half =
+            addParam(module, master, halfName, master.getType(), "copy",
+                     "param", name);
+        if (failed(half))
+          return failure();
+        master.setRole("master");
+        auto halfRef = FlatSymbolRefAttr::get(module.getContext(), halfName);
+        func.walk([&](GetParamOp gp) {
+          if (gp.getParam() == name)
+            gp.setParamAttr(halfRef);
+        });
+        a.setHalfAttr(halfRef);
+      }
+      auto half = module.lookupSymbol<ParamOp>(*a.getHalf());
+      if (!half)
+        return a.emitError("bigc-offload: unknown parameter @") << *a.getHalf();
+      setSpace(master, kHostSpace);
+      for (FlatSymbolRefAttr moment : {a.getExpAvgAttr(), a.getExpAvgSqAttr()})
+        if (auto m = module.lookupSymbol<ParamOp>(moment))
+          setSpace(m, kHostSpace);
+      setSpace(a, kHostSpace);
+      // ZeRO-3-Offload: the compute copy lives on the host; the host AdamW
+      // writes it directly. Also for an update that may be skipped (fp16
+      // overflow): a skipped AdamW writes nothing, not even its `half`, so a
+      // transient staging tensor would then bring garbage to the device; the
+      // persistent host copy keeps the last good weights instead.
+      if (params == "host" || a.getFoundInf()) {
+        setSpace(half, kHostSpace);
+        continue;
+      }
+      // The host AdamW writes a host staging tensor, copied to the device
+      // compute copy after its last reader of this step.
+      std::string stageName = (name + ".stage").str();
+      FailureOr<ParamOp> stage = addParam(module, half, stageName,
+                                          half.getType(), "zeros", "transfer",
+                                          "");
+      if (failed(stage))
+        return failure();
+      setSpace(*stage, kHostSpace);
+      auto stageRef = FlatSymbolRefAttr::get(module.getContext(), stageName);
+      a.setHalfAttr(stageRef);
+      OpBuilder b(a);
+      b.setInsertionPointAfter(a);
+      auto pc = b.create<ParamCopyOp>(
+          a.getLoc(), stageRef,
+          FlatSymbolRefAttr::get(module.getContext(), half.getSymName()));
+      copyPlacementTags(a, pc);
+      setSpace(pc, kDeviceSpace);
+    }
+    // Every other optimizer-role tensor (the loss scale and its counter) and
+    // the op that updates them go to the host with the moments.
+    for (ParamOp p : module.getOps<ParamOp>())
+      if (p.getRole() == "optimizer")
+        setSpace(p, kHostSpace);
+    func.walk([&](LossScaleUpdateOp op) { setSpace(op, kHostSpace); });
+    // The reductions over every gradient (fp16's overflow check, the norm
+    // for clipping) read the host copies: on the device they would keep
+    // every gradient alive until the end of the backward.
+    func.walk([&](Operation *op) {
+      if (isa<CheckFiniteOp, GlobalNormOp>(op))
+        setSpace(op, kHostSpace);
+    });
+    return success();
+  }
+
+  /// Each device value a host op reads (a gradient, found_inf, the global
+  /// norm) gets one d2h copy, placed right after its definition.
+  LogicalResult placeHostOperands(func::FuncOp func) {
+    Block &block = func.front();
+    llvm::DenseMap<Value, Value> hostCopy;
+    SmallVector<Operation *> hostOps;
+    for (Operation &op : block.without_terminator())
+      if (!isa<CopyOp>(op) && opSpace(&op) == kHostSpace)
+        hostOps.push_back(&op);
+    for (Operation *op : hostOps) {
+      for (OpOperand &use : op->getOpOperands()) {
+        Value v = use.get();
+        if (valueSpace(v) == kHostSpace)
+          continue;
+        Value &copy = hostCopy[v];
+        if (!copy) {
+          OpBuilder b(func.getContext());
+          Operation *def = v.getDefiningOp();
+          if (def)
+            b.setInsertionPointAfter(def);
+          else
+            b.setInsertionPointToStart(&block);
+          auto c = b.create<CopyOp>(def ? def->getLoc() : func.getLoc(), v);
+          setSpace(c, kHostSpace);
+          if (def)
+            copyPlacementTags(def, c);
+          c->setAttr(kPhaseAttrName, b.getStringAttr("optimizer"));
+          copy = c.getY();
+        }
+        use.set(copy);
+      }
+    }
+    return success();
+  }
+
+  /// Every use of a host parameter by a device op reads a device copy made
+  /// just before that op (params=host; also the loss scale seed in fp16).
+  LogicalResult fetchHostParams(ModuleOp module, func::FuncOp func) {
+    Block &block = func.front();
+    SmallVector<GetParamOp> reads;
+    for (Operation &op : block.without_terminator())
+      if (auto gp = dyn_cast<GetParamOp>(op))
+        if (valueSpace(gp.getResult()) == kHostSpace)
+          reads.push_back(gp);
+    for (GetParamOp gp : reads) {
+      // Device users, each once, in order.
+      SmallVector<Operation *> users;
+      llvm::SmallPtrSet<Operation *, 8> seen;
+      for (Operation *u : gp->getUsers())
+        if (opSpace(u) != kHostSpace && seen.insert(u).second)
+          users.push_back(u);
+      for (Operation *u : users) {
+        if (u->getBlock() != &block)
+          return u->emitError("bigc-offload: a use of @")
+                 << gp.getParam() << " outside the body of @train_step";
+        OpBuilder b(u);
+        // A get_param of its own, so that the schedule can move the pair
+        // (prefetch) without touching the other uses.
+        auto own = cast<GetParamOp>(b.clone(*gp));
+        copyPlacementTags(u, own);
+        auto c = b.create<CopyOp>(u->getLoc(), own.getResult());
+        setSpace(c, kDeviceSpace);
+        copyPlacementTags(u, c);
+        u->replaceUsesOfWith(gp.getResult(), c.getY());
+      }
+      if (gp->use_empty())
+        gp->erase();
+    }
+    (void)module;
+    return success();
+  }
+};
+
+} // namespace

@@ -1,0 +1,77 @@
+// RUN: bigc-opt %s -split-input-file -verify-diagnostics
+
+// Verifiers of the transfer ops.
+
+func.func @no_space(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'bigc.copy' op needs a bigc.space attribute: "device" or "host"}}
+  %y = bigc.copy %x : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @bad_space(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{bigc.space must be "device" or "host", got "nvme"}}
+  %y = bigc.copy %x {bigc.space = "nvme"} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @bad_stream(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{bigc.stream must be "compute", "h2d", "d2h" or "host", got "comm"}}
+  %y = bigc.copy %x {bigc.space = "host", bigc.stream = "comm"} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @bad_event(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{bigc.event must be a non-negative integer, got -1 : i64}}
+  %y = bigc.copy %x {bigc.space = "host", bigc.event = -1 : i64} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+bigc.param @a : tensor<4xf32> {init = "zeros"}
+bigc.param @b : tensor<8xf32> {init = "zeros"}
+func.func @shape_mismatch() {
+  // expected-error@+1 {{from @a has type 'tensor<4xf32>' but to @b has type 'tensor<8xf32>' (a copy does not convert; use the same type)}}
+  bigc.param_copy {from = @a, to = @b}
+  return
+}
+
+// -----
+
+bigc.param @a : tensor<4xf32> {init = "zeros"}
+func.func @unknown() {
+  // expected-error@+1 {{to @nope does not name a bigc.param}}
+  bigc.param_copy {from = @a, to = @nope}
+  return
+}
+
+// -----
+
+bigc.param @a : tensor<4xf32> {init = "zeros"}
+func.func @self() {
+  // expected-error@+1 {{from and to must be two different parameters, got @a twice}}
+  bigc.param_copy {from = @a, to = @a}
+  return
+}
+
+// -----
+
+func.func @empty_wait() {
+  // expected-error@+1 {{needs at least one event}}
+  bigc.wait {events = array<i64>}
+  return
+}
+
+// -----
+
+func.func @twice() {
+  // expected-error@+1 {{event 2 is listed twice}}
+  bigc.wait {events = array<i64: 2, 2>}
+  return
+}
