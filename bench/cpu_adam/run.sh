@@ -35,6 +35,15 @@ g++ $CXXFLAGS "$ROOT/bench/cpu_adam/cpu_adam_bench.cpp" "$ROOT/runtime/optim/Cpu
 g++ $CXXFLAGS -fPIC -shared "$ROOT/bench/cpu_adam/capi.cpp" "$ROOT/runtime/optim/CpuAdam.cpp" -o "$OUT/libbigc_cpu_adam.so"
 
 # 2. The virtual environment with DeepSpeed (torch from Debian through system site packages).
+# DeepSpeed JIT-compiles its CPU Adam against torch's C++ headers and pybind11: Debian ships them
+# in libtorch-dev and pybind11-dev (python3-torch alone has no headers; the build then fails with
+# "torch/extension.h: No such file or directory").
+for pkg in libtorch-dev pybind11-dev; do
+  if ! dpkg-query -W -f='${Status}' $pkg 2>/dev/null | grep -q "install ok installed"; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+    $SUDO apt-get install -y -qq --no-install-recommends $pkg >&2
+  fi
+done
 if ! "$VENV/bin/python" -c 'import deepspeed' 2>/dev/null; then
   echo "== setting up $VENV (DeepSpeed 0.12.6 from PyPI)" >&2
   "$PY" -m venv --system-site-packages "$VENV"
