@@ -1,6 +1,6 @@
 // safetensors reader/writer and weight load/save for the executor.
 #include "bigc/runtime/safetensors.h"
-#include "bigc/runtime/executor.h"
+#include "bigc/runtime/engine.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -237,7 +237,7 @@ std::string serialize(const File &file) {
 
 void write(const std::string &path, const File &file) { writeFileAtomic(path, serialize(file)); }
 
-File weightsOf(const Executor &ex) {
+File weightsOf(const Engine &ex) {
   File f;
   f.metadata["format"] = "pt";
   f.metadata["producer"] = "bigc";
@@ -246,7 +246,7 @@ File weightsOf(const Executor &ex) {
   return f;
 }
 
-File gradsOf(const Executor &ex) {
+File gradsOf(const Engine &ex) {
   File f;
   f.metadata["format"] = "pt";
   f.metadata["producer"] = "bigc";
@@ -260,7 +260,7 @@ File gradsOf(const Executor &ex) {
   return f;
 }
 
-void loadWeights(Executor &ex, const File &file, const std::string &path) {
+void loadWeights(Engine &ex, const File &file, const std::string &path) {
   auto endsWith = [](const std::string &s, const std::string &suf) {
     return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
   };
@@ -287,12 +287,8 @@ void loadWeights(Executor &ex, const File &file, const std::string &path) {
       fail(path, "tensor '" + t->name + "' " + shapeStr(t->shape) + " is not a parameter of this model");
   for (const Buffer *b : weights) {
     const Tensor *t = byName.at(b->name);
-    if (t->dtype == DType::F32 && b->dtype == DType::F32) {
-      std::memcpy(ex.data(b->id), t->data.data(), t->data.size());
-    } else {
-      std::vector<float> v = t->toF32();
-      ex.writeF32(b->id, v.data());
-    }
+    std::vector<float> v = t->toF32();
+    ex.writeF32(b->id, v.data());
   }
   ex.refreshCopies(); // compute copies (init kind copy) follow the loaded masters
 }

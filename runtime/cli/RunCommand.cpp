@@ -30,6 +30,8 @@ const char *kRunUsage =
     "usage: bigc run model.bigc [--backend cpu|cuda] [--steps N] [--data FILE | --synthetic] [--seed S]\n"
     "                [--log FILE.jsonl] [--save-weights FILE] [--load-weights FILE] [--threads N]\n"
     "                [--dump-grads FILE] [--quiet]\n"
+    "  --backend B         cpu or cuda (default: cuda when this build has the CUDA backend and a GPU\n"
+    "                      is visible, else cpu)\n"
     "  --steps N           training steps (default 10; 0 with --save-weights writes the initial weights)\n"
     "  --data FILE         token file (nanoGPT raw uint16 or llm.c); default: synthetic data\n"
     "  --synthetic         synthetic data: a random Markov chain over the vocabulary, from the seed\n"
@@ -128,10 +130,18 @@ int runBody(int argc, char **argv, int first) {
                     args.positional[0] + "', '" + args.positional[1] + "'...");
   const std::string programPath = args.positional[0];
 
-  std::string backend = args.str("--backend", "cpu");
-  if (backend == "cuda")
-    throw UserError("--backend cuda: this build has no CUDA backend; use --backend cpu");
-  if (backend != "cpu") throw UserError("--backend: unknown backend '" + backend + "' (cpu or cuda)");
+  // Default: cuda when this build has it and a GPU is visible, else cpu.
+  std::string backend = args.str("--backend", "");
+  if (!backend.empty() && backend != "cpu" && backend != "cuda")
+    throw UserError("--backend: unknown backend '" + backend + "' (cpu or cuda)");
+  if (backend == "cuda") {
+    std::string why;
+    if (!cudaBackendCompiled())
+      throw UserError("--backend cuda: this build has no CUDA backend (no CUDA toolkit was found when it was "
+                      "built); rebuild where nvcc is on PATH, or use --backend cpu");
+    if (!cudaDeviceVisible(&why)) throw UserError("--backend cuda: " + why + "; use --backend cpu");
+  }
+  if (backend.empty()) backend = cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
 
   int64_t steps = args.integer("--steps", 10);
   if (steps < 0) throw UserError("--steps must be >= 0, got " + std::to_string(steps));
@@ -160,7 +170,10 @@ int runBody(int argc, char **argv, int first) {
   else
     source = std::make_unique<data::SyntheticTokenSource>(B, T, vocab, seed);
 
-  Executor ex(std::move(prog), seed);
+  std::unique_ptr<Engine> engine;
+  if (backend == "cuda") engine = makeCudaEngine(std::move(prog), seed);
+  else engine = std::make_unique<Executor>(std::move(prog), seed);
+  Engine &ex = *engine;
   if (args.has("--load-weights")) {
     std::string path = args.str("--load-weights");
     safetensors::loadWeights(ex, safetensors::read(path), path);
@@ -178,11 +191,12 @@ int runBody(int argc, char **argv, int first) {
     std::string streams;
     for (const auto &s : ex.streams()) streams += (streams.empty() ? "" : ", ") + s;
     std::fprintf(stderr,
-                 "bigc run: %s: %lld parameters, %s, batch %lld x %lldx%lld, arenas: %s; streams: %s; data: %s; "
-                 "%lld steps\n",
-                 programPath.c_str(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
+                 "bigc run: %s: %s backend, %lld parameters, %s, batch %lld x %lldx%lld, arenas: %s; streams: %s; "
+                 "data: %s; %lld steps\n",
+                 programPath.c_str(), ex.backend(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
                  (long long)K, (long long)B, (long long)T, spaces.c_str(), streams.c_str(),
                  source->describe().c_str(), (long long)steps);
+    if (!ex.deviceInfo().empty()) std::fprintf(stderr, "bigc run: %s\n", ex.deviceInfo().c_str());
   }
 
   // K micro-batches per step, in data order: micro-batch k of step s is batch s·K + k.

@@ -4,6 +4,7 @@
 #include "bigc/runtime/cpu_adam.h"
 #include "bigc/runtime/half.h"
 #include "bigc/runtime/kernels.h"
+#include "bigc/runtime/loss_scale.h"
 #include "bigc/runtime/ops.h"
 
 #include <algorithm>
@@ -286,38 +287,6 @@ void Executor::refreshCopies() {
   }
 }
 
-const Buffer *Executor::findPersistent(const std::string &name) const {
-  for (const auto &b : prog_.buffers)
-    if (b.persistent() && b.name == name) return &b;
-  return nullptr;
-}
-
-std::vector<const Buffer *> Executor::params() const {
-  std::vector<const Buffer *> out;
-  for (const auto &b : prog_.buffers)
-    if (b.role == "param") out.push_back(&b);
-  return out;
-}
-
-std::vector<const Buffer *> Executor::weights() const {
-  std::set<std::string> masters;
-  for (const auto &b : prog_.buffers)
-    if (b.role == "master") masters.insert(b.name);
-  std::vector<const Buffer *> out;
-  for (const auto &b : prog_.buffers) {
-    if (b.role == "master") {
-      out.push_back(&b);
-    } else if (b.role == "param") {
-      const std::string suffix = ".half";
-      bool isCopy = b.name.size() > suffix.size() &&
-                    b.name.compare(b.name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-                    masters.count(b.name.substr(0, b.name.size() - suffix.size()));
-      if (!isCopy) out.push_back(&b);
-    }
-  }
-  return out;
-}
-
 std::vector<float> Executor::readF32(int64_t bufferId) const {
   const Buffer &b = prog_.buffers.at(size_t(bufferId));
   std::vector<float> v(size_t(b.numel()));
@@ -330,19 +299,12 @@ void Executor::writeF32(int64_t bufferId, const float *values) {
   fromF32(values, data(bufferId), b.dtype, b.numel());
 }
 
-std::map<std::string, int64_t> Executor::arenaBytes() const {
-  std::map<std::string, int64_t> out;
-  for (const auto &s : prog_.spaces) out[s.name] = s.arenaBytes;
-  return out;
-}
-
 std::map<std::string, int64_t> Executor::stagingBytes() const {
   std::map<std::string, int64_t> out;
   for (size_t s = 0; s < streams_->names.size(); ++s) out[streams_->names[s]] = stagingBytes_[s];
   return out;
 }
 
-std::vector<std::string> Executor::streams() const { return streams_->names; }
 
 void Executor::enableGradCapture() {
   capture_ = true;
@@ -748,21 +710,10 @@ void Executor::execute(Op &op) {
     *static_cast<float *>(op.rawOut[0]) = bad ? 1.0f : 0.0f;
     break;
   }
-  case OpKind::LossScaleUpdate: {
-    float flag = scalar(0);
-    float *scale = static_cast<float *>(op.rawOut[0]), *good = static_cast<float *>(op.rawOut[1]);
-    if (flag != 0.0f) {
-      *scale = float(double(*scale) * op.backoff);
-      *good = 0.0f;
-    } else {
-      *good += 1.0f;
-      if (double(*good) >= op.growthInterval) {
-        *scale = float(double(*scale) * op.growth);
-        *good = 0.0f;
-      }
-    }
+  case OpKind::LossScaleUpdate:
+    lossScaleUpdate(scalar(0), static_cast<float *>(op.rawOut[0]), static_cast<float *>(op.rawOut[1]), op.backoff,
+                    op.growth, op.growthInterval);
     break;
-  }
   case OpKind::AdamW: {
     double inv = 1.0;
     if (op.unscale) inv = 1.0 / double(scalar(size_t(op.iScale)));

@@ -29,16 +29,7 @@
 namespace bigc::rt {
 namespace {
 
-// Per-call constants (bias corrections precomputed once, in double).
-struct Consts {
-  float gradScale;  // g = grad * gradScale
-  float decay;      // p *= 1 - lr * wd
-  float beta1, oneMinusBeta1;
-  float beta2, oneMinusBeta2;
-  float stepSize;   // lr / (1 - beta1^t)
-  float invBc2Sqrt; // 1 / sqrt(1 - beta2^t)
-  float eps;
-};
+using Consts = AdamWConsts;
 
 // ---- scalar conversions (round to nearest even) ---------------------------------------------
 
@@ -372,20 +363,8 @@ constexpr int64_t kSerialBelow = 1 << 15;
 
 } // namespace
 
-void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v, void *half,
-              DType halfType, int64_t n, const CpuAdamArgs &a) {
-  if (n < 0) throw UserError("cpu adamw: negative element count " + std::to_string(n));
-  if (a.step < 1) throw UserError("cpu adamw: step counter must be >= 1, got " + std::to_string(a.step));
-  RangeFn fn = pick(currentIsa(), gradType, half != nullptr, halfType);
-  if (!fn) {
-    DType bad = (gradType == DType::F32 || gradType == DType::BF16 || gradType == DType::F16) ? halfType : gradType;
-    throw UserError(std::string("cpu adamw: unsupported dtype ") + typeName(bad) +
-                    " (gradients and the half copy are f32, bf16 or f16)");
-  }
-  if (n == 0) return;
-  if (!param || !grad || !m || !v) throw UserError("cpu adamw: null buffer");
-
-  Consts c;
+AdamWConsts adamWConsts(const CpuAdamArgs &a) {
+  AdamWConsts c;
   double t = double(a.step);
   double lr = asWritten(a.lr), b1 = asWritten(a.beta1), b2 = asWritten(a.beta2), wd = asWritten(a.weightDecay);
   double bc1 = 1.0 - std::pow(b1, t);
@@ -399,6 +378,23 @@ void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v
   c.stepSize = float(lr / bc1);
   c.invBc2Sqrt = float(1.0 / std::sqrt(bc2));
   c.eps = a.eps;
+  return c;
+}
+
+void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v, void *half,
+              DType halfType, int64_t n, const CpuAdamArgs &a) {
+  if (n < 0) throw UserError("cpu adamw: negative element count " + std::to_string(n));
+  if (a.step < 1) throw UserError("cpu adamw: step counter must be >= 1, got " + std::to_string(a.step));
+  RangeFn fn = pick(currentIsa(), gradType, half != nullptr, halfType);
+  if (!fn) {
+    DType bad = (gradType == DType::F32 || gradType == DType::BF16 || gradType == DType::F16) ? halfType : gradType;
+    throw UserError(std::string("cpu adamw: unsupported dtype ") + typeName(bad) +
+                    " (gradients and the half copy are f32, bf16 or f16)");
+  }
+  if (n == 0) return;
+  if (!param || !grad || !m || !v) throw UserError("cpu adamw: null buffer");
+
+  const Consts c = adamWConsts(a);
 
   int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (n < kSerialBelow || threads <= 1) {

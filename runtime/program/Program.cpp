@@ -457,7 +457,7 @@ int64_t prod(const std::vector<int64_t> &s, size_t from, size_t to) {
 // Which dtypes an operand may have (format doc, "Dtypes"): ids are i32; statistics (layernorm
 // mean/rstd, attention lse), scalars (loss, dloss, norms, flags, loss scale), AdamW's master weight,
 // moments and optional scalars are f32; other floating-point tensors f32, bf16 or f16.
-enum class Want { I32, F32, Float, Any };
+using Want = OperandType;
 Want operandDType(OpKind k, bool isIn, size_t j) {
   switch (k) {
   case OpKind::Embedding:
@@ -1175,5 +1175,7 @@ void writeFileAtomic(const std::string &path, const std::string &bytes) {
     throw UserError(path + ": cannot rename " + tmp + " into place: " + std::strerror(e));
   }
 }
+
+OperandType operandType(OpKind k, bool isIn, size_t j) { return operandDType(k, isIn, j); }
 
 } // namespace bigc::rt

@@ -131,12 +131,16 @@ TEST(RuntimeData, SyntheticIsDeterministicAndLearnable) {
     c.next(ic.data(), tc.data());
     EXPECT_EQ(ia, ib);
     differs |= ia != ic;
-    if (prevLast >= 0) EXPECT_EQ(ia[0], prevLast) << "the stream continues across batches";
+    if (prevLast >= 0) {
+      EXPECT_EQ(ia[0], prevLast) << "the stream continues across batches";
+    }
     prevLast = ta.back();
     for (size_t i = 0; i < ia.size(); ++i) {
       ASSERT_GE(ia[i], 0);
       ASSERT_LT(ia[i], V);
-      if (i + 1 < ia.size()) EXPECT_EQ(ta[i], ia[i + 1]);
+      if (i + 1 < ia.size()) {
+        EXPECT_EQ(ta[i], ia[i + 1]);
+      }
       next[ia[i]][ta[i]]++;
     }
   }

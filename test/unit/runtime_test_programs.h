@@ -159,6 +159,146 @@ struct TinyModel {
   }
 };
 
+using TM = TinyModel;
+inline Attr num(double v) { return ProgramBuilder::num(v); }
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+inline Batch batch(int64_t seed, int64_t n = TM::B * TM::T) {
+  Batch b;
+  for (int64_t i = 0; i < n; ++i) {
+    b.tokens.push_back(int32_t((3 * i + 1 + 5 * seed) % TM::V));
+    b.targets.push_back(int32_t((3 * i + 4 + seed) % TM::V));
+  }
+  return b;
+}
+
+inline std::map<std::string, Attr> adamAttrs(double lr, double maxNorm, double wd) {
+  return {{"lr", num(lr)}, {"beta1", num(0.9)},        {"beta2", num(0.95)},
+          {"eps", num(1e-8)}, {"weight_decay", num(wd)}, {"max_norm", num(maxNorm)}};
+}
+
+// TinyModel with ZeRO-Offload's shape: fp32 masters and moments in the host space, compute copies
+// `N.half` (f32 here) on the device, grads and the norm copied to the host on the d2h stream, the
+// update on the host stream, the new weights copied back on the h2d stream, joined by a wait.
+inline Program offloadTiny(double lr, double maxNorm, double wd) {
+  ProgramBuilder b(TM::B, TM::T, TM::V);
+  enum : int64_t { WTE_M, W_M, WTE_H, W_H, TOK, TGT, X, LOGITS, LOSS, DLOSS, DLOGITS, X2, DL2, DW, DX, DWTE, NORM,
+                   M0, V0, M1, V1, DW_h, DWTE_h, NORM_h, WTE_T, W_T };
+  b.buffer("wte.weight", {TM::V, TM::C}, "master", DType::F32, Init{"normal", 0.5}, "host");
+  b.buffer("head.weight", {TM::C, TM::V}, "master", DType::F32, Init{"normal", 0.5}, "host");
+  b.buffer("wte.weight.half", {TM::V, TM::C}, "param", DType::F32, Init{"copy", 0, "wte.weight"});
+  b.buffer("head.weight.half", {TM::C, TM::V}, "param", DType::F32, Init{"copy", 0, "head.weight"});
+  b.buffer("tokens", {TM::B, TM::T}, "input", DType::I32);
+  b.buffer("targets", {TM::B, TM::T}, "input", DType::I32);
+  b.buffer("x", {TM::B, TM::T, TM::C}, "activation");
+  b.buffer("logits", {TM::B, TM::T, TM::V}, "activation");
+  b.buffer("loss", {}, "activation");
+  b.buffer("dloss", {}, "activation_grad");
+  b.buffer("dlogits", {TM::B, TM::T, TM::V}, "activation_grad");
+  b.buffer("x2", {TM::B * TM::T, TM::C}, "activation");
+  b.buffer("dl2", {TM::B * TM::T, TM::V}, "activation_grad");
+  b.buffer("head.weight.grad", {TM::C, TM::V}, "grad");
+  b.buffer("dx", {TM::B, TM::T, TM::C}, "activation_grad");
+  b.buffer("wte.weight.grad", {TM::V, TM::C}, "grad");
+  b.buffer("grad_norm", {}, "workspace");
+  b.buffer("wte.weight.m", {TM::V, TM::C}, "optimizer", DType::F32, Init{"zeros"}, "host");
+  b.buffer("wte.weight.v", {TM::V, TM::C}, "optimizer", DType::F32, Init{"zeros"}, "host");
+  b.buffer("head.weight.m", {TM::C, TM::V}, "optimizer", DType::F32, Init{"zeros"}, "host");
+  b.buffer("head.weight.v", {TM::C, TM::V}, "optimizer", DType::F32, Init{"zeros"}, "host");
+  b.buffer("head.weight.grad.host", {TM::C, TM::V}, "transfer", DType::F32, {}, "host");
+  b.buffer("wte.weight.grad.host", {TM::V, TM::C}, "transfer", DType::F32, {}, "host");
+  b.buffer("grad_norm.host", {}, "transfer", DType::F32, {}, "host");
+  b.buffer("wte.weight.new", {TM::V, TM::C}, "transfer", DType::F32, {}, "host");
+  b.buffer("head.weight.new", {TM::C, TM::V}, "transfer", DType::F32, {}, "host");
+  b.p.tokenInputs = {TOK}, b.p.targetInputs = {TGT}, b.p.loss = LOSS;
+  auto side = [&](Instruction &i, const char *stream, std::vector<int64_t> wait) -> Instruction & {
+    i.stream = stream;
+    i.wait = std::move(wait);
+    return i;
+  };
+  b.inst("embedding", {WTE_H, TOK}, {X});                                       // 0
+  b.inst("matmul", {X, W_H}, {LOGITS});                                         // 1
+  b.inst("cross_entropy", {LOGITS, TGT}, {LOSS});                               // 2
+  b.inst("fill", {}, {DLOSS}, {{"value", num(1.0)}});                           // 3
+  b.inst("cross_entropy_grad", {LOGITS, TGT, DLOSS}, {DLOGITS});                // 4
+  b.inst("reshape", {X}, {X2});                                                 // 5
+  b.inst("reshape", {DLOGITS}, {DL2});                                          // 6
+  b.inst("matmul", {X2, DL2}, {DW}, {{"transpose_a", num(1)}});                 // 7
+  side(b.inst("copy", {DW}, {DW_h}), "d2h", {7});                               // 8
+  b.inst("matmul", {DLOGITS, W_H}, {DX}, {{"transpose_b", num(1)}});            // 9
+  b.inst("embedding_grad", {DX, TOK}, {DWTE});                                  // 10
+  side(b.inst("copy", {DWTE}, {DWTE_h}), "d2h", {10});                          // 11
+  b.inst("global_norm", {DWTE, DW}, {NORM});                                    // 12
+  side(b.inst("copy", {NORM}, {NORM_h}), "d2h", {12});                          // 13
+  auto adam = adamAttrs(lr, maxNorm, wd);
+  adam["clip"] = num(1);
+  adam["write_half"] = num(1);
+  side(b.inst("adamw", {WTE_M, DWTE_h, M0, V0, NORM_h}, {WTE_M, M0, V0, WTE_T}, adam), "host", {11, 13}); // 14
+  side(b.inst("adamw", {W_M, DW_h, M1, V1, NORM_h}, {W_M, M1, V1, W_T}, adam), "host", {8, 13});        // 15
+  side(b.inst("copy", {WTE_T}, {WTE_H}), "h2d", {14, 0});                       // 16
+  side(b.inst("copy", {W_T}, {W_H}), "h2d", {15, 9});                           // 17
+  side(b.inst("wait", {}, {}), "compute", {16, 17});                            // 18
+  return b.finish();
+}
+
+// TinyModel in fp16 with dynamic loss scaling: f16 compute copies of fp32 masters, f16
+// activations and grads, dloss = the loss scale, check_finite, AdamW unscaling, clipping,
+// skipping on overflow and writing the f16 copies, loss_scale_update at the end.
+namespace f16ids {
+enum F16Ids : int64_t { F_WTE_M, F_W_M, F_WTE_H, F_W_H, F_TOK, F_TGT, F_X, F_LOGITS, F_LOSS, F_SCALE, F_GOOD, F_DLOGITS,
+                        F_X2, F_DL2, F_DW, F_DX, F_DWTE, F_FOUND, F_NORM, F_M0, F_V0, F_M1, F_V1 };
+} // namespace f16ids
+using namespace f16ids;
+inline Program fp16Tiny(double lr, double scale0, double growthInterval = 2, DType half = DType::F16) {
+  ProgramBuilder b(TM::B, TM::T, TM::V);
+  b.p.precision = half == DType::F16 ? "fp16" : "bf16";
+  b.buffer("wte.weight", {TM::V, TM::C}, "master", DType::F32, Init{"normal", 0.5});
+  b.buffer("head.weight", {TM::C, TM::V}, "master", DType::F32, Init{"normal", 0.5});
+  b.buffer("wte.weight.half", {TM::V, TM::C}, "param", half, Init{"copy", 0, "wte.weight"});
+  b.buffer("head.weight.half", {TM::C, TM::V}, "param", half, Init{"copy", 0, "head.weight"});
+  b.buffer("tokens", {TM::B, TM::T}, "input", DType::I32);
+  b.buffer("targets", {TM::B, TM::T}, "input", DType::I32);
+  b.buffer("x", {TM::B, TM::T, TM::C}, "activation", half);
+  b.buffer("logits", {TM::B, TM::T, TM::V}, "activation", half);
+  b.buffer("loss", {}, "activation");
+  b.buffer("loss_scale", {}, "optimizer", DType::F32, Init{"fill", 0, "", scale0});
+  b.buffer("loss_scale.good_steps", {}, "optimizer", DType::F32, Init{"zeros"});
+  b.buffer("dlogits", {TM::B, TM::T, TM::V}, "activation_grad", half);
+  b.buffer("x2", {TM::B * TM::T, TM::C}, "activation", half);
+  b.buffer("dl2", {TM::B * TM::T, TM::V}, "activation_grad", half);
+  b.buffer("head.weight.grad", {TM::C, TM::V}, "grad", half);
+  b.buffer("dx", {TM::B, TM::T, TM::C}, "activation_grad", half);
+  b.buffer("wte.weight.grad", {TM::V, TM::C}, "grad", half);
+  b.buffer("found_inf", {}, "workspace");
+  b.buffer("grad_norm", {}, "workspace");
+  b.buffer("wte.weight.m", {TM::V, TM::C}, "optimizer", DType::F32, Init{"zeros"});
+  b.buffer("wte.weight.v", {TM::V, TM::C}, "optimizer", DType::F32, Init{"zeros"});
+  b.buffer("head.weight.m", {TM::C, TM::V}, "optimizer", DType::F32, Init{"zeros"});
+  b.buffer("head.weight.v", {TM::C, TM::V}, "optimizer", DType::F32, Init{"zeros"});
+  b.p.tokenInputs = {F_TOK}, b.p.targetInputs = {F_TGT}, b.p.loss = F_LOSS;
+  b.p.lossScale = F_SCALE, b.p.foundInf = F_FOUND;
+  b.inst("embedding", {F_WTE_H, F_TOK}, {F_X});
+  b.inst("matmul", {F_X, F_W_H}, {F_LOGITS});
+  b.inst("cross_entropy", {F_LOGITS, F_TGT}, {F_LOSS});
+  b.inst("cross_entropy_grad", {F_LOGITS, F_TGT, F_SCALE}, {F_DLOGITS});
+  b.inst("reshape", {F_X}, {F_X2});
+  b.inst("reshape", {F_DLOGITS}, {F_DL2});
+  b.inst("matmul", {F_X2, F_DL2}, {F_DW}, {{"transpose_a", num(1)}});
+  b.inst("matmul", {F_DLOGITS, F_W_H}, {F_DX}, {{"transpose_b", num(1)}});
+  b.inst("embedding_grad", {F_DX, F_TOK}, {F_DWTE});
+  b.inst("check_finite", {F_DWTE, F_DW}, {F_FOUND});
+  b.inst("global_norm", {F_DWTE, F_DW}, {F_NORM});
+  auto adam = adamAttrs(lr, 1.0, 0.0);
+  for (const char *f : {"clip", "unscale", "skip_on_overflow", "write_half"}) adam[f] = num(1);
+  b.inst("adamw", {F_WTE_M, F_DWTE, F_M0, F_V0, F_NORM, F_SCALE, F_FOUND}, {F_WTE_M, F_M0, F_V0, F_WTE_H}, adam);
+  b.inst("adamw", {F_W_M, F_DW, F_M1, F_V1, F_NORM, F_SCALE, F_FOUND}, {F_W_M, F_M1, F_V1, F_W_H}, adam);
+  b.inst("loss_scale_update", {F_FOUND, F_SCALE, F_GOOD}, {F_SCALE, F_GOOD},
+         {{"growth_interval", num(growthInterval)}, {"backoff", num(0.5)}, {"growth", num(2)}});
+  return b.finish();
+}
+
 // A fresh empty directory under the test temp dir.
 inline std::string tempDir() {
   std::string base = ::testing::TempDir();

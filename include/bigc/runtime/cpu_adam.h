@@ -38,6 +38,22 @@ struct CpuAdamArgs {
   int64_t step = 1;
 };
 
+// The per-call constants every AdamW implementation of bigc uses (bias corrections formed once,
+// in double, from the decimals the float hyperparameters stand for). Per element, exactly:
+//   g = grad * gradScale; p' = p * decay; m' = fma(m, beta1, oneMinusBeta1 * g);
+//   v' = fma(v, beta2, (oneMinusBeta2 * g) * g); p' = fma(-stepSize, m' / fma(sqrt(v'), invBc2Sqrt, eps), p')
+// (the CUDA backend's fused AdamW evaluates the same expression, so both agree bit for bit).
+struct AdamWConsts {
+  float gradScale;  // g = grad * gradScale
+  float decay;      // p *= 1 - lr * wd
+  float beta1, oneMinusBeta1;
+  float beta2, oneMinusBeta2;
+  float stepSize;   // lr / (1 - beta1^t)
+  float invBc2Sqrt; // 1 / sqrt(1 - beta2^t)
+  float eps;
+};
+AdamWConsts adamWConsts(const CpuAdamArgs &a);
+
 // One AdamW step over n elements. gradType and halfType are F32, BF16 or F16 (anything else, or
 // step < 1, or n < 0 throws UserError). half may be null (then halfType is ignored).
 void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v, void *half,

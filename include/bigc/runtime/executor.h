@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bigc/runtime/engine.h"
 #include "bigc/runtime/program.h"
 
 namespace bigc::rt {
@@ -26,7 +27,7 @@ void initNormal(float *x, int64_t n, double std, uint64_t seed, const std::strin
 void initNormalAs(void *x, DType dtype, int64_t n, double std, uint64_t seed, const std::string &name);
 uint64_t splitmix64(uint64_t &state);
 
-class Executor {
+class Executor final : public Engine {
 public:
   // `program` must have passed validateProgram. Throws UserError when the arenas together do not
   // fit in this machine's physical memory (naming the spaces and sizes) or the program uses what
@@ -38,57 +39,45 @@ public:
 
   // (Re)initialise every persistent buffer from its `init` (kind copy after its source) and
   // reset the step and update counters to 0.
-  void initialize(uint64_t seed);
+  void initialize(uint64_t seed) override;
   // Re-run the init of every buffer of kind copy (compute copies of masters), e.g. after the
   // masters were loaded from a file.
-  void refreshCopies();
+  void refreshCopies() override;
 
   // One training step: copies the K micro-batches (K = config.micro_batches; `tokens` and
   // `targets` each hold K·B·T ids, micro-batch k at k·B·T) into the input buffers, runs every
   // instruction (streams concurrently), returns the loss. Throws UserError for a bad token id
   // (naming the step and the instruction's loc); an error on any stream is rethrown here after
   // every stream has stopped.
-  float step(const int32_t *tokens, const int32_t *targets);
+  float step(const int32_t *tokens, const int32_t *targets) override;
 
-  const Program &program() const { return prog_; }
+  const char *backend() const override { return "cpu"; }
+  const Program &program() const override { return prog_; }
   // Steps run (including skipped ones).
-  int64_t stepCount() const { return step_; }
+  int64_t stepCount() const override { return step_; }
   // Optimizer updates completed (steps not skipped on overflow); AdamW uses t = this + 1.
-  int64_t updateCount() const { return updates_; }
-  void setStepCount(int64_t t) { step_ = t, updates_ = t; }
+  int64_t updateCount() const override { return updates_; }
+  void setStepCount(int64_t t) override { step_ = t, updates_ = t; }
   // Loss scaling (fp16): the scale used by the last step and whether it was skipped. Without
   // loss scaling: 1 and false.
-  bool hasLossScaling() const { return prog_.lossScale >= 0; }
-  float lastLossScale() const { return lastScale_; }
-  bool lastSkipped() const { return lastSkipped_; }
+  float lastLossScale() const override { return lastScale_; }
+  bool lastSkipped() const override { return lastSkipped_; }
 
   void *data(int64_t bufferId) { return ptrs_.at(size_t(bufferId)); }
   const void *data(int64_t bufferId) const { return ptrs_.at(size_t(bufferId)); }
   float *f32(int64_t bufferId) { return static_cast<float *>(data(bufferId)); }
   // A buffer's values as f32 (converting 16-bit), and back (rounding to the buffer's dtype).
-  std::vector<float> readF32(int64_t bufferId) const;
-  void writeF32(int64_t bufferId, const float *values);
-  // Persistent (param/master/optimizer) buffer by name; nullptr when there is none.
-  const Buffer *findPersistent(const std::string &name) const;
-  // Buffers of role "param", in program order.
-  std::vector<const Buffer *> params() const;
-  // The weights of record, in program order: every "master" buffer, and every "param" buffer
-  // that is not the compute copy of a master (`N.half` of a master `N`). Their names are the
-  // Hugging Face names; --save-weights and --load-weights use these.
-  std::vector<const Buffer *> weights() const;
-  // Arena size per space name.
-  std::map<std::string, int64_t> arenaBytes() const;
+  std::vector<float> readF32(int64_t bufferId) const override;
+  void writeF32(int64_t bufferId, const float *values) override;
   // fp32 staging bytes per stream (allocated at construction, outside the arenas).
   std::map<std::string, int64_t> stagingBytes() const;
-  // The streams the program uses, compute first.
-  std::vector<std::string> streams() const;
 
   // Grad capture: after enableGradCapture(), each step copies the grad operand of every adamw
   // instruction (as it is when adamw runs, as f32, divided by the loss scale when the adamw
   // unscales) into a host buffer keyed by the param's name.
-  void enableGradCapture();
+  void enableGradCapture() override;
   bool gradCaptureEnabled() const { return capture_; }
-  const std::map<std::string, std::vector<float>> &capturedGrads() const { return grads_; }
+  const std::map<std::string, std::vector<float>> &capturedGrads() const override { return grads_; }
 
   // Test hooks. The longest an instruction waits for another stream before the step fails with
   // an error (default 300 s). An instruction marked never-finishing runs but never reports

@@ -56,4 +56,10 @@ const std::vector<OpSignature> &opSignatures();
 // nullptr when `name` is not an op.
 const OpSignature *findOpSignature(const std::string &name);
 
+// The dtype an operand must have (format doc, "Dtypes"): ids are I32; statistics (layernorm
+// mean/rstd, attention lse), scalars, AdamW's master weight, moments and optional scalars are
+// F32; other floating-point tensors are Float (f32, bf16 or f16); copy and reshape take Any.
+enum class OperandType { I32, F32, Float, Any };
+OperandType operandType(OpKind k, bool isIn, size_t j);
+
 } // namespace bigc::rt

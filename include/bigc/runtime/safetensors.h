@@ -12,7 +12,7 @@
 #include "bigc/runtime/program.h"
 
 namespace bigc::rt {
-class Executor;
+class Engine;
 }
 
 namespace bigc::rt::safetensors {
@@ -54,17 +54,17 @@ std::string serialize(const File &file);
 // Atomic write (tmp file, fsync, rename). Throws UserError.
 void write(const std::string &path, const File &file);
 
-// The executor's weights of record (Executor::weights(): the master of each weight when there is
+// The engine's weights of record (Engine::weights(): the master of each weight when there is
 // one, else the param) under their names, as f32.
-File weightsOf(const Executor &ex);
-// The executor's captured gradients (Executor::enableGradCapture), f32, under the weights' names.
-File gradsOf(const Executor &ex);
-// Copy weights into the executor's weights of record (masters, else params), converting to their
+File weightsOf(const Engine &ex);
+// The engine's captured gradients (Engine::enableGradCapture), f32, under the weights' names.
+File gradsOf(const Engine &ex);
+// Copy weights into the engine's weights of record (masters, else params), converting to their
 // dtype, then refresh the compute copies (init kind copy). Every weight must be present with the
 // same shape (UserError naming the first missing or mismatched one, expected vs found shape); a
 // tensor that is not a weight is an error too (except Hugging Face GPT-2's non-parameter buffers
 // `*.attn.bias` and `*.attn.masked_bias`; a `transformer.` prefix is stripped). bf16/f16 files are
 // converted.
-void loadWeights(Executor &ex, const File &file, const std::string &path);
+void loadWeights(Engine &ex, const File &file, const std::string &path);
 
 } // namespace bigc::rt::safetensors

@@ -1,0 +1,73 @@
+// What `bigc run` trains with: a program loaded into one backend (the CPU executor or the CUDA
+// engine), its arenas allocated once, stepped. Backend-neutral; no MLIR, no CUDA here.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bigc/runtime/program.h"
+
+namespace bigc::rt {
+
+class Engine {
+public:
+  virtual ~Engine() = default;
+
+  // "cpu" or "cuda".
+  virtual const char *backend() const = 0;
+  // The device it runs on, for the run's header line ("" for the CPU).
+  virtual std::string deviceInfo() const { return ""; }
+  virtual const Program &program() const = 0;
+
+  // (Re)initialise every persistent buffer from its `init` and reset the step counters.
+  virtual void initialize(uint64_t seed) = 0;
+  // Re-run the init of every buffer of kind copy (compute copies of masters).
+  virtual void refreshCopies() = 0;
+
+  // One training step over K micro-batches (`tokens`/`targets` hold K·B·T ids); returns the loss.
+  // Throws UserError for bad data (naming the step and instruction) or a stuck stream.
+  virtual float step(const int32_t *tokens, const int32_t *targets) = 0;
+
+  virtual int64_t stepCount() const = 0;
+  virtual int64_t updateCount() const = 0;
+  virtual void setStepCount(int64_t t) = 0;
+  bool hasLossScaling() const { return program().lossScale >= 0; }
+  virtual float lastLossScale() const = 0;
+  virtual bool lastSkipped() const = 0;
+
+  // A buffer's values as f32 (converting 16-bit), and back (rounding to the buffer's dtype).
+  virtual std::vector<float> readF32(int64_t bufferId) const = 0;
+  virtual void writeF32(int64_t bufferId, const float *values) = 0;
+
+  // Arena size per space name.
+  std::map<std::string, int64_t> arenaBytes() const;
+  // The streams the program uses, compute first.
+  std::vector<std::string> streams() const;
+
+  // Grad capture (--dump-grads): each step keeps the grad operand of every adamw instruction as
+  // f32 (divided by the loss scale when the adamw unscales), keyed by the param's name.
+  virtual void enableGradCapture() = 0;
+  virtual const std::map<std::string, std::vector<float>> &capturedGrads() const = 0;
+
+  // Persistent (param/master/optimizer) buffer by name; nullptr when there is none.
+  const Buffer *findPersistent(const std::string &name) const;
+  // Buffers of role "param", in program order.
+  std::vector<const Buffer *> params() const;
+  // The weights of record, in program order: every "master" buffer, and every "param" buffer
+  // that is not the compute copy of a master (`N.half` of a master `N`). Their names are the
+  // Hugging Face names; --save-weights and --load-weights use these.
+  std::vector<const Buffer *> weights() const;
+};
+
+// The CUDA backend (runtime/backends/cuda). `cudaBackendCompiled()`: this build has it.
+// `cudaDeviceVisible(&why)`: a GPU can be used now (else `why` says what is missing).
+// `makeCudaEngine` throws UserError when there is no usable GPU, the arenas do not fit its
+// memory, or the program uses what the CUDA backend cannot run.
+bool cudaBackendCompiled();
+bool cudaDeviceVisible(std::string *why);
+std::unique_ptr<Engine> makeCudaEngine(Program program, uint64_t seed);
+
+} // namespace bigc::rt

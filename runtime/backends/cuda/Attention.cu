@@ -1,0 +1,731 @@
+// Causal multi-head attention on the GPU, forward and backward, never storing the T x T matrix.
+//
+// Layout (docs/program-format.md): qkv [B,T,3C] holds q, k, v as the column blocks [0,C),
+// [C,2C), [2C,3C); head h takes columns [h·D, (h+1)·D) of each (D = C/H). out [B,T,C], lse
+// [B,H,T] = log Σ_{j<=t} exp(s·q_t·k_j) with s = 1/√D (natural log).
+//
+// Tensor-core path (bf16/f16, D in {16, 32, 64, 128}, C % 8 == 0): flash-attention tiles of 64
+// queries x 64 keys, 4 warps per block, each warp owning 16 rows; products with WMMA (16x16x16,
+// fp32 accumulation), the softmax in fp32 with an online max and sum per row (FlashAttention-2's
+// recurrence). The backward recomputes the probabilities from lse: one kernel per key tile
+// accumulates dK and dV over the query tiles at or after it; another per query tile
+// accumulates dQ over the key tiles at or before it (no atomics: deterministic, and dqkv is
+// written exactly once per element). D_t = dout_t · out_t is computed first.
+//
+// Generic path (any dtype and head size, fp32 math): one warp per (b, h, row).
+#include "kernels.cuh"
+
+#include <mma.h>
+
+#include <algorithm>
+
+namespace bigc::rt::cuda {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- D_t = dout_t . out_t ------------------------------------------------------------------------
+
+template <class T>
+__global__ void rowDotK(const T *dout, const T *out, float *Dv, int B, int T_, int C, int H) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; // over B*H*T
+  const int lane = threadIdx.x & 31;
+  if (row >= int64_t(B) * H * T_) return;
+  const int t = int(row % T_);
+  const int64_t bh = row / T_;
+  const int h = int(bh % H), b = int(bh / H);
+  const int D = C / H;
+  const int64_t off = (int64_t(b) * T_ + t) * C + int64_t(h) * D;
+  float s = 0.0f;
+  for (int d = lane; d < D; d += 32) s += ld(dout, off + d) * ld(out, off + d);
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) Dv[row] = s;
+}
+
+// ---- generic path ----------------------------------------------------------------------------
+
+constexpr int kMaxPerLane = 8; // head size up to 256
+
+// Forward: one warp per (b, h, t). Lanes take keys 32 at a time; the output row is spread over
+// the lanes (dimension d at lane d % 32).
+template <class T>
+__global__ void attnFwdGenericK(const T *qkv, T *out, float *lse, int B, int T_, int C, int H, float sc) {
+  extern __shared__ float shq[]; // per warp: D floats of q
+  const int warpsPer = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * warpsPer + w;
+  if (row >= int64_t(B) * H * T_) return;
+  const int t = int(row % T_);
+  const int64_t bh = row / T_;
+  const int h = int(bh % H), b = int(bh / H);
+  const int D = C / H;
+  const int64_t C3 = 3LL * C;
+  const T *base = qkv + int64_t(b) * T_ * C3;
+  float *q = shq + w * D;
+  for (int d = lane; d < D; d += 32) q[d] = ld(base, t * C3 + int64_t(h) * D + d);
+  __syncwarp();
+  float o[kMaxPerLane];
+  for (int k = 0; k < kMaxPerLane; ++k) o[k] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int j0 = 0; j0 <= t; j0 += 32) {
+    const int j = j0 + lane;
+    float s = -INFINITY;
+    if (j <= t) {
+      const T *kr = base + j * C3 + C + int64_t(h) * D;
+      float acc = 0.0f;
+      for (int d = 0; d < D; ++d) acc += q[d] * ld(kr, d);
+      s = sc * acc;
+    }
+    float cmax = s;
+    for (int x = 16; x > 0; x >>= 1) cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, x));
+    const float mNew = fmaxf(m, cmax);
+    const float corr = m == -INFINITY ? 0.0f : expf(m - mNew);
+    const float p = j <= t ? expf(s - mNew) : 0.0f;
+    float psum = p;
+    for (int x = 16; x > 0; x >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, x);
+    l = l * corr + psum;
+    m = mNew;
+    for (int k = 0; k < kMaxPerLane; ++k) o[k] *= corr;
+    const int last = min(31, t - j0);
+    for (int jj = 0; jj <= last; ++jj) {
+      const float pj = __shfl_sync(0xffffffffu, p, jj);
+      const T *vr = base + (j0 + jj) * C3 + 2LL * C + int64_t(h) * D;
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        const int d = lane + 32 * k;
+        if (d < D) o[k] += pj * ld(vr, d);
+      }
+    }
+  }
+  const int64_t ooff = (int64_t(b) * T_ + t) * C + int64_t(h) * D;
+#pragma unroll
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int d = lane + 32 * k;
+    if (d < D) st(out, ooff + d, o[k] / l);
+  }
+  if (lane == 0) lse[row] = m + logf(l);
+}
+
+// dQ: one warp per (b, h, t): dq = s Σ_j p_tj (dp_tj - D_t) k_j.
+template <class T>
+__global__ void attnDqGenericK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int B,
+                               int T_, int C, int H, float sc) {
+  extern __shared__ float sh[]; // per warp: q (D), dout (D)
+  const int warpsPer = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * warpsPer + w;
+  if (row >= int64_t(B) * H * T_) return;
+  const int t = int(row % T_);
+  const int64_t bh = row / T_;
+  const int h = int(bh % H), b = int(bh / H);
+  const int D = C / H;
+  const int64_t C3 = 3LL * C;
+  const T *base = qkv + int64_t(b) * T_ * C3;
+  float *q = sh + w * 2 * D, *dor = q + D;
+  const int64_t ooff = (int64_t(b) * T_ + t) * C + int64_t(h) * D;
+  for (int d = lane; d < D; d += 32) {
+    q[d] = ld(base, t * C3 + int64_t(h) * D + d);
+    dor[d] = ld(dout, ooff + d);
+  }
+  __syncwarp();
+  const float L = lse[row], Dt = Dv[row];
+  float dq[kMaxPerLane];
+  for (int k = 0; k < kMaxPerLane; ++k) dq[k] = 0.0f;
+  for (int j0 = 0; j0 <= t; j0 += 32) {
+    const int j = j0 + lane;
+    float ds = 0.0f;
+    if (j <= t) {
+      const T *kr = base + j * C3 + C + int64_t(h) * D, *vr = base + j * C3 + 2LL * C + int64_t(h) * D;
+      float qk = 0.0f, dp = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        qk += q[d] * ld(kr, d);
+        dp += dor[d] * ld(vr, d);
+      }
+      const float p = expf(sc * qk - L);
+      ds = p * (dp - Dt);
+    }
+    const int last = min(31, t - j0);
+    for (int jj = 0; jj <= last; ++jj) {
+      const float dsj = __shfl_sync(0xffffffffu, ds, jj);
+      const T *kr = base + (j0 + jj) * C3 + C + int64_t(h) * D;
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        const int d = lane + 32 * k;
+        if (d < D) dq[k] += dsj * ld(kr, d);
+      }
+    }
+  }
+  T *dst = dqkv + (int64_t(b) * T_ + t) * C3 + int64_t(h) * D;
+#pragma unroll
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int d = lane + 32 * k;
+    if (d < D) st(dst, d, sc * dq[k]);
+  }
+}
+
+// dK, dV: one warp per (b, h, key j): dk = s Σ_{t>=j} ds_tj q_t, dv = Σ_{t>=j} p_tj dout_t.
+template <class T>
+__global__ void attnDkvGenericK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int B,
+                                int T_, int C, int H, float sc) {
+  extern __shared__ float sh[]; // per warp: k (D), v (D)
+  const int warpsPer = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * warpsPer + w;
+  if (row >= int64_t(B) * H * T_) return;
+  const int j = int(row % T_);
+  const int64_t bh = row / T_;
+  const int h = int(bh % H), b = int(bh / H);
+  const int D = C / H;
+  const int64_t C3 = 3LL * C;
+  const T *base = qkv + int64_t(b) * T_ * C3;
+  float *kj = sh + w * 2 * D, *vj = kj + D;
+  for (int d = lane; d < D; d += 32) {
+    kj[d] = ld(base, j * C3 + C + int64_t(h) * D + d);
+    vj[d] = ld(base, j * C3 + 2LL * C + int64_t(h) * D + d);
+  }
+  __syncwarp();
+  const float *Lrow = lse + bh * T_, *Drow = Dv + bh * T_;
+  float dk[kMaxPerLane], dv[kMaxPerLane];
+  for (int k = 0; k < kMaxPerLane; ++k) dk[k] = dv[k] = 0.0f;
+  for (int t0 = j; t0 < T_; t0 += 32) {
+    const int t = t0 + lane;
+    float p = 0.0f, ds = 0.0f;
+    if (t < T_) {
+      const T *qr = base + t * C3 + int64_t(h) * D;
+      const T *dr = dout + (int64_t(b) * T_ + t) * C + int64_t(h) * D;
+      float qk = 0.0f, dp = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        qk += ld(qr, d) * kj[d];
+        dp += ld(dr, d) * vj[d];
+      }
+      p = expf(sc * qk - Lrow[t]);
+      ds = p * (dp - Drow[t]);
+    }
+    const int last = min(31, T_ - 1 - t0);
+    for (int tt = 0; tt <= last; ++tt) {
+      const float pt = __shfl_sync(0xffffffffu, p, tt), dst = __shfl_sync(0xffffffffu, ds, tt);
+      const T *qr = base + (t0 + tt) * C3 + int64_t(h) * D;
+      const T *dr = dout + (int64_t(b) * T_ + t0 + tt) * C + int64_t(h) * D;
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        const int d = lane + 32 * k;
+        if (d < D) {
+          dk[k] += dst * ld(qr, d);
+          dv[k] += pt * ld(dr, d);
+        }
+      }
+    }
+  }
+  T *dst = dqkv + (int64_t(b) * T_ + j) * C3 + int64_t(h) * D;
+#pragma unroll
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int d = lane + 32 * k;
+    if (d < D) {
+      st(dst, C + d, sc * dk[k]);
+      st(dst, 2LL * C + d, dv[k]);
+    }
+  }
+}
+
+// ---- tensor-core path --------------------------------------------------------------------------
+
+constexpr int kTile = 64;  // queries and keys per tile
+constexpr int kWarps = 4;  // 16 rows each
+constexpr int kPLd = kTile + 8; // leading dimension (elements) of the 16-bit 16 x 64 tiles
+
+template <int D> struct TileGeom {
+  static constexpr int LD = D + 8;                       // 16-bit tiles of 64 x D
+  static constexpr int SW = (D > kTile ? D : kTile) + 4; // fp32 scratch of 16 x max(64, D) per warp
+};
+
+// Copies rows [r0, r0 + 64) of the column block at `col` (D columns) of a [.., stride] matrix into
+// a 64 x LD tile; rows at or beyond T are zeros. 16-byte accesses.
+template <class T, int D>
+__device__ __forceinline__ void loadTile(T *tile, const T *src, int64_t stride, int64_t col, int r0, int T_) {
+  constexpr int LD = TileGeom<D>::LD, V = D / 8;
+  for (int i = threadIdx.x; i < kTile * V; i += blockDim.x) {
+    const int r = i / V, c = (i % V) * 8;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r0 + r < T_) val = *reinterpret_cast<const uint4 *>(src + int64_t(r0 + r) * stride + col + c);
+    *reinterpret_cast<uint4 *>(tile + r * LD + c) = val;
+  }
+}
+
+template <class T, int D> size_t fwdSmem() {
+  return size_t(3 * kTile * TileGeom<D>::LD) * sizeof(T) + size_t(kWarps * 16 * TileGeom<D>::SW) * 4 +
+         size_t(kWarps * 16 * kPLd) * sizeof(T);
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(128) flashFwdK(const T *qkv, T *out, float *lse, int T_, int C, int H,
+                                                 float scLog2) {
+  constexpr int LD = TileGeom<D>::LD, SW = TileGeom<D>::SW, HALF = D / 2;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sQ = reinterpret_cast<T *>(smem);
+  T *sK = sQ + kTile * LD;
+  T *sV = sK + kTile * LD;
+  float *sS = reinterpret_cast<float *>(sV + kTile * LD);
+  T *sP = reinterpret_cast<T *>(sS + kWarps * 16 * SW);
+
+  const int nt = gridDim.x;
+  const int qt = nt - 1 - int(blockIdx.x); // the longest rows first
+  const int bh = blockIdx.y, b = bh / H, h = bh % H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int q0 = qt * kTile;
+  const int64_t C3 = 3LL * C;
+  const T *base = qkv + int64_t(b) * T_ * C3;
+  float *sSw = sS + warp * 16 * SW;
+  T *sPw = sP + warp * 16 * kPLd;
+  const int r = lane >> 1, half = lane & 1; // this lane's row of the warp's 16 and half of the columns
+  const int qrow = q0 + warp * 16 + r;
+
+  loadTile<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
+
+  float o[HALF];
+#pragma unroll
+  for (int d = 0; d < HALF; ++d) o[d] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+
+  for (int kt = 0; kt <= qt; ++kt) {
+    const int k0 = kt * kTile;
+    __syncthreads();
+    loadTile<T, D>(sK, base, C3, C + int64_t(h) * D, k0, T_);
+    loadTile<T, D>(sV, base, C3, 2LL * C + int64_t(h) * D, k0, T_);
+    __syncthreads();
+
+    { // S = Q_w K^T
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kTile / 16];
+#pragma unroll
+      for (int n = 0; n < kTile / 16; ++n) wmma::fill_fragment(acc[n], 0.0f);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::load_matrix_sync(a, sQ + warp * 16 * LD + kk * 16, LD);
+#pragma unroll
+        for (int n = 0; n < kTile / 16; ++n) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bf;
+          wmma::load_matrix_sync(bf, sK + n * 16 * LD + kk * 16, LD);
+          wmma::mma_sync(acc[n], a, bf, acc[n]);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kTile / 16; ++n) wmma::store_matrix_sync(sSw + n * 16, acc[n], SW, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // Online softmax of this lane's half row (log2 domain).
+    const float *srow = sSw + r * SW + half * 32;
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int c = 0; c < 32; ++c) {
+      const int key = k0 + half * 32 + c;
+      if (key <= qrow && key < T_) mx = fmaxf(mx, srow[c] * scLog2);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    const float mNew = fmaxf(m, mx);
+    const float alpha = (m == -INFINITY) ? 0.0f : exp2f(m - mNew);
+    float rowsum = 0.0f;
+    T *prow = sPw + r * kPLd + half * 32;
+#pragma unroll 8
+    for (int c = 0; c < 32; ++c) {
+      const int key = k0 + half * 32 + c;
+      const float p = (key <= qrow && key < T_ && mNew != -INFINITY) ? exp2f(srow[c] * scLog2 - mNew) : 0.0f;
+      rowsum += p;
+      prow[c] = fromFloat<T>(p);
+    }
+    rowsum += __shfl_xor_sync(0xffffffffu, rowsum, 1);
+    l = l * alpha + rowsum;
+    m = mNew;
+#pragma unroll
+    for (int d = 0; d < HALF; ++d) o[d] *= alpha;
+    __syncwarp();
+
+    { // O_w += P_w V
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[D / 16];
+#pragma unroll
+      for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(acc[n], 0.0f);
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::load_matrix_sync(a, sPw + kk * 16, kPLd);
+#pragma unroll
+        for (int n = 0; n < D / 16; ++n) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bf;
+          wmma::load_matrix_sync(bf, sV + kk * 16 * LD + n * 16, LD);
+          wmma::mma_sync(acc[n], a, bf, acc[n]);
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int n = 0; n < D / 16; ++n) wmma::store_matrix_sync(sSw + n * 16, acc[n], SW, wmma::mem_row_major);
+    }
+    __syncwarp();
+    const float *pv = sSw + r * SW + half * HALF;
+#pragma unroll
+    for (int d = 0; d < HALF; ++d) o[d] += pv[d];
+    __syncwarp();
+  }
+
+  if (qrow < T_) {
+    const float inv = 1.0f / l;
+    T *orow = out + (int64_t(b) * T_ + qrow) * C + int64_t(h) * D + half * HALF;
+#pragma unroll
+    for (int d = 0; d < HALF; ++d) orow[d] = fromFloat<T>(o[d] * inv);
+    if (half == 0) lse[int64_t(bh) * T_ + qrow] = m * kLn2 + logf(l);
+  }
+}
+
+template <class T, int D> size_t bwdSmem() {
+  return size_t(4 * kTile * TileGeom<D>::LD) * sizeof(T) + size_t(2 * kTile) * 4 +
+         size_t(2 * kWarps * 16 * TileGeom<D>::SW) * 4 + size_t(2 * kWarps * 16 * kPLd) * sizeof(T);
+}
+
+// One block per (key tile, b·h): dK and dV of its 64 keys over the query tiles at or after it.
+template <class T, int D>
+__global__ void __launch_bounds__(128) flashDkvK(const T *dout, const T *qkv, const float *lse, const float *Dv,
+                                                 T *dqkv, int T_, int C, int H, float sc) {
+  constexpr int LD = TileGeom<D>::LD, SW = TileGeom<D>::SW;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sK = reinterpret_cast<T *>(smem);
+  T *sV = sK + kTile * LD;
+  T *sQ = sV + kTile * LD;
+  T *sO = sQ + kTile * LD; // dout tile
+  float *sL = reinterpret_cast<float *>(sO + kTile * LD);
+  float *sD = sL + kTile;
+  float *sS = sD + kTile;                // per warp 16 x SW: S^T
+  float *sT = sS + kWarps * 16 * SW;     // per warp 16 x SW: dP^T
+  T *sP = reinterpret_cast<T *>(sT + kWarps * 16 * SW); // per warp 16 x kPLd: P^T
+  T *sG = sP + kWarps * 16 * kPLd;                      // per warp 16 x kPLd: dS^T
+
+  const int nt = (T_ + kTile - 1) / kTile;
+  const int jt = blockIdx.x; // key tile: the first ones have the most query tiles
+  const int bh = blockIdx.y, b = bh / H, h = bh % H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int k0 = jt * kTile;
+  const int64_t C3 = 3LL * C;
+  const T *base = qkv + int64_t(b) * T_ * C3;
+  const T *obase = dout + int64_t(b) * T_ * C;
+  const float scLog2 = sc * kLog2e;
+  float *sSw = sS + warp * 16 * SW, *sTw = sT + warp * 16 * SW;
+  T *sPw = sP + warp * 16 * kPLd, *sGw = sG + warp * 16 * kPLd;
+  const int r = lane >> 1, half = lane & 1;
+  const int key = k0 + warp * 16 + r;
+
+  loadTile<T, D>(sK, base, C3, C + int64_t(h) * D, k0, T_);
+  loadTile<T, D>(sV, base, C3, 2LL * C + int64_t(h) * D, k0, T_);
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dK[D / 16], dV[D / 16];
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
+
+  for (int it = jt; it < nt; ++it) {
+    const int q0 = it * kTile;
+    __syncthreads();
+    loadTile<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
+    loadTile<T, D>(sO, obase, C, int64_t(h) * D, q0, T_);
+    for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+      const int q = q0 + i;
+      sL[i] = q < T_ ? lse[int64_t(bh) * T_ + q] * kLog2e : 0.0f;
+      sD[i] = q < T_ ? Dv[int64_t(bh) * T_ + q] : 0.0f;
+    }
+    __syncthreads();
+    { // S^T_w = K_w Q^T, dP^T_w = V_w dO^T
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> s[kTile / 16], dp[kTile / 16];
+#pragma unroll
+      for (int n = 0; n < kTile / 16; ++n) wmma::fill_fragment(s[n], 0.0f), wmma::fill_fragment(dp[n], 0.0f);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> ak, av;
+        wmma::load_matrix_sync(ak, sK + warp * 16 * LD + kk * 16, LD);
+        wmma::load_matrix_sync(av, sV + warp * 16 * LD + kk * 16, LD);
+#pragma unroll
+        for (int n = 0; n < kTile / 16; ++n) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bq, bo;
+          wmma::load_matrix_sync(bq, sQ + n * 16 * LD + kk * 16, LD);
+          wmma::load_matrix_sync(bo, sO + n * 16 * LD + kk * 16, LD);
+          wmma::mma_sync(s[n], ak, bq, s[n]);
+          wmma::mma_sync(dp[n], av, bo, dp[n]);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kTile / 16; ++n) {
+        wmma::store_matrix_sync(sSw + n * 16, s[n], SW, wmma::mem_row_major);
+        wmma::store_matrix_sync(sTw + n * 16, dp[n], SW, wmma::mem_row_major);
+      }
+    }
+    __syncwarp();
+    // P^T and dS^T of this lane's key row, half of the queries.
+#pragma unroll 8
+    for (int c = 0; c < 32; ++c) {
+      const int col = half * 32 + c, q = q0 + col;
+      const bool on = q >= key && q < T_ && key < T_;
+      const float p = on ? exp2f(sSw[r * SW + col] * scLog2 - sL[col]) : 0.0f;
+      const float ds = p * (sTw[r * SW + col] - sD[col]);
+      sPw[r * kPLd + col] = fromFloat<T>(p);
+      sGw[r * kPLd + col] = fromFloat<T>(ds);
+    }
+    __syncwarp();
+    // dV_w += P^T_w dO, dK_w += dS^T_w Q
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> ap, ag;
+      wmma::load_matrix_sync(ap, sPw + kk * 16, kPLd);
+      wmma::load_matrix_sync(ag, sGw + kk * 16, kPLd);
+#pragma unroll
+      for (int n = 0; n < D / 16; ++n) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bo, bq;
+        wmma::load_matrix_sync(bo, sO + kk * 16 * LD + n * 16, LD);
+        wmma::load_matrix_sync(bq, sQ + kk * 16 * LD + n * 16, LD);
+        wmma::mma_sync(dV[n], ap, bo, dV[n]);
+        wmma::mma_sync(dK[n], ag, bq, dK[n]);
+      }
+    }
+  }
+  // Write dK (scaled by s) and dV through the warp's scratch.
+  __syncwarp();
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n) {
+    wmma::store_matrix_sync(sSw + n * 16, dK[n], SW, wmma::mem_row_major);
+    wmma::store_matrix_sync(sTw + n * 16, dV[n], SW, wmma::mem_row_major);
+  }
+  __syncwarp();
+  if (key < T_) {
+    T *dst = dqkv + (int64_t(b) * T_ + key) * C3 + int64_t(h) * D;
+    for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) {
+      dst[C + d] = fromFloat<T>(sc * sSw[r * SW + d]);
+      dst[2LL * C + d] = fromFloat<T>(sTw[r * SW + d]);
+    }
+  }
+}
+
+// One block per (query tile, b·h): dQ of its 64 queries over the key tiles at or before it.
+template <class T, int D>
+__global__ void __launch_bounds__(128) flashDqK(const T *dout, const T *qkv, const float *lse, const float *Dv,
+                                                T *dqkv, int T_, int C, int H, float sc) {
+  constexpr int LD = TileGeom<D>::LD, SW = TileGeom<D>::SW;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sQ = reinterpret_cast<T *>(smem);
+  T *sO = sQ + kTile * LD;
+  T *sK = sO + kTile * LD;
+  T *sV = sK + kTile * LD;
+  float *sL = reinterpret_cast<float *>(sV + kTile * LD);
+  float *sD = sL + kTile;
+  float *sS = sD + kTile;
+  float *sT = sS + kWarps * 16 * SW;
+  T *sG = reinterpret_cast<T *>(sT + kWarps * 16 * SW);
+
+  const int nt = gridDim.x;
+  const int it = nt - 1 - int(blockIdx.x); // the most key tiles first
+  const int bh = blockIdx.y, b = bh / H, h = bh % H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int q0 = it * kTile;
+  const int64_t C3 = 3LL * C;
+  const T *base = qkv + int64_t(b) * T_ * C3;
+  const T *obase = dout + int64_t(b) * T_ * C;
+  const float scLog2 = sc * kLog2e;
+  float *sSw = sS + warp * 16 * SW, *sTw = sT + warp * 16 * SW;
+  T *sGw = sG + warp * 16 * kPLd;
+  const int r = lane >> 1, half = lane & 1;
+  const int qrow = q0 + warp * 16 + r;
+
+  loadTile<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
+  loadTile<T, D>(sO, obase, C, int64_t(h) * D, q0, T_);
+  for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+    const int q = q0 + i;
+    sL[i] = q < T_ ? lse[int64_t(bh) * T_ + q] * kLog2e : 0.0f;
+    sD[i] = q < T_ ? Dv[int64_t(bh) * T_ + q] : 0.0f;
+  }
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dQ[D / 16];
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(dQ[n], 0.0f);
+
+  for (int jt = 0; jt <= it; ++jt) {
+    const int k0 = jt * kTile;
+    __syncthreads();
+    loadTile<T, D>(sK, base, C3, C + int64_t(h) * D, k0, T_);
+    loadTile<T, D>(sV, base, C3, 2LL * C + int64_t(h) * D, k0, T_);
+    __syncthreads();
+    { // S_w = Q_w K^T, dP_w = dO_w V^T
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> s[kTile / 16], dp[kTile / 16];
+#pragma unroll
+      for (int n = 0; n < kTile / 16; ++n) wmma::fill_fragment(s[n], 0.0f), wmma::fill_fragment(dp[n], 0.0f);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> aq, ao;
+        wmma::load_matrix_sync(aq, sQ + warp * 16 * LD + kk * 16, LD);
+        wmma::load_matrix_sync(ao, sO + warp * 16 * LD + kk * 16, LD);
+#pragma unroll
+        for (int n = 0; n < kTile / 16; ++n) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bk, bv;
+          wmma::load_matrix_sync(bk, sK + n * 16 * LD + kk * 16, LD);
+          wmma::load_matrix_sync(bv, sV + n * 16 * LD + kk * 16, LD);
+          wmma::mma_sync(s[n], aq, bk, s[n]);
+          wmma::mma_sync(dp[n], ao, bv, dp[n]);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kTile / 16; ++n) {
+        wmma::store_matrix_sync(sSw + n * 16, s[n], SW, wmma::mem_row_major);
+        wmma::store_matrix_sync(sTw + n * 16, dp[n], SW, wmma::mem_row_major);
+      }
+    }
+    __syncwarp();
+    const int rowIn = warp * 16 + r;
+    const float L = sL[rowIn], Dt = sD[rowIn];
+#pragma unroll 8
+    for (int c = 0; c < 32; ++c) {
+      const int col = half * 32 + c, key = k0 + col;
+      const bool on = key <= qrow && key < T_ && qrow < T_;
+      const float p = on ? exp2f(sSw[r * SW + col] * scLog2 - L) : 0.0f;
+      sGw[r * kPLd + col] = fromFloat<T>(p * (sTw[r * SW + col] - Dt));
+    }
+    __syncwarp();
+    // dQ_w += dS_w K
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> ag;
+      wmma::load_matrix_sync(ag, sGw + kk * 16, kPLd);
+#pragma unroll
+      for (int n = 0; n < D / 16; ++n) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bk;
+        wmma::load_matrix_sync(bk, sK + kk * 16 * LD + n * 16, LD);
+        wmma::mma_sync(dQ[n], ag, bk, dQ[n]);
+      }
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n) wmma::store_matrix_sync(sSw + n * 16, dQ[n], SW, wmma::mem_row_major);
+  __syncwarp();
+  if (qrow < T_) {
+    T *dst = dqkv + (int64_t(b) * T_ + qrow) * C3 + int64_t(h) * D;
+    for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) dst[d] = fromFloat<T>(sc * sSw[r * SW + d]);
+  }
+}
+
+template <class K> void allowSmem(K kernel, size_t bytes) {
+  if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
+template <class T, int D>
+void flashForward(const T *qkv, T *out, float *lse, int B, int T_, int C, int H, cudaStream_t s) {
+  const size_t smem = fwdSmem<T, D>();
+  static bool once = (allowSmem(flashFwdK<T, D>, smem), true);
+  (void)once;
+  dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
+  const float sc = 1.0f / sqrtf(float(D));
+  flashFwdK<T, D><<<grid, kWarps * 32, smem, s>>>(qkv, out, lse, T_, C, H, sc * kLog2e);
+}
+
+template <class T, int D>
+void flashBackward(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int B, int T_, int C,
+                   int H, cudaStream_t s) {
+  const size_t smemKv = bwdSmem<T, D>();
+  const size_t smemQ = size_t(4 * kTile * TileGeom<D>::LD) * sizeof(T) + size_t(2 * kTile) * 4 +
+                       size_t(2 * kWarps * 16 * TileGeom<D>::SW) * 4 + size_t(kWarps * 16 * kPLd) * sizeof(T);
+  static bool once = (allowSmem(flashDkvK<T, D>, smemKv), allowSmem(flashDqK<T, D>, smemQ), true);
+  (void)once;
+  dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
+  const float sc = 1.0f / sqrtf(float(D));
+  flashDkvK<T, D><<<grid, kWarps * 32, smemKv, s>>>(dout, qkv, lse, Dv, dqkv, T_, C, H, sc);
+  flashDqK<T, D><<<grid, kWarps * 32, smemQ, s>>>(dout, qkv, lse, Dv, dqkv, T_, C, H, sc);
+}
+
+bool tensorCoreShape(int64_t C, int64_t H) {
+  if (H <= 0 || C % H != 0 || C % 8 != 0) return false;
+  const int64_t D = C / H;
+  return D == 16 || D == 32 || D == 64 || D == 128;
+}
+
+void checkGrid(int64_t B, int64_t H) {
+  if (B * H > 65535)
+    throw std::runtime_error("attention: batch x heads = " + std::to_string(B * H) +
+                             " exceeds the CUDA backend's limit of 65535");
+}
+
+} // namespace
+
+bool attentionUsesTensorCores(DType t, int64_t C, int64_t H) {
+  return (t == DType::BF16 || t == DType::F16) && tensorCoreShape(C, H);
+}
+
+size_t attentionGradWorkspace(int64_t B, int64_t T, int64_t H) { return align256(size_t(B * H * T) * 4); }
+
+void attention(DType t, const void *qkv, void *out, float *lse, int64_t B, int64_t T, int64_t C, int64_t H,
+               cudaStream_t s) {
+  if (B * T == 0) return;
+  const int64_t D = C / H;
+  if (attentionUsesTensorCores(t, C, H)) {
+    checkGrid(B, H);
+    auto run = [&](auto tag) {
+      using TT = decltype(tag);
+      const TT *q = static_cast<const TT *>(qkv);
+      TT *o = static_cast<TT *>(out);
+      switch (D) {
+      case 16: flashForward<TT, 16>(q, o, lse, int(B), int(T), int(C), int(H), s); break;
+      case 32: flashForward<TT, 32>(q, o, lse, int(B), int(T), int(C), int(H), s); break;
+      case 64: flashForward<TT, 64>(q, o, lse, int(B), int(T), int(C), int(H), s); break;
+      default: flashForward<TT, 128>(q, o, lse, int(B), int(T), int(C), int(H), s); break;
+      }
+    };
+    if (t == DType::BF16) run(bf16{});
+    else run(f16{});
+    return;
+  }
+  if (D > 32 * kMaxPerLane)
+    throw std::runtime_error("attention: head size " + std::to_string(D) + " exceeds the CUDA backend's limit of " +
+                             std::to_string(32 * kMaxPerLane));
+  const int warps = 4;
+  const int64_t rows = B * H * T;
+  const unsigned grid = unsigned((rows + warps - 1) / warps);
+  const size_t smem = size_t(warps * D) * 4;
+  const float sc = 1.0f / sqrtf(float(D));
+  const int iB = int(B), iT = int(T), iC = int(C), iH = int(H);
+  BIGC_DISPATCH(t, attnFwdGenericK<T><<<grid, warps * 32, smem, s>>>(static_cast<const T *>(qkv), static_cast<T *>(out),
+                                                                    lse, iB, iT, iC, iH, sc));
+}
+
+void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, const float *lse, void *dqkv,
+                   int64_t B, int64_t T, int64_t C, int64_t H, void *ws, cudaStream_t s) {
+  if (B * T == 0) return;
+  const int64_t D = C / H;
+  float *Dv = static_cast<float *>(ws);
+  const int64_t rows = B * H * T;
+  const int iB = int(B), iT = int(T), iC = int(C), iH = int(H);
+  const unsigned dotGrid = unsigned((rows + 7) / 8);
+  BIGC_DISPATCH(t, rowDotK<T><<<dotGrid, 256, 0, s>>>(static_cast<const T *>(dout), static_cast<const T *>(out), Dv, iB,
+                                                      iT, iC, iH));
+  if (attentionUsesTensorCores(t, C, H)) {
+    checkGrid(B, H);
+    auto run = [&](auto tag) {
+      using TT = decltype(tag);
+      const TT *dO = static_cast<const TT *>(dout), *q = static_cast<const TT *>(qkv);
+      TT *dq = static_cast<TT *>(dqkv);
+      switch (D) {
+      case 16: flashBackward<TT, 16>(dO, q, lse, Dv, dq, int(B), int(T), int(C), int(H), s); break;
+      case 32: flashBackward<TT, 32>(dO, q, lse, Dv, dq, int(B), int(T), int(C), int(H), s); break;
+      case 64: flashBackward<TT, 64>(dO, q, lse, Dv, dq, int(B), int(T), int(C), int(H), s); break;
+      default: flashBackward<TT, 128>(dO, q, lse, Dv, dq, int(B), int(T), int(C), int(H), s); break;
+      }
+    };
+    if (t == DType::BF16) run(bf16{});
+    else run(f16{});
+    return;
+  }
+  if (D > 32 * kMaxPerLane)
+    throw std::runtime_error("attention: head size " + std::to_string(D) + " exceeds the CUDA backend's limit of " +
+                             std::to_string(32 * kMaxPerLane));
+  const int warps = 4;
+  const unsigned grid = unsigned((rows + warps - 1) / warps);
+  const float sc = 1.0f / sqrtf(float(D));
+  const size_t smem = size_t(warps * 2 * D) * 4;
+  BIGC_DISPATCH(t, {
+    attnDqGenericK<T><<<grid, warps * 32, smem, s>>>(static_cast<const T *>(dout), static_cast<const T *>(qkv), lse, Dv,
+                                                     static_cast<T *>(dqkv), iB, iT, iC, iH, sc);
+    attnDkvGenericK<T><<<grid, warps * 32, smem, s>>>(static_cast<const T *>(dout), static_cast<const T *>(qkv), lse, Dv,
+                                                      static_cast<T *>(dqkv), iB, iT, iC, iH, sc);
+  });
+}
+
+} // namespace bigc::rt::cuda

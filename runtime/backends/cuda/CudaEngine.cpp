@@ -1,0 +1,1130 @@
+// The CUDA backend's engine: the program's plan on one GPU.
+//
+// - One cudaMalloc per memory space at its planned size ("device"), the host space in pinned
+//   memory (cudaHostAlloc), every buffer at its planned offset. One more device allocation, made
+//   at load and reported, holds the workspace the kernels need (cuBLASLt's, reduction partials,
+//   the embedding backward's sort, fp32 staging for instructions whose operands mix dtypes) and
+//   the error slots. Nothing is allocated in step().
+// - Program streams map to CUDA streams (compute, h2d, d2h, ...) and the `host` stream to a CPU
+//   thread. Like the CPU backend, each stream has an issuing thread that walks its instructions in
+//   program order; a `wait` on an instruction of a GPU stream becomes cudaStreamWaitEvent on the
+//   event recorded after it (or, on the host stream, a wait for that event), a wait on a host
+//   instruction waits for it on the CPU. Waits time out instead of hanging.
+// - GEMMs go through cuBLASLt (fp32 accumulation; fp32 GEMMs without TF32, so fp32 programs match
+//   the CPU backend), attention through the flash kernels of Attention.cu, the rest through
+//   Kernels.cu. Host instructions (the offloaded AdamW, its norms and checks) use the CPU
+//   backend's code on the pinned host arena.
+#include "bigc/runtime/cpu_adam.h"
+#include "bigc/runtime/engine.h"
+#include "bigc/runtime/executor.h"
+#include "bigc/runtime/half.h"
+#include "bigc/runtime/loss_scale.h"
+#include "bigc/runtime/ops.h"
+#include "kernels.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <unistd.h>
+
+#include <omp.h>
+
+namespace bigc::rt {
+
+namespace {
+
+[[noreturn]] void cudaFail(cudaError_t e, const char *what) {
+  throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+#define BIGC_CK(x)                                                                                        \
+  do {                                                                                                    \
+    cudaError_t e_ = (x);                                                                                 \
+    if (e_ != cudaSuccess) cudaFail(e_, #x);                                                              \
+  } while (0)
+#define BIGC_LT(x)                                                                                        \
+  do {                                                                                                    \
+    cublasStatus_t s_ = (x);                                                                              \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                      \
+      throw std::runtime_error(std::string("cuBLASLt error in ") + #x + ": status " + std::to_string(int(s_))); \
+  } while (0)
+
+std::string human(int64_t bytes) {
+  char buf[64];
+  if (bytes >= (int64_t(1) << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(1 << 30));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
+  return buf;
+}
+
+std::string cudaVersion(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+
+cudaDataType_t cudaType(DType t) {
+  switch (t) {
+  case DType::BF16: return CUDA_R_16BF;
+  case DType::F16: return CUDA_R_16F;
+  default: return CUDA_R_32F;
+  }
+}
+
+bool is16(DType d) { return d == DType::BF16 || d == DType::F16; }
+
+int64_t prodRange(const std::vector<int64_t> &s, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t i = from; i < to; ++i) n *= s[i];
+  return n;
+}
+
+// Ops whose operands the engine handles one by one (no uniform storage type needed).
+bool special(OpKind k) {
+  switch (k) {
+  case OpKind::Cast:
+  case OpKind::Copy:
+  case OpKind::Reshape:
+  case OpKind::Wait:
+  case OpKind::CheckFinite:
+  case OpKind::GlobalNorm:
+  case OpKind::AdamW:
+  case OpKind::LossScaleUpdate: return true;
+  default: return false;
+  }
+}
+
+// What the host stream can run (the offloaded optimizer: AdamW, norms, checks, scaling).
+bool hostOp(OpKind k) {
+  switch (k) {
+  case OpKind::AdamW:
+  case OpKind::CheckFinite:
+  case OpKind::GlobalNorm:
+  case OpKind::LossScaleUpdate:
+  case OpKind::Cast:
+  case OpKind::Copy:
+  case OpKind::Reshape:
+  case OpKind::Fill:
+  case OpKind::Scale:
+  case OpKind::Wait: return true;
+  default: return false;
+  }
+}
+
+uint32_t alignmentOf(const void *p, int64_t strideBytes) {
+  uint64_t a = 256;
+  while (a > 1 && (reinterpret_cast<uintptr_t>(p) % a != 0 || (strideBytes && strideBytes % int64_t(a) != 0))) a /= 2;
+  return uint32_t(a);
+}
+
+struct Aborted {};
+
+} // namespace
+
+bool cudaBackendCompiled() { return true; }
+
+bool cudaDeviceVisible(std::string *why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) {
+      int drv = 0, rtv = 0;
+      cudaDriverGetVersion(&drv);
+      cudaRuntimeGetVersion(&rtv);
+      if (e == cudaErrorInsufficientDriver && drv > 0)
+        *why = "the NVIDIA driver supports CUDA " + cudaVersion(drv) + " but this build needs CUDA " +
+               cudaVersion(rtv) + ": update the driver, or rebuild with a CUDA toolkit the driver supports";
+      else if (drv == 0)
+        *why = "no CUDA GPU is usable: no NVIDIA driver is loaded (" + std::string(cudaGetErrorString(e)) + ")";
+      else
+        *why = "no CUDA GPU is usable (" + std::string(cudaGetErrorString(e)) + ")";
+    }
+    return false;
+  }
+  if (n == 0) {
+    if (why) *why = "no CUDA GPU is visible";
+    return false;
+  }
+  return true;
+}
+
+class CudaEngine final : public Engine {
+public:
+  CudaEngine(Program program, uint64_t seed);
+  ~CudaEngine() override;
+
+  const char *backend() const override { return "cuda"; }
+  const Program &program() const override { return prog_; }
+  void initialize(uint64_t seed) override;
+  void refreshCopies() override;
+  float step(const int32_t *tokens, const int32_t *targets) override;
+  int64_t stepCount() const override { return step_; }
+  int64_t updateCount() const override { return updates_; }
+  void setStepCount(int64_t t) override { step_ = t, updates_ = t; }
+  float lastLossScale() const override { return lastScale_; }
+  bool lastSkipped() const override { return lastSkipped_; }
+  std::vector<float> readF32(int64_t id) const override;
+  void writeF32(int64_t id, const float *values) override;
+  void enableGradCapture() override;
+  const std::map<std::string, std::vector<float>> &capturedGrads() const override { return grads_; }
+  std::string deviceInfo() const override { return info_; }
+
+private:
+  struct Conv {
+    void *arena = nullptr;
+    DType dtype = DType::F32;
+    int64_t n = 0;
+    int64_t stageOffset = 0; // bytes into the stream's staging
+    float *stage = nullptr;
+    int64_t id = -1;
+  };
+  struct MatmulPlan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  struct Op {
+    OpKind kind;
+    size_t index = 0, stream = 0;
+    const Instruction *ins = nullptr;
+    std::vector<void *> in, out, rawIn, rawOut;
+    std::vector<DType> inT, outT;
+    std::vector<int64_t> inN, outN;
+    DType t = DType::F32; // storage type of the op's floating-point tensors (after staging)
+    std::vector<Conv> pre, post;
+    int64_t stageBytes = 0, scratchBytes = 0;
+    int64_t n = 0, rows = 0, cols = 0, V = 0, C = 0, B = 0, T = 0, H = 0;
+    int64_t batch = 1, M = 0, N = 0, K = 0, sA = 0, sB = 0, sC = 0;
+    bool ta = false, tb = false;
+    float value = 0.f;
+    std::vector<int64_t> shape, perm;
+    int mm = -1;
+    CpuAdamArgs adam{};
+    double maxNorm = 0.0;
+    bool clip = false, unscale = false, skip = false, writeHalf = false;
+    int iNorm = -1, iScale = -1, iFound = -1;
+    double growthInterval = 2000, backoff = 0.5, growth = 2;
+    int flag = -1; // check_finite: index of its int flag
+    bool record = false;
+    unsigned char *capture = nullptr; // pinned copy of the grad (grad capture)
+  };
+
+  void prepare();
+  void planMatmul(Op &op);
+  void issue(Op &op);
+  void runHost(Op &op);
+  void runStream(size_t s);
+  void waitFor(const Op &op, int64_t dep);
+  void upload(int64_t id, const void *src);
+  void download(int64_t id, void *dst) const;
+  void release();
+  [[noreturn]] void opError(const Op &op, const std::string &msg) const;
+  void *stagingBase(size_t stream) const { return static_cast<char *>(workspace_) + stageOffset_[stream]; }
+  void *scratchBase(size_t stream) const { return static_cast<char *>(workspace_) + scratchOffset_[stream]; }
+
+  Program prog_;
+  int device_ = 0;
+  std::string info_;
+  std::vector<void *> arenas_;
+  std::vector<bool> hostSpace_;
+  std::vector<void *> ptrs_;
+  std::vector<std::string> names_;
+  std::vector<bool> onHost_;
+  std::vector<cudaStream_t> cu_;
+  std::vector<std::vector<size_t>> lists_;
+  std::vector<Op> ops_;
+  std::vector<cudaEvent_t> events_;
+  std::vector<MatmulPlan> plans_;
+  cublasLtHandle_t lt_ = nullptr;
+  void *workspace_ = nullptr;
+  int64_t workspaceBytes_ = 0;
+  std::vector<int64_t> ltOffset_, ltBytes_, scratchOffset_, stageOffset_;
+  int *err_ = nullptr;   // device: [0] instruction + 1, [1] position, [2] id
+  int *flags_ = nullptr; // device: one int per check_finite
+  int32_t *inputStage_ = nullptr; // pinned: K*B*T tokens then targets
+  // Streams and completion stamps (per instruction: the last step in which it was issued, for
+  // GPU streams with its event recorded; for the host stream, finished).
+  std::unique_ptr<std::atomic<int64_t>[]> stamp_;
+  std::mutex mu_, ctlMu_, errMu_;
+  std::condition_variable cv_, ctlCv_, doneCv_;
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> abort_{false};
+  std::exception_ptr error_;
+  std::vector<std::thread> threads_;
+  int64_t go_ = 0;
+  int pending_ = 0;
+  bool quit_ = false;
+  int ompThreads_ = 1;
+  double waitTimeout_ = 300.0;
+  int64_t step_ = 0, updates_ = 0;
+  float lastScale_ = 1.0f;
+  bool lastSkipped_ = false;
+  bool capture_ = false;
+  std::map<std::string, std::vector<float>> grads_;
+  std::vector<unsigned char *> capturePinned_;
+
+  void fail(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> l(errMu_);
+      if (!error_) error_ = e;
+    }
+    abort_.store(true);
+    std::lock_guard<std::mutex> l(mu_);
+    cv_.notify_all();
+  }
+};
+
+CudaEngine::CudaEngine(Program program, uint64_t seed) : prog_(std::move(program)) {
+  std::string why;
+  if (!cudaDeviceVisible(&why)) throw UserError(why);
+  if (prog_.ranks != 1)
+    throw UserError("this runtime runs programs of one rank; this program has " + std::to_string(prog_.ranks) +
+                    " ranks");
+  BIGC_CK(cudaSetDevice(device_));
+  cudaDeviceProp props{};
+  BIGC_CK(cudaGetDeviceProperties(&props, device_));
+  try {
+    // Spaces: "device" in GPU memory, "host" pinned.
+    int64_t hostTotal = 0, deviceArena = 0;
+    for (const auto &s : prog_.spaces) {
+      if (s.name == "device") deviceArena = s.arenaBytes;
+      else if (s.name == "host") hostTotal += s.arenaBytes;
+      else
+        throw UserError("memory space '" + s.name + "' is not supported by the CUDA backend (device and host are)");
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && pageSize > 0 && hostTotal > int64_t(pages) * int64_t(pageSize))
+      throw UserError("the program's host arena needs " + human(hostTotal) + "; this machine has " +
+                      human(int64_t(pages) * int64_t(pageSize)) + " of physical memory");
+
+    prepare(); // decides the workspace size
+    size_t freeB = 0, totalB = 0;
+    BIGC_CK(cudaMemGetInfo(&freeB, &totalB));
+    const int64_t need = deviceArena + workspaceBytes_;
+    if (need > int64_t(freeB))
+      throw UserError("the program needs " + human(need) + " of GPU memory (device arena " + human(deviceArena) +
+                      " + workspace " + human(workspaceBytes_) + "); GPU " + std::to_string(device_) + " (" +
+                      props.name + ") has " + human(int64_t(freeB)) + " free of " + human(int64_t(totalB)) +
+                      ". Compile for this GPU (--device-mem " + std::to_string(int64_t(freeB) >> 30) +
+                      "G, or its --hardware profile) so the compiler recomputes, offloads or shrinks what it must");
+
+    for (const auto &s : prog_.spaces) {
+      size_t bytes = size_t((std::max<int64_t>(s.arenaBytes, 1) + kAlignment - 1) / kAlignment * kAlignment);
+      void *p = nullptr;
+      if (s.name == "device") {
+        cudaError_t e = cudaMalloc(&p, bytes);
+        if (e != cudaSuccess) {
+          cudaGetLastError();
+          throw UserError("cannot allocate the device arena of " + human(s.arenaBytes) + " on GPU " +
+                          std::to_string(device_) + ": " + cudaGetErrorString(e));
+        }
+        BIGC_CK(cudaMemset(p, 0, bytes));
+      } else {
+        cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+        if (e != cudaSuccess) {
+          cudaGetLastError();
+          throw UserError("cannot pin the host arena of " + human(s.arenaBytes) + ": " + cudaGetErrorString(e));
+        }
+        std::memset(p, 0, bytes);
+      }
+      arenas_.push_back(p);
+      hostSpace_.push_back(s.name != "device");
+    }
+    ptrs_.resize(prog_.buffers.size());
+    for (const auto &b : prog_.buffers)
+      for (size_t i = 0; i < prog_.spaces.size(); ++i)
+        if (prog_.spaces[i].name == b.space) ptrs_[size_t(b.id)] = static_cast<char *>(arenas_[i]) + b.offset;
+
+    cudaError_t e = cudaMalloc(&workspace_, size_t(workspaceBytes_));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw UserError("cannot allocate the CUDA workspace of " + human(workspaceBytes_) + ": " + cudaGetErrorString(e));
+    }
+    BIGC_CK(cudaMemset(workspace_, 0, size_t(workspaceBytes_)));
+    err_ = static_cast<int *>(workspace_);
+    flags_ = err_ + 16;
+    const int64_t bt = prog_.batch * prog_.seq * int64_t(prog_.tokenInputs.size());
+    BIGC_CK(cudaHostAlloc(reinterpret_cast<void **>(&inputStage_), size_t(std::max<int64_t>(2 * bt, 1)) * 4,
+                          cudaHostAllocPortable));
+
+    // Final pointers: arena, or the stream's staging for operands converted to fp32.
+    for (Op &op : ops_) {
+      op.rawIn.clear(), op.rawOut.clear();
+      for (int64_t id : op.ins->in) op.rawIn.push_back(ptrs_[size_t(id)]);
+      for (int64_t id : op.ins->out) op.rawOut.push_back(ptrs_[size_t(id)]);
+      op.in = op.rawIn, op.out = op.rawOut;
+      char *base = static_cast<char *>(stagingBase(op.stream));
+      for (Conv &c : op.pre) c.arena = ptrs_[size_t(c.id)], c.stage = reinterpret_cast<float *>(base + c.stageOffset);
+      for (Conv &c : op.post) c.arena = ptrs_[size_t(c.id)], c.stage = reinterpret_cast<float *>(base + c.stageOffset);
+      for (size_t k = 0; k < op.in.size(); ++k)
+        for (const Conv &c : op.pre)
+          if (c.id == op.ins->in[k]) op.in[k] = c.stage;
+      for (size_t k = 0; k < op.out.size(); ++k)
+        for (const Conv &c : op.post)
+          if (c.id == op.ins->out[k]) op.out[k] = c.stage;
+    }
+    BIGC_LT(cublasLtCreate(&lt_));
+    for (Op &op : ops_)
+      if (op.kind == OpKind::Matmul) planMatmul(op);
+
+    cu_.assign(names_.size(), nullptr);
+    for (size_t s = 0; s < names_.size(); ++s)
+      if (!onHost_[s]) BIGC_CK(cudaStreamCreateWithFlags(&cu_[s], cudaStreamNonBlocking));
+    events_.assign(ops_.size(), nullptr);
+    for (Op &op : ops_)
+      if (op.record) BIGC_CK(cudaEventCreateWithFlags(&events_[op.index], cudaEventDisableTiming));
+
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "GPU %d: %s (%s), workspace %s", device_, props.name,
+                  human(int64_t(props.totalGlobalMem)).c_str(), human(workspaceBytes_).c_str());
+    info_ = buf;
+    initialize(seed);
+  } catch (...) {
+    release();
+    throw;
+  }
+
+  // Side streams: one issuing thread each, created once.
+  for (size_t s = 1; s < names_.size(); ++s)
+    threads_.emplace_back([this, s] {
+      cudaSetDevice(device_);
+      int64_t seen = 0;
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> l(ctlMu_);
+          ctlCv_.wait(l, [&] { return quit_ || go_ > seen; });
+          if (quit_) return;
+          seen = go_;
+        }
+        omp_set_num_threads(ompThreads_);
+        try {
+          runStream(s);
+        } catch (const Aborted &) {
+        } catch (...) {
+          fail(std::current_exception());
+        }
+        std::lock_guard<std::mutex> l(ctlMu_);
+        if (--pending_ == 0) doneCv_.notify_all();
+      }
+    });
+}
+
+CudaEngine::~CudaEngine() {
+  {
+    std::lock_guard<std::mutex> l(ctlMu_);
+    quit_ = true;
+  }
+  ctlCv_.notify_all();
+  for (auto &t : threads_) t.join();
+  release();
+}
+
+void CudaEngine::release() {
+  cudaDeviceSynchronize();
+  for (auto &p : plans_) {
+    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+  }
+  plans_.clear();
+  if (lt_) cublasLtDestroy(lt_), lt_ = nullptr;
+  for (cudaEvent_t e : events_)
+    if (e) cudaEventDestroy(e);
+  events_.clear();
+  for (cudaStream_t s : cu_)
+    if (s) cudaStreamDestroy(s);
+  cu_.clear();
+  for (size_t i = 0; i < arenas_.size(); ++i) {
+    if (!arenas_[i]) continue;
+    if (hostSpace_[i]) cudaFreeHost(arenas_[i]);
+    else cudaFree(arenas_[i]);
+  }
+  arenas_.clear();
+  if (workspace_) cudaFree(workspace_), workspace_ = nullptr;
+  if (inputStage_) cudaFreeHost(inputStage_), inputStage_ = nullptr;
+  for (unsigned char *p : capturePinned_)
+    if (p) cudaFreeHost(p);
+  capturePinned_.clear();
+  cudaGetLastError();
+}
+
+void CudaEngine::opError(const Op &op, const std::string &msg) const {
+  throw UserError("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" + op.ins->op +
+                  (op.ins->loc.empty() ? std::string() : " at " + op.ins->loc) + "): " + msg);
+}
+
+void CudaEngine::prepare() {
+  names_ = {"compute"};
+  for (const auto &ins : prog_.instructions)
+    if (std::find(names_.begin(), names_.end(), ins.stream) == names_.end()) names_.push_back(ins.stream);
+  onHost_.assign(names_.size(), false);
+  for (size_t s = 0; s < names_.size(); ++s) onHost_[s] = names_[s] == "host";
+  lists_.assign(names_.size(), {});
+  stamp_ = std::make_unique<std::atomic<int64_t>[]>(prog_.instructions.size());
+  for (size_t i = 0; i < prog_.instructions.size(); ++i) stamp_[i].store(0);
+
+  std::vector<int64_t> scratch(names_.size(), 0), stage(names_.size(), 0);
+  std::vector<bool> hasMatmul(names_.size(), false);
+  int flags = 0;
+  std::set<int64_t> waitedOn;
+  for (const auto &ins : prog_.instructions)
+    for (int64_t w : ins.wait) waitedOn.insert(w);
+
+  ops_.clear();
+  ops_.reserve(prog_.instructions.size());
+  for (size_t i = 0; i < prog_.instructions.size(); ++i) {
+    const Instruction &ins = prog_.instructions[i];
+    const OpSignature *sig = findOpSignature(ins.op);
+    if (!sig) throw UserError("instruction " + std::to_string(i) + ": unknown op '" + ins.op + "'");
+    Op op;
+    op.kind = sig->kind;
+    op.index = i;
+    op.ins = &ins;
+    op.stream = size_t(std::find(names_.begin(), names_.end(), ins.stream) - names_.begin());
+    op.record = waitedOn.count(int64_t(i)) > 0;
+    lists_[op.stream].push_back(i);
+    auto in = [&](size_t k) -> const Buffer & { return prog_.buffers[size_t(ins.in[k])]; };
+    auto out = [&](size_t k) -> const Buffer & { return prog_.buffers[size_t(ins.out[k])]; };
+    for (size_t k = 0; k < ins.in.size(); ++k) op.inT.push_back(in(k).dtype), op.inN.push_back(in(k).numel());
+    for (size_t k = 0; k < ins.out.size(); ++k) op.outT.push_back(out(k).dtype), op.outN.push_back(out(k).numel());
+    auto where = [&] {
+      return "instruction " + std::to_string(i) + " (" + ins.op + (ins.loc.empty() ? "" : " at " + ins.loc) + ")";
+    };
+
+    if (onHost_[op.stream]) {
+      if (!hostOp(op.kind))
+        throw UserError(where() + ": the CUDA backend runs only the optimizer's instructions (adamw, global_norm, "
+                                  "check_finite, loss_scale_update, cast, copy, fill, scale) on the host stream");
+      for (int64_t id : ins.in)
+        if (prog_.buffers[size_t(id)].space != "host")
+          throw UserError(where() + " runs on the host stream but reads buffer '" + prog_.buffers[size_t(id)].name +
+                          "' of space '" + prog_.buffers[size_t(id)].space + "'");
+      for (int64_t id : ins.out)
+        if (prog_.buffers[size_t(id)].space != "host")
+          throw UserError(where() + " runs on the host stream but writes buffer '" + prog_.buffers[size_t(id)].name +
+                          "' of space '" + prog_.buffers[size_t(id)].space + "'");
+    } else if (!special(op.kind)) {
+      // One storage type for the op's floating-point tensors; when they differ, every 16-bit one
+      // is converted into fp32 staging and the fp32 kernel runs (the CPU backend's way).
+      std::set<DType> types;
+      for (size_t k = 0; k < ins.in.size(); ++k)
+        if (operandType(op.kind, true, k) == OperandType::Float) types.insert(in(k).dtype);
+      for (size_t k = 0; k < ins.out.size(); ++k)
+        if (operandType(op.kind, false, k) == OperandType::Float) types.insert(out(k).dtype);
+      if (types.size() <= 1) {
+        op.t = types.empty() ? DType::F32 : *types.begin();
+      } else {
+        op.t = DType::F32;
+        std::map<int64_t, int64_t> at;
+        auto place = [&](int64_t id) {
+          auto it = at.find(id);
+          if (it != at.end()) return it->second;
+          int64_t off = op.stageBytes;
+          op.stageBytes += int64_t(cuda::align256(size_t(prog_.buffers[size_t(id)].numel()) * 4));
+          at[id] = off;
+          return off;
+        };
+        for (size_t k = 0; k < ins.in.size(); ++k)
+          if (operandType(op.kind, true, k) == OperandType::Float && is16(in(k).dtype)) {
+            bool seen = at.count(ins.in[k]);
+            int64_t off = place(ins.in[k]);
+            if (!seen) op.pre.push_back(Conv{nullptr, in(k).dtype, in(k).numel(), off, nullptr, ins.in[k]});
+          }
+        for (size_t k = 0; k < ins.out.size(); ++k)
+          if (operandType(op.kind, false, k) == OperandType::Float && is16(out(k).dtype))
+            op.post.push_back(Conv{nullptr, out(k).dtype, out(k).numel(), place(ins.out[k]), nullptr, ins.out[k]});
+      }
+    }
+
+    switch (op.kind) {
+    case OpKind::Embedding:
+      op.V = in(0).shape[0], op.C = in(0).shape[1], op.n = in(1).numel();
+      break;
+    case OpKind::EmbeddingGrad:
+      op.V = out(0).shape[0], op.C = out(0).shape[1], op.n = in(1).numel();
+      op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V));
+      break;
+    case OpKind::Matmul: {
+      const auto &a = in(0).shape, &b = in(1).shape;
+      size_t ra = a.size(), rb = b.size();
+      op.ta = ins.flag("transpose_a"), op.tb = ins.flag("transpose_b");
+      op.N = op.tb ? b[rb - 2] : b[rb - 1];
+      op.K = op.tb ? b[rb - 1] : b[rb - 2];
+      if (ra > 2 && rb == 2) {
+        op.batch = 1;
+        op.M = prodRange(a, 0, ra - 1);
+      } else {
+        op.batch = prodRange(a, 0, ra - 2);
+        op.M = op.ta ? a[ra - 1] : a[ra - 2];
+        if (op.batch > 1) op.sA = op.M * op.K, op.sB = op.K * op.N, op.sC = op.M * op.N;
+      }
+      hasMatmul[op.stream] = true;
+      break;
+    }
+    case OpKind::Add:
+    case OpKind::Mul:
+    case OpKind::Scale:
+    case OpKind::Gelu:
+    case OpKind::GeluGrad:
+    case OpKind::Fill:
+      op.n = out(0).numel();
+      op.value = float(ins.num(op.kind == OpKind::Scale ? "factor" : "value", op.kind == OpKind::Scale ? 1.0 : 0.0));
+      break;
+    case OpKind::BiasAdd:
+      op.cols = in(1).numel();
+      op.rows = op.cols ? in(0).numel() / op.cols : 0;
+      break;
+    case OpKind::ReduceSum:
+      op.cols = out(0).numel();
+      op.rows = op.cols ? in(0).numel() / op.cols : 0;
+      op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols));
+      break;
+    case OpKind::Layernorm:
+    case OpKind::LayernormGrad: {
+      const Buffer &x = op.kind == OpKind::Layernorm ? in(0) : in(1);
+      op.C = x.shape.back();
+      op.N = op.C ? x.numel() / op.C : 0;
+      op.value = float(ins.num("eps", 1e-5));
+      if (op.kind == OpKind::LayernormGrad) op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C));
+      break;
+    }
+    case OpKind::Attention:
+    case OpKind::AttentionGrad: {
+      const Buffer &qkv = op.kind == OpKind::Attention ? in(0) : in(1);
+      op.B = qkv.shape[0], op.T = qkv.shape[1], op.C = qkv.shape[2] / 3, op.H = int64_t(ins.num("heads", 1));
+      if (op.kind == OpKind::AttentionGrad) op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
+      break;
+    }
+    case OpKind::Transpose:
+      op.shape = in(0).shape;
+      op.perm = ins.ints("perm");
+      if (op.shape.size() > 8) throw UserError(where() + ": transpose of rank " + std::to_string(op.shape.size()) +
+                                               " (the CUDA backend supports up to 8)");
+      break;
+    case OpKind::Reshape:
+    case OpKind::Copy:
+      op.n = in(0).bytes;
+      break;
+    case OpKind::Split:
+    case OpKind::Concat: {
+      bool split = op.kind == OpKind::Split;
+      const Buffer &whole = split ? in(0) : out(0);
+      int64_t parts = int64_t(split ? ins.out.size() : ins.in.size());
+      int64_t ax = int64_t(ins.num("axis", 0));
+      if (ax < 0) ax += int64_t(whole.shape.size());
+      op.rows = prodRange(whole.shape, 0, size_t(ax));
+      op.cols = whole.shape[size_t(ax)] / parts * prodRange(whole.shape, size_t(ax) + 1, whole.shape.size());
+      op.n = parts;
+      break;
+    }
+    case OpKind::CrossEntropy:
+    case OpKind::CrossEntropyGrad:
+      op.V = in(0).shape.back();
+      op.N = op.V ? in(0).numel() / op.V : 0;
+      if (op.kind == OpKind::CrossEntropy) op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N));
+      break;
+    case OpKind::GlobalNorm: {
+      int64_t slots = 0;
+      for (int64_t n : op.inN) slots += cuda::partialSlots(n);
+      op.scratchBytes = slots * 8;
+      break;
+    }
+    case OpKind::CheckFinite:
+      if (!onHost_[op.stream]) op.flag = flags++;
+      break;
+    case OpKind::Wait: break;
+    case OpKind::Cast: op.n = in(0).numel(); break;
+    case OpKind::AdamW: {
+      const Optimizer &o = prog_.optimizer;
+      op.n = in(0).numel();
+      op.adam.lr = float(ins.num("lr", o.lr));
+      op.adam.beta1 = float(ins.num("beta1", o.beta1));
+      op.adam.beta2 = float(ins.num("beta2", o.beta2));
+      op.adam.eps = float(ins.num("eps", o.eps));
+      op.adam.weightDecay = float(ins.num("weight_decay", o.weightDecay));
+      op.adam.gradScale = 1.0f;
+      op.maxNorm = ins.num("max_norm", o.gradClip);
+      op.clip = ins.flag("clip"), op.unscale = ins.flag("unscale"), op.skip = ins.flag("skip_on_overflow");
+      op.writeHalf = ins.flag("write_half");
+      int k = 4;
+      if (op.clip) op.iNorm = k++;
+      if (op.unscale) op.iScale = k++;
+      if (op.skip) op.iFound = k++;
+      break;
+    }
+    case OpKind::LossScaleUpdate:
+      op.growthInterval = ins.num("growth_interval", 2000);
+      op.backoff = ins.num("backoff", 0.5);
+      op.growth = ins.num("growth", 2.0);
+      break;
+    }
+    scratch[op.stream] = std::max(scratch[op.stream], op.scratchBytes);
+    stage[op.stream] = std::max(stage[op.stream], op.stageBytes);
+    ops_.push_back(std::move(op));
+  }
+
+  // Workspace: error slots and check_finite flags, then per GPU stream its cuBLASLt workspace (32
+  // MiB where it runs GEMMs), its scratch and its staging.
+  int64_t off = int64_t(cuda::align256(size_t(16 + flags) * 4));
+  ltOffset_.assign(names_.size(), 0), ltBytes_.assign(names_.size(), 0);
+  scratchOffset_.assign(names_.size(), 0), stageOffset_.assign(names_.size(), 0);
+  for (size_t s = 0; s < names_.size(); ++s) {
+    if (onHost_[s]) continue;
+    ltOffset_[s] = off;
+    ltBytes_[s] = hasMatmul[s] ? (int64_t(32) << 20) : 0;
+    off += ltBytes_[s];
+    scratchOffset_[s] = off;
+    off += int64_t(cuda::align256(size_t(scratch[s])));
+    stageOffset_[s] = off;
+    off += int64_t(cuda::align256(size_t(stage[s])));
+  }
+  workspaceBytes_ = std::max<int64_t>(off, 256);
+}
+
+void CudaEngine::planMatmul(Op &op) {
+  MatmulPlan p;
+  const cudaDataType_t ty = cudaType(op.t);
+  BIGC_LT(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Row-major c[M,N] = op(a)[M,K] op(b)[K,N] is column-major c^T[N,M] = op(b)^T op(a)^T: cuBLASLt's
+  // A is our b and its B our a.
+  cublasOperation_t opA = op.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opB = op.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA));
+  BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB));
+  const uint64_t aRows = op.tb ? op.K : op.N, aCols = op.tb ? op.N : op.K; // our b, column-major
+  const uint64_t bRows = op.ta ? op.M : op.K, bCols = op.ta ? op.K : op.M; // our a, column-major
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.a, ty, aRows, aCols, int64_t(aRows)));
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.b, ty, bRows, bCols, int64_t(bRows)));
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.c, ty, uint64_t(op.N), uint64_t(op.M), op.N));
+  if (op.batch > 1) {
+    int32_t count = int32_t(op.batch);
+    for (auto [layout, stride] : {std::pair{p.a, op.sB}, std::pair{p.b, op.sA}, std::pair{p.c, op.sC}}) {
+      BIGC_LT(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      int64_t st = stride;
+      BIGC_LT(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st, sizeof st));
+    }
+  }
+  cublasLtMatmulPreference_t pref = nullptr;
+  BIGC_LT(cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t ws = uint64_t(ltBytes_[op.stream]);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  const int64_t es = dtypeSize(op.t);
+  uint32_t alA = alignmentOf(op.in[1], op.batch > 1 ? op.sB * es : 0);
+  uint32_t alB = alignmentOf(op.in[0], op.batch > 1 ? op.sA * es : 0);
+  uint32_t alC = alignmentOf(op.out[0], op.batch > 1 ? op.sC * es : 0);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alA, sizeof alA);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alB, sizeof alB);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alC, sizeof alC);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alC, sizeof alC);
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    plans_.push_back(p); // destroyed with the others
+    throw std::runtime_error("cuBLASLt has no algorithm for instruction " + std::to_string(op.index) + " (matmul " +
+                             std::to_string(op.batch) + " x [" + std::to_string(op.M) + "," + std::to_string(op.K) +
+                             "] @ [" + std::to_string(op.K) + "," + std::to_string(op.N) + "], " + dtypeName(op.t) +
+                             ", status " + std::to_string(int(st)) + ")");
+  }
+  p.algo = res.algo;
+  op.mm = int(plans_.size());
+  plans_.push_back(p);
+}
+
+void CudaEngine::upload(int64_t id, const void *src) {
+  const Buffer &b = prog_.buffers.at(size_t(id));
+  if (b.space == "device") {
+    BIGC_CK(cudaMemcpy(ptrs_[size_t(id)], src, size_t(b.bytes), cudaMemcpyHostToDevice));
+  } else {
+    std::memcpy(ptrs_[size_t(id)], src, size_t(b.bytes));
+  }
+}
+
+void CudaEngine::download(int64_t id, void *dst) const {
+  const Buffer &b = prog_.buffers.at(size_t(id));
+  if (b.space == "device") BIGC_CK(cudaMemcpy(dst, ptrs_[size_t(id)], size_t(b.bytes), cudaMemcpyDeviceToHost));
+  else std::memcpy(dst, ptrs_[size_t(id)], size_t(b.bytes));
+}
+
+void CudaEngine::initialize(uint64_t seed) {
+  std::vector<unsigned char> bytes;
+  for (const auto &b : prog_.buffers) {
+    if (!b.persistent() || b.init.kind == "copy") continue;
+    bytes.assign(size_t(b.bytes), 0);
+    const int64_t n = b.numel();
+    if (b.init.kind == "normal") {
+      initNormalAs(bytes.data(), b.dtype, n, b.init.std, seed, b.name);
+    } else if (b.init.kind != "zeros") {
+      float v = b.init.kind == "ones" ? 1.0f : float(b.init.value);
+      for (int64_t i = 0; i < n; ++i) storeFrom32(bytes.data(), b.dtype, i, v);
+    }
+    upload(b.id, bytes.data());
+  }
+  refreshCopies();
+  step_ = 0, updates_ = 0;
+  lastScale_ = 1.0f, lastSkipped_ = false;
+}
+
+void CudaEngine::refreshCopies() {
+  std::vector<char> ready(prog_.buffers.size(), 1);
+  for (const auto &b : prog_.buffers)
+    if (b.persistent() && b.init.kind == "copy") ready[size_t(b.id)] = 0;
+  std::vector<unsigned char> src, dst;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (const auto &b : prog_.buffers) {
+      if (ready[size_t(b.id)]) continue;
+      const Buffer *s = findPersistent(b.init.source);
+      if (!s || !ready[size_t(s->id)]) continue;
+      src.resize(size_t(s->bytes));
+      dst.resize(size_t(b.bytes));
+      download(s->id, src.data());
+      convert(src.data(), s->dtype, dst.data(), b.dtype, b.numel());
+      upload(b.id, dst.data());
+      ready[size_t(b.id)] = 1;
+      progress = true;
+    }
+  }
+  BIGC_CK(cudaDeviceSynchronize()); // uploads from pageable memory may still be in flight
+}
+
+std::vector<float> CudaEngine::readF32(int64_t id) const {
+  const Buffer &b = prog_.buffers.at(size_t(id));
+  std::vector<unsigned char> raw(size_t(b.bytes));
+  download(id, raw.data());
+  std::vector<float> v(size_t(b.numel()));
+  toF32(raw.data(), b.dtype, v.data(), b.numel());
+  return v;
+}
+
+void CudaEngine::writeF32(int64_t id, const float *values) {
+  const Buffer &b = prog_.buffers.at(size_t(id));
+  std::vector<unsigned char> raw(size_t(b.bytes));
+  fromF32(values, raw.data(), b.dtype, b.numel());
+  upload(id, raw.data());
+  BIGC_CK(cudaDeviceSynchronize());
+}
+
+void CudaEngine::enableGradCapture() {
+  if (capture_) return;
+  capture_ = true;
+  for (Op &op : ops_) {
+    if (op.kind != OpKind::AdamW) continue;
+    const Buffer &param = prog_.buffers[size_t(op.ins->in[0])];
+    const Buffer &grad = prog_.buffers[size_t(op.ins->in[1])];
+    grads_[param.name].assign(size_t(param.numel()), 0.0f);
+    unsigned char *pinned = nullptr;
+    BIGC_CK(cudaHostAlloc(reinterpret_cast<void **>(&pinned), size_t(std::max<int64_t>(grad.bytes, 1)),
+                          cudaHostAllocPortable));
+    capturePinned_.push_back(pinned);
+    op.capture = pinned;
+  }
+}
+
+void CudaEngine::waitFor(const Op &op, int64_t dep) {
+  std::atomic<int64_t> &d = stamp_[size_t(dep)];
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(waitTimeout_));
+  auto stuck = [&](const char *what) {
+    const Instruction &w = prog_.instructions[size_t(dep)];
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", waitTimeout_);
+    throw std::runtime_error("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
+                             op.ins->op + " on stream '" + op.ins->stream + "') waited " + secs + " s for instruction " +
+                             std::to_string(dep) + " (" + w.op + " on stream '" + w.stream + "'" +
+                             (w.loc.empty() ? std::string() : " at " + w.loc) + ") " + what + ": the streams are stuck");
+  };
+  if (d.load() < step_) {
+    waiters_.fetch_add(1);
+    bool ok;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      ok = cv_.wait_until(l, deadline, [&] { return d.load() >= step_ || abort_.load(); });
+    }
+    waiters_.fetch_sub(1);
+    if (abort_.load()) throw Aborted{};
+    if (!ok) stuck("to be issued");
+  }
+  const Op &w = ops_[size_t(dep)];
+  if (onHost_[w.stream]) return; // finished when stamped
+  if (!onHost_[op.stream]) {
+    BIGC_CK(cudaStreamWaitEvent(cu_[op.stream], events_[size_t(dep)], 0));
+    return;
+  }
+  // The host waits for GPU work.
+  for (;;) {
+    cudaError_t e = cudaEventQuery(events_[size_t(dep)]);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) cudaFail(e, "cudaEventQuery");
+    if (abort_.load()) throw Aborted{};
+    if (std::chrono::steady_clock::now() > deadline) stuck("to finish on the GPU");
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void CudaEngine::runStream(size_t s) {
+  for (size_t idx : lists_[s]) {
+    if (abort_.load()) return;
+    Op &op = ops_[idx];
+    for (int64_t w : op.ins->wait) waitFor(op, w);
+    if (onHost_[s]) runHost(op);
+    else issue(op);
+    stamp_[idx].store(step_);
+    if (waiters_.load() > 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      cv_.notify_all();
+    }
+  }
+}
+
+void CudaEngine::issue(Op &op) {
+  cudaStream_t s = cu_[op.stream];
+  for (const Conv &c : op.pre) cuda::cast(c.dtype, c.arena, DType::F32, c.stage, c.n, s);
+  void *scratch = scratchBase(op.stream);
+  const cuda::ErrSlot es{err_, int(op.index)};
+  auto ids = [&](size_t k) { return static_cast<const int32_t *>(op.in[k]); };
+  auto f32in = [&](size_t k) { return static_cast<const float *>(op.in[k]); };
+  switch (op.kind) {
+  case OpKind::Embedding:
+    cuda::embedding(op.t, op.in[0], ids(1), op.out[0], op.n, op.V, op.C, es, s);
+    break;
+  case OpKind::EmbeddingGrad:
+    cuda::embeddingGrad(op.t, op.in[0], ids(1), op.out[0], op.n, op.V, op.C, scratch, size_t(op.scratchBytes), es, s);
+    break;
+  case OpKind::Matmul: {
+    const MatmulPlan &p = plans_[size_t(op.mm)];
+    const float alpha = 1.0f, beta = 0.0f;
+    void *ltws = static_cast<char *>(workspace_) + ltOffset_[op.stream];
+    BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, op.in[1], p.a, op.in[0], p.b, &beta, op.out[0], p.c, op.out[0], p.c,
+                           &p.algo, ltws, size_t(ltBytes_[op.stream]), s));
+    break;
+  }
+  case OpKind::Add: cuda::add(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
+  case OpKind::Mul: cuda::mul(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
+  case OpKind::BiasAdd: cuda::biasAdd(op.t, op.in[0], op.in[1], op.out[0], op.rows, op.cols, s); break;
+  case OpKind::Scale: cuda::scale(op.t, op.in[0], op.out[0], op.value, op.n, s); break;
+  case OpKind::Fill: cuda::fill(op.t, op.out[0], op.value, op.n, s); break;
+  case OpKind::Gelu: cuda::gelu(op.t, op.in[0], op.out[0], op.n, s); break;
+  case OpKind::GeluGrad: cuda::geluGrad(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
+  case OpKind::ReduceSum: cuda::reduceSum(op.t, op.in[0], op.out[0], op.rows, op.cols, scratch, s); break;
+  case OpKind::Layernorm:
+    cuda::layernorm(op.t, op.in[0], op.in[1], op.in[2], op.out[0], static_cast<float *>(op.out[1]),
+                    static_cast<float *>(op.out[2]), op.N, op.C, op.value, s);
+    break;
+  case OpKind::LayernormGrad:
+    cuda::layernormGrad(op.t, op.in[0], op.in[1], op.in[2], f32in(3), f32in(4), op.out[0], op.out[1], op.out[2], op.N,
+                        op.C, scratch, s);
+    break;
+  case OpKind::Attention:
+    cuda::attention(op.t, op.in[0], op.out[0], static_cast<float *>(op.out[1]), op.B, op.T, op.C, op.H, s);
+    break;
+  case OpKind::AttentionGrad:
+    cuda::attentionGrad(op.t, op.in[0], op.in[1], op.in[2], f32in(3), op.out[0], op.B, op.T, op.C, op.H, scratch, s);
+    break;
+  case OpKind::Transpose:
+    cuda::transpose(int(dtypeSize(op.t)), op.in[0], op.out[0], op.shape.data(), op.perm.data(), int(op.shape.size()),
+                    s);
+    break;
+  case OpKind::Reshape:
+  case OpKind::Copy:
+    if (op.in[0] != op.out[0]) BIGC_CK(cudaMemcpyAsync(op.out[0], op.in[0], size_t(op.n), cudaMemcpyDefault, s));
+    break;
+  case OpKind::Split:
+  case OpKind::Concat: {
+    const size_t es2 = size_t(dtypeSize(op.t)), w = size_t(op.cols) * es2, pitch = w * size_t(op.n);
+    for (int64_t p = 0; p < op.n; ++p) {
+      if (op.rows == 0 || w == 0) break;
+      if (op.kind == OpKind::Split)
+        BIGC_CK(cudaMemcpy2DAsync(op.out[size_t(p)], w, static_cast<const char *>(op.in[0]) + size_t(p) * w, pitch, w,
+                                  size_t(op.rows), cudaMemcpyDefault, s));
+      else
+        BIGC_CK(cudaMemcpy2DAsync(static_cast<char *>(op.out[0]) + size_t(p) * w, pitch, op.in[size_t(p)], w, w,
+                                  size_t(op.rows), cudaMemcpyDefault, s));
+    }
+    break;
+  }
+  case OpKind::CrossEntropy:
+    cuda::crossEntropy(op.t, op.in[0], ids(1), static_cast<float *>(op.out[0]), op.N, op.V, scratch, es, s);
+    break;
+  case OpKind::CrossEntropyGrad:
+    cuda::crossEntropyGrad(op.t, op.in[0], ids(1), f32in(2), op.out[0], op.N, op.V, s);
+    break;
+  case OpKind::GlobalNorm: {
+    double *part = static_cast<double *>(scratch);
+    int64_t slot = 0;
+    for (size_t k = 0; k < op.in.size(); ++k) cuda::sumSquaresPartial(op.inT[k], op.in[k], op.inN[k], part, &slot, s);
+    cuda::sqrtOfSum(part, slot, static_cast<float *>(op.out[0]), s);
+    break;
+  }
+  case OpKind::CheckFinite: {
+    int *flag = flags_ + op.flag;
+    BIGC_CK(cudaMemsetAsync(flag, 0, sizeof(int), s));
+    for (size_t k = 0; k < op.in.size(); ++k) cuda::nonFiniteAny(op.inT[k], op.in[k], op.inN[k], flag, s);
+    cuda::flagToFloat(flag, static_cast<float *>(op.out[0]), s);
+    break;
+  }
+  case OpKind::Cast: cuda::cast(op.inT[0], op.in[0], op.outT[0], op.out[0], op.n, s); break;
+  case OpKind::Wait: break;
+  case OpKind::LossScaleUpdate:
+    cuda::lossScaleUpdate(f32in(0), static_cast<float *>(op.out[0]), static_cast<float *>(op.out[1]), op.backoff,
+                          op.growth, op.growthInterval, s);
+    break;
+  case OpKind::AdamW: {
+    if (op.capture)
+      BIGC_CK(cudaMemcpyAsync(op.capture, op.in[1],
+                              size_t(prog_.buffers[size_t(op.ins->in[1])].bytes), cudaMemcpyDefault, s));
+    CpuAdamArgs a = op.adam;
+    a.step = updates_ + 1;
+    const AdamWConsts c = adamWConsts(a);
+    cuda::adamw(c, static_cast<float *>(op.out[0]), op.in[1], op.inT[1], static_cast<float *>(op.out[1]),
+                static_cast<float *>(op.out[2]), op.writeHalf ? op.out[3] : nullptr,
+                op.writeHalf ? op.outT[3] : DType::F32, op.n, op.clip ? f32in(size_t(op.iNorm)) : nullptr, op.maxNorm,
+                op.unscale ? f32in(size_t(op.iScale)) : nullptr, op.skip ? f32in(size_t(op.iFound)) : nullptr, s);
+    break;
+  }
+  }
+  for (const Conv &c : op.post) cuda::cast(DType::F32, c.stage, c.dtype, c.arena, c.n, s);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw std::runtime_error("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
+                             op.ins->op + "): CUDA launch failed: " + cudaGetErrorString(e));
+  if (op.record) BIGC_CK(cudaEventRecord(events_[op.index], s));
+}
+
+void CudaEngine::runHost(Op &op) {
+  auto scalar = [&](size_t k) { return *static_cast<const float *>(op.rawIn[k]); };
+  switch (op.kind) {
+  case OpKind::AdamW: {
+    double inv = 1.0;
+    if (op.unscale) inv = 1.0 / double(scalar(size_t(op.iScale)));
+    if (op.capture)
+      std::memcpy(op.capture, op.rawIn[1], size_t(prog_.buffers[size_t(op.ins->in[1])].bytes));
+    if (op.skip && scalar(size_t(op.iFound)) != 0.0f) break;
+    double c = 1.0;
+    if (op.clip && op.maxNorm > 0.0) {
+      double norm = double(scalar(size_t(op.iNorm))) * inv;
+      c = std::min(1.0, op.maxNorm / (norm + 1e-6));
+    }
+    CpuAdamArgs a = op.adam;
+    a.gradScale = float(c * inv);
+    a.step = updates_ + 1;
+    cpuAdamW(static_cast<float *>(op.rawOut[0]), op.rawIn[1], op.inT[1], static_cast<float *>(op.rawOut[1]),
+             static_cast<float *>(op.rawOut[2]), op.writeHalf ? op.rawOut[3] : nullptr,
+             op.writeHalf ? op.outT[3] : DType::F32, op.n, a);
+    break;
+  }
+  case OpKind::CheckFinite: {
+    bool bad = false;
+    for (size_t k = 0; k < op.rawIn.size() && !bad; ++k) bad = anyNonFinite(op.rawIn[k], op.inT[k], op.inN[k]);
+    *static_cast<float *>(op.rawOut[0]) = bad ? 1.0f : 0.0f;
+    break;
+  }
+  case OpKind::GlobalNorm: {
+    double s = 0.0;
+    for (size_t k = 0; k < op.rawIn.size(); ++k) s += sumSquaresAs32(op.rawIn[k], op.inT[k], op.inN[k]);
+    *static_cast<float *>(op.rawOut[0]) = float(std::sqrt(s));
+    break;
+  }
+  case OpKind::LossScaleUpdate:
+    lossScaleUpdate(scalar(0), static_cast<float *>(op.rawOut[0]), static_cast<float *>(op.rawOut[1]), op.backoff,
+                    op.growth, op.growthInterval);
+    break;
+  case OpKind::Cast: convert(op.rawIn[0], op.inT[0], op.rawOut[0], op.outT[0], op.n); break;
+  case OpKind::Copy:
+  case OpKind::Reshape:
+    if (op.rawIn[0] != op.rawOut[0]) std::memmove(op.rawOut[0], op.rawIn[0], size_t(op.n));
+    break;
+  case OpKind::Fill:
+    for (int64_t i = 0; i < op.n; ++i) storeFrom32(op.rawOut[0], op.outT[0], i, op.value);
+    break;
+  case OpKind::Scale:
+    for (int64_t i = 0; i < op.n; ++i)
+      storeFrom32(op.rawOut[0], op.outT[0], i, op.value * loadAs32(op.rawIn[0], op.inT[0], i));
+    break;
+  default: break; // wait
+  }
+}
+
+float CudaEngine::step(const int32_t *tokens, const int32_t *targets) {
+  BIGC_CK(cudaSetDevice(device_));
+  ++step_;
+  const int64_t bt = prog_.batch * prog_.seq;
+  const size_t K = prog_.tokenInputs.size();
+  std::memcpy(inputStage_, tokens, size_t(bt) * K * 4);
+  std::memcpy(inputStage_ + int64_t(K) * bt, targets, size_t(bt) * K * 4);
+  for (size_t k = 0; k < K; ++k) {
+    BIGC_CK(cudaMemcpyAsync(ptrs_[size_t(prog_.tokenInputs[k])], inputStage_ + int64_t(k) * bt, size_t(bt) * 4,
+                            cudaMemcpyDefault, cu_[0]));
+    BIGC_CK(cudaMemcpyAsync(ptrs_[size_t(prog_.targetInputs[k])], inputStage_ + int64_t(K + k) * bt, size_t(bt) * 4,
+                            cudaMemcpyDefault, cu_[0]));
+  }
+  if (prog_.lossScale >= 0) download(prog_.lossScale, &lastScale_);
+  else lastScale_ = 1.0f;
+
+  abort_.store(false);
+  error_ = nullptr;
+  if (!threads_.empty()) {
+    std::lock_guard<std::mutex> l(ctlMu_);
+    pending_ = int(threads_.size());
+    ompThreads_ = omp_get_max_threads();
+    go_ = step_;
+    ctlCv_.notify_all();
+  }
+  try {
+    runStream(0);
+  } catch (const Aborted &) {
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  if (!threads_.empty()) {
+    std::unique_lock<std::mutex> l(ctlMu_);
+    doneCv_.wait(l, [&] { return pending_ == 0; });
+  }
+  for (cudaStream_t s : cu_)
+    if (s) {
+      cudaError_t e = cudaStreamSynchronize(s);
+      if (e != cudaSuccess && !error_)
+        error_ = std::make_exception_ptr(std::runtime_error("step " + std::to_string(step_) +
+                                                            ": a CUDA kernel failed: " + cudaGetErrorString(e)));
+    }
+  if (error_) std::rethrow_exception(error_);
+
+  int err[3] = {0, 0, 0};
+  BIGC_CK(cudaMemcpy(err, err_, sizeof err, cudaMemcpyDeviceToHost));
+  if (err[0] != 0) {
+    BIGC_CK(cudaMemset(err_, 0, sizeof err));
+    const Op &op = ops_[size_t(err[0] - 1)];
+    const bool target = op.kind == OpKind::CrossEntropy;
+    opError(op, std::string(target ? "target id " : "token id ") + std::to_string(err[2]) + " at position " +
+                    std::to_string(err[1]) + " is outside the " + (target ? "vocabulary" : "embedding table") + " [0, " +
+                    std::to_string(op.V) + ")");
+  }
+  float loss = 0.0f;
+  download(prog_.loss, &loss);
+  float found = 0.0f;
+  if (prog_.foundInf >= 0) download(prog_.foundInf, &found);
+  lastSkipped_ = found != 0.0f;
+  if (capture_)
+    for (const Op &op : ops_) {
+      if (op.kind != OpKind::AdamW || !op.capture) continue;
+      auto &dst = grads_[prog_.buffers[size_t(op.ins->in[0])].name];
+      toF32(op.capture, op.inT[1], dst.data(), op.n);
+      if (op.unscale)
+        for (float &x : dst) x = float(double(x) / double(lastScale_));
+    }
+  if (!lastSkipped_) ++updates_;
+  return loss;
+}
+
+std::unique_ptr<Engine> makeCudaEngine(Program program, uint64_t seed) {
+  return std::make_unique<CudaEngine>(std::move(program), seed);
+}
+
+} // namespace bigc::rt

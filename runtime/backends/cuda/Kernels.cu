@@ -1,0 +1,658 @@
+// CUDA backend kernels except attention (Attention.cu). Contracts: kernels.h. Each kernel reads
+// its tensors in their storage type (f32, bf16, f16), computes in fp32, and rounds once to the
+// output's type (round to nearest even). Elementwise kernels read element i before writing it,
+// so an output may alias one input exactly (the in-place rule of the program format).
+#include "kernels.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <string>
+
+namespace bigc::rt::cuda {
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocksFor(int64_t n, int threads = kThreads) {
+  int64_t b = (n + threads - 1) / threads;
+  return int(std::max<int64_t>(1, std::min<int64_t>(b, 4 * 65535)));
+}
+
+#define BIGC_GRID_LOOP(i, n)                                                                              \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+__device__ __forceinline__ void report(ErrSlot e, int64_t pos, int value) {
+  if (atomicCAS(e.err, 0, e.instruction + 1) == 0) {
+    e.err[1] = int(pos);
+    e.err[2] = value;
+  }
+}
+
+// ---- embedding ------------------------------------------------------------------------------
+
+template <class T>
+__global__ void embeddingK(const T *table, const int32_t *ids, T *y, int64_t N, int64_t V, int64_t C, ErrSlot e) {
+  BIGC_GRID_LOOP(i, N * C) {
+    int64_t n = i / C, c = i - n * C;
+    int32_t id = ids[n];
+    if (id < 0 || id >= V) {
+      if (c == 0) report(e, n, id);
+      y[i] = T(0.0f);
+    } else {
+      y[i] = table[int64_t(id) * C + c];
+    }
+  }
+}
+
+__global__ void embKeysK(const int32_t *ids, int32_t *keys, int32_t *vals, int64_t N, int64_t V, ErrSlot e) {
+  BIGC_GRID_LOOP(i, N) {
+    int32_t id = ids[i];
+    bool ok = id >= 0 && id < V;
+    if (!ok) report(e, i, id);
+    keys[i] = ok ? id : int32_t(V); // out-of-range ids go to a bucket past the table
+    vals[i] = int32_t(i);
+  }
+}
+
+__global__ void embBoundsK(const int32_t *keys, int32_t *start, int32_t *end, int64_t N) {
+  BIGC_GRID_LOOP(i, N) {
+    int32_t k = keys[i];
+    if (i == 0 || keys[i - 1] != k) start[k] = int32_t(i);
+    if (i == N - 1 || keys[i + 1] != k) end[k] = int32_t(i + 1);
+  }
+}
+
+// One block per vocabulary row: the sum of dy over the positions holding that id, in position
+// order (the CPU's order), written once (rows no position names get zeros).
+template <class T>
+__global__ void embRowsK(const T *dy, const int32_t *pos, const int32_t *start, const int32_t *end, T *dtable,
+                         int64_t C) {
+  const int64_t v = blockIdx.x;
+  const int32_t a = start[v], b = end[v];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int32_t j = a; j < b; ++j) acc += ld(dy, int64_t(pos[j]) * C + c);
+    st(dtable, v * C + c, acc);
+  }
+}
+
+int sortBits(int64_t V) {
+  int bits = 1;
+  while ((int64_t(1) << bits) <= V) ++bits; // keys are in [0, V]
+  return bits;
+}
+
+size_t cubSortBytes(int64_t N, int64_t V) {
+  size_t bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int32_t *)nullptr, (int32_t *)nullptr,
+                                  (const int32_t *)nullptr, (int32_t *)nullptr, int(N), 0, sortBits(V));
+  return bytes;
+}
+
+// ---- elementwise -----------------------------------------------------------------------------
+
+template <class T> __global__ void addK(const T *a, const T *b, T *c, int64_t n) {
+  BIGC_GRID_LOOP(i, n) st(c, i, ld(a, i) + ld(b, i));
+}
+template <class T> __global__ void mulK(const T *a, const T *b, T *c, int64_t n) {
+  BIGC_GRID_LOOP(i, n) st(c, i, ld(a, i) * ld(b, i));
+}
+template <class T> __global__ void biasAddK(const T *x, const T *b, T *y, int64_t rows, int64_t cols) {
+  BIGC_GRID_LOOP(i, rows * cols) st(y, i, ld(x, i) + ld(b, i % cols));
+}
+template <class T> __global__ void scaleK(const T *x, T *y, float f, int64_t n) {
+  BIGC_GRID_LOOP(i, n) st(y, i, f * ld(x, i));
+}
+template <class T> __global__ void fillK(T *y, float v, int64_t n) {
+  BIGC_GRID_LOOP(i, n) st(y, i, v);
+}
+
+constexpr float kGeluS = 0.7978845608028654f; // sqrt(2/pi)
+constexpr float kGeluC = 0.044715f;
+
+template <class T> __global__ void geluK(const T *x, T *y, int64_t n) {
+  BIGC_GRID_LOOP(i, n) {
+    const float xi = ld(x, i);
+    const float u = kGeluS * (xi + kGeluC * xi * xi * xi);
+    st(y, i, 0.5f * xi * (1.0f + tanhf(u)));
+  }
+}
+template <class T> __global__ void geluGradK(const T *x, const T *dy, T *dx, int64_t n) {
+  BIGC_GRID_LOOP(i, n) {
+    const float xi = ld(x, i);
+    const float u = kGeluS * (xi + kGeluC * xi * xi * xi);
+    const float th = tanhf(u);
+    const float du = kGeluS * (1.0f + 3.0f * kGeluC * xi * xi);
+    const float g = 0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du;
+    st(dx, i, ld(dy, i) * g);
+  }
+}
+template <class A, class B> __global__ void castK(const A *x, B *y, int64_t n) {
+  BIGC_GRID_LOOP(i, n) st(y, i, ld(x, i));
+}
+
+// ---- column sums (reduce_sum, layernorm's dw/db) --------------------------------------------
+// Phase 1: blocks of 32 columns x 8 row lanes, each over one chunk of rows, write per-chunk
+// column partials; phase 2 adds the chunks in order. Deterministic.
+
+struct ColPlan {
+  int64_t chunks, rowsPerChunk;
+};
+ColPlan colPlan(int64_t rows, int64_t cols) {
+  int64_t colBlocks = (cols + 31) / 32;
+  int64_t chunks = std::max<int64_t>(1, (512 + colBlocks - 1) / colBlocks);
+  chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, (rows + 63) / 64));
+  chunks = std::min<int64_t>(chunks, 128);
+  int64_t per = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
+  return {(rows + per - 1) / per > 0 ? (rows + per - 1) / per : 1, per};
+}
+
+template <class T> struct SumLoad {
+  const T *x;
+  __device__ float operator()(int64_t r, int64_t c, int64_t cols) const { return ld(x, r * cols + c); }
+};
+template <class T> struct DwLoad { // dy * (x - mean) * rstd
+  const T *dy, *x;
+  const float *mean, *rstd;
+  __device__ float operator()(int64_t r, int64_t c, int64_t cols) const {
+    return ld(dy, r * cols + c) * ((ld(x, r * cols + c) - mean[r]) * rstd[r]);
+  }
+};
+
+template <class L> __global__ void colPartialK(L load, float *part, int64_t rows, int64_t cols, int64_t per) {
+  __shared__ float sh[8][33];
+  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * per, r1 = min(rows, r0 + per);
+  float acc = 0.0f;
+  if (c < cols)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) acc += load(r, c, cols);
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float s = 0.0f;
+    for (int k = 0; k < 8; ++k) s += sh[k][threadIdx.x];
+    part[int64_t(blockIdx.y) * cols + c] = s;
+  }
+}
+
+template <class T> __global__ void colFinalK(const float *part, T *y, int64_t chunks, int64_t cols) {
+  BIGC_GRID_LOOP(c, cols) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) s += part[k * cols + c];
+    st(y, c, s);
+  }
+}
+
+template <class L> void colPartial(L load, float *part, int64_t rows, int64_t cols, const ColPlan &p, cudaStream_t s) {
+  dim3 grid(unsigned((cols + 31) / 32), unsigned(p.chunks)), block(32, 8);
+  colPartialK<<<grid, block, 0, s>>>(load, part, rows, cols, p.rowsPerChunk);
+}
+
+// ---- layernorm ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ float warpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <class T>
+__global__ void layernormK(const T *x, const T *w, const T *b, T *y, float *mean, float *rstd, int64_t N, int64_t C,
+                           float eps) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const T *xr = x + row * C;
+  float s = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) s += ld(xr, c);
+  const float m = warpSum(s) / float(C);
+  float v = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float d = ld(xr, c) - m;
+    v += d * d;
+  }
+  v = warpSum(v) / float(C);
+  const float rs = 1.0f / sqrtf(v + eps);
+  T *yr = y + row * C;
+  for (int64_t c = lane; c < C; c += 32) st(yr, c, (ld(xr, c) - m) * rs * ld(w, c) + ld(b, c));
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
+// dx = rstd * (dy*w - mean(dy*w) - norm * mean(dy*w*norm)), norm = (x - mean) * rstd.
+template <class T>
+__global__ void layernormDxK(const T *dy, const T *x, const T *w, const float *mean, const float *rstd, T *dx,
+                             int64_t N, int64_t C) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const T *dyr = dy + row * C, *xr = x + row * C;
+  const float m = mean[row], rs = rstd[row];
+  float sD = 0.0f, sDN = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float dn = ld(dyr, c) * ld(w, c);
+    sD += dn;
+    sDN += dn * ((ld(xr, c) - m) * rs);
+  }
+  const float mD = warpSum(sD) / float(C), mDN = warpSum(sDN) / float(C);
+  T *dxr = dx + row * C;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float norm = (ld(xr, c) - m) * rs;
+    st(dxr, c, rs * (ld(dyr, c) * ld(w, c) - mD - norm * mDN));
+  }
+}
+
+// ---- transpose -----------------------------------------------------------------------------------
+
+struct TShape {
+  int rank;
+  int64_t yshape[8];
+  int64_t xstride[8]; // x's stride for y's dimension d
+};
+
+template <class E> __global__ void transposeK(const E *x, E *y, TShape sh, int64_t total) {
+  BIGC_GRID_LOOP(i, total) {
+    int64_t rem = i, off = 0;
+    for (int d = sh.rank - 1; d >= 0; --d) {
+      const int64_t k = rem % sh.yshape[d];
+      rem /= sh.yshape[d];
+      off += k * sh.xstride[d];
+    }
+    y[i] = x[off];
+  }
+}
+
+// ---- cross-entropy ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ void lseCombine(float &m, float &s, float m2, float s2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = m2, s = s2;
+    return;
+  }
+  const float M = fmaxf(m, m2);
+  s = s * expf(m - M) + s2 * expf(m2 - M);
+  m = M;
+}
+
+// Block-wide (max, sum of exp) of one row, online; every thread gets the result.
+template <class T> __device__ void rowLse(const T *row, int64_t V, float &M, float &S) {
+  __shared__ float shm[32], shs[32];
+  float m = -INFINITY, s = 0.0f;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    const float x = ld(row, j);
+    if (x > m) {
+      s = s * expf(m - x) + 1.0f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    lseCombine(m, s, m2, s2);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nw = blockDim.x / 32;
+  if (lane == 0) shm[warp] = m, shs[warp] = s;
+  __syncthreads();
+  if (warp == 0) {
+    m = lane < nw ? shm[lane] : -INFINITY;
+    s = lane < nw ? shs[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) {
+      float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+      lseCombine(m, s, m2, s2);
+    }
+    if (lane == 0) shm[0] = m, shs[0] = s;
+  }
+  __syncthreads();
+  M = shm[0], S = shs[0];
+}
+
+template <class T>
+__global__ void ceRowK(const T *logits, const int32_t *targets, float *rowLoss, int64_t N, int64_t V, ErrSlot e) {
+  const int64_t n = blockIdx.x;
+  const T *row = logits + n * V;
+  float M, S;
+  rowLse(row, V, M, S);
+  if (threadIdx.x == 0) {
+    const int32_t t = targets[n];
+    if (t < 0 || t >= V) {
+      report(e, n, t);
+      rowLoss[n] = 0.0f;
+    } else {
+      rowLoss[n] = logf(S) + M - ld(row, t);
+    }
+  }
+}
+
+__global__ void meanK(const float *x, int64_t n, float *out) {
+  __shared__ double sh[kThreads];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += double(x[i]);
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (int(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = n > 0 ? float(sh[0] / double(n)) : 0.0f;
+}
+
+template <class T>
+__global__ void ceGradK(const T *logits, const int32_t *targets, const float *dloss, T *dlogits, int64_t N,
+                        int64_t V) {
+  const int64_t n = blockIdx.x;
+  const T *row = logits + n * V;
+  float M, S;
+  rowLse(row, V, M, S);
+  const float g = *dloss / float(N);
+  const float f = g / S;
+  const int32_t t = targets[n];
+  T *drow = dlogits + n * V;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    float d = expf(ld(row, j) - M) * f;
+    if (j == t) d -= g;
+    st(drow, j, d);
+  }
+}
+
+// ---- multi-tensor reductions ---------------------------------------------------------------
+
+template <class T> __global__ void sumSqK(const T *x, int64_t n, double *part) {
+  __shared__ double sh[kThreads];
+  float acc = 0.0f;
+  BIGC_GRID_LOOP(i, n) {
+    const float v = ld(x, i);
+    acc += v * v;
+  }
+  sh[threadIdx.x] = double(acc);
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (int(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+__global__ void sqrtOfSumK(const double *part, int64_t slots, float *out) {
+  __shared__ double sh[kThreads];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) s += part[i];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (int(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = float(sqrt(sh[0]));
+}
+
+template <class T> __global__ void nonFiniteK(const T *x, int64_t n, int *flag) {
+  bool bad = false;
+  BIGC_GRID_LOOP(i, n) bad |= !isfinite(ld(x, i));
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
+}
+
+__global__ void flagToFloatK(const int *flag, float *out) { *out = *flag ? 1.0f : 0.0f; }
+
+// ---- optimizer ---------------------------------------------------------------------------------
+
+struct NoHalf {};
+
+template <class G, class H>
+__global__ void adamwK(AdamWConsts c, float *p, const G *g, float *m, float *v, H *half, int64_t n, const float *norm,
+                       double maxNorm, const float *lossScale, const float *foundInf) {
+  if (foundInf && *foundInf != 0.0f) return; // overflow: the step is skipped, nothing is written
+  double inv = lossScale ? 1.0 / double(*lossScale) : 1.0;
+  double clip = 1.0;
+  if (norm && maxNorm > 0.0) clip = fmin(1.0, maxNorm / (double(*norm) * inv + 1e-6));
+  c.gradScale = float(clip * inv);
+  BIGC_GRID_LOOP(i, n) {
+    const float gi = ld(g, i) * c.gradScale;
+    float pp = p[i] * c.decay;
+    const float mm = fmaf(m[i], c.beta1, c.oneMinusBeta1 * gi);
+    const float vv = fmaf(v[i], c.beta2, (c.oneMinusBeta2 * gi) * gi);
+    const float denom = fmaf(sqrtf(vv), c.invBc2Sqrt, c.eps);
+    const float upd = mm / denom;
+    pp = fmaf(-c.stepSize, upd, pp);
+    p[i] = pp;
+    m[i] = mm;
+    v[i] = vv;
+    if constexpr (!std::is_same<H, NoHalf>::value) st(half, i, pp);
+  }
+}
+
+__global__ void lossScaleUpdateK(const float *foundInf, float *scale, float *good, double backoff, double growth,
+                                 double interval) {
+  if (*foundInf != 0.0f) {
+    *scale = float(double(*scale) * backoff);
+    *good = 0.0f;
+  } else {
+    *good += 1.0f;
+    if (double(*good) >= interval) {
+      *scale = float(double(*scale) * growth);
+      *good = 0.0f;
+    }
+  }
+}
+
+} // namespace
+
+// ---- launchers -----------------------------------------------------------------------------------
+
+void embedding(DType t, const void *table, const int32_t *ids, void *y, int64_t N, int64_t V, int64_t C, ErrSlot e,
+               cudaStream_t s) {
+  BIGC_DISPATCH(t, embeddingK<T><<<blocksFor(N * C), kThreads, 0, s>>>(static_cast<const T *>(table), ids,
+                                                                       static_cast<T *>(y), N, V, C, e));
+}
+
+size_t embeddingGradWorkspace(int64_t N, int64_t V) {
+  return align256(cubSortBytes(N, V)) + 4 * align256(size_t(N) * 4) + 2 * align256(size_t(V + 1) * 4);
+}
+
+void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, int64_t N, int64_t V, int64_t C,
+                   void *ws, size_t wsBytes, ErrSlot e, cudaStream_t s) {
+  char *w = static_cast<char *>(ws);
+  size_t sortBytes = cubSortBytes(N, V);
+  void *temp = w;
+  w += align256(sortBytes);
+  int32_t *keysIn = reinterpret_cast<int32_t *>(w);
+  w += align256(size_t(N) * 4);
+  int32_t *keysOut = reinterpret_cast<int32_t *>(w);
+  w += align256(size_t(N) * 4);
+  int32_t *valsIn = reinterpret_cast<int32_t *>(w);
+  w += align256(size_t(N) * 4);
+  int32_t *valsOut = reinterpret_cast<int32_t *>(w);
+  w += align256(size_t(N) * 4);
+  int32_t *start = reinterpret_cast<int32_t *>(w);
+  w += align256(size_t(V + 1) * 4);
+  int32_t *end = reinterpret_cast<int32_t *>(w);
+  if (size_t(w - static_cast<char *>(ws)) + align256(size_t(V + 1) * 4) > wsBytes)
+    throw std::runtime_error("embedding_grad: workspace too small (internal error)");
+  if (N > 0) {
+    embKeysK<<<blocksFor(N), kThreads, 0, s>>>(ids, keysIn, valsIn, N, V, e);
+    size_t bytes = sortBytes;
+    cub::DeviceRadixSort::SortPairs(temp, bytes, keysIn, keysOut, valsIn, valsOut, int(N), 0, sortBits(V), s);
+  }
+  cudaMemsetAsync(start, 0, size_t(V + 1) * 4, s);
+  cudaMemsetAsync(end, 0, size_t(V + 1) * 4, s);
+  if (N > 0) embBoundsK<<<blocksFor(N), kThreads, 0, s>>>(keysOut, start, end, N);
+  if (V > 0)
+    BIGC_DISPATCH(t, embRowsK<T><<<unsigned(V), 128, 0, s>>>(static_cast<const T *>(dy), valsOut, start, end,
+                                                             static_cast<T *>(dtable), C));
+}
+
+void add(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(t, addK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(a), static_cast<const T *>(b),
+                                                             static_cast<T *>(c), n));
+}
+void mul(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(t, mulK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(a), static_cast<const T *>(b),
+                                                             static_cast<T *>(c), n));
+}
+void biasAdd(DType t, const void *x, const void *b, void *y, int64_t rows, int64_t cols, cudaStream_t s) {
+  BIGC_DISPATCH(t, biasAddK<T><<<blocksFor(rows * cols), kThreads, 0, s>>>(
+                       static_cast<const T *>(x), static_cast<const T *>(b), static_cast<T *>(y), rows, cols));
+}
+void scale(DType t, const void *x, void *y, float factor, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(t, scaleK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(x), static_cast<T *>(y),
+                                                               factor, n));
+}
+void fill(DType t, void *y, float value, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(t, fillK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<T *>(y), value, n));
+}
+void gelu(DType t, const void *x, void *y, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(t, geluK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(x), static_cast<T *>(y), n));
+}
+void geluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(t, geluGradK<T><<<blocksFor(n), kThreads, 0, s>>>(
+                       static_cast<const T *>(x), static_cast<const T *>(dy), static_cast<T *>(dx), n));
+}
+void cast(DType from, const void *x, DType to, void *y, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(from, {
+    using A = T;
+    BIGC_DISPATCH(to, castK<A, T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const A *>(x), static_cast<T *>(y), n));
+  });
+}
+
+size_t reduceSumWorkspace(int64_t rows, int64_t cols) {
+  ColPlan p = colPlan(rows, cols);
+  return align256(size_t(p.chunks * cols) * 4);
+}
+
+void reduceSum(DType t, const void *x, void *y, int64_t rows, int64_t cols, void *ws, cudaStream_t s) {
+  if (cols <= 0) return;
+  ColPlan p = colPlan(rows, cols);
+  float *part = static_cast<float *>(ws);
+  BIGC_DISPATCH(t, {
+    colPartial(SumLoad<T>{static_cast<const T *>(x)}, part, rows, cols, p, s);
+    colFinalK<T><<<blocksFor(cols), kThreads, 0, s>>>(part, static_cast<T *>(y), p.chunks, cols);
+  });
+}
+
+void layernorm(DType t, const void *x, const void *w, const void *b, void *y, float *mean, float *rstd, int64_t N,
+               int64_t C, float eps, cudaStream_t s) {
+  if (N <= 0) return;
+  const int rowsPerBlock = 8;
+  unsigned grid = unsigned((N + rowsPerBlock - 1) / rowsPerBlock);
+  BIGC_DISPATCH(t, layernormK<T><<<grid, rowsPerBlock * 32, 0, s>>>(
+                       static_cast<const T *>(x), static_cast<const T *>(w), static_cast<const T *>(b),
+                       static_cast<T *>(y), mean, rstd, N, C, eps));
+}
+
+size_t layernormGradWorkspace(int64_t N, int64_t C) {
+  ColPlan p = colPlan(N, C);
+  return 2 * align256(size_t(p.chunks * C) * 4);
+}
+
+void layernormGrad(DType t, const void *dy, const void *x, const void *w, const float *mean, const float *rstd,
+                   void *dx, void *dw, void *db, int64_t N, int64_t C, void *ws, cudaStream_t s) {
+  if (C <= 0) return;
+  ColPlan p = colPlan(N, C);
+  float *partW = static_cast<float *>(ws);
+  float *partB = reinterpret_cast<float *>(static_cast<char *>(ws) + align256(size_t(p.chunks * C) * 4));
+  const int rowsPerBlock = 8;
+  BIGC_DISPATCH(t, {
+    const T *dyT = static_cast<const T *>(dy), *xT = static_cast<const T *>(x);
+    colPartial(DwLoad<T>{dyT, xT, mean, rstd}, partW, N, C, p, s);
+    colPartial(SumLoad<T>{dyT}, partB, N, C, p, s);
+    colFinalK<T><<<blocksFor(C), kThreads, 0, s>>>(partW, static_cast<T *>(dw), p.chunks, C);
+    colFinalK<T><<<blocksFor(C), kThreads, 0, s>>>(partB, static_cast<T *>(db), p.chunks, C);
+    if (N > 0)
+      layernormDxK<T><<<unsigned((N + rowsPerBlock - 1) / rowsPerBlock), rowsPerBlock * 32, 0, s>>>(
+          dyT, xT, static_cast<const T *>(w), mean, rstd, static_cast<T *>(dx), N, C);
+  });
+}
+
+void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, const int64_t *perm, int rank,
+               cudaStream_t s) {
+  if (rank > 8) throw std::runtime_error("transpose of rank " + std::to_string(rank) + " (the CUDA backend supports 8)");
+  TShape sh{};
+  sh.rank = rank;
+  int64_t xstride[8], total = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    xstride[d] = total;
+    total *= shape[d];
+  }
+  for (int d = 0; d < rank; ++d) {
+    sh.yshape[d] = shape[perm[d]];
+    sh.xstride[d] = xstride[perm[d]];
+  }
+  if (rank == 0) {
+    sh.rank = 0;
+    total = 1;
+  }
+  if (total == 0) return;
+  if (elemBytes == 4)
+    transposeK<uint32_t><<<blocksFor(total), kThreads, 0, s>>>(static_cast<const uint32_t *>(x),
+                                                               static_cast<uint32_t *>(y), sh, total);
+  else
+    transposeK<uint16_t><<<blocksFor(total), kThreads, 0, s>>>(static_cast<const uint16_t *>(x),
+                                                               static_cast<uint16_t *>(y), sh, total);
+}
+
+size_t crossEntropyWorkspace(int64_t N) { return align256(size_t(std::max<int64_t>(N, 1)) * 4); }
+
+void crossEntropy(DType t, const void *logits, const int32_t *targets, float *loss, int64_t N, int64_t V, void *ws,
+                  ErrSlot e, cudaStream_t s) {
+  float *rows = static_cast<float *>(ws);
+  if (N > 0)
+    BIGC_DISPATCH(t, ceRowK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, rows, N, V, e));
+  meanK<<<1, kThreads, 0, s>>>(rows, N, loss);
+}
+
+void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const float *dloss, void *dlogits,
+                      int64_t N, int64_t V, cudaStream_t s) {
+  if (N <= 0) return;
+  BIGC_DISPATCH(t, ceGradK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, dloss,
+                                                               static_cast<T *>(dlogits), N, V));
+}
+
+int64_t partialSlots(int64_t n) { return std::max<int64_t>(1, std::min<int64_t>((n + 4095) / 4096, 256)); }
+
+void sumSquaresPartial(DType t, const void *x, int64_t n, double *partials, int64_t *slot, cudaStream_t s) {
+  int64_t g = partialSlots(n);
+  BIGC_DISPATCH(t, sumSqK<T><<<unsigned(g), kThreads, 0, s>>>(static_cast<const T *>(x), n, partials + *slot));
+  *slot += g;
+}
+
+void sqrtOfSum(const double *partials, int64_t slots, float *out, cudaStream_t s) {
+  sqrtOfSumK<<<1, kThreads, 0, s>>>(partials, slots, out);
+}
+
+void nonFiniteAny(DType t, const void *x, int64_t n, int *flag, cudaStream_t s) {
+  if (n <= 0) return;
+  BIGC_DISPATCH(t, nonFiniteK<T><<<unsigned(partialSlots(n)), kThreads, 0, s>>>(static_cast<const T *>(x), n, flag));
+}
+
+void flagToFloat(const int *flag, float *out, cudaStream_t s) { flagToFloatK<<<1, 1, 0, s>>>(flag, out); }
+
+void adamw(const AdamWConsts &c, float *param, const void *grad, DType gradType, float *m, float *v, void *half,
+           DType halfType, int64_t n, const float *norm, double maxNorm, const float *lossScale,
+           const float *foundInf, cudaStream_t s) {
+  if (n <= 0) return;
+  const int blocks = blocksFor(n);
+  BIGC_DISPATCH(gradType, {
+    using G = T;
+    if (!half) {
+      adamwK<G, NoHalf><<<blocks, kThreads, 0, s>>>(c, param, static_cast<const G *>(grad), m, v, nullptr, n, norm,
+                                                    maxNorm, lossScale, foundInf);
+    } else {
+      BIGC_DISPATCH(halfType, adamwK<G, T><<<blocks, kThreads, 0, s>>>(c, param, static_cast<const G *>(grad), m, v,
+                                                                       static_cast<T *>(half), n, norm, maxNorm,
+                                                                       lossScale, foundInf));
+    }
+  });
+}
+
+void lossScaleUpdate(const float *foundInf, float *scale, float *good, double backoff, double growth,
+                     double growthInterval, cudaStream_t s) {
+  lossScaleUpdateK<<<1, 1, 0, s>>>(foundInf, scale, good, backoff, growth, growthInterval);
+}
+
+} // namespace bigc::rt::cuda

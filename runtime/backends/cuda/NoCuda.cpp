@@ -1,0 +1,18 @@
+// A build without a CUDA toolkit: the CUDA backend is absent, and says so.
+#include "bigc/runtime/engine.h"
+
+namespace bigc::rt {
+
+bool cudaBackendCompiled() { return false; }
+
+bool cudaDeviceVisible(std::string *why) {
+  if (why) *why = "this build has no CUDA backend (no CUDA toolkit was found when it was built)";
+  return false;
+}
+
+std::unique_ptr<Engine> makeCudaEngine(Program, uint64_t) {
+  throw UserError("this build has no CUDA backend (no CUDA toolkit was found when it was built); rebuild where "
+                  "nvcc is on PATH, or run with --backend cpu");
+}
+
+} // namespace bigc::rt

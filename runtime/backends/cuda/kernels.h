@@ -1,0 +1,92 @@
+// CUDA backend kernels (Kernels.cu, Attention.cu): launchers callable from plain C++. Semantics:
+// docs/program-format.md, "Instructions" — the same as the CPU backend's kernels, computed in
+// fp32 from tensors stored in f32, bf16 or f16 (`DType t`: the storage type of the op's
+// floating-point tensors; statistics, scalars and AdamW states are f32). Every launcher enqueues
+// on `s` and returns; nothing allocates: scratch comes from the caller's workspace, sized by the
+// matching *Workspace function at load time. Results are deterministic (no floating-point
+// atomics): reductions use fixed partitions and a fixed order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "bigc/runtime/cpu_adam.h"
+#include "bigc/runtime/program.h"
+
+namespace bigc::rt::cuda {
+
+// Device-side error report for bad ids: err[0] = instruction index + 1 of the first offender,
+// err[1] its position, err[2] the id. The first report wins; the engine reads it after the step.
+struct ErrSlot {
+  int *err;
+  int instruction;
+};
+
+size_t align256(size_t n);
+
+void embedding(DType t, const void *table, const int32_t *ids, void *y, int64_t N, int64_t V, int64_t C,
+               ErrSlot e, cudaStream_t s);
+size_t embeddingGradWorkspace(int64_t N, int64_t V);
+void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, int64_t N, int64_t V, int64_t C,
+                   void *ws, size_t wsBytes, ErrSlot e, cudaStream_t s);
+
+void add(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t s);
+void mul(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t s);
+void biasAdd(DType t, const void *x, const void *b, void *y, int64_t rows, int64_t cols, cudaStream_t s);
+void scale(DType t, const void *x, void *y, float factor, int64_t n, cudaStream_t s);
+void fill(DType t, void *y, float value, int64_t n, cudaStream_t s);
+void gelu(DType t, const void *x, void *y, int64_t n, cudaStream_t s);
+void geluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s);
+void cast(DType from, const void *x, DType to, void *y, int64_t n, cudaStream_t s);
+
+// y[c] = sum_r x[r, c].
+size_t reduceSumWorkspace(int64_t rows, int64_t cols);
+void reduceSum(DType t, const void *x, void *y, int64_t rows, int64_t cols, void *ws, cudaStream_t s);
+
+void layernorm(DType t, const void *x, const void *w, const void *b, void *y, float *mean, float *rstd, int64_t N,
+               int64_t C, float eps, cudaStream_t s);
+size_t layernormGradWorkspace(int64_t N, int64_t C);
+void layernormGrad(DType t, const void *dy, const void *x, const void *w, const float *mean, const float *rstd,
+                   void *dx, void *dw, void *db, int64_t N, int64_t C, void *ws, cudaStream_t s);
+
+// y = transpose(x, perm), elements of `elemBytes` (2 or 4); rank <= 8.
+void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, const int64_t *perm, int rank,
+               cudaStream_t s);
+
+size_t crossEntropyWorkspace(int64_t N);
+void crossEntropy(DType t, const void *logits, const int32_t *targets, float *loss, int64_t N, int64_t V, void *ws,
+                  ErrSlot e, cudaStream_t s);
+void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const float *dloss, void *dlogits,
+                      int64_t N, int64_t V, cudaStream_t s);
+
+// Multi-tensor reductions: for each input, one launch writing `slots` partial results from
+// `*slot` on (the caller passes the same running counter to every input of one instruction),
+// then the final launch over all slots.
+int64_t partialSlots(int64_t n);
+void sumSquaresPartial(DType t, const void *x, int64_t n, double *partials, int64_t *slot, cudaStream_t s);
+void sqrtOfSum(const double *partials, int64_t slots, float *out, cudaStream_t s);
+void nonFiniteAny(DType t, const void *x, int64_t n, int *flag, cudaStream_t s);
+void flagToFloat(const int *flag, float *out, cudaStream_t s);
+
+// Fused AdamW (the expression of AdamWConsts, bit for bit the CPU's): optional device scalars
+// norm (clipping), lossScale (unscaling) and foundInf (skip on overflow); half may be null.
+void adamw(const AdamWConsts &c, float *param, const void *grad, DType gradType, float *m, float *v, void *half,
+           DType halfType, int64_t n, const float *norm, double maxNorm, const float *lossScale,
+           const float *foundInf, cudaStream_t s);
+void lossScaleUpdate(const float *foundInf, float *scale, float *good, double backoff, double growth,
+                     double growthInterval, cudaStream_t s);
+
+// Causal attention (Attention.cu): qkv [B,T,3C] -> out [B,T,C], lse [B,H,T] (natural log); the
+// backward writes every element of dqkv. bf16/f16 with head size 16, 32, 64 or 128 (and C a
+// multiple of 8) run on tensor cores (flash-attention tiles of 64 x 64, the T x T matrix never
+// stored); anything else runs a warp-per-row kernel with fp32 math.
+bool attentionUsesTensorCores(DType t, int64_t C, int64_t H);
+size_t attentionGradWorkspace(int64_t B, int64_t T, int64_t H);
+void attention(DType t, const void *qkv, void *out, float *lse, int64_t B, int64_t T, int64_t C, int64_t H,
+               cudaStream_t s);
+void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, const float *lse, void *dqkv,
+                   int64_t B, int64_t T, int64_t C, int64_t H, void *ws, cudaStream_t s);
+
+} // namespace bigc::rt::cuda

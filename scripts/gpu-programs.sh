@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Compiles the programs the GPU tests and the GPU benchmark run, into OUTDIR, so that a machine
+# with a GPU but no MLIR (the runtime built with -DBIGC_ENABLE_COMPILER=OFF) can run them:
+#   scripts/gpu-programs.sh build/bin OUTDIR [tiny] [bench]
+# tiny:  small GPTs in every precision and technique (test/gpu/train.sh)
+# bench: gpt2 and gpt2-medium in bf16 for bench/gpu/run.sh (batch $BENCH_BATCH, default 16 x 1024)
+set -euo pipefail
+BIN=$1
+OUT=$2
+shift 2
+SETS=${*:-tiny bench}
+mkdir -p "$OUT"
+c() { # name, model, options...
+  local name=$1 model=$2
+  shift 2
+  "$BIN/bigc" compile "$OUT/$model.mlir" -o "$OUT/$name.bigc" --quiet "$@"
+}
+for set in $SETS; do
+  case $set in
+  tiny)
+    # tiny: 2 layers x 64 hidden, 4 heads (head size 16); mid: head size 64 (the tensor-core tiles of
+    # GPT-2), T = 160 (two and a half 64-row tiles).
+    "$BIN/bigc" gen gpt --preset tiny -o "$OUT/tiny.mlir" > /dev/null
+    "$BIN/bigc" gen gpt --preset tiny --layers 2 --hidden 128 --heads 2 --seq 160 --batch 2 -o "$OUT/mid.mlir" > /dev/null
+    c tiny-fp32 tiny --lr 3e-3
+    c tiny-fp32-clip tiny --lr 3e-3 --grad-clip 0.5
+    c tiny-fp32-recompute tiny --lr 3e-3 --recompute full
+    c tiny-fp32-offload tiny --lr 3e-3 --offload cpu
+    c tiny-fp32-offload-params tiny --lr 3e-3 --offload cpu --offload-params host
+    c tiny-fp32-k2 tiny --lr 3e-3 --micro-batches 2
+    c tiny-bf16 tiny --lr 3e-3 --precision bf16
+    c tiny-bf16-offload-k2 tiny --lr 3e-3 --precision bf16 --offload cpu --micro-batches 2 --recompute selective
+    c tiny-fp16 tiny --lr 3e-3 --precision fp16
+    c tiny-fp16-offload tiny --lr 3e-3 --precision fp16 --offload cpu --grad-clip 1
+    c tiny-fp16-overflow tiny --lr 3e-3 --precision fp16 --loss-scale 1e30
+    c mid-fp32 mid --lr 1e-3
+    c mid-bf16 mid --lr 1e-3 --precision bf16
+    c mid-fp16 mid --lr 1e-3 --precision fp16
+    # A plan larger than any one GPU (13b in fp32: ~170 GiB of device arena).
+    "$BIN/bigc" gen gpt --preset 13b -o "$OUT/big.mlir" > /dev/null
+    c too-big big --device-mem 1T
+    rm -f "$OUT/big.mlir"
+    ;;
+  bench)
+    B=${BENCH_BATCH:-16}
+    for p in gpt2 gpt2-medium; do
+      "$BIN/bigc" gen gpt --preset $p --batch "$B" --seq 1024 -o "$OUT/$p.mlir" > /dev/null
+      c "$p-bf16" "$p" --precision bf16 --lr 3e-4 --device-mem 80G
+    done
+    ;;
+  *) echo "gpu-programs.sh: unknown set '$set' (tiny, bench)" >&2; exit 1 ;;
+  esac
+done
+rm -f "$OUT"/*.mlir
+ls "$OUT"

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Training on the GPU (bigc-run --backend cuda) against the CPU backend, 20 steps of synthetic
+# data from the same seed, with the programs of scripts/gpu-programs.sh (every precision, with
+# recomputation, offload, micro-batches, clipping, fp16 loss scaling and overflow; head sizes 16
+# and 64 so both attention paths run). Exit 77 ("skipped: no GPU") where no GPU is visible.
+#
+# Per-step loss, relative to the CPU backend running the same program:
+#   fp32 <= 1e-4 (the issue's bound: GEMMs and reductions sum in another order, ~1e-7 per op,
+#        and AdamW amplifies differences of near-zero gradients a little over 20 steps);
+#   bf16 <= 1e-2, fp16 <= 1.5e-3: the bounds of 16-bit against fp32 (test/e2e/precision.sh: about
+#        5 rounded ops on a logit's path, u = 2^-9 or 2^-12); two 16-bit runs whose fp32 values
+#        differ by rounding order stay within the same bound of each other;
+#   fp16 with --loss-scale 1e30: every step skipped on both, the same halving loss scales.
+# And a plan larger than the GPU is refused with exit status 1 and a message naming GPU memory.
+set -euo pipefail
+BIN=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "skipped: no GPU"
+  exit 77
+fi
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+if [ -x "$BIN/bigc" ]; then
+  bash "$ROOT/scripts/gpu-programs.sh" "$BIN" "$d/programs" tiny > /dev/null
+  P=$d/programs
+elif [ -n "${BIGC_GPU_PROGRAMS:-}" ]; then
+  P=$BIGC_GPU_PROGRAMS
+else
+  echo "skipped: this build has no compiler and \$BIGC_GPU_PROGRAMS names no programs (scripts/gpu-programs.sh)"
+  exit 77
+fi
+RUN=$BIN/bigc-run
+PY=${PYTHON:-python3}
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+
+names=()
+for f in "$P"/tiny-*.bigc "$P"/mid-*.bigc; do
+  n=$(basename "$f" .bigc)
+  names+=("$n")
+  for be in cpu cuda; do
+    "$RUN" "$f" --backend $be --synthetic --steps 20 --seed 5 --log "$d/$n.$be.jsonl" --quiet
+  done
+done
+echo "trained ${#names[@]} programs on cpu and cuda"
+
+set +e
+"$RUN" "$P/too-big.bigc" --backend cuda --steps 1 --quiet > "$d/big.out" 2>&1
+rc=$?
+set -e
+cat "$d/big.out"
+if [ $rc -ne 1 ] || ! grep -q "of GPU memory" "$d/big.out"; then
+  echo "FAIL: a plan larger than the GPU should exit 1 naming the GPU memory (exit $rc)"
+  exit 1
+fi
+
+"$PY" - "$d" "${names[@]}" <<'PY'
+import json, math, sys
+d, names = sys.argv[1], sys.argv[2:]
+def rows(n, be):
+    r = [json.loads(l) for l in open(f"{d}/{n}.{be}.jsonl") if l.strip()]
+    assert len(r) == 20, (n, be, len(r))
+    return r
+ok = True
+def check(c, m):
+    global ok
+    print(("ok   " if c else "FAIL ") + m)
+    ok &= bool(c)
+for n in names:
+    a, b = rows(n, "cpu"), rows(n, "cuda")
+    la, lb = [x["loss"] for x in a], [x["loss"] for x in b]
+    if "overflow" in n:
+        check(all(x["skipped"] for x in a + b) and [x["loss_scale"] for x in a] == [x["loss_scale"] for x in b],
+              f"{n}: every step skipped on both, loss scales {b[0]['loss_scale']:.3g} -> {b[-1]['loss_scale']:.3g}")
+        continue
+    tol = 1e-4 if "fp32" in n else 1e-2 if "bf16" in n else 1.5e-3
+    r = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
+    fin = all(math.isfinite(x) for x in lb)
+    check(fin and r <= tol, f"{n}: cuda vs cpu losses max rel {r:.2e} (<= {tol:g}); loss {lb[0]:.4f} -> {lb[-1]:.4f}")
+    if "fp16" in n:
+        check([x.get("skipped") for x in a] == [x.get("skipped") for x in b], f"{n}: the same steps skipped")
+print("PASS" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
