@@ -6,7 +6,9 @@
 #include "bigc/runtime/safetensors.h"
 #include "bigc/support/cli.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +44,8 @@ const char *kRunUsage =
     "  --load-weights FILE start from these weights (safetensors, Hugging Face GPT-2 names)\n"
     "  --dump-grads FILE   the last step's parameter gradients (f32, unscaled) as safetensors\n"
     "  --threads N         CPU threads (default: all)\n"
+    "  --profile           time every instruction (GPU time per stream on cuda) and print, per op and\n"
+    "                      for the slowest instructions, the time per step (steps after the first)\n"
     "  --quiet             no progress lines\n";
 
 std::string dirOf(const std::string &path) {
@@ -110,11 +114,56 @@ std::string humanBytes(int64_t b) {
   return buf;
 }
 
+// --profile: time per step by op, and the slowest instructions.
+void printProfile(const Engine &ex, double wall) {
+  const int64_t n = ex.profiledSteps();
+  if (n <= 0) {
+    std::fprintf(stderr, "profile: run at least 2 steps (the first is not profiled)\n");
+    return;
+  }
+  const Program &p = ex.program();
+  const std::vector<double> sec = ex.instructionSeconds();
+  std::map<std::string, std::pair<int64_t, double>> byOp;
+  double total = 0;
+  for (size_t i = 0; i < sec.size(); ++i) {
+    const Instruction &ins = p.instructions[i];
+    std::string key = ins.op + (ins.stream == "compute" ? "" : " [" + ins.stream + "]");
+    byOp[key].first += 1;
+    byOp[key].second += sec[i];
+    total += sec[i];
+  }
+  std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(byOp.begin(), byOp.end());
+  std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.second.second > b.second.second; });
+  std::fprintf(stderr, "\nprofile (%s backend): %lld steps after the first; wall %.2f ms per step; instructions %.2f ms "
+                       "per step (summed over streams)\n",
+               ex.backend(), (long long)n, 1e3 * wall / double(n), 1e3 * total / double(n));
+  std::fprintf(stderr, "  %-28s %12s %12s %8s\n", "op [stream]", "instructions", "ms/step", "share");
+  for (const auto &[op, v] : rows)
+    std::fprintf(stderr, "  %-28s %12lld %12.3f %7.1f%%\n", op.c_str(), (long long)v.first, 1e3 * v.second / double(n),
+                 total > 0 ? 100.0 * v.second / total : 0.0);
+  std::vector<size_t> idx(sec.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return sec[a] > sec[b]; });
+  std::fprintf(stderr, "  slowest instructions:\n");
+  for (size_t k = 0; k < std::min<size_t>(12, idx.size()); ++k) {
+    const Instruction &ins = p.instructions[idx[k]];
+    std::string shapes;
+    for (int64_t id : ins.in) {
+      const Buffer &b = p.buffers[size_t(id)];
+      std::string sh;
+      for (int64_t d : b.shape) sh += (sh.empty() ? "" : "x") + std::to_string(d);
+      shapes += (shapes.empty() ? "" : ", ") + sh + " " + dtypeName(b.dtype);
+    }
+    std::fprintf(stderr, "  %6zu %-20s %9.3f ms  (%s)%s%s\n", idx[k], ins.op.c_str(), 1e3 * sec[idx[k]] / double(n),
+                 shapes.c_str(), ins.loc.empty() ? "" : " at ", ins.loc.c_str());
+  }
+}
+
 int runBody(int argc, char **argv, int first) {
   const std::set<std::string> valued = {"--backend",      "--steps",       "--data",         "--seed",
                                         "--log",          "--save-weights", "--load-weights", "--threads",
                                         "--dump-grads",   "--checkpoint-dir", "--checkpoint-every"};
-  const std::set<std::string> switches = {"--synthetic", "--quiet", "--resume", "--help"};
+  const std::set<std::string> switches = {"--synthetic", "--quiet", "--resume", "--help", "--profile"};
   cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
   if (args.has("--help")) {
     std::cout << kRunUsage;
@@ -179,6 +228,8 @@ int runBody(int argc, char **argv, int first) {
     safetensors::loadWeights(ex, safetensors::read(path), path);
   }
   if (args.has("--dump-grads")) ex.enableGradCapture();
+  const bool profile = args.has("--profile");
+  if (profile) ex.enableProfiling();
 
   std::unique_ptr<LogFile> log;
   if (args.has("--log")) log = std::make_unique<LogFile>(args.str("--log"));
@@ -207,11 +258,14 @@ int runBody(int argc, char **argv, int first) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   float loss = 0.f;
+  double profiledWall = 0.0;
   for (int64_t s = 1; s <= steps; ++s) {
     const auto t0 = clock::now();
     for (int64_t k = 0; k < K; ++k) source->next(tokens.data() + k * bt, targets.data() + k * bt);
     loss = ex.step(tokens.data(), targets.data());
     const auto t1 = clock::now();
+    if (profile && s == 1) ex.resetProfile(); // the first step warms up (allocations of libraries, caches)
+    if (profile && s > 1) profiledWall += std::chrono::duration<double>(t1 - t0).count();
     double dt = std::chrono::duration<double>(t1 - t0).count();
     double elapsed = std::chrono::duration<double>(t1 - start).count();
     double tps = dt > 0 ? double(K * bt) / dt : 0.0;
@@ -244,6 +298,7 @@ int runBody(int argc, char **argv, int first) {
     }
   }
 
+  if (profile) printProfile(ex, profiledWall);
   if (args.has("--save-weights")) safetensors::write(args.str("--save-weights"), safetensors::weightsOf(ex));
   if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
   if (log) log->commit();

@@ -530,7 +530,7 @@ void Executor::waitFor(const Op &op, int64_t dep) {
   Streams &S = *streams_;
   std::atomic<int64_t> &d = S.done[size_t(dep)];
   for (int k = 0; k < 256; ++k) {
-    if (d.load() >= step_) return;
+    if (d.load() >= run_) return;
     if (S.abort.load()) throw Aborted{};
     if (k >= 64) std::this_thread::yield();
   }
@@ -540,7 +540,7 @@ void Executor::waitFor(const Op &op, int64_t dep) {
     std::unique_lock<std::mutex> l(S.mu);
     auto deadline = std::chrono::steady_clock::now() +
                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(waitTimeout_));
-    ok = S.cv.wait_until(l, deadline, [&] { return d.load() >= step_ || S.abort.load(); });
+    ok = S.cv.wait_until(l, deadline, [&] { return d.load() >= run_ || S.abort.load(); });
   }
   S.waiters.fetch_sub(1);
   if (S.abort.load()) throw Aborted{};
@@ -562,9 +562,15 @@ void Executor::runStream(size_t s) {
     if (S.abort.load()) return;
     Op &op = ops_[idx];
     for (int64_t w : op.ins->wait) waitFor(op, w);
-    execute(op);
+    if (profiling_) {
+      auto t0 = std::chrono::steady_clock::now();
+      execute(op);
+      opSeconds_[idx] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } else {
+      execute(op);
+    }
     if (int64_t(idx) == neverFinish_) continue;
-    S.done[idx].store(step_);
+    S.done[idx].store(run_);
     if (S.waiters.load() > 0) {
       std::lock_guard<std::mutex> l(S.mu);
       S.cv.notify_all();
@@ -575,6 +581,7 @@ void Executor::runStream(size_t s) {
 float Executor::step(const int32_t *tokens, const int32_t *targets) {
   Streams &S = *streams_;
   ++step_;
+  ++run_; // stamps and wake-ups count runs, which never go back (setStepCount may)
   const int64_t bt = prog_.batch * prog_.seq;
   for (size_t k = 0; k < prog_.tokenInputs.size(); ++k) {
     std::memcpy(ptrs_[size_t(prog_.tokenInputs[k])], tokens + int64_t(k) * bt, size_t(bt) * sizeof(int32_t));
@@ -588,7 +595,7 @@ float Executor::step(const int32_t *tokens, const int32_t *targets) {
     std::lock_guard<std::mutex> l(S.ctlMu);
     S.pending = int(S.threads.size());
     S.ompThreads = omp_get_max_threads();
-    S.go = step_;
+    S.go = run_;
     S.ctlCv.notify_all();
   }
   try {
@@ -603,6 +610,7 @@ float Executor::step(const int32_t *tokens, const int32_t *targets) {
   }
   if (S.error) std::rethrow_exception(S.error);
 
+  if (profiling_) ++profiled_;
   lastSkipped_ = prog_.foundInf >= 0 && *static_cast<const float *>(ptrs_[size_t(prog_.foundInf)]) != 0.0f;
   if (!lastSkipped_) ++updates_;
   return *static_cast<const float *>(ptrs_[size_t(prog_.loss)]);

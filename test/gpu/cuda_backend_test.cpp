@@ -179,6 +179,26 @@ TEST(CudaKernels, Matmul) {
   }
 }
 
+TEST(CudaKernels, MatmulWithUnalignedRowsRunsInChunks) {
+  REQUIRE_GPU();
+  // An LM head's shapes with an odd vocabulary (rows of 4099 elements are not 16-byte aligned):
+  // logits = x W^T, dx = dlogits W, dW = dlogits^T x, through padded staging in chunks (a small
+  // staging budget forces several chunks and a shorter last one).
+  setenv("BIGC_GEMM_STAGING_MB", "4", 1);
+  for (DType t : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtypeName(t));
+    OneOp o;
+    const int64_t M = 2048, V = 4099, C = 96;
+    int64_t x = o.input("x", {M, C}, t), w = o.input("w", {V, C}, t), dl = o.input("dlogits", {M, V}, t);
+    int64_t logits = o.output("logits", {M, V}, t), dx = o.output("dx", {M, C}, t), dw = o.output("dw", {V, C}, t);
+    o.b.inst("matmul", {x, w}, {logits}, {{"transpose_b", num(1)}});
+    o.b.inst("matmul", {dl, w}, {dx});
+    o.b.inst("matmul", {dl, x}, {dw}, {{"transpose_a", num(1)}});
+    o.check(tolFor(t));
+  }
+  unsetenv("BIGC_GEMM_STAGING_MB");
+}
+
 TEST(CudaKernels, EmbeddingAndItsGradient) {
   REQUIRE_GPU();
   for (DType t : kTypes) {

@@ -52,6 +52,15 @@ public:
   virtual void enableGradCapture() = 0;
   virtual const std::map<std::string, std::vector<float>> &capturedGrads() const = 0;
 
+  // Profiling (bigc run --profile): time spent in each instruction, on its stream (GPU time on the
+  // CUDA backend, measured with events; wall time of the kernel call on the CPU backend), summed
+  // since the last reset. Per instruction, in program order; 0 where not measured.
+  virtual void enableProfiling() = 0;
+  virtual void resetProfile() = 0;
+  virtual std::vector<double> instructionSeconds() const = 0;
+  // Steps profiled since the last reset.
+  virtual int64_t profiledSteps() const = 0;
+
   // Persistent (param/master/optimizer) buffer by name; nullptr when there is none.
   const Buffer *findPersistent(const std::string &name) const;
   // Buffers of role "param", in program order.

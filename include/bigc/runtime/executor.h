@@ -79,6 +79,11 @@ public:
   bool gradCaptureEnabled() const { return capture_; }
   const std::map<std::string, std::vector<float>> &capturedGrads() const override { return grads_; }
 
+  void enableProfiling() override { profiling_ = true, resetProfile(); }
+  void resetProfile() override { opSeconds_.assign(prog_.instructions.size(), 0.0), profiled_ = 0; }
+  std::vector<double> instructionSeconds() const override { return opSeconds_; }
+  int64_t profiledSteps() const override { return profiled_; }
+
   // Test hooks. The longest an instruction waits for another stream before the step fails with
   // an error (default 300 s). An instruction marked never-finishing runs but never reports
   // completion, so whatever waits for it times out.
@@ -103,6 +108,10 @@ private:
   std::vector<int64_t> stagingBytes_;     // per stream
   std::unique_ptr<Streams> streams_;
   int64_t step_ = 0, updates_ = 0;
+  int64_t run_ = 0; // steps run by this executor: the streams' completion stamps
+  bool profiling_ = false;
+  std::vector<double> opSeconds_;
+  int64_t profiled_ = 0;
   float lastScale_ = 1.0f;
   bool lastSkipped_ = false;
   bool capture_ = false;

@@ -18,6 +18,7 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace bigc::rt::cuda {
 
@@ -604,12 +605,360 @@ __global__ void __launch_bounds__(128) flashDqK(const T *dout, const T *qkv, con
   }
 }
 
+// ---- tensor-core path, register-resident (head sizes 16, 32, 64) ---------------------------------
+// FlashAttention-2's structure with mma.sync.m16n8k16 (bf16/f16 in, fp32 accumulate): operands
+// come from shared memory through ldmatrix, the scores stay in registers, and the accumulator
+// fragment of S = Q K^T is re-packed in registers as the A operand of P V (the m16n8 C layout of
+// two adjacent n-tiles is the m16k16 A layout). Fragment layouts (PTX ISA, mma.m16n8k16): with
+// g = lane / 4 and c = lane % 4, A holds rows g and g + 8 at columns 2c, 2c + 1 (and + 8); B holds
+// k = 2c, 2c + 1 (and + 8) at column g; C holds rows g and g + 8 at columns 2c, 2c + 1.
+
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void *p) {
+  const unsigned a = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], const void *p) {
+  const unsigned a = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+template <class T> __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same<T, bf16>::value)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <class T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same<T, bf16>::value) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+  }
+}
+
+// Addresses for ldmatrix.x4 (lane = this thread's lane): the A operand (16 x 16 at row r0, column
+// c0 of a row-major tile), the B operand of two n-tiles from an [n][k] tile (non-transposed) and
+// from a [k][n] tile (transposed).
+template <int LD, class T> __device__ __forceinline__ const T *aAddr(const T *tile, int r0, int c0, int lane) {
+  return tile + (r0 + (lane & 15)) * LD + c0 + (lane >> 4) * 8;
+}
+template <int LD, class T> __device__ __forceinline__ const T *bAddrNK(const T *tile, int n0, int k0, int lane) {
+  return tile + (n0 + (lane & 7) + (lane >> 4) * 8) * LD + k0 + ((lane >> 3) & 1) * 8;
+}
+template <int LD, class T> __device__ __forceinline__ const T *bAddrKN(const T *tile, int k0, int n0, int lane) {
+  return tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n0 + (lane >> 4) * 8;
+}
+
+// acc[NT][4] += A (16 x 16·KD, fragments a) times the [n][k] tile's rows n0.. (NT n-tiles of 8).
+template <class T, int LD, int NT, int KD>
+__device__ __forceinline__ void mmaNK(float (&acc)[NT][4], const uint32_t (&a)[KD][4], const T *tile, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < KD; ++kk)
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      ldsm4(b, bAddrNK<LD>(tile, np * 16, kk * 16, lane));
+      mma16816<T>(acc[2 * np], a[kk], b[0], b[1]);
+      mma16816<T>(acc[2 * np + 1], a[kk], b[2], b[3]);
+    }
+}
+
+// acc[DT][4] += P (16 x 64, the C fragments p of 8 n-tiles) times the [k][n] tile (64 x 8·DT).
+template <class T, int LD, int DT>
+__device__ __forceinline__ void mmaPV(float (&acc)[DT][4], const float (&p)[8][4], const T *tile, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t a[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
+                           pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < DT / 2; ++dp) {
+      uint32_t b[4];
+      ldsm4t(b, bAddrKN<LD>(tile, kk * 16, dp * 16, lane));
+      mma16816<T>(acc[2 * dp], a, b[0], b[1]);
+      mma16816<T>(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+template <class T, int D> size_t fa2Smem(int tiles) { return size_t(tiles * kTile * TileGeom<D>::LD) * sizeof(T) + 2 * kTile * 4; }
+
+template <class T, int D>
+__global__ void __launch_bounds__(128) fa2FwdK(const T *qkv, T *out, float *lse, int T_, int C, int H, float scLog2) {
+  constexpr int LD = TileGeom<D>::LD, DT = D / 8, KD = D / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sQ = reinterpret_cast<T *>(smem);
+  T *sK = sQ + kTile * LD;
+  T *sV = sK + kTile * LD;
+  const int qt = int(gridDim.x) - 1 - int(blockIdx.x);
+  const int bh = blockIdx.y, b = bh / H, h = bh % H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, tc = lane & 3;
+  const int q0 = qt * kTile;
+  const int64_t C3 = 3LL * C;
+  const T *base = qkv + int64_t(b) * T_ * C3;
+  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+
+  loadTile<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
+  __syncthreads();
+  uint32_t qf[KD][4];
+#pragma unroll
+  for (int kk = 0; kk < KD; ++kk) ldsm4(qf[kk], aAddr<LD>(sQ, warp * 16, kk * 16, lane));
+
+  float o[DT][4];
+#pragma unroll
+  for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int kt = 0; kt <= qt; ++kt) {
+    const int k0 = kt * kTile;
+    __syncthreads();
+    loadTile<T, D>(sK, base, C3, C + int64_t(h) * D, k0, T_);
+    loadTile<T, D>(sV, base, C3, 2LL * C + int64_t(h) * D, k0, T_);
+    __syncthreads();
+    float s[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    mmaNK<T, LD, 8, KD>(s, qf, sK, lane);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + j * 8 + tc * 2 + (e & 1), r = row[e >> 1];
+        const float v = (key <= r && key < T_) ? s[j][e] * scLog2 : -INFINITY;
+        s[j][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+    float alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float mn = fmaxf(m[i], mx[i]);
+      alpha[i] = m[i] == -INFINITY ? 0.0f : exp2f(m[i] - mn);
+      m[i] = mn;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = s[j][e] == -INFINITY ? 0.0f : exp2f(s[j][e] - m[e >> 1]);
+        s[j][e] = p;
+        rs[e >> 1] += p;
+      }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+      l[i] = l[i] * alpha[i] + rs[i];
+    }
+#pragma unroll
+    for (int d = 0; d < DT; ++d) o[d][0] *= alpha[0], o[d][1] *= alpha[0], o[d][2] *= alpha[1], o[d][3] *= alpha[1];
+    mmaPV<T, LD, DT>(o, s, sV, lane);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (row[i] >= T_) continue;
+    const float inv = 1.0f / l[i];
+    T *dst = out + (int64_t(b) * T_ + row[i]) * C + int64_t(h) * D;
+#pragma unroll
+    for (int d = 0; d < DT; ++d)
+      *reinterpret_cast<uint32_t *>(dst + d * 8 + tc * 2) = pack2<T>(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
+    if (tc == 0) lse[int64_t(bh) * T_ + row[i]] = m[i] * kLn2 + logf(l[i]);
+  }
+}
+
+// dK, dV of one tile of 64 keys (each warp 16 keys) over the query tiles at or after it.
+template <class T, int D>
+__global__ void __launch_bounds__(128) fa2DkvK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv,
+                                               int T_, int C, int H, float sc) {
+  constexpr int LD = TileGeom<D>::LD, DT = D / 8, KD = D / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sK = reinterpret_cast<T *>(smem);
+  T *sV = sK + kTile * LD;
+  T *sQ = sV + kTile * LD;
+  T *sO = sQ + kTile * LD;
+  float *sL = reinterpret_cast<float *>(sO + kTile * LD);
+  float *sD = sL + kTile;
+  const int nt = (T_ + kTile - 1) / kTile;
+  const int jt = blockIdx.x;
+  const int bh = blockIdx.y, b = bh / H, h = bh % H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, tc = lane & 3;
+  const int k0 = jt * kTile;
+  const int64_t C3 = 3LL * C;
+  const T *base = qkv + int64_t(b) * T_ * C3;
+  const T *obase = dout + int64_t(b) * T_ * C;
+  const float scLog2 = sc * kLog2e;
+  const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+
+  loadTile<T, D>(sK, base, C3, C + int64_t(h) * D, k0, T_);
+  loadTile<T, D>(sV, base, C3, 2LL * C + int64_t(h) * D, k0, T_);
+  __syncthreads();
+  uint32_t kf[KD][4], vf[KD][4];
+#pragma unroll
+  for (int kk = 0; kk < KD; ++kk) {
+    ldsm4(kf[kk], aAddr<LD>(sK, warp * 16, kk * 16, lane));
+    ldsm4(vf[kk], aAddr<LD>(sV, warp * 16, kk * 16, lane));
+  }
+  float dk[DT][4], dv[DT][4];
+#pragma unroll
+  for (int d = 0; d < DT; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.0f;
+
+  for (int it = jt; it < nt; ++it) {
+    const int q0 = it * kTile;
+    __syncthreads();
+    loadTile<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
+    loadTile<T, D>(sO, obase, C, int64_t(h) * D, q0, T_);
+    for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+      const int q = q0 + i;
+      sL[i] = q < T_ ? lse[int64_t(bh) * T_ + q] * kLog2e : 0.0f;
+      sD[i] = q < T_ ? Dv[int64_t(bh) * T_ + q] : 0.0f;
+    }
+    __syncthreads();
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
+    mmaNK<T, LD, 8, KD>(s, kf, sQ, lane);  // S^T = K Q^T (rows: keys, columns: queries)
+    mmaNK<T, LD, 8, KD>(dp, vf, sO, lane); // dP^T = V dO^T
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = j * 8 + tc * 2 + (e & 1), q = q0 + col, k = key[e >> 1];
+        const bool on = q >= k && q < T_ && k < T_;
+        const float p = on ? exp2f(s[j][e] * scLog2 - sL[col]) : 0.0f;
+        s[j][e] = p;
+        dp[j][e] = p * (dp[j][e] - sD[col]);
+      }
+    mmaPV<T, LD, DT>(dv, s, sO, lane);  // dV += P^T dO
+    mmaPV<T, LD, DT>(dk, dp, sQ, lane); // dK += dS^T Q
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (key[i] >= T_) continue;
+    T *dst = dqkv + (int64_t(b) * T_ + key[i]) * C3 + int64_t(h) * D;
+#pragma unroll
+    for (int d = 0; d < DT; ++d) {
+      *reinterpret_cast<uint32_t *>(dst + C + d * 8 + tc * 2) = pack2<T>(sc * dk[d][2 * i], sc * dk[d][2 * i + 1]);
+      *reinterpret_cast<uint32_t *>(dst + 2LL * C + d * 8 + tc * 2) = pack2<T>(dv[d][2 * i], dv[d][2 * i + 1]);
+    }
+  }
+}
+
+// dQ of one tile of 64 queries (each warp 16) over the key tiles at or before it.
+template <class T, int D>
+__global__ void __launch_bounds__(128) fa2DqK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv,
+                                              int T_, int C, int H, float sc) {
+  constexpr int LD = TileGeom<D>::LD, DT = D / 8, KD = D / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sQ = reinterpret_cast<T *>(smem);
+  T *sO = sQ + kTile * LD;
+  T *sK = sO + kTile * LD;
+  T *sV = sK + kTile * LD;
+  const int it = int(gridDim.x) - 1 - int(blockIdx.x);
+  const int bh = blockIdx.y, b = bh / H, h = bh % H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, tc = lane & 3;
+  const int q0 = it * kTile;
+  const int64_t C3 = 3LL * C;
+  const T *base = qkv + int64_t(b) * T_ * C3;
+  const T *obase = dout + int64_t(b) * T_ * C;
+  const float scLog2 = sc * kLog2e;
+  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+
+  loadTile<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
+  loadTile<T, D>(sO, obase, C, int64_t(h) * D, q0, T_);
+  __syncthreads();
+  uint32_t qf[KD][4], of[KD][4];
+#pragma unroll
+  for (int kk = 0; kk < KD; ++kk) {
+    ldsm4(qf[kk], aAddr<LD>(sQ, warp * 16, kk * 16, lane));
+    ldsm4(of[kk], aAddr<LD>(sO, warp * 16, kk * 16, lane));
+  }
+  float L[2], Dr[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    L[i] = row[i] < T_ ? lse[int64_t(bh) * T_ + row[i]] * kLog2e : 0.0f;
+    Dr[i] = row[i] < T_ ? Dv[int64_t(bh) * T_ + row[i]] : 0.0f;
+  }
+  float dq[DT][4];
+#pragma unroll
+  for (int d = 0; d < DT; ++d) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+
+  for (int jt = 0; jt <= it; ++jt) {
+    const int k0 = jt * kTile;
+    __syncthreads();
+    loadTile<T, D>(sK, base, C3, C + int64_t(h) * D, k0, T_);
+    loadTile<T, D>(sV, base, C3, 2LL * C + int64_t(h) * D, k0, T_);
+    __syncthreads();
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
+    mmaNK<T, LD, 8, KD>(s, qf, sK, lane);  // S = Q K^T
+    mmaNK<T, LD, 8, KD>(dp, of, sV, lane); // dP = dO V^T
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int k = k0 + j * 8 + tc * 2 + (e & 1), i = e >> 1;
+        const bool on = k <= row[i] && k < T_ && row[i] < T_;
+        const float p = on ? exp2f(s[j][e] * scLog2 - L[i]) : 0.0f;
+        s[j][e] = p * (dp[j][e] - Dr[i]);
+      }
+    mmaPV<T, LD, DT>(dq, s, sK, lane); // dQ += dS K
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (row[i] >= T_) continue;
+    T *dst = dqkv + (int64_t(b) * T_ + row[i]) * C3 + int64_t(h) * D;
+#pragma unroll
+    for (int d = 0; d < DT; ++d)
+      *reinterpret_cast<uint32_t *>(dst + d * 8 + tc * 2) = pack2<T>(sc * dq[d][2 * i], sc * dq[d][2 * i + 1]);
+  }
+}
+
+// BIGC_ATTENTION=wmma selects the shared-memory WMMA kernels for every head size (for comparison).
+bool useRegisterKernels() {
+  static const bool wmma = [] {
+    const char *e = std::getenv("BIGC_ATTENTION");
+    return e && std::string(e) == "wmma";
+  }();
+  return !wmma;
+}
+
 template <class K> void allowSmem(K kernel, size_t bytes) {
   if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
 template <class T, int D>
 void flashForward(const T *qkv, T *out, float *lse, int B, int T_, int C, int H, cudaStream_t s) {
+  if constexpr (D <= 64) {
+    if (useRegisterKernels()) {
+      const size_t smem = fa2Smem<T, D>(3);
+      static bool once = (allowSmem(fa2FwdK<T, D>, smem), true);
+      (void)once;
+      dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
+      fa2FwdK<T, D><<<grid, kWarps * 32, smem, s>>>(qkv, out, lse, T_, C, H, kLog2e / sqrtf(float(D)));
+      return;
+    }
+  }
   const size_t smem = fwdSmem<T, D>();
   static bool once = (allowSmem(flashFwdK<T, D>, smem), true);
   (void)once;
@@ -621,6 +970,18 @@ void flashForward(const T *qkv, T *out, float *lse, int B, int T_, int C, int H,
 template <class T, int D>
 void flashBackward(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int B, int T_, int C,
                    int H, cudaStream_t s) {
+  if constexpr (D <= 64) {
+    if (useRegisterKernels()) {
+      const size_t smem = fa2Smem<T, D>(4);
+      static bool once = (allowSmem(fa2DkvK<T, D>, smem), allowSmem(fa2DqK<T, D>, smem), true);
+      (void)once;
+      dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
+      const float sc = 1.0f / sqrtf(float(D));
+      fa2DkvK<T, D><<<grid, kWarps * 32, smem, s>>>(dout, qkv, lse, Dv, dqkv, T_, C, H, sc);
+      fa2DqK<T, D><<<grid, kWarps * 32, smem, s>>>(dout, qkv, lse, Dv, dqkv, T_, C, H, sc);
+      return;
+    }
+  }
   const size_t smemKv = bwdSmem<T, D>();
   const size_t smemQ = size_t(4 * kTile * TileGeom<D>::LD) * sizeof(T) + size_t(2 * kTile) * 4 +
                        size_t(2 * kWarps * 16 * TileGeom<D>::SW) * 4 + size_t(kWarps * 16 * kPLd) * sizeof(T);

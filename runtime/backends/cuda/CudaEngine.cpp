@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -174,6 +175,10 @@ public:
   void enableGradCapture() override;
   const std::map<std::string, std::vector<float>> &capturedGrads() const override { return grads_; }
   std::string deviceInfo() const override { return info_; }
+  void enableProfiling() override;
+  void resetProfile() override { opSeconds_.assign(ops_.size(), 0.0), profiled_ = 0; }
+  std::vector<double> instructionSeconds() const override { return opSeconds_; }
+  int64_t profiledSteps() const override { return profiled_; }
 
 private:
   struct Conv {
@@ -184,10 +189,20 @@ private:
     float *stage = nullptr;
     int64_t id = -1;
   };
-  struct MatmulPlan {
+  // One cuBLASLt call shape.
+  struct MatmulShape {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+  };
+  // A GEMM whose a or c has rows that are not 16-byte aligned (a vocabulary of 50257) runs in
+  // chunks of `mc` rows of c through padded staging in the workspace, which tensor-core kernels
+  // need: a's rows (or columns) of the chunk copied in, c's rows copied out.
+  struct MatmulPlan {
+    std::vector<MatmulShape> shapes; // [0]: chunks of mc rows (or the whole GEMM), [1]: the last chunk
+    bool chunked = false, stageA = false, stageC = false;
+    int64_t mc = 0, ldAs = 0, ldCs = 0; // rows per chunk, leading dimensions of the staging
+    int64_t offCs = 0;                   // bytes into the scratch where c's staging starts
   };
   struct Op {
     OpKind kind;
@@ -217,6 +232,13 @@ private:
 
   void prepare();
   void planMatmul(Op &op);
+  MatmulShape makeShape(const Op &op, int64_t m, int64_t lda, int64_t ldc, const void *aPtr, const void *cPtr);
+  struct Staging {
+    bool chunked = false, stageA = false, stageC = false;
+    int64_t mc = 0, ldAs = 0, ldCs = 0, offCs = 0, bytes = 0;
+  };
+  static Staging matmulStaging(const Op &op);
+  static int64_t matmulStagingBytes(const Op &op) { return matmulStaging(op).bytes; }
   void issue(Op &op);
   void runHost(Op &op);
   void runStream(size_t s);
@@ -256,6 +278,13 @@ private:
   std::atomic<int> waiters_{0};
   std::atomic<bool> abort_{false};
   std::exception_ptr error_;
+  struct IdCheck {
+    size_t instruction; // the first instruction reading this input
+    size_t micro;       // which micro-batch's tokens or targets
+    bool target;
+    int64_t V;
+  };
+  std::vector<IdCheck> idChecks_;
   std::vector<std::thread> threads_;
   int64_t go_ = 0;
   int pending_ = 0;
@@ -263,11 +292,16 @@ private:
   int ompThreads_ = 1;
   double waitTimeout_ = 300.0;
   int64_t step_ = 0, updates_ = 0;
+  int64_t run_ = 0; // steps run by this engine: the streams' stamps (never go back)
   float lastScale_ = 1.0f;
   bool lastSkipped_ = false;
   bool capture_ = false;
   std::map<std::string, std::vector<float>> grads_;
   std::vector<unsigned char *> capturePinned_;
+  bool profiling_ = false;
+  std::vector<cudaEvent_t> profStart_, profEnd_;
+  std::vector<double> opSeconds_;
+  int64_t profiled_ = 0;
 
   void fail(std::exception_ptr e) {
     {
@@ -380,7 +414,7 @@ CudaEngine::CudaEngine(Program program, uint64_t seed) : prog_(std::move(program
     for (Op &op : ops_)
       if (op.record) BIGC_CK(cudaEventCreateWithFlags(&events_[op.index], cudaEventDisableTiming));
 
-    char buf[256];
+    char buf[512];
     std::snprintf(buf, sizeof buf, "GPU %d: %s (%s), workspace %s", device_, props.name,
                   human(int64_t(props.totalGlobalMem)).c_str(), human(workspaceBytes_).c_str());
     info_ = buf;
@@ -427,17 +461,23 @@ CudaEngine::~CudaEngine() {
 
 void CudaEngine::release() {
   cudaDeviceSynchronize();
-  for (auto &p : plans_) {
-    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
-    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
-    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
-    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
-  }
+  for (auto &plan : plans_)
+    for (auto &p : plan.shapes) {
+      if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+      if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+      if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+      if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+    }
   plans_.clear();
   if (lt_) cublasLtDestroy(lt_), lt_ = nullptr;
   for (cudaEvent_t e : events_)
     if (e) cudaEventDestroy(e);
   events_.clear();
+  for (auto *v : {&profStart_, &profEnd_}) {
+    for (cudaEvent_t e : *v)
+      if (e) cudaEventDestroy(e);
+    v->clear();
+  }
   for (cudaStream_t s : cu_)
     if (s) cudaStreamDestroy(s);
   cu_.clear();
@@ -566,6 +606,7 @@ void CudaEngine::prepare() {
         if (op.batch > 1) op.sA = op.M * op.K, op.sB = op.K * op.N, op.sC = op.M * op.N;
       }
       hasMatmul[op.stream] = true;
+      op.scratchBytes = matmulStagingBytes(op);
       break;
     }
     case OpKind::Add:
@@ -670,6 +711,24 @@ void CudaEngine::prepare() {
     ops_.push_back(std::move(op));
   }
 
+  // Host-side id checks: per token/target input, its first reader among the ops that index with it.
+  idChecks_.clear();
+  for (size_t k = 0; k < prog_.tokenInputs.size(); ++k)
+    for (bool target : {false, true}) {
+      const int64_t id = target ? prog_.targetInputs[k] : prog_.tokenInputs[k];
+      for (const Op &op : ops_) {
+        const bool reads = (op.kind == OpKind::Embedding || op.kind == OpKind::EmbeddingGrad ||
+                            op.kind == OpKind::CrossEntropy || op.kind == OpKind::CrossEntropyGrad) &&
+                           op.ins->in.size() > 1 && op.ins->in[1] == id;
+        if (reads) {
+          idChecks_.push_back({op.index, k, target, op.V});
+          break;
+        }
+      }
+    }
+  std::sort(idChecks_.begin(), idChecks_.end(),
+            [](const IdCheck &a, const IdCheck &b) { return a.instruction < b.instruction; });
+
   // Workspace: error slots and check_finite flags, then per GPU stream its cuBLASLt workspace (32
   // MiB where it runs GEMMs), its scratch and its staging.
   int64_t off = int64_t(cuda::align256(size_t(16 + flags) * 4));
@@ -688,8 +747,37 @@ void CudaEngine::prepare() {
   workspaceBytes_ = std::max<int64_t>(off, 256);
 }
 
-void CudaEngine::planMatmul(Op &op) {
-  MatmulPlan p;
+// Rows of a or c whose byte length is not a multiple of 16 keep cuBLASLt off its tensor-core
+// kernels (5-6x slower on a 50257-wide LM head). Such GEMMs (one product, at least 8 MiB) run in
+// chunks of c's rows with the misaligned operand padded to a multiple of 64 elements in the
+// workspace; the chunk size keeps the staging within 256 MiB.
+CudaEngine::Staging CudaEngine::matmulStaging(const Op &op) {
+  Staging st;
+  const int64_t es = dtypeSize(op.t);
+  const int64_t lda = op.ta ? op.M : op.K, ldb = op.tb ? op.K : op.N;
+  auto misaligned = [&](int64_t ld) { return (ld * es) % 16 != 0; };
+  const bool big = std::max(op.M * op.K, op.M * op.N) * es >= (int64_t(8) << 20);
+  if (op.batch != 1 || !big || misaligned(ldb) || !(misaligned(lda) || misaligned(op.N))) return st;
+  st.chunked = true;
+  st.stageA = misaligned(lda);
+  st.stageC = misaligned(op.N);
+  auto pad = [](int64_t n) { return (n + 63) / 64 * 64; };
+  st.ldAs = op.ta ? 0 : pad(op.K);
+  st.ldCs = pad(op.N);
+  const int64_t perRow = (st.stageA ? (op.ta ? op.K : pad(op.K)) : 0) + (st.stageC ? pad(op.N) : 0);
+  const char *env = std::getenv("BIGC_GEMM_STAGING_MB"); // tests: small chunks
+  const int64_t budget = (env && std::atoll(env) > 0 ? std::atoll(env) : 256) << 20;
+  st.mc = std::max<int64_t>(64, budget / std::max<int64_t>(1, perRow * es) / 64 * 64);
+  st.mc = std::min(st.mc, pad(op.M));
+  const int64_t aBytes = st.stageA ? (op.ta ? op.K * pad(st.mc) : st.mc * st.ldAs) * es : 0;
+  st.offCs = int64_t(cuda::align256(size_t(aBytes)));
+  st.bytes = st.offCs + (st.stageC ? st.mc * st.ldCs * es : 0);
+  return st;
+}
+
+CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t lda, int64_t ldc, const void *aPtr,
+                                               const void *cPtr) {
+  MatmulShape p;
   const cudaDataType_t ty = cudaType(op.t);
   BIGC_LT(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // Row-major c[M,N] = op(a)[M,K] op(b)[K,N] is column-major c^T[N,M] = op(b)^T op(a)^T: cuBLASLt's
@@ -698,10 +786,10 @@ void CudaEngine::planMatmul(Op &op) {
   BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA));
   BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB));
   const uint64_t aRows = op.tb ? op.K : op.N, aCols = op.tb ? op.N : op.K; // our b, column-major
-  const uint64_t bRows = op.ta ? op.M : op.K, bCols = op.ta ? op.K : op.M; // our a, column-major
+  const uint64_t bRows = op.ta ? m : op.K, bCols = op.ta ? op.K : m;       // our a, column-major
   BIGC_LT(cublasLtMatrixLayoutCreate(&p.a, ty, aRows, aCols, int64_t(aRows)));
-  BIGC_LT(cublasLtMatrixLayoutCreate(&p.b, ty, bRows, bCols, int64_t(bRows)));
-  BIGC_LT(cublasLtMatrixLayoutCreate(&p.c, ty, uint64_t(op.N), uint64_t(op.M), op.N));
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.b, ty, bRows, bCols, lda));
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.c, ty, uint64_t(op.N), uint64_t(m), ldc));
   if (op.batch > 1) {
     int32_t count = int32_t(op.batch);
     for (auto [layout, stride] : {std::pair{p.a, op.sB}, std::pair{p.b, op.sA}, std::pair{p.c, op.sC}}) {
@@ -716,8 +804,8 @@ void CudaEngine::planMatmul(Op &op) {
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   const int64_t es = dtypeSize(op.t);
   uint32_t alA = alignmentOf(op.in[1], op.batch > 1 ? op.sB * es : 0);
-  uint32_t alB = alignmentOf(op.in[0], op.batch > 1 ? op.sA * es : 0);
-  uint32_t alC = alignmentOf(op.out[0], op.batch > 1 ? op.sC * es : 0);
+  uint32_t alB = alignmentOf(aPtr, op.batch > 1 ? op.sA * es : 0);
+  uint32_t alC = alignmentOf(cPtr, op.batch > 1 ? op.sC * es : 0);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alA, sizeof alA);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alB, sizeof alB);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alC, sizeof alC);
@@ -727,15 +815,38 @@ void CudaEngine::planMatmul(Op &op) {
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    plans_.push_back(p); // destroyed with the others
+    plans_.push_back(MatmulPlan{{p}}); // destroyed with the others
     throw std::runtime_error("cuBLASLt has no algorithm for instruction " + std::to_string(op.index) + " (matmul " +
-                             std::to_string(op.batch) + " x [" + std::to_string(op.M) + "," + std::to_string(op.K) +
+                             std::to_string(op.batch) + " x [" + std::to_string(m) + "," + std::to_string(op.K) +
                              "] @ [" + std::to_string(op.K) + "," + std::to_string(op.N) + "], " + dtypeName(op.t) +
                              ", status " + std::to_string(int(st)) + ")");
   }
   p.algo = res.algo;
+  return p;
+}
+
+void CudaEngine::planMatmul(Op &op) {
+  MatmulPlan plan;
+  const Staging st = matmulStaging(op);
+  const int64_t es = dtypeSize(op.t);
+  const int64_t lda = op.ta ? op.M : op.K;
+  char *a = static_cast<char *>(op.in[0]), *c = static_cast<char *>(op.out[0]);
+  if (!st.chunked) {
+    plan.shapes.push_back(makeShape(op, op.M, lda, op.N, a, c));
+  } else {
+    char *scratch = static_cast<char *>(scratchBase(op.stream));
+    plan.chunked = true, plan.stageA = st.stageA, plan.stageC = st.stageC, plan.mc = st.mc;
+    plan.ldAs = st.ldAs, plan.ldCs = st.ldCs, plan.offCs = st.offCs;
+    for (int64_t m : {st.mc, op.M % st.mc}) {
+      if (m == 0) continue;
+      const void *aPtr = st.stageA ? scratch : a;
+      const void *cPtr = st.stageC ? scratch + st.offCs : c;
+      const int64_t ldA = st.stageA ? (op.ta ? (m + 63) / 64 * 64 : st.ldAs) : lda;
+      plan.shapes.push_back(makeShape(op, m, ldA, st.stageC ? st.ldCs : op.N, aPtr, cPtr));
+    }
+  }
   op.mm = int(plans_.size());
-  plans_.push_back(p);
+  plans_.push_back(std::move(plan));
 }
 
 void CudaEngine::upload(int64_t id, const void *src) {
@@ -841,12 +952,12 @@ void CudaEngine::waitFor(const Op &op, int64_t dep) {
                              std::to_string(dep) + " (" + w.op + " on stream '" + w.stream + "'" +
                              (w.loc.empty() ? std::string() : " at " + w.loc) + ") " + what + ": the streams are stuck");
   };
-  if (d.load() < step_) {
+  if (d.load() < run_) {
     waiters_.fetch_add(1);
     bool ok;
     {
       std::unique_lock<std::mutex> l(mu_);
-      ok = cv_.wait_until(l, deadline, [&] { return d.load() >= step_ || abort_.load(); });
+      ok = cv_.wait_until(l, deadline, [&] { return d.load() >= run_ || abort_.load(); });
     }
     waiters_.fetch_sub(1);
     if (abort_.load()) throw Aborted{};
@@ -874,9 +985,14 @@ void CudaEngine::runStream(size_t s) {
     if (abort_.load()) return;
     Op &op = ops_[idx];
     for (int64_t w : op.ins->wait) waitFor(op, w);
-    if (onHost_[s]) runHost(op);
-    else issue(op);
-    stamp_[idx].store(step_);
+    if (onHost_[s]) {
+      auto t0 = std::chrono::steady_clock::now();
+      runHost(op);
+      if (profiling_) opSeconds_[idx] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } else {
+      issue(op);
+    }
+    stamp_[idx].store(run_);
     if (waiters_.load() > 0) {
       std::lock_guard<std::mutex> l(mu_);
       cv_.notify_all();
@@ -884,8 +1000,23 @@ void CudaEngine::runStream(size_t s) {
   }
 }
 
+void CudaEngine::enableProfiling() {
+  if (!profiling_) {
+    profStart_.assign(ops_.size(), nullptr);
+    profEnd_.assign(ops_.size(), nullptr);
+    for (const Op &op : ops_) {
+      if (onHost_[op.stream]) continue;
+      BIGC_CK(cudaEventCreate(&profStart_[op.index]));
+      BIGC_CK(cudaEventCreate(&profEnd_[op.index]));
+    }
+    profiling_ = true;
+  }
+  resetProfile();
+}
+
 void CudaEngine::issue(Op &op) {
   cudaStream_t s = cu_[op.stream];
+  if (profiling_) BIGC_CK(cudaEventRecord(profStart_[op.index], s));
   for (const Conv &c : op.pre) cuda::cast(c.dtype, c.arena, DType::F32, c.stage, c.n, s);
   void *scratch = scratchBase(op.stream);
   const cuda::ErrSlot es{err_, int(op.index)};
@@ -899,11 +1030,36 @@ void CudaEngine::issue(Op &op) {
     cuda::embeddingGrad(op.t, op.in[0], ids(1), op.out[0], op.n, op.V, op.C, scratch, size_t(op.scratchBytes), es, s);
     break;
   case OpKind::Matmul: {
-    const MatmulPlan &p = plans_[size_t(op.mm)];
+    const MatmulPlan &plan = plans_[size_t(op.mm)];
     const float alpha = 1.0f, beta = 0.0f;
     void *ltws = static_cast<char *>(workspace_) + ltOffset_[op.stream];
-    BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, op.in[1], p.a, op.in[0], p.b, &beta, op.out[0], p.c, op.out[0], p.c,
-                           &p.algo, ltws, size_t(ltBytes_[op.stream]), s));
+    if (!plan.chunked) {
+      const MatmulShape &p = plan.shapes[0];
+      BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, op.in[1], p.a, op.in[0], p.b, &beta, op.out[0], p.c, op.out[0], p.c,
+                             &p.algo, ltws, size_t(ltBytes_[op.stream]), s));
+      break;
+    }
+    const int64_t es = dtypeSize(op.t);
+    const int eb = int(es);
+    const char *a = static_cast<const char *>(op.in[0]);
+    char *c = static_cast<char *>(op.out[0]);
+    char *As = static_cast<char *>(scratch), *Cs = static_cast<char *>(scratch) + plan.offCs;
+    for (int64_t m0 = 0; m0 < op.M; m0 += plan.mc) {
+      const int64_t m = std::min(plan.mc, op.M - m0);
+      const MatmulShape &p = plan.shapes[m == plan.mc ? 0 : 1];
+      const void *aPtr;
+      if (plan.stageA) {
+        if (!op.ta) cuda::copy2d(eb, a + m0 * op.K * es, op.K, As, plan.ldAs, m, op.K, s);
+        else cuda::copy2d(eb, a + m0 * es, op.M, As, (m + 63) / 64 * 64, op.K, m, s);
+        aPtr = As;
+      } else {
+        aPtr = op.ta ? a + m0 * es : a + m0 * op.K * es;
+      }
+      void *cPtr = plan.stageC ? static_cast<void *>(Cs) : static_cast<void *>(c + m0 * op.N * es);
+      BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, op.in[1], p.a, aPtr, p.b, &beta, cPtr, p.c, cPtr, p.c, &p.algo, ltws,
+                             size_t(ltBytes_[op.stream]), s));
+      if (plan.stageC) cuda::copy2d(eb, Cs, plan.ldCs, c + m0 * op.N * es, op.N, m, op.N, s);
+    }
     break;
   }
   case OpKind::Add: cuda::add(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
@@ -991,6 +1147,7 @@ void CudaEngine::issue(Op &op) {
   }
   }
   for (const Conv &c : op.post) cuda::cast(DType::F32, c.stage, c.dtype, c.arena, c.n, s);
+  if (profiling_) BIGC_CK(cudaEventRecord(profEnd_[op.index], s));
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     throw std::runtime_error("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
@@ -1055,8 +1212,21 @@ void CudaEngine::runHost(Op &op) {
 float CudaEngine::step(const int32_t *tokens, const int32_t *targets) {
   BIGC_CK(cudaSetDevice(device_));
   ++step_;
+  ++run_;
   const int64_t bt = prog_.batch * prog_.seq;
   const size_t K = prog_.tokenInputs.size();
+  // Ids outside the table are refused before anything runs, as on the CPU backend (the kernels
+  // also check, as a backstop, but by then the step would have run on a zero row).
+  for (const IdCheck &c : idChecks_) {
+    const int32_t *ids = (c.target ? targets : tokens) + int64_t(c.micro) * bt;
+    for (int64_t i = 0; i < bt; ++i)
+      if (ids[i] < 0 || ids[i] >= c.V) {
+        const Op &op = ops_[c.instruction];
+        opError(op, std::string(c.target ? "target id " : "token id ") + std::to_string(ids[i]) + " at position " +
+                        std::to_string(i) + " is outside the " + (c.target ? "vocabulary" : "embedding table") +
+                        " [0, " + std::to_string(c.V) + ")");
+      }
+  }
   std::memcpy(inputStage_, tokens, size_t(bt) * K * 4);
   std::memcpy(inputStage_ + int64_t(K) * bt, targets, size_t(bt) * K * 4);
   for (size_t k = 0; k < K; ++k) {
@@ -1074,7 +1244,7 @@ float CudaEngine::step(const int32_t *tokens, const int32_t *targets) {
     std::lock_guard<std::mutex> l(ctlMu_);
     pending_ = int(threads_.size());
     ompThreads_ = omp_get_max_threads();
-    go_ = step_;
+    go_ = run_;
     ctlCv_.notify_all();
   }
   try {
@@ -1096,6 +1266,15 @@ float CudaEngine::step(const int32_t *tokens, const int32_t *targets) {
     }
   if (error_) std::rethrow_exception(error_);
 
+  if (profiling_) {
+    for (const Op &op : ops_) {
+      if (onHost_[op.stream]) continue;
+      float ms = 0.0f;
+      BIGC_CK(cudaEventElapsedTime(&ms, profStart_[op.index], profEnd_[op.index]));
+      opSeconds_[op.index] += double(ms) * 1e-3;
+    }
+    ++profiled_;
+  }
   int err[3] = {0, 0, 0};
   BIGC_CK(cudaMemcpy(err, err_, sizeof err, cudaMemcpyDeviceToHost));
   if (err[0] != 0) {

@@ -267,6 +267,15 @@ template <class E> __global__ void transposeK(const E *x, E *y, TShape sh, int64
   }
 }
 
+// ---- 2-D copies (staging of GEMM operands) -------------------------------------------------------
+
+template <class E>
+__global__ void copy2dK(const E *src, int64_t sp, E *dst, int64_t dp, int64_t rows, int64_t cols) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x)
+      dst[r * dp + c] = src[r * sp + c];
+}
+
 // ---- cross-entropy ---------------------------------------------------------------------------------
 
 __device__ __forceinline__ void lseCombine(float &m, float &s, float m2, float s2) {
@@ -594,6 +603,18 @@ void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, cons
   else
     transposeK<uint16_t><<<blocksFor(total), kThreads, 0, s>>>(static_cast<const uint16_t *>(x),
                                                                static_cast<uint16_t *>(y), sh, total);
+}
+
+void copy2d(int elemBytes, const void *src, int64_t srcPitch, void *dst, int64_t dstPitch, int64_t rows, int64_t cols,
+            cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  dim3 grid(unsigned(std::min<int64_t>((cols + kThreads - 1) / kThreads, 64)), unsigned(std::min<int64_t>(rows, 65535)));
+  if (elemBytes == 4)
+    copy2dK<uint32_t><<<grid, kThreads, 0, s>>>(static_cast<const uint32_t *>(src), srcPitch,
+                                                static_cast<uint32_t *>(dst), dstPitch, rows, cols);
+  else
+    copy2dK<uint16_t><<<grid, kThreads, 0, s>>>(static_cast<const uint16_t *>(src), srcPitch,
+                                                static_cast<uint16_t *>(dst), dstPitch, rows, cols);
 }
 
 size_t crossEntropyWorkspace(int64_t N) { return align256(size_t(std::max<int64_t>(N, 1)) * 4); }

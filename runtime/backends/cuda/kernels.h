@@ -51,6 +51,10 @@ size_t layernormGradWorkspace(int64_t N, int64_t C);
 void layernormGrad(DType t, const void *dy, const void *x, const void *w, const float *mean, const float *rstd,
                    void *dx, void *dw, void *db, int64_t N, int64_t C, void *ws, cudaStream_t s);
 
+// dst[r, c] = src[r, c] for r < rows, c < cols; pitches in elements of `elemBytes` (2 or 4).
+void copy2d(int elemBytes, const void *src, int64_t srcPitch, void *dst, int64_t dstPitch, int64_t rows, int64_t cols,
+            cudaStream_t s);
+
 // y = transpose(x, perm), elements of `elemBytes` (2 or 4); rank <= 8.
 void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, const int64_t *perm, int rank,
                cudaStream_t s);
