@@ -179,6 +179,22 @@ TEST(CudaKernels, Matmul) {
   }
 }
 
+TEST(CudaKernels, MatmulThenBiasAddInPlaceFusesIntoTheEpilogue) {
+  REQUIRE_GPU();
+  for (DType t : kTypes) {
+    SCOPED_TRACE(dtypeName(t));
+    OneOp o;
+    int64_t x = o.input("x", {4, 32, 64}, t), w = o.input("w", {64, 96}, t), bias = o.input("bias", {96}, t);
+    int64_t y = o.b.buffer("y", {4, 32, 96}, "activation", t);
+    int64_t yb = o.output("y_plus_bias", {4, 32, 96}, t);
+    int64_t z = o.output("z", {4, 32, 96}, t);
+    o.b.inst("matmul", {x, w}, {y});
+    o.b.inst("bias_add", {y, bias}, {yb});
+    o.b.inst("gelu", {yb}, {z});
+    o.check(tolFor(t), {{yb, y}});
+  }
+}
+
 TEST(CudaKernels, MatmulWithUnalignedRowsRunsInChunks) {
   REQUIRE_GPU();
   // An LM head's shapes with an odd vocabulary (rows of 4099 elements are not 16-byte aligned):

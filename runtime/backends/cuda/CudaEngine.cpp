@@ -195,14 +195,19 @@ private:
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  // A GEMM whose a or c has rows that are not 16-byte aligned (a vocabulary of 50257) runs in
-  // chunks of `mc` rows of c through padded staging in the workspace, which tensor-core kernels
-  // need: a's rows (or columns) of the chunk copied in, c's rows copied out.
+  // cuBLASLt's tensor-core kernels want every dimension a multiple of 8 and 16-byte aligned rows:
+  // with a vocabulary of 50257 the LM head's three GEMMs run 6-8x slower. Such GEMMs (one product,
+  // at least 8 MiB) run on a padded problem: N and K rounded up to multiples of 64 with zeros in the
+  // workspace (b once per call, a per chunk, c per chunk and copied out), in chunks of mc rows of c
+  // (a multiple of 64) so the staging stays within 256 MiB. The result is the same product.
+  struct Staging {
+    bool chunked = false, stageA = false, stageB = false, stageC = false;
+    int64_t Np = 0, Kp = 0, mc = 0;
+    int64_t offA = 0, offB = 0, offC = 0, bytes = 0; // into the op's scratch
+  };
   struct MatmulPlan {
     std::vector<MatmulShape> shapes; // [0]: chunks of mc rows (or the whole GEMM), [1]: the last chunk
-    bool chunked = false, stageA = false, stageC = false;
-    int64_t mc = 0, ldAs = 0, ldCs = 0; // rows per chunk, leading dimensions of the staging
-    int64_t offCs = 0;                   // bytes into the scratch where c's staging starts
+    Staging st;
   };
   struct Op {
     OpKind kind;
@@ -220,6 +225,8 @@ private:
     float value = 0.f;
     std::vector<int64_t> shape, perm;
     int mm = -1;
+    const void *bias = nullptr; // matmul: bias of the next instruction, added by cuBLASLt's epilogue
+    bool fusedAway = false;     // bias_add done by the matmul before it
     CpuAdamArgs adam{};
     double maxNorm = 0.0;
     bool clip = false, unscale = false, skip = false, writeHalf = false;
@@ -232,13 +239,12 @@ private:
 
   void prepare();
   void planMatmul(Op &op);
-  MatmulShape makeShape(const Op &op, int64_t m, int64_t lda, int64_t ldc, const void *aPtr, const void *cPtr);
-  struct Staging {
-    bool chunked = false, stageA = false, stageC = false;
-    int64_t mc = 0, ldAs = 0, ldCs = 0, offCs = 0, bytes = 0;
-  };
-  static Staging matmulStaging(const Op &op);
-  static int64_t matmulStagingBytes(const Op &op) { return matmulStaging(op).bytes; }
+  MatmulShape makeShape(const Op &op, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                        const void *aPtr, const void *bPtr, const void *cPtr);
+  void fuseBiases();
+  Staging matmulStaging(const Op &op) const;
+  int64_t matmulStagingBytes(const Op &op) const { return matmulStaging(op).bytes; }
+  bool allowStaging_ = true; // off when the GPU cannot spare the workspace
   void issue(Op &op);
   void runHost(Op &op);
   void runStream(size_t s);
@@ -340,6 +346,10 @@ CudaEngine::CudaEngine(Program program, uint64_t seed) : prog_(std::move(program
     prepare(); // decides the workspace size
     size_t freeB = 0, totalB = 0;
     BIGC_CK(cudaMemGetInfo(&freeB, &totalB));
+    if (deviceArena + workspaceBytes_ > int64_t(freeB)) { // without the GEMM staging (slower, smaller)
+      allowStaging_ = false;
+      prepare();
+    }
     const int64_t need = deviceArena + workspaceBytes_;
     if (need > int64_t(freeB))
       throw UserError("the program needs " + human(need) + " of GPU memory (device arena " + human(deviceArena) +
@@ -404,6 +414,7 @@ CudaEngine::CudaEngine(Program program, uint64_t seed) : prog_(std::move(program
           if (c.id == op.ins->out[k]) op.out[k] = c.stage;
     }
     BIGC_LT(cublasLtCreate(&lt_));
+    fuseBiases();
     for (Op &op : ops_)
       if (op.kind == OpKind::Matmul) planMatmul(op);
 
@@ -747,35 +758,56 @@ void CudaEngine::prepare() {
   workspaceBytes_ = std::max<int64_t>(off, 256);
 }
 
-// Rows of a or c whose byte length is not a multiple of 16 keep cuBLASLt off its tensor-core
-// kernels (5-6x slower on a 50257-wide LM head). Such GEMMs (one product, at least 8 MiB) run in
-// chunks of c's rows with the misaligned operand padded to a multiple of 64 elements in the
-// workspace; the chunk size keeps the staging within 256 MiB.
-CudaEngine::Staging CudaEngine::matmulStaging(const Op &op) {
+// A bias_add right after the matmul that produces its input, in place (the program format's
+// in-place rule: the matmul's output dies there), on the same stream with no waits of its own:
+// cuBLASLt adds the bias in the GEMM's epilogue and the bias_add does nothing. BIGC_FUSE=0 turns
+// this off.
+void CudaEngine::fuseBiases() {
+  const char *env = std::getenv("BIGC_FUSE");
+  if (env && std::string(env) == "0") return;
+  for (size_t i = 0; i + 1 < ops_.size(); ++i) {
+    Op &m = ops_[i], &b = ops_[i + 1];
+    if (m.kind != OpKind::Matmul || b.kind != OpKind::BiasAdd || m.stream != b.stream || onHost_[m.stream]) continue;
+    if (!b.ins->wait.empty() || b.ins->in[0] != m.ins->out[0] || b.out[0] != m.out[0]) continue;
+    if (!m.pre.empty() || !m.post.empty() || !b.pre.empty() || !b.post.empty() || m.t != b.t) continue;
+    if (m.batch != 1 || b.cols != m.N || matmulStaging(m).chunked) continue;
+    m.bias = b.in[1];
+    b.fusedAway = true;
+  }
+}
+
+CudaEngine::Staging CudaEngine::matmulStaging(const Op &op) const {
   Staging st;
+  if (!allowStaging_) return st;
   const int64_t es = dtypeSize(op.t);
   const int64_t lda = op.ta ? op.M : op.K, ldb = op.tb ? op.K : op.N;
   auto misaligned = [&](int64_t ld) { return (ld * es) % 16 != 0; };
-  const bool big = std::max(op.M * op.K, op.M * op.N) * es >= (int64_t(8) << 20);
-  if (op.batch != 1 || !big || misaligned(ldb) || !(misaligned(lda) || misaligned(op.N))) return st;
-  st.chunked = true;
-  st.stageA = misaligned(lda);
-  st.stageC = misaligned(op.N);
   auto pad = [](int64_t n) { return (n + 63) / 64 * 64; };
-  st.ldAs = op.ta ? 0 : pad(op.K);
-  st.ldCs = pad(op.N);
-  const int64_t perRow = (st.stageA ? (op.ta ? op.K : pad(op.K)) : 0) + (st.stageC ? pad(op.N) : 0);
+  const bool big = std::max({op.M * op.K, op.M * op.N, op.K * op.N}) * es >= (int64_t(8) << 20);
+  const bool odd = op.N % 8 != 0 || op.K % 8 != 0 || misaligned(lda) || misaligned(ldb) || misaligned(op.N);
+  if (op.batch != 1 || !big || !odd) return st;
+  st.chunked = true;
+  st.Np = op.N % 8 ? pad(op.N) : op.N;
+  st.Kp = op.K % 8 ? pad(op.K) : op.K;
+  st.stageA = st.Kp != op.K || misaligned(lda);
+  st.stageB = st.Kp != op.K || st.Np != op.N || misaligned(ldb);
+  st.stageC = st.Np != op.N || misaligned(op.N);
   const char *env = std::getenv("BIGC_GEMM_STAGING_MB"); // tests: small chunks
   const int64_t budget = (env && std::atoll(env) > 0 ? std::atoll(env) : 256) << 20;
-  st.mc = std::max<int64_t>(64, budget / std::max<int64_t>(1, perRow * es) / 64 * 64);
+  const int64_t perRow = ((st.stageA ? st.Kp : 0) + (st.stageC ? st.Np : 0)) * es;
+  st.mc = perRow > 0 ? std::max<int64_t>(64, budget / perRow / 64 * 64) : pad(op.M);
   st.mc = std::min(st.mc, pad(op.M));
-  const int64_t aBytes = st.stageA ? (op.ta ? op.K * pad(st.mc) : st.mc * st.ldAs) * es : 0;
-  st.offCs = int64_t(cuda::align256(size_t(aBytes)));
-  st.bytes = st.offCs + (st.stageC ? st.mc * st.ldCs * es : 0);
+  const int64_t bBytes = st.stageB ? st.Np * st.Kp * es : 0;
+  const int64_t aBytes = st.stageA ? st.mc * st.Kp * es : 0;
+  st.offB = 0;
+  st.offA = int64_t(cuda::align256(size_t(bBytes)));
+  st.offC = st.offA + int64_t(cuda::align256(size_t(aBytes)));
+  st.bytes = st.offC + (st.stageC ? st.mc * st.Np * es : 0);
   return st;
 }
 
-CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t lda, int64_t ldc, const void *aPtr,
+CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t n, int64_t k, int64_t lda,
+                                               int64_t ldb, int64_t ldc, const void *aPtr, const void *bPtr,
                                                const void *cPtr) {
   MatmulShape p;
   const cudaDataType_t ty = cudaType(op.t);
@@ -785,11 +817,18 @@ CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t l
   cublasOperation_t opA = op.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opB = op.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA));
   BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB));
-  const uint64_t aRows = op.tb ? op.K : op.N, aCols = op.tb ? op.N : op.K; // our b, column-major
-  const uint64_t bRows = op.ta ? m : op.K, bCols = op.ta ? op.K : m;       // our a, column-major
-  BIGC_LT(cublasLtMatrixLayoutCreate(&p.a, ty, aRows, aCols, int64_t(aRows)));
+  const uint64_t aRows = op.tb ? k : n, aCols = op.tb ? n : k; // our b, column-major
+  const uint64_t bRows = op.ta ? m : k, bCols = op.ta ? k : m; // our a, column-major
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.a, ty, aRows, aCols, ldb));
   BIGC_LT(cublasLtMatrixLayoutCreate(&p.b, ty, bRows, bCols, lda));
-  BIGC_LT(cublasLtMatrixLayoutCreate(&p.c, ty, uint64_t(op.N), uint64_t(m), ldc));
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.c, ty, uint64_t(n), uint64_t(m), ldc));
+  if (op.bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &op.bias, sizeof op.bias));
+    cudaDataType_t bt = ty;
+    BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+  }
   if (op.batch > 1) {
     int32_t count = int32_t(op.batch);
     for (auto [layout, stride] : {std::pair{p.a, op.sB}, std::pair{p.b, op.sA}, std::pair{p.c, op.sC}}) {
@@ -803,7 +842,7 @@ CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t l
   uint64_t ws = uint64_t(ltBytes_[op.stream]);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   const int64_t es = dtypeSize(op.t);
-  uint32_t alA = alignmentOf(op.in[1], op.batch > 1 ? op.sB * es : 0);
+  uint32_t alA = alignmentOf(bPtr, op.batch > 1 ? op.sB * es : 0);
   uint32_t alB = alignmentOf(aPtr, op.batch > 1 ? op.sA * es : 0);
   uint32_t alC = alignmentOf(cPtr, op.batch > 1 ? op.sC * es : 0);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alA, sizeof alA);
@@ -815,10 +854,12 @@ CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t l
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    plans_.push_back(MatmulPlan{{p}}); // destroyed with the others
+    MatmulPlan keep;
+    keep.shapes.push_back(p);
+    plans_.push_back(keep); // destroyed with the others
     throw std::runtime_error("cuBLASLt has no algorithm for instruction " + std::to_string(op.index) + " (matmul " +
-                             std::to_string(op.batch) + " x [" + std::to_string(m) + "," + std::to_string(op.K) +
-                             "] @ [" + std::to_string(op.K) + "," + std::to_string(op.N) + "], " + dtypeName(op.t) +
+                             std::to_string(op.batch) + " x [" + std::to_string(m) + "," + std::to_string(k) +
+                             "] @ [" + std::to_string(k) + "," + std::to_string(n) + "], " + dtypeName(op.t) +
                              ", status " + std::to_string(int(st)) + ")");
   }
   p.algo = res.algo;
@@ -828,21 +869,21 @@ CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t l
 void CudaEngine::planMatmul(Op &op) {
   MatmulPlan plan;
   const Staging st = matmulStaging(op);
-  const int64_t es = dtypeSize(op.t);
-  const int64_t lda = op.ta ? op.M : op.K;
-  char *a = static_cast<char *>(op.in[0]), *c = static_cast<char *>(op.out[0]);
+  plan.st = st;
+  const int64_t lda = op.ta ? op.M : op.K, ldb = op.tb ? op.K : op.N;
+  char *a = static_cast<char *>(op.in[0]), *b = static_cast<char *>(op.in[1]), *c = static_cast<char *>(op.out[0]);
   if (!st.chunked) {
-    plan.shapes.push_back(makeShape(op, op.M, lda, op.N, a, c));
+    plan.shapes.push_back(makeShape(op, op.M, op.N, op.K, lda, ldb, op.N, a, b, c));
   } else {
     char *scratch = static_cast<char *>(scratchBase(op.stream));
-    plan.chunked = true, plan.stageA = st.stageA, plan.stageC = st.stageC, plan.mc = st.mc;
-    plan.ldAs = st.ldAs, plan.ldCs = st.ldCs, plan.offCs = st.offCs;
+    const void *aPtr = st.stageA ? scratch + st.offA : a, *bPtr = st.stageB ? scratch + st.offB : b;
+    const void *cPtr = st.stageC ? scratch + st.offC : c;
     for (int64_t m : {st.mc, op.M % st.mc}) {
       if (m == 0) continue;
-      const void *aPtr = st.stageA ? scratch : a;
-      const void *cPtr = st.stageC ? scratch + st.offCs : c;
-      const int64_t ldA = st.stageA ? (op.ta ? (m + 63) / 64 * 64 : st.ldAs) : lda;
-      plan.shapes.push_back(makeShape(op, m, ldA, st.stageC ? st.ldCs : op.N, aPtr, cPtr));
+      const int64_t ldA = st.stageA ? (op.ta ? m : st.Kp) : lda;
+      const int64_t ldB = st.stageB ? (op.tb ? st.Kp : st.Np) : ldb;
+      plan.shapes.push_back(makeShape(op, m, st.stageC ? st.Np : op.N, st.Kp, ldA, ldB, st.stageC ? st.Np : op.N,
+                                      aPtr, bPtr, cPtr));
     }
   }
   op.mm = int(plans_.size());
@@ -1033,38 +1074,70 @@ void CudaEngine::issue(Op &op) {
     const MatmulPlan &plan = plans_[size_t(op.mm)];
     const float alpha = 1.0f, beta = 0.0f;
     void *ltws = static_cast<char *>(workspace_) + ltOffset_[op.stream];
-    if (!plan.chunked) {
+    if (!plan.st.chunked) {
       const MatmulShape &p = plan.shapes[0];
       BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, op.in[1], p.a, op.in[0], p.b, &beta, op.out[0], p.c, op.out[0], p.c,
                              &p.algo, ltws, size_t(ltBytes_[op.stream]), s));
       break;
     }
+    const Staging &st = plan.st;
     const int64_t es = dtypeSize(op.t);
-    const int eb = int(es);
     const char *a = static_cast<const char *>(op.in[0]);
+    const char *b = static_cast<const char *>(op.in[1]);
     char *c = static_cast<char *>(op.out[0]);
-    char *As = static_cast<char *>(scratch), *Cs = static_cast<char *>(scratch) + plan.offCs;
-    for (int64_t m0 = 0; m0 < op.M; m0 += plan.mc) {
-      const int64_t m = std::min(plan.mc, op.M - m0);
-      const MatmulShape &p = plan.shapes[m == plan.mc ? 0 : 1];
-      const void *aPtr;
-      if (plan.stageA) {
-        if (!op.ta) cuda::copy2d(eb, a + m0 * op.K * es, op.K, As, plan.ldAs, m, op.K, s);
-        else cuda::copy2d(eb, a + m0 * es, op.M, As, (m + 63) / 64 * 64, op.K, m, s);
+    char *As = static_cast<char *>(scratch) + st.offA, *Bs = static_cast<char *>(scratch) + st.offB;
+    char *Cs = static_cast<char *>(scratch) + st.offC;
+    // 2-D copy of rows x cols elements, and zeros for columns [cols, padCols) of each row.
+    auto copyPad = [&](char *dst, int64_t dpitch, const char *src, int64_t spitch, int64_t rows, int64_t cols,
+                       int64_t padCols) {
+      BIGC_CK(cudaMemcpy2DAsync(dst, size_t(dpitch * es), src, size_t(spitch * es), size_t(cols * es), size_t(rows),
+                                cudaMemcpyDeviceToDevice, s));
+      if (padCols > cols)
+        BIGC_CK(cudaMemset2DAsync(dst + cols * es, size_t(dpitch * es), 0, size_t((padCols - cols) * es), size_t(rows), s));
+    };
+    auto zeroRows = [&](char *dst, int64_t pitch, int64_t from, int64_t to) {
+      if (to > from) BIGC_CK(cudaMemsetAsync(dst + from * pitch * es, 0, size_t((to - from) * pitch * es), s));
+    };
+    if (st.stageB) { // b with N and K padded by zeros
+      if (op.tb) { // [N, K] -> [Np, Kp]
+        copyPad(Bs, st.Kp, b, op.K, op.N, op.K, st.Kp);
+        zeroRows(Bs, st.Kp, op.N, st.Np);
+      } else { // [K, N] -> [Kp, Np]
+        copyPad(Bs, st.Np, b, op.N, op.K, op.N, st.Np);
+        zeroRows(Bs, st.Np, op.K, st.Kp);
+      }
+    }
+    const int64_t n = st.stageC ? st.Np : op.N;
+    for (int64_t m0 = 0; m0 < op.M; m0 += st.mc) {
+      const int64_t m = std::min(st.mc, op.M - m0);
+      const MatmulShape &p = plan.shapes[m == st.mc ? 0 : 1];
+      const char *aPtr;
+      if (st.stageA) {
+        if (!op.ta) { // rows m0.. of a [M, K] -> [m, Kp]
+          copyPad(As, st.Kp, a + m0 * op.K * es, op.K, m, op.K, st.Kp);
+        } else { // columns m0.. of a [K, M] -> [Kp, m]
+          copyPad(As, m, a + m0 * es, op.M, op.K, m, m);
+          zeroRows(As, m, op.K, st.Kp);
+        }
         aPtr = As;
       } else {
         aPtr = op.ta ? a + m0 * es : a + m0 * op.K * es;
       }
-      void *cPtr = plan.stageC ? static_cast<void *>(Cs) : static_cast<void *>(c + m0 * op.N * es);
-      BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, op.in[1], p.a, aPtr, p.b, &beta, cPtr, p.c, cPtr, p.c, &p.algo, ltws,
+      const char *bPtr = st.stageB ? Bs : b;
+      char *cPtr = st.stageC ? Cs : c + m0 * op.N * es;
+      BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, bPtr, p.a, aPtr, p.b, &beta, cPtr, p.c, cPtr, p.c, &p.algo, ltws,
                              size_t(ltBytes_[op.stream]), s));
-      if (plan.stageC) cuda::copy2d(eb, Cs, plan.ldCs, c + m0 * op.N * es, op.N, m, op.N, s);
+      if (st.stageC)
+        BIGC_CK(cudaMemcpy2DAsync(c + m0 * op.N * es, size_t(op.N * es), Cs, size_t(n * es), size_t(op.N * es), size_t(m),
+                                  cudaMemcpyDeviceToDevice, s));
     }
     break;
   }
   case OpKind::Add: cuda::add(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
   case OpKind::Mul: cuda::mul(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
-  case OpKind::BiasAdd: cuda::biasAdd(op.t, op.in[0], op.in[1], op.out[0], op.rows, op.cols, s); break;
+  case OpKind::BiasAdd:
+    if (!op.fusedAway) cuda::biasAdd(op.t, op.in[0], op.in[1], op.out[0], op.rows, op.cols, s);
+    break;
   case OpKind::Scale: cuda::scale(op.t, op.in[0], op.out[0], op.value, op.n, s); break;
   case OpKind::Fill: cuda::fill(op.t, op.out[0], op.value, op.n, s); break;
   case OpKind::Gelu: cuda::gelu(op.t, op.in[0], op.out[0], op.n, s); break;
