@@ -6,6 +6,7 @@
 #include "bigc/runtime/kernels.h"
 #include "bigc/runtime/loss_scale.h"
 #include "bigc/runtime/ops.h"
+#include "bigc/runtime/op_dims.h"
 
 #include <algorithm>
 #include <atomic>
@@ -75,7 +76,7 @@ struct Conv {
   float *stage = nullptr;
 };
 
-struct Executor::Op {
+struct Executor::Op : OpDims {
   OpKind kind;
   size_t index = 0;
   size_t stream = 0;
@@ -86,21 +87,8 @@ struct Executor::Op {
   std::vector<int64_t> inNumel, outNumel;
   std::vector<Conv> pre, post;
   int64_t stageFloats = 0;
-  // Decoded dimensions (meaning per op, see prepare()).
-  int64_t n = 0, rows = 0, cols = 0, V = 0, C = 0, B = 0, T = 0, H = 0;
-  int64_t batch = 1, M = 0, N = 0, K = 0, sA = 0, sB = 0, sC = 0;
-  bool ta = false, tb = false;
-  float value = 0.f;
-  std::vector<int64_t> shape, perm;
   std::vector<float *> parts;
   std::vector<const float *> cparts;
-  // adamw
-  CpuAdamArgs adam{};
-  double maxNorm = 0.0;
-  bool clip = false, unscale = false, skip = false, writeHalf = false;
-  int iNorm = -1, iScale = -1, iFound = -1;
-  // loss_scale_update
-  double growthInterval = 2000, backoff = 0.5, growth = 2;
 };
 
 // Stream workers and completion stamps.
@@ -138,11 +126,6 @@ struct Executor::Streams {
 namespace {
 struct Aborted {}; // another stream failed; this one stops quietly
 
-int64_t prodRange(const std::vector<int64_t> &s, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t i = from; i < to; ++i) n *= s[i];
-  return n;
-}
 std::string human(int64_t bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / (1024.0 * 1024.0 * 1024.0));
@@ -379,116 +362,7 @@ void Executor::prepare() {
           op.post.push_back(Conv{ins.out[k], op.rawOut[k], out(k).dtype, out(k).numel(), stage(ins.out[k]), nullptr});
       stagingBytes_[op.stream] = std::max(stagingBytes_[op.stream], op.stageFloats * 4);
     }
-    switch (op.kind) {
-    case OpKind::Embedding:
-      op.V = in(0).shape[0], op.C = in(0).shape[1], op.n = in(1).numel();
-      break;
-    case OpKind::EmbeddingGrad:
-      op.V = out(0).shape[0], op.C = out(0).shape[1], op.n = in(1).numel();
-      break;
-    case OpKind::Matmul: {
-      const auto &a = in(0).shape, &b = in(1).shape;
-      size_t ra = a.size(), rb = b.size();
-      op.ta = ins.flag("transpose_a"), op.tb = ins.flag("transpose_b");
-      op.N = op.tb ? b[rb - 2] : b[rb - 1];
-      op.K = op.tb ? b[rb - 1] : b[rb - 2];
-      if (ra > 2 && rb == 2) { // linear layer: flatten a's leading dims
-        op.batch = 1;
-        op.M = prodRange(a, 0, ra - 1);
-      } else {
-        op.batch = prodRange(a, 0, ra - 2);
-        op.M = op.ta ? a[ra - 1] : a[ra - 2];
-        if (op.batch > 1) op.sA = op.M * op.K, op.sB = op.K * op.N, op.sC = op.M * op.N;
-      }
-      break;
-    }
-    case OpKind::Add:
-    case OpKind::Mul:
-    case OpKind::Scale:
-    case OpKind::Gelu:
-    case OpKind::GeluGrad:
-    case OpKind::Fill:
-      op.n = out(0).numel();
-      op.value = float(ins.num(op.kind == OpKind::Scale ? "factor" : "value", op.kind == OpKind::Scale ? 1.0 : 0.0));
-      break;
-    case OpKind::BiasAdd:
-      op.cols = in(1).numel();
-      op.rows = op.cols ? in(0).numel() / op.cols : 0;
-      break;
-    case OpKind::ReduceSum:
-      op.cols = out(0).numel();
-      op.rows = op.cols ? in(0).numel() / op.cols : 0;
-      break;
-    case OpKind::Layernorm:
-    case OpKind::LayernormGrad: {
-      const Buffer &x = op.kind == OpKind::Layernorm ? in(0) : in(1);
-      op.C = x.shape.back();
-      op.N = op.C ? x.numel() / op.C : 0;
-      op.value = float(ins.num("eps", 1e-5));
-      break;
-    }
-    case OpKind::Attention:
-    case OpKind::AttentionGrad: {
-      const Buffer &qkv = op.kind == OpKind::Attention ? in(0) : in(1);
-      op.B = qkv.shape[0], op.T = qkv.shape[1], op.C = qkv.shape[2] / 3, op.H = int64_t(ins.num("heads", 1));
-      break;
-    }
-    case OpKind::Transpose:
-      op.shape = in(0).shape;
-      op.perm = ins.ints("perm");
-      break;
-    case OpKind::Reshape:
-    case OpKind::Copy:
-      op.n = in(0).bytes;
-      break;
-    case OpKind::Split:
-    case OpKind::Concat: {
-      bool split = op.kind == OpKind::Split;
-      const Buffer &whole = split ? in(0) : out(0);
-      int64_t parts = int64_t(split ? ins.out.size() : ins.in.size());
-      int64_t ax = int64_t(ins.num("axis", 0));
-      if (ax < 0) ax += int64_t(whole.shape.size());
-      op.rows = prodRange(whole.shape, 0, size_t(ax));
-      op.cols = whole.shape[size_t(ax)] / parts * prodRange(whole.shape, size_t(ax) + 1, whole.shape.size());
-      op.n = parts;
-      break;
-    }
-    case OpKind::CrossEntropy:
-    case OpKind::CrossEntropyGrad:
-      op.V = in(0).shape.back();
-      op.N = op.V ? in(0).numel() / op.V : 0;
-      break;
-    case OpKind::GlobalNorm:
-    case OpKind::CheckFinite:
-    case OpKind::Wait:
-      break;
-    case OpKind::Cast:
-      op.n = in(0).numel();
-      break;
-    case OpKind::AdamW: {
-      const Optimizer &o = prog_.optimizer;
-      op.n = in(0).numel();
-      op.adam.lr = float(ins.num("lr", o.lr));
-      op.adam.beta1 = float(ins.num("beta1", o.beta1));
-      op.adam.beta2 = float(ins.num("beta2", o.beta2));
-      op.adam.eps = float(ins.num("eps", o.eps));
-      op.adam.weightDecay = float(ins.num("weight_decay", o.weightDecay));
-      op.adam.gradScale = 1.0f;
-      op.maxNorm = ins.num("max_norm", o.gradClip);
-      op.clip = ins.flag("clip"), op.unscale = ins.flag("unscale"), op.skip = ins.flag("skip_on_overflow");
-      op.writeHalf = ins.flag("write_half");
-      int k = 4;
-      if (op.clip) op.iNorm = k++;
-      if (op.unscale) op.iScale = k++;
-      if (op.skip) op.iFound = k++;
-      break;
-    }
-    case OpKind::LossScaleUpdate:
-      op.growthInterval = ins.num("growth_interval", 2000);
-      op.backoff = ins.num("backoff", 0.5);
-      op.growth = ins.num("growth", 2.0);
-      break;
-    }
+    static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
     ops_.push_back(std::move(op));
   }
 
@@ -702,48 +576,25 @@ void Executor::execute(Op &op) {
   case OpKind::CrossEntropyGrad:
     cpu::crossEntropyGrad(fi(0), ii(1), *fi(2), fo(0), op.N, op.V);
     break;
-  case OpKind::GlobalNorm: {
-    double s = 0.0;
-    for (size_t k = 0; k < op.rawIn.size(); ++k)
-      s += op.inType[k] == DType::F32 ? cpu::sumSquares(static_cast<const float *>(op.rawIn[k]), op.inNumel[k])
-                                      : sumSquaresAs32(op.rawIn[k], op.inType[k], op.inNumel[k]);
-    *static_cast<float *>(op.rawOut[0]) = float(std::sqrt(s));
+  case OpKind::GlobalNorm:
+    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_);
     break;
-  }
   case OpKind::Cast: convert(op.rawIn[0], op.inType[0], op.rawOut[0], op.outType[0], op.n); break;
   case OpKind::Wait: break;
-  case OpKind::CheckFinite: {
-    bool bad = false;
-    for (size_t k = 0; k < op.rawIn.size() && !bad; ++k) bad = anyNonFinite(op.rawIn[k], op.inType[k], op.inNumel[k]);
-    *static_cast<float *>(op.rawOut[0]) = bad ? 1.0f : 0.0f;
-    break;
-  }
+  case OpKind::CheckFinite:
   case OpKind::LossScaleUpdate:
-    lossScaleUpdate(scalar(0), static_cast<float *>(op.rawOut[0]), static_cast<float *>(op.rawOut[1]), op.backoff,
-                    op.growth, op.growthInterval);
+    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_);
     break;
-  case OpKind::AdamW: {
-    double inv = 1.0;
-    if (op.unscale) inv = 1.0 / double(scalar(size_t(op.iScale)));
-    if (float *dst = captureDst_[op.index]) {
+  case OpKind::AdamW:
+    if (float *dst = captureDst_[op.index]) { // the grad as AdamW sees it, unscaled
       toF32(op.rawIn[1], op.inType[1], dst, op.n);
-      if (op.unscale)
+      if (op.unscale) {
+        const double inv = 1.0 / double(scalar(size_t(op.iScale)));
         for (int64_t k = 0; k < op.n; ++k) dst[k] = float(double(dst[k]) * inv);
+      }
     }
-    if (op.skip && scalar(size_t(op.iFound)) != 0.0f) break; // overflow: nothing is written
-    double c = 1.0;
-    if (op.clip && op.maxNorm > 0.0) {
-      double norm = double(scalar(size_t(op.iNorm))) * inv;
-      c = std::min(1.0, op.maxNorm / (norm + 1e-6));
-    }
-    CpuAdamArgs a = op.adam;
-    a.gradScale = float(c * inv);
-    a.step = updates_ + 1;
-    cpuAdamW(static_cast<float *>(op.rawOut[0]), op.rawIn[1], op.inType[1], static_cast<float *>(op.rawOut[1]),
-             static_cast<float *>(op.rawOut[2]), op.writeHalf ? op.rawOut[3] : nullptr,
-             op.writeHalf ? op.outType[3] : DType::F32, op.n, a);
+    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_);
     break;
-  }
   }
   for (const Conv &c : op.post) fromF32(c.stage, c.arena, c.dtype, c.n);
 }

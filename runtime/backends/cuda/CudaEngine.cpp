@@ -19,6 +19,7 @@
 #include "bigc/runtime/executor.h"
 #include "bigc/runtime/half.h"
 #include "bigc/runtime/loss_scale.h"
+#include "bigc/runtime/op_dims.h"
 #include "bigc/runtime/ops.h"
 #include "kernels.h"
 
@@ -79,11 +80,6 @@ cudaDataType_t cudaType(DType t) {
 
 bool is16(DType d) { return d == DType::BF16 || d == DType::F16; }
 
-int64_t prodRange(const std::vector<int64_t> &s, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t i = from; i < to; ++i) n *= s[i];
-  return n;
-}
 
 // Ops whose operands the engine handles one by one (no uniform storage type needed).
 bool special(OpKind k) {
@@ -209,7 +205,7 @@ private:
     std::vector<MatmulShape> shapes; // [0]: chunks of mc rows (or the whole GEMM), [1]: the last chunk
     Staging st;
   };
-  struct Op {
+  struct Op : OpDims {
     OpKind kind;
     size_t index = 0, stream = 0;
     const Instruction *ins = nullptr;
@@ -219,19 +215,9 @@ private:
     DType t = DType::F32; // storage type of the op's floating-point tensors (after staging)
     std::vector<Conv> pre, post;
     int64_t stageBytes = 0, scratchBytes = 0;
-    int64_t n = 0, rows = 0, cols = 0, V = 0, C = 0, B = 0, T = 0, H = 0;
-    int64_t batch = 1, M = 0, N = 0, K = 0, sA = 0, sB = 0, sC = 0;
-    bool ta = false, tb = false;
-    float value = 0.f;
-    std::vector<int64_t> shape, perm;
     int mm = -1;
     const void *bias = nullptr; // matmul: bias of the next instruction, added by cuBLASLt's epilogue
     bool fusedAway = false;     // bias_add done by the matmul before it
-    CpuAdamArgs adam{};
-    double maxNorm = 0.0;
-    bool clip = false, unscale = false, skip = false, writeHalf = false;
-    int iNorm = -1, iScale = -1, iFound = -1;
-    double growthInterval = 2000, backoff = 0.5, growth = 2;
     int flag = -1; // check_finite: index of its int flag
     bool record = false;
     unsigned char *capture = nullptr; // pinned copy of the grad (grad capture)
@@ -594,93 +580,21 @@ void CudaEngine::prepare() {
       }
     }
 
-    switch (op.kind) {
-    case OpKind::Embedding:
-      op.V = in(0).shape[0], op.C = in(0).shape[1], op.n = in(1).numel();
-      break;
-    case OpKind::EmbeddingGrad:
-      op.V = out(0).shape[0], op.C = out(0).shape[1], op.n = in(1).numel();
-      op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V));
-      break;
-    case OpKind::Matmul: {
-      const auto &a = in(0).shape, &b = in(1).shape;
-      size_t ra = a.size(), rb = b.size();
-      op.ta = ins.flag("transpose_a"), op.tb = ins.flag("transpose_b");
-      op.N = op.tb ? b[rb - 2] : b[rb - 1];
-      op.K = op.tb ? b[rb - 1] : b[rb - 2];
-      if (ra > 2 && rb == 2) {
-        op.batch = 1;
-        op.M = prodRange(a, 0, ra - 1);
-      } else {
-        op.batch = prodRange(a, 0, ra - 2);
-        op.M = op.ta ? a[ra - 1] : a[ra - 2];
-        if (op.batch > 1) op.sA = op.M * op.K, op.sB = op.K * op.N, op.sC = op.M * op.N;
-      }
+    static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
+    switch (op.kind) { // the workspace each kernel needs
+    case OpKind::EmbeddingGrad: op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V)); break;
+    case OpKind::Matmul:
       hasMatmul[op.stream] = true;
       op.scratchBytes = matmulStagingBytes(op);
       break;
-    }
-    case OpKind::Add:
-    case OpKind::Mul:
-    case OpKind::Scale:
-    case OpKind::Gelu:
-    case OpKind::GeluGrad:
-    case OpKind::Fill:
-      op.n = out(0).numel();
-      op.value = float(ins.num(op.kind == OpKind::Scale ? "factor" : "value", op.kind == OpKind::Scale ? 1.0 : 0.0));
-      break;
-    case OpKind::BiasAdd:
-      op.cols = in(1).numel();
-      op.rows = op.cols ? in(0).numel() / op.cols : 0;
-      break;
-    case OpKind::ReduceSum:
-      op.cols = out(0).numel();
-      op.rows = op.cols ? in(0).numel() / op.cols : 0;
-      op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols));
-      break;
-    case OpKind::Layernorm:
-    case OpKind::LayernormGrad: {
-      const Buffer &x = op.kind == OpKind::Layernorm ? in(0) : in(1);
-      op.C = x.shape.back();
-      op.N = op.C ? x.numel() / op.C : 0;
-      op.value = float(ins.num("eps", 1e-5));
-      if (op.kind == OpKind::LayernormGrad) op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C));
-      break;
-    }
-    case OpKind::Attention:
-    case OpKind::AttentionGrad: {
-      const Buffer &qkv = op.kind == OpKind::Attention ? in(0) : in(1);
-      op.B = qkv.shape[0], op.T = qkv.shape[1], op.C = qkv.shape[2] / 3, op.H = int64_t(ins.num("heads", 1));
-      if (op.kind == OpKind::AttentionGrad) op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
-      break;
-    }
+    case OpKind::ReduceSum: op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols)); break;
+    case OpKind::LayernormGrad: op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C)); break;
+    case OpKind::AttentionGrad: op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H)); break;
+    case OpKind::CrossEntropy: op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N)); break;
     case OpKind::Transpose:
-      op.shape = in(0).shape;
-      op.perm = ins.ints("perm");
-      if (op.shape.size() > 8) throw UserError(where() + ": transpose of rank " + std::to_string(op.shape.size()) +
-                                               " (the CUDA backend supports up to 8)");
-      break;
-    case OpKind::Reshape:
-    case OpKind::Copy:
-      op.n = in(0).bytes;
-      break;
-    case OpKind::Split:
-    case OpKind::Concat: {
-      bool split = op.kind == OpKind::Split;
-      const Buffer &whole = split ? in(0) : out(0);
-      int64_t parts = int64_t(split ? ins.out.size() : ins.in.size());
-      int64_t ax = int64_t(ins.num("axis", 0));
-      if (ax < 0) ax += int64_t(whole.shape.size());
-      op.rows = prodRange(whole.shape, 0, size_t(ax));
-      op.cols = whole.shape[size_t(ax)] / parts * prodRange(whole.shape, size_t(ax) + 1, whole.shape.size());
-      op.n = parts;
-      break;
-    }
-    case OpKind::CrossEntropy:
-    case OpKind::CrossEntropyGrad:
-      op.V = in(0).shape.back();
-      op.N = op.V ? in(0).numel() / op.V : 0;
-      if (op.kind == OpKind::CrossEntropy) op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N));
+      if (op.shape.size() > 8)
+        throw UserError(where() + ": transpose of rank " + std::to_string(op.shape.size()) +
+                        " (the CUDA backend supports up to 8)");
       break;
     case OpKind::GlobalNorm: {
       int64_t slots = 0;
@@ -691,31 +605,7 @@ void CudaEngine::prepare() {
     case OpKind::CheckFinite:
       if (!onHost_[op.stream]) op.flag = flags++;
       break;
-    case OpKind::Wait: break;
-    case OpKind::Cast: op.n = in(0).numel(); break;
-    case OpKind::AdamW: {
-      const Optimizer &o = prog_.optimizer;
-      op.n = in(0).numel();
-      op.adam.lr = float(ins.num("lr", o.lr));
-      op.adam.beta1 = float(ins.num("beta1", o.beta1));
-      op.adam.beta2 = float(ins.num("beta2", o.beta2));
-      op.adam.eps = float(ins.num("eps", o.eps));
-      op.adam.weightDecay = float(ins.num("weight_decay", o.weightDecay));
-      op.adam.gradScale = 1.0f;
-      op.maxNorm = ins.num("max_norm", o.gradClip);
-      op.clip = ins.flag("clip"), op.unscale = ins.flag("unscale"), op.skip = ins.flag("skip_on_overflow");
-      op.writeHalf = ins.flag("write_half");
-      int k = 4;
-      if (op.clip) op.iNorm = k++;
-      if (op.unscale) op.iScale = k++;
-      if (op.skip) op.iFound = k++;
-      break;
-    }
-    case OpKind::LossScaleUpdate:
-      op.growthInterval = ins.num("growth_interval", 2000);
-      op.backoff = ins.num("backoff", 0.5);
-      op.growth = ins.num("growth", 2.0);
-      break;
+    default: break;
     }
     scratch[op.stream] = std::max(scratch[op.stream], op.scratchBytes);
     stage[op.stream] = std::max(stage[op.stream], op.stageBytes);
@@ -1229,43 +1119,10 @@ void CudaEngine::issue(Op &op) {
 }
 
 void CudaEngine::runHost(Op &op) {
-  auto scalar = [&](size_t k) { return *static_cast<const float *>(op.rawIn[k]); };
+  if (op.kind == OpKind::AdamW && op.capture)
+    std::memcpy(op.capture, op.rawIn[1], size_t(prog_.buffers[size_t(op.ins->in[1])].bytes));
+  if (runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inT, op.outT, op.inN, updates_)) return;
   switch (op.kind) {
-  case OpKind::AdamW: {
-    double inv = 1.0;
-    if (op.unscale) inv = 1.0 / double(scalar(size_t(op.iScale)));
-    if (op.capture)
-      std::memcpy(op.capture, op.rawIn[1], size_t(prog_.buffers[size_t(op.ins->in[1])].bytes));
-    if (op.skip && scalar(size_t(op.iFound)) != 0.0f) break;
-    double c = 1.0;
-    if (op.clip && op.maxNorm > 0.0) {
-      double norm = double(scalar(size_t(op.iNorm))) * inv;
-      c = std::min(1.0, op.maxNorm / (norm + 1e-6));
-    }
-    CpuAdamArgs a = op.adam;
-    a.gradScale = float(c * inv);
-    a.step = updates_ + 1;
-    cpuAdamW(static_cast<float *>(op.rawOut[0]), op.rawIn[1], op.inT[1], static_cast<float *>(op.rawOut[1]),
-             static_cast<float *>(op.rawOut[2]), op.writeHalf ? op.rawOut[3] : nullptr,
-             op.writeHalf ? op.outT[3] : DType::F32, op.n, a);
-    break;
-  }
-  case OpKind::CheckFinite: {
-    bool bad = false;
-    for (size_t k = 0; k < op.rawIn.size() && !bad; ++k) bad = anyNonFinite(op.rawIn[k], op.inT[k], op.inN[k]);
-    *static_cast<float *>(op.rawOut[0]) = bad ? 1.0f : 0.0f;
-    break;
-  }
-  case OpKind::GlobalNorm: {
-    double s = 0.0;
-    for (size_t k = 0; k < op.rawIn.size(); ++k) s += sumSquaresAs32(op.rawIn[k], op.inT[k], op.inN[k]);
-    *static_cast<float *>(op.rawOut[0]) = float(std::sqrt(s));
-    break;
-  }
-  case OpKind::LossScaleUpdate:
-    lossScaleUpdate(scalar(0), static_cast<float *>(op.rawOut[0]), static_cast<float *>(op.rawOut[1]), op.backoff,
-                    op.growth, op.growthInterval);
-    break;
   case OpKind::Cast: convert(op.rawIn[0], op.inT[0], op.rawOut[0], op.outT[0], op.n); break;
   case OpKind::Copy:
   case OpKind::Reshape:

@@ -1,0 +1,42 @@
+// An instruction's operands decoded once at load time into the sizes its kernel takes (the same for
+// every backend): element counts, row/column splits, GEMM dimensions, attention shapes, AdamW and
+// loss-scale attributes. Semantics: docs/program-format.md, "Instructions". No MLIR here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "bigc/runtime/cpu_adam.h"
+#include "bigc/runtime/ops.h"
+#include "bigc/runtime/program.h"
+
+namespace bigc::rt {
+
+struct OpDims {
+  int64_t n = 0, rows = 0, cols = 0, V = 0, C = 0, B = 0, T = 0, H = 0;
+  // matmul: c[batch][M,N] = op(a)[M,K] @ op(b)[K,N]; strides between batch entries (elements)
+  int64_t batch = 1, M = 0, N = 0, K = 0, sA = 0, sB = 0, sC = 0;
+  bool ta = false, tb = false;
+  float value = 0.f; // scale: factor; fill: value; layernorm: eps
+  std::vector<int64_t> shape, perm; // transpose
+  // adamw: hyperparameters (step and gradScale set per call), and where its optional inputs are
+  CpuAdamArgs adam{};
+  double maxNorm = 0.0;
+  bool clip = false, unscale = false, skip = false, writeHalf = false;
+  int iNorm = -1, iScale = -1, iFound = -1;
+  // loss_scale_update
+  double growthInterval = 2000, backoff = 0.5, growth = 2;
+};
+
+// `ins` must have passed validateProgram.
+OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind);
+
+// The offloaded optimizer's instructions on host memory (the CPU backend runs every instruction
+// this way; the CUDA backend its host stream): adamw, check_finite, global_norm,
+// loss_scale_update. `updates` is the number of updates done before this step (AdamW's t - 1).
+// Returns false for any other op.
+bool runOptimizerOpOnHost(OpKind kind, const OpDims &d, const std::vector<void *> &in, const std::vector<void *> &out,
+                          const std::vector<DType> &inT, const std::vector<DType> &outT,
+                          const std::vector<int64_t> &inN, int64_t updates);
+
+} // namespace bigc::rt

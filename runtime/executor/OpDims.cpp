@@ -1,0 +1,180 @@
+// Decoding of instructions into kernel sizes, and the optimizer's instructions on host memory.
+#include "bigc/runtime/op_dims.h"
+#include "bigc/runtime/half.h"
+#include "bigc/runtime/kernels.h"
+#include "bigc/runtime/loss_scale.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace bigc::rt {
+
+namespace {
+int64_t prodRange(const std::vector<int64_t> &s, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t i = from; i < to; ++i) n *= s[i];
+  return n;
+}
+} // namespace
+
+OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
+  OpDims d;
+  auto in = [&](size_t k) -> const Buffer & { return p.buffers[size_t(ins.in[k])]; };
+  auto out = [&](size_t k) -> const Buffer & { return p.buffers[size_t(ins.out[k])]; };
+  switch (kind) {
+  case OpKind::Embedding:
+    d.V = in(0).shape[0], d.C = in(0).shape[1], d.n = in(1).numel();
+    break;
+  case OpKind::EmbeddingGrad:
+    d.V = out(0).shape[0], d.C = out(0).shape[1], d.n = in(1).numel();
+    break;
+  case OpKind::Matmul: {
+    const auto &a = in(0).shape, &b = in(1).shape;
+    size_t ra = a.size(), rb = b.size();
+    d.ta = ins.flag("transpose_a"), d.tb = ins.flag("transpose_b");
+    d.N = d.tb ? b[rb - 2] : b[rb - 1];
+    d.K = d.tb ? b[rb - 1] : b[rb - 2];
+    if (ra > 2 && rb == 2) { // linear layer: flatten a's leading dims
+      d.batch = 1;
+      d.M = prodRange(a, 0, ra - 1);
+    } else {
+      d.batch = prodRange(a, 0, ra - 2);
+      d.M = d.ta ? a[ra - 1] : a[ra - 2];
+      if (d.batch > 1) d.sA = d.M * d.K, d.sB = d.K * d.N, d.sC = d.M * d.N;
+    }
+    break;
+  }
+  case OpKind::Add:
+  case OpKind::Mul:
+  case OpKind::Scale:
+  case OpKind::Gelu:
+  case OpKind::GeluGrad:
+  case OpKind::Fill:
+    d.n = out(0).numel();
+    d.value = float(ins.num(kind == OpKind::Scale ? "factor" : "value", kind == OpKind::Scale ? 1.0 : 0.0));
+    break;
+  case OpKind::BiasAdd:
+    d.cols = in(1).numel();
+    d.rows = d.cols ? in(0).numel() / d.cols : 0;
+    break;
+  case OpKind::ReduceSum:
+    d.cols = out(0).numel();
+    d.rows = d.cols ? in(0).numel() / d.cols : 0;
+    break;
+  case OpKind::Layernorm:
+  case OpKind::LayernormGrad: {
+    const Buffer &x = kind == OpKind::Layernorm ? in(0) : in(1);
+    d.C = x.shape.back();
+    d.N = d.C ? x.numel() / d.C : 0;
+    d.value = float(ins.num("eps", 1e-5));
+    break;
+  }
+  case OpKind::Attention:
+  case OpKind::AttentionGrad: {
+    const Buffer &qkv = kind == OpKind::Attention ? in(0) : in(1);
+    d.B = qkv.shape[0], d.T = qkv.shape[1], d.C = qkv.shape[2] / 3, d.H = int64_t(ins.num("heads", 1));
+    break;
+  }
+  case OpKind::Transpose:
+    d.shape = in(0).shape;
+    d.perm = ins.ints("perm");
+    break;
+  case OpKind::Reshape:
+  case OpKind::Copy:
+    d.n = in(0).bytes;
+    break;
+  case OpKind::Split:
+  case OpKind::Concat: {
+    bool split = kind == OpKind::Split;
+    const Buffer &whole = split ? in(0) : out(0);
+    int64_t parts = int64_t(split ? ins.out.size() : ins.in.size());
+    int64_t ax = int64_t(ins.num("axis", 0));
+    if (ax < 0) ax += int64_t(whole.shape.size());
+    d.rows = prodRange(whole.shape, 0, size_t(ax));
+    d.cols = whole.shape[size_t(ax)] / parts * prodRange(whole.shape, size_t(ax) + 1, whole.shape.size());
+    d.n = parts;
+    break;
+  }
+  case OpKind::CrossEntropy:
+  case OpKind::CrossEntropyGrad:
+    d.V = in(0).shape.back();
+    d.N = d.V ? in(0).numel() / d.V : 0;
+    break;
+  case OpKind::GlobalNorm:
+  case OpKind::CheckFinite:
+  case OpKind::Wait:
+    break;
+  case OpKind::Cast:
+    d.n = in(0).numel();
+    break;
+  case OpKind::AdamW: {
+    const Optimizer &o = p.optimizer;
+    d.n = in(0).numel();
+    d.adam.lr = float(ins.num("lr", o.lr));
+    d.adam.beta1 = float(ins.num("beta1", o.beta1));
+    d.adam.beta2 = float(ins.num("beta2", o.beta2));
+    d.adam.eps = float(ins.num("eps", o.eps));
+    d.adam.weightDecay = float(ins.num("weight_decay", o.weightDecay));
+    d.adam.gradScale = 1.0f;
+    d.maxNorm = ins.num("max_norm", o.gradClip);
+    d.clip = ins.flag("clip"), d.unscale = ins.flag("unscale"), d.skip = ins.flag("skip_on_overflow");
+    d.writeHalf = ins.flag("write_half");
+    int k = 4;
+    if (d.clip) d.iNorm = k++;
+    if (d.unscale) d.iScale = k++;
+    if (d.skip) d.iFound = k++;
+    break;
+  }
+  case OpKind::LossScaleUpdate:
+    d.growthInterval = ins.num("growth_interval", 2000);
+    d.backoff = ins.num("backoff", 0.5);
+    d.growth = ins.num("growth", 2.0);
+    break;
+  }
+  return d;
+}
+
+bool runOptimizerOpOnHost(OpKind kind, const OpDims &d, const std::vector<void *> &in, const std::vector<void *> &out,
+                          const std::vector<DType> &inT, const std::vector<DType> &outT,
+                          const std::vector<int64_t> &inN, int64_t updates) {
+  auto scalar = [&](size_t k) { return *static_cast<const float *>(in[k]); };
+  switch (kind) {
+  case OpKind::AdamW: {
+    double inv = 1.0;
+    if (d.unscale) inv = 1.0 / double(scalar(size_t(d.iScale)));
+    if (d.skip && scalar(size_t(d.iFound)) != 0.0f) return true; // overflow: nothing is written
+    double c = 1.0;
+    if (d.clip && d.maxNorm > 0.0) {
+      double norm = double(scalar(size_t(d.iNorm))) * inv;
+      c = std::min(1.0, d.maxNorm / (norm + 1e-6));
+    }
+    CpuAdamArgs a = d.adam;
+    a.gradScale = float(c * inv);
+    a.step = updates + 1;
+    cpuAdamW(static_cast<float *>(out[0]), in[1], inT[1], static_cast<float *>(out[1]), static_cast<float *>(out[2]),
+             d.writeHalf ? out[3] : nullptr, d.writeHalf ? outT[3] : DType::F32, d.n, a);
+    return true;
+  }
+  case OpKind::CheckFinite: {
+    bool bad = false;
+    for (size_t k = 0; k < in.size() && !bad; ++k) bad = anyNonFinite(in[k], inT[k], inN[k]);
+    *static_cast<float *>(out[0]) = bad ? 1.0f : 0.0f;
+    return true;
+  }
+  case OpKind::GlobalNorm: {
+    double s = 0.0;
+    for (size_t k = 0; k < in.size(); ++k)
+      s += inT[k] == DType::F32 ? cpu::sumSquares(static_cast<const float *>(in[k]), inN[k])
+                                : sumSquaresAs32(in[k], inT[k], inN[k]);
+    *static_cast<float *>(out[0]) = float(std::sqrt(s));
+    return true;
+  }
+  case OpKind::LossScaleUpdate:
+    lossScaleUpdate(scalar(0), static_cast<float *>(out[0]), static_cast<float *>(out[1]), d.backoff, d.growth,
+                    d.growthInterval);
+    return true;
+  default: return false;
+  }
+}
+
+} // namespace bigc::rt
