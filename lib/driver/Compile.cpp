@@ -16,6 +16,7 @@
 #include "bigc/Emit/Emitter.h"
 #include "bigc/Passes/Passes.h"
 #include "bigc/runtime/program.h"
+#include "bigc/runtime/verifier.h"
 #include "bigc/support/cli.h"
 #include "bigc/support/hardware.h"
 
@@ -401,6 +402,12 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
   try {
     rt::Program program = emit::buildProgram(module, eo);
     rt::validateProgram(program, o.output);
+    std::vector<std::string> issues = rt::verifyPlan(program, 3);
+    if (!issues.empty()) {
+      std::string msg = "internal error: the plan verifier found the emitted program unsafe: " + issues[0];
+      for (size_t i = 1; i < issues.size(); ++i) msg += "; " + issues[i];
+      throw InternalError(msg + " (please report it)");
+    }
     return program;
   } catch (const emit::EmitError &e) {
     throw InternalError(std::string("internal error: ") + e.what() + " (please report it)");

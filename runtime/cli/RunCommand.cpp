@@ -4,6 +4,7 @@
 #include "bigc/runtime/executor.h"
 #include "bigc/runtime/program.h"
 #include "bigc/runtime/safetensors.h"
+#include "bigc/runtime/verifier.h"
 #include "bigc/support/cli.h"
 
 #include <algorithm>
@@ -44,6 +45,7 @@ const char *kRunUsage =
     "  --load-weights FILE start from these weights (safetensors, Hugging Face GPT-2 names)\n"
     "  --dump-grads FILE   the last step's parameter gradients (f32, unscaled) as safetensors\n"
     "  --threads N         CPU threads (default: all)\n"
+    "  --no-verify         skip the plan verifier (bigc verify) the loader runs on the program\n"
     "  --profile           time every instruction (GPU time per stream on cuda) and print, per op and\n"
     "                      for the slowest instructions, the time per step (steps after the first)\n"
     "  --quiet             no progress lines\n";
@@ -163,7 +165,7 @@ int runBody(int argc, char **argv, int first) {
   const std::set<std::string> valued = {"--backend",      "--steps",       "--data",         "--seed",
                                         "--log",          "--save-weights", "--load-weights", "--threads",
                                         "--dump-grads",   "--checkpoint-dir", "--checkpoint-every"};
-  const std::set<std::string> switches = {"--synthetic", "--quiet", "--resume", "--help", "--profile"};
+  const std::set<std::string> switches = {"--synthetic", "--quiet", "--resume", "--help", "--profile", "--no-verify"};
   cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
   if (args.has("--help")) {
     std::cout << kRunUsage;
@@ -211,6 +213,7 @@ int runBody(int argc, char **argv, int first) {
   }
 
   Program prog = loadProgram(programPath);
+  if (!args.has("--no-verify")) verifyProgram(prog, programPath); // the plan verifier (bigc verify)
   const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab;
 
   std::unique_ptr<data::TokenSource> source;

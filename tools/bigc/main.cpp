@@ -33,6 +33,7 @@ const char *kUsage =
     "  gen gpt      write a GPT-2-architecture model as MLIR (presets tiny, gpt2 ... 175b)\n"
     "  compile      model.mlir -> model.bigc: backward, optimizer, schedule, memory plan\n"
     "  inspect      show a program's memory plan (--memory, --json, --timeline FILE.svg)\n"
+    "  verify       prove a program's plan free of hazards (also done by compile and run)\n"
     "  run          train: run a program on the CPU or CUDA backend\n"
     "  data encode  turn a text file into byte-level tokens (vocabulary 256)\n"
     "\n"
@@ -45,7 +46,7 @@ const char *kUsage =
     "  bigc inspect model.bigc --memory --timeline plan.svg\n"
     "  bigc run model.bigc --synthetic --steps 100\n";
 
-const char *kCommands = "gen, compile, inspect, run, data";
+const char *kCommands = "gen, compile, inspect, verify, run, data";
 
 bool isHelp(const char *a) {
   return std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0;
@@ -67,6 +68,7 @@ int dispatch(int argc, char **argv, const std::string &cmd) {
   if (cmd == "inspect") return bigc::inspect::inspectMain(argc, argv, 2);
   if (cmd == "run") return bigc::rt::runMain(argc, argv, 2);
   if (cmd == "data") return bigc::rt::dataMain(argc, argv, 2);
+  if (cmd == "verify") return bigc::rt::verifyMain(argc, argv, 2);
   return -1;
 }
 
