@@ -1,5 +1,6 @@
 // `bigc run` / `bigc-run`: load a program, train for N steps, log, save weights.
 #include "bigc/runtime/run_command.h"
+#include "bigc/runtime/checkpoint.h"
 #include "bigc/runtime/data.h"
 #include "bigc/runtime/executor.h"
 #include "bigc/runtime/program.h"
@@ -8,7 +9,9 @@
 #include "bigc/support/cli.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <map>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +49,12 @@ const char *kRunUsage =
     "  --dump-grads FILE   the last step's parameter gradients (f32, unscaled) as safetensors\n"
     "  --threads N         CPU threads (default: all)\n"
     "  --no-verify         skip the plan verifier (bigc verify) the loader runs on the program\n"
+    "  --checkpoint-dir DIR  write checkpoints there (weights, optimizer state, step, data position):\n"
+    "                      after every --checkpoint-every N steps, at the end, and on SIGINT/SIGTERM\n"
+    "  --checkpoint-every N  steps between checkpoints (default: only at the end and on a signal)\n"
+    "  --keep-checkpoints K  keep the newest K complete checkpoints (default 2)\n"
+    "  --resume            continue from the newest complete checkpoint in --checkpoint-dir up to\n"
+    "                      step --steps (bit for bit as if the run had not stopped)\n"
     "  --profile           time every instruction (GPU time per stream on cuda) and print, per op and\n"
     "                      for the slowest instructions, the time per step (steps after the first)\n"
     "  --quiet             no progress lines\n";
@@ -161,20 +170,49 @@ void printProfile(const Engine &ex, double wall) {
   }
 }
 
+// SIGINT/SIGTERM during training: the step under way ends, a checkpoint is written (with
+// --checkpoint-dir), and the run exits 0. A second signal acts as usual (the handler resets).
+std::atomic<int> stopSignal{0};
+struct sigaction oldInt, oldTerm;
+extern "C" void onStop(int sig) { stopSignal.store(sig); }
+void installStopHandlers() {
+  stopSignal.store(0);
+  struct sigaction sa {};
+  sa.sa_handler = onStop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigaction(SIGINT, &sa, &oldInt);
+  sigaction(SIGTERM, &sa, &oldTerm);
+}
+void restoreStopHandlers() {
+  sigaction(SIGINT, &oldInt, nullptr);
+  sigaction(SIGTERM, &oldTerm, nullptr);
+}
+
 int runBody(int argc, char **argv, int first) {
   const std::set<std::string> valued = {"--backend",      "--steps",       "--data",         "--seed",
                                         "--log",          "--save-weights", "--load-weights", "--threads",
-                                        "--dump-grads",   "--checkpoint-dir", "--checkpoint-every"};
+                                        "--dump-grads",   "--checkpoint-dir", "--checkpoint-every",
+                                        "--keep-checkpoints"};
   const std::set<std::string> switches = {"--synthetic", "--quiet", "--resume", "--help", "--profile", "--no-verify"};
   cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
   if (args.has("--help")) {
     std::cout << kRunUsage;
     return 0;
   }
-  for (const char *opt : {"--checkpoint-dir", "--checkpoint-every", "--resume"})
-    if (args.has(opt))
-      throw UserError(std::string(opt) + " is not supported by this version yet (use --save-weights and "
-                                         "--load-weights to stop and continue a run)");
+  const std::string ckptDir = args.str("--checkpoint-dir", "");
+  if (args.has("--checkpoint-dir") && ckptDir.empty()) throw UserError("--checkpoint-dir needs a directory");
+  for (const char *opt : {"--checkpoint-every", "--resume", "--keep-checkpoints"})
+    if (args.has(opt) && ckptDir.empty())
+      throw UserError(std::string(opt) + " needs --checkpoint-dir DIR (where checkpoints are written and read)");
+  const int64_t every = args.integer("--checkpoint-every", 0);
+  if (args.has("--checkpoint-every") && every < 1)
+    throw UserError("--checkpoint-every must be >= 1, got " + std::to_string(every));
+  const int64_t keep = args.integer("--keep-checkpoints", 2);
+  if (keep < 1) throw UserError("--keep-checkpoints must be >= 1, got " + std::to_string(keep));
+  const bool resume = args.has("--resume");
+  if (resume && args.has("--load-weights"))
+    throw UserError("--resume and --load-weights exclude each other (a checkpoint holds the weights)");
   if (args.positional.empty()) throw UserError("missing the program file\n" + std::string(kRunUsage));
   if (args.positional.size() > 1)
     throw UserError("one program file expected, got " + std::to_string(args.positional.size()) + ": '" +
@@ -231,6 +269,30 @@ int runBody(int argc, char **argv, int first) {
     safetensors::loadWeights(ex, safetensors::read(path), path);
   }
   if (args.has("--dump-grads")) ex.enableGradCapture();
+  int64_t start = 0; // the step a resumed run continues from
+  if (resume) {
+    std::vector<std::string> skipped;
+    checkpoint::Info latest = checkpoint::latest(ckptDir, &skipped);
+    for (const auto &s : skipped) std::fprintf(stderr, "bigc run: skipping %s\n", s.c_str());
+    if (latest.path.empty() && !skipped.empty())
+      throw UserError("--resume: no complete checkpoint in " + ckptDir + " (" + std::to_string(skipped.size()) +
+                      " skipped, above); remove them to start over");
+    if (latest.path.empty()) {
+      if (!quiet) std::fprintf(stderr, "bigc run: no checkpoint in %s: starting at step 0\n", ckptDir.c_str());
+    } else {
+      checkpoint::Info info = checkpoint::load(latest.path, ex, *source);
+      start = info.step;
+      if (!quiet)
+        std::fprintf(stderr, "bigc run: resumed from %s (step %lld, loss %.4f)\n", info.path.c_str(),
+                     (long long)info.step, info.loss);
+    }
+    if (start >= steps) {
+      if (!quiet)
+        std::fprintf(stderr, "bigc run: the checkpoint is at step %lld, --steps is %lld: nothing to do\n",
+                     (long long)start, (long long)steps);
+      return 0;
+    }
+  }
   const bool profile = args.has("--profile");
   if (profile) ex.enableProfiling();
 
@@ -259,18 +321,25 @@ int runBody(int argc, char **argv, int first) {
   nlohmann::ordered_json peak = nlohmann::ordered_json::object();
   for (const auto &[name, bytes] : arenas) peak[name] = bytes;
   using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
+  const auto began = clock::now();
   float loss = 0.f;
   double profiledWall = 0.0;
-  for (int64_t s = 1; s <= steps; ++s) {
+  installStopHandlers();
+  int64_t lastSaved = -1;
+  auto saveCheckpoint = [&](double l) {
+    checkpoint::Info info = checkpoint::save(ckptDir, ex, *source, seed, l, int(keep));
+    lastSaved = info.step;
+    if (!quiet) std::fprintf(stderr, "bigc run: checkpoint %s\n", info.path.c_str());
+  };
+  for (int64_t s = start + 1; s <= steps; ++s) {
     const auto t0 = clock::now();
     for (int64_t k = 0; k < K; ++k) source->next(tokens.data() + k * bt, targets.data() + k * bt);
     loss = ex.step(tokens.data(), targets.data());
     const auto t1 = clock::now();
-    if (profile && s == 1) ex.resetProfile(); // the first step warms up (allocations of libraries, caches)
-    if (profile && s > 1) profiledWall += std::chrono::duration<double>(t1 - t0).count();
+    if (profile && s == start + 1) ex.resetProfile(); // the first step warms up (allocations of libraries, caches)
+    if (profile && s > start + 1) profiledWall += std::chrono::duration<double>(t1 - t0).count();
     double dt = std::chrono::duration<double>(t1 - t0).count();
-    double elapsed = std::chrono::duration<double>(t1 - start).count();
+    double elapsed = std::chrono::duration<double>(t1 - began).count();
     double tps = dt > 0 ? double(K * bt) / dt : 0.0;
     const bool scaling = ex.hasLossScaling();
     if (!quiet) {
@@ -299,15 +368,28 @@ int runBody(int argc, char **argv, int first) {
       }
       log->line(j.dump());
     }
+    if (!ckptDir.empty() && every > 0 && s % every == 0) saveCheckpoint(loss);
+    if (const int sig = stopSignal.load()) {
+      if (!ckptDir.empty() && lastSaved != s) saveCheckpoint(loss);
+      std::fprintf(stderr, "bigc run: stopped by %s after step %lld%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                   (long long)s,
+                   ckptDir.empty() ? " (no --checkpoint-dir: nothing saved)"
+                                   : "; continue with the same command and --resume");
+      steps = s;
+      break;
+    }
   }
+  restoreStopHandlers();
+  if (!ckptDir.empty() && lastSaved != ex.stepCount() && ex.stepCount() > start) saveCheckpoint(loss);
 
   if (profile) printProfile(ex, profiledWall);
   if (args.has("--save-weights")) safetensors::write(args.str("--save-weights"), safetensors::weightsOf(ex));
   if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
   if (log) log->commit();
   if (!quiet && steps > 0) {
-    double total = std::chrono::duration<double>(clock::now() - start).count();
-    std::fprintf(stderr, "bigc run: %lld steps in %.2f s, final loss %.4f\n", (long long)steps, total, double(loss));
+    double total = std::chrono::duration<double>(clock::now() - began).count();
+    std::fprintf(stderr, "bigc run: %lld steps in %.2f s, final loss %.4f\n", (long long)(steps - start), total,
+                 double(loss));
   }
   return 0;
 }

@@ -1,5 +1,7 @@
 // Token files (nanoGPT, llm.c), batches in llm.c order, synthetic data, `bigc data`.
 #include "bigc/runtime/data.h"
+
+#include <algorithm>
 #include "bigc/runtime/program.h"
 #include "bigc/runtime/run_command.h"
 #include "bigc/support/cli.h"
@@ -155,6 +157,23 @@ SyntheticTokenSource::SyntheticTokenSource(int64_t B, int64_t T, int64_t vocab, 
   }
   buf_.resize(size_t(B * T + 1));
   last_ = int32_t(mix(state_) % uint64_t(vocab));
+}
+
+void SyntheticTokenSource::restore(const std::vector<int64_t> &st) {
+  if (st.size() != 3 || st[2] != vocab_ || st[1] < 0 || st[1] >= vocab_)
+    throw UserError("the checkpoint's synthetic-data state does not fit this data source (vocabulary " +
+                    std::to_string(vocab_) + ")");
+  state_ = uint64_t(st[0]);
+  last_ = int32_t(st[1]);
+}
+
+void FileTokenSource::restore(const std::vector<int64_t> &st) {
+  if (st.size() != 3 || st[2] != file_.size() || st[0] < 0 || st[0] > file_.size())
+    throw UserError(file_.path() + ": the checkpoint was taken reading a token file of " +
+                    (st.size() == 3 ? std::to_string(st[2]) : std::string("?")) + " tokens; this one has " +
+                    std::to_string(file_.size()) + " (resume with the same --data file)");
+  pos_ = st[0];
+  checkedUpTo_ = std::min<int64_t>(st[1], file_.size());
 }
 
 int32_t SyntheticTokenSource::draw() {

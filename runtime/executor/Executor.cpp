@@ -282,6 +282,14 @@ void Executor::writeF32(int64_t bufferId, const float *values) {
   fromF32(values, data(bufferId), b.dtype, b.numel());
 }
 
+void Executor::readBytes(int64_t id, void *dst) const {
+  std::memcpy(dst, data(id), size_t(prog_.buffers.at(size_t(id)).bytes));
+}
+
+void Executor::writeBytes(int64_t id, const void *src) {
+  std::memcpy(data(id), src, size_t(prog_.buffers.at(size_t(id)).bytes));
+}
+
 std::map<std::string, int64_t> Executor::stagingBytes() const {
   std::map<std::string, int64_t> out;
   for (size_t s = 0; s < streams_->names.size(); ++s) out[streams_->names[s]] = stagingBytes_[s];

@@ -419,6 +419,7 @@ Program parseProgram(const std::string &bytes, const std::string &path) {
     fail(path, std::string("payload is not valid JSON: ") + e.what());
   }
   Program p = fromJson(root, path);
+  p.checksum = got;
   validateProgram(p, path);
   return p;
 }

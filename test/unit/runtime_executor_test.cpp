@@ -311,7 +311,8 @@ TEST(RuntimeRun, UserErrorsExitOne) {
     EXPECT_EQ(run({model, "--backend", "cuda"}), 1); // no GPU: one clear error
   }
   EXPECT_EQ(run({model, "--backend", "tpu"}), 1);
-  EXPECT_EQ(run({model, "--checkpoint-dir", dir}), 1);
+  EXPECT_EQ(run({model, "--checkpoint-dir", dir, "--checkpoint-every", "0"}), 1);
+  EXPECT_EQ(run({model, "--checkpoint-every", "2"}), 1); // needs --checkpoint-dir
   EXPECT_EQ(run({model, "--resume"}), 1);
   EXPECT_EQ(run({model, "--data", dir + "/none.bin"}), 1);
   EXPECT_EQ(run({model, "--save-weights", dir + "/no/dir/w.safetensors"}), 1);

@@ -45,6 +45,12 @@ public:
   // Fills B·T inputs and B·T targets. Throws UserError on bad data.
   virtual void next(int32_t *inputs, int32_t *targets) = 0;
   virtual std::string describe() const = 0;
+  // Where the stream is, for checkpoints: kind() names the source ("file" or "synthetic"), state()
+  // is everything next() depends on beyond the constructor's arguments, restore() sets it back
+  // (UserError when it does not fit this source).
+  virtual std::string kind() const = 0;
+  virtual std::vector<int64_t> state() const = 0;
+  virtual void restore(const std::vector<int64_t> &state) = 0;
 };
 
 // Batches read in order as llm.c does: at position p, inputs tokens[p, p+B·T), targets
@@ -55,6 +61,9 @@ public:
   FileTokenSource(const std::string &path, int64_t B, int64_t T, int64_t vocab);
   void next(int32_t *inputs, int32_t *targets) override;
   std::string describe() const override;
+  std::string kind() const override { return "file"; }
+  std::vector<int64_t> state() const override { return {pos_, checkedUpTo_, file_.size()}; }
+  void restore(const std::vector<int64_t> &state) override;
   int64_t position() const { return pos_; }
   const TokenFile &file() const { return file_; }
 
@@ -74,6 +83,9 @@ public:
   SyntheticTokenSource(int64_t B, int64_t T, int64_t vocab, uint64_t seed);
   void next(int32_t *inputs, int32_t *targets) override;
   std::string describe() const override;
+  std::string kind() const override { return "synthetic"; }
+  std::vector<int64_t> state() const override { return {int64_t(state_), last_, vocab_}; }
+  void restore(const std::vector<int64_t> &state) override;
   // The entropy rate of the chain in nats: the loss a perfect model would reach.
   double entropy() const;
 

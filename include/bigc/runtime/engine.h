@@ -34,6 +34,8 @@ public:
   virtual int64_t stepCount() const = 0;
   virtual int64_t updateCount() const = 0;
   virtual void setStepCount(int64_t t) = 0;
+  // Steps run and optimizer updates done (they differ when fp16 skipped steps), e.g. on resume.
+  virtual void setCounters(int64_t steps, int64_t updates) = 0;
   bool hasLossScaling() const { return program().lossScale >= 0; }
   virtual float lastLossScale() const = 0;
   virtual bool lastSkipped() const = 0;
@@ -41,6 +43,9 @@ public:
   // A buffer's values as f32 (converting 16-bit), and back (rounding to the buffer's dtype).
   virtual std::vector<float> readF32(int64_t bufferId) const = 0;
   virtual void writeF32(int64_t bufferId, const float *values) = 0;
+  // A buffer's bytes as stored (its dtype), and back.
+  virtual void readBytes(int64_t bufferId, void *dst) const = 0;
+  virtual void writeBytes(int64_t bufferId, const void *src) = 0;
 
   // Arena size per space name.
   std::map<std::string, int64_t> arenaBytes() const;

@@ -58,6 +58,9 @@ public:
   // Optimizer updates completed (steps not skipped on overflow); AdamW uses t = this + 1.
   int64_t updateCount() const override { return updates_; }
   void setStepCount(int64_t t) override { step_ = t, updates_ = t; }
+  void setCounters(int64_t steps, int64_t updates) override { step_ = steps, updates_ = updates; }
+  void readBytes(int64_t id, void *dst) const override;
+  void writeBytes(int64_t id, const void *src) override;
   // Loss scaling (fp16): the scale used by the last step and whether it was skipped. Without
   // loss scaling: 1 and false.
   float lastLossScale() const override { return lastScale_; }

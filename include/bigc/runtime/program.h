@@ -104,6 +104,7 @@ struct Program {
   int64_t lossScale = -1, foundInf = -1; // loss_scaling object (fp16); -1 absent
   RecomputeInfo recompute;
   std::vector<Instruction> instructions;
+  uint64_t checksum = 0; // FNV-1a 64 of the payload, as read (parseProgram); 0 when built in memory
 
   const Space *space(const std::string &name) const {
     for (auto &s : spaces)

@@ -164,6 +164,12 @@ public:
   int64_t stepCount() const override { return step_; }
   int64_t updateCount() const override { return updates_; }
   void setStepCount(int64_t t) override { step_ = t, updates_ = t; }
+  void setCounters(int64_t steps, int64_t updates) override { step_ = steps, updates_ = updates; }
+  void readBytes(int64_t id, void *dst) const override { download(id, dst); }
+  void writeBytes(int64_t id, const void *src) override {
+    upload(id, src);
+    BIGC_CK(cudaDeviceSynchronize());
+  }
   float lastLossScale() const override { return lastScale_; }
   bool lastSkipped() const override { return lastSkipped_; }
   std::vector<float> readF32(int64_t id) const override;

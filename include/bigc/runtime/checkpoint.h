@@ -1,0 +1,48 @@
+// Checkpoints of a training run (bigc run --checkpoint-dir DIR [--checkpoint-every N] [--resume]).
+//
+// DIR/step-00000120/ holds
+//   model.safetensors  the weights of record (fp32 masters, else the params) under the Hugging Face
+//                      GPT-2 names, as --save-weights writes them (loadable into PyTorch);
+//   state.safetensors  every persistent buffer as stored (weights, compute copies, AdamW moments,
+//                      the fp16 loss scale and its counter), under the program's buffer names;
+//   manifest.json      step, optimizer updates, the program's checksum, the data source's
+//                      position (file offset, or the synthetic stream's generator state), the seed,
+//                      the last loss, and each file's size and FNV-1a 64 checksum.
+// A checkpoint is written into a hidden temporary directory (every file and the directory fsync'd)
+// and renamed into place; until then the previous checkpoints stay whole, so a process killed at
+// any moment leaves at least one complete checkpoint. The newest `keep` are kept. A resumed run
+// continues bit for bit as if it had not stopped (same program, same backend). No MLIR here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bigc/runtime/data.h"
+#include "bigc/runtime/engine.h"
+
+namespace bigc::rt::checkpoint {
+
+struct Info {
+  std::string path;   // the checkpoint's directory
+  int64_t step = 0;   // steps completed
+  int64_t updates = 0;
+  double loss = 0.0;  // the loss of its last step
+};
+
+// Writes the checkpoint of `step` into dir (created if missing). Throws UserError on I/O failure
+// (naming the path), leaving the previous checkpoints as they were.
+Info save(const std::string &dir, const Engine &ex, const data::TokenSource &source, uint64_t seed, double loss,
+          int keep);
+
+// The newest complete checkpoint in dir: its manifest parses, belongs to a bigc checkpoint, and its
+// files have the sizes and checksums it records. Incomplete or damaged ones are skipped, each with
+// a line in `skipped`. Returns an empty path when there is none.
+Info latest(const std::string &dir, std::vector<std::string> *skipped);
+
+// Loads a checkpoint into the engine (every persistent buffer, the step and update counters) and
+// the data source (its position). Throws UserError when it was written for another program
+// (checksum), a buffer is missing or of another dtype or shape, or a file is damaged.
+Info load(const std::string &path, Engine &ex, data::TokenSource &source);
+
+} // namespace bigc::rt::checkpoint
