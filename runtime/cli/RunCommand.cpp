@@ -48,6 +48,8 @@ const char *kRunUsage =
     "  --load-weights FILE start from these weights (safetensors, Hugging Face GPT-2 names)\n"
     "  --dump-grads FILE   the last step's parameter gradients (f32, unscaled) as safetensors\n"
     "  --threads N         CPU threads (default: all)\n"
+    "  --check-numerics    stop at the first inf or nan an instruction produces, naming the step, the\n"
+    "                      instruction and its place in model.mlir (slower: every output is checked)\n"
     "  --no-verify         skip the plan verifier (bigc verify) the loader runs on the program\n"
     "  --checkpoint-dir DIR  write checkpoints there (weights, optimizer state, step, data position):\n"
     "                      after every --checkpoint-every N steps, at the end, and on SIGINT/SIGTERM\n"
@@ -194,7 +196,8 @@ int runBody(int argc, char **argv, int first) {
                                         "--log",          "--save-weights", "--load-weights", "--threads",
                                         "--dump-grads",   "--checkpoint-dir", "--checkpoint-every",
                                         "--keep-checkpoints"};
-  const std::set<std::string> switches = {"--synthetic", "--quiet", "--resume", "--help", "--profile", "--no-verify"};
+  const std::set<std::string> switches = {"--synthetic", "--quiet", "--resume", "--help", "--profile", "--no-verify",
+                                          "--check-numerics"};
   cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
   if (args.has("--help")) {
     std::cout << kRunUsage;
@@ -269,6 +272,7 @@ int runBody(int argc, char **argv, int first) {
     safetensors::loadWeights(ex, safetensors::read(path), path);
   }
   if (args.has("--dump-grads")) ex.enableGradCapture();
+  if (args.has("--check-numerics")) ex.enableNumericsCheck();
   int64_t start = 0; // the step a resumed run continues from
   if (resume) {
     std::vector<std::string> skipped;

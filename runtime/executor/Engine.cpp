@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 
 namespace bigc::rt {
 
@@ -49,6 +50,31 @@ std::vector<std::string> Engine::streams() const {
   for (const auto &ins : program().instructions)
     if (std::find(names.begin(), names.end(), ins.stream) == names.end()) names.push_back(ins.stream);
   return names;
+}
+
+bool Engine::numericsChecked(size_t i, size_t k) const {
+  const Program &p = program();
+  const Instruction &ins = p.instructions[i];
+  const Buffer &b = p.buffers[size_t(ins.out[k])];
+  if (b.dtype == DType::I32 || ins.op == "check_finite") return false;
+  if (p.lossScale >= 0 && (b.role == "grad" || b.role == "activation_grad" || b.role == "transfer")) return false;
+  return true;
+}
+
+std::string Engine::numericsMessage(int64_t step, size_t i, size_t k, int64_t firstBad, int64_t badInput) const {
+  const Program &p = program();
+  const Instruction &ins = p.instructions[i];
+  const Buffer &b = p.buffers[size_t(ins.out[k])];
+  std::string m = "step " + std::to_string(step) + ": instruction " + std::to_string(i) + " (" + ins.op +
+                  (ins.loc.empty() ? std::string() : " at " + ins.loc) + ") produced inf or nan: output " +
+                  std::to_string(k) + " ('" + b.name + "', " + b.role + ") at element " + std::to_string(firstBad);
+  if (badInput >= 0)
+    m += "; its input '" + p.buffers[size_t(badInput)].name + "' (" + p.buffers[size_t(badInput)].role +
+         ") already holds inf or nan" +
+         (p.buffers[size_t(badInput)].persistent() ? " (the weights or optimizer state: loaded or diverged?)" : "");
+  else
+    m += " from finite inputs (an overflow: lower the learning rate, clip gradients, or use bf16 instead of fp16)";
+  return m + " (--check-numerics)";
 }
 
 } // namespace bigc::rt

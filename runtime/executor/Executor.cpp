@@ -438,6 +438,18 @@ void Executor::waitFor(const Op &op, int64_t dep) {
   }
 }
 
+void Executor::checkNumerics(const Op &op) const {
+  for (size_t k = 0; k < op.rawOut.size(); ++k) {
+    if (!numericsChecked(op.index, k) || !anyNonFinite(op.rawOut[k], op.outType[k], op.outNumel[k])) continue;
+    int64_t first = 0;
+    while (first < op.outNumel[k] && std::isfinite(loadAs32(op.rawOut[k], op.outType[k], first))) ++first;
+    int64_t badInput = -1;
+    for (size_t j = 0; j < op.rawIn.size() && badInput < 0; ++j)
+      if (op.inType[j] != DType::I32 && anyNonFinite(op.rawIn[j], op.inType[j], op.inNumel[j])) badInput = op.ins->in[j];
+    throw UserError(numericsMessage(step_, op.index, k, first, badInput));
+  }
+}
+
 void Executor::runStream(size_t s) {
   Streams &S = *streams_;
   for (size_t idx : S.lists[s]) {
@@ -451,6 +463,7 @@ void Executor::runStream(size_t s) {
     } else {
       execute(op);
     }
+    if (checkNumerics_) checkNumerics(op);
     if (int64_t(idx) == neverFinish_) continue;
     S.done[idx].store(run_);
     if (S.waiters.load() > 0) {

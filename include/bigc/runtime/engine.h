@@ -66,6 +66,17 @@ public:
   // Steps profiled since the last reset.
   virtual int64_t profiledSteps() const = 0;
 
+  // --check-numerics: after each instruction, its floating-point outputs are checked, and the
+  // first inf or nan stops the step with a UserError naming the step, the instruction, its op and
+  // source location, the output and the first bad element (and an input already non-finite, when
+  // the problem came from there). With fp16 loss scaling, gradients may overflow by design (the
+  // step is then skipped): gradient outputs are not checked there.
+  virtual void enableNumericsCheck() = 0;
+  // Whether output k of instruction i is checked, and the message for a bad one (`firstBad` the
+  // element index; `badInput` an input found non-finite, or -1).
+  bool numericsChecked(size_t i, size_t k) const;
+  std::string numericsMessage(int64_t step, size_t i, size_t k, int64_t firstBad, int64_t badInput) const;
+
   // Persistent (param/master/optimizer) buffer by name; nullptr when there is none.
   const Buffer *findPersistent(const std::string &name) const;
   // Buffers of role "param", in program order.

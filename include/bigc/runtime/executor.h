@@ -82,6 +82,7 @@ public:
   bool gradCaptureEnabled() const { return capture_; }
   const std::map<std::string, std::vector<float>> &capturedGrads() const override { return grads_; }
 
+  void enableNumericsCheck() override { checkNumerics_ = true; }
   void enableProfiling() override { profiling_ = true, resetProfile(); }
   void resetProfile() override { opSeconds_.assign(prog_.instructions.size(), 0.0), profiled_ = 0; }
   std::vector<double> instructionSeconds() const override { return opSeconds_; }
@@ -113,6 +114,8 @@ private:
   int64_t step_ = 0, updates_ = 0;
   int64_t run_ = 0; // steps run by this executor: the streams' completion stamps
   bool profiling_ = false;
+  bool checkNumerics_ = false;
+  void checkNumerics(const Op &op) const;
   std::vector<double> opSeconds_;
   int64_t profiled_ = 0;
   float lastScale_ = 1.0f;

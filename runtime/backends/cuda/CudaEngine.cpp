@@ -178,6 +178,7 @@ public:
   const std::map<std::string, std::vector<float>> &capturedGrads() const override { return grads_; }
   std::string deviceInfo() const override { return info_; }
   void enableProfiling() override;
+  void enableNumericsCheck() override { checkNumerics_ = true; }
   void resetProfile() override { opSeconds_.assign(ops_.size(), 0.0), profiled_ = 0; }
   std::vector<double> instructionSeconds() const override { return opSeconds_; }
   int64_t profiledSteps() const override { return profiled_; }
@@ -297,6 +298,8 @@ private:
   std::map<std::string, std::vector<float>> grads_;
   std::vector<unsigned char *> capturePinned_;
   bool profiling_ = false;
+  bool checkNumerics_ = false;
+  void checkNumerics(const Op &op, cudaStream_t s) const;
   std::vector<cudaEvent_t> profStart_, profEnd_;
   std::vector<double> opSeconds_;
   int64_t profiled_ = 0;
@@ -1121,7 +1124,35 @@ void CudaEngine::issue(Op &op) {
   if (e != cudaSuccess)
     throw std::runtime_error("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
                              op.ins->op + "): CUDA launch failed: " + cudaGetErrorString(e));
+  if (checkNumerics_) checkNumerics(op, s);
   if (op.record) BIGC_CK(cudaEventRecord(events_[op.index], s));
+}
+
+// --check-numerics on the GPU: wait for the instruction, copy its outputs to the host, check there.
+void CudaEngine::checkNumerics(const Op &op, cudaStream_t s) const {
+  bool any = false;
+  for (size_t k = 0; k < op.rawOut.size(); ++k) any |= numericsChecked(op.index, k);
+  if (!any) return;
+  BIGC_CK(cudaStreamSynchronize(s));
+  auto fetch = [&](int64_t id, const void *ptr) {
+    std::vector<unsigned char> v(size_t(prog_.buffers[size_t(id)].bytes));
+    BIGC_CK(cudaMemcpy(v.data(), ptr, v.size(), cudaMemcpyDefault));
+    return v;
+  };
+  for (size_t k = 0; k < op.rawOut.size(); ++k) {
+    if (!numericsChecked(op.index, k)) continue;
+    std::vector<unsigned char> v = fetch(op.ins->out[k], op.rawOut[k]);
+    if (!anyNonFinite(v.data(), op.outT[k], op.outN[k])) continue;
+    int64_t first = 0;
+    while (first < op.outN[k] && std::isfinite(loadAs32(v.data(), op.outT[k], first))) ++first;
+    int64_t badInput = -1;
+    for (size_t j = 0; j < op.rawIn.size() && badInput < 0; ++j) {
+      if (op.inT[j] == DType::I32) continue;
+      std::vector<unsigned char> in = fetch(op.ins->in[j], op.rawIn[j]);
+      if (anyNonFinite(in.data(), op.inT[j], op.inN[j])) badInput = op.ins->in[j];
+    }
+    throw UserError(numericsMessage(step_, op.index, k, first, badInput));
+  }
 }
 
 void CudaEngine::runHost(Op &op) {
