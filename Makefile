@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 LLVM_PREFIX := $(shell llvm-config-19 --prefix 2>/dev/null)
 
-.PHONY: all deps configure build test demo clean runtime
+.PHONY: all deps configure build test test-asan demo clean runtime
 
 all: build
 
@@ -28,8 +28,21 @@ runtime:
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# AddressSanitizer + UndefinedBehaviorSanitizer (gcc; UB aborts) build of everything but the CUDA
+# backend, running the unit tests, lit and the end-to-end tests (ASAN_CTEST_ARGS narrows them).
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ASAN_CTEST_ARGS ?= -LE gpu
+test-asan: deps
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIGC_ENABLE_CUDA=OFF \
+	  -DCMAKE_C_FLAGS="$(ASAN_FLAGS)" -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" \
+	  -DMLIR_DIR=$(LLVM_PREFIX)/lib/cmake/mlir $(CMAKE_FLAGS)
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) $(ASAN_CTEST_ARGS)
+
 demo: build
 	@bash scripts/demo.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) build-runtime
+	rm -rf $(BUILD) build-runtime build-asan build-fuzz

@@ -189,8 +189,9 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module,
     auto stateType =
         RankedTensorType::get(pt.getShape(), Float32Type::get(ctx));
     mb.setInsertionPointAfter(p);
+    const Location ploc = p.getLoc(); // (a structured binding cannot be captured before C++20)
     auto declare = [&](StringRef name) {
-      return mb.create<ParamOp>(p.getLoc(), mb.getStringAttr(name),
+      return mb.create<ParamOp>(ploc, mb.getStringAttr(name),
                                 TypeAttr::get(stateType),
                                 mb.getStringAttr("zeros"), FloatAttr(),
                                 mb.getStringAttr("optimizer"));

@@ -575,6 +575,42 @@ rt::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o) {
   return compileToProgram(parsed, o);
 }
 
+rt::Program compileSource(const std::string &text, const std::string &name, CompileOptions o,
+                          std::string *diagnostics) {
+  mlir::DialectRegistry registry;
+  registry.insert<mlir::bigc::BigcDialect, mlir::func::FuncDialect>();
+  mlir::MLIRContext ctx(registry);
+  ctx.disableMultithreading();
+  ctx.printOpOnDiagnostic(false);
+  ctx.loadAllAvailableDialects();
+  std::string diags;
+  llvm::raw_string_ostream os(diags);
+  llvm::SourceMgr sm;
+  sm.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(text, name), llvm::SMLoc());
+  mlir::SourceMgrDiagnosticHandler handler(sm, &ctx, os);
+  auto done = [&] {
+    os.flush();
+    if (diagnostics) *diagnostics = diags;
+  };
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceFile<mlir::ModuleOp>(sm, mlir::ParserConfig(&ctx));
+  if (!module || mlir::failed(mlir::verify(*module)) || mlir::failed(checkInterface(*module))) {
+    done();
+    throw UserError(name + " is not a valid model");
+  }
+  o.quiet = true;
+  try {
+    rt::Program p = compileWithChoices(*module, o);
+    done();
+    return p;
+  } catch (const InternalError &e) {
+    done();
+    throw std::runtime_error(e.what());
+  } catch (...) {
+    done();
+    throw;
+  }
+}
+
 int compileMain(int argc, char **argv, int first) {
   for (int i = first; i < argc; ++i)
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {

@@ -20,6 +20,7 @@
 #include <omp.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define BIGC_X86 1
 #else
@@ -281,15 +282,22 @@ BIGC_AVX2 void range256(float *p, const void *g, float *m, float *v, void *h, in
 
 enum Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
+#if BIGC_X86
+// F16C through cpuid (leaf 1, ecx bit 29): clang's __builtin_cpu_supports does not know "f16c".
+bool hasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
+#endif
+
 bool machineHas(Isa isa) {
 #if BIGC_X86
   __builtin_cpu_init();
   if (isa == kAvx512)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  if (isa == kAvx2)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+           __builtin_cpu_supports("fma") && hasF16c();
+  if (isa == kAvx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && hasF16c();
 #endif
   return isa == kScalar;
 }

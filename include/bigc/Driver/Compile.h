@@ -49,6 +49,14 @@ struct CompileOptions {
 // (diagnostics already printed) and std::runtime_error on internal errors.
 rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o);
 
+// The whole front end and pipeline on model text held in memory (`name` for diagnostics): parse,
+// verify, check @forward's interface, compile with `o` (--recompute auto and --offload-params
+// auto choices included). Diagnostics go to `diagnostics` (located, as `bigc compile` prints
+// them). Throws rt::UserError for a bad model or options, std::runtime_error for internal errors.
+// Used by the MLIR front end's fuzz target.
+rt::Program compileSource(const std::string &text, const std::string &name, CompileOptions o,
+                          std::string *diagnostics);
+
 // --offload cpu with offloadParams "auto": sets it to "host" when the plan with the weights on
 // the device does not fit o.deviceCapacity (one compileToProgram), else "device"; nothing for other
 // options. Prints one line when it chooses the host (unless o.quiet).
