@@ -11,6 +11,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
@@ -104,6 +106,23 @@ bool isStepName(const std::string &n, int64_t *step) {
   return true;
 }
 
+// Size and FNV-1a 64 of a file, read in chunks.
+std::pair<int64_t, uint64_t> fileChecksum(const std::string &path) {
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  std::vector<char> buf(size_t(16) << 20);
+  uint64_t h = 0xcbf29ce484222325ull;
+  int64_t size = 0;
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) {
+    h = fnv1a64(buf.data(), n, h);
+    size += int64_t(n);
+  }
+  const bool err = std::ferror(f);
+  std::fclose(f);
+  if (err) fail(path, "read error");
+  return {size, h};
+}
+
 // Parses and checks a checkpoint directory's manifest and files; throws UserError naming what is
 // wrong.
 json readManifest(const std::string &path) {
@@ -122,12 +141,11 @@ json readManifest(const std::string &path) {
     if (!m.contains(key)) fail(mpath, std::string("missing field '") + key + "'");
   for (auto &[name, f] : m["files"].items()) {
     const std::string fp = path + "/" + name;
-    std::string bytes = slurp(fp);
-    if (int64_t(bytes.size()) != f.value("bytes", int64_t(-1)))
-      fail(fp, "has " + std::to_string(bytes.size()) + " bytes, the manifest says " +
+    auto [size, h] = fileChecksum(fp);
+    if (size != f.value("bytes", int64_t(-1)))
+      fail(fp, "has " + std::to_string(size) + " bytes, the manifest says " +
                    std::to_string(f.value("bytes", int64_t(-1))) + " (damaged)");
-    if (hex(fnv1a64(bytes.data(), bytes.size())) != f.value("fnv1a64", ""))
-      fail(fp, "checksum mismatch (damaged)");
+    if (hex(h) != f.value("fnv1a64", "")) fail(fp, "checksum mismatch (damaged)");
   }
   return m;
 }
@@ -148,32 +166,27 @@ Info save(const std::string &dir, const Engine &ex, const data::TokenSource &sou
   if (::mkdir(tmp.c_str(), 0777) != 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
 
   json files = json::object();
-  auto put = [&](const std::string &file, const safetensors::File &f) {
-    std::string bytes = safetensors::serialize(f);
-    writeFileAtomic(tmp + "/" + file, bytes); // written, fsync'd, renamed within tmp
-    files[file] = {{"bytes", int64_t(bytes.size())}, {"fnv1a64", hex(fnv1a64(bytes.data(), bytes.size()))}};
+  auto record = [&](const std::string &file, std::pair<int64_t, uint64_t> r) {
+    files[file] = {{"bytes", r.first}, {"fnv1a64", hex(r.second)}};
   };
-  safetensors::File model = safetensors::weightsOf(ex);
-  model.metadata["content"] = "weights";
-  model.metadata["step"] = std::to_string(step);
-  put("model.safetensors", model);
+  // model.safetensors: the weights of record as f32 (as --save-weights writes them).
+  {
+    record("model.safetensors", safetensors::writeWeights(tmp + "/model.safetensors", ex,
+                                                          {{"content", "weights"}, {"step", std::to_string(step)}}));
+  }
   // Test hook: a pause in the middle of writing, so that a test can kill the process there.
   if (const char *pause = std::getenv("BIGC_TEST_CHECKPOINT_PAUSE_MS")) ::usleep(useconds_t(std::atoll(pause)) * 1000);
-  safetensors::File state;
-  state.metadata["format"] = "pt";
-  state.metadata["producer"] = "bigc";
-  state.metadata["content"] = "training state";
-  for (const Buffer &b : p.buffers) {
-    if (!b.persistent()) continue;
-    safetensors::Tensor t;
-    t.name = b.name;
-    t.dtype = b.dtype;
-    t.shape = b.shape;
-    t.data.resize(size_t(b.bytes));
-    ex.readBytes(b.id, t.data.data());
-    state.tensors.push_back(std::move(t));
+  // state.safetensors: every persistent buffer as stored.
+  {
+    std::vector<const Buffer *> ps;
+    std::vector<safetensors::OutTensor> ts;
+    for (const Buffer &b : p.buffers)
+      if (b.persistent()) ps.push_back(&b), ts.push_back({b.name, b.dtype, b.shape, b.bytes});
+    record("state.safetensors",
+           safetensors::writeStreaming(tmp + "/state.safetensors",
+                          {{"format", "pt"}, {"producer", "bigc"}, {"content", "training state"}}, ts,
+                          [&](size_t i, std::vector<uint8_t> &buf) { ex.readBytes(ps[i]->id, buf.data()); }));
   }
-  put("state.safetensors", state);
 
   json m;
   m["format"] = kFormat;
@@ -259,8 +272,11 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
     fail(path, "taken reading " + m["data"].value("kind", std::string("?")) + " data; this run reads " + source.kind() +
                    " data (resume with the same --data or --synthetic)");
   const std::string spath = path + "/state.safetensors";
-  safetensors::File state = safetensors::parse(slurp(spath), spath);
+  safetensors::File state = safetensors::readHeader(spath); // tensors' places only: read one at a time
   std::set<std::string> names;
+  std::ifstream in(spath, std::ios::binary);
+  if (!in) fail(spath, std::string("cannot open: ") + std::strerror(errno));
+  std::vector<char> buf;
   for (const Buffer &b : p.buffers) {
     if (!b.persistent()) continue;
     names.insert(b.name);
@@ -269,7 +285,11 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
     if (t->dtype != b.dtype || t->shape != b.shape)
       fail(spath, "tensor '" + b.name + "' is " + safetensors::dtypeTag(t->dtype) + " of another shape or dtype than the program's " +
                       safetensors::dtypeTag(b.dtype) + " buffer");
-    ex.writeBytes(b.id, t->data.data());
+    buf.resize(size_t(b.bytes));
+    in.seekg(std::streamoff(t->fileOffset));
+    in.read(buf.data(), std::streamsize(buf.size()));
+    if (!in) fail(spath, "read error at tensor '" + b.name + "'");
+    ex.writeBytes(b.id, buf.data());
   }
   for (const auto &t : state.tensors)
     if (!names.count(t.name)) fail(spath, "tensor '" + t.name + "' is not a persistent buffer of this program");

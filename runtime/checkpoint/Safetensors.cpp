@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <unistd.h>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -115,23 +117,27 @@ const Tensor *File::find(const std::string &name) const {
   return nullptr;
 }
 
-File parse(const std::string &bytes, const std::string &path) {
-  if (bytes.size() < 8)
-    fail(path, "not a safetensors file: " + std::to_string(bytes.size()) + " bytes, less than the 8-byte header length");
+namespace {
+// The header (and, with `data`, the tensors' bytes) of a file of `fileSize` bytes whose first
+// `avail` bytes are at `head`.
+File parseImpl(const char *head, uint64_t avail, uint64_t fileSize, const std::string &path, bool data) {
+  if (fileSize < 8 || avail < 8)
+    fail(path, "not a safetensors file: " + std::to_string(fileSize) + " bytes, less than the 8-byte header length");
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[size_t(i)]);
-  if (n > bytes.size() - 8)
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(head[size_t(i)]);
+  if (n > fileSize - 8)
     fail(path, "not a safetensors file or truncated: header length " + std::to_string(n) + " exceeds the " +
-                   std::to_string(bytes.size() - 8) + " bytes that follow it");
+                   std::to_string(fileSize - 8) + " bytes that follow it");
   if (n > (uint64_t(100) << 20)) fail(path, "safetensors header of " + std::to_string(n) + " bytes is too large (max 100 MB)");
   json header;
   try {
-    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + long(n));
+    if (avail < 8 + n) fail(path, "internal error: header not read");
+    header = json::parse(head + 8, head + 8 + n);
   } catch (const json::exception &e) {
     fail(path, std::string("safetensors header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) fail(path, "safetensors header must be a JSON object");
-  const uint64_t dataStart = 8 + n, dataSize = bytes.size() - dataStart;
+  const uint64_t dataStart = 8 + n, dataSize = fileSize - dataStart;
 
   File file;
   struct Span {
@@ -182,7 +188,8 @@ File parse(const std::string &bytes, const std::string &path) {
     if (e - b != want)
       fail(path, where + ": data_offsets span " + std::to_string(e - b) + " bytes, but shape " + shapeStr(t.shape) + " of " +
                      tag + " needs " + std::to_string(want));
-    t.data.assign(bytes.begin() + long(dataStart + b), bytes.begin() + long(dataStart + e));
+    t.fileOffset = dataStart + b;
+    if (data) t.data.assign(head + dataStart + b, head + dataStart + e);
     spans.push_back({b, e, file.tensors.size()});
     file.tensors.push_back(std::move(t));
   }
@@ -200,6 +207,31 @@ File parse(const std::string &bytes, const std::string &path) {
   for (const auto &s : spans) ordered.push_back(std::move(file.tensors[s.index]));
   file.tensors = std::move(ordered);
   return file;
+}
+} // namespace
+
+File parse(const std::string &bytes, const std::string &path) {
+  return parseImpl(bytes.data(), bytes.size(), bytes.size(), path, true);
+}
+
+File readHeader(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  f.seekg(0, std::ios::end);
+  const uint64_t size = uint64_t(f.tellg());
+  f.seekg(0);
+  std::string head(size_t(std::min<uint64_t>(size, 8)), '\0');
+  f.read(head.data(), std::streamsize(head.size()));
+  if (size >= 8) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(head[size_t(i)]);
+    if (n <= size - 8 && n <= (uint64_t(100) << 20)) {
+      head.resize(size_t(8 + n));
+      f.read(head.data() + 8, std::streamsize(n));
+      if (!f) fail(path, "read error");
+    }
+  }
+  return parseImpl(head.data(), head.size(), size, path, false);
 }
 
 File read(const std::string &path) {
@@ -236,6 +268,59 @@ std::string serialize(const File &file) {
 }
 
 void write(const std::string &path, const File &file) { writeFileAtomic(path, serialize(file)); }
+
+std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::map<std::string, std::string> &metadata,
+                                            const std::vector<OutTensor> &ts,
+                                            const std::function<void(size_t, std::vector<uint8_t> &)> &fill) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t off = 0;
+  for (const OutTensor &t : ts) {
+    header[t.name] = {{"dtype", dtypeTag(t.dtype)}, {"shape", t.shape},
+                      {"data_offsets", {off, off + uint64_t(t.bytes)}}};
+    off += uint64_t(t.bytes);
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h.push_back(' ');
+  std::string head(8, '\0');
+  for (int i = 0; i < 8; ++i) head[size_t(i)] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);
+  head += h;
+  const std::string tmp = path + ".tmp";
+  FILE *f = std::fopen(tmp.c_str(), "wb");
+  if (!f) fail(tmp, std::string("cannot write: ") + std::strerror(errno));
+  uint64_t fnv = fnv1a64(head.data(), head.size());
+  int64_t size = int64_t(head.size());
+  bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
+  std::vector<uint8_t> buf;
+  for (size_t i = 0; i < ts.size() && ok; ++i) {
+    buf.resize(size_t(ts[i].bytes));
+    fill(i, buf);
+    ok = std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
+    fnv = fnv1a64(buf.data(), buf.size(), fnv);
+    size += int64_t(buf.size());
+  }
+  ok = ok && std::fflush(f) == 0 && (::fsync(fileno(f)) == 0 || errno == EINVAL || errno == EROFS);
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    std::remove(tmp.c_str());
+    fail(path, std::string("write failed: ") + std::strerror(e));
+  }
+  return {size, fnv};
+}
+
+std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,
+                                          const std::map<std::string, std::string> &metadata) {
+  std::vector<const Buffer *> ws = ex.weights();
+  std::vector<OutTensor> ts;
+  for (const Buffer *b : ws) ts.push_back({b->name, DType::F32, b->shape, b->numel() * 4});
+  std::map<std::string, std::string> md = {{"format", "pt"}, {"producer", "bigc"}};
+  for (const auto &[k, v] : metadata) md[k] = v;
+  return writeStreaming(path, md, ts, [&](size_t i, std::vector<uint8_t> &buf) {
+    std::vector<float> v = ex.readF32(ws[i]->id);
+    std::memcpy(buf.data(), v.data(), buf.size());
+  });
+}
 
 File weightsOf(const Engine &ex) {
   File f;

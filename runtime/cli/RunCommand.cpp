@@ -387,7 +387,7 @@ int runBody(int argc, char **argv, int first) {
   if (!ckptDir.empty() && lastSaved != ex.stepCount() && ex.stepCount() > start) saveCheckpoint(loss);
 
   if (profile) printProfile(ex, profiledWall);
-  if (args.has("--save-weights")) safetensors::write(args.str("--save-weights"), safetensors::weightsOf(ex));
+  if (args.has("--save-weights")) safetensors::writeWeights(args.str("--save-weights"), ex);
   if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
   if (log) log->commit();
   if (!quiet && steps > 0) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <functional>
 #include <vector>
 
 #include "bigc/runtime/program.h"
@@ -22,6 +23,7 @@ struct Tensor {
   DType dtype = DType::F32; // "F32", "BF16", "F16", "I32" in the file
   std::vector<int64_t> shape;
   std::vector<uint8_t> data; // numel × dtypeSize bytes, little-endian
+  uint64_t fileOffset = 0;   // where the data starts in the file (set by parse and readHeader)
 
   int64_t numel() const {
     int64_t n = 1;
@@ -49,10 +51,29 @@ bool parseDTypeTag(const std::string &tag, DType &out);
 // shape × dtype, or overlapping.
 File parse(const std::string &bytes, const std::string &path);
 File read(const std::string &path);
+// The header alone, checked as parse() checks it (offsets within the file, sizes, no overlaps),
+// without reading the data: tensors have empty `data` and their `fileOffset` (for large files).
+File readHeader(const std::string &path);
 // Header (sorted by name, data in that order, header padded with spaces to a multiple of 8) + data.
 std::string serialize(const File &file);
 // Atomic write (tmp file, fsync, rename). Throws UserError.
 void write(const std::string &path, const File &file);
+
+// A file written tensor by tensor in serialize()'s layout, so that no copy of everything is held in
+// memory: fill(i, buf) puts tensor i's bytes (buf is sized already). Written to path + ".tmp",
+// fsync'd, renamed; returns the file's size and FNV-1a 64. Throws UserError.
+struct OutTensor {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  int64_t bytes;
+};
+std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::map<std::string, std::string> &metadata,
+                                            const std::vector<OutTensor> &tensors,
+                                            const std::function<void(size_t, std::vector<uint8_t> &)> &fill);
+// The engine's weights of record (masters when there are, as f32, Hugging Face names), streamed.
+std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,
+                                          const std::map<std::string, std::string> &metadata = {});
 
 // The engine's weights of record (Engine::weights(): the master of each weight when there is
 // one, else the param) under their names, as f32.
