@@ -21,16 +21,17 @@ for p in clang-14 libclang-rt-14-dev libomp-14-dev; do
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
     $SUDO apt-get install -y -qq --no-install-recommends $p >&2; }
 done
+mkdir -p "$BUILD"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -fsanitize=fuzzer-no-link"
 echo "== building the fuzz targets (clang-14, ASan + UBSan) in $BUILD" >&2
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" -DBIGC_FUZZ=ON -DBIGC_ENABLE_CUDA=OFF \
-  -DMLIR_DIR="$(llvm-config-19 --prefix)/lib/cmake/mlir" > "$BUILD.configure.log" 2>&1 \
-  || { tail -30 "$BUILD.configure.log"; exit 1; }
+  -DMLIR_DIR="$(llvm-config-19 --prefix)/lib/cmake/mlir" > "$BUILD/configure.log" 2>&1 \
+  || { tail -30 "$BUILD/configure.log"; exit 1; }
 list=""
 for t in $TARGETS; do list="$list fuzz_$t"; done
-cmake --build "$BUILD" -j "$JOBS" --target $list > "$BUILD.build.log" 2>&1 || { grep -E 'error' -A3 "$BUILD.build.log" | head -40; exit 1; }
+cmake --build "$BUILD" -j "$JOBS" --target $list > "$BUILD/build.log" 2>&1 || { grep -E 'error' -A3 "$BUILD/build.log" | head -40; exit 1; }
 mkdir -p "$OUT"
 echo "| target | what it feeds | seconds | executions | exec/s | coverage (edges) | corpus | crashes |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
