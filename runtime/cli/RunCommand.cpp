@@ -274,6 +274,15 @@ int runBody(int argc, char **argv, int first) {
   if (args.has("--dump-grads")) ex.enableGradCapture();
   if (args.has("--check-numerics")) ex.enableNumericsCheck();
   int64_t start = 0; // the step a resumed run continues from
+  if (!ckptDir.empty() && !resume) {
+    // A fresh run must not mix its checkpoints with another run's (pruning by step would keep the
+    // other run's newer ones, and --resume would pick them up).
+    std::vector<std::string> ignored;
+    checkpoint::Info other = checkpoint::latest(ckptDir, &ignored);
+    if (!other.path.empty())
+      throw UserError("--checkpoint-dir " + ckptDir + " holds checkpoints of a run (newest: " + other.path +
+                      "); continue it with --resume, or give this run another directory");
+  }
   if (resume) {
     std::vector<std::string> skipped;
     checkpoint::Info latest = checkpoint::latest(ckptDir, &skipped);

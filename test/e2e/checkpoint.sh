@@ -136,6 +136,8 @@ expect_fail() { # name, expected text, command...
 expect_fail "another program" "written by another program" \
   "$BIN/bigc" run "$d/other.bigc" --synthetic --steps 30 --checkpoint-dir "$d/ck-mix" --resume --quiet
 expect_fail "--resume without a directory" "needs --checkpoint-dir" "$BIN/bigc" run "$d/fp32.bigc" --resume
+expect_fail "a fresh run into another run's directory" "holds checkpoints of a run" \
+  "$BIN/bigc" run "$d/fp32.bigc" --data "$d/tokens.bin" --steps 3 --checkpoint-dir "$d/ck-fp32" --quiet
 cp -r "$d/ck-fp32" "$d/ck-bad"
 $PY -c "
 import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[-5]^=0xff; open(p,'wb').write(b)" "$d/ck-bad/step-00000020/state.safetensors"
