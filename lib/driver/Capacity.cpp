@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Capacity.h"
+#include "bigc/support/format.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -22,29 +23,7 @@ namespace bigc {
 
 namespace {
 
-std::string human(int64_t b) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = double(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 5) v /= 1024.0, ++u;
-  char buf[64];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-  return buf;
-}
 
-std::string commas(int64_t n) {
-  std::string s = std::to_string(n), out;
-  int k = 0;
-  for (auto it = s.rbegin(); it != s.rend(); ++it) {
-    if (k && k % 3 == 0 && *it != '-') out.push_back(',');
-    out.push_back(*it);
-    ++k;
-  }
-  return std::string(out.rbegin(), out.rend());
-}
 
 std::string padRight(const std::string &s, size_t w) {
   return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' ');
@@ -112,8 +91,8 @@ std::string workStr(const ExtraWork &w) {
   std::string s;
   if (w.flopsAdded > 0)
     s += "recomputes " + (w.forwardFlops > 0 ? pct(double(w.flopsAdded) / double(w.forwardFlops)) + " of the forward FLOPs"
-                                             : commas(w.flopsAdded) + " FLOPs");
-  if (w.transferBytes > 0) s += (s.empty() ? "" : ", ") + std::string("moves ") + human(w.transferBytes) + " host<->device";
+                                             : withCommas(w.flopsAdded) + " FLOPs");
+  if (w.transferBytes > 0) s += (s.empty() ? "" : ", ") + std::string("moves ") + humanBytes(w.transferBytes) + " host<->device";
   if (s.empty()) return "no extra work";
   return s + " per step (~" + secs(w.seconds) + ")";
 }
@@ -121,8 +100,8 @@ std::string workStr(const ExtraWork &w) {
 std::string bytesBySpace(const std::vector<SpaceFit> &spaces) {
   std::string s;
   for (const auto &f : spaces) {
-    s += (s.empty() ? "" : ", ") + f.space + " " + human(f.needed);
-    if (!f.fits) s += " (> " + human(f.capacity) + ")";
+    s += (s.empty() ? "" : ", ") + f.space + " " + humanBytes(f.needed);
+    if (!f.fits) s += " (> " + humanBytes(f.capacity) + ")";
   }
   return s;
 }
@@ -239,7 +218,7 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   bool firstOver = true;
   for (const auto &f : fits) {
     if (f.fits) continue;
-    os << (firstOver ? "" : "; and ") << human(f.needed) << " of " << f.space << " memory, " << human(f.capacity)
+    os << (firstOver ? "" : "; and ") << humanBytes(f.needed) << " of " << f.space << " memory, " << humanBytes(f.capacity)
        << " available (" << capacitySource(o, f.space) << ")";
     firstOver = false;
   }
@@ -249,8 +228,8 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   os << "  " << padRight("space", 10) << padRight("needed", 14) << padRight("lower bound", 14)
      << rstrip(padRight("available", 14)) << "\n";
   for (const auto &f : fits) {
-    std::string avail = f.capacity > 0 ? human(f.capacity) : "unknown";
-    os << "  " << padRight(f.space, 10) << padRight(human(f.needed), 14) << padRight(human(f.lowerBound), 14);
+    std::string avail = f.capacity > 0 ? humanBytes(f.capacity) : "unknown";
+    os << "  " << padRight(f.space, 10) << padRight(humanBytes(f.needed), 14) << padRight(humanBytes(f.lowerBound), 14);
     if (f.fits && f.capacity <= 0)
       os << avail << " (not checked)\n";
     else if (f.fits)
@@ -270,7 +249,7 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
     os << "\n  " << f.space << " memory by role at the peak (instruction " << at << ", " << p.instructions.size()
        << " in all" << (where.empty() ? "" : "; " + where) << "):\n";
     for (const auto &u : usage) {
-      os << "    " << padRight(u.role, 18) << human(u.bytes) << "\n";
+      os << "    " << padRight(u.role, 18) << humanBytes(u.bytes) << "\n";
       if (f.space != "device") continue;
       if (u.role == "param" || u.role == "optimizer" || u.role == "master")
         persistentDev += u.bytes;
@@ -378,25 +357,25 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
     if (f.space == "host") hostNeeded = f.needed;
   }
   if (devOver && persistentDev >= devCap) {
-    os << "    - fewer parameters: with these options the weights and AdamW states alone need " << human(persistentDev)
+    os << "    - fewer parameters: with these options the weights and AdamW states alone need " << humanBytes(persistentDev)
        << " of device memory ("
-       << commas(p.parameterCount())
+       << withCommas(p.parameterCount())
        << " parameters); use fewer layers or a smaller hidden size (bigc gen gpt --layers/--hidden)\n";
   } else if (devOver) {
     os << "    - a smaller batch (bigc gen gpt --batch) or a shorter sequence (--seq): activations and their "
           "gradients, "
-       << human(transientDev) << " at the device peak, scale with B*T";
+       << humanBytes(transientDev) << " at the device peak, scale with B*T";
     if (p.batch > 1) os << "; --micro-batches K with --batch " << p.batch << "/K keeps the batch per update";
     os << "\n";
     if (persistentDev > 0)
       os << "    - fewer layers or a smaller hidden size (bigc gen gpt --layers/--hidden): weights and AdamW "
             "states take "
-         << human(persistentDev) << " of device memory\n";
+         << humanBytes(persistentDev) << " of device memory\n";
   }
   if (hostOver) {
     char per[32];
     std::snprintf(per, sizeof per, "%.1f", p.parameterCount() > 0 ? double(hostNeeded) / double(p.parameterCount()) : 0.0);
-    os << "    - fewer parameters: the host holds " << human(hostNeeded) << " for " << commas(p.parameterCount())
+    os << "    - fewer parameters: the host holds " << humanBytes(hostNeeded) << " for " << withCommas(p.parameterCount())
        << " parameters (" << per
        << " bytes each: fp32 master weights, AdamW moments, gradients); use fewer layers or a smaller hidden size\n";
   }

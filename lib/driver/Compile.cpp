@@ -18,6 +18,7 @@
 #include "bigc/runtime/program.h"
 #include "bigc/runtime/verifier.h"
 #include "bigc/support/cli.h"
+#include "bigc/support/format.h"
 #include "bigc/support/hardware.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -94,29 +95,7 @@ const std::set<std::string> kValued = {
     "--beta2", "--eps", "--weight-decay", "--grad-clip", "--offload-params"};
 const std::set<std::string> kSwitches = {"--quiet", "--help"};
 
-std::string humanBytes(int64_t b) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = double(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 5) v /= 1024.0, ++u;
-  char buf[64];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-  return buf;
-}
 
-std::string withCommas(int64_t n) {
-  std::string s = std::to_string(n), out;
-  int k = 0;
-  for (auto it = s.rbegin(); it != s.rend(); ++it) {
-    if (k && k % 3 == 0 && *it != '-') out.push_back(',');
-    out.push_back(*it);
-    ++k;
-  }
-  return std::string(out.rbegin(), out.rend());
-}
 
 // Options that later versions implement: anything but the default is refused, by name.
 void refuseLaterOptions(const cli::Args &a) {

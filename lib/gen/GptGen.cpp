@@ -6,6 +6,7 @@
 // names and shapes are the Hugging Face GPT-2 checkpoint's without `transformer.`; linear layers
 // compute x @ W + b with W [in, out] (HF's Conv1D layout).
 #include "bigc/Gen/GptGen.h"
+#include "bigc/support/format.h"
 
 #include <cmath>
 #include <cstdio>
@@ -69,16 +70,6 @@ std::string tensorType(std::initializer_list<int64_t> dims, const char *elt = "f
   return s + elt + ">";
 }
 
-std::string withCommas(int64_t n) {
-  std::string s = std::to_string(n), out;
-  int k = 0;
-  for (auto it = s.rbegin(); it != s.rend(); ++it) {
-    if (k && k % 3 == 0) out.push_back(',');
-    out.push_back(*it);
-    ++k;
-  }
-  return std::string(out.rbegin(), out.rend());
-}
 
 class Writer {
 public:

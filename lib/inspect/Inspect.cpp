@@ -1,5 +1,6 @@
 // `bigc inspect`: reports on a program file's memory plan. See include/bigc/Inspect/Inspect.h.
 #include "bigc/Inspect/Inspect.h"
+#include "bigc/support/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -42,17 +43,6 @@ const char *roleColor(const std::string &r) {
   return it == colors.end() ? "#9c755f" : it->second;
 }
 
-std::string withCommas(int64_t n) {
-  bool neg = n < 0;
-  std::string s = std::to_string(neg ? -n : n), out;
-  int k = 0;
-  for (auto it = s.rbegin(); it != s.rend(); ++it, ++k) {
-    if (k && k % 3 == 0) out.push_back(',');
-    out.push_back(*it);
-  }
-  if (neg) out.push_back('-');
-  return std::string(out.rbegin(), out.rend());
-}
 
 std::string shapeStr(const std::vector<int64_t> &shape) {
   std::string s = "[";
@@ -282,15 +272,6 @@ std::string liveStr(const rt::Buffer &b) {
 
 } // namespace
 
-std::string humanBytes(int64_t bytes) {
-  const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = double(bytes < 0 ? -bytes : bytes);
-  std::string sign = bytes < 0 ? "-" : "";
-  if (v < 1024) return sign + std::to_string(bytes < 0 ? -bytes : bytes) + " B";
-  int u = -1;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  return sign + fmt("%.2f", v) + " " + units[u];
-}
 
 int64_t spaceCapacity(const rt::Program &p, const rt::Space &s) {
   if (s.capacityBytes > 0) return s.capacityBytes;

@@ -254,7 +254,7 @@ int runBody(int argc, char **argv, int first) {
   }
 
   Program prog = loadProgram(programPath);
-  if (!args.has("--no-verify")) verifyProgram(prog, programPath); // the plan verifier (bigc verify)
+  if (!args.has("--no-verify")) verifyProgram(prog, programPath, /*validated=*/true); // bigc verify's proof
   const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab;
 
   std::unique_ptr<data::TokenSource> source;

@@ -1,5 +1,7 @@
 // Engine: what every backend shares (docs/program-format.md names, roles and streams).
 #include "bigc/runtime/engine.h"
+#include "bigc/runtime/executor.h"
+#include "bigc/runtime/half.h"
 
 #include <algorithm>
 #include <set>
@@ -37,6 +39,48 @@ std::vector<const Buffer *> Engine::weights() const {
     }
   }
   return out;
+}
+
+void Engine::initialize(uint64_t seed) {
+  std::vector<unsigned char> bytes;
+  for (const auto &b : program().buffers) {
+    if (!b.persistent() || b.init.kind == "copy") continue;
+    bytes.assign(size_t(b.bytes), 0);
+    const int64_t n = b.numel();
+    if (b.init.kind == "normal") {
+      initNormalAs(bytes.data(), b.dtype, n, b.init.std, seed, b.name);
+    } else if (b.init.kind != "zeros") {
+      const float v = b.init.kind == "ones" ? 1.0f : float(b.init.value);
+      for (int64_t i = 0; i < n; ++i) storeFrom32(bytes.data(), b.dtype, i, v);
+    }
+    writeBytes(b.id, bytes.data());
+  }
+  refreshCopies();
+  setCounters(0, 0);
+}
+
+void Engine::refreshCopies() {
+  // Sources first (the loader rejects cycles and missing sources).
+  const Program &p = program();
+  std::vector<char> ready(p.buffers.size(), 1);
+  for (const auto &b : p.buffers)
+    if (b.persistent() && b.init.kind == "copy") ready[size_t(b.id)] = 0;
+  std::vector<unsigned char> src, dst;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (const auto &b : p.buffers) {
+      if (ready[size_t(b.id)]) continue;
+      const Buffer *s = findPersistent(b.init.source);
+      if (!s || !ready[size_t(s->id)]) continue;
+      src.resize(size_t(s->bytes));
+      dst.resize(size_t(b.bytes));
+      readBytes(s->id, src.data());
+      convert(src.data(), s->dtype, dst.data(), b.dtype, b.numel());
+      writeBytes(b.id, dst.data());
+      ready[size_t(b.id)] = 1;
+      progress = true;
+    }
+  }
 }
 
 std::map<std::string, int64_t> Engine::arenaBytes() const {

@@ -233,43 +233,6 @@ Executor::~Executor() {
   for (void *a : staging_) std::free(a);
 }
 
-void Executor::initialize(uint64_t seed) {
-  for (const auto &b : prog_.buffers) {
-    if (!b.persistent() || b.init.kind == "copy") continue;
-    void *x = data(b.id);
-    int64_t n = b.numel();
-    if (b.init.kind == "normal") {
-      initNormalAs(x, b.dtype, n, b.init.std, seed, b.name);
-    } else if (b.init.kind == "zeros") {
-      std::memset(x, 0, size_t(b.bytes));
-    } else {
-      float v = b.init.kind == "ones" ? 1.0f : float(b.init.value);
-      for (int64_t i = 0; i < n; ++i) storeFrom32(x, b.dtype, i, v);
-    }
-  }
-  refreshCopies();
-  step_ = 0, updates_ = 0;
-  lastScale_ = 1.0f, lastSkipped_ = false;
-}
-
-void Executor::refreshCopies() {
-  // Sources first (the loader rejects cycles and missing sources).
-  std::vector<char> ready(prog_.buffers.size(), 1);
-  for (const auto &b : prog_.buffers)
-    if (b.persistent() && b.init.kind == "copy") ready[size_t(b.id)] = 0;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (const auto &b : prog_.buffers) {
-      if (ready[size_t(b.id)]) continue;
-      const Buffer *src = findPersistent(b.init.source);
-      if (!src || !ready[size_t(src->id)]) continue;
-      convert(data(src->id), src->dtype, data(b.id), b.dtype, b.numel());
-      ready[size_t(b.id)] = 1;
-      progress = true;
-    }
-  }
-}
-
 std::vector<float> Executor::readF32(int64_t bufferId) const {
   const Buffer &b = prog_.buffers.at(size_t(bufferId));
   std::vector<float> v(size_t(b.numel()));

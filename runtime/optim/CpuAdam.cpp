@@ -8,6 +8,7 @@
 // the paths agree bit for bit; the tests check them against each other and against a double
 // reference.
 #include "bigc/runtime/cpu_adam.h"
+#include "bigc/runtime/half.h"
 
 #include <algorithm>
 #include <atomic>
@@ -32,56 +33,7 @@ namespace {
 
 using Consts = AdamWConsts;
 
-// ---- scalar conversions (round to nearest even) ---------------------------------------------
-
-inline float bitsToFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint32_t floatToBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-inline float bf16ToF32(uint16_t h) { return bitsToFloat(uint32_t(h) << 16); }
-
-inline uint16_t f32ToBf16(float f) {
-  uint32_t u = floatToBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u); // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-
-inline float f16ToF32(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return bitsToFloat(sign | 0x7f800000u | (mant << 13)); // inf / nan
-  if (exp == 0) {                                                          // zero / subnormal
-    float mag = float(mant) * 5.9604644775390625e-8f;                      // mant * 2^-24, exact
-    return bitsToFloat(sign | floatToBits(mag));
-  }
-  return bitsToFloat(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
-inline uint16_t f32ToF16(float f) {
-  uint32_t x = floatToBits(f);
-  uint16_t sign = uint16_t((x >> 16) & 0x8000u);
-  x &= 0x7fffffffu;
-  if (x > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((x >> 13) & 0x3ffu)); // quiet NaN
-  if (x >= 0x477ff000u) return uint16_t(sign | 0x7c00u);                        // inf / overflow
-  if (x < 0x38800000u) {                                                         // below 2^-14
-    // f16 subnormals are k * 2^-24: round |f| * 2^24 (exact scaling) to an integer, ties to
-    // even; k == 1024 is the encoding of the smallest normal, as it should be.
-    float k = std::nearbyint(bitsToFloat(x) * 16777216.0f);
-    return uint16_t(sign | uint16_t(k));
-  }
-  x -= 112u << 23; // rebias 127 -> 15
-  x += 0xfffu + ((x >> 13) & 1u);
-  return uint16_t(sign | uint16_t(x >> 13));
-}
+// Scalar conversions: include/bigc/runtime/half.h (round to nearest even, inf/nan/subnormals exact).
 
 // ---- scalar update (the reference every vector path matches bit for bit) --------------------
 

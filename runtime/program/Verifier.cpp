@@ -297,8 +297,8 @@ private:
 
 std::vector<std::string> verifyPlan(const Program &p, size_t limit) { return Verifier(p, limit).run(); }
 
-void verifyProgram(const Program &p, const std::string &path) {
-  validateProgram(p, path);
+void verifyProgram(const Program &p, const std::string &path, bool validated) {
+  if (!validated) validateProgram(p, path);
   std::vector<std::string> issues = verifyPlan(p, 5);
   if (issues.empty()) return;
   std::string msg = path + ": the plan is unsafe: " + issues[0];

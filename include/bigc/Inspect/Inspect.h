@@ -8,10 +8,11 @@
 
 #include "bigc/runtime/program.h"
 
+#include "bigc/support/format.h"
+
 namespace bigc::inspect {
 
-// "512 B", "1.50 KiB", "12.34 MiB", "3.00 GiB", "1.20 TiB".
-std::string humanBytes(int64_t bytes);
+using bigc::humanBytes; // include/bigc/support/format.h
 
 // Bytes live at each instruction in one memory space, per role (from each buffer's `live`
 // interval, inclusive). `roles` is sorted by the canonical order (param, optimizer, grad,

@@ -22,10 +22,13 @@ public:
   virtual std::string deviceInfo() const { return ""; }
   virtual const Program &program() const = 0;
 
-  // (Re)initialise every persistent buffer from its `init` and reset the step counters.
-  virtual void initialize(uint64_t seed) = 0;
-  // Re-run the init of every buffer of kind copy (compute copies of masters).
-  virtual void refreshCopies() = 0;
+  // (Re)initialise every persistent buffer from its `init` (kind copy after its source; the
+  // values of docs/program-format.md, computed on the host and written with writeBytes) and reset
+  // the step counters.
+  void initialize(uint64_t seed);
+  // Re-run the init of every buffer of kind copy (compute copies of masters), e.g. after the
+  // masters were loaded from a file.
+  void refreshCopies();
 
   // One training step over K micro-batches (`tokens`/`targets` hold K·B·T ids); returns the loss.
   // Throws UserError for bad data (naming the step and instruction) or a stuck stream.

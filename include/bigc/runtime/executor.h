@@ -37,12 +37,6 @@ public:
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
 
-  // (Re)initialise every persistent buffer from its `init` (kind copy after its source) and
-  // reset the step and update counters to 0.
-  void initialize(uint64_t seed) override;
-  // Re-run the init of every buffer of kind copy (compute copies of masters), e.g. after the
-  // masters were loaded from a file.
-  void refreshCopies() override;
 
   // One training step: copies the K micro-batches (K = config.micro_batches; `tokens` and
   // `targets` each hold K·B·T ids, micro-batch k at k·B·T) into the input buffers, runs every
@@ -58,7 +52,10 @@ public:
   // Optimizer updates completed (steps not skipped on overflow); AdamW uses t = this + 1.
   int64_t updateCount() const override { return updates_; }
   void setStepCount(int64_t t) override { step_ = t, updates_ = t; }
-  void setCounters(int64_t steps, int64_t updates) override { step_ = steps, updates_ = updates; }
+  void setCounters(int64_t steps, int64_t updates) override {
+    step_ = steps, updates_ = updates;
+    lastScale_ = 1.0f, lastSkipped_ = false;
+  }
   void readBytes(int64_t id, void *dst) const override;
   void writeBytes(int64_t id, const void *src) override;
   // Loss scaling (fp16): the scale used by the last step and whether it was skipped. Without

@@ -29,8 +29,8 @@ namespace bigc::rt {
 // program must have passed validateProgram.
 std::vector<std::string> verifyPlan(const Program &p, size_t limit = 20);
 
-// validateProgram, then verifyPlan; throws UserError("<path>: the plan is unsafe: ...") listing the
-// first problems.
-void verifyProgram(const Program &p, const std::string &path);
+// validateProgram (skipped when `validated`: loadProgram has done it), then verifyPlan; throws
+// UserError("<path>: the plan is unsafe: ...") listing the first problems.
+void verifyProgram(const Program &p, const std::string &path, bool validated = false);
 
 } // namespace bigc::rt

@@ -158,13 +158,14 @@ public:
 
   const char *backend() const override { return "cuda"; }
   const Program &program() const override { return prog_; }
-  void initialize(uint64_t seed) override;
-  void refreshCopies() override;
   float step(const int32_t *tokens, const int32_t *targets) override;
   int64_t stepCount() const override { return step_; }
   int64_t updateCount() const override { return updates_; }
   void setStepCount(int64_t t) override { step_ = t, updates_ = t; }
-  void setCounters(int64_t steps, int64_t updates) override { step_ = steps, updates_ = updates; }
+  void setCounters(int64_t steps, int64_t updates) override {
+    step_ = steps, updates_ = updates;
+    lastScale_ = 1.0f, lastSkipped_ = false;
+  }
   void readBytes(int64_t id, void *dst) const override { download(id, dst); }
   void writeBytes(int64_t id, const void *src) override {
     upload(id, src);
@@ -802,48 +803,6 @@ void CudaEngine::download(int64_t id, void *dst) const {
   const Buffer &b = prog_.buffers.at(size_t(id));
   if (b.space == "device") BIGC_CK(cudaMemcpy(dst, ptrs_[size_t(id)], size_t(b.bytes), cudaMemcpyDeviceToHost));
   else std::memcpy(dst, ptrs_[size_t(id)], size_t(b.bytes));
-}
-
-void CudaEngine::initialize(uint64_t seed) {
-  std::vector<unsigned char> bytes;
-  for (const auto &b : prog_.buffers) {
-    if (!b.persistent() || b.init.kind == "copy") continue;
-    bytes.assign(size_t(b.bytes), 0);
-    const int64_t n = b.numel();
-    if (b.init.kind == "normal") {
-      initNormalAs(bytes.data(), b.dtype, n, b.init.std, seed, b.name);
-    } else if (b.init.kind != "zeros") {
-      float v = b.init.kind == "ones" ? 1.0f : float(b.init.value);
-      for (int64_t i = 0; i < n; ++i) storeFrom32(bytes.data(), b.dtype, i, v);
-    }
-    upload(b.id, bytes.data());
-  }
-  refreshCopies();
-  step_ = 0, updates_ = 0;
-  lastScale_ = 1.0f, lastSkipped_ = false;
-}
-
-void CudaEngine::refreshCopies() {
-  std::vector<char> ready(prog_.buffers.size(), 1);
-  for (const auto &b : prog_.buffers)
-    if (b.persistent() && b.init.kind == "copy") ready[size_t(b.id)] = 0;
-  std::vector<unsigned char> src, dst;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (const auto &b : prog_.buffers) {
-      if (ready[size_t(b.id)]) continue;
-      const Buffer *s = findPersistent(b.init.source);
-      if (!s || !ready[size_t(s->id)]) continue;
-      src.resize(size_t(s->bytes));
-      dst.resize(size_t(b.bytes));
-      download(s->id, src.data());
-      convert(src.data(), s->dtype, dst.data(), b.dtype, b.numel());
-      upload(b.id, dst.data());
-      ready[size_t(b.id)] = 1;
-      progress = true;
-    }
-  }
-  BIGC_CK(cudaDeviceSynchronize()); // uploads from pageable memory may still be in flight
 }
 
 std::vector<float> CudaEngine::readF32(int64_t id) const {

@@ -1,0 +1,35 @@
+// Numbers for people: byte counts in powers of 1024 with two decimals ("4.09 MiB", "512 B") and
+// integers with thousands separators ("120,576"). Header-only; no MLIR.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace bigc {
+
+inline std::string humanBytes(int64_t bytes) {
+  const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  const bool neg = bytes < 0;
+  double v = double(neg ? -bytes : bytes);
+  if (v < 1024) return (neg ? "-" : "") + std::to_string(neg ? -bytes : bytes) + " B";
+  int u = -1;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%s%.2f %s", neg ? "-" : "", v, units[u]);
+  return buf;
+}
+
+inline std::string withCommas(int64_t n) {
+  const bool neg = n < 0;
+  std::string s = std::to_string(neg ? -n : n), out;
+  int k = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it, ++k) {
+    if (k && k % 3 == 0) out.push_back(',');
+    out.push_back(*it);
+  }
+  if (neg) out.push_back('-');
+  return std::string(out.rbegin(), out.rend());
+}
+
+} // namespace bigc
