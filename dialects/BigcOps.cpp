@@ -131,7 +131,14 @@ LogicalResult ParamOp::verify() {
     if (!srcParam)
       return emitOpError("source \"")
              << *getSource() << "\" does not name a bigc.param";
-    if (srcParam.getTensorType().getShape() != getTensorType().getShape())
+    // The logical shapes (bigc.full_shape of a shard, bigc-shard) must
+    // match: a copy of a sharded master may be whole, or a shard.
+    auto logical = [](ParamOp p) {
+      if (auto f = p->getAttrOfType<DenseI64ArrayAttr>("bigc.full_shape"))
+        return SmallVector<int64_t>(f.asArrayRef());
+      return SmallVector<int64_t>(p.getTensorType().getShape());
+    };
+    if (logical(srcParam) != logical(*this))
       return emitOpError("source \"")
              << *getSource() << "\" has shape "
              << str(srcParam.getTensorType().getShape())

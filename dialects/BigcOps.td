@@ -444,5 +444,6 @@ def Bigc_CastOp : Bigc_DiffOp<"cast"> {
 }
 
 include "BigcTransferOps.td" // copy, param_copy, wait (CPU offload, streams)
+include "BigcCollectiveOps.td" // all_reduce, reduce_scatter, all_gather (bigc-shard)
 
 #endif // BIGC_OPS_TD

@@ -20,7 +20,7 @@ bool mlir::bigc::isKnownSpace(StringRef space) {
 
 bool mlir::bigc::isKnownStream(StringRef stream) {
   return stream == kComputeStream || stream == "h2d" || stream == "d2h" ||
-         stream == "host";
+         stream == "host" || stream == "comm";
 }
 
 StringRef mlir::bigc::paramSpace(ParamOp param) {
@@ -84,7 +84,7 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
     if (!s || !isKnownStream(s.getValue()))
-      return op->emitOpError("bigc.stream must be \"compute\", \"h2d\", "
+      return op->emitOpError("bigc.stream must be \"compute\", \"h2d\", \"comm\", "
                              "\"d2h\" or \"host\", got ")
              << stream;
   }

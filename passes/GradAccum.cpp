@@ -175,6 +175,9 @@ struct BigcGradAccumPass
       op->setAttr(kPhaseAttrName, b.getStringAttr(phase));
       op->setAttr(kMicroBatchAttr, mbAttr(i));
     };
+    // The casts and adds of the accumulation carry bigc.grad_accum (bigc-shard
+    // splits the accumulation into per-micro-batch reduce-scatters by it).
+    auto accum = [&](Operation *op) { op->setAttr("bigc.grad_accum", b.getUnitAttr()); };
     // Accumulators start from micro-batch 0's gradients (cast to f32).
     llvm::MapVector<Value, Value> acc;
     for (Value g : grads) {
@@ -183,6 +186,7 @@ struct BigcGradAccumPass
         b.setInsertionPointAfterValue(g);
         auto c = b.create<CastOp>(g.getLoc(), f32Of(g.getType()), g);
         mark(c, "backward", 0);
+        accum(c);
         a = c;
       }
       acc[g] = a;
@@ -207,10 +211,12 @@ struct BigcGradAccumPass
         if (!cast<RankedTensorType>(gi.getType()).getElementType().isF32()) {
           auto c = b.create<CastOp>(gi.getLoc(), f32Of(gi.getType()), gi);
           mark(c, "backward", i);
+          accum(c);
           add = c;
         }
         auto s = b.create<AddOp>(gi.getLoc(), a.getType(), a, add);
         mark(s, "backward", i);
+        accum(s);
         a = s;
       }
       Value li = map.lookup(loss);

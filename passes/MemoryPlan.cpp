@@ -236,9 +236,12 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
   // `skipped` from it).
   llvm::DenseSet<unsigned> returned;
   SmallVector<Value> readAfterStep(block.getTerminator()->getOperands());
-  for (Operation &op : block.without_terminator())
+  for (Operation &op : block.without_terminator()) {
     if (isa<CheckFiniteOp>(op))
       readAfterStep.push_back(op.getResult(0));
+    if (auto u = dyn_cast<LossScaleUpdateOp>(op)) // the flag as reduced over the ranks (bigc-shard)
+      readAfterStep.push_back(u.getFoundInf());
+  }
   for (Value operand : readAfterStep) {
     auto it = mp.valueId.find(operand);
     if (it == mp.valueId.end())

@@ -86,6 +86,76 @@ def BigcAutodiff : Pass<"bigc-autodiff", "::mlir::ModuleOp"> {
   ];
 }
 
+def BigcShard : Pass<"bigc-shard", "::mlir::ModuleOp"> {
+  let summary = "Data parallelism and ZeRO-1/2/3 over the dp axis of the device mesh: collectives as ops";
+  let description = [{
+    Makes @train_step the step of one rank of `ranks` data-parallel ranks
+    (every rank runs the same program on its slice of the global batch).
+    Records the device mesh on the module, `bigc.mesh = {dp = ranks, pp = 1,
+    tp = 1}` (the tensor and pipeline axes are there for later passes), and
+    `bigc.zero`. One rank: nothing else changes.
+
+    - zero 0 (data parallel, PyTorch DDP): each gradient is averaged over the
+      ranks with `bigc.all_reduce {reduce = "mean"}` right after the backward
+      produced it (with micro-batches: the accumulated gradient, as DDP's
+      no_sync does), every rank runs the whole update.
+    - zero 1: the fp32 masters and both AdamW moments become shards (1-D,
+      ceil(N / ranks) elements, `bigc.full_shape` = the whole shape); each
+      gradient is reduce-scattered at the end of the backward, each rank
+      updates its shard and writes its shard of the compute copy
+      (`N.half.shard`), and `bigc.param_all_gather` gathers the whole
+      compute copy `N.half` on every rank.
+    - zero 2: as 1, but the reduce-scatter follows the backward of each
+      gradient (with micro-batches: each micro-batch's gradient, accumulated
+      as f32 shards), so no full gradient outlives its layer.
+    - zero 3: as 2, and the compute copies are shards too: every layer
+      segment (a layer's forward, its backward, per micro-batch) that reads
+      weights starts with one `bigc.all_gather` of them, whose result dies
+      with the segment (bigc-schedule prefetches it a segment ahead).
+
+    With fp32 (no bigc-mixed-precision), zero >= 1 makes `N` the fp32 master
+    and adds `N.half`, its f32 compute copy. The global gradient norm
+    (`--grad-clip`) and the fp16 overflow flag are computed over the shards
+    and then reduced over the ranks (`reduce = "norm"`, `"max"`).
+    Collectives of one kind are merged into buckets of at most `bucket-mb`
+    MiB when nothing reads a result before the bucket's last member (0: one
+    collective per tensor).
+
+    Why at compile time: the collectives are ops like any other, so the
+    schedule overlaps them with compute on the "comm" stream and the memory
+    plan of each rank holds exactly the shards and the gathered layers that
+    are live, before anything runs.
+
+    Before (2 ranks, zero 2, one weight of 8x4):
+
+    ```mlir
+    %dw = bigc.matmul %x, %dy {transpose_a} : ... -> tensor<8x4xf32>
+    bigc.adamw %dw {param = @w, exp_avg = @"w.exp_avg", exp_avg_sq = @"w.exp_avg_sq", ...}
+    ```
+
+    After:
+
+    ```mlir
+    bigc.param @w : tensor<16xf32> {bigc.full_shape = array<i64: 8, 4>, role = "master", ...}
+    bigc.param @"w.half" : tensor<8x4xf32> {init = "copy", source = "w"}
+    bigc.param @"w.half.shard" : tensor<16xf32> {bigc.full_shape = array<i64: 8, 4>, init = "copy", source = "w"}
+    %dw = bigc.matmul %x, %dy {transpose_a} : ... -> tensor<8x4xf32>
+    %s = bigc.reduce_scatter %dw {group = "dp", reduce = "mean"} : (tensor<8x4xf32>) -> tensor<16xf32>
+    bigc.adamw %s {param = @w, half = @"w.half.shard", ...} : tensor<16xf32>
+    bigc.param_all_gather {from = @"w.half.shard", to = @"w.half", group = "dp"}
+    ```
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"ranks", "ranks", "int64_t", /*default=*/"1",
+           "Data-parallel ranks (the dp axis of the mesh)">,
+    Option<"zero", "zero", "int64_t", /*default=*/"0",
+           "ZeRO stage: 0 data parallel, 1 optimizer states, 2 + gradients, 3 + weights">,
+    Option<"bucketMb", "bucket-mb", "double", /*default=*/"25",
+           "Largest bucket of merged collectives, MiB (0: one per tensor)">,
+  ];
+}
+
 def BigcRecompute : Pass<"bigc-recompute", "::mlir::ModuleOp"> {
   let summary = "Activation recomputation: keep chosen activations, clone forward pieces into the backward";
   let description = [{
@@ -437,8 +507,22 @@ def BigcSchedule : Pass<"bigc-schedule", "::mlir::ModuleOp"> {
     bigc.adamw %dw {param = @w, ...}               // %dw dies here
     ... rest of the backward ...
     ```
+
+    Collectives (bigc-shard) run on the "comm" stream with an event each:
+    a gradient's reduce-scatter or all-reduce is issued when the backward
+    has produced it (later layers first) and overlaps the backward of the
+    layers before; a ZeRO-3 all-gather of weights moves `prefetch` layer
+    segments ahead of its first use; a `bigc.param_all_gather` follows the
+    update (or the host-to-device copy) that wrote its shard and the last
+    reader of the copy it overwrites. The memory a collective touches stays
+    live until the compute stream's wait for it (the next layer boundary).
   }];
   let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"prefetch", "prefetch", "int64_t", /*default=*/"1",
+           "ZeRO-3: layer segments ahead of its first use at which each "
+           "all-gather of weights starts (0: just before the use)">,
+  ];
 }
 
 def BigcMemoryPlan : Pass<"bigc-memory-plan", "::mlir::ModuleOp"> {

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bigc/Dialect/BigcCollective.h"
 #include "bigc/Dialect/BigcOps.h"
 #include "bigc/Dialect/BigcTransfer.h"
 #include "bigc/Passes/Passes.h"
@@ -70,6 +71,7 @@ void hoistOptimizer(Block &block) {
   llvm::StringMap<SmallVector<Operation *>> readers;
   SmallVector<AdamWOp> updates;
   SmallVector<ParamCopyOp> paramCopies;
+  SmallVector<ParamAllGatherOp> paramGathers;
   for (Operation &op : block.without_terminator()) {
     if (auto gp = dyn_cast<GetParamOp>(op)) {
       auto &list = readers[gp.getParam()];
@@ -81,6 +83,8 @@ void hoistOptimizer(Block &block) {
       updates.push_back(a);
     } else if (auto pc = dyn_cast<ParamCopyOp>(op)) {
       paramCopies.push_back(pc);
+    } else if (auto pg = dyn_cast<ParamAllGatherOp>(op)) {
+      paramGathers.push_back(pg);
     }
   }
   // The target of each update, computed before anything moves. Reverse
@@ -135,6 +139,28 @@ void hoistOptimizer(Block &block) {
   for (auto &[pc, after] : llvm::reverse(copyMoves))
     if (after)
       pc->moveAfter(after);
+  // Each param_all_gather (ZeRO-1/2) after the op that writes its shard
+  // (the update, or the host-to-device copy of it) and the last reader of
+  // the whole copy it writes.
+  for (ParamCopyOp pc : paramCopies)
+    writerOf[pc.getTo()] = pc;
+  SmallVector<std::pair<ParamAllGatherOp, Operation *>> gatherMoves;
+  for (ParamAllGatherOp pg : paramGathers) {
+    Operation *after = nullptr;
+    auto later = [&](Operation *op) {
+      if (op && op != pg && (!after || after->isBeforeInBlock(op)))
+        after = op;
+    };
+    later(writerOf.lookup(pg.getFrom()));
+    auto it = readers.find(pg.getTo());
+    if (it != readers.end())
+      for (Operation *r : it->second)
+        later(r);
+    gatherMoves.push_back({pg, after});
+  }
+  for (auto &[pg, after] : llvm::reverse(gatherMoves))
+    if (after)
+      pg->moveAfter(after);
 }
 
 /// The key of the "layer segment" of a compute op: its phase and its
@@ -160,7 +186,7 @@ Segments computeSegments(Block &block) {
   Segments s;
   std::pair<StringRef, int64_t> key;
   for (Operation &op : block.without_terminator()) {
-    if (isa<GetParamOp, WaitOp, CopyOp, ParamCopyOp>(op) ||
+    if (isa<GetParamOp, WaitOp, CopyOp, ParamCopyOp>(op) || isCollective(&op) ||
         isSideStream(&op) || opSpace(&op) == kHostSpace)
       continue;
     auto k = segmentKey(&op);
@@ -221,8 +247,47 @@ void prefetchParams(Block &block) {
   }
 }
 
+/// ZeRO-3 prefetch: each all-gather of weights moves (with the reads of
+/// its shards) to the start of the segment `ahead` segments before the one
+/// of its first user, so that it overlaps the compute of the layers before
+/// (0: it stays just before its first user).
+void prefetchGathers(Block &block, int64_t ahead) {
+  if (ahead <= 0)
+    return;
+  Segments seg = computeSegments(block);
+  SmallVector<std::pair<Operation *, Operation *>> moves;
+  for (Operation &op : block.without_terminator()) {
+    if (!isa<AllGatherOp>(op))
+      continue;
+    Operation *first = nullptr;
+    for (Operation *user : op.getUsers()) {
+      Operation *u = inBlock(block, user);
+      if (u && (!first || u->isBeforeInBlock(first)))
+        first = u;
+    }
+    auto it = first ? seg.position.find(first) : seg.position.end();
+    if (it == seg.position.end())
+      continue;
+    unsigned s = seg.segment[it->second];
+    unsigned target = s >= unsigned(ahead) ? s - unsigned(ahead) : 0;
+    if (target == s)
+      continue;
+    moves.push_back({&op, seg.ops[seg.firstOp[target]]});
+  }
+  for (auto &[gather, target] : moves) {
+    if (gather->isBeforeInBlock(target))
+      continue;
+    gather->moveBefore(target);
+    for (Value in : gather->getOperands())
+      if (Operation *d = in.getDefiningOp(); d && d->getBlock() == &block && gather->isBeforeInBlock(d))
+        d->moveBefore(gather);
+  }
+}
+
 /// The stream of a transfer-aware op from the spaces it connects.
 StringRef streamOf(Operation *op, ModuleOp module) {
+  if (isCollective(op))
+    return kCommStream;
   auto between = [](StringRef from, StringRef to) -> StringRef {
     if (from == to)
       return from == kHostSpace ? StringRef("host") : StringRef(kComputeStream);
@@ -278,6 +343,8 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     } else if (auto lsu = dyn_cast<LossScaleUpdateOp>(op)) {
       out.push_back(lsu.getScale());
       out.push_back(lsu.getGood());
+    } else if (auto pg = dyn_cast<ParamAllGatherOp>(op)) {
+      out.push_back(pg.getTo());
     }
     return out;
   };
@@ -315,7 +382,7 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
   for (Operation &op : block.without_terminator()) {
     if (!isSideStream(&op) || joined.count(&op))
       continue;
-    unsigned boundaries = opStream(&op) == "d2h" ? 1 : 2;
+    unsigned boundaries = opStream(&op) == "d2h" || opStream(&op) == kCommStream ? 1 : 2;
     // The first compute op after `op`.
     Operation *next = op.getNextNode();
     while (next && !seg.position.count(next))
@@ -366,6 +433,7 @@ struct BigcSchedulePass
     sinkToFirstUse(block);
     hoistOptimizer(block);
     prefetchParams(block);
+    prefetchGathers(block, prefetch);
     assignStreamsAndWaits(block, module);
   }
 };

@@ -80,11 +80,18 @@ const char *kHelp =
     "                          update on the host (CPU Adam) overlapped with the backward; the\n"
     "                          weights also stay on the host between uses when the device\n"
     "                          cannot hold them (ZeRO-3-Offload)\n"
+    "  --ranks N               data-parallel ranks (default: the devices of --hardware, else 1);\n"
+    "                          the model's batch is per rank: the global batch is ranks x batch x K\n"
+    "  --zero 0|1|2|3          ZeRO over the ranks: 0 data parallel (all-reduce of gradients),\n"
+    "                          1 + AdamW states and fp32 masters sharded, 2 + gradients sharded\n"
+    "                          (reduce-scatter during the backward), 3 + weights sharded\n"
+    "                          (all-gathered before each layer's forward and backward)\n"
+    "  --bucket-mb F           largest bucket of merged collectives in MiB (25; 0: one per tensor)\n"
+    "  --prefetch N            --zero 3: layers ahead that a weight all-gather starts (1; 0: none)\n"
     "  --quiet                 print nothing on success\n"
     "\n"
     "options of later versions (this version accepts only the default value):\n"
-    "  --offload nvme   --zero 0|1|2|3   --tp N   --pp N\n"
-    "  --ranks N\n"
+    "  --offload nvme   --tp N   --pp N\n"
     "\n"
     "exit status: 0 written; 1 bad input or option, or the plan does not fit; 2 internal error\n";
 
@@ -92,7 +99,7 @@ const std::set<std::string> kValued = {
     "--hardware", "--device-mem", "--host-mem", "--ranks", "--precision", "--micro-batches",
     "--loss-scale", "--loss-scale-window",
     "--recompute", "--memory-budget", "--offload", "--zero", "--tp", "--pp", "--lr", "--beta1",
-    "--beta2", "--eps", "--weight-decay", "--grad-clip", "--offload-params"};
+    "--beta2", "--eps", "--weight-decay", "--grad-clip", "--offload-params", "--bucket-mb", "--prefetch"};
 const std::set<std::string> kSwitches = {"--quiet", "--help"};
 
 
@@ -101,8 +108,7 @@ const std::set<std::string> kSwitches = {"--quiet", "--help"};
 void refuseLaterOptions(const cli::Args &a) {
   auto later = [](const std::string &opt, const std::string &value, const std::string &what) {
     throw UserError("option " + opt + " " + value + " is not supported by this version yet (" + what +
-                    "); this version compiles fp32, one micro-batch, no recompute, no offload, "
-                    "no ZeRO, one rank");
+                    "); this version's mesh is data-parallel only (--ranks, --zero)");
   };
   auto oneOf = [](const std::string &opt, const std::string &value, const std::set<std::string> &allowed) {
     if (!allowed.count(value)) {
@@ -139,17 +145,18 @@ void refuseLaterOptions(const cli::Args &a) {
   if (a.has("--zero")) {
     int64_t z = a.integer("--zero", 0);
     if (z < 0 || z > 3) throw UserError("option --zero: expected 0, 1, 2 or 3, got " + std::to_string(z));
-    if (z != 0) later("--zero", std::to_string(z), "ZeRO partitioning");
   }
-  for (const char *opt : {"--tp", "--pp", "--ranks"}) {
+  if (a.has("--ranks")) {
+    int64_t r = a.integer("--ranks", 1);
+    if (r < 1 || r > 4096) throw UserError("option --ranks: must be in [1, 4096], got " + std::to_string(r));
+  }
+  for (const char *opt : {"--tp", "--pp"}) {
     if (!a.has(opt)) continue;
     int64_t v = a.integer(opt, 1);
     if (v < 1) throw UserError(std::string("option ") + opt + ": must be at least 1, got " + std::to_string(v));
     if (v != 1)
       later(opt, std::to_string(v),
-            std::string(opt) == "--tp" ? "tensor parallelism"
-            : std::string(opt) == "--pp" ? "pipeline parallelism"
-                                         : "data parallelism over several ranks");
+            std::string(opt) == "--tp" ? "tensor parallelism" : "pipeline parallelism");
   }
 }
 
@@ -349,6 +356,14 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
       ro.drop = o.recomputeDrop; // auto: chosen by chooseRecompute (-1: everything)
       pm.addPass(mlir::bigc::createBigcRecompute(ro));
     }
+    // [bigc-shard] (always: it records the mesh; one rank changes nothing else)
+    {
+      mlir::bigc::BigcShardOptions so;
+      so.ranks = o.ranks;
+      so.zero = o.zero;
+      so.bucketMb = o.bucketMb;
+      pm.addPass(mlir::bigc::createBigcShard(so));
+    }
     // [bigc-offload]
     if (o.offload == "nvme") throw UserError("option --offload nvme is not supported by this version yet (use --offload cpu)");
     if (o.offload == "cpu") {
@@ -362,7 +377,9 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
   // Schedule and memory plan: failures here are the compiler's.
   {
     mlir::PassManager pm(ctx);
-    pm.addPass(mlir::bigc::createBigcSchedule());
+    mlir::bigc::BigcScheduleOptions so;
+    so.prefetch = o.prefetch;
+    pm.addPass(mlir::bigc::createBigcSchedule(so));
     pm.addPass(mlir::bigc::createBigcMemoryPlan());
     runPasses(module, pm, /*modelStage=*/false, "scheduling or planning memory");
   }
@@ -448,6 +465,23 @@ CompileOptions parseOptions(const cli::Args &args) {
   }
   if (o.recompute == "auto" && o.memoryBudget <= 0 && o.deviceCapacity <= 0)
     throw UserError("--recompute auto needs --memory-budget or --hardware/--device-mem");
+  o.ranks = args.integer("--ranks", o.haveHardware ? std::max<int64_t>(1, o.hardware.devices) : 1);
+  o.zero = args.integer("--zero", 0);
+  if (args.has("--bucket-mb")) {
+    o.bucketMb = args.number("--bucket-mb", o.bucketMb);
+    if (!(o.bucketMb >= 0) || std::isinf(o.bucketMb))
+      throw UserError("option --bucket-mb: must be a number >= 0 (0: one collective per tensor), got " +
+                      args.str("--bucket-mb"));
+  }
+  if (args.has("--prefetch")) {
+    o.prefetch = args.integer("--prefetch", 1);
+    if (o.prefetch < 0) throw UserError("option --prefetch: must be >= 0, got " + args.str("--prefetch"));
+  }
+  if (o.offload == "cpu" && o.zero >= 1 && o.offloadParams == "host")
+    throw UserError("option --offload-params host: not with --zero " + std::to_string(o.zero) +
+                    " in this version (ZeRO shards the weights over the ranks' devices; use --zero 3 to hold "
+                    "1/ranks of them per device)");
+  if (o.offload == "cpu" && o.zero >= 1) o.offloadParams = "device";
   return o;
 }
 
@@ -604,6 +638,10 @@ int compileMain(int argc, char **argv, int first) {
     throw UserError("compile: one model file expected, got " + std::to_string(args.positional.size()) + " ('" +
                     args.positional[0] + "', '" + args.positional[1] + "', ...)");
   CompileOptions opts = parseOptions(args);
+  if (opts.zero > 0 && opts.ranks == 1 && !opts.quiet)
+    std::printf("bigc compile: note: --zero %lld with one rank shards nothing (a no-op); use --ranks N or a "
+                "--hardware profile with several devices\n",
+                (long long)opts.zero);
   const std::string &input = opts.input, &output = opts.output;
   const bool quiet = opts.quiet;
   const bool haveHw = opts.haveHardware;
@@ -702,9 +740,13 @@ int compileMain(int argc, char **argv, int first) {
     std::snprintf(times, sizeof times, "  time          %.2f s (parse %.2f, passes and emit %.2f, write %.2f)\n",
                   secs(t0, tEnd), secs(t0, tParsed), secs(tParsed, tEmitted), secs(tEmitted, tEnd));
     os << times;
-    if (haveHw && hw.devices > 1)
-      os << "  note          " << hw.name << " has " << hw.devices
-         << " devices; this version plans for one rank\n";
+    if (program.ranks > 1) {
+      os << "  ranks         " << program.ranks << " (data parallel, ZeRO " << program.zero
+         << "): the device arena is per rank";
+      if (const rt::Space *host = program.space("host"))
+        os << "; host " << humanBytes(host->arenaBytes * program.ranks) << " for the " << program.ranks << " ranks";
+      os << "\n";
+    }
     std::fputs(os.str().c_str(), stdout);
   }
   return 0;

@@ -10,6 +10,7 @@
 
 #include "bigc/Dialect/BigcOps.h"
 #include "bigc/Dialect/BigcTransfer.h"
+#include "bigc/Dialect/BigcCollective.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -286,6 +287,10 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     if (b.init.kind == "copy") b.init.source = param.getSource() ? param.getSource()->str() : std::string();
     if (b.init.kind == "fill") b.init.value = param.getValue() ? param.getValue()->convertToDouble() : 0.0;
     if (b.role == "transfer") b.init = rt::Init(); // staging tensors are written before they are read
+    if (auto full = param->getAttrOfType<DenseI64ArrayAttr>(bigcd::kFullShapeAttrName)) { // bigc-shard
+      b.shard = true;
+      b.fullShape.assign(full.asArrayRef().begin(), full.asArrayRef().end());
+    }
     paramBuffer[b.name] = addBuffer(b);
   }
 
@@ -375,6 +380,13 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     if (auto a = dyn_cast<bigcd::AdamWOp>(op)) grads.insert(a.getGrad());
   for (Operation &op : llvm::reverse(block.without_terminator())) {
     if (auto c = dyn_cast<bigcd::CopyOp>(op); c && grads.count(c.getY())) grads.insert(c.getX()); // offload
+    if (isa<bigcd::AllReduceOp, bigcd::ReduceScatterOp>(op)) // bigc-shard: what a gradient was reduced from
+      for (unsigned k = 0; k < op.getNumResults() && k < op.getNumOperands(); ++k)
+        if (grads.count(op.getResult(k))) grads.insert(op.getOperand(k));
+    if (auto add = dyn_cast<bigcd::AddOp>(op); add && op.hasAttr("bigc.grad_accum") && grads.count(add.getC()))
+      grads.insert(add.getA()), grads.insert(add.getB()); // accumulated gradient shards
+    if (auto c = dyn_cast<bigcd::CastOp>(op); c && op.hasAttr("bigc.grad_accum") && grads.count(c.getY()))
+      grads.insert(c.getX());
     if (!isInPlaceOp(&op) || op.getNumResults() != 1 || !grads.count(op.getResult(0))) continue;
     const rt::Buffer &y = p.buffers[size_t(bufferOf[op.getResult(0)])];
     for (Value x : op.getOperands()) {
@@ -449,6 +461,20 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
       ins.in = {paramBuffer[pc.getFrom()]};
       ins.out = {paramBuffer[pc.getTo()]};
     }
+    if (auto pg = dyn_cast<bigcd::ParamAllGatherOp>(op)) { // persistent -> persistent: an `all_gather`
+      for (llvm::StringRef sym : {pg.getFrom(), pg.getTo()})
+        if (!paramBuffer.count(sym)) fail(str(op.getLoc()) + ": param_all_gather names unknown symbol @" + sym.str());
+      ins.op = "all_gather";
+      ins.in = {paramBuffer[pg.getFrom()]};
+      ins.out = {paramBuffer[pg.getTo()]};
+    }
+    if (bigcd::isCollective(&op)) { // the mesh axis and the reduction as numbers
+      auto group = op.getAttrOfType<StringAttr>("group");
+      llvm::StringRef g = group ? group.getValue() : "dp";
+      ins.attrs["axis"].num = g == "dp" ? 0.0 : g == "tp" ? 1.0 : 2.0;
+      if (auto r = op.getAttrOfType<StringAttr>("reduce"))
+        ins.attrs["reduce"].num = r.getValue() == "sum" ? 0.0 : r.getValue() == "mean" ? 1.0 : r.getValue() == "max" ? 2.0 : 3.0;
+    }
     if (isa<bigcd::WaitOp>(op)) ins.attrs.clear(); // its events become the instruction's wait list
     p.instructions.push_back(std::move(ins));
   }
@@ -478,7 +504,12 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
            std::to_string(microBatches) + " (tokens, targets) pairs");
   // The runtime reads found_inf after the step (bigc-memory-plan keeps it live to the end).
   if (p.foundInf >= 0) p.buffers[size_t(p.foundInf)].liveLast = end;
-  p.ranks = 1;
+  // bigc-shard: the mesh and the ZeRO stage (absent: one rank).
+  p.dp = bigcd::meshAxisSize(module, "dp");
+  p.tp = bigcd::meshAxisSize(module, "tp");
+  p.pp = bigcd::meshAxisSize(module, "pp");
+  p.ranks = p.dp * p.tp * p.pp;
+  if (auto z = module->getAttrOfType<IntegerAttr>("bigc.zero")) p.zero = z.getInt();
 
   // What bigc-recompute decided (module attribute bigc.recompute; absent: nothing recomputed).
   if (auto rc = module->getAttrOfType<DictionaryAttr>("bigc.recompute")) {

@@ -4,6 +4,7 @@
 #include "bigc/runtime/data.h"
 #include "bigc/runtime/executor.h"
 #include "bigc/runtime/program.h"
+#include "bigc/runtime/rank_group.h"
 #include "bigc/runtime/safetensors.h"
 #include "bigc/runtime/verifier.h"
 #include "bigc/support/cli.h"
@@ -59,7 +60,12 @@ const char *kRunUsage =
     "                      step --steps (bit for bit as if the run had not stopped)\n"
     "  --profile           time every instruction (GPU time per stream on cuda) and print, per op and\n"
     "                      for the slowest instructions, the time per step (steps after the first)\n"
-    "  --quiet             no progress lines\n";
+    "  --comm-timeout S    multi-rank programs: the longest a rank waits for the others in one\n"
+    "                      collective before every rank stops with an error (default 300)\n"
+    "  --quiet             no progress lines\n"
+    "A program compiled for several ranks (--ranks, --zero) runs them all: a thread per rank in this\n"
+    "process, or under `mpirun -np P` P processes of ranks/P ranks each (MPI between them). The\n"
+    "global batch of a step is ranks x micro-batches x batch sequences.\n";
 
 std::string dirOf(const std::string &path) {
   size_t slash = path.find_last_of('/');
@@ -195,7 +201,7 @@ int runBody(int argc, char **argv, int first) {
   const std::set<std::string> valued = {"--backend",      "--steps",       "--data",         "--seed",
                                         "--log",          "--save-weights", "--load-weights", "--threads",
                                         "--dump-grads",   "--checkpoint-dir", "--checkpoint-every",
-                                        "--keep-checkpoints"};
+                                        "--keep-checkpoints", "--comm-timeout"};
   const std::set<std::string> switches = {"--synthetic", "--quiet", "--resume", "--help", "--profile", "--no-verify",
                                           "--check-numerics"};
   cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
@@ -245,7 +251,7 @@ int runBody(int argc, char **argv, int first) {
     throw UserError("--threads must be >= 1, got " + std::to_string(threads));
   if (args.has("--dump-grads") && steps < 1)
     throw UserError("--dump-grads needs at least one step (--steps >= 1)");
-  const bool quiet = args.has("--quiet");
+  bool quiet = args.has("--quiet");
   for (const char *opt : {"--log", "--save-weights", "--dump-grads"})
     if (args.has(opt)) checkWritable(args.str(opt), opt);
   if (threads > 0) {
@@ -255,7 +261,22 @@ int runBody(int argc, char **argv, int first) {
 
   Program prog = loadProgram(programPath);
   if (!args.has("--no-verify")) verifyProgram(prog, programPath, /*validated=*/true); // bigc verify's proof
-  const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab;
+  const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks;
+  const double commTimeout = args.has("--comm-timeout") ? args.number("--comm-timeout", 300.0) : 300.0;
+  if (!(commTimeout > 0)) throw UserError("--comm-timeout must be a positive number of seconds");
+  // Under mpirun: this process runs ranks/world of the ranks; only process 0 writes and prints.
+  const auto [world, proc] = mpiWorld();
+  if (world > 1 && R == 1)
+    throw UserError(programPath + " is a program of one rank, but mpirun started " + std::to_string(world) +
+                    " processes; compile with --ranks " + std::to_string(world) + " (or a multiple) or run without mpirun");
+  if (world > 1 && (!ckptDir.empty() || args.has("--save-weights") || args.has("--load-weights") ||
+                    args.has("--dump-grads")))
+    throw UserError("under mpirun this version does not write or read checkpoints or weights (they need every "
+                    "rank's shards in one process); run all ranks in one process for those");
+  if (R > 1 && backend == "cuda")
+    throw UserError(programPath + " has " + std::to_string(R) + " ranks: the CUDA backend runs one rank in this "
+                    "version (its NCCL communicator is not there yet); use --backend cpu");
+  const bool leader = proc == 0;
 
   std::unique_ptr<data::TokenSource> source;
   if (args.has("--data"))
@@ -263,8 +284,10 @@ int runBody(int argc, char **argv, int first) {
   else
     source = std::make_unique<data::SyntheticTokenSource>(B, T, vocab, seed);
 
+  if (!leader) quiet = true;
   std::unique_ptr<Engine> engine;
   if (backend == "cuda") engine = makeCudaEngine(std::move(prog), seed);
+  else if (R > 1) engine = makeCpuRankGroup(std::move(prog), seed, commTimeout);
   else engine = std::make_unique<Executor>(std::move(prog), seed);
   Engine &ex = *engine;
   if (args.has("--load-weights")) {
@@ -310,7 +333,7 @@ int runBody(int argc, char **argv, int first) {
   if (profile) ex.enableProfiling();
 
   std::unique_ptr<LogFile> log;
-  if (args.has("--log")) log = std::make_unique<LogFile>(args.str("--log"));
+  if (args.has("--log") && leader) log = std::make_unique<LogFile>(args.str("--log"));
 
   const auto arenas = ex.arenaBytes();
   const int64_t K = ex.program().microBatches;
@@ -320,17 +343,19 @@ int runBody(int argc, char **argv, int first) {
     std::string streams;
     for (const auto &s : ex.streams()) streams += (streams.empty() ? "" : ", ") + s;
     std::fprintf(stderr,
-                 "bigc run: %s: %s backend, %lld parameters, %s, batch %lld x %lldx%lld, arenas: %s; streams: %s; "
+                 "bigc run: %s: %s backend, %lld parameters, %s, batch %s%lld x %lldx%lld, arenas: %s%s; streams: %s; "
                  "data: %s; %lld steps\n",
                  programPath.c_str(), ex.backend(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
-                 (long long)K, (long long)B, (long long)T, spaces.c_str(), streams.c_str(),
+                 R > 1 ? (std::to_string(R) + " ranks x ").c_str() : "", (long long)K, (long long)B, (long long)T,
+                 spaces.c_str(), R > 1 ? " per rank" : "", streams.c_str(),
                  source->describe().c_str(), (long long)steps);
     if (!ex.deviceInfo().empty()) std::fprintf(stderr, "bigc run: %s\n", ex.deviceInfo().c_str());
   }
 
   // K micro-batches per step, in data order: micro-batch k of step s is batch s·K + k.
   const int64_t bt = B * T;
-  std::vector<int32_t> tokens(size_t(K * bt)), targets(size_t(K * bt));
+  // The global batch: micro-batch k of rank r is chunk k*R + r (CLI.md's data order).
+  std::vector<int32_t> tokens(size_t(K * R * bt)), targets(size_t(K * R * bt));
   nlohmann::ordered_json peak = nlohmann::ordered_json::object();
   for (const auto &[name, bytes] : arenas) peak[name] = bytes;
   using clock = std::chrono::steady_clock;
@@ -346,14 +371,14 @@ int runBody(int argc, char **argv, int first) {
   };
   for (int64_t s = start + 1; s <= steps; ++s) {
     const auto t0 = clock::now();
-    for (int64_t k = 0; k < K; ++k) source->next(tokens.data() + k * bt, targets.data() + k * bt);
+    for (int64_t k = 0; k < K * R; ++k) source->next(tokens.data() + k * bt, targets.data() + k * bt);
     loss = ex.step(tokens.data(), targets.data());
     const auto t1 = clock::now();
     if (profile && s == start + 1) ex.resetProfile(); // the first step warms up (allocations of libraries, caches)
     if (profile && s > start + 1) profiledWall += std::chrono::duration<double>(t1 - t0).count();
     double dt = std::chrono::duration<double>(t1 - t0).count();
     double elapsed = std::chrono::duration<double>(t1 - began).count();
-    double tps = dt > 0 ? double(K * bt) / dt : 0.0;
+    double tps = dt > 0 ? double(K * R * bt) / dt : 0.0;
     const bool scaling = ex.hasLossScaling();
     if (!quiet) {
       std::string extra;
@@ -404,6 +429,8 @@ int runBody(int argc, char **argv, int first) {
     std::fprintf(stderr, "bigc run: %lld steps in %.2f s, final loss %.4f\n", (long long)(steps - start), total,
                  double(loss));
   }
+  engine.reset();
+  mpiFinalize();
   return 0;
 }
 
@@ -418,6 +445,10 @@ void report(const char *prefix, const std::string &msg) {
 int runMain(int argc, char **argv, int first) {
   try {
     return runBody(argc, argv, first);
+  } catch (const StuckRankError &e) { // threads that cannot be joined: leave now
+    report("bigc run", e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
   } catch (const UserError &e) {
     report("bigc run", e.what());
     return 1;

@@ -77,6 +77,8 @@ struct Conv {
 };
 
 struct Executor::Op : OpDims {
+  std::vector<CollectiveTensor> coll; // collectives: the tensors of the bucket
+  Reduce reduce = Reduce::Sum;
   OpKind kind;
   size_t index = 0;
   size_t stream = 0;
@@ -143,16 +145,19 @@ bool direct(OpKind k) {
   case OpKind::GlobalNorm:
   case OpKind::Reshape:
   case OpKind::AdamW:
-  case OpKind::LossScaleUpdate: return true;
+  case OpKind::LossScaleUpdate:
+  case OpKind::AllReduce:
+  case OpKind::ReduceScatter:
+  case OpKind::AllGather: return true;
   default: return false;
   }
 }
 } // namespace
 
-Executor::Executor(Program program, uint64_t seed) : prog_(std::move(program)) {
-  if (prog_.ranks != 1)
-    throw UserError("this runtime runs programs of one rank; this program has " + std::to_string(prog_.ranks) +
-                    " ranks");
+Executor::Executor(Program program, uint64_t seed, RankContext rank) : prog_(std::move(program)), rank_(std::move(rank)) {
+  if (prog_.ranks != 1 && (!rank_.comm || rank_.comm->size() != prog_.ranks))
+    throw UserError("this program has " + std::to_string(prog_.ranks) + " ranks: run it with `bigc run`, which "
+                    "starts every rank with a communicator (one executor runs one rank)");
   int64_t total = 0;
   std::string list;
   for (const auto &s : prog_.spaces) {
@@ -192,7 +197,7 @@ Executor::Executor(Program program, uint64_t seed) : prog_(std::move(program)) {
     for (void *a : staging_) std::free(a);
     throw;
   }
-  initialize(seed);
+  if (rank_.initialize) initialize(seed);
 
   // Side streams: one worker thread each, created once.
   Streams &S = *streams_;
@@ -334,6 +339,18 @@ void Executor::prepare() {
       stagingBytes_[op.stream] = std::max(stagingBytes_[op.stream], op.stageFloats * 4);
     }
     static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
+    if (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllGather) {
+      if (!rank_.comm) throw UserError("instruction " + std::to_string(i) + " (" + ins.op + ") is a collective, but "
+                                       "this executor runs one rank without a communicator");
+      op.reduce = Reduce(int(ins.num("reduce", 0)));
+      int64_t scratch = 0;
+      const int64_t n = prog_.axisSize(int64_t(ins.num("axis", 0)));
+      for (size_t k = 0; k < ins.in.size(); ++k) {
+        op.coll.push_back(CollectiveTensor{op.rawIn[k], op.rawOut[k], in(k).dtype, in(k).numel(), out(k).numel()});
+        scratch += (in(k).numel() + n - 1) / n;
+      }
+      rank_.comm->reserve(scratch);
+    }
     ops_.push_back(std::move(op));
   }
 
@@ -565,6 +582,17 @@ void Executor::execute(Op &op) {
     break;
   case OpKind::Cast: convert(op.rawIn[0], op.inType[0], op.rawOut[0], op.outType[0], op.n); break;
   case OpKind::Wait: break;
+  case OpKind::AllReduce:
+  case OpKind::ReduceScatter:
+  case OpKind::AllGather: {
+    const CollectiveKind k = op.kind == OpKind::AllReduce       ? CollectiveKind::AllReduce
+                             : op.kind == OpKind::ReduceScatter ? CollectiveKind::ReduceScatter
+                                                                : CollectiveKind::AllGather;
+    rank_.comm->run(rank_.local, k, op.reduce, op.coll,
+                    "step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
+                        op.ins->op + (op.ins->loc.empty() ? std::string() : " at " + op.ins->loc) + ")");
+    break;
+  }
   case OpKind::CheckFinite:
   case OpKind::LossScaleUpdate:
     runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_);

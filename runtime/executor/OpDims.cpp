@@ -103,6 +103,9 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
   case OpKind::GlobalNorm:
   case OpKind::CheckFinite:
   case OpKind::Wait:
+  case OpKind::AllReduce:
+  case OpKind::ReduceScatter:
+  case OpKind::AllGather:
     break;
   case OpKind::Cast:
     d.n = in(0).numel();

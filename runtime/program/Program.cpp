@@ -103,6 +103,9 @@ const std::vector<OpSignature> &opSignatures() {
       {"wait", OpKind::Wait, 0, 0, 0, 0, 0, false},
       {"check_finite", OpKind::CheckFinite, 1, -1, 1, 1, 0, false},
       {"loss_scale_update", OpKind::LossScaleUpdate, 3, 3, 2, 2, 0, false},
+      {"all_reduce", OpKind::AllReduce, 1, -1, 1, -1, 0, false},
+      {"reduce_scatter", OpKind::ReduceScatter, 1, -1, 1, -1, 0, false},
+      {"all_gather", OpKind::AllGather, 1, -1, 1, -1, 0, false},
   };
   return table;
 }
@@ -227,9 +230,10 @@ Program fromJson(const json &root, const std::string &path) {
   Program p;
   if (!root.is_object()) fail(path, "the payload must be a JSON object, is " + typeName(root));
   p.version = int(r.integer(root, "version", "payload"));
-  if (p.version != kProgramVersion)
+  if (p.version < kOldestProgramVersion || p.version > kProgramVersion)
     fail(path, "payload says program format version " + std::to_string(p.version) +
-                   ", this runtime reads version " + std::to_string(kProgramVersion));
+                   ", this runtime reads versions " + std::to_string(kOldestProgramVersion) + " to " +
+                   std::to_string(kProgramVersion));
   p.producer = r.stringOr(root, "producer", "payload", "");
   p.source = r.stringOr(root, "source", "payload", "");
 
@@ -240,6 +244,14 @@ Program fromJson(const json &root, const std::string &path) {
   p.precision = r.stringOr(cfg, "precision", "config", "fp32");
   p.microBatches = r.integerOr(cfg, "micro_batches", "config", 1);
   p.ranks = r.integerOr(cfg, "ranks", "config", 1);
+  p.zero = r.integerOr(cfg, "zero", "config", 0);
+  p.dp = p.ranks;
+  if (cfg.contains("mesh") && !cfg["mesh"].is_null()) {
+    const json &m = r.object(cfg, "mesh", "config");
+    p.dp = r.integerOr(m, "dp", "config.mesh", 1);
+    p.tp = r.integerOr(m, "tp", "config.mesh", 1);
+    p.pp = r.integerOr(m, "pp", "config.mesh", 1);
+  }
 
   if (root.contains("optimizer")) {
     const json &o = r.object(root, "optimizer", "payload");
@@ -298,6 +310,13 @@ Program fromJson(const json &root, const std::string &path) {
       if (b.init.kind == "normal") b.init.std = r.number(ji, "std", where + " init");
       if (b.init.kind == "copy") b.init.source = r.string(ji, "source", where + " init");
       if (b.init.kind == "fill") b.init.value = r.number(ji, "value", where + " init");
+    }
+    if (jb.contains("shard") && !jb["shard"].is_null()) {
+      const json &js = r.object(jb, "shard", where);
+      std::string axis = r.string(js, "axis", where + " shard");
+      if (axis != "dp") fail(path, where + ": shard axis '" + axis + "' (version 3 shards over dp only)");
+      b.shard = true;
+      b.fullShape = r.ints(js, "full_shape", where + " shard");
     }
     p.buffers.push_back(std::move(b));
   }
@@ -388,9 +407,10 @@ Program parseProgram(const std::string &bytes, const std::string &path) {
   };
   if (!allDigits(sVersion)) fail(path, "bad version '" + sVersion + "' in the container line");
   long long version = std::stoll(sVersion);
-  if (version != kProgramVersion)
-    fail(path, "program format version " + sVersion + ", but this runtime reads version " +
-                   std::to_string(kProgramVersion) + "; recompile the model with a matching bigc");
+  if (version < kOldestProgramVersion || version > kProgramVersion)
+    fail(path, "program format version " + sVersion + ", but this runtime reads versions " +
+                   std::to_string(kOldestProgramVersion) + " to " + std::to_string(kProgramVersion) +
+                   "; recompile the model with a matching bigc");
   if (!allDigits(sLen)) fail(path, "bad payload length '" + sLen + "' in the container line");
   uint64_t len = std::stoull(sLen);
   bool hexOk = sHash.size() == 16 && std::all_of(sHash.begin(), sHash.end(), [](char c) {
@@ -709,6 +729,37 @@ struct Validator {
     case OpKind::CheckFinite:
       wantShape(out(0), {}, "flag");
       break;
+    case OpKind::AllReduce:
+    case OpKind::ReduceScatter:
+    case OpKind::AllGather: {
+      if (ins->in.size() != ins->out.size())
+        bad("a collective has one output per input, has " + std::to_string(ins->in.size()) + " inputs and " +
+            std::to_string(ins->out.size()) + " outputs");
+      double axis = ins->num("axis", 0);
+      if (axis != 0 && axis != 1 && axis != 2) bad("attribute 'axis' must be 0 (dp), 1 (tp) or 2 (pp)");
+      const int64_t n = p.axisSize(int64_t(axis));
+      if (sig.kind != OpKind::AllGather) {
+        double r = ins->num("reduce", -1);
+        if (r != 0 && r != 1 && r != 2 && r != 3) bad("attribute 'reduce' must be 0 (sum), 1 (mean), 2 (max) or 3 (norm)");
+        if (sig.kind == OpKind::ReduceScatter && r > 1) bad("reduce_scatter reduces by sum (0) or mean (1)");
+      }
+      for (size_t k = 0; k < ins->in.size(); ++k) {
+        const Buffer &a = in(k), &b = out(k);
+        if (a.dtype != b.dtype)
+          bad("input " + std::to_string(k) + " and output " + std::to_string(k) + " must have one dtype, are " +
+              dtypeName(a.dtype) + " and " + dtypeName(b.dtype));
+        if (sig.kind == OpKind::AllReduce) {
+          sameShape(a, b, "output");
+          continue;
+        }
+        const Buffer &whole = sig.kind == OpKind::ReduceScatter ? a : b, &part = sig.kind == OpKind::ReduceScatter ? b : a;
+        const int64_t s = (whole.numel() + n - 1) / n;
+        if (part.shape.size() != 1 || part.shape[0] != s)
+          bad("the shard of '" + whole.name + "' " + shapeStr(whole.shape) + " over " + std::to_string(n) +
+              " ranks is [" + std::to_string(s) + "], '" + part.name + "' is " + shapeStr(part.shape));
+      }
+      break;
+    }
     case OpKind::LossScaleUpdate: {
       for (size_t k = 0; k < 3; ++k) wantShape(in(k), {}, "input " + std::to_string(k));
       if (ins->out[0] != ins->in[1] || ins->out[1] != ins->in[2])
@@ -782,13 +833,17 @@ struct Validator {
 } // namespace
 
 void validateProgram(const Program &p, const std::string &path) {
-  if (p.version != kProgramVersion)
-    fail(path, "program format version " + std::to_string(p.version) + ", this runtime reads version " +
-                   std::to_string(kProgramVersion));
+  if (p.version < kOldestProgramVersion || p.version > kProgramVersion)
+    fail(path, "program format version " + std::to_string(p.version) + ", this runtime reads versions " +
+                   std::to_string(kOldestProgramVersion) + " to " + std::to_string(kProgramVersion));
   if (p.batch <= 0 || p.seq <= 0 || p.vocab <= 0)
     fail(path, "config: batch, seq and vocab must be positive (batch " + std::to_string(p.batch) + ", seq " +
                    std::to_string(p.seq) + ", vocab " + std::to_string(p.vocab) + ")");
   if (p.microBatches < 1 || p.ranks < 1) fail(path, "config: micro_batches and ranks must be >= 1");
+  if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.dp > 4096 || p.tp > 4096 || p.pp > 4096 || p.dp * p.tp * p.pp != p.ranks)
+    fail(path, "config: the mesh dp " + std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " +
+                   std::to_string(p.pp) + " must multiply to ranks " + std::to_string(p.ranks));
+  if (p.zero < 0 || p.zero > 3) fail(path, "config: zero must be 0, 1, 2 or 3, is " + std::to_string(p.zero));
   if (p.precision != "fp32" && p.precision != "bf16" && p.precision != "fp16")
     fail(path, "config: unknown precision '" + p.precision + "' (fp32, bf16 or fp16)");
   {
@@ -830,6 +885,17 @@ void validateProgram(const Program &p, const std::string &path) {
     if (b.bytes != numel * dtypeSize(b.dtype))
       fail(path, where + ": bytes " + std::to_string(b.bytes) + " != " + std::to_string(numel) +
                      " elements x " + std::to_string(dtypeSize(b.dtype)) + " (" + dtypeName(b.dtype) + ")");
+    if (b.shard) {
+      int64_t full = 1;
+      for (int64_t d : b.fullShape) {
+        if (d < 0 || (d != 0 && full > std::numeric_limits<int64_t>::max() / 8 / d))
+          fail(path, where + ": bad shard full_shape " + shapeStr(b.fullShape));
+        full *= d;
+      }
+      if (b.shape.size() != 1 || b.shape[0] != (full + p.dp - 1) / p.dp)
+        fail(path, where + ": a shard of " + shapeStr(b.fullShape) + " over dp " + std::to_string(p.dp) + " is [" +
+                       std::to_string((full + p.dp - 1) / p.dp) + "], the buffer is " + shapeStr(b.shape));
+    }
     if (b.offset < 0 || b.offset % kAlignment != 0)
       fail(path, where + ": offset " + std::to_string(b.offset) + " is not aligned to " +
                      std::to_string(kAlignment) + " bytes");
@@ -873,9 +939,10 @@ void validateProgram(const Program &p, const std::string &path) {
         if (c.persistent() && c.name == cur->init.source) src = &c;
       if (!src)
         fail(path, where + ": init copies '" + cur->init.source + "', which is not a param, master or optimizer buffer");
-      if (src->shape != cur->shape)
-        fail(path, where + ": init copies '" + src->name + "' of shape " + shapeStr(src->shape) + " into shape " +
-                       shapeStr(cur->shape));
+      auto logical = [](const Buffer *x) { return x->shard ? x->fullShape : x->shape; };
+      if (logical(src) != logical(cur))
+        fail(path, where + ": init copies '" + src->name + "' of shape " + shapeStr(logical(src)) + " into shape " +
+                       shapeStr(logical(cur)));
       if (src == &b || hops > p.buffers.size()) fail(path, where + ": init copies form a cycle");
       cur = src;
     }
@@ -959,8 +1026,13 @@ void validateProgram(const Program &p, const std::string &path) {
               "] by its attributes, has " + std::to_string(ins.out.size()));
     }
     {
-      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host"};
-      if (!streams.count(ins.stream)) v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h or host)");
+      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host", "comm"};
+      if (!streams.count(ins.stream)) v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host or comm)");
+      const bool collective = sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter ||
+                              sig->kind == OpKind::AllGather;
+      if (collective != (ins.stream == "comm"))
+        v.bad(collective ? "a collective runs on the comm stream, not '" + ins.stream + "'"
+                         : "only collectives run on the comm stream");
       static const std::set<std::string> phases = {"", "forward", "backward", "optimizer"};
       if (!phases.count(ins.phase)) v.bad("unknown phase '" + ins.phase + "' (forward, backward or optimizer)");
       for (int64_t w : ins.wait) {
@@ -1003,6 +1075,7 @@ void validateProgram(const Program &p, const std::string &path) {
     v.overlaps(*sig);
   }
 
+  // A mesh of several ranks runs collectives; one rank has none.
   // Buffers that share memory must not be live at the same time, except buffers joined by an
   // allowed in-place alias (union-find over those pairs). Inputs are written before instruction 0
   // and the loss is read after the last one, so their intervals are extended accordingly.
@@ -1064,7 +1137,8 @@ std::string serializeProgram(const Program &p) {
   root["source"] = p.source;
   root["config"] = {{"batch", p.batch},          {"seq", p.seq},     {"vocab", p.vocab},
                     {"precision", p.precision}, {"micro_batches", p.microBatches},
-                    {"ranks", p.ranks}};
+                    {"ranks", p.ranks},          {"zero", p.zero},
+                    {"mesh", {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}}}};
   root["optimizer"] = {{"kind", p.optimizer.kind},   {"lr", p.optimizer.lr},
                        {"beta1", p.optimizer.beta1}, {"beta2", p.optimizer.beta2},
                        {"eps", p.optimizer.eps},     {"weight_decay", p.optimizer.weightDecay},
@@ -1091,6 +1165,7 @@ std::string serializeProgram(const Program &p) {
       if (b.init.kind == "fill") ji["value"] = b.init.value;
       jb["init"] = ji;
     }
+    if (b.shard) jb["shard"] = {{"axis", "dp"}, {"full_shape", b.fullShape}};
     bufs.push_back(std::move(jb));
   }
   root["buffers"] = std::move(bufs);

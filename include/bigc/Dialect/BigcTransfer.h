@@ -28,7 +28,7 @@ inline constexpr llvm::StringLiteral kComputeStream = "compute";
 
 /// True for "device" and "host".
 bool isKnownSpace(StringRef space);
-/// True for "compute", "h2d", "d2h" and "host".
+/// True for "compute", "h2d", "d2h", "host" and "comm".
 bool isKnownStream(StringRef stream);
 
 /// The memory space of a bigc.param ("device" unless `bigc.space` says).

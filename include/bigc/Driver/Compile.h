@@ -42,6 +42,11 @@ struct CompileOptions {
   int64_t recomputeDrop = -1;      // auto: how many ranked candidates are recomputed (-1: search)
   std::string offload = "none";    // none | cpu | nvme
   std::string offloadParams = "auto"; // with offload: device | host | auto (host when the device cannot hold them)
+  // Data parallelism (bigc-shard, bigc-schedule)
+  int64_t ranks = 1;      // data-parallel ranks (the dp axis of the mesh)
+  int64_t zero = 0;       // ZeRO stage over dp
+  double bucketMb = 25;   // largest merged collective, MiB
+  int64_t prefetch = 1;   // ZeRO-3: layer segments an all-gather runs ahead of its use
 };
 
 // Runs the pipeline on a clone of `parsed` (which is left untouched) with `o`, and returns the

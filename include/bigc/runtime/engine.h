@@ -27,8 +27,8 @@ public:
   // the step counters.
   void initialize(uint64_t seed);
   // Re-run the init of every buffer of kind copy (compute copies of masters), e.g. after the
-  // masters were loaded from a file.
-  void refreshCopies();
+  // masters were loaded from a file. (A RankGroup copies shards into whole tensors across ranks.)
+  virtual void refreshCopies();
 
   // One training step over K micro-batches (`tokens`/`targets` hold K·B·T ids); returns the loss.
   // Throws UserError for bad data (naming the step and instruction) or a stuck stream.

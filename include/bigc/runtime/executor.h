@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bigc/runtime/comm.h"
 #include "bigc/runtime/engine.h"
 #include "bigc/runtime/program.h"
 
@@ -27,12 +28,21 @@ void initNormal(float *x, int64_t n, double std, uint64_t seed, const std::strin
 void initNormalAs(void *x, DType dtype, int64_t n, double std, uint64_t seed, const std::string &name);
 uint64_t splitmix64(uint64_t &state);
 
+// One rank of a multi-rank program: its local index in the communicator (which runs its
+// collectives) and whether the executor initialises its buffers itself (a RankGroup initialises
+// the ranks together, shards from the whole tensors).
+struct RankContext {
+  int local = 0;
+  std::shared_ptr<Communicator> comm;
+  bool initialize = true;
+};
+
 class Executor final : public Engine {
 public:
   // `program` must have passed validateProgram. Throws UserError when the arenas together do not
-  // fit in this machine's physical memory (naming the spaces and sizes) or the program uses what
-  // this runtime cannot run (more than one rank).
-  Executor(Program program, uint64_t seed);
+  // fit in this machine's physical memory (naming the spaces and sizes), or the program has several
+  // ranks and `rank` no communicator of that many ranks.
+  Executor(Program program, uint64_t seed, RankContext rank = {});
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
@@ -122,6 +132,7 @@ private:
   std::vector<float *> captureDst_; // per op, nullptr unless an adamw with capture on
   double waitTimeout_ = 300.0;
   int64_t neverFinish_ = -1;
+  RankContext rank_;
 };
 
 } // namespace bigc::rt

@@ -38,6 +38,10 @@ enum class OpKind {
   Wait,
   CheckFinite,
   LossScaleUpdate,
+  // version 3: collectives over an axis of the device mesh (stream "comm")
+  AllReduce,
+  ReduceScatter,
+  AllGather,
 };
 
 struct OpSignature {

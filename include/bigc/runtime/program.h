@@ -37,6 +37,19 @@ struct Buffer {
   std::string role; // param, master, optimizer, grad, activation, activation_grad, input, workspace, transfer
   int64_t liveFirst = 0, liveLast = 0;
   Init init;
+  // Version 3: a shard (over the mesh axis "dp") of a tensor of shape fullShape: the buffer is 1-D
+  // with ceil(numel(fullShape) / dp) elements, rank r holding elements [r*S, r*S+S) of the whole
+  // (the last shard padded with zeros).
+  bool shard = false;
+  std::vector<int64_t> fullShape;
+
+  bool sharded() const { return shard; }
+  int64_t fullNumel() const {
+    if (!shard) return numel();
+    int64_t n = 1;
+    for (int64_t d : fullShape) n *= d;
+    return n;
+  }
 
   int64_t numel() const {
     int64_t n = 1;
@@ -89,10 +102,17 @@ struct RecomputeInfo {
   int64_t savedBytes = 0, flopsAdded = 0, forwardFlops = 0;
 };
 
+// Collective instructions (version 3): attribute `reduce` and `axis` codes.
+enum class Reduce { Sum = 0, Mean = 1, Max = 2, Norm = 3 };
+enum class MeshAxis { DP = 0, TP = 1, PP = 2 };
+
 struct Program {
-  int version = 2;
+  int version = 3;
   std::string producer, source;
   int64_t batch = 0, seq = 0, vocab = 0, microBatches = 1, ranks = 1;
+  // Version 3: the device mesh (ranks = dp * tp * pp) and the ZeRO stage over dp.
+  int64_t dp = 1, tp = 1, pp = 1, zero = 0;
+  int64_t axisSize(int64_t axis) const { return axis == 0 ? dp : axis == 1 ? tp : pp; }
   std::string precision = "fp32";
   Optimizer optimizer;
   std::string hardwareName;
@@ -114,7 +134,8 @@ struct Program {
   int64_t parameterCount() const; // elements of role "param"
 };
 
-constexpr int kProgramVersion = 2;
+constexpr int kProgramVersion = 3;
+constexpr int kOldestProgramVersion = 2; // read too (no collectives, one rank)
 constexpr int64_t kAlignment = 64;
 
 uint64_t fnv1a64(const void *data, size_t n, uint64_t h = 0xcbf29ce484222325ull);

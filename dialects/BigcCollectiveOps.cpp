@@ -1,0 +1,133 @@
+//===- BigcCollectiveOps.cpp - all_reduce, reduce_scatter, all_gather -----===//
+//
+// Verifiers of the ops of BigcCollectiveOps.td and the mesh queries of
+// include/bigc/Dialect/BigcCollective.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Dialect/BigcCollective.h"
+#include "bigc/Dialect/BigcTransfer.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+using namespace mlir;
+using namespace mlir::bigc;
+
+int64_t mlir::bigc::meshAxisSize(Operation *op, StringRef axis) {
+  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
+  if (!module)
+    return 1;
+  auto mesh = module->getAttrOfType<DictionaryAttr>(kMeshAttrName);
+  if (!mesh)
+    return 1;
+  auto a = mesh.getAs<IntegerAttr>(axis);
+  return a ? a.getInt() : 1;
+}
+
+int64_t mlir::bigc::meshRanks(ModuleOp module) {
+  auto mesh = module->getAttrOfType<DictionaryAttr>(kMeshAttrName);
+  if (!mesh)
+    return 1;
+  int64_t n = 1;
+  for (NamedAttribute na : mesh)
+    if (auto a = dyn_cast<IntegerAttr>(na.getValue()))
+      n *= a.getInt();
+  return n;
+}
+
+bool mlir::bigc::isCollective(Operation *op) {
+  return isa<AllReduceOp, ReduceScatterOp, AllGatherOp, ParamAllGatherOp>(op);
+}
+
+namespace {
+
+LogicalResult verifyGroup(Operation *op, StringRef group) {
+  if (group != "dp" && group != "tp" && group != "pp")
+    return op->emitOpError("group must be a mesh axis: \"dp\", \"tp\" or \"pp\", got \"")
+           << group << "\"";
+  if (Attribute stream = op->getAttr(kStreamAttrName)) {
+    auto s = dyn_cast<StringAttr>(stream);
+    if (!s || s.getValue() != kCommStream)
+      return op->emitOpError("runs on the \"comm\" stream, got bigc.stream = ") << stream;
+  }
+  return success();
+}
+
+int64_t numel(Type t) { return cast<RankedTensorType>(t).getNumElements(); }
+Type elementType(Type t) { return cast<RankedTensorType>(t).getElementType(); }
+
+/// The shard / full pairs of reduce_scatter (full -> shard) and all_gather
+/// (shard -> full).
+LogicalResult verifyShards(Operation *op, ValueRange fulls, TypeRange fullTypes, TypeRange shardTypes,
+                           StringRef group) {
+  if (fullTypes.size() != shardTypes.size() || fullTypes.empty())
+    return op->emitOpError("needs one result per operand and at least one, got ")
+           << op->getNumOperands() << " operands and " << op->getNumResults() << " results";
+  (void)fulls;
+  const int64_t ranks = meshAxisSize(op, group);
+  for (size_t i = 0; i < fullTypes.size(); ++i) {
+    auto shard = cast<RankedTensorType>(shardTypes[i]);
+    if (elementType(fullTypes[i]) != shard.getElementType())
+      return op->emitOpError("tensor #") << i << ": shard and full tensor must have one element type, got "
+                                         << shardTypes[i] << " and " << fullTypes[i];
+    if (shard.getRank() != 1)
+      return op->emitOpError("tensor #") << i << ": a shard is 1-D, got " << shardTypes[i];
+    int64_t n = numel(fullTypes[i]), s = shard.getDimSize(0);
+    if (s != shardElements(n, ranks))
+      return op->emitOpError("tensor #")
+             << i << ": a tensor of " << n << " elements over " << ranks << " ranks of \"" << group
+             << "\" has shards of " << shardElements(n, ranks) << " elements, got " << s;
+  }
+  return success();
+}
+
+} // namespace
+
+LogicalResult AllReduceOp::verify() {
+  if (failed(verifyGroup(*this, getGroup())))
+    return failure();
+  StringRef r = getReduce();
+  if (r != "sum" && r != "mean" && r != "max" && r != "norm")
+    return emitOpError("reduce must be \"sum\", \"mean\", \"max\" or \"norm\", got \"") << r << "\"";
+  if (getInputs().empty() || getInputs().size() != getOutputs().size())
+    return emitOpError("needs one result per operand and at least one");
+  for (size_t i = 0; i < getInputs().size(); ++i)
+    if (getInputs()[i].getType() != getOutputs()[i].getType())
+      return emitOpError("result #") << i << " must have the type of its operand, "
+                                     << getInputs()[i].getType() << ", got " << getOutputs()[i].getType();
+  return success();
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  if (failed(verifyGroup(*this, getGroup())))
+    return failure();
+  if (getReduce() != "sum" && getReduce() != "mean")
+    return emitOpError("reduce must be \"sum\" or \"mean\", got \"") << getReduce() << "\"";
+  return verifyShards(*this, getInputs(), getInputs().getTypes(), getOutputs().getTypes(), getGroup());
+}
+
+LogicalResult AllGatherOp::verify() {
+  if (failed(verifyGroup(*this, getGroup())))
+    return failure();
+  return verifyShards(*this, getOutputs(), getOutputs().getTypes(), getInputs().getTypes(), getGroup());
+}
+
+LogicalResult ParamAllGatherOp::verify() {
+  if (getFrom() == getTo())
+    return emitOpError("from and to must be two different parameters, got @") << getFrom() << " twice";
+  return verifyGroup(*this, getGroup());
+}
+
+LogicalResult ParamAllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto from = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(), getFromAttr());
+  auto to = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(), getToAttr());
+  if (!from)
+    return emitOpError("from ") << getFromAttr() << " does not name a bigc.param";
+  if (!to)
+    return emitOpError("to ") << getToAttr() << " does not name a bigc.param";
+  Type ft = from.getType(), tt = to.getType();
+  if (failed(verifyShards(*this, {}, TypeRange{tt}, TypeRange{ft}, getGroup())))
+    return failure();
+  return success();
+}

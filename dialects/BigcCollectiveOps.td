@@ -1,0 +1,107 @@
+//===- BigcCollectiveOps.td - collectives over the device mesh -*- tablegen -*-===//
+//
+// The collectives of bigc-shard: all-reduce, reduce-scatter and all-gather
+// of values over one axis ("group") of the device mesh, and the all-gather
+// of a sharded persistent tensor into its full copy. The mesh is the module
+// attribute `bigc.mesh = {dp = D, tp = T, pp = P}` (every axis size; ranks =
+// their product). A collective runs on the "comm" stream (bigc-schedule);
+// every rank of the group executes the same collectives in the same order.
+//
+// Shards: a tensor of N elements is split along its flattened elements into
+// `size(group)` shards of S = ceil(N / size) elements; rank r holds elements
+// [r*S, r*S+S) (the last shard is padded with zeros). Included from
+// BigcOps.td; the C++ (verifiers, mesh queries) is in BigcCollectiveOps.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BIGC_COLLECTIVE_OPS_TD
+#define BIGC_COLLECTIVE_OPS_TD
+
+def Bigc_AllReduceOp : Bigc_Op<"all_reduce", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "every rank of `group` gets the reduction of the inputs of all its ranks";
+  let description = [{
+    One or more tensors (a bucket), each reduced element-wise over the ranks
+    of the mesh axis `group`: `reduce` is "sum", "mean" (the data-parallel
+    average of gradients), "max" (the fp16 overflow flag) or "norm" (the
+    inputs are L2 norms of parts: the result is sqrt(sum of squares), the
+    global gradient norm). Results have the operands' types. Sums accumulate
+    in f32.
+
+    Not `Pure`: every rank must run every collective, in the same order.
+
+    ```mlir
+    %g0r, %g1r = bigc.all_reduce %g0, %g1 {group = "dp", reduce = "mean"}
+        : (tensor<64x64xf32>, tensor<64xf32>) -> (tensor<64x64xf32>, tensor<64xf32>)
+    ```
+  }];
+  let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs, StrAttr:$group,
+                       StrAttr:$reduce);
+  let results = (outs Variadic<Bigc_FloatTensor>:$outputs);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Bigc_ReduceScatterOp : Bigc_Op<"reduce_scatter", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "rank r of `group` gets shard r of the reduction of the inputs";
+  let description = [{
+    For each input (a bucket of gradients): the element-wise reduction
+    ("sum" or "mean") over the ranks of `group`, of which this rank keeps
+    its shard: a 1-D tensor of ceil(N / size) elements (see the file
+    comment), same element type. Sums accumulate in f32. ZeRO-1/2: the
+    gradient shard the rank's optimizer updates.
+
+    ```mlir
+    %s = bigc.reduce_scatter %g {group = "dp", reduce = "mean"}
+        : (tensor<64x64xbf16>) -> tensor<512xbf16>      // 8 ranks
+    ```
+  }];
+  let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs, StrAttr:$group,
+                       StrAttr:$reduce);
+  let results = (outs Variadic<Bigc_FloatTensor>:$outputs);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Bigc_AllGatherOp : Bigc_Op<"all_gather", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "the full tensor from the shards of every rank of `group`";
+  let description = [{
+    For each input shard (1-D, S elements): the tensor of the result's shape
+    made of the shards of ranks 0, 1, ... in order, the padding dropped
+    (size * S >= N > (size - 1) * S). ZeRO-3: a layer's weights, gathered
+    just before their use (and prefetched a layer ahead by bigc-schedule),
+    freed after it.
+
+    ```mlir
+    %w = bigc.all_gather %ws {group = "dp"} : (tensor<512xbf16>) -> tensor<64x64xbf16>
+    ```
+  }];
+  let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs, StrAttr:$group);
+  let results = (outs Variadic<Bigc_FloatTensor>:$outputs);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Bigc_ParamAllGatherOp : Bigc_Op<"param_all_gather", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "persistent all-gather: @to = the shards @from of every rank";
+  let description = [{
+    ZeRO-1/2: after each rank updated its shard of a weight (bigc.adamw
+    writes the new compute copy of its shard into `from`), every rank
+    gathers the full compute copy `to` (same element type; `to` has
+    size(group) * S >= N > (size - 1) * S elements for the S of `from`).
+
+    ```mlir
+    bigc.param_all_gather {from = @"w.half.shard", to = @"w.half", group = "dp"}
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$from, FlatSymbolRefAttr:$to,
+                       StrAttr:$group);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+#endif // BIGC_COLLECTIVE_OPS_TD

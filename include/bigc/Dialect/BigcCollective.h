@@ -1,0 +1,38 @@
+//===- BigcCollective.h - the device mesh and its collectives ---*- C++ -*-===//
+//
+// The module attribute `bigc.mesh = {dp = D, tp = T, pp = P}` (bigc-shard)
+// and the shard arithmetic of the collectives of BigcCollectiveOps.td.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BIGC_DIALECT_BIGCCOLLECTIVE_H
+#define BIGC_DIALECT_BIGCCOLLECTIVE_H
+
+#include "bigc/Dialect/BigcOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mlir {
+namespace bigc {
+
+inline constexpr llvm::StringLiteral kMeshAttrName = "bigc.mesh";
+/// On a sharded bigc.param: the shape of the whole tensor it is a shard of.
+inline constexpr llvm::StringLiteral kFullShapeAttrName = "bigc.full_shape";
+/// The stream collectives run on.
+inline constexpr llvm::StringLiteral kCommStream = "comm";
+
+/// The size of mesh axis `axis` ("dp", "tp", "pp") of the module holding
+/// `op`: 1 when the module has no mesh or the mesh no such axis.
+int64_t meshAxisSize(Operation *op, StringRef axis);
+/// The number of ranks of the module (the product of the mesh's axes).
+int64_t meshRanks(ModuleOp module);
+/// Elements per shard of a tensor of `numel` elements over `ranks` ranks.
+inline int64_t shardElements(int64_t numel, int64_t ranks) {
+  return ranks <= 1 ? numel : (numel + ranks - 1) / ranks;
+}
+/// A collective op (all_reduce, reduce_scatter, all_gather, param_all_gather).
+bool isCollective(Operation *op);
+
+} // namespace bigc
+} // namespace mlir
+
+#endif // BIGC_DIALECT_BIGCCOLLECTIVE_H

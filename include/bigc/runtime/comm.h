@@ -1,0 +1,79 @@
+// Communicators: the collectives of a multi-rank program (docs/program-format.md, "Collectives")
+// between the ranks of one run. Every rank calls run() with the same collectives in the same order
+// (the program's comm stream); a call returns when this rank's outputs are complete. No MLIR here.
+//
+// Implementations:
+// - in-process (makeInProcessCommunicator): the ranks are threads of one process sharing memory; a
+//   real ring (reduce-scatter: N-1 steps, each rank adding its predecessor's partial sums of one
+//   chunk into its own, f32 accumulation in double-buffered scratch; all-gather: N-1 steps passing
+//   chunks along the ring); no rank gathers everything;
+// - MPI (makeMpiCommunicator, runtime/comm/MpiComm.cpp, when OpenMPI is found): the ranks of each
+//   process meet in shared memory, and one thread per process runs the MPI collective between the
+//   processes (nonblocking, polled against the timeout).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bigc/runtime/program.h"
+
+namespace bigc::rt {
+
+enum class CollectiveKind { AllReduce, ReduceScatter, AllGather };
+
+// One tensor of a collective (a bucket has several): `in` has inNumel elements, `out` outNumel,
+// both of `dtype` (all-reduce: equal; reduce-scatter: out = ceil(in / size); all-gather: in =
+// ceil(out / size)).
+struct CollectiveTensor {
+  const void *in = nullptr;
+  void *out = nullptr;
+  DType dtype = DType::F32;
+  int64_t inNumel = 0, outNumel = 0;
+};
+
+// A collective that could not complete: it timed out waiting for a rank, or the run was stopped
+// because a rank failed. The message names the rank, the collective and the step.
+struct CommError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  // Ranks of the group (all the ranks of the run), and how many run in this process.
+  virtual int size() const = 0;
+  virtual int localSize() const = 0;
+  // The global rank of local rank `local` (0 <= local < localSize()).
+  virtual int globalRank(int local) const = 0;
+  // One collective (a bucket) as local rank `local`. `what` names it for messages ("step 3:
+  // instruction 41 (all_gather at model.mlir:12:5)"). Throws CommError.
+  virtual void run(int local, CollectiveKind kind, Reduce reduce, const std::vector<CollectiveTensor> &tensors,
+                   const std::string &what) = 0;
+  // Make room for collectives moving up to `floats` f32 values per rank (called while loading, so
+  // that no step allocates). Safe to call from several ranks.
+  virtual void reserve(int64_t floats) = 0;
+  // Stop every pending and later collective of every rank of this process with `why`.
+  virtual void abort(const std::string &why) = 0;
+  virtual bool aborted() const = 0;
+  // The longest a rank waits for the others in one collective (default 300 s).
+  virtual void setTimeout(double seconds) = 0;
+  virtual std::string name() const = 0; // "in-process", "mpi"
+};
+
+std::shared_ptr<Communicator> makeInProcessCommunicator(int ranks);
+
+// MPI: this process runs `localRanks` consecutive ranks (global rank = process rank x localRanks
+// + local); the world must have ranks / localRanks processes. mpiCompiled(): this build has it.
+bool mpiCompiled();
+// Initialises MPI when the process runs under mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set) and
+// returns the world size and this process's rank; {1, 0} otherwise.
+std::pair<int, int> mpiWorld();
+std::shared_ptr<Communicator> makeMpiCommunicator(int ranks, int localRanks);
+// A host scalar reduced over the processes (sum); identity without MPI.
+double mpiSum(double x);
+void mpiFinalize();
+
+} // namespace bigc::rt

@@ -1,0 +1,101 @@
+// The ranks of a multi-rank program that run in this process, as one Engine: a thread per rank,
+// each rank its own engine (arenas, streams), their collectives through a Communicator.
+//
+// The group shows the *logical* program: every sharded buffer (ZeRO) with its whole shape, so
+// weights, checkpoints and --save-weights see whole tensors whatever the rank count (a sharded
+// checkpoint resumes on another number of ranks). Reading a sharded buffer gathers the shards of
+// every rank; writing one gives each rank its slice. step() takes the global batch: K micro-batches
+// x ranks x [B,T] ids, micro-batch m of rank r at chunk m*ranks + r (CLI.md's data order), and
+// returns the mean of the ranks' losses (the loss of the global batch).
+//
+// Failures: a rank that throws stops every other rank (the communicator is aborted); a rank that
+// does not reach a collective makes the others time out. step() then throws the first cause,
+// naming the rank, the step and the collective. No MLIR here.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bigc/runtime/comm.h"
+#include "bigc/runtime/engine.h"
+
+namespace bigc::rt {
+
+// Thrown when a rank did not stop after the others failed (it is stuck in a kernel): the process
+// must exit (its threads cannot be joined).
+struct StuckRankError : UserError {
+  using UserError::UserError;
+};
+
+class RankGroup final : public Engine {
+public:
+  // Makes the engine of local rank `local` for the rank program (not initialised: the group
+  // initialises every rank together).
+  using Factory = std::function<std::unique_ptr<Engine>(const Program &, int local)>;
+
+  // `program` is the program of one rank (every rank runs it); `comm` spans all its ranks.
+  RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make);
+  ~RankGroup() override;
+
+  const char *backend() const override { return engines_[0]->backend(); }
+  std::string deviceInfo() const override;
+  const Program &program() const override { return logical_; }
+  const Program &rankProgram() const { return rankProgram_; }
+  Communicator &communicator() { return *comm_; }
+  Engine &rank(int local) { return *engines_[size_t(local)]; }
+  int localRanks() const { return int(engines_.size()); }
+
+  float step(const int32_t *tokens, const int32_t *targets) override;
+  int64_t stepCount() const override { return engines_[0]->stepCount(); }
+  int64_t updateCount() const override { return engines_[0]->updateCount(); }
+  void setStepCount(int64_t t) override {
+    for (auto &e : engines_) e->setStepCount(t);
+  }
+  void setCounters(int64_t steps, int64_t updates) override {
+    for (auto &e : engines_) e->setCounters(steps, updates);
+  }
+  float lastLossScale() const override { return engines_[0]->lastLossScale(); }
+  bool lastSkipped() const override { return engines_[0]->lastSkipped(); }
+
+  std::vector<float> readF32(int64_t id) const override;
+  void writeF32(int64_t id, const float *values) override;
+  void readBytes(int64_t id, void *dst) const override;
+  void writeBytes(int64_t id, const void *src) override;
+  void refreshCopies() override;
+
+  // Grad capture and profiling: rank 0's (its gradients are shards under ZeRO >= 1).
+  void enableGradCapture() override { engines_[0]->enableGradCapture(); }
+  const std::map<std::string, std::vector<float>> &capturedGrads() const override {
+    return engines_[0]->capturedGrads();
+  }
+  void enableProfiling() override { engines_[0]->enableProfiling(); }
+  void resetProfile() override { engines_[0]->resetProfile(); }
+  std::vector<double> instructionSeconds() const override { return engines_[0]->instructionSeconds(); }
+  int64_t profiledSteps() const override { return engines_[0]->profiledSteps(); }
+  void enableNumericsCheck() override {
+    for (auto &e : engines_) e->enableNumericsCheck();
+  }
+
+private:
+  // The whole tensor of rank-program buffer `id` (sharded) in `dst` (logical bytes).
+  void gather(int64_t id, void *dst) const;
+  template <class F> void onEveryRank(F f);
+
+  Program rankProgram_, logical_;
+  std::shared_ptr<Communicator> comm_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::vector<std::vector<int32_t>> tokens_, targets_; // per local rank: K*B*T ids
+  // BIGC_FAULT=rank=R,step=S,kind=crash|hang (tests): rank R fails (or stops answering) in step S.
+  int faultRank_ = -1;
+  int64_t faultStep_ = -1;
+  std::string faultKind_;
+  bool stuck_ = false;
+};
+
+// All ranks of `program` on the CPU backend in this process (in-process communicator), or this
+// process's share of them under mpirun (MPI communicator). `commTimeout` seconds per collective.
+std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, double commTimeout);
+
+} // namespace bigc::rt

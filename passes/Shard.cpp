@@ -1,0 +1,469 @@
+//===- Shard.cpp - bigc-shard ---------------------------------------------===//
+//
+// Data parallelism and ZeRO over the "dp" axis of the device mesh (see the
+// description in Passes.td): the mesh on the module, the gradient
+// collectives (bucketed all-reduce for zero 0; reduce-scatter into shards
+// for zero >= 1, per micro-batch for zero >= 2), optimizer states and fp32
+// masters as shards, the all-gather of the updated weights (zero 1/2) or of
+// each layer's weights before its use (zero 3), and the global gradient norm
+// and fp16 overflow flag reduced over the ranks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Dialect/BigcCollective.h"
+#include "bigc/Dialect/BigcOps.h"
+#include "bigc/Dialect/BigcTransfer.h"
+#include "bigc/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <map>
+
+namespace mlir {
+namespace bigc {
+#define GEN_PASS_DEF_BIGCSHARD
+#include "passes/Passes.h.inc"
+} // namespace bigc
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::bigc;
+
+namespace {
+
+constexpr llvm::StringLiteral kMicroBatchAttr = "bigc.micro_batch";
+constexpr llvm::StringLiteral kGradAccumAttr = "bigc.grad_accum";
+constexpr llvm::StringLiteral kDp = "dp";
+
+RankedTensorType tensorOf(Type t) { return cast<RankedTensorType>(t); }
+
+int64_t bytesOf(Type t) {
+  auto rt = tensorOf(t);
+  int64_t e = rt.getElementType().isF32() ? 4 : 2;
+  return rt.getNumElements() * e;
+}
+
+/// Copies phase, layer and micro-batch of `from` onto `to`.
+void copyTags(Operation *from, Operation *to) {
+  for (StringRef name : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef(kMicroBatchAttr)})
+    if (Attribute a = from->getAttr(name))
+      to->setAttr(name, a);
+}
+
+Operation *inBlock(Block &block, Operation *op) { return block.findAncestorOpInBlock(*op); }
+
+struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (failed(run()))
+      signalPassFailure();
+  }
+
+  ModuleOp module;
+  Block *block = nullptr;
+  int64_t R = 1;
+
+  RankedTensorType shardType(Type full) {
+    auto t = tensorOf(full);
+    return RankedTensorType::get({shardElements(t.getNumElements(), R)}, t.getElementType());
+  }
+
+  /// Makes `p` a shard of itself: type [S], bigc.full_shape = its shape.
+  void shardParam(ParamOp p) {
+    auto t = p.getTensorType();
+    OpBuilder b(p);
+    p->setAttr(kFullShapeAttrName, b.getDenseI64ArrayAttr(t.getShape()));
+    p.setTypeAttr(TypeAttr::get(shardType(t)));
+  }
+
+  FailureOr<ParamOp> addParam(ParamOp after, StringRef name, Type type, StringRef init, StringRef role,
+                              StringRef source) {
+    if (SymbolTable::lookupSymbolIn(module, name))
+      return after.emitError("bigc-shard: cannot add the parameter @\"") << name << "\": the name is taken";
+    OpBuilder b(after->getContext());
+    b.setInsertionPointAfter(after);
+    return b.create<ParamOp>(after.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr(init),
+                             FloatAttr(), b.getStringAttr(role),
+                             source.empty() ? StringAttr() : b.getStringAttr(source), FloatAttr());
+  }
+
+  /// Where the gradient collectives of zero 1 go: the end of the backward
+  /// (before the first optimizer-side op).
+  Operation *endOfBackward() {
+    for (Operation &op : block->without_terminator())
+      if (isa<AdamWOp, GlobalNormOp, CheckFiniteOp, LossScaleUpdateOp>(op))
+        return &op;
+    return block->getTerminator();
+  }
+
+  /// The first op of micro-batch `k` (k > last: the end of the backward).
+  Operation *startOfMicroBatch(int64_t k) {
+    for (Operation &op : block->without_terminator()) {
+      auto m = op.getAttrOfType<IntegerAttr>(kMicroBatchAttr);
+      if (m && m.getInt() == k && !isa<GetParamOp>(op))
+        return &op;
+    }
+    return endOfBackward();
+  }
+
+  int64_t microOf(Value v) {
+    if (Operation *d = v.getDefiningOp())
+      if (auto m = d->getAttrOfType<IntegerAttr>(kMicroBatchAttr))
+        return m.getInt();
+    return 0;
+  }
+
+  /// The accumulation chain of bigc-grad-accum ending at `g`: the per
+  /// micro-batch terms in order, and the ops of the chain (adds, casts).
+  SmallVector<Value> accumulationTerms(Value g, SmallVector<Operation *> &chain) {
+    SmallVector<Value> terms;
+    Value cur = g;
+    while (true) {
+      auto add = cur.getDefiningOp<AddOp>();
+      if (!add || !add->hasAttr(kGradAccumAttr))
+        break;
+      chain.push_back(add);
+      terms.push_back(add.getB());
+      cur = add.getA();
+    }
+    terms.push_back(cur);
+    std::reverse(terms.begin(), terms.end());
+    // Unwrap the f32 casts of the accumulation: the collective moves the
+    // 16-bit gradient, the shard is cast.
+    for (Value &t : terms)
+      if (auto c = t.getDefiningOp<CastOp>(); c && c->hasAttr(kGradAccumAttr)) {
+        chain.push_back(c);
+        t = c.getX();
+      }
+    return terms;
+  }
+
+  template <typename OpT>
+  OpT createCollective(OpBuilder &b, Location loc, Value x, Type resultType, StringRef reduce) {
+    if constexpr (std::is_same_v<OpT, AllGatherOp>)
+      return b.create<AllGatherOp>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDp));
+    else
+      return b.create<OpT>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDp),
+                           b.getStringAttr(reduce));
+  }
+
+  /// Merges consecutive collectives of one kind (and reduction) into buckets
+  /// of at most `bucketMb` MiB: a bucket closes before a collective when a
+  /// result of the bucket is used before it. The merged op sits where the
+  /// bucket's last member was.
+  template <typename OpT>
+  void bucketize() {
+    const double cap = bucketMb * 1024.0 * 1024.0;
+    SmallVector<OpT> all;
+    for (Operation &op : block->without_terminator())
+      if (auto c = dyn_cast<OpT>(op))
+        all.push_back(c);
+    auto attrsOf = [](OpT c) {
+      std::string r;
+      if constexpr (!std::is_same_v<OpT, AllGatherOp>)
+        r = c.getReduce().str();
+      return c.getGroup().str() + "/" + r;
+    };
+    auto flush = [&](SmallVector<OpT> &bucket) {
+      if (bucket.size() > 1) {
+        OpT last = bucket.back();
+        OpBuilder b(last);
+        SmallVector<Value> ins;
+        SmallVector<Type> outs;
+        for (OpT c : bucket) {
+          ins.append(c.getInputs().begin(), c.getInputs().end());
+          outs.append(c.getOutputs().getTypes().begin(), c.getOutputs().getTypes().end());
+        }
+        OperationState st(last.getLoc(), last->getName());
+        st.addOperands(ins);
+        st.addTypes(outs);
+        st.addAttributes(last->getAttrs());
+        Operation *m = b.create(st);
+        unsigned k = 0;
+        for (OpT c : bucket) {
+          for (Value r : c.getOutputs())
+            r.replaceAllUsesWith(m->getResult(k++));
+          c->erase();
+        }
+      }
+      bucket.clear();
+    };
+    SmallVector<OpT> bucket;
+    double bytes = 0;
+    for (OpT c : all) {
+      double cb = 0;
+      for (Value v : c.getInputs())
+        cb += double(bytesOf(v.getType()));
+      bool fits = !bucket.empty() && cap > 0 && bytes + cb <= cap && attrsOf(bucket.front()) == attrsOf(c);
+      if (fits)
+        for (OpT m : bucket)
+          for (Value r : m.getOutputs())
+            for (Operation *u : r.getUsers())
+              if (Operation *ub = inBlock(*block, u); ub && ub->isBeforeInBlock(c))
+                fits = false;
+      if (!fits) {
+        flush(bucket);
+        bytes = 0;
+      }
+      bucket.push_back(c);
+      bytes += cb;
+    }
+    flush(bucket);
+  }
+
+  LogicalResult run() {
+    module = getOperation();
+    MLIRContext *ctx = module.getContext();
+    if (ranks < 1)
+      return module.emitError("bigc-shard: ranks must be at least 1, got ") << ranks;
+    if (zero < 0 || zero > 3)
+      return module.emitError("bigc-shard: zero must be 0, 1, 2 or 3, got ") << zero;
+    if (module->hasAttr(kMeshAttrName))
+      return module.emitError("bigc-shard: already applied (the module has bigc.mesh)");
+    auto func = module.lookupSymbol<func::FuncOp>("train_step");
+    if (!func)
+      return module.emitError("bigc-shard: the module has no func.func @train_step (run bigc-autodiff first)");
+    if (func.isExternal() || !func.getBody().hasOneBlock())
+      return func.emitError("bigc-shard: @train_step must have a body of one block");
+    block = &func.front();
+    R = ranks;
+    Builder attrs(ctx);
+    module->setAttr(kMeshAttrName, attrs.getDictionaryAttr({
+                                       attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(R)),
+                                       attrs.getNamedAttr("pp", attrs.getI64IntegerAttr(1)),
+                                       attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(1)),
+                                   }));
+    module->setAttr("bigc.zero", attrs.getI64IntegerAttr(R == 1 ? 0 : zero));
+    if (R == 1)
+      return success(); // one rank: nothing to reduce or to shard
+
+    SmallVector<AdamWOp> updates;
+    for (Operation &op : block->without_terminator())
+      if (auto a = dyn_cast<AdamWOp>(op))
+        updates.push_back(a);
+
+    // ZeRO >= 1 in fp32: @N becomes the fp32 master (a shard), @"N.half"
+    // the f32 compute copy every rank reads.
+    if (zero >= 1)
+      for (AdamWOp a : updates) {
+        if (a.getHalfAttr())
+          continue;
+        auto p = module.lookupSymbol<ParamOp>(a.getParamAttr());
+        if (!p)
+          return a.emitError("bigc-shard: unknown parameter @") << a.getParam();
+        std::string halfName = (p.getSymName() + ".half").str();
+        FailureOr<ParamOp> half = addParam(p, halfName, p.getType(), "copy", "param", p.getSymName());
+        if (failed(half))
+          return failure();
+        StringRef name = p.getSymName();
+        p.setRole("master");
+        auto ref = FlatSymbolRefAttr::get(ctx, halfName);
+        func.walk([&](GetParamOp gp) {
+          if (gp.getParam() == name)
+            gp.setParamAttr(ref);
+        });
+        a.setHalfAttr(ref);
+      }
+
+    // Gradients.
+    for (AdamWOp a : updates) {
+      Value g = a.getGrad();
+      OpBuilder b(ctx);
+      if (zero == 0) {
+        b.setInsertionPointAfterValue(g);
+        auto ar = createCollective<AllReduceOp>(b, g.getLoc(), g, g.getType(), "mean");
+        if (Operation *d = g.getDefiningOp())
+          copyTags(d, ar);
+        g.replaceAllUsesExcept(ar.getResult(0), ar);
+        continue;
+      }
+      SmallVector<Operation *> chain;
+      SmallVector<Value> terms;
+      if (zero >= 2)
+        terms = accumulationTerms(g, chain);
+      else
+        terms = {g};
+      Value acc;
+      llvm::SmallPtrSet<Operation *, 4> made;
+      const int64_t nTerms = int64_t(terms.size());
+      for (int64_t i = 0; i < nTerms; ++i) {
+        Value t = terms[size_t(i)];
+        if (zero == 1)
+          b.setInsertionPoint(endOfBackward());
+        else
+          b.setInsertionPointAfterValue(t);
+        auto rs = createCollective<ReduceScatterOp>(b, t.getLoc(), t, shardType(t.getType()), "mean");
+        if (Operation *d = t.getDefiningOp())
+          copyTags(d, rs);
+        made.insert(rs);
+        Value s = rs.getResult(0);
+        if (nTerms == 1) {
+          acc = s;
+          break;
+        }
+        // Accumulate the f32 shards at the end of the micro-batch's backward.
+        int64_t micro = microOf(t);
+        b.setInsertionPoint(startOfMicroBatch(micro + 1));
+        auto f32 = RankedTensorType::get(tensorOf(s.getType()).getShape(), Float32Type::get(ctx));
+        if (!tensorOf(s.getType()).getElementType().isF32()) {
+          auto c = b.create<CastOp>(t.getLoc(), f32, s);
+          copyTags(rs, c);
+          c->setAttr(kGradAccumAttr, b.getUnitAttr());
+          s = c;
+        }
+        if (!acc) {
+          acc = s;
+        } else {
+          auto add = b.create<AddOp>(t.getLoc(), f32, acc, s);
+          copyTags(rs, add);
+          add->setAttr(kGradAccumAttr, b.getUnitAttr());
+          acc = add;
+        }
+      }
+      g.replaceUsesWithIf(acc, [&](OpOperand &use) { return !made.count(use.getOwner()); });
+      for (Operation *op : chain)
+        if (op->use_empty())
+          op->erase();
+    }
+
+    if (zero >= 1) {
+      // The norm and the overflow flag: over the shards, then over the ranks.
+      for (Operation &op : llvm::make_early_inc_range(block->without_terminator())) {
+        if (!isa<GlobalNormOp, CheckFiniteOp>(op))
+          continue;
+        Operation *latest = nullptr;
+        for (Value v : op.getOperands())
+          if (Operation *d = v.getDefiningOp())
+            if (!latest || latest->isBeforeInBlock(d))
+              latest = d;
+        if (latest && op.isBeforeInBlock(latest))
+          op.moveAfter(latest);
+        OpBuilder b(ctx);
+        b.setInsertionPointAfter(&op);
+        Value r = op.getResult(0);
+        auto ar = createCollective<AllReduceOp>(b, op.getLoc(), r, r.getType(),
+                                                isa<GlobalNormOp>(op) ? "norm" : "max");
+        copyTags(&op, ar);
+        r.replaceAllUsesExcept(ar.getResult(0), ar);
+      }
+      // Optimizer states and masters as shards.
+      for (AdamWOp a : updates) {
+        for (FlatSymbolRefAttr ref : {a.getParamAttr(), a.getExpAvgAttr(), a.getExpAvgSqAttr()}) {
+          auto p = module.lookupSymbol<ParamOp>(ref);
+          if (!p)
+            return a.emitError("bigc-shard: unknown parameter ") << ref;
+          if (!p->hasAttr(kFullShapeAttrName))
+            shardParam(p);
+        }
+        auto half = module.lookupSymbol<ParamOp>(a.getHalfAttr());
+        if (!half)
+          return a.emitError("bigc-shard: unknown compute copy ") << a.getHalfAttr();
+        if (zero == 3) {
+          shardParam(half); // the weight itself is a shard; gathered before each use below
+          continue;
+        }
+        // ZeRO-1/2: the update writes the rank's shard of the compute copy,
+        // then every rank gathers the whole copy.
+        std::string shardName = (half.getSymName() + ".shard").str();
+        FailureOr<ParamOp> sh =
+            addParam(half, shardName, shardType(half.getType()), "copy", "param", a.getParam());
+        if (failed(sh))
+          return failure();
+        (*sh)->setAttr(kFullShapeAttrName, OpBuilder(ctx).getDenseI64ArrayAttr(half.getTensorType().getShape()));
+        a.setHalfAttr(FlatSymbolRefAttr::get(ctx, shardName));
+        OpBuilder b(a);
+        b.setInsertionPointAfter(a);
+        auto pag = b.create<ParamAllGatherOp>(a.getLoc(), FlatSymbolRefAttr::get(ctx, shardName),
+                                              FlatSymbolRefAttr::get(ctx, half.getSymName()), b.getStringAttr(kDp));
+        copyTags(a, pag);
+      }
+    }
+
+    if (zero == 3 && failed(gatherWeights()))
+      return failure();
+
+    bucketize<AllReduceOp>();
+    bucketize<ReduceScatterOp>();
+    return success();
+  }
+
+  /// ZeRO-3: every read of a sharded weight gets the full tensor from an
+  /// all-gather at the start of the layer segment that reads it (one bucket
+  /// per segment: a layer's forward, its backward, per micro-batch).
+  LogicalResult gatherWeights() {
+    MLIRContext *ctx = module.getContext();
+    // Segments: runs of ops with one (forward or not, micro-batch, layer).
+    llvm::DenseMap<Operation *, unsigned> segment;
+    std::tuple<bool, int64_t, int64_t> key{};
+    unsigned n = 0;
+    bool first = true;
+    for (Operation &op : block->without_terminator()) {
+      if (isa<GetParamOp>(op))
+        continue;
+      auto ph = op.getAttrOfType<StringAttr>(kPhaseAttrName);
+      bool fwd = ph && ph.getValue() == "forward" && !op.hasAttr("bigc.recompute");
+      auto mb = op.getAttrOfType<IntegerAttr>(kMicroBatchAttr);
+      std::tuple<bool, int64_t, int64_t> k{fwd, mb ? mb.getInt() : 0, opLayer(&op)};
+      if (first || k != key)
+        ++n;
+      first = false;
+      key = k;
+      segment[&op] = n;
+    }
+    // Per segment: the sharded reads (get_param) used in it, and its first user.
+    struct Need {
+      Operation *firstUser = nullptr;
+      llvm::MapVector<Operation *, SmallVector<OpOperand *>> uses; // get_param -> uses in this segment
+    };
+    std::map<unsigned, Need> needs;
+    SmallVector<GetParamOp> reads;
+    for (Operation &op : block->without_terminator()) {
+      auto gp = dyn_cast<GetParamOp>(op);
+      if (!gp)
+        continue;
+      auto p = module.lookupSymbol<ParamOp>(gp.getParamAttr());
+      if (!p || !p->hasAttr(kFullShapeAttrName) || p.getType() == gp.getType())
+        continue; // not a sharded weight (or already a shard read)
+      reads.push_back(gp);
+      for (OpOperand &use : gp->getUses()) {
+        Operation *u = inBlock(*block, use.getOwner());
+        auto it = segment.find(u);
+        if (it == segment.end())
+          return u->emitError("bigc-shard: a read of the sharded weight @")
+                 << gp.getParam() << " outside the step's ops";
+        Need &nd = needs[it->second];
+        if (!nd.firstUser || u->isBeforeInBlock(nd.firstUser))
+          nd.firstUser = u;
+        nd.uses[gp].push_back(&use);
+      }
+    }
+    for (auto &[seg, nd] : needs) {
+      OpBuilder b(nd.firstUser);
+      for (auto &[gpOp, uses] : nd.uses) {
+        auto gp = cast<GetParamOp>(gpOp);
+        auto p = module.lookupSymbol<ParamOp>(gp.getParamAttr());
+        auto shardRead = b.create<GetParamOp>(gp.getLoc(), p.getType(), gp.getParamAttr());
+        copyTags(nd.firstUser, shardRead);
+        auto ag = createCollective<AllGatherOp>(b, gp.getLoc(), shardRead, gp.getType(), "");
+        copyTags(nd.firstUser, ag);
+        for (OpOperand *use : uses)
+          use->set(ag.getResult(0));
+      }
+    }
+    for (GetParamOp gp : reads)
+      if (gp->use_empty())
+        gp->erase();
+    (void)ctx;
+    bucketize<AllGatherOp>();
+    return success();
+  }
+};
+
+} // namespace

@@ -1,0 +1,197 @@
+// The in-process communicator: ranks are threads of one process; collectives are rings over shared
+// memory (see comm.h). Reductions accumulate in f32 and round once into the output's dtype.
+#include "bigc/runtime/comm.h"
+#include "bigc/runtime/half.h"
+
+#include "local_group.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace bigc::rt {
+
+namespace comm {
+
+namespace {
+int mod(int a, int n) { return ((a % n) + n) % n; }
+} // namespace
+
+// The chunk c of a tensor of n elements split in `parts` shards of s = ceil(n / parts): [c*s, min(n, c*s+s)).
+struct Chunk {
+  int64_t begin = 0, len = 0;
+};
+inline Chunk chunkOf(int64_t n, int parts, int c) {
+  const int64_t s = (n + parts - 1) / parts;
+  const int64_t b = int64_t(c) * s;
+  return Chunk{b, std::max<int64_t>(0, std::min(n, b + s) - b)};
+}
+
+// The ring reduce-scatter over the local group: on return, scratch(local, resultHalf) + offset(t)
+// holds the f32 reduction (sum, max, or sum of squares for Norm; not yet averaged / rooted) of
+// chunk `local` of each tensor t. Returns resultHalf.
+int ringReduceScatter(LocalGroup &g, int r, Reduce red, const std::vector<CollectiveTensor> &ts,
+                      const std::string &what) {
+  const int n = g.size();
+  auto load = [&](const CollectiveTensor &t, int64_t i) {
+    float v = loadAs32(t.in, t.dtype, i);
+    return red == Reduce::Norm ? v * v : v;
+  };
+  auto combine = [&](float a, float b) { return red == Reduce::Max ? std::max(a, b) : a + b; };
+  if (n == 1) {
+    int64_t off = 0;
+    float *dst = g.scratch(r, 0);
+    for (const auto &t : ts) {
+      for (int64_t i = 0; i < t.inNumel; ++i) dst[off + i] = load(t, i);
+      off += t.inNumel;
+    }
+    return 0;
+  }
+  const int prev = mod(r - 1, n);
+  for (int s = 0; s + 1 < n; ++s) {
+    const int c = mod(r - s - 2, n);
+    float *dst = g.scratch(r, s % 2);
+    const float *acc = s == 0 ? nullptr : g.scratch(prev, (s - 1) % 2);
+    const std::vector<CollectiveTensor> &pts = *g.posted_[size_t(prev)];
+    int64_t off = 0;
+    for (size_t k = 0; k < ts.size(); ++k) {
+      const CollectiveTensor &t = ts[k];
+      const int64_t S = (t.inNumel + n - 1) / n;
+      Chunk ch = chunkOf(t.inNumel, n, c);
+      for (int64_t i = 0; i < ch.len; ++i) {
+        float other = acc ? acc[off + i] : load(pts[k], ch.begin + i);
+        dst[off + i] = combine(load(t, ch.begin + i), other);
+      }
+      off += S;
+    }
+    g.barrier(r, what);
+  }
+  return (n - 2) % 2;
+}
+
+// The ring all-gather over the local group of what each rank placed in its own chunk of every
+// tensor's output (chunk r of rank r).
+void ringAllGather(LocalGroup &g, int r, const std::vector<CollectiveTensor> &ts, const std::string &what) {
+  const int n = g.size();
+  const int prev = mod(r - 1, n);
+  for (int s = 0; s + 1 < n; ++s) {
+    const int c = mod(r - s - 1, n);
+    const std::vector<CollectiveTensor> &pts = *g.posted_[size_t(prev)];
+    for (size_t k = 0; k < ts.size(); ++k) {
+      const CollectiveTensor &t = ts[k];
+      Chunk ch = chunkOf(t.outNumel, n, c);
+      const int64_t e = dtypeSize(t.dtype);
+      if (ch.len > 0)
+        std::memcpy(static_cast<char *>(t.out) + ch.begin * e, static_cast<const char *>(pts[k].out) + ch.begin * e,
+                    size_t(ch.len * e));
+    }
+    g.barrier(r, what);
+  }
+}
+
+void checkSame(LocalGroup &g, int r, CollectiveKind kind, const std::vector<CollectiveTensor> &ts,
+               const std::string &what, const std::function<int(int)> &global) {
+  const std::vector<CollectiveTensor> &a = *g.posted_[0];
+  bool same = a.size() == ts.size();
+  for (size_t k = 0; same && k < ts.size(); ++k)
+    same = a[k].dtype == ts[k].dtype && a[k].inNumel == ts[k].inNumel && a[k].outNumel == ts[k].outNumel;
+  if (!same) {
+    std::string msg = what + ": rank " + std::to_string(global(r)) + " and rank " + std::to_string(global(0)) +
+                      " called this collective with different tensors (the ranks run different programs?)";
+    g.abort(msg);
+    throw CommError(msg);
+  }
+  (void)kind;
+}
+
+// The local part of a collective over the ranks of one process (the whole in-process collective).
+void runLocal(LocalGroup &g, int r, CollectiveKind kind, Reduce red, const std::vector<CollectiveTensor> &ts,
+              const std::string &what, const std::function<int(int)> &global) {
+  const int n = g.size();
+  g.posted_[size_t(r)] = &ts;
+  g.barrier(r, what);
+  checkSame(g, r, kind, ts, what, global);
+  auto finish = [&](float v) {
+    if (red == Reduce::Mean) return v / float(n);
+    if (red == Reduce::Norm) return std::sqrt(v);
+    return v;
+  };
+  switch (kind) {
+  case CollectiveKind::ReduceScatter: {
+    int half = ringReduceScatter(g, r, red, ts, what);
+    const float *acc = g.scratch(r, half);
+    int64_t off = 0;
+    for (const auto &t : ts) {
+      Chunk ch = chunkOf(t.inNumel, n, r);
+      for (int64_t i = 0; i < t.outNumel; ++i) storeFrom32(t.out, t.dtype, i, i < ch.len ? finish(acc[off + i]) : 0.0f);
+      off += n == 1 ? t.inNumel : (t.inNumel + n - 1) / n;
+    }
+    break;
+  }
+  case CollectiveKind::AllReduce: {
+    int half = ringReduceScatter(g, r, red, ts, what);
+    const float *acc = g.scratch(r, half);
+    int64_t off = 0;
+    for (const auto &t : ts) {
+      Chunk ch = chunkOf(t.inNumel, n, r);
+      for (int64_t i = 0; i < ch.len; ++i) storeFrom32(t.out, t.dtype, ch.begin + i, finish(acc[off + i]));
+      off += n == 1 ? t.inNumel : (t.inNumel + n - 1) / n;
+    }
+    g.barrier(r, what);
+    ringAllGather(g, r, ts, what);
+    break;
+  }
+  case CollectiveKind::AllGather: {
+    for (const auto &t : ts) {
+      Chunk ch = chunkOf(t.outNumel, n, r);
+      const int64_t e = dtypeSize(t.dtype);
+      if (ch.len > 0)
+        std::memcpy(static_cast<char *>(t.out) + ch.begin * e, t.in, size_t(ch.len * e));
+    }
+    g.barrier(r, what);
+    ringAllGather(g, r, ts, what);
+    break;
+  }
+  }
+}
+
+int64_t scratchFloats(CollectiveKind kind, const std::vector<CollectiveTensor> &ts, int n) {
+  int64_t f = 0;
+  if (kind != CollectiveKind::AllGather)
+    for (const auto &t : ts) f += n == 1 ? t.inNumel : (t.inNumel + n - 1) / n;
+  return f;
+}
+
+} // namespace comm
+
+namespace {
+
+class InProcess final : public Communicator {
+public:
+  explicit InProcess(int n) : g_(n, [](int r) { return r; }) {}
+  int size() const override { return g_.size(); }
+  int localSize() const override { return g_.size(); }
+  int globalRank(int local) const override { return local; }
+  void run(int local, CollectiveKind kind, Reduce reduce, const std::vector<CollectiveTensor> &tensors,
+           const std::string &what) override {
+    int64_t need = comm::scratchFloats(kind, tensors, g_.size());
+    if (need > g_.scratchHalf(local))
+      throw CommError(what + ": the collective needs " + std::to_string(need) + " floats of scratch, " +
+                      std::to_string(g_.scratchHalf(local)) + " reserved (internal error)");
+    comm::runLocal(g_, local, kind, reduce, tensors, what, [](int r) { return r; });
+  }
+  void reserve(int64_t floats) override { g_.reserve(floats); }
+  void abort(const std::string &why) override { g_.abort(why); }
+  bool aborted() const override { return g_.aborted(); }
+  void setTimeout(double seconds) override { g_.setTimeout(seconds); }
+  std::string name() const override { return "in-process"; }
+
+private:
+  comm::LocalGroup g_;
+};
+
+} // namespace
+
+std::shared_ptr<Communicator> makeInProcessCommunicator(int ranks) { return std::make_shared<InProcess>(ranks); }
+
+} // namespace bigc::rt

@@ -1,0 +1,213 @@
+// The MPI communicator (OpenMPI): the ranks of each process meet in shared memory (local_group.h),
+// and local rank 0's thread runs the collective between the processes with nonblocking MPI calls
+// polled against the timeout. Built when CMake finds MPI; runtime/comm/NoMpi.cpp otherwise.
+//
+//   all-reduce / reduce-scatter: the f32 sum (max) of the process's ranks, MPI_Iallreduce over the
+//     processes, then each rank takes the whole (all-reduce) or its shard (reduce-scatter);
+//   all-gather: the process's shards side by side (its ranks are consecutive), MPI_Iallgather of
+//     those blocks, each rank copies the whole.
+#include "bigc/runtime/comm.h"
+#include "bigc/runtime/half.h"
+
+#include "local_group.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace bigc::rt {
+
+bool mpiCompiled() { return true; }
+
+std::pair<int, int> mpiWorld() {
+  const char *a = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char *b = std::getenv("PMI_SIZE");
+  if ((!a || !*a) && (!b || !*b)) return {1, 0};
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw UserError("MPI: this MPI library does not support MPI_THREAD_SERIALIZED (one thread of a process at a "
+                      "time calling MPI), which bigc's ranks need");
+  }
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return {size, rank};
+}
+
+double mpiSum(double x) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) return x;
+  double out = 0;
+  MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return out;
+}
+
+void mpiFinalize() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Finalize();
+}
+
+namespace {
+
+class Mpi final : public Communicator {
+public:
+  Mpi(int ranks, int localRanks)
+      : n_(ranks), local_(localRanks), g_(localRanks, [this](int l) { return globalRank(l); }) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &proc_);
+    MPI_Comm_size(MPI_COMM_WORLD, &procs_);
+  }
+  int size() const override { return n_; }
+  int localSize() const override { return local_; }
+  int globalRank(int local) const override { return proc_ * local_ + local; }
+  void reserve(int64_t) override {}
+  void abort(const std::string &why) override { g_.abort(why); }
+  bool aborted() const override { return g_.aborted(); }
+  void setTimeout(double seconds) override { g_.setTimeout(seconds); }
+  std::string name() const override { return "mpi"; }
+
+  void run(int l, CollectiveKind kind, Reduce red, const std::vector<CollectiveTensor> &ts,
+           const std::string &what) override {
+    g_.posted_[size_t(l)] = &ts;
+    g_.barrier(l, what);
+    const int64_t total = [&] {
+      int64_t f = 0;
+      for (const auto &t : ts) f += kind == CollectiveKind::AllGather ? t.outNumel : t.inNumel;
+      return f;
+    }();
+    if (kind == CollectiveKind::AllGather) {
+      // Block of the process: its ranks' shards side by side, in bytes.
+      int64_t blockBytes = 0;
+      for (const auto &t : ts) blockBytes += ((t.outNumel + n_ - 1) / n_) * local_ * dtypeSize(t.dtype);
+      if (l == 0) {
+        block_.resize(size_t(blockBytes));
+        whole_.resize(size_t(blockBytes) * size_t(procs_));
+      }
+      g_.barrier(l, what);
+      int64_t off = 0;
+      for (const auto &t : ts) {
+        const int64_t e = dtypeSize(t.dtype), S = (t.outNumel + n_ - 1) / n_;
+        std::memcpy(block_.data() + off + int64_t(l) * S * e, t.in, size_t(S * e));
+        off += S * local_ * e;
+      }
+      g_.barrier(l, what);
+      if (l == 0) leader(what, [&](MPI_Request *req) {
+        return MPI_Iallgather(block_.data(), int(blockBytes), MPI_BYTE, whole_.data(), int(blockBytes), MPI_BYTE,
+                              MPI_COMM_WORLD, req);
+      });
+      g_.barrier(l, what);
+      // whole_ = [proc 0: tensor 0 shards of its ranks, tensor 1 ...][proc 1: ...]
+      int64_t toff = 0;
+      for (const auto &t : ts) {
+        const int64_t e = dtypeSize(t.dtype), S = (t.outNumel + n_ - 1) / n_;
+        for (int r = 0; r < n_; ++r) {
+          const int p = r / local_, lr = r % local_;
+          const int64_t begin = int64_t(r) * S, len = std::max<int64_t>(0, std::min(t.outNumel, begin + S) - begin);
+          if (len > 0)
+            std::memcpy(static_cast<char *>(t.out) + begin * e,
+                        whole_.data() + int64_t(p) * blockBytes + toff + int64_t(lr) * S * e, size_t(len * e));
+        }
+        toff += S * local_ * e;
+      }
+      g_.barrier(l, what);
+      return;
+    }
+    // All-reduce / reduce-scatter: the process's f32 reduction, then over the processes.
+    if (l == 0) acc_.assign(size_t(total), red == Reduce::Max ? -INFINITY : 0.0f);
+    g_.barrier(l, what);
+    if (l == 0) {
+      int64_t off = 0;
+      for (size_t k = 0; k < ts.size(); ++k) {
+        for (int r = 0; r < local_; ++r) {
+          const CollectiveTensor &t = (*g_.posted_[size_t(r)])[k];
+          for (int64_t i = 0; i < t.inNumel; ++i) {
+            float v = loadAs32(t.in, t.dtype, i);
+            if (red == Reduce::Norm) v *= v;
+            float &a = acc_[size_t(off + i)];
+            a = red == Reduce::Max ? std::max(a, v) : a + v;
+          }
+        }
+        off += ts[k].inNumel;
+      }
+      leader(what, [&](MPI_Request *req) {
+        return MPI_Iallreduce(MPI_IN_PLACE, acc_.data(), int(total), MPI_FLOAT, red == Reduce::Max ? MPI_MAX : MPI_SUM,
+                              MPI_COMM_WORLD, req);
+      });
+    }
+    g_.barrier(l, what);
+    auto finish = [&](float v) {
+      if (red == Reduce::Mean) return v / float(n_);
+      if (red == Reduce::Norm) return std::sqrt(v);
+      return v;
+    };
+    const int r = globalRank(l);
+    int64_t off = 0;
+    for (const auto &t : ts) {
+      if (kind == CollectiveKind::AllReduce) {
+        for (int64_t i = 0; i < t.inNumel; ++i) storeFrom32(t.out, t.dtype, i, finish(acc_[size_t(off + i)]));
+      } else {
+        const int64_t S = (t.inNumel + n_ - 1) / n_, begin = int64_t(r) * S;
+        for (int64_t i = 0; i < t.outNumel; ++i)
+          storeFrom32(t.out, t.dtype, i, begin + i < t.inNumel ? finish(acc_[size_t(off + begin + i)]) : 0.0f);
+      }
+      off += t.inNumel;
+    }
+    g_.barrier(l, what);
+  }
+
+private:
+  template <class Start> void leader(const std::string &what, Start start) {
+    MPI_Request req;
+    if (start(&req) != MPI_SUCCESS) {
+      std::string msg = what + ": MPI failed to start the collective on process " + std::to_string(proc_);
+      g_.abort(msg);
+      throw CommError(msg);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0;; ++k) {
+      int done = 0;
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      if (g_.aborted()) {
+        // A local rank failed: this process cannot complete the collective; the job must stop.
+        g_.check();
+      }
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited > g_.timeout()) {
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", g_.timeout());
+        std::string msg = what + ": process " + std::to_string(proc_) + " (ranks " + std::to_string(globalRank(0)) +
+                          "-" + std::to_string(globalRank(local_ - 1)) + ") waited " + secs +
+                          " s for the other processes, which did not complete this collective (stuck or failed); "
+                          "every rank stops";
+        g_.abort(msg);
+        throw CommError(msg);
+      }
+      if (k > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  int n_, local_;
+  int proc_ = 0, procs_ = 1;
+  comm::LocalGroup g_;
+  std::vector<float> acc_;
+  std::vector<char> block_, whole_;
+};
+
+} // namespace
+
+std::shared_ptr<Communicator> makeMpiCommunicator(int ranks, int localRanks) {
+  return std::make_shared<Mpi>(ranks, localRanks);
+}
+
+} // namespace bigc::rt

@@ -1,0 +1,111 @@
+// The ranks of one process meeting in shared memory: a barrier that names the ranks that did not
+// arrive, an abort flag, per-rank postings and scratch. Used by the in-process communicator (all
+// ranks) and by the MPI communicator (the ranks of each process). Internal to runtime/comm.
+#pragma once
+
+#include "bigc/runtime/comm.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace bigc::rt::comm {
+
+class LocalGroup {
+public:
+  // `n` local ranks; `global(l)` their global numbers (for messages).
+  LocalGroup(int n, std::function<int(int)> global) : n_(n), global_(std::move(global)), arrived_(size_t(n), 0) {
+    posted_.assign(size_t(n), nullptr);
+    scratch_.resize(size_t(n));
+  }
+  int size() const { return n_; }
+
+  // Every local rank arrives before any leaves; throws CommError on timeout (naming the ranks that
+  // did not arrive, and aborting the group) or when the group was aborted.
+  void barrier(int local, const std::string &what) {
+    std::unique_lock<std::mutex> l(mu_);
+    if (aborted_) throw CommError(stoppedIn(local, what));
+    const int64_t g = gen_;
+    arrived_[size_t(local)] = g + 1;
+    if (++count_ == n_) {
+      count_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_));
+    bool ok = cv_.wait_until(l, deadline, [&] { return gen_ != g || aborted_; });
+    if (aborted_ && gen_ == g) {
+      --count_;
+      throw CommError(stoppedIn(local, what));
+    }
+    if (!ok) {
+      std::string missing;
+      int count = 0;
+      for (int r = 0; r < n_; ++r)
+        if (arrived_[size_t(r)] < g + 1) missing += (count++ ? ", " : "") + std::to_string(global_(r));
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", timeout_);
+      why_ = what + ": rank " + std::to_string(global_(local)) + " waited " + secs + " s for rank" +
+             (count > 1 ? "s " : " ") + missing + ", which did not reach this collective (stuck or failed); "
+             "every rank stops";
+      aborted_ = true;
+      cv_.notify_all();
+      throw CommError(why_);
+    }
+  }
+
+  void abort(const std::string &why) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!aborted_) why_ = why;
+    aborted_ = true;
+    cv_.notify_all();
+  }
+  bool aborted() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return aborted_;
+  }
+  void check() const {
+    std::lock_guard<std::mutex> l(mu_);
+    if (aborted_) throw CommError(why_);
+  }
+  // The message of a rank stopped by an abort: the reason, and where this rank was.
+  std::string stoppedIn(int local, const std::string &what) const {
+    return why_ + " [rank " + std::to_string(global_(local)) + " stopped in " + what + "]";
+  }
+  void setTimeout(double s) { timeout_ = s; }
+  double timeout() const { return timeout_; }
+
+  // Per-rank scratch of at least `floats` floats, two halves (double buffering).
+  void reserve(int64_t floats) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto &s : scratch_)
+      if (int64_t(s.size()) < 2 * floats) s.resize(size_t(2 * floats));
+  }
+  float *scratch(int local, int half) {
+    auto &s = scratch_[size_t(local)];
+    return s.data() + (half ? s.size() / 2 : 0);
+  }
+  int64_t scratchHalf(int local) const { return int64_t(scratch_[size_t(local)].size() / 2); }
+
+  std::vector<const std::vector<CollectiveTensor> *> posted_;
+
+private:
+  int n_;
+  std::function<int(int)> global_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int count_ = 0;
+  int64_t gen_ = 0;
+  std::vector<int64_t> arrived_;
+  bool aborted_ = false;
+  std::string why_;
+  double timeout_ = 300.0;
+  std::vector<std::vector<float>> scratch_;
+};
+
+} // namespace bigc::rt::comm

@@ -1,0 +1,348 @@
+// The ranks of this process as one Engine (include/bigc/runtime/rank_group.h).
+#include "bigc/runtime/rank_group.h"
+#include "bigc/runtime/executor.h"
+#include "bigc/runtime/half.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+#include <omp.h>
+
+namespace bigc::rt {
+
+namespace {
+
+std::string human(int64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+// The logical program: sharded buffers with their whole shape.
+Program logicalOf(const Program &p) {
+  Program l = p;
+  for (Buffer &b : l.buffers) {
+    if (!b.shard) continue;
+    b.shape = b.fullShape;
+    b.bytes = b.fullNumel() * dtypeSize(b.dtype);
+    b.shard = false;
+    b.fullShape.clear();
+  }
+  return l;
+}
+
+struct Injected : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+} // namespace
+
+RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make)
+    : rankProgram_(std::move(program)), comm_(std::move(comm)) {
+  if (!comm_ || comm_->size() != rankProgram_.ranks)
+    throw UserError("the program has " + std::to_string(rankProgram_.ranks) + " ranks but the communicator " +
+                    std::to_string(comm_ ? comm_->size() : 0));
+  logical_ = logicalOf(rankProgram_);
+  const int local = comm_->localSize();
+  // The arenas of every rank of this process together must fit this machine.
+  int64_t perRank = 0;
+  for (const auto &s : rankProgram_.spaces) perRank += s.arenaBytes;
+  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && pageSize > 0 && perRank * local > int64_t(pages) * int64_t(pageSize))
+    throw UserError("the " + std::to_string(local) + " ranks of this process need " + human(perRank * local) +
+                    " of arenas together (" + human(perRank) + " per rank); this machine has " +
+                    human(int64_t(pages) * int64_t(pageSize)) +
+                    ". Run fewer ranks per process (mpirun across machines), or compile with --zero 3, "
+                    "--offload cpu or --recompute for less memory per rank");
+  for (int l = 0; l < local; ++l) engines_.push_back(make(rankProgram_, l));
+  const int64_t n = rankProgram_.microBatches * rankProgram_.batch * rankProgram_.seq;
+  tokens_.assign(size_t(local), std::vector<int32_t>(size_t(n)));
+  targets_.assign(size_t(local), std::vector<int32_t>(size_t(n)));
+  if (const char *f = std::getenv("BIGC_FAULT"); f && *f) {
+    std::string s = f;
+    auto field = [&](const std::string &key) {
+      size_t at = s.find(key + "=");
+      if (at == std::string::npos) return std::string();
+      size_t end = s.find(',', at);
+      return s.substr(at + key.size() + 1, end == std::string::npos ? std::string::npos : end - at - key.size() - 1);
+    };
+    try {
+      faultRank_ = std::stoi(field("rank"));
+      faultStep_ = std::stoll(field("step"));
+    } catch (...) {
+      throw UserError("BIGC_FAULT='" + s + "': expected rank=R,step=S,kind=crash|hang");
+    }
+    faultKind_ = field("kind");
+    if (faultKind_ != "crash" && faultKind_ != "hang")
+      throw UserError("BIGC_FAULT='" + s + "': kind must be crash or hang");
+  }
+  initialize(seed);
+}
+
+RankGroup::~RankGroup() {
+  if (stuck_) { // threads of a stuck rank still use the engines: never free them under it
+    for (auto &e : engines_) (void)e.release();
+  }
+}
+
+std::string RankGroup::deviceInfo() const {
+  std::string d = engines_[0]->deviceInfo();
+  std::string r = std::to_string(comm_->size()) + " ranks (" + std::to_string(comm_->localSize()) +
+                  " in this process, " + comm_->name() + " communicator)";
+  return d.empty() ? r : d + "; " + r;
+}
+
+template <class F> void RankGroup::onEveryRank(F f) {
+  const int local = int(engines_.size());
+  std::vector<std::exception_ptr> errors{size_t(local)};
+  std::vector<std::thread> threads;
+  for (int l = 0; l < local; ++l)
+    threads.emplace_back([&, l] {
+      try {
+        f(l);
+      } catch (...) {
+        errors[size_t(l)] = std::current_exception();
+        comm_->abort("rank " + std::to_string(comm_->globalRank(l)) + " failed");
+      }
+    });
+  for (auto &t : threads) t.join();
+  for (auto &e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
+  const int local = int(engines_.size());
+  const int64_t R = rankProgram_.ranks, K = rankProgram_.microBatches;
+  const int64_t bt = rankProgram_.batch * rankProgram_.seq;
+  for (int l = 0; l < local; ++l) {
+    const int64_t g = comm_->globalRank(l);
+    for (int64_t m = 0; m < K; ++m) {
+      std::memcpy(tokens_[size_t(l)].data() + m * bt, tokens + (m * R + g) * bt, size_t(bt) * sizeof(int32_t));
+      std::memcpy(targets_[size_t(l)].data() + m * bt, targets + (m * R + g) * bt, size_t(bt) * sizeof(int32_t));
+    }
+  }
+  const int64_t stepNo = stepCount() + 1;
+  std::vector<float> losses(size_t(local), 0.0f);
+  std::vector<std::exception_ptr> errors{size_t(local)};
+  std::vector<char> isComm(size_t(local), 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  int finished = 0;
+  const int threadsPerRank = std::max(1, omp_get_max_threads() / std::max(1, local));
+  std::vector<std::thread> threads;
+  for (int l = 0; l < local; ++l)
+    threads.emplace_back([&, l] {
+      const int g = comm_->globalRank(l);
+      omp_set_num_threads(threadsPerRank);
+      try {
+        if (g == faultRank_ && stepNo == faultStep_) {
+          if (faultKind_ == "crash")
+            throw Injected("injected fault (BIGC_FAULT): rank " + std::to_string(g) + " crashed in step " +
+                           std::to_string(stepNo));
+          // hang: stop answering until the others give up
+          while (!comm_->aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          throw CommError("injected fault (BIGC_FAULT): rank " + std::to_string(g) + " hung in step " +
+                          std::to_string(stepNo));
+        }
+        losses[size_t(l)] = engines_[size_t(l)]->step(tokens_[size_t(l)].data(), targets_[size_t(l)].data());
+      } catch (const CommError &) {
+        errors[size_t(l)] = std::current_exception();
+        isComm[size_t(l)] = 1;
+        comm_->abort("rank " + std::to_string(g) + " stopped in step " + std::to_string(stepNo));
+      } catch (const std::exception &e) {
+        errors[size_t(l)] = std::current_exception();
+        comm_->abort("rank " + std::to_string(g) + " failed in step " + std::to_string(stepNo) + ": " + e.what());
+      } catch (...) {
+        errors[size_t(l)] = std::current_exception();
+        comm_->abort("rank " + std::to_string(g) + " failed in step " + std::to_string(stepNo));
+      }
+      std::lock_guard<std::mutex> lk(mu);
+      ++finished;
+      cv.notify_all();
+    });
+  {
+    // After a failure, the other ranks get a grace period to stop; a rank that does not is stuck.
+    std::unique_lock<std::mutex> lk(mu);
+    for (;;) {
+      if (finished == local) break;
+      if (comm_->aborted()) {
+        if (!cv.wait_for(lk, std::chrono::seconds(30), [&] { return finished == local; })) break;
+      } else {
+        cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return finished == local; });
+      }
+    }
+    if (finished != local) {
+      stuck_ = true;
+      for (auto &t : threads) t.detach();
+      std::string which;
+      for (int l = 0; l < local; ++l)
+        if (!errors[size_t(l)]) which += (which.empty() ? "" : ", ") + std::to_string(comm_->globalRank(l));
+      throw StuckRankError("step " + std::to_string(stepNo) + ": a rank failed and rank(s) " + which +
+                           " did not stop within 30 s (stuck in a kernel); the process exits");
+    }
+  }
+  for (auto &t : threads) t.join();
+  // The cause first: an error that is not a collective stopped by the abort.
+  auto message = [](const std::exception_ptr &e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception &x) {
+      return std::string(x.what());
+    } catch (...) {
+      return std::string("unknown error");
+    }
+  };
+  int cause = -1;
+  for (int l = 0; l < local && cause < 0; ++l)
+    if (errors[size_t(l)] && !isComm[size_t(l)]) cause = l;
+  for (int l = 0; l < local && cause < 0; ++l)
+    if (errors[size_t(l)]) cause = l;
+  if (cause >= 0) {
+    std::string msg = message(errors[size_t(cause)]);
+    if (!isComm[size_t(cause)]) msg = "rank " + std::to_string(comm_->globalRank(cause)) + ": " + msg;
+    for (int l = 0; l < local; ++l) // where another rank was stopped (the collective it waited in)
+      if (l != cause && errors[size_t(l)] && isComm[size_t(l)]) {
+        std::string other = message(errors[size_t(l)]);
+        size_t at = other.find(" [rank ");
+        if (at != std::string::npos) msg += other.substr(at);
+        break;
+      }
+    throw UserError(msg);
+  }
+  double sum = 0;
+  for (float x : losses) sum += x;
+  sum = comm_->localSize() == comm_->size() ? sum : mpiSum(sum);
+  return float(sum / double(rankProgram_.ranks));
+}
+
+void RankGroup::gather(int64_t id, void *dst) const {
+  const Buffer &b = rankProgram_.buffers[size_t(id)];
+  if (comm_->localSize() != comm_->size())
+    throw UserError("reading the sharded tensor '" + b.name + "' needs the ranks of other processes: "
+                    "checkpoints, --save-weights and --load-weights of a ZeRO program run in one process in this "
+                    "version (run without mpirun)");
+  const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
+  std::vector<char> shard(size_t(b.bytes));
+  for (int l = 0; l < int(engines_.size()); ++l) {
+    const int64_t g = comm_->globalRank(l), begin = g * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);
+    if (len <= 0) continue;
+    engines_[size_t(l)]->readBytes(id, shard.data());
+    std::memcpy(static_cast<char *>(dst) + begin * e, shard.data(), size_t(len * e));
+  }
+}
+
+void RankGroup::readBytes(int64_t id, void *dst) const {
+  const Buffer &b = rankProgram_.buffers.at(size_t(id));
+  if (b.shard) gather(id, dst);
+  else engines_[0]->readBytes(id, dst);
+}
+
+void RankGroup::writeBytes(int64_t id, const void *src) {
+  const Buffer &b = rankProgram_.buffers.at(size_t(id));
+  if (!b.shard) {
+    for (auto &e : engines_) e->writeBytes(id, src);
+    return;
+  }
+  const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
+  std::vector<char> shard(size_t(b.bytes));
+  for (int l = 0; l < int(engines_.size()); ++l) {
+    const int64_t g = comm_->globalRank(l), begin = g * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);
+    std::fill(shard.begin(), shard.end(), 0);
+    if (len > 0) std::memcpy(shard.data(), static_cast<const char *>(src) + begin * e, size_t(len * e));
+    engines_[size_t(l)]->writeBytes(id, shard.data());
+  }
+}
+
+std::vector<float> RankGroup::readF32(int64_t id) const {
+  const Buffer &b = logical_.buffers.at(size_t(id));
+  std::vector<char> raw(size_t(b.bytes));
+  readBytes(id, raw.data());
+  std::vector<float> v(size_t(b.numel()));
+  toF32(raw.data(), b.dtype, v.data(), b.numel());
+  return v;
+}
+
+void RankGroup::writeF32(int64_t id, const float *values) {
+  const Buffer &b = logical_.buffers.at(size_t(id));
+  std::vector<char> raw(size_t(b.bytes));
+  fromF32(values, raw.data(), b.dtype, b.numel());
+  writeBytes(id, raw.data());
+}
+
+void RankGroup::refreshCopies() {
+  // Sources first. A copy with the source's layout (both whole, or both shards) is made on each
+  // rank; a whole copy of a sharded source gathers it (through the communicator: every rank has
+  // the shards of the others only there under MPI).
+  const Program &p = rankProgram_;
+  std::vector<char> ready(p.buffers.size(), 1);
+  for (const auto &b : p.buffers)
+    if (b.persistent() && b.init.kind == "copy") ready[size_t(b.id)] = 0;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (const auto &b : p.buffers) {
+      if (ready[size_t(b.id)]) continue;
+      const Buffer *s = nullptr;
+      for (const auto &c : p.buffers)
+        if (c.persistent() && c.name == b.init.source) s = &c;
+      if (!s || !ready[size_t(s->id)]) continue;
+      if (s->shard == b.shard || !s->shard) {
+        onEveryRank([&](int l) {
+          std::vector<char> src(size_t(s->bytes)), dst(size_t(b.bytes));
+          engines_[size_t(l)]->readBytes(s->id, src.data());
+          if (s->shard == b.shard) {
+            convert(src.data(), s->dtype, dst.data(), b.dtype, b.numel());
+          } else { // whole source, sharded copy: this rank's slice
+            const int64_t g = comm_->globalRank(l), S = b.numel(), N = b.fullNumel();
+            for (int64_t i = 0; i < S; ++i)
+              storeFrom32(dst.data(), b.dtype, i, g * S + i < N ? loadAs32(src.data(), s->dtype, g * S + i) : 0.0f);
+          }
+          engines_[size_t(l)]->writeBytes(b.id, dst.data());
+        });
+      } else { // sharded source, whole copy: all-gather the shards
+        onEveryRank([&](int l) {
+          std::vector<char> src(size_t(s->bytes)), whole(size_t(s->fullNumel() * dtypeSize(s->dtype))),
+              dst(size_t(b.bytes));
+          engines_[size_t(l)]->readBytes(s->id, src.data());
+          comm_->run(l, CollectiveKind::AllGather, Reduce::Sum,
+                     {CollectiveTensor{src.data(), whole.data(), s->dtype, s->numel(), s->fullNumel()}},
+                     "initialising '" + b.name + "' from the shards of '" + s->name + "'");
+          convert(whole.data(), s->dtype, dst.data(), b.dtype, b.numel());
+          engines_[size_t(l)]->writeBytes(b.id, dst.data());
+        });
+      }
+      ready[size_t(b.id)] = 1;
+      progress = true;
+    }
+  }
+}
+
+std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, double commTimeout) {
+  auto [world, proc] = mpiWorld();
+  std::shared_ptr<Communicator> comm;
+  const int ranks = int(program.ranks);
+  if (world > 1) {
+    if (ranks % world != 0)
+      throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " +
+                      std::to_string(world) + " processes, which do not divide them (start a number of processes "
+                      "that divides " + std::to_string(ranks) + ", e.g. mpirun -np 2 for 2 x " +
+                      std::to_string(ranks / 2) + " ranks)");
+    comm = makeMpiCommunicator(ranks, ranks / world);
+  } else {
+    comm = makeInProcessCommunicator(ranks);
+  }
+  (void)proc;
+  comm->setTimeout(commTimeout);
+  std::shared_ptr<Communicator> c = comm;
+  return std::make_unique<RankGroup>(std::move(program), seed, comm, [c, seed](const Program &p, int local) {
+    return std::make_unique<Executor>(p, seed, RankContext{local, c, false});
+  });
+}
+
+} // namespace bigc::rt
