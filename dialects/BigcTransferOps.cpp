@@ -83,6 +83,9 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
   }
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
+    if (s && s.getValue() == "comm")
+      return op->emitOpError("bigc.stream \"comm\" is the stream of collectives (bigc.all_reduce, "
+                             "bigc.reduce_scatter, bigc.all_gather), not of transfers");
     if (!s || !isKnownStream(s.getValue()))
       return op->emitOpError("bigc.stream must be \"compute\", \"h2d\", \"comm\", "
                              "\"d2h\" or \"host\", got ")

@@ -60,6 +60,61 @@ void sinkToFirstUse(Block &block) {
   }
 }
 
+/// The key of the "layer segment" of a compute op: its phase and its
+/// bigc.layer. Consecutive compute ops with one key form a segment (the
+/// forward of block i, the backward of block i, ...).
+std::pair<StringRef, int64_t> segmentKey(Operation *op) {
+  StringRef phase;
+  if (auto p = op->getAttrOfType<StringAttr>(kPhaseAttrName))
+    phase = p.getValue();
+  return {phase, opLayer(op)};
+}
+
+/// Compute-stream instructions in order (not get_param, not wait, not a
+/// transfer or host op) and, for each, the index of its segment.
+struct Segments {
+  SmallVector<Operation *> ops;
+  SmallVector<unsigned> segment; ///< per op
+  SmallVector<unsigned> firstOp; ///< per segment: index into ops
+  llvm::DenseMap<Operation *, unsigned> position;
+};
+
+Segments computeSegments(Block &block, bool skipOptimizer = false) {
+  Segments s;
+  std::pair<StringRef, int64_t> key;
+  for (Operation &op : block.without_terminator()) {
+    if (isa<GetParamOp, WaitOp, CopyOp, ParamCopyOp>(op) || isCollective(&op) ||
+        isSideStream(&op) || opSpace(&op) == kHostSpace)
+      continue;
+    if (skipOptimizer && (isa<AdamWOp, LossScaleUpdateOp>(op) || segmentKey(&op).first == "optimizer"))
+      continue;
+    auto k = segmentKey(&op);
+    if (s.ops.empty() || k != key) {
+      s.firstOp.push_back(s.ops.size());
+      key = k;
+    }
+    s.position[&op] = s.ops.size();
+    s.ops.push_back(&op);
+    s.segment.push_back(s.firstOp.size() - 1);
+  }
+  return s;
+}
+
+/// The op after which a compute op reading the result of `collective` goes:
+/// the last op before the segment that follows the segment the collective
+/// is issued in (the end of the step when there is none).
+Operation *afterCollective(Block &block, const Segments &seg, Operation *collective) {
+  Operation *next = collective->getNextNode();
+  while (next && !seg.position.count(next))
+    next = next->getNextNode();
+  if (!next)
+    return nullptr;
+  unsigned target = seg.segment[seg.position.lookup(next)] + 1;
+  if (target >= seg.firstOp.size())
+    return seg.ops.back();
+  return seg.ops[seg.firstOp[target]]->getPrevNode();
+}
+
 /// Moves each bigc.adamw to just after the latest of: the definitions of
 /// its operands (gradient, norm, loss scale, found_inf), and every reader of
 /// a bigc.get_param of the parameter it updates or of the compute copy it
@@ -90,6 +145,7 @@ void hoistOptimizer(Block &block) {
   // The target of each update, computed before anything moves. Reverse
   // order keeps updates that share a target in their original order.
   SmallVector<std::pair<AdamWOp, Operation *>> moves;
+  Segments seg = computeSegments(block, /*skipOptimizer=*/true); // the ops that do not move
   for (AdamWOp a : updates) {
     Operation *after = nullptr;
     auto later = [&](Operation *op) {
@@ -97,8 +153,13 @@ void hoistOptimizer(Block &block) {
         after = op;
     };
     for (Value operand : a->getOperands())
-      if (Operation *d = operand.getDefiningOp())
+      if (Operation *d = operand.getDefiningOp()) {
         later(inBlock(block, d));
+        // A gradient reduced by a collective: the update waits for it a layer later, so that
+        // the collective overlaps the backward of the layer before instead of stalling it.
+        if (isa<AllReduceOp, ReduceScatterOp>(d))
+          later(afterCollective(block, seg, d));
+      }
     for (std::optional<StringRef> sym :
          {std::optional<StringRef>(a.getParam()), a.getHalf()}) {
       if (!sym)
@@ -161,44 +222,6 @@ void hoistOptimizer(Block &block) {
   for (auto &[pg, after] : llvm::reverse(gatherMoves))
     if (after)
       pg->moveAfter(after);
-}
-
-/// The key of the "layer segment" of a compute op: its phase and its
-/// bigc.layer. Consecutive compute ops with one key form a segment (the
-/// forward of block i, the backward of block i, ...).
-std::pair<StringRef, int64_t> segmentKey(Operation *op) {
-  StringRef phase;
-  if (auto p = op->getAttrOfType<StringAttr>(kPhaseAttrName))
-    phase = p.getValue();
-  return {phase, opLayer(op)};
-}
-
-/// Compute-stream instructions in order (not get_param, not wait, not a
-/// transfer or host op) and, for each, the index of its segment.
-struct Segments {
-  SmallVector<Operation *> ops;
-  SmallVector<unsigned> segment; ///< per op
-  SmallVector<unsigned> firstOp; ///< per segment: index into ops
-  llvm::DenseMap<Operation *, unsigned> position;
-};
-
-Segments computeSegments(Block &block) {
-  Segments s;
-  std::pair<StringRef, int64_t> key;
-  for (Operation &op : block.without_terminator()) {
-    if (isa<GetParamOp, WaitOp, CopyOp, ParamCopyOp>(op) || isCollective(&op) ||
-        isSideStream(&op) || opSpace(&op) == kHostSpace)
-      continue;
-    auto k = segmentKey(&op);
-    if (s.ops.empty() || k != key) {
-      s.firstOp.push_back(s.ops.size());
-      key = k;
-    }
-    s.position[&op] = s.ops.size();
-    s.ops.push_back(&op);
-    s.segment.push_back(s.firstOp.size() - 1);
-  }
-  return s;
 }
 
 /// A device copy of a parameter (bigc-offload with params=host) and the
@@ -381,6 +404,10 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
   Segments seg = computeSegments(block);
   for (Operation &op : block.without_terminator()) {
     if (!isSideStream(&op) || joined.count(&op))
+      continue;
+    // A gather into a persistent weight frees nothing: the end of the step joins it (the next
+    // step's reads of the weight come after that).
+    if (isa<ParamAllGatherOp>(op))
       continue;
     unsigned boundaries = opStream(&op) == "d2h" || opStream(&op) == kCommStream ? 1 : 2;
     // The first compute op after `op`.

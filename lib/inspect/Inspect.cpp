@@ -174,7 +174,8 @@ struct Lane {
   int64_t bytes = 0;       // bytes copied (transfer lanes)
 };
 std::vector<Lane> lanesOf(const rt::Program &p) {
-  std::vector<Lane> lanes = {{"h2d", "#1f77b4", "copies from host to device", {}, 0},
+  std::vector<Lane> lanes = {{"comm", "#2ca02c", "collectives (all-reduce, reduce-scatter, all-gather)", {}, 0},
+                             {"h2d", "#1f77b4", "copies from host to device", {}, 0},
                              {"d2h", "#d62728", "copies from device to host", {}, 0},
                              {"host", "#8c564b", "work on the host (CPU Adam, ...)", {}, 0},
                              {"recompute", "#9467bd", "forward work repeated in the backward", {}, 0}};
@@ -184,6 +185,9 @@ std::vector<Lane> lanesOf(const rt::Program &p) {
       bool on = l.name == "recompute" ? ins.recompute : ins.stream == l.name;
       if (!on) continue;
       l.at.push_back(int64_t(i));
+      if (ins.stream == "comm")
+        for (size_t k = 0; k < ins.in.size() && k < ins.out.size(); ++k)
+          l.bytes += std::max(p.buffers[size_t(ins.in[k])].bytes, p.buffers[size_t(ins.out[k])].bytes);
       if (ins.op == "copy")
         for (int64_t o : ins.out)
           if (o >= 0 && o < int64_t(p.buffers.size())) l.bytes += p.buffers[size_t(o)].bytes;
@@ -240,6 +244,40 @@ SpaceSummary summarize(const rt::Program &p, const rt::Space &s) {
   sum.largest = bufs;
   sum.tl = computeTimeline(p, s.name);
   return sum;
+}
+
+// Collectives per step (bigc-shard): count, tensors and bytes of each kind (the whole tensor's
+// bytes: what an all-reduce reduces, a reduce-scatter scatters, an all-gather gathers).
+struct CollectiveStat {
+  int64_t count = 0, tensors = 0, bytes = 0;
+};
+std::map<std::string, CollectiveStat> collectiveStats(const rt::Program &p) {
+  std::map<std::string, CollectiveStat> m;
+  for (const auto &ins : p.instructions) {
+    if (ins.stream != "comm") continue;
+    CollectiveStat &c = m[ins.op];
+    c.count += 1;
+    for (size_t k = 0; k < ins.in.size() && k < ins.out.size(); ++k) {
+      c.tensors += 1;
+      c.bytes += std::max(p.buffers[size_t(ins.in[k])].bytes, p.buffers[size_t(ins.out[k])].bytes);
+    }
+  }
+  return m;
+}
+
+// Model state (weights, fp32 masters, AdamW moments) a rank holds, and the whole model's.
+struct ModelState {
+  int64_t perRank = 0, whole = 0, shardedTensors = 0;
+};
+ModelState modelState(const rt::Program &p) {
+  ModelState m;
+  for (const auto &b : p.buffers) {
+    if (!b.persistent()) continue;
+    m.perRank += b.bytes;
+    m.whole += b.fullNumel() * rt::dtypeSize(b.dtype);
+    m.shardedTensors += b.sharded() ? 1 : 0;
+  }
+  return m;
 }
 
 void checkRank(const rt::Program &p, int64_t rank) {
@@ -345,6 +383,29 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     << p.precision << ", micro-batches " << p.microBatches << ", ranks " << p.ranks;
   if (p.ranks > 1) o << " (showing rank " << rank << ")";
   o << "\n";
+  if (p.ranks > 1) {
+    ModelState ms = modelState(p);
+    o << "mesh: dp " << p.dp << " x tp " << p.tp << " x pp " << p.pp << ", ZeRO " << p.zero
+      << "; every rank runs this plan on its slice of the global batch (" << p.ranks << " x " << p.microBatches
+      << " x " << p.batch << " sequences per step)\n";
+    o << "model state: " << humanBytes(ms.perRank) << " on rank " << rank << " of " << humanBytes(ms.whole)
+      << " whole (" << fmt("%.3f", ms.whole > 0 ? double(ms.perRank) / double(ms.whole) : 1.0) << ")";
+    if (ms.shardedTensors > 0)
+      o << "; " << ms.shardedTensors << " tensors sharded: rank " << rank << " holds elements [" << rank
+        << "*S, " << rank << "*S+S) of each (S = ceil(elements / " << p.dp << "))";
+    o << "\n";
+    auto cs = collectiveStats(p);
+    if (!cs.empty()) {
+      o << "collectives per step (comm stream):";
+      bool first = true;
+      for (const auto &[op, c] : cs) {
+        o << (first ? " " : "; ") << op << " " << c.count << " (" << c.tensors << " tensors, " << humanBytes(c.bytes)
+          << ")";
+        first = false;
+      }
+      o << "\n";
+    }
+  }
   o << "hardware: " << (p.hardwareName.empty() ? std::string("(none)") : p.hardwareName);
   if (p.deviceCapacityBytes || p.hostCapacityBytes)
     o << " (device " << humanBytes(p.deviceCapacityBytes) << ", host "
@@ -486,6 +547,16 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
   j["parameters"] = p.parameterCount();
   j["ranks"] = p.ranks;
   j["rank"] = rank;
+  j["mesh"] = {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}};
+  j["zero"] = p.zero;
+  {
+    ModelState ms = modelState(p);
+    j["model_state_bytes"] = {{"rank", ms.perRank}, {"whole", ms.whole}, {"sharded_tensors", ms.shardedTensors}};
+    json cj = json::object();
+    for (const auto &[op, c] : collectiveStats(p))
+      cj[op] = {{"count", c.count}, {"tensors", c.tensors}, {"bytes", c.bytes}};
+    j["collectives"] = cj;
+  }
   j["fits"] = allFit(sums);
   j["instructions"] = int64_t(p.instructions.size());
   j["buffers"] = int64_t(p.buffers.size());

@@ -35,6 +35,7 @@ std::vector<const Buffer *> Engine::weights() const {
       bool isCopy = b.name.size() > suffix.size() &&
                     b.name.compare(b.name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
                     masters.count(b.name.substr(0, b.name.size() - suffix.size()));
+      isCopy |= b.init.kind == "copy" && masters.count(b.init.source); // e.g. N.half.shard (ZeRO-1/2)
       if (!isCopy) out.push_back(&b);
     }
   }

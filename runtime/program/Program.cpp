@@ -67,8 +67,16 @@ uint64_t fnv1a64(const void *data, size_t n, uint64_t h) {
 
 int64_t Program::parameterCount() const {
   int64_t n = 0;
-  for (const auto &b : buffers)
-    if (b.role == "param") n += b.numel();
+  // The weights the step computes with, whole (a ZeRO-3 shard counts as its tensor); the rank's
+  // shard of a ZeRO-1/2 compute copy (`N.half.shard`, next to the whole `N.half`) not again.
+  const std::string shardSuffix = ".half.shard";
+  for (const auto &b : buffers) {
+    if (b.role != "param") continue;
+    if (b.name.size() > shardSuffix.size() &&
+        b.name.compare(b.name.size() - shardSuffix.size(), shardSuffix.size(), shardSuffix) == 0)
+      continue;
+    n += b.fullNumel();
+  }
   return n;
 }
 

@@ -19,7 +19,7 @@ func.func @bad_space(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @bad_stream(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error@+1 {{bigc.stream must be "compute", "h2d", "d2h" or "host", got "comm"}}
+  // expected-error@+1 {{bigc.stream "comm" is the stream of collectives}}
   %y = bigc.copy %x {bigc.space = "host", bigc.stream = "comm"} : tensor<4xf32>
   return %y : tensor<4xf32>
 }

@@ -31,7 +31,7 @@
 // CHECK-NEXT:  bigc.cross_entropy_grad %{{.*}}, %[[TGT1]], %[[SEED1]]
 // Each gradient is added onto its accumulator as soon as it is complete.
 // CHECK:       %[[ATTN1:.*]] = bigc.matmul {{.*}}bigc.micro_batch = 1 {{.*}} -> tensor<8x24xf32>
-// CHECK-NEXT:  %[[ATTN:.*]] = bigc.add %[[ATTN0]], %[[ATTN1]] {bigc.micro_batch = 1 : i64, bigc.phase = "backward"} : (tensor<8x24xf32>, tensor<8x24xf32>) -> tensor<8x24xf32>
+// CHECK-NEXT:  %[[ATTN:.*]] = bigc.add %[[ATTN0]], %[[ATTN1]] {bigc.grad_accum, bigc.micro_batch = 1 : i64, bigc.phase = "backward"} : (tensor<8x24xf32>, tensor<8x24xf32>) -> tensor<8x24xf32>
 // CHECK-NEXT:  %{{.*}}, %[[DW1:.*]], %[[DB1:.*]] = bigc.layernorm_grad {{.*}}bigc.micro_batch = 1
 // CHECK-DAG:   %[[DB:.*]] = bigc.add %[[DB0]], %[[DB1]]
 // CHECK-DAG:   %[[DW:.*]] = bigc.add %[[DW0]], %[[DW1]]
@@ -48,13 +48,13 @@
 // BF16-LABEL: func.func @train_step(%{{.*}}: tensor<2x4xi32>, %{{.*}}: tensor<2x4xi32>, %{{.*}}: tensor<2x4xi32>, %{{.*}}: tensor<2x4xi32>, %{{.*}}: tensor<2x4xi32>, %{{.*}}: tensor<2x4xi32>) -> tensor<f32>
 // BF16:       bigc.scale %{{.*}} {bigc.micro_batch = 0 : i64, bigc.phase = "backward", factor = 0.33333333333333331 : f64} : (tensor<f32>) -> tensor<f32>
 // BF16:       %[[G0:.*]] = bigc.matmul {{.*}}bigc.micro_batch = 0 {{.*}} -> tensor<8x24xbf16>
-// BF16-NEXT:  %[[A0:.*]] = bigc.cast %[[G0]] {bigc.micro_batch = 0 : i64, bigc.phase = "backward"} : (tensor<8x24xbf16>) -> tensor<8x24xf32>
+// BF16-NEXT:  %[[A0:.*]] = bigc.cast %[[G0]] {bigc.grad_accum, bigc.micro_batch = 0 : i64, bigc.phase = "backward"} : (tensor<8x24xbf16>) -> tensor<8x24xf32>
 // BF16:       %[[G1:.*]] = bigc.matmul {{.*}}bigc.micro_batch = 1 {{.*}} -> tensor<8x24xbf16>
-// BF16-NEXT:  %[[C1:.*]] = bigc.cast %[[G1]] {bigc.micro_batch = 1 : i64{{.*}} -> tensor<8x24xf32>
-// BF16-NEXT:  %[[A1:.*]] = bigc.add %[[A0]], %[[C1]] {bigc.micro_batch = 1 : i64, bigc.phase = "backward"} : (tensor<8x24xf32>, tensor<8x24xf32>) -> tensor<8x24xf32>
+// BF16-NEXT:  %[[C1:.*]] = bigc.cast %[[G1]] {bigc.grad_accum, bigc.micro_batch = 1 : i64{{.*}} -> tensor<8x24xf32>
+// BF16-NEXT:  %[[A1:.*]] = bigc.add %[[A0]], %[[C1]] {bigc.grad_accum, bigc.micro_batch = 1 : i64, bigc.phase = "backward"} : (tensor<8x24xf32>, tensor<8x24xf32>) -> tensor<8x24xf32>
 // BF16:       %[[G2:.*]] = bigc.matmul {{.*}}bigc.micro_batch = 2 {{.*}} -> tensor<8x24xbf16>
-// BF16-NEXT:  %[[C2:.*]] = bigc.cast %[[G2]] {bigc.micro_batch = 2 : i64{{.*}} -> tensor<8x24xf32>
-// BF16-NEXT:  %[[A2:.*]] = bigc.add %[[A1]], %[[C2]] {bigc.micro_batch = 2 : i64
+// BF16-NEXT:  %[[C2:.*]] = bigc.cast %[[G2]] {bigc.grad_accum, bigc.micro_batch = 2 : i64{{.*}} -> tensor<8x24xf32>
+// BF16-NEXT:  %[[A2:.*]] = bigc.add %[[A1]], %[[C2]] {bigc.grad_accum, bigc.micro_batch = 2 : i64
 // BF16:       bigc.adamw %[[A2]] {{{.*}}half = @attn.weight.half, {{.*}}param = @attn.weight, {{.*}}} : tensor<8x24xf32>
 
 // fp16: the seed of each micro-batch is scale/K; the inf/nan check, the

@@ -69,11 +69,12 @@ TEST(RuntimeProgram, DTypes) {
 }
 
 TEST(RuntimeProgram, OpTableCoversTheFormat) {
-  EXPECT_EQ(opSignatures().size(), 28u);
+  EXPECT_EQ(opSignatures().size(), 31u);
   ASSERT_NE(findOpSignature("adamw"), nullptr);
   EXPECT_EQ(findOpSignature("adamw")->maxIn, 7);
   for (const char *v2 : {"cast", "copy", "wait", "check_finite", "loss_scale_update"})
     EXPECT_NE(findOpSignature(v2), nullptr) << v2;
+  for (const char *v3 : {"all_reduce", "reduce_scatter", "all_gather"}) EXPECT_NE(findOpSignature(v3), nullptr) << v3;
   EXPECT_EQ(findOpSignature("conv2d"), nullptr);
 }
 
@@ -82,7 +83,7 @@ TEST(RuntimeProgram, SerializeParseRoundTrip) {
   p.instructions[5].attrs["perm_test"] = ProgramBuilder::list({1, 0});
   p.instructions[3].attrs["value"] = ProgramBuilder::num(0.1);
   std::string bytes = serializeProgram(p);
-  ASSERT_EQ(bytes.rfind("BIGC-PROGRAM 2 ", 0), 0u);
+  ASSERT_EQ(bytes.rfind("BIGC-PROGRAM 3 ", 0), 0u);
   Program q = parseProgram(bytes, "m.bigc");
   EXPECT_EQ(q.batch, p.batch);
   EXPECT_EQ(q.seq, p.seq);
@@ -159,7 +160,7 @@ TEST(RuntimeProgram, ContainerErrors) {
 
   std::string v1 = good;
   v1.replace(0, 15, "BIGC-PROGRAM 1 ");
-  EXPECT_ERROR_HAS(parseError(v1), "version 1", "reads version 2");
+  EXPECT_ERROR_HAS(parseError(v1), "version 1", "reads versions 2 to 3");
 
   EXPECT_ERROR_HAS(parseError(bigc::rt::testing::wrapPayload("{\"version\": 1,")), "not valid JSON");
 }
@@ -174,7 +175,7 @@ TEST(RuntimeProgram, MissingAndMistypedFields) {
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j.erase("config"); })), "'config'", "missing");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["config"]["batch"] = 2.5; })), "config", "'batch'",
                    "integer");
-  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["version"] = 1; })), "version 1", "reads version 2");
+  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["version"] = 1; })), "version 1", "reads versions 2 to 3");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["buffers"][0]["dtype"] = "f64"; })), "buffer 0",
                    "unknown dtype 'f64'");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["instructions"][3]["attrs"]["value"] = "one"; })),

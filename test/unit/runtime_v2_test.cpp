@@ -337,7 +337,7 @@ TEST(RuntimeV2Validation, SerializeParseRoundTrip) {
   p.instructions[3].phase = "backward";
   p.instructions[1].recompute = true;
   std::string bytes = serializeProgram(p);
-  ASSERT_EQ(bytes.rfind("BIGC-PROGRAM 2 ", 0), 0u);
+  ASSERT_EQ(bytes.rfind("BIGC-PROGRAM 3 ", 0), 0u);
   Program q = parseProgram(bytes, "m.bigc");
   EXPECT_EQ(q.tokenInputs, p.tokenInputs);
   EXPECT_EQ(q.targetInputs, p.targetInputs);

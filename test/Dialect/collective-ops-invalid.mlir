@@ -1,0 +1,62 @@
+// RUN: bigc-opt %s -split-input-file -verify-diagnostics
+
+// Shards of a 4x4 tensor over the 4 ranks of "dp" have 4 elements.
+module attributes {bigc.mesh = {dp = 4 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  func.func @bad_shard(%g: tensor<4x4xf32>) -> tensor<3xf32> {
+    // expected-error@+1 {{tensor #0: a tensor of 16 elements over 4 ranks of "dp" has shards of 4 elements, got 3}}
+    %s = bigc.reduce_scatter %g {group = "dp", reduce = "mean"} : (tensor<4x4xf32>) -> tensor<3xf32>
+    return %s : tensor<3xf32>
+  }
+}
+
+// -----
+
+module attributes {bigc.mesh = {dp = 4 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  func.func @bad_group(%g: tensor<4xf32>) -> tensor<4xf32> {
+    // expected-error@+1 {{group must be a mesh axis: "dp", "tp" or "pp", got "world"}}
+    %s = bigc.all_reduce %g {group = "world", reduce = "sum"} : (tensor<4xf32>) -> tensor<4xf32>
+    return %s : tensor<4xf32>
+  }
+}
+
+// -----
+
+module attributes {bigc.mesh = {dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  func.func @bad_reduce(%g: tensor<4xf32>) -> tensor<2xf32> {
+    // expected-error@+1 {{reduce must be "sum" or "mean", got "max"}}
+    %s = bigc.reduce_scatter %g {group = "dp", reduce = "max"} : (tensor<4xf32>) -> tensor<2xf32>
+    return %s : tensor<2xf32>
+  }
+}
+
+// -----
+
+module attributes {bigc.mesh = {dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  func.func @bad_gather(%s: tensor<2xbf16>) -> tensor<4xf32> {
+    // expected-error@+1 {{tensor #0: shard and full tensor must have one element type}}
+    %w = bigc.all_gather %s {group = "dp"} : (tensor<2xbf16>) -> tensor<4xf32>
+    return %w : tensor<4xf32>
+  }
+}
+
+// -----
+
+module attributes {bigc.mesh = {dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  func.func @bad_stream(%g: tensor<4xf32>) -> tensor<4xf32> {
+    // expected-error@+1 {{runs on the "comm" stream, got bigc.stream = "h2d"}}
+    %s = bigc.all_reduce %g {group = "dp", reduce = "sum", bigc.stream = "h2d"} : (tensor<4xf32>) -> tensor<4xf32>
+    return %s : tensor<4xf32>
+  }
+}
+
+// -----
+
+module attributes {bigc.mesh = {dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  bigc.param @w : tensor<3xf32> {init = "zeros", bigc.full_shape = array<i64: 5>}
+  bigc.param @"w.half" : tensor<5xf32> {init = "zeros"}
+  func.func @bad_param_gather() {
+    // expected-error@+1 {{tensor #0: a tensor of 5 elements over 1 ranks of "tp" has shards of 5 elements, got 3}}
+    bigc.param_all_gather {from = @w, to = @"w.half", group = "tp"}
+    return
+  }
+}
