@@ -435,9 +435,14 @@ int runBody(int argc, char **argv, int first) {
 }
 
 void report(const char *prefix, const std::string &msg) {
-  // cli::parse already names the command.
-  if (msg.rfind(prefix, 0) == 0) std::cerr << msg << "\n";
-  else std::cerr << prefix << ": " << msg << "\n";
+  // cli::parse already names the command. Under mpirun every process may report: all but the
+  // first name their process, and each message is one write (lines of processes do not mix).
+  std::string who = prefix;
+  const char *rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (rank && *rank && std::string(rank) != "0") who += std::string(" (process ") + rank + ")";
+  std::string line = msg.rfind(prefix, 0) == 0 ? who + msg.substr(std::strlen(prefix)) : who + ": " + msg;
+  line += "\n";
+  std::fputs(line.c_str(), stderr);
 }
 
 } // namespace

@@ -207,7 +207,7 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
   if (cause >= 0) {
     std::string msg = message(errors[size_t(cause)]);
     if (!isComm[size_t(cause)]) msg = "rank " + std::to_string(comm_->globalRank(cause)) + ": " + msg;
-    for (int l = 0; l < local; ++l) // where another rank was stopped (the collective it waited in)
+    for (int l = 0; l < local && !isComm[size_t(cause)]; ++l) // where another rank was stopped
       if (l != cause && errors[size_t(l)] && isComm[size_t(l)]) {
         std::string other = message(errors[size_t(l)]);
         size_t at = other.find(" [rank ");

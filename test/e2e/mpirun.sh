@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Ranks in several processes (OpenMPI's mpirun, the MPI communicator): the tiny GPT compiled for 8
+# ranks trained 10 steps by 2 processes x 4 ranks (and 4 x 2) under zero 0, 2 and 3 gives the
+# losses of the same program run in one process (8 threads, in-process communicator) to 1e-5
+# relative; mpirun -np 3 (which does not divide 8 ranks) is refused with exit 1; a process killed
+# with SIGKILL mid-run stops the job (non-zero exit) instead of hanging.
+set -euo pipefail
+BIN=$1
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+PY=/usr/bin/python3
+if ! command -v mpirun > /dev/null; then
+  echo "FAIL: mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1
+fi
+if ! "$BIN/bigc" run --help > /dev/null; then exit 1; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+"$BIN/bigc" gen gpt --preset tiny --batch 2 -o "$d/m.mlir" > /dev/null
+for z in 0 2 3; do
+  "$BIN/bigc" compile "$d/m.mlir" -o "$d/z$z.bigc" --ranks 8 --zero $z --lr 3e-3 --quiet
+  "$BIN/bigc" run "$d/z$z.bigc" --synthetic --steps 10 --seed 7 --log "$d/z$z.one.jsonl" --quiet
+  timeout 300 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/z$z.bigc" --synthetic --steps 10 --seed 7 \
+    --log "$d/z$z.mpi2.jsonl" --quiet
+done
+timeout 300 "${MPIRUN[@]}" -np 4 "$BIN/bigc" run "$d/z3.bigc" --synthetic --steps 10 --seed 7 \
+  --log "$d/z3.mpi4.jsonl" --quiet
+
+$PY - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+ok = True
+def losses(n):
+    rows = [json.loads(l) for l in open(f"{d}/{n}.jsonl") if l.strip()]
+    assert len(rows) == 10, (n, len(rows))
+    return [r["loss"] for r in rows]
+for z, procs in [(0, 2), (2, 2), (3, 2), (3, 4)]:
+    a, b = losses(f"z{z}.one"), losses(f"z{z}.mpi{procs}")
+    r = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    good = r <= 1e-5
+    print(("ok   " if good else "FAIL ") + f"zero {z}: {procs} processes x {8 // procs} ranks vs one process: "
+          f"max relative loss difference {r:.3g} (<= 1e-5); loss {b[0]:.4f} -> {b[-1]:.4f}")
+    ok &= good
+sys.exit(0 if ok else 1)
+PY
+
+# A world that does not divide the ranks.
+rc=0
+timeout 120 "${MPIRUN[@]}" -np 3 "$BIN/bigc" run "$d/z3.bigc" --steps 1 --quiet > "$d/np3.txt" 2>&1 || rc=$?
+grep -q "the program has 8 ranks but mpirun started 3 processes, which do not divide them" "$d/np3.txt" && [ $rc -ne 0 ] || {
+  echo "FAIL: mpirun -np 3 (exit $rc):"; cat "$d/np3.txt"; exit 1; }
+echo "ok   mpirun -np 3 for 8 ranks: exit $rc, '$(grep -m1 'do not divide' "$d/np3.txt")'"
+
+# Kill one process mid-run: the job stops, no hang.
+"${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/z2.bigc" --synthetic --steps 100000 --quiet --comm-timeout 20 \
+  > "$d/kill.txt" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 100); do
+  victim=$(pgrep -P $job -f "bigc run" | tail -1 || true) # a rank process, not mpirun
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+[ -n "$victim" ] || { echo "FAIL: no bigc process to kill"; kill $job || true; exit 1; }
+sleep 2
+kill -9 "$victim"
+t0=$SECONDS
+rc=0
+for _ in $(seq 1 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
+if kill -0 $job 2> /dev/null; then
+  echo "FAIL: the job still runs 60 s after a process was killed"; kill -9 $job || true; pkill -9 -f "bigc run $d/z2.bigc" || true; exit 1
+fi
+wait $job || rc=$?
+[ $rc -ne 0 ] || { echo "FAIL: the job exited 0 after a process was killed"; exit 1; }
+echo "ok   SIGKILL of process $victim mid-run: the job stopped with exit $rc after $((SECONDS - t0)) s"

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Eight ranks that go wrong, and what the plan says per rank:
+#  1. a rank that fails mid-step (BIGC_FAULT kind=crash) stops every rank: exit 1 within seconds,
+#     one message naming the rank, the step and the collective the others were stopped in;
+#  2. a rank that stops answering (kind=hang) makes the others time out (--comm-timeout): exit 1,
+#     the message names the missing rank, the collective and the step; no hang;
+#  3. ZeRO-3: the model-state bytes per rank (bigc inspect --json --rank R) fall as 1/N for
+#     N = 1, 2, 4, 8; ZeRO-1 and 2 keep the weights whole, shard the rest;
+#  4. bad input: --rank out of range, BIGC_FAULT malformed (an mpirun world that does not divide
+#     the ranks: test/e2e/mpirun.sh): one clear error each, exit 1.
+set -euo pipefail
+BIN=$1
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+PY=/usr/bin/python3
+"$BIN/bigc" gen gpt --preset tiny --batch 2 -o "$d/m.mlir" > /dev/null
+"$BIN/bigc" compile "$d/m.mlir" -o "$d/z2.bigc" --ranks 8 --zero 2 --quiet
+"$BIN/bigc" compile "$d/m.mlir" -o "$d/z3.bigc" --ranks 8 --zero 3 --quiet
+
+expect_fail() { # name, expected substrings..., then -- command
+  local name=$1; shift
+  local pats=()
+  while [ "$1" != "--" ]; do pats+=("$1"); shift; done
+  shift
+  local t0=$SECONDS rc=0
+  timeout 120 "$@" > "$d/out.txt" 2>&1 || rc=$?
+  if [ $rc -ne 1 ]; then echo "FAIL $name: exit $rc (expected 1)"; cat "$d/out.txt"; exit 1; fi
+  for p in "${pats[@]}"; do
+    grep -qF -- "$p" "$d/out.txt" || { echo "FAIL $name: no '$p' in:"; cat "$d/out.txt"; exit 1; }
+  done
+  echo "ok   $name: exit 1 after $((SECONDS - t0)) s: $(head -c 300 "$d/out.txt")"
+}
+
+expect_fail "crash" "rank 3" "crashed in step 2" "stopped in step 2: instruction" -- \
+  env BIGC_FAULT=rank=3,step=2,kind=crash "$BIN/bigc" run "$d/z2.bigc" --steps 4 --quiet
+expect_fail "hang" "step 3: instruction" "waited 2 s for rank 5, which did not reach this collective" -- \
+  env BIGC_FAULT=rank=5,step=3,kind=hang "$BIN/bigc" run "$d/z3.bigc" --steps 4 --quiet --comm-timeout 2
+grep -qE "\((all_gather|reduce_scatter|all_reduce) at " "$d/out.txt" || { echo "FAIL hang: no collective named"; exit 1; }
+expect_fail "inspect --rank 8" "--rank 8 is out of range: the program has 8 ranks (0..7)" -- \
+  "$BIN/bigc" inspect "$d/z3.bigc" --rank 8
+expect_fail "BIGC_FAULT" "BIGC_FAULT='rank=x': expected rank=R,step=S,kind=crash|hang" -- \
+  env BIGC_FAULT=rank=x "$BIN/bigc" run "$d/z3.bigc" --steps 1 --quiet
+
+# 1/N: a 4-block model so that padding is small against the tensors.
+"$BIN/bigc" gen gpt --preset tiny --layers 4 --hidden 128 --heads 4 -o "$d/w.mlir" > /dev/null
+for n in 1 2 4 8; do
+  for z in 1 2 3; do "$BIN/bigc" compile "$d/w.mlir" -o "$d/w${n}z$z.bigc" --ranks $n --zero $z --quiet; done
+done
+$PY - "$BIN" "$d" <<'PY'
+import json, subprocess, sys
+b, d = sys.argv[1], sys.argv[2]
+ok = True
+def inspect(n, z, r):
+    return json.loads(subprocess.check_output([f"{b}/bigc", "inspect", f"{d}/w{n}z{z}.bigc", "--json", "--rank", str(r)]))
+one = inspect(1, 3, 0)
+whole = one["model_state_bytes"]["whole"]
+for z in (1, 2, 3):
+    for n in (2, 4, 8):
+        for r in (0, n - 1):
+            j = inspect(n, z, r)
+            ms = j["model_state_bytes"]
+            frac = ms["rank"] / whole
+            # zero 3: everything sharded -> 1/N; zero 1/2: the compute copy stays whole (4 of 16
+            # bytes per parameter in fp32: 4 whole + a 4-byte shard of it + 12 sharded).
+            want = 1.0 / n if z == 3 else (4.0 + 16.0 / n) / 16.0
+            good = abs(frac - want) <= 0.01 * want + 0.002 and ms["whole"] == whole and j["rank"] == r
+            print(("ok   " if good else "FAIL ") + f"zero {z}, {n} ranks, rank {r}: model state {ms['rank']} of {whole} "
+                  f"bytes = {frac:.4f} (expected {want:.4f})")
+            ok &= good
+            if z == 3:
+                c = j["collectives"]
+                good = c.get("all_gather", {}).get("count", 0) > 0 and c.get("reduce_scatter", {}).get("count", 0) > 0
+                ok &= good
+sys.exit(0 if ok else 1)
+PY
