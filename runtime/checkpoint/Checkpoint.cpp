@@ -152,6 +152,27 @@ json readManifest(const std::string &path) {
 
 } // namespace
 
+std::string stateSignature(const Program &p) {
+  // The training state a checkpoint holds, whatever the rank count, ZeRO stage, schedule,
+  // recomputation or offload of the program that wrote it: every persistent tensor that is not a
+  // compute copy (weights of record, AdamW moments, loss scale), as a whole tensor, and the
+  // optimizer and precision that update it.
+  std::vector<std::string> items;
+  for (const Buffer &b : p.buffers) {
+    if (!b.persistent() || b.init.kind == "copy") continue;
+    std::string it = b.name + ":" + dtypeName(b.dtype) + ":";
+    for (int64_t d : (b.shard ? b.fullShape : b.shape)) it += std::to_string(d) + ",";
+    items.push_back(it);
+  }
+  std::sort(items.begin(), items.end());
+  char opt[256];
+  std::snprintf(opt, sizeof opt, "%s|%.9g|%.9g|%.9g|%.9g|%.9g|%.9g", p.precision.c_str(), p.optimizer.lr,
+                p.optimizer.beta1, p.optimizer.beta2, p.optimizer.eps, p.optimizer.weightDecay, p.optimizer.gradClip);
+  std::string all = opt;
+  for (const auto &it : items) all += "|" + it;
+  return hex(fnv1a64(all.data(), all.size()));
+}
+
 Info save(const std::string &dir, const Engine &ex, const data::TokenSource &source, uint64_t seed, double loss,
           int keep) {
   const Program &p = ex.program();
@@ -194,6 +215,8 @@ Info save(const std::string &dir, const Engine &ex, const data::TokenSource &sou
   m["step"] = step;
   m["updates"] = ex.updateCount();
   m["program"] = {{"checksum", hex(p.checksum)},
+                  {"state_signature", stateSignature(p)},
+                  {"zero", p.zero},
                   {"source", p.source},
                   {"precision", p.precision},
                   {"micro_batches", p.microBatches},
@@ -263,11 +286,15 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
   json m = readManifest(path);
   const Program &p = ex.program();
   const std::string want = hex(p.checksum), got = m["program"].value("checksum", "");
-  if (got != want)
+  // Another program with the same training state (another rank count, ZeRO stage, recomputation,
+  // offload, schedule) resumes it too: the state is stored whole, each rank takes its shards.
+  const bool sameProgram = got == want;
+  if (!sameProgram && m["program"].value("state_signature", "") != stateSignature(p))
     fail(path, "written by another program (checksum " + got + ", this program's is " + want + ", compiled from " +
                    m["program"].value("source", std::string("?")) +
-                   "); resume with the program that wrote it, or start from its weights with --load-weights " + path +
-                   "/model.safetensors");
+                   ") whose training state differs (other tensors, precision or optimizer settings); resume with a "
+                   "program of the same model, precision and optimizer, or start from its weights with --load-weights " +
+                   path + "/model.safetensors");
   if (m["data"].value("kind", "") != source.kind())
     fail(path, "taken reading " + m["data"].value("kind", std::string("?")) + " data; this run reads " + source.kind() +
                    " data (resume with the same --data or --synthetic)");
@@ -277,10 +304,15 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
   std::ifstream in(spath, std::ios::binary);
   if (!in) fail(spath, std::string("cannot open: ") + std::strerror(errno));
   std::vector<char> buf;
+  bool refresh = false;
   for (const Buffer &b : p.buffers) {
     if (!b.persistent()) continue;
     names.insert(b.name);
     const safetensors::Tensor *t = state.find(b.name);
+    if (!t && !sameProgram && b.init.kind == "copy") { // a compute copy the other program did not have
+      refresh = true;
+      continue;
+    }
     if (!t) fail(spath, "has no tensor '" + b.name + "'");
     if (t->dtype != b.dtype || t->shape != b.shape)
       fail(spath, "tensor '" + b.name + "' is " + safetensors::dtypeTag(t->dtype) + " of another shape or dtype than the program's " +
@@ -292,7 +324,9 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
     ex.writeBytes(b.id, buf.data());
   }
   for (const auto &t : state.tensors)
-    if (!names.count(t.name)) fail(spath, "tensor '" + t.name + "' is not a persistent buffer of this program");
+    if (!names.count(t.name) && sameProgram)
+      fail(spath, "tensor '" + t.name + "' is not a persistent buffer of this program");
+  if (refresh) ex.refreshCopies();
   source.restore(m["data"]["state"].get<std::vector<int64_t>>());
   const int64_t step = m["step"].get<int64_t>(), updates = m["updates"].get<int64_t>();
   ex.setCounters(step, updates);

@@ -11,7 +11,11 @@
 // A checkpoint is written into a hidden temporary directory (every file and the directory fsync'd)
 // and renamed into place; until then the previous checkpoints stay whole, so a process killed at
 // any moment leaves at least one complete checkpoint. The newest `keep` are kept. A resumed run
-// continues bit for bit as if it had not stopped (same program, same backend). No MLIR here.
+// continues bit for bit as if it had not stopped (same program, same backend). Sharded (ZeRO)
+// tensors are stored whole, so another program with the same training state (stateSignature: the
+// same model, precision and optimizer; another rank count, ZeRO stage, recomputation or offload)
+// resumes a checkpoint too, each rank taking its shards (equal to rounding, not bit for bit: the
+// reductions run in another order). No MLIR here.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +43,11 @@ Info save(const std::string &dir, const Engine &ex, const data::TokenSource &sou
 // files have the sizes and checksums it records. Incomplete or damaged ones are skipped, each with
 // a line in `skipped`. Returns an empty path when there is none.
 Info latest(const std::string &dir, std::vector<std::string> *skipped);
+
+// What a checkpoint's training state is, independent of ranks, ZeRO and schedule: a hash of every
+// persistent tensor that is not a compute copy (name, dtype, whole shape), the precision and the
+// optimizer's settings.
+std::string stateSignature(const Program &p);
 
 // Loads a checkpoint into the engine (every persistent buffer, the step and update counters) and
 // the data source (its position). Throws UserError when it was written for another program
