@@ -6,7 +6,8 @@
 #   1. an activation's offset moved onto a neighbour it is live with;
 #   2. the wait of a d2h copy on the instruction that computes what it copies, dropped;
 #   3. the device arena shrunk below a buffer's end;
-#   4. two adjacent compute instructions swapped where the second reads what the first writes.
+#   4. two adjacent compute instructions swapped where the second reads what the first writes;
+#   5. in a program of 4 ranks (--zero 2, offload), the wait for a reduce-scatter dropped.
 # (The loader's own checks catch some of these first, from the buffers' live intervals; either way
 # the message names the buffers or instruction.)
 set -euo pipefail
@@ -22,6 +23,10 @@ for opts in "" "--recompute full" "--micro-batches 2" "--precision bf16 --offloa
 done
 cat "$d/ok.txt"
 "$BIN/bigc" compile "$d/m.mlir" -o "$d/off.bigc" --offload cpu --quiet
+for z in 0 1 2 3; do
+  "$BIN/bigc" compile "$d/m.mlir" -o "$d/z$z.bigc" --ranks 4 --zero $z --offload cpu --quiet
+  "$BIN/bigc" verify "$d/z$z.bigc" > /dev/null || { echo "FAIL: a 4-rank zero $z program did not verify"; exit 1; }
+done
 
 $PY - "$d/off.bigc" "$d" <<'PY'
 import json, sys
@@ -37,7 +42,7 @@ def fnv(b):
 
 def save(p, name):
     body = json.dumps(p).encode()
-    open(f"{d}/{name}.bigc", "wb").write(b"BIGC-PROGRAM 2 %d %016x\n" % (len(body), fnv(body)) + body)
+    open(f"{d}/{name}.bigc", "wb").write(b"BIGC-PROGRAM %d %d %016x\n" % (p["version"], len(body), fnv(body)) + body)
 
 ins, bufs = p0["instructions"], p0["buffers"]
 def live(b): return b["live"]
@@ -91,10 +96,21 @@ for i in range(len(I) - 1):
         break
 assert "swapped" in expect
 save(p, "swapped")
+
+# 5. a multi-rank program: drop the compute stream's wait for a reduce-scatter.
+raw = open(f"{d}/z2.bigc", "rb").read()
+p = json.loads(raw[raw.index(b"\n") + 1:])
+I = p["instructions"]
+comm = {i for i, x in enumerate(I) if x.get("stream") == "comm" and x["op"] == "reduce_scatter"}
+k = next(i for i, x in enumerate(I) if x.get("stream", "compute") != "comm" and comm & set(x.get("wait", [])))
+c = next(w for w in I[k]["wait"] if w in comm)
+I[k]["wait"] = [w for w in I[k]["wait"] if w != c]
+expect["collective"] = [f"on stream comm", "reduce_scatter", "nothing orders"]
+save(p, "collective")
 json.dump(expect, open(f"{d}/expect.json", "w"))
 PY
 
-for f in moved nowait shrunk swapped; do
+for f in moved nowait shrunk swapped collective; do
   if "$BIN/bigc" verify "$d/$f.bigc" > "$d/$f.out" 2>&1; then echo "FAIL: bigc verify accepted the '$f' fault"; exit 1; fi
   $PY - "$d/expect.json" "$d/$f.out" "$f" <<'PY'
 import json, sys
