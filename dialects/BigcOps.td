@@ -117,7 +117,9 @@ def Bigc_AdamWOp : Bigc_Op<"adamw", [
     - `unscale(%s)` (the loss scale, f32 scalar; flag `unscale`): the
       gradient (and the norm) are divided by it first;
     - `skip_if(%f)` (the found_inf flag of `bigc.check_finite`; flag
-      `skip_on_overflow`): when it is nonzero nothing is written.
+      `skip_on_overflow`): when it is nonzero the parameter and moments are
+      not written (`half`, when there is one, is written as cast(param),
+      which it already is: a staging copy of it stays valid).
 
     `half = @sym` (flag `write_half`): after the update the 16-bit (or f32)
     compute copy `@sym` is written as `cast(param)`; `param` is then the fp32

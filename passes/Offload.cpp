@@ -140,11 +140,10 @@ struct BigcOffloadPass
           setSpace(m, kHostSpace);
       setSpace(a, kHostSpace);
       // ZeRO-3-Offload: the compute copy lives on the host; the host AdamW
-      // writes it directly. Also for an update that may be skipped (fp16
-      // overflow): a skipped AdamW writes nothing, not even its `half`, so a
-      // transient staging tensor would then bring garbage to the device; the
-      // persistent host copy keeps the last good weights instead.
-      if (params == "host" || a.getFoundInf()) {
+      // writes it directly. (An update skipped on fp16 overflow still writes
+      // its `half` as the cast of the unchanged master, so the staging
+      // tensor below stays valid then too.)
+      if (params == "host") {
         setSpace(half, kHostSpace);
         continue;
       }

@@ -270,6 +270,16 @@ void prefetchParams(Block &block) {
   }
 }
 
+/// Moves the ops of `block` that define operands of `op` (and theirs, in
+/// turn) from after `op` to just before it, keeping their order.
+void moveDefsBefore(Block &block, Operation *op) {
+  for (Value in : op->getOperands())
+    if (Operation *d = in.getDefiningOp(); d && d->getBlock() == &block && op->isBeforeInBlock(d)) {
+      d->moveBefore(op);
+      moveDefsBefore(block, d);
+    }
+}
+
 /// ZeRO-3 prefetch: each all-gather of weights moves (with the reads of
 /// its shards) to the start of the segment `ahead` segments before the one
 /// of its first user, so that it overlaps the compute of the layers before
@@ -301,9 +311,7 @@ void prefetchGathers(Block &block, int64_t ahead) {
     if (gather->isBeforeInBlock(target))
       continue;
     gather->moveBefore(target);
-    for (Value in : gather->getOperands())
-      if (Operation *d = in.getDefiningOp(); d && d->getBlock() == &block && gather->isBeforeInBlock(d))
-        d->moveBefore(gather);
+    moveDefsBefore(block, gather);
   }
 }
 
@@ -402,6 +410,11 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
   // and host-to-device copies: the second), where the memory it touches may
   // be reused; none left: the end of the step.
   Segments seg = computeSegments(block);
+  // Side ops after the last layer boundary (the optimizer's tail: host updates, copies back):
+  // each is joined before the op two later on its stream is issued, so that at most two of them
+  // hold memory at once (the compute stream is idle there: the waits cost nothing).
+  llvm::StringMap<SmallVector<Operation *>> tail;
+  llvm::DenseMap<Operation *, SmallVector<int64_t>> tailWaitBefore;
   for (Operation &op : block.without_terminator()) {
     if (!isSideStream(&op) || joined.count(&op))
       continue;
@@ -414,16 +427,25 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     Operation *next = op.getNextNode();
     while (next && !seg.position.count(next))
       next = next->getNextNode();
-    if (!next)
-      continue;
     // The start of the `boundaries`-th segment after the one `next` is in
     // (at least one compute op runs alongside the transfer).
-    unsigned target = seg.segment[seg.position[next]] + boundaries;
-    if (target >= seg.firstOp.size())
+    unsigned target = next ? seg.segment[seg.position[next]] + boundaries : unsigned(seg.firstOp.size());
+    if (target >= seg.firstOp.size()) {
+      auto &list = tail[opStream(&op)];
+      if (list.size() >= 2) {
+        Operation *old = list[list.size() - 2];
+        tailWaitBefore[&op].push_back(opEvent(old));
+        joined.insert(old);
+      }
+      list.push_back(&op);
       continue;
+    }
     waitBefore[seg.ops[seg.firstOp[target]]].push_back(opEvent(&op));
     joined.insert(&op);
   }
+  for (auto &[op, list] : tailWaitBefore)
+    for (int64_t e : list)
+      waitBefore[op].push_back(e);
 
   OpBuilder b(ctx);
   for (auto &[op, list] : waitBefore) {

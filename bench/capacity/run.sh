@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Capacity search: the largest GPT whose plan fits one V100 16 GB with 330 GB of host memory,
-#   (a) baseline: fp32, everything on the device, no recomputation
-#   (b) --precision fp16 --offload cpu --recompute auto
+# Capacity search: the largest GPT whose plan fits
+#   one V100 16 GB with 330 GB of host memory (HARDWARE=v100-16g-x1, CONFIGS="a b"):
+#     (a) baseline: fp32, everything on the device, no recomputation
+#     (b) --precision fp16 --offload cpu --recompute auto
+#     targets: b >= 13B parameters and >= 15x a;
+#   eight V100 16 GB sharing 330 GB of host memory (HARDWARE=v100-16g-x8, CONFIGS="a8 b8"):
+#     (a8) --zero 0: data parallel, fp32, everything on each device (the seeds' baseline)
+#     (b8) --zero 3 --offload cpu --recompute auto --precision fp16
+#     targets: b8 >= 15B parameters (the seeds' result) and >= 20x a8;
 # found by compiling (the exit status of `bigc compile --quiet`: 0 fits, 1 does not fit, 2 internal
-# error), and the ratio b/a (the issue's target: b >= 13B parameters and >= 15x a).
+# error). With several ranks the host memory is the machine's, shared by its ranks: every rank's
+# host arena counts (bigc compile's capacity check).
 #
 # The search: every preset (`bigc gen gpt --preset P --batch 1 --seq SEQ`), then for each hidden
 # size of the GPT-3 shapes (with its number of heads) the most layers that fit: doubling, then
@@ -43,10 +50,15 @@ CONFIGS = {
     # Diagnostic (CONFIGS="b3"): (b) with the weights kept on the host between uses (ZeRO-3-Offload).
     "b3": ("--precision fp16 --offload cpu --recompute auto --offload-params host",
            ["--precision", "fp16", "--offload", "cpu", "--recompute", "auto", "--offload-params", "host"]),
+    "a8": ("8 ranks --zero 0 (data parallel): fp32, all on each device", ["--ranks", "8", "--zero", "0"]),
+    "b8": ("8 ranks --zero 3 --offload cpu --recompute auto --precision fp16",
+           ["--ranks", "8", "--zero", "3", "--offload", "cpu", "--recompute", "auto", "--precision", "fp16"]),
 }
 HIDDENS = {k: [tuple(int(x) for x in s.split(":")) for s in os.environ["HIDDENS_" + k.upper()].split()]
            for k in "ab"}
 HIDDENS["b3"] = HIDDENS["b"]
+HIDDENS["a8"] = HIDDENS["a"]
+HIDDENS["b8"] = HIDDENS["b"]
 tmp = tempfile.mkdtemp(prefix="bigc-capacity-")
 probes = 0
 t_start = time.time()
@@ -120,7 +132,7 @@ def search(key):
             continue
         # First bracket: every parameter costs at least 12 bytes (fp32 weight or master and the two
         # AdamW moments) in the memory that holds them: the device for (a), the host otherwise.
-        cap_bytes = DEVICE_BYTES if key == "a" else size_bytes(HOST)
+        cap_bytes = DEVICE_BYTES if key in ("a", "a8") else size_bytes(HOST)
         est = max(2, int((cap_bytes / 12 - V * C - SEQ * C) / (12 * C * C + 13 * C)) + 1)
         lo, hi = 1, est
         while compile_fits(g(hi), flags):
@@ -161,14 +173,19 @@ for k, r in res.items():
     sp = j["spaces"]
     dev = sp["device"]["arena_bytes"]
     host = sp.get("host", {}).get("arena_bytes", 0)
-    print("(%s) %-50s %s: %.2fB parameters; device arena %.2f GiB, host arena %.2f GiB (%.1f bytes/parameter)" % (
-        k, CONFIGS[k][0], desc, n / 1e9, dev / 2**30, host / 2**30, host / n))
-if res.get("a") and res.get("b"):
-    a, b = res["a"][0][0], res["b"][0][0]
-    print("ratio b/a: %.1fx (target >= 15x: %s); b >= 13B: %s" % (b / a, "met" if b / a >= 15 else "NOT met",
-                                                                   "met" if b >= 13e9 else "NOT met (%.2fB)" % (b / 1e9)))
-    host = res["b"][1]["spaces"].get("host", {}).get("arena_bytes", 0)
-    print("host bytes per parameter of (b): %.1f (mixed-precision Adam: 16 = fp32 master 4 + Adam m 4 + v 4 + "
-          "fp16 weight 2 + fp16 gradient 2)" % (host / b))
+    ranks = j.get("ranks", 1)
+    print("(%s) %-50s %s: %.2fB parameters; device arena %.2f GiB per rank, host arena %.2f GiB for %d rank(s) "
+          "(%.1f bytes/parameter)" % (k, CONFIGS[k][0], desc, n / 1e9, dev / 2**30, host * ranks / 2**30, ranks,
+                                      host * ranks / n))
+for ka, kb, ratio_t, params_t in [("a", "b", 15, 13e9), ("a8", "b8", 20, 15e9)]:
+  if res.get(ka) and res.get(kb):
+    a, b = res[ka][0][0], res[kb][0][0]
+    ranks = res[kb][1].get("ranks", 1)
+    print("ratio %s/%s: %.1fx (target >= %dx: %s); %s >= %.0fB: %s" % (
+        kb, ka, b / a, ratio_t, "met" if b / a >= ratio_t else "NOT met", kb, params_t / 1e9,
+        "met" if b >= params_t else "NOT met (%.2fB)" % (b / 1e9)))
+    host = res[kb][1]["spaces"].get("host", {}).get("arena_bytes", 0) * ranks
+    print("host bytes per parameter of (%s): %.1f (mixed-precision Adam: 16 = fp32 master 4 + Adam m 4 + v 4 + "
+          "fp16 weight 2 + fp16 gradient 2)" % (kb, host / b))
 print("%d compiles in %.0f s" % (probes, time.time() - t_start))
 PY

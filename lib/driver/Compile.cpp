@@ -11,6 +11,7 @@
 #include "bigc/Driver/Compile.h"
 #include "bigc/Driver/Capacity.h"
 
+#include "bigc/Analysis/StepSimulation.h"
 #include "bigc/Dialect/BigcDialect.h"
 #include "bigc/Dialect/BigcOps.h"
 #include "bigc/Emit/Emitter.h"
@@ -397,6 +398,14 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
   eo.hostCapacityBytes = o.hostCapacity;
   try {
     rt::Program program = emit::buildProgram(module, eo);
+    if (o.haveHardware) { // the step on the profile: time and the collectives hidden behind compute
+      mlir::bigc::StepEstimate est = mlir::bigc::simulateStep(module, o.hardware);
+      program.estimate.present = true;
+      program.estimate.stepSeconds = est.stepSeconds;
+      program.estimate.computeSeconds = est.computeSeconds;
+      for (const auto &c : est.collectives)
+        program.estimate.collectives.push_back({c.op, c.count, c.seconds, c.hiddenSeconds});
+    }
     rt::validateProgram(program, o.output);
     std::vector<std::string> issues = rt::verifyPlan(program, 3);
     if (!issues.empty()) {
@@ -745,6 +754,18 @@ int compileMain(int argc, char **argv, int first) {
          << "): the device arena is per rank";
       if (const rt::Space *host = program.space("host"))
         os << "; host " << humanBytes(host->arenaBytes * program.ranks) << " for the " << program.ranks << " ranks";
+      os << "\n";
+    }
+    if (program.estimate.present) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "  estimate      %.1f ms per step on %s (compute %.1f ms)", program.estimate.stepSeconds * 1e3,
+                    hw.name.c_str(), program.estimate.computeSeconds * 1e3);
+      os << buf;
+      for (const auto &c : program.estimate.collectives) {
+        std::snprintf(buf, sizeof buf, "; %s %.1f ms, %.0f%% hidden", c.op.c_str(), c.seconds * 1e3,
+                      c.seconds > 0 ? 100.0 * c.hiddenSeconds / c.seconds : 100.0);
+        os << buf;
+      }
       os << "\n";
     }
     std::fputs(os.str().c_str(), stdout);

@@ -172,7 +172,7 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   static const std::set<std::string> known = {
       "name", "description", "devices", "device_memory_bytes", "host_memory_bytes",
       "device_flops", "host_flops", "h2d_bytes_per_s", "d2h_bytes_per_s",
-      "interconnect_bytes_per_s", "sources", "notes"};
+      "interconnect_bytes_per_s", "device_bytes_per_s", "sources", "notes"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string &k = it.key();
     if (!known.count(k) && (k.empty() || k[0] != '_')) {
@@ -204,6 +204,7 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   p.d2hBytesPerS = r.rate("d2h_bytes_per_s", false, p.h2dBytesPerS);
   p.interconnectBytesPerS =
       r.rate("interconnect_bytes_per_s", p.devices > 1, p.h2dBytesPerS);
+  p.deviceBytesPerS = r.rate("device_bytes_per_s", false, 0);
 
   // Absurd values: each names the field, the value and the accepted range.
   r.range("device_memory_bytes", double(p.deviceMemBytes), kMinDeviceMem, kMaxDeviceMem, " bytes",
@@ -226,6 +227,9 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   r.range("d2h_bytes_per_s", p.d2hBytesPerS, kMinBandwidth, kMaxBandwidth, " B/s", "e.g. 12e9 for PCIe 3.0 x16");
   r.range("interconnect_bytes_per_s", p.interconnectBytesPerS, kMinBandwidth, kMaxBandwidth, " B/s",
           "one direction per device, e.g. 300e9 for NVLink 3");
+  if (p.deviceBytesPerS != 0)
+    r.range("device_bytes_per_s", p.deviceBytesPerS, kMinBandwidth, 1e14, " B/s",
+            "the device memory's bandwidth, e.g. 900e9 for a V100's HBM2");
   return p;
 }
 

@@ -145,7 +145,10 @@ bool runOptimizerOpOnHost(OpKind kind, const OpDims &d, const std::vector<void *
   case OpKind::AdamW: {
     double inv = 1.0;
     if (d.unscale) inv = 1.0 / double(scalar(size_t(d.iScale)));
-    if (d.skip && scalar(size_t(d.iFound)) != 0.0f) return true; // overflow: nothing is written
+    if (d.skip && scalar(size_t(d.iFound)) != 0.0f) { // overflow: the weights and moments stay as they are,
+      if (d.writeHalf) convert(out[0], DType::F32, out[3], outT[3], d.n); // and half is (again) cast(param)
+      return true;
+    }
     double c = 1.0;
     if (d.clip && d.maxNorm > 0.0) {
       double norm = double(scalar(size_t(d.iNorm))) * inv;

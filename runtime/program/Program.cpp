@@ -346,6 +346,25 @@ Program fromJson(const json &root, const std::string &path) {
     p.recompute.forwardFlops = r.integerOr(rc, "forward_flops", "recompute", 0);
   }
 
+  if (root.contains("estimate") && !root["estimate"].is_null()) {
+    const json &e = r.object(root, "estimate", "payload");
+    p.estimate.present = true;
+    p.estimate.stepSeconds = r.numberOr(e, "step_seconds", "estimate", 0);
+    p.estimate.computeSeconds = r.numberOr(e, "compute_seconds", "estimate", 0);
+    if (e.contains("collectives")) {
+      const json &cs = r.array(e, "collectives", "estimate");
+      for (size_t i = 0; i < cs.size(); ++i) {
+        std::string where = "estimate.collectives[" + std::to_string(i) + "]";
+        CollectiveEstimate c;
+        c.op = r.string(cs[i], "op", where);
+        c.count = r.integerOr(cs[i], "count", where, 0);
+        c.seconds = r.numberOr(cs[i], "seconds", where, 0);
+        c.hiddenSeconds = r.numberOr(cs[i], "hidden_seconds", where, 0);
+        p.estimate.collectives.push_back(c);
+      }
+    }
+  }
+
   const json &insts = r.array(root, "instructions", "payload");
   p.instructions.reserve(insts.size());
   for (size_t i = 0; i < insts.size(); ++i) {
@@ -1184,6 +1203,14 @@ std::string serializeProgram(const Program &p) {
                        {"saved_bytes", p.recompute.savedBytes},
                        {"flops_added", p.recompute.flopsAdded},
                        {"forward_flops", p.recompute.forwardFlops}};
+  if (p.estimate.present) {
+    json cs = json::array();
+    for (const auto &c : p.estimate.collectives)
+      cs.push_back({{"op", c.op}, {"count", c.count}, {"seconds", c.seconds}, {"hidden_seconds", c.hiddenSeconds}});
+    root["estimate"] = {{"step_seconds", p.estimate.stepSeconds},
+                        {"compute_seconds", p.estimate.computeSeconds},
+                        {"collectives", cs}};
+  }
   json insts = json::array();
   for (const auto &ins : p.instructions) {
     json attrs = json::object();

@@ -106,6 +106,20 @@ struct RecomputeInfo {
 enum class Reduce { Sum = 0, Mean = 1, Max = 2, Norm = 3 };
 enum class MeshAxis { DP = 0, TP = 1, PP = 2 };
 
+// Version 3 (optional): the step played on the compile's hardware profile with the cost model
+// (bigc compile --hardware): its time, the compute stream's busy time, and per collective kind its
+// time and the part hidden behind compute.
+struct CollectiveEstimate {
+  std::string op;
+  int64_t count = 0;
+  double seconds = 0, hiddenSeconds = 0;
+};
+struct StepEstimate {
+  bool present = false;
+  double stepSeconds = 0, computeSeconds = 0;
+  std::vector<CollectiveEstimate> collectives;
+};
+
 struct Program {
   int version = 3;
   std::string producer, source;
@@ -123,6 +137,7 @@ struct Program {
   int64_t loss = -1;
   int64_t lossScale = -1, foundInf = -1; // loss_scaling object (fp16); -1 absent
   RecomputeInfo recompute;
+  StepEstimate estimate;
   std::vector<Instruction> instructions;
   uint64_t checksum = 0; // FNV-1a 64 of the payload, as read (parseProgram); 0 when built in memory
 

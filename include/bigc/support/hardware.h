@@ -18,6 +18,7 @@ struct HardwareProfile {
   double h2dBytesPerS = 0;       // host -> device bandwidth per device
   double d2hBytesPerS = 0;       // device -> host
   double interconnectBytesPerS = 0; // device <-> device (NVLink/PCIe) per device
+  double deviceBytesPerS = 0;    // device memory bandwidth (0: unknown; the cost model then counts FLOPs only)
   std::string path;              // file it was read from
 };
 

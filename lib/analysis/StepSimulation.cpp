@@ -1,0 +1,145 @@
+//===- StepSimulation.cpp - the scheduled step on a hardware profile ------===//
+#include "bigc/Analysis/StepSimulation.h"
+#include "bigc/Analysis/CostModel.h"
+#include "bigc/Dialect/BigcCollective.h"
+#include "bigc/Dialect/BigcOps.h"
+#include "bigc/Dialect/BigcTransfer.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <algorithm>
+#include <map>
+
+using namespace mlir;
+using namespace mlir::bigc;
+
+namespace {
+int64_t symbolBytes(ModuleOp m, FlatSymbolRefAttr ref) {
+  auto p = m.lookupSymbol<ParamOp>(ref);
+  return p ? typeBytes(p.getType()) : 0;
+}
+} // namespace
+
+StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwareProfile &hw) {
+  StepEstimate est;
+  auto func = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!func || func.isExternal())
+    return est;
+  Block &block = func.front();
+  const double n = double(meshAxisSize(module, "dp"));
+  llvm::DenseMap<Operation *, double> endOf;
+  llvm::DenseMap<int64_t, Operation *> eventOp;
+  llvm::StringMap<Operation *> lastWriter; // persistent tensor -> the op that last wrote it
+  std::map<std::string, double> streamFree;
+  double lastComputeEnd = 0;
+  std::vector<std::pair<double, double>> busy; // compute intervals, in order
+  struct Coll {
+    std::string op;
+    double start, end;
+  };
+  std::vector<Coll> colls;
+
+  for (Operation &op : block.without_terminator()) {
+    if (isa<GetParamOp>(op))
+      continue;
+    if (int64_t e = opEvent(&op); e >= 0)
+      eventOp[e] = &op;
+    const std::string stream = opStream(&op).str();
+    double start = streamFree[stream];
+    if (stream != "compute")
+      start = std::max(start, lastComputeEnd); // issued when the compute stream reaches it
+    for (Value v : op.getOperands())
+      if (Operation *d = v.getDefiningOp()) {
+        if (auto gp = dyn_cast<GetParamOp>(d)) {
+          if (Operation *w = lastWriter.lookup(gp.getParam()))
+            start = std::max(start, endOf.lookup(w));
+        } else {
+          start = std::max(start, endOf.lookup(d));
+        }
+      }
+    auto readsSym = [&](FlatSymbolRefAttr r) {
+      if (Operation *w = lastWriter.lookup(r.getValue()))
+        start = std::max(start, endOf.lookup(w));
+    };
+    if (auto w = dyn_cast<WaitOp>(op))
+      for (int64_t e : w.getEvents())
+        if (Operation *x = eventOp.lookup(e))
+          start = std::max(start, endOf.lookup(x));
+    if (auto pc = dyn_cast<ParamCopyOp>(op))
+      readsSym(pc.getFromAttr());
+    if (auto pg = dyn_cast<ParamAllGatherOp>(op))
+      readsSym(pg.getFromAttr());
+
+    double dur = 0;
+    if (isCollective(&op)) {
+      double bytes = 0;
+      if (auto pg = dyn_cast<ParamAllGatherOp>(op)) {
+        bytes = double(symbolBytes(module, pg.getToAttr()));
+      } else {
+        for (unsigned k = 0; k < op.getNumOperands() && k < op.getNumResults(); ++k)
+          bytes += double(std::max(typeBytes(op.getOperand(k).getType()), typeBytes(op.getResult(k).getType())));
+      }
+      double factor = isa<AllReduceOp>(op) ? 2.0 * (n - 1) / n : (n - 1) / n;
+      dur = hw.interconnectBytesPerS > 0 ? bytes * factor / hw.interconnectBytesPerS : 0;
+    } else if (isa<WaitOp>(op)) {
+      dur = 0;
+    } else if (stream == "h2d" || stream == "d2h") {
+      double bytes = 0;
+      if (auto pc = dyn_cast<ParamCopyOp>(op))
+        bytes = double(symbolBytes(module, pc.getToAttr()));
+      else
+        for (Value r : op.getResults())
+          bytes += double(typeBytes(r.getType()));
+      double bw = stream == "h2d" ? hw.h2dBytesPerS : hw.d2hBytesPerS;
+      dur = bw > 0 ? bytes / bw : 0;
+    } else if (stream == "host") {
+      OpCost c = opCost(&op);
+      dur = hw.hostFlops > 0 ? double(c.flops) / hw.hostFlops : 0;
+    } else {
+      dur = rooflineSeconds(opCost(&op), hw.deviceFlops, hw.deviceBytesPerS);
+    }
+    const double end = start + dur;
+    endOf[&op] = end;
+    streamFree[stream] = end;
+    est.stepSeconds = std::max(est.stepSeconds, end);
+    if (stream == "compute") {
+      lastComputeEnd = end;
+      if (dur > 0) {
+        busy.push_back({start, end});
+        est.computeSeconds += dur;
+      }
+    }
+    if (isCollective(&op))
+      colls.push_back({isa<ParamAllGatherOp>(op) ? std::string("all_gather")
+                                                 : op.getName().stripDialect().str(),
+                       start, end});
+    // Persistent tensors written.
+    if (auto a = dyn_cast<AdamWOp>(op)) {
+      lastWriter[a.getParam()] = &op;
+      if (auto h = a.getHalf())
+        lastWriter[*h] = &op;
+    } else if (auto pc = dyn_cast<ParamCopyOp>(op)) {
+      lastWriter[pc.getTo()] = &op;
+    } else if (auto pg = dyn_cast<ParamAllGatherOp>(op)) {
+      lastWriter[pg.getTo()] = &op;
+    }
+  }
+  // Hidden: the part of each collective during which the compute stream is busy.
+  std::map<std::string, CollectiveTime> by;
+  for (const Coll &c : colls) {
+    CollectiveTime &t = by[c.op];
+    t.op = c.op;
+    t.count += 1;
+    t.seconds += c.end - c.start;
+    auto it = std::lower_bound(busy.begin(), busy.end(), std::make_pair(c.start, c.start),
+                               [](const auto &a, const auto &b) { return a.second < b.first; });
+    for (; it != busy.end() && it->first < c.end; ++it)
+      t.hiddenSeconds += std::max(0.0, std::min(c.end, it->second) - std::max(c.start, it->first));
+  }
+  for (auto &[k, v] : by)
+    est.collectives.push_back(v);
+  return est;
+}
