@@ -273,9 +273,6 @@ int runBody(int argc, char **argv, int first) {
                     args.has("--dump-grads")))
     throw UserError("under mpirun this version does not write or read checkpoints or weights (they need every "
                     "rank's shards in one process); run all ranks in one process for those");
-  if (R > 1 && backend == "cuda")
-    throw UserError(programPath + " has " + std::to_string(R) + " ranks: the CUDA backend runs one rank in this "
-                    "version (its NCCL communicator is not there yet); use --backend cpu");
   const bool leader = proc == 0;
 
   std::unique_ptr<data::TokenSource> source;
@@ -286,7 +283,8 @@ int runBody(int argc, char **argv, int first) {
 
   if (!leader) quiet = true;
   std::unique_ptr<Engine> engine;
-  if (backend == "cuda") engine = makeCudaEngine(std::move(prog), seed);
+  if (backend == "cuda" && R > 1) engine = makeCudaRankGroup(std::move(prog), seed, commTimeout);
+  else if (backend == "cuda") engine = makeCudaEngine(std::move(prog), seed);
   else if (R > 1) engine = makeCpuRankGroup(std::move(prog), seed, commTimeout);
   else engine = std::make_unique<Executor>(std::move(prog), seed);
   Engine &ex = *engine;

@@ -51,6 +51,12 @@ double mpiSum(double x) {
   return out;
 }
 
+void mpiBroadcast(void *data, int64_t bytes) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (init) MPI_Bcast(data, int(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
 void mpiFinalize() {
   int init = 0, fin = 0;
   MPI_Initialized(&init);

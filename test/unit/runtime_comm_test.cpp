@@ -79,7 +79,9 @@ TEST(Comm, AllReduceReduceScatterAllGatherMatchNaive) {
           if (g < N)
             for (int q = 0; q < n; ++q) sum += in[static_cast<size_t>(q)][static_cast<size_t>(g)];
           ASSERT_NEAR(rs[static_cast<size_t>(r)][static_cast<size_t>(i)], sum, 1e-4) << "reduce-scatter n=" << n << " N=" << N << " r=" << r;
-          if (g >= N) ASSERT_EQ(rs[static_cast<size_t>(r)][static_cast<size_t>(i)], 0.0f) << "padding is zero";
+          if (g >= N) {
+            ASSERT_EQ(rs[static_cast<size_t>(r)][static_cast<size_t>(i)], 0.0f) << "padding is zero";
+          }
         }
       }
     }

@@ -74,6 +74,8 @@ std::pair<int, int> mpiWorld();
 std::shared_ptr<Communicator> makeMpiCommunicator(int ranks, int localRanks);
 // A host scalar reduced over the processes (sum); identity without MPI.
 double mpiSum(double x);
+// Process 0's `bytes` bytes at `data` to every process (NCCL's bootstrap); nothing without MPI.
+void mpiBroadcast(void *data, int64_t bytes);
 void mpiFinalize();
 
 } // namespace bigc::rt

@@ -46,6 +46,8 @@ public:
   Communicator &communicator() { return *comm_; }
   Engine &rank(int local) { return *engines_[size_t(local)]; }
   int localRanks() const { return int(engines_.size()); }
+  // Something the engines use that must outlive them (the NCCL communicators).
+  void keepAlive(std::shared_ptr<void> p) { keep_ = std::move(p); }
 
   float step(const int32_t *tokens, const int32_t *targets) override;
   int64_t stepCount() const override { return engines_[0]->stepCount(); }
@@ -85,6 +87,7 @@ private:
 
   Program rankProgram_, logical_;
   std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<void> keep_; // destroyed after the engines
   std::vector<std::unique_ptr<Engine>> engines_;
   std::vector<std::vector<int32_t>> tokens_, targets_; // per local rank: K*B*T ids
   // BIGC_FAULT=rank=R,step=S,kind=crash|hang (tests): rank R fails (or stops answering) in step S.
@@ -97,5 +100,10 @@ private:
 // All ranks of `program` on the CPU backend in this process (in-process communicator), or this
 // process's share of them under mpirun (MPI communicator). `commTimeout` seconds per collective.
 std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, double commTimeout);
+// The same on the CUDA backend: one GPU per rank of this process (GPU l for local rank l), device
+// collectives through NCCL (one communicator per rank; bootstrapped over MPI under mpirun), host
+// ones (initialisation) through the in-process or MPI communicator. Throws UserError when this
+// build has no CUDA or NCCL, or the process has fewer GPUs than ranks.
+std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout);
 
 } // namespace bigc::rt

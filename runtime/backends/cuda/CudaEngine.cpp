@@ -21,9 +21,16 @@
 #include "bigc/runtime/loss_scale.h"
 #include "bigc/runtime/op_dims.h"
 #include "bigc/runtime/ops.h"
+#include "bigc/runtime/rank_group.h"
 #include "kernels.h"
 
 #include <cublasLt.h>
+#if BIGC_HAVE_NCCL
+#include <nccl.h>
+#else
+// No NCCL in this CUDA toolkit: multi-rank programs are refused (makeCudaRankGroup).
+using ncclComm_t = void *;
+#endif
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -91,7 +98,10 @@ bool special(OpKind k) {
   case OpKind::CheckFinite:
   case OpKind::GlobalNorm:
   case OpKind::AdamW:
-  case OpKind::LossScaleUpdate: return true;
+  case OpKind::LossScaleUpdate:
+  case OpKind::AllReduce:
+  case OpKind::ReduceScatter:
+  case OpKind::AllGather: return true;
   default: return false;
   }
 }
@@ -151,9 +161,26 @@ bool cudaDeviceVisible(std::string *why) {
   return true;
 }
 
+#if BIGC_HAVE_NCCL
+#define BIGC_NCCL(x)                                                                                      \
+  do {                                                                                                     \
+    ncclResult_t r_ = (x);                                                                                 \
+    if (r_ != ncclSuccess)                                                                                 \
+      throw UserError(std::string("NCCL: ") + #x + ": " + ncclGetErrorString(r_));                        \
+  } while (0)
+#endif
+
+// One rank of a multi-rank program: its GPU, its NCCL communicator (the collectives of the comm
+// stream), and whether the engine initialises its buffers (a RankGroup does it for every rank).
+struct CudaRank {
+  int device = 0;
+  ncclComm_t nccl = nullptr;
+  bool initialize = true;
+};
+
 class CudaEngine final : public Engine {
 public:
-  CudaEngine(Program program, uint64_t seed);
+  CudaEngine(Program program, uint64_t seed, CudaRank rank = {});
   ~CudaEngine() override;
 
   const char *backend() const override { return "cuda"; }
@@ -240,6 +267,7 @@ private:
   int64_t matmulStagingBytes(const Op &op) const { return matmulStaging(op).bytes; }
   bool allowStaging_ = true; // off when the GPU cannot spare the workspace
   void issue(Op &op);
+  void issueCollective(Op &op, cudaStream_t s);
   void runHost(Op &op);
   void runStream(size_t s);
   void waitFor(const Op &op, int64_t dep);
@@ -252,6 +280,9 @@ private:
 
   Program prog_;
   int device_ = 0;
+  CudaRank rank_;
+  void *pad_ = nullptr; // collectives over tensors whose size the ranks do not divide: padded copies
+  int64_t padBytes_ = 0;
   std::string info_;
   std::vector<void *> arenas_;
   std::vector<bool> hostSpace_;
@@ -316,12 +347,13 @@ private:
   }
 };
 
-CudaEngine::CudaEngine(Program program, uint64_t seed) : prog_(std::move(program)) {
+CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
+    : prog_(std::move(program)), device_(rank.device), rank_(rank) {
   std::string why;
   if (!cudaDeviceVisible(&why)) throw UserError(why);
-  if (prog_.ranks != 1)
-    throw UserError("this runtime runs programs of one rank; this program has " + std::to_string(prog_.ranks) +
-                    " ranks");
+  if (prog_.ranks != 1 && !rank_.nccl)
+    throw UserError("this program has " + std::to_string(prog_.ranks) + " ranks: run it with `bigc run`, which starts "
+                    "every rank with its GPU and NCCL communicator");
   BIGC_CK(cudaSetDevice(device_));
   cudaDeviceProp props{};
   BIGC_CK(cudaGetDeviceProperties(&props, device_));
@@ -387,6 +419,14 @@ CudaEngine::CudaEngine(Program program, uint64_t seed) : prog_(std::move(program
       throw UserError("cannot allocate the CUDA workspace of " + human(workspaceBytes_) + ": " + cudaGetErrorString(e));
     }
     BIGC_CK(cudaMemset(workspace_, 0, size_t(workspaceBytes_)));
+    if (padBytes_ > 0) {
+      e = cudaMalloc(&pad_, size_t(padBytes_));
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        throw UserError("cannot allocate the " + human(padBytes_) + " of padded collective buffers: " +
+                        cudaGetErrorString(e));
+      }
+    }
     err_ = static_cast<int *>(workspace_);
     flags_ = err_ + 16;
     const int64_t bt = prog_.batch * prog_.seq * int64_t(prog_.tokenInputs.size());
@@ -425,7 +465,7 @@ CudaEngine::CudaEngine(Program program, uint64_t seed) : prog_(std::move(program
     std::snprintf(buf, sizeof buf, "GPU %d: %s (%s), workspace %s", device_, props.name,
                   human(int64_t(props.totalGlobalMem)).c_str(), human(workspaceBytes_).c_str());
     info_ = buf;
-    initialize(seed);
+    if (rank_.initialize) initialize(seed);
   } catch (...) {
     release();
     throw;
@@ -495,6 +535,7 @@ void CudaEngine::release() {
   }
   arenas_.clear();
   if (workspace_) cudaFree(workspace_), workspace_ = nullptr;
+  if (pad_) cudaFree(pad_), pad_ = nullptr;
   if (inputStage_) cudaFreeHost(inputStage_), inputStage_ = nullptr;
   for (unsigned char *p : capturePinned_)
     if (p) cudaFreeHost(p);
@@ -615,6 +656,21 @@ void CudaEngine::prepare() {
     case OpKind::CheckFinite:
       if (!onHost_[op.stream]) op.flag = flags++;
       break;
+    case OpKind::AllReduce:
+    case OpKind::ReduceScatter:
+    case OpKind::AllGather: {
+      if (onHost_[op.stream] || ins.stream != "comm")
+        throw UserError(where() + ": collectives run on the comm stream");
+      const int64_t D = prog_.axisSize(int64_t(ins.num("axis", 0)));
+      int64_t pad = 0;
+      for (size_t k = 0; k < ins.in.size() && op.kind != OpKind::AllReduce; ++k) {
+        const int64_t whole = op.kind == OpKind::ReduceScatter ? op.inN[k] : op.outN[k];
+        const int64_t S = op.kind == OpKind::ReduceScatter ? op.outN[k] : op.inN[k];
+        if (whole != S * D) pad += int64_t(cuda::align256(size_t(S * D * dtypeSize(op.inT[k]))));
+      }
+      padBytes_ = std::max(padBytes_, pad);
+      break;
+    }
     default: break;
     }
     scratch[op.stream] = std::max(scratch[op.stream], op.scratchBytes);
@@ -791,6 +847,7 @@ void CudaEngine::planMatmul(Op &op) {
 }
 
 void CudaEngine::upload(int64_t id, const void *src) {
+  BIGC_CK(cudaSetDevice(device_));
   const Buffer &b = prog_.buffers.at(size_t(id));
   if (b.space == "device") {
     BIGC_CK(cudaMemcpy(ptrs_[size_t(id)], src, size_t(b.bytes), cudaMemcpyHostToDevice));
@@ -800,6 +857,7 @@ void CudaEngine::upload(int64_t id, const void *src) {
 }
 
 void CudaEngine::download(int64_t id, void *dst) const {
+  BIGC_CK(cudaSetDevice(device_));
   const Buffer &b = prog_.buffers.at(size_t(id));
   if (b.space == "device") BIGC_CK(cudaMemcpy(dst, ptrs_[size_t(id)], size_t(b.bytes), cudaMemcpyDeviceToHost));
   else std::memcpy(dst, ptrs_[size_t(id)], size_t(b.bytes));
@@ -913,9 +971,75 @@ void CudaEngine::enableProfiling() {
   resetProfile();
 }
 
+void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
+#if !BIGC_HAVE_NCCL
+  (void)s;
+  opError(op, "this build has no NCCL: collectives cannot run on the CUDA backend");
+#else
+  // NCCL on the comm stream (a bucket: one group). Sums of 16-bit tensors accumulate in their
+  // dtype inside NCCL (the CPU backend's rings accumulate in f32); the mean is ncclAvg; the norm
+  // of norms squares, sums and takes the root.
+  const int64_t D = prog_.axisSize(int64_t(op.ins->num("axis", 0)));
+  const Reduce red = Reduce(int(op.ins->num("reduce", 0)));
+  auto type = [](DType t) { return t == DType::BF16 ? ncclBfloat16 : t == DType::F16 ? ncclFloat16 : ncclFloat32; };
+  const ncclRedOp_t nop = red == Reduce::Mean ? ncclAvg : red == Reduce::Max ? ncclMax : ncclSum;
+  if (op.kind == OpKind::AllReduce && red == Reduce::Norm) {
+    for (size_t k = 0; k < op.rawIn.size(); ++k)
+      cuda::squareF32(static_cast<const float *>(op.rawIn[k]), static_cast<float *>(op.rawOut[k]), op.inN[k], s);
+    BIGC_NCCL(ncclGroupStart());
+    for (size_t k = 0; k < op.rawIn.size(); ++k)
+      BIGC_NCCL(ncclAllReduce(op.rawOut[k], op.rawOut[k], size_t(op.inN[k]), ncclFloat32, ncclSum, rank_.nccl, s));
+    BIGC_NCCL(ncclGroupEnd());
+    for (size_t k = 0; k < op.rawIn.size(); ++k) cuda::sqrtF32(static_cast<float *>(op.rawOut[k]), op.inN[k], s);
+    return;
+  }
+  struct CopyOut {
+    void *dst;
+    const void *src;
+    size_t bytes;
+  };
+  std::vector<CopyOut> after;
+  char *pad = static_cast<char *>(pad_);
+  BIGC_NCCL(ncclGroupStart());
+  for (size_t k = 0; k < op.rawIn.size(); ++k) {
+    const int64_t e = dtypeSize(op.inT[k]);
+    if (op.kind == OpKind::AllReduce) {
+      BIGC_NCCL(ncclAllReduce(op.rawIn[k], op.rawOut[k], size_t(op.inN[k]), type(op.inT[k]), nop, rank_.nccl, s));
+    } else if (op.kind == OpKind::ReduceScatter) {
+      const int64_t S = op.outN[k];
+      const void *src = op.rawIn[k];
+      if (op.inN[k] != S * D) { // zero-padded to S*D elements
+        BIGC_CK(cudaMemcpyAsync(pad, op.rawIn[k], size_t(op.inN[k] * e), cudaMemcpyDeviceToDevice, s));
+        BIGC_CK(cudaMemsetAsync(pad + op.inN[k] * e, 0, size_t((S * D - op.inN[k]) * e), s));
+        src = pad;
+        pad += cuda::align256(size_t(S * D * e));
+      }
+      BIGC_NCCL(ncclReduceScatter(src, op.rawOut[k], size_t(S), type(op.inT[k]), nop, rank_.nccl, s));
+    } else {
+      const int64_t S = op.inN[k];
+      void *dst = op.rawOut[k];
+      if (op.outN[k] != S * D) { // gathered into S*D elements, the padding dropped after
+        dst = pad;
+        after.push_back({op.rawOut[k], pad, size_t(op.outN[k] * e)});
+        pad += cuda::align256(size_t(S * D * e));
+      }
+      BIGC_NCCL(ncclAllGather(op.rawIn[k], dst, size_t(S), type(op.inT[k]), rank_.nccl, s));
+    }
+  }
+  BIGC_NCCL(ncclGroupEnd());
+  for (const CopyOut &c : after) BIGC_CK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s));
+#endif
+}
+
 void CudaEngine::issue(Op &op) {
   cudaStream_t s = cu_[op.stream];
   if (profiling_) BIGC_CK(cudaEventRecord(profStart_[op.index], s));
+  if (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllGather) {
+    issueCollective(op, s);
+    if (profiling_) BIGC_CK(cudaEventRecord(profEnd_[op.index], s));
+    if (op.record) BIGC_CK(cudaEventRecord(events_[op.index], s));
+    return;
+  }
   for (const Conv &c : op.pre) cuda::cast(c.dtype, c.arena, DType::F32, c.stage, c.n, s);
   void *scratch = scratchBase(op.stream);
   const cuda::ErrSlot es{err_, int(op.index)};
@@ -1230,6 +1354,52 @@ float CudaEngine::step(const int32_t *tokens, const int32_t *targets) {
 
 std::unique_ptr<Engine> makeCudaEngine(Program program, uint64_t seed) {
   return std::make_unique<CudaEngine>(std::move(program), seed);
+}
+
+std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout) {
+#if !BIGC_HAVE_NCCL
+  (void)program, (void)seed, (void)commTimeout;
+  throw UserError("this build's CUDA toolkit has no NCCL: programs of several ranks run on the CPU backend only "
+                  "(--backend cpu)");
+#else
+  const auto [world, proc] = mpiWorld();
+  const int ranks = int(program.ranks);
+  if (world > 1 && ranks % world != 0)
+    throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " + std::to_string(world) +
+                    " processes, which do not divide them");
+  const int local = world > 1 ? ranks / world : ranks;
+  int devices = 0;
+  BIGC_CK(cudaGetDeviceCount(&devices));
+  if (devices < local)
+    throw UserError("the program runs " + std::to_string(local) + " ranks in this process, one GPU each, but " +
+                    std::to_string(devices) + " GPU(s) are visible; start them across machines with mpirun (" +
+                    std::to_string(local) + " GPUs per process), compile for --ranks " + std::to_string(devices) +
+                    ", or run with --backend cpu");
+  // One NCCL communicator per local rank, bootstrapped from process 0's id (over MPI under mpirun).
+  ncclUniqueId id{};
+  if (proc == 0) BIGC_NCCL(ncclGetUniqueId(&id));
+  if (world > 1) mpiBroadcast(&id, int64_t(sizeof id));
+  auto comms = std::shared_ptr<std::vector<ncclComm_t>>(new std::vector<ncclComm_t>(size_t(local), nullptr),
+                                                        [](std::vector<ncclComm_t> *v) {
+                                                          for (ncclComm_t c : *v)
+                                                            if (c) ncclCommDestroy(c);
+                                                          delete v;
+                                                        });
+  BIGC_NCCL(ncclGroupStart());
+  for (int l = 0; l < local; ++l) {
+    BIGC_CK(cudaSetDevice(l));
+    BIGC_NCCL(ncclCommInitRank(&(*comms)[size_t(l)], ranks, id, proc * local + l));
+  }
+  BIGC_NCCL(ncclGroupEnd());
+  std::shared_ptr<Communicator> host =
+      world > 1 ? makeMpiCommunicator(ranks, local) : makeInProcessCommunicator(ranks);
+  host->setTimeout(commTimeout);
+  auto group = std::make_unique<RankGroup>(std::move(program), seed, host, [comms, seed](const Program &p, int l) {
+    return std::make_unique<CudaEngine>(p, seed, CudaRank{l, (*comms)[size_t(l)], false});
+  });
+  group->keepAlive(comms);
+  return group;
+#endif
 }
 
 } // namespace bigc::rt

@@ -111,6 +111,12 @@ template <class T> __global__ void scaleK(const T *x, T *y, float f, int64_t n) 
 template <class T> __global__ void fillK(T *y, float v, int64_t n) {
   BIGC_GRID_LOOP(i, n) st(y, i, v);
 }
+__global__ void squareK(const float *x, float *y, int64_t n) {
+  BIGC_GRID_LOOP(i, n) y[i] = x[i] * x[i];
+}
+__global__ void sqrtK(float *x, int64_t n) {
+  BIGC_GRID_LOOP(i, n) x[i] = sqrtf(x[i]);
+}
 
 constexpr float kGeluS = 0.7978845608028654f; // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
@@ -590,6 +596,10 @@ void scale(DType t, const void *x, void *y, float factor, int64_t n, cudaStream_
   BIGC_DISPATCH(t, scaleK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(x), static_cast<T *>(y),
                                                                factor, n));
 }
+void squareF32(const float *x, float *y, int64_t n, cudaStream_t s) {
+  squareK<<<blocksFor(n), kThreads, 0, s>>>(x, y, n);
+}
+void sqrtF32(float *x, int64_t n, cudaStream_t s) { sqrtK<<<blocksFor(n), kThreads, 0, s>>>(x, n); }
 void fill(DType t, void *y, float value, int64_t n, cudaStream_t s) {
   BIGC_DISPATCH(t, fillK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<T *>(y), value, n));
 }

@@ -1,5 +1,6 @@
 // A build without a CUDA toolkit: the CUDA backend is absent, and says so.
 #include "bigc/runtime/engine.h"
+#include "bigc/runtime/rank_group.h"
 
 namespace bigc::rt {
 
@@ -13,6 +14,11 @@ bool cudaDeviceVisible(std::string *why) {
 std::unique_ptr<Engine> makeCudaEngine(Program, uint64_t) {
   throw UserError("this build has no CUDA backend (no CUDA toolkit was found when it was built); rebuild where "
                   "nvcc is on PATH, or run with --backend cpu");
+}
+
+std::unique_ptr<RankGroup> makeCudaRankGroup(Program, uint64_t, double) {
+  throw UserError("this build has no CUDA backend (no CUDA toolkit was found when it was built); run with --backend "
+                  "cpu");
 }
 
 } // namespace bigc::rt

@@ -37,6 +37,9 @@ void mul(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t
 void biasAdd(DType t, const void *x, const void *b, void *y, int64_t rows, int64_t cols, cudaStream_t s);
 void scale(DType t, const void *x, void *y, float factor, int64_t n, cudaStream_t s);
 void fill(DType t, void *y, float value, int64_t n, cudaStream_t s);
+// y = x * x and x = sqrt(x) on f32 (the norm all-reduce: the norm of norms).
+void squareF32(const float *x, float *y, int64_t n, cudaStream_t s);
+void sqrtF32(float *x, int64_t n, cudaStream_t s);
 void gelu(DType t, const void *x, void *y, int64_t n, cudaStream_t s);
 void geluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s);
 void cast(DType from, const void *x, DType to, void *y, int64_t n, cudaStream_t s);

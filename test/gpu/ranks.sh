@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Several ranks on GPUs (one GPU per rank, NCCL): the tiny GPT compiled for 2 ranks under zero 0,
+# 2 and 3 (and bf16 with offload) trained 10 steps with --backend cuda gives the CPU backend's
+# losses (its in-process communicator) of the same program: fp32 to 1e-4 relative, bf16 to 1e-2
+# (NCCL sums 16-bit gradients in their dtype, the CPU rings in f32). Needs 2 GPUs: exit 77
+# ("skipped") otherwise; a build without NCCL is refused with exit 1, also checked.
+set -euo pipefail
+BIN=$1
+n=$(nvidia-smi -L 2> /dev/null | grep -c "^GPU" || true)
+if [ "${n:-0}" -lt 2 ]; then
+  echo "skipped: needs 2 GPUs (found ${n:-0})"
+  exit 77
+fi
+if [ ! -x "$BIN/bigc" ]; then
+  echo "skipped: this build has no compiler (the programs are compiled here)"
+  exit 77
+fi
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+"$BIN/bigc" gen gpt --preset tiny --batch 4 -o "$d/m.mlir" > /dev/null
+for cfg in "z0:--zero 0" "z2:--zero 2" "z3:--zero 3" "bf16:--zero 3 --precision bf16 --offload cpu"; do
+  name=${cfg%%:*}
+  "$BIN/bigc" compile "$d/m.mlir" -o "$d/$name.bigc" --ranks 2 ${cfg#*:} --quiet
+  for b in cpu cuda; do
+    "$BIN/bigc" run "$d/$name.bigc" --backend $b --synthetic --steps 10 --seed 7 --log "$d/$name.$b.jsonl" --quiet
+  done
+done
+$PY - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+ok = True
+for name, tol in [("z0", 1e-4), ("z2", 1e-4), ("z3", 1e-4), ("bf16", 1e-2)]:
+    a = [json.loads(l)["loss"] for l in open(f"{d}/{name}.cpu.jsonl")]
+    b = [json.loads(l)["loss"] for l in open(f"{d}/{name}.cuda.jsonl")]
+    r = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    good = len(a) == len(b) == 10 and r <= tol
+    print(("ok   " if good else "FAIL ") + f"{name}: 2 GPUs (NCCL) vs CPU backend: max relative loss difference {r:.3g} (<= {tol:g})")
+    ok &= good
+sys.exit(0 if ok else 1)
+PY
