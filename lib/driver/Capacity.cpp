@@ -67,12 +67,13 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   if (c.microBatches != base.microBatches) add("--micro-batches " + std::to_string(c.microBatches));
   if (c.recompute != base.recompute) add("--recompute " + c.recompute);
   if (c.offload != base.offload) add("--offload " + c.offload);
+  if (c.zero != base.zero) add("--zero " + std::to_string(c.zero));
   return f;
 }
 
 bool sameTechniques(const CompileOptions &a, const CompileOptions &b) {
   return a.precision == b.precision && a.microBatches == b.microBatches && a.recompute == b.recompute &&
-         a.offload == b.offload && a.memoryBudget == b.memoryBudget;
+         a.offload == b.offload && a.memoryBudget == b.memoryBudget && a.zero == b.zero;
 }
 
 std::string pct(double x) {
@@ -93,6 +94,8 @@ std::string workStr(const ExtraWork &w) {
     s += "recomputes " + (w.forwardFlops > 0 ? pct(double(w.flopsAdded) / double(w.forwardFlops)) + " of the forward FLOPs"
                                              : withCommas(w.flopsAdded) + " FLOPs");
   if (w.transferBytes > 0) s += (s.empty() ? "" : ", ") + std::string("moves ") + humanBytes(w.transferBytes) + " host<->device";
+  if (w.commExposedSeconds > 0)
+    s += (s.empty() ? "" : ", ") + std::string("collectives not hidden behind compute ") + secs(w.commExposedSeconds);
   if (s.empty()) return "no extra work";
   return s + " per step (~" + secs(w.seconds) + ")";
 }
@@ -164,6 +167,9 @@ ExtraWork extraWork(const rt::Program &p, const CompileOptions &o) {
   double bw = o.haveHardware ? std::min(o.hardware.h2dBytesPerS, o.hardware.d2hBytesPerS) : 12e9;
   double hostF = o.haveHardware ? o.hardware.hostFlops : 1e12;
   w.seconds = double(w.flopsAdded) / devF + double(w.transferBytes) / bw + hostFlops / hostF;
+  // Collectives: the part the schedule does not hide behind compute (bigc compile --hardware).
+  for (const auto &c : p.estimate.collectives) w.commExposedSeconds += std::max(0.0, c.seconds - c.hiddenSeconds);
+  w.seconds += w.commExposedSeconds;
   return w;
 }
 
@@ -174,6 +180,7 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
   if (o.precision != "fp32") half = o.precision;
   struct Set {
     const char *precision, *recompute, *offload; // nullptr: as the user gave it
+    int zero = -1;                               // -1: as the user gave it
   };
   const char *h = half.c_str();
   // Preference when costs tie: cheaper techniques first (16-bit is free, selective recompute
@@ -185,17 +192,28 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
       {h, "full", nullptr},        {h, nullptr, "cpu"},             {"fp16", "auto", "cpu"},
       {nullptr, "full", nullptr},  {nullptr, nullptr, "cpu"},       {h, "auto", nullptr},
   };
+  // Several ranks: sharding over them is the first thing to try (ZeRO-3 divides the model state).
+  const Set zeroSets[] = {
+      {nullptr, nullptr, nullptr, 3}, {h, nullptr, nullptr, 3}, {h, "selective", nullptr, 3},
+      {h, "auto", nullptr, 3},        {"fp16", "auto", "cpu", 3}, {nullptr, nullptr, nullptr, 1},
+  };
+  std::vector<Set> all;
+  if (o.ranks > 1)
+    for (const Set &z : zeroSets)
+      if (o.zero < z.zero) all.push_back(z);
+  for (const Set &x : sets) all.push_back(x);
   std::vector<Candidate> out;
-  for (const Set &s : sets) {
+  for (const Set &s : all) {
     if (out.size() >= maxCandidates) break;
     if (!withoutOffload && s.offload && std::string(s.offload) == "none") continue;
     CompileOptions c = o;
     if (s.precision) c.precision = s.precision;
     if (s.recompute) c.recompute = s.recompute;
     if (s.offload) c.offload = s.offload;
+    if (s.zero >= 0) c.zero = s.zero;
     if (sameTechniques(c, o)) continue;
     c.recomputeDrop = -1; // searched again for this option set
-    if (o.offload == "none" && c.offload != "none") c.offloadParams = "auto";
+    if (o.offload == "none" && c.offload != "none") c.offloadParams = c.zero >= 1 ? "device" : "auto";
     c.quiet = true;
     bool dup = false;
     for (const auto &e : out) dup |= sameTechniques(e.options, c);

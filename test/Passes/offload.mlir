@@ -51,7 +51,12 @@
 // SCHED-NEXT:  bigc.embedding_grad
 // SCHED-NEXT:  %[[DWTE:.*]] = bigc.add
 // SCHED-NEXT:  %[[HT:.*]] = bigc.copy %[[DWTE]] {bigc.event = 6 : i64, {{.*}}bigc.stream = "d2h"}
+// After the last layer boundary each side-stream op is joined before the one
+// two later on its stream is issued (at most two hold memory at once): the
+// host update of @w1 before that of @wte, its copy back before @wte's.
+// SCHED-NEXT:  bigc.wait {bigc.phase = "optimizer", events = array<i64: 1>}
 // SCHED-NEXT:  bigc.adamw %[[HT]] {{.*}}bigc.event = 7 : i64{{.*}}param = @wte,
+// SCHED-NEXT:  bigc.wait {bigc.phase = "optimizer", events = array<i64: 2>}
 // SCHED-NEXT:  bigc.param_copy {bigc.event = 8 : i64, {{.*}}from = @wte.stage, to = @wte.half}
 // SCHED-NEXT:  return
 
@@ -83,39 +88,39 @@
 // HOST:        bigc.adamw {{.*}}half = @w1.half{{.*}}param = @w1,
 // HOST-NOT:    bigc.param_copy
 
-// fp16 (bigc-mixed-precision ran first): the 16-bit compute copies are kept
-// and, because an fp16 update may be skipped (a skipped AdamW writes nothing,
-// not even `half`), they live on the host like params=host: no staging
-// tensor, device copies fetched before use. The loss scale is on the host:
-// the seed reads a device copy of it. The overflow check runs on the host
-// over the host copies of the gradients (on the device it would keep every
-// gradient alive to the end), so the updates and the loss scale update read
-// its flag directly.
-// FP16:       bigc.param @w0.half : tensor<4x4xf16> {bigc.space = "host", init = "copy", source = "w0"}
-// FP16-NOT:   .stage
+// fp16 (bigc-mixed-precision ran first): the 16-bit compute copies stay on
+// the device with a host staging tensor, as in fp32 (an update skipped on
+// overflow writes `half` as the cast of the unchanged master, so the copy
+// back stays right). The loss scale is on the host: the seed reads a device
+// copy of it. The overflow check runs on the host over the host copies of
+// the gradients (on the device it would keep every gradient alive to the
+// end), so the updates and the loss scale update read its flag directly.
+// FP16:       bigc.param @w0.half : tensor<4x4xf16> {init = "copy", source = "w0"}
+// FP16-NEXT:  bigc.param @w0.stage : tensor<4x4xf16> {bigc.space = "host", init = "zeros", role = "transfer"}
 // FP16:       bigc.param @loss_scale : tensor<f32> {bigc.space = "host"
 // FP16:       %[[S:.*]] = bigc.get_param @loss_scale
-// FP16-NEXT:  %[[SD:.*]] = bigc.copy %[[S]] {bigc.event = 4 : i64, bigc.phase = "backward", bigc.space = "device", bigc.stream = "h2d"}
-// FP16:       bigc.wait {bigc.phase = "backward", events = array<i64: 4>}
+// FP16-NEXT:  %[[SD:.*]] = bigc.copy %[[S]] {bigc.event = 0 : i64, bigc.phase = "backward", bigc.space = "device", bigc.stream = "h2d"}
+// FP16:       bigc.wait {bigc.phase = "backward", events = array<i64: 0>}
 // FP16-NEXT:  bigc.cross_entropy_grad %{{.*}}, %{{.*}}, %[[SD]]
-// FP16:       %[[HT:.*]] = bigc.copy %{{.*}} {bigc.event = 10 : i64, bigc.phase = "optimizer", bigc.space = "host", bigc.stream = "d2h"}
-// FP16-NEXT:  %[[F:.*]] = bigc.check_finite %[[HT]], %{{.*}}, %{{.*}} {bigc.event = 11 : i64, bigc.phase = "optimizer", bigc.space = "host", bigc.stream = "host"}
-// FP16:       bigc.adamw %[[HT]] unscale(%{{.*}}) skip_if(%[[F]]) {{.*}}half = @wte.half
-// FP16-NOT:   bigc.param_copy
+// FP16:       %[[HT:.*]] = bigc.copy %{{.*}} {bigc.event = 3 : i64, bigc.phase = "optimizer", bigc.space = "host", bigc.stream = "d2h"}
+// FP16-NEXT:  %[[F:.*]] = bigc.check_finite %[[HT]], %{{.*}}, %{{.*}} {bigc.event = 4 : i64, bigc.phase = "optimizer", bigc.space = "host", bigc.stream = "host"}
+// FP16:       bigc.adamw %[[HT]] unscale(%{{.*}}) skip_if(%[[F]]) {{.*}}half = @wte.stage
+// FP16-NEXT:  bigc.param_copy {{{.*}}from = @wte.stage, to = @wte.half}
 // FP16:       bigc.loss_scale_update %[[F]] {{{.*}}bigc.space = "host", bigc.stream = "host"
 
 // The memory plan: one arena per space. The device gradient of @w1 (a d2h
 // copy reads it, event 0) lives until the bigc.wait that names event 0
-// (instruction 29), not only to its copy (18); the staging tensors live from
-// their AdamW to the end (never joined before); host copies of gradients
-// are in the host arena.
-// PLAN:       memory-plan @train_step: instructions=35 buffers=45 arena={{[0-9]+}} lower_bound={{[0-9]+}} host_arena={{[0-9]+}} host_lower_bound={{[0-9]+}}
-// PLAN-NEXT:  @wte master : {{.*}} live=[0,34] space=host
-// PLAN-NEXT:  @wte.half param : {{.*}} live=[0,34]{{$}}
-// PLAN-NEXT:  @wte.stage transfer : {{.*}} live=[33,34] space=host
-// PLAN:       @w1.stage transfer : {{.*}} live=[19,34] space=host
+// (instruction 29), not only to its copy (18); a staging tensor lives from
+// its AdamW until its copy back is joined (@w1's by the tail's wait before
+// @wte's copy, 35; the last ones at the end); host copies of gradients are
+// in the host arena, each live until its update is joined (@w1's: 33).
+// PLAN:       memory-plan @train_step: instructions=37 buffers=45 arena={{[0-9]+}} lower_bound={{[0-9]+}} host_arena={{[0-9]+}} host_lower_bound={{[0-9]+}}
+// PLAN-NEXT:  @wte master : {{.*}} live=[0,36] space=host
+// PLAN-NEXT:  @wte.half param : {{.*}} live=[0,36]{{$}}
+// PLAN-NEXT:  @wte.stage transfer : {{.*}} live=[34,36] space=host
+// PLAN:       @w1.stage transfer : {{.*}} live=[19,35] space=host
 // PLAN:       %20 bigc.matmul : {{.*}} live=[17,29]{{$}}
-// PLAN-NEXT:  %21 bigc.copy : {{.*}} size=64 live=[18,34] space=host
+// PLAN-NEXT:  %21 bigc.copy : {{.*}} size=64 live=[18,33] space=host
 module {
   bigc.param @wte : tensor<8x4xf32> {init = "normal", std = 2.0e-02 : f64}
   bigc.param @w0 : tensor<4x4xf32> {init = "normal", std = 2.0e-02 : f64}

@@ -40,6 +40,7 @@ bool allFit(const std::vector<SpaceFit> &fits);
 // copied between spaces, and an estimate of their time on the hardware (0 when none).
 struct ExtraWork {
   int64_t flopsAdded = 0, forwardFlops = 0, transferBytes = 0;
+  double commExposedSeconds = 0; // collectives' time not hidden behind compute (estimate)
   double seconds = 0;
 };
 ExtraWork extraWork(const rt::Program &p, const CompileOptions &o);
