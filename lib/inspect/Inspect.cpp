@@ -394,6 +394,14 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       o << "; " << ms.shardedTensors << " tensors sharded: rank " << rank << " holds elements [" << rank
         << "*S, " << rank << "*S+S) of each (S = ceil(elements / " << p.dp << "))";
     o << "\n";
+    if (p.estimate.present) {
+      o << "estimate (cost model on " << p.hardwareName << "): " << fmt("%.1f", p.estimate.stepSeconds * 1e3)
+        << " ms per step, compute " << fmt("%.1f", p.estimate.computeSeconds * 1e3) << " ms";
+      for (const auto &c : p.estimate.collectives)
+        o << "; " << c.op << " " << fmt("%.1f", c.seconds * 1e3) << " ms, "
+          << fmt("%.0f", c.seconds > 0 ? 100.0 * c.hiddenSeconds / c.seconds : 100.0) << "% hidden behind compute";
+      o << "\n";
+    }
     auto cs = collectiveStats(p);
     if (!cs.empty()) {
       o << "collectives per step (comm stream):";
@@ -556,6 +564,18 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
     for (const auto &[op, c] : collectiveStats(p))
       cj[op] = {{"count", c.count}, {"tensors", c.tensors}, {"bytes", c.bytes}};
     j["collectives"] = cj;
+  }
+  if (p.estimate.present) {
+    json ec = json::array();
+    for (const auto &c : p.estimate.collectives)
+      ec.push_back({{"op", c.op},
+                    {"count", c.count},
+                    {"seconds", c.seconds},
+                    {"hidden_seconds", c.hiddenSeconds},
+                    {"hidden_fraction", c.seconds > 0 ? c.hiddenSeconds / c.seconds : 1.0}});
+    j["estimate"] = {{"step_seconds", p.estimate.stepSeconds},
+                     {"compute_seconds", p.estimate.computeSeconds},
+                     {"collectives", ec}};
   }
   j["fits"] = allFit(sums);
   j["instructions"] = int64_t(p.instructions.size());

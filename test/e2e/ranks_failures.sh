@@ -6,7 +6,9 @@
 #     the message names the missing rank, the collective and the step; no hang;
 #  3. ZeRO-3: the model-state bytes per rank (bigc inspect --json --rank R) fall as 1/N for
 #     N = 1, 2, 4, 8; ZeRO-1 and 2 keep the weights whole, shard the rest;
-#  4. bad input: --rank out of range, BIGC_FAULT malformed (an mpirun world that does not divide
+#  4. with --hardware, the plan's estimate (bigc compile's line, inspect --json): step time and the
+#     share of each collective hidden behind compute, consistent (hidden <= time);
+#  5. bad input: --rank out of range, BIGC_FAULT malformed (an mpirun world that does not divide
 #     the ranks: test/e2e/mpirun.sh): one clear error each, exit 1.
 set -euo pipefail
 BIN=$1
@@ -40,6 +42,21 @@ expect_fail "inspect --rank 8" "--rank 8 is out of range: the program has 8 rank
   "$BIN/bigc" inspect "$d/z3.bigc" --rank 8
 expect_fail "BIGC_FAULT" "BIGC_FAULT='rank=x': expected rank=R,step=S,kind=crash|hang" -- \
   env BIGC_FAULT=rank=x "$BIN/bigc" run "$d/z3.bigc" --steps 1 --quiet
+
+# The plan's estimate with --hardware: step time and each collective's share hidden behind compute.
+"$BIN/bigc" compile "$d/m.mlir" -o "$d/est.bigc" --hardware a100-80g-x8 --zero 3 > "$d/est.txt"
+grep -q "estimate .* ms per step on a100-80g-x8 .*all_gather .*% hidden" "$d/est.txt" || {
+  echo "FAIL: no estimate line in bigc compile's output"; cat "$d/est.txt"; exit 1; }
+"$BIN/bigc" inspect "$d/est.bigc" --json | $PY -c '
+import json, sys
+e = json.load(sys.stdin)["estimate"]
+c = {x["op"]: x for x in e["collectives"]}
+assert e["step_seconds"] >= e["compute_seconds"] > 0, e
+assert set(c) >= {"all_gather", "reduce_scatter"}, c
+for x in c.values():
+    assert 0 <= x["hidden_seconds"] <= x["seconds"] + 1e-12 and 0 <= x["hidden_fraction"] <= 1, x
+print("ok   estimate: step %.3f ms, compute %.3f ms, all-gather %.0f%% hidden" % (
+    e["step_seconds"] * 1e3, e["compute_seconds"] * 1e3, 100 * c["all_gather"]["hidden_fraction"]))'
 
 # 1/N: a 4-block model so that padding is small against the tensors.
 "$BIN/bigc" gen gpt --preset tiny --layers 4 --hidden 128 --heads 4 -o "$d/w.mlir" > /dev/null
