@@ -142,6 +142,31 @@ void hoistOptimizer(Block &block) {
       paramGathers.push_back(pg);
     }
   }
+  // ZeRO-1/2: each gather of the updated weights moves to the next step, just before the first
+  // reader of the whole copy it writes (bigc-schedule's prefetch then moves it a layer ahead): it
+  // reads the shard the previous step's update wrote (the step's end joins every stream), so it
+  // overlaps this step's forward instead of idling after the optimizer. The update of this step
+  // then follows it (it reads the shard the update overwrites).
+  llvm::StringMap<Operation *> firstReader;
+  for (auto &[sym, list] : readers)
+    for (Operation *r : list)
+      if (!isa<GetParamOp>(r) && (!firstReader.lookup(sym) || r->isBeforeInBlock(firstReader[sym])))
+        firstReader[sym] = r;
+  SmallVector<ParamAllGatherOp> stayAfterUpdate;
+  for (ParamAllGatherOp pg : paramGathers) {
+    if (Operation *first = firstReader.lookup(pg.getTo())) {
+      pg->moveBefore(first);
+      for (StringRef tag : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef("bigc.micro_batch")}) {
+        pg->removeAttr(tag);
+        if (Attribute a = first->getAttr(tag))
+          pg->setAttr(tag, a);
+      }
+      readers[pg.getFrom()].push_back(pg);
+    } else {
+      stayAfterUpdate.push_back(pg);
+    }
+  }
+  paramGathers = stayAfterUpdate;
   // The target of each update, computed before anything moves. Reverse
   // order keeps updates that share a target in their original order.
   SmallVector<std::pair<AdamWOp, Operation *>> moves;
@@ -289,10 +314,20 @@ void prefetchGathers(Block &block, int64_t ahead) {
     return;
   Segments seg = computeSegments(block);
   SmallVector<std::pair<Operation *, Operation *>> moves;
+  // The first reader of each persistent tensor (a ZeRO-1/2 gather's users read it by symbol).
+  llvm::StringMap<Operation *> firstReader;
+  for (Operation &op : block.without_terminator())
+    if (auto gp = dyn_cast<GetParamOp>(op))
+      for (Operation *user : gp->getUsers())
+        if (Operation *u = inBlock(block, user); u && (!firstReader.lookup(gp.getParam()) ||
+                                                        u->isBeforeInBlock(firstReader[gp.getParam()])))
+          firstReader[gp.getParam()] = u;
   for (Operation &op : block.without_terminator()) {
-    if (!isa<AllGatherOp>(op))
+    if (!isa<AllGatherOp, ParamAllGatherOp>(op))
       continue;
     Operation *first = nullptr;
+    if (auto pg = dyn_cast<ParamAllGatherOp>(op))
+      first = firstReader.lookup(pg.getTo());
     for (Operation *user : op.getUsers()) {
       Operation *u = inBlock(block, user);
       if (u && (!first || u->isBeforeInBlock(first)))

@@ -309,9 +309,9 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
     if (!b.persistent()) continue;
     names.insert(b.name);
     const safetensors::Tensor *t = state.find(b.name);
-    if (!t && !sameProgram && b.init.kind == "copy") { // a compute copy the other program did not have
-      refresh = true;
-      continue;
+    if (!sameProgram && b.init.kind == "copy") { // compute copies: made again from the masters (the
+      refresh = true;                             // other program's may lag them, e.g. ZeRO-1/2's
+      continue;                                   // whole copies gathered at the next step's start)
     }
     if (!t) fail(spath, "has no tensor '" + b.name + "'");
     if (t->dtype != b.dtype || t->shape != b.shape)
