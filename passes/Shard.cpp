@@ -206,7 +206,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         for (OpT m : bucket)
           for (Value r : m.getOutputs())
             for (Operation *u : r.getUsers())
-              if (Operation *ub = inBlock(*block, u); ub && ub->isBeforeInBlock(c))
+              if (Operation *ub = inBlock(*block, u); ub && !c->isBeforeInBlock(ub))
                 fits = false;
       if (!fits) {
         flush(bucket);

@@ -274,6 +274,9 @@ int runBody(int argc, char **argv, int first) {
     throw UserError("under mpirun this version does not write or read checkpoints or weights (they need every "
                     "rank's shards in one process); run all ranks in one process for those");
   const bool leader = proc == 0;
+  if (args.has("--dump-grads") && R > 1 && prog.zero >= 1)
+    throw UserError("--dump-grads: the gradients of this program are sharded over its " + std::to_string(R) +
+                    " ranks (ZeRO " + std::to_string(prog.zero) + "); dump them from a --zero 0 program (or one rank)");
 
   std::unique_ptr<data::TokenSource> source;
   if (args.has("--data"))
@@ -448,10 +451,6 @@ void report(const char *prefix, const std::string &msg) {
 int runMain(int argc, char **argv, int first) {
   try {
     return runBody(argc, argv, first);
-  } catch (const StuckRankError &e) { // threads that cannot be joined: leave now
-    report("bigc run", e.what());
-    std::fflush(stderr);
-    std::_Exit(1);
   } catch (const UserError &e) {
     report("bigc run", e.what());
     return 1;

@@ -14,6 +14,8 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -107,11 +109,12 @@ public:
         off += S * local_ * e;
       }
       g_.barrier(l, what);
+      if (blockBytes > int64_t(INT32_MAX)) tooLarge(what, blockBytes);
       if (l == 0) leader(what, [&](MPI_Request *req) {
         return MPI_Iallgather(block_.data(), int(blockBytes), MPI_BYTE, whole_.data(), int(blockBytes), MPI_BYTE,
                               MPI_COMM_WORLD, req);
       });
-      g_.barrier(l, what);
+      g_.barrier(l, what, 2.0);
       // whole_ = [proc 0: tensor 0 shards of its ranks, tensor 1 ...][proc 1: ...]
       int64_t toff = 0;
       for (const auto &t : ts) {
@@ -129,6 +132,7 @@ public:
       return;
     }
     // All-reduce / reduce-scatter: the process's f32 reduction, then over the processes.
+    if (total > int64_t(INT32_MAX)) tooLarge(what, total);
     if (l == 0) acc_.assign(size_t(total), red == Reduce::Max ? -INFINITY : 0.0f);
     g_.barrier(l, what);
     if (l == 0) {
@@ -150,7 +154,7 @@ public:
                               MPI_COMM_WORLD, req);
       });
     }
-    g_.barrier(l, what);
+    g_.barrier(l, what, 2.0);
     auto finish = [&](float v) {
       if (red == Reduce::Mean) return v / float(n_);
       if (red == Reduce::Norm) return std::sqrt(v);
@@ -172,6 +176,12 @@ public:
   }
 
 private:
+  [[noreturn]] void tooLarge(const std::string &what, int64_t n) {
+    std::string msg = what + ": " + std::to_string(n) + " elements in one MPI collective (more than 2^31): use a "
+                      "smaller --bucket-mb";
+    g_.abort(msg);
+    throw CommError(msg);
+  }
   template <class Start> void leader(const std::string &what, Start start) {
     MPI_Request req;
     if (start(&req) != MPI_SUCCESS) {

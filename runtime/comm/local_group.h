@@ -25,7 +25,10 @@ public:
 
   // Every local rank arrives before any leaves; throws CommError on timeout (naming the ranks that
   // did not arrive, and aborting the group) or when the group was aborted.
-  void barrier(int local, const std::string &what) {
+  // `scale`: this barrier waits scale x the timeout (the barriers behind the process's MPI call
+  // wait longer than that call may, so that its own timeout, naming the other processes, fires
+  // first).
+  void barrier(int local, const std::string &what, double scale = 1.0) {
     std::unique_lock<std::mutex> l(mu_);
     if (aborted_) throw CommError(stoppedIn(local, what));
     const int64_t g = gen_;
@@ -37,7 +40,7 @@ public:
       return;
     }
     auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_));
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_ * scale));
     bool ok = cv_.wait_until(l, deadline, [&] { return gen_ != g || aborted_; });
     if (aborted_ && gen_ == g) {
       --count_;
@@ -49,7 +52,7 @@ public:
       for (int r = 0; r < n_; ++r)
         if (arrived_[size_t(r)] < g + 1) missing += (count++ ? ", " : "") + std::to_string(global_(r));
       char secs[32];
-      std::snprintf(secs, sizeof secs, "%g", timeout_);
+      std::snprintf(secs, sizeof secs, "%g", timeout_ * scale);
       why_ = what + ": rank " + std::to_string(global_(local)) + " waited " + secs + " s for rank" +
              (count > 1 ? "s " : " ") + missing + ", which did not reach this collective (stuck or failed); "
              "every rank stops";

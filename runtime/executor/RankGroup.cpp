@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -44,7 +45,8 @@ struct Injected : std::runtime_error {
 
 } // namespace
 
-RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make)
+RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make,
+                     bool deviceInHostMemory)
     : rankProgram_(std::move(program)), comm_(std::move(comm)) {
   if (!comm_ || comm_->size() != rankProgram_.ranks)
     throw UserError("the program has " + std::to_string(rankProgram_.ranks) + " ranks but the communicator " +
@@ -53,7 +55,8 @@ RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicato
   const int local = comm_->localSize();
   // The arenas of every rank of this process together must fit this machine.
   int64_t perRank = 0;
-  for (const auto &s : rankProgram_.spaces) perRank += s.arenaBytes;
+  for (const auto &s : rankProgram_.spaces)
+    if (deviceInHostMemory || s.name != "device") perRank += s.arenaBytes;
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
   if (pages > 0 && pageSize > 0 && perRank * local > int64_t(pages) * int64_t(pageSize))
     throw UserError("the " + std::to_string(local) + " ranks of this process need " + human(perRank * local) +
@@ -86,10 +89,12 @@ RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicato
   initialize(seed);
 }
 
-RankGroup::~RankGroup() {
-  if (stuck_) { // threads of a stuck rank still use the engines: never free them under it
-    for (auto &e : engines_) (void)e.release();
-  }
+RankGroup::~RankGroup() = default;
+
+void RankGroup::abortAll(const std::string &why) {
+  const bool first = !comm_->aborted();
+  comm_->abort(why);
+  if (first && onAbort_) onAbort_();
 }
 
 std::string RankGroup::deviceInfo() const {
@@ -109,7 +114,7 @@ template <class F> void RankGroup::onEveryRank(F f) {
         f(l);
       } catch (...) {
         errors[size_t(l)] = std::current_exception();
-        comm_->abort("rank " + std::to_string(comm_->globalRank(l)) + " failed");
+        abortAll("rank " + std::to_string(comm_->globalRank(l)) + " failed");
       }
     });
   for (auto &t : threads) t.join();
@@ -129,18 +134,30 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
     }
   }
   const int64_t stepNo = stepCount() + 1;
-  std::vector<float> losses(size_t(local), 0.0f);
-  std::vector<std::exception_ptr> errors{size_t(local)};
-  std::vector<char> isComm(size_t(local), 0);
-  std::mutex mu;
-  std::condition_variable cv;
-  int finished = 0;
+  // What the rank threads share lives on the heap, held by each thread: a rank that cannot be
+  // joined (below) never touches freed memory.
+  struct Shared {
+    std::vector<float> losses;
+    std::vector<std::exception_ptr> errors;
+    std::vector<char> isComm, done;
+    std::mutex mu;
+    std::condition_variable cv;
+    int finished = 0, failed = 0;
+  };
+  auto sh = std::make_shared<Shared>();
+  sh->losses.assign(size_t(local), 0.0f);
+  sh->errors.assign(size_t(local), nullptr);
+  sh->isComm.assign(size_t(local), 0);
+  sh->done.assign(size_t(local), 0);
   const int threadsPerRank = std::max(1, omp_get_max_threads() / std::max(1, local));
   std::vector<std::thread> threads;
   for (int l = 0; l < local; ++l)
-    threads.emplace_back([&, l] {
+    threads.emplace_back([this, sh, l, stepNo, threadsPerRank] {
       const int g = comm_->globalRank(l);
       omp_set_num_threads(threadsPerRank);
+      std::exception_ptr err;
+      bool commErr = false;
+      float loss = 0.0f;
       try {
         if (g == faultRank_ && stepNo == faultStep_) {
           if (faultKind_ == "crash")
@@ -151,44 +168,68 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
           throw CommError("injected fault (BIGC_FAULT): rank " + std::to_string(g) + " hung in step " +
                           std::to_string(stepNo));
         }
-        losses[size_t(l)] = engines_[size_t(l)]->step(tokens_[size_t(l)].data(), targets_[size_t(l)].data());
+        loss = engines_[size_t(l)]->step(tokens_[size_t(l)].data(), targets_[size_t(l)].data());
       } catch (const CommError &) {
-        errors[size_t(l)] = std::current_exception();
-        isComm[size_t(l)] = 1;
-        comm_->abort("rank " + std::to_string(g) + " stopped in step " + std::to_string(stepNo));
+        err = std::current_exception(), commErr = true;
+        abortAll("rank " + std::to_string(g) + " stopped in step " + std::to_string(stepNo));
       } catch (const std::exception &e) {
-        errors[size_t(l)] = std::current_exception();
-        comm_->abort("rank " + std::to_string(g) + " failed in step " + std::to_string(stepNo) + ": " + e.what());
+        err = std::current_exception();
+        abortAll("rank " + std::to_string(g) + " failed in step " + std::to_string(stepNo) + ": " + e.what());
       } catch (...) {
-        errors[size_t(l)] = std::current_exception();
-        comm_->abort("rank " + std::to_string(g) + " failed in step " + std::to_string(stepNo));
+        err = std::current_exception();
+        abortAll("rank " + std::to_string(g) + " failed in step " + std::to_string(stepNo));
       }
-      std::lock_guard<std::mutex> lk(mu);
-      ++finished;
-      cv.notify_all();
+      std::lock_guard<std::mutex> lk(sh->mu);
+      sh->losses[size_t(l)] = loss;
+      sh->errors[size_t(l)] = err;
+      sh->isComm[size_t(l)] = commErr;
+      sh->done[size_t(l)] = 1;
+      ++sh->finished;
+      sh->failed += err ? 1 : 0;
+      sh->cv.notify_all();
     });
   {
-    // After a failure, the other ranks get a grace period to stop; a rank that does not is stuck.
-    std::unique_lock<std::mutex> lk(mu);
-    for (;;) {
-      if (finished == local) break;
-      if (comm_->aborted()) {
-        if (!cv.wait_for(lk, std::chrono::seconds(30), [&] { return finished == local; })) break;
-      } else {
-        cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return finished == local; });
+    std::unique_lock<std::mutex> lk(sh->mu);
+    using clock = std::chrono::steady_clock;
+    clock::time_point firstDone{}, abortedAt{};
+    bool haveFirst = false, haveAbort = false;
+    while (sh->finished != local) {
+      sh->cv.wait_for(lk, std::chrono::milliseconds(100));
+      if (sh->finished == local) break;
+      const auto now = clock::now();
+      if (sh->finished > 0 && !haveFirst) firstDone = now, haveFirst = true;
+      // A straggler: every other rank finished (or failed) long ago; declare it stuck.
+      if (haveFirst && !comm_->aborted() &&
+          std::chrono::duration<double>(now - firstDone).count() > straggler_) {
+        std::string which;
+        for (int l = 0; l < local; ++l)
+          if (!sh->done[size_t(l)]) which += (which.empty() ? "" : ", ") + std::to_string(comm_->globalRank(l));
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", straggler_);
+        lk.unlock();
+        abortAll("step " + std::to_string(stepNo) + ": rank(s) " + which + " still running " + secs +
+                 " s after the other ranks finished the step (stuck); every rank stops");
+        lk.lock();
       }
-    }
-    if (finished != local) {
-      stuck_ = true;
-      for (auto &t : threads) t.detach();
-      std::string which;
-      for (int l = 0; l < local; ++l)
-        if (!errors[size_t(l)]) which += (which.empty() ? "" : ", ") + std::to_string(comm_->globalRank(l));
-      throw StuckRankError("step " + std::to_string(stepNo) + ": a rank failed and rank(s) " + which +
-                           " did not stop within 30 s (stuck in a kernel); the process exits");
+      if (comm_->aborted() && !haveAbort) abortedAt = now, haveAbort = true;
+      if (haveAbort && std::chrono::duration<double>(now - abortedAt).count() > 30.0) {
+        // Threads that cannot be joined: say why and leave (they hold what they use).
+        std::string which;
+        for (int l = 0; l < local; ++l)
+          if (!sh->done[size_t(l)]) which += (which.empty() ? "" : ", ") + std::to_string(comm_->globalRank(l));
+        std::fprintf(stderr,
+                     "bigc run: step %lld: the run was stopped (%s) and rank(s) %s did not stop within 30 s (stuck in a "
+                     "kernel or a collective); the process exits\n",
+                     (long long)stepNo, comm_->aborted() ? "a rank failed or timed out" : "", which.c_str());
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
     }
   }
   for (auto &t : threads) t.join();
+  std::vector<std::exception_ptr> &errors = sh->errors;
+  std::vector<char> &isComm = sh->isComm;
+  std::vector<float> &losses = sh->losses;
   // The cause first: an error that is not a collective stopped by the abort.
   auto message = [](const std::exception_ptr &e) {
     try {
@@ -340,9 +381,16 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   (void)proc;
   comm->setTimeout(commTimeout);
   std::shared_ptr<Communicator> c = comm;
-  return std::make_unique<RankGroup>(std::move(program), seed, comm, [c, seed](const Program &p, int local) {
-    return std::make_unique<Executor>(p, seed, RankContext{local, c, false});
+  // A stream waiting for a collective waits longer than the collective itself may (the
+  // communicator's timeout names the rank that did not come; the stream's would not).
+  const double streamWait = std::max(300.0, 2.0 * commTimeout);
+  auto group = std::make_unique<RankGroup>(std::move(program), seed, comm, [c, seed, streamWait](const Program &p, int local) {
+    auto e = std::make_unique<Executor>(p, seed, RankContext{local, c, false});
+    e->setWaitTimeoutForTesting(streamWait);
+    return e;
   });
+  group->setStragglerTimeout(commTimeout);
+  return group;
 }
 
 } // namespace bigc::rt

@@ -763,12 +763,16 @@ struct Validator {
         bad("a collective has one output per input, has " + std::to_string(ins->in.size()) + " inputs and " +
             std::to_string(ins->out.size()) + " outputs");
       double axis = ins->num("axis", 0);
-      if (axis != 0 && axis != 1 && axis != 2) bad("attribute 'axis' must be 0 (dp), 1 (tp) or 2 (pp)");
+      if (axis != 0) bad("attribute 'axis' must be 0 (dp): this runtime's collectives run over the data-parallel axis");
       const int64_t n = p.axisSize(int64_t(axis));
       if (sig.kind != OpKind::AllGather) {
         double r = ins->num("reduce", -1);
         if (r != 0 && r != 1 && r != 2 && r != 3) bad("attribute 'reduce' must be 0 (sum), 1 (mean), 2 (max) or 3 (norm)");
         if (sig.kind == OpKind::ReduceScatter && r > 1) bad("reduce_scatter reduces by sum (0) or mean (1)");
+        if (r == 3)
+          for (size_t k = 0; k < ins->in.size(); ++k)
+            if (in(k).dtype != DType::F32) bad("reduce 3 (norm) combines f32 norms; input " + std::to_string(k) + " is " +
+                                               dtypeName(in(k).dtype));
       }
       for (size_t k = 0; k < ins->in.size(); ++k) {
         const Buffer &a = in(k), &b = out(k);
@@ -871,6 +875,9 @@ void validateProgram(const Program &p, const std::string &path) {
     fail(path, "config: the mesh dp " + std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " +
                    std::to_string(p.pp) + " must multiply to ranks " + std::to_string(p.ranks));
   if (p.zero < 0 || p.zero > 3) fail(path, "config: zero must be 0, 1, 2 or 3, is " + std::to_string(p.zero));
+  if (p.tp != 1 || p.pp != 1)
+    fail(path, "config: the mesh has tp " + std::to_string(p.tp) + " and pp " + std::to_string(p.pp) +
+                   "; this runtime runs data-parallel meshes only (tp = pp = 1)");
   if (p.precision != "fp32" && p.precision != "bf16" && p.precision != "fp16")
     fail(path, "config: unknown precision '" + p.precision + "' (fp32, bf16 or fp16)");
   {

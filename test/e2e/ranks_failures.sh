@@ -8,7 +8,7 @@
 #     N = 1, 2, 4, 8; ZeRO-1 and 2 keep the weights whole, shard the rest;
 #  4. with --hardware, the plan's estimate (bigc compile's line, inspect --json): step time and the
 #     share of each collective hidden behind compute, consistent (hidden <= time);
-#  5. bad input: --rank out of range, BIGC_FAULT malformed (an mpirun world that does not divide
+#  5. bad input: --rank out of range, --dump-grads of sharded gradients, BIGC_FAULT malformed (an mpirun world that does not divide
 #     the ranks: test/e2e/mpirun.sh): one clear error each, exit 1.
 set -euo pipefail
 BIN=$1
@@ -40,6 +40,8 @@ expect_fail "hang" "step 3: instruction" "waited 2 s for rank 5, which did not r
 grep -qE "\((all_gather|reduce_scatter|all_reduce) at " "$d/out.txt" || { echo "FAIL hang: no collective named"; exit 1; }
 expect_fail "inspect --rank 8" "--rank 8 is out of range: the program has 8 ranks (0..7)" -- \
   "$BIN/bigc" inspect "$d/z3.bigc" --rank 8
+expect_fail "dump-grads of shards" "--dump-grads: the gradients of this program are sharded over its 8 ranks" -- \
+  "$BIN/bigc" run "$d/z2.bigc" --steps 1 --dump-grads "$d/g.safetensors"
 expect_fail "BIGC_FAULT" "BIGC_FAULT='rank=x': expected rank=R,step=S,kind=crash|hang" -- \
   env BIGC_FAULT=rank=x "$BIN/bigc" run "$d/z3.bigc" --steps 1 --quiet
 

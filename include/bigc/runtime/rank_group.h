@@ -9,8 +9,10 @@
 // returns the mean of the ranks' losses (the loss of the global batch).
 //
 // Failures: a rank that throws stops every other rank (the communicator is aborted); a rank that
-// does not reach a collective makes the others time out. step() then throws the first cause,
-// naming the rank, the step and the collective. No MLIR here.
+// does not reach a collective makes the others time out; a rank still busy `timeout` seconds after
+// the others finished its step is declared stuck and the group aborted. step() then throws the
+// first cause, naming the rank, the step and the collective. A rank that has not stopped 30 s after
+// an abort cannot be joined: the process prints why and exits with status 1. No MLIR here.
 #pragma once
 
 #include <functional>
@@ -23,12 +25,6 @@
 
 namespace bigc::rt {
 
-// Thrown when a rank did not stop after the others failed (it is stuck in a kernel): the process
-// must exit (its threads cannot be joined).
-struct StuckRankError : UserError {
-  using UserError::UserError;
-};
-
 class RankGroup final : public Engine {
 public:
   // Makes the engine of local rank `local` for the rank program (not initialised: the group
@@ -36,7 +32,10 @@ public:
   using Factory = std::function<std::unique_ptr<Engine>(const Program &, int local)>;
 
   // `program` is the program of one rank (every rank runs it); `comm` spans all its ranks.
-  RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make);
+  // `deviceInHostMemory`: the device arenas are in this machine's RAM (the CPU backend), so they
+  // count against it with the host arenas.
+  RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make,
+            bool deviceInHostMemory = true);
   ~RankGroup() override;
 
   const char *backend() const override { return engines_[0]->backend(); }
@@ -48,6 +47,10 @@ public:
   int localRanks() const { return int(engines_.size()); }
   // Something the engines use that must outlive them (the NCCL communicators).
   void keepAlive(std::shared_ptr<void> p) { keep_ = std::move(p); }
+  // Called once when the group aborts (a rank failed or is stuck): e.g. ncclCommAbort.
+  void onAbort(std::function<void()> f) { onAbort_ = std::move(f); }
+  // The longest a rank may still run after every other rank finished the step (default 300 s).
+  void setStragglerTimeout(double seconds) { straggler_ = seconds; }
 
   float step(const int32_t *tokens, const int32_t *targets) override;
   int64_t stepCount() const override { return engines_[0]->stepCount(); }
@@ -94,7 +97,9 @@ private:
   int faultRank_ = -1;
   int64_t faultStep_ = -1;
   std::string faultKind_;
-  bool stuck_ = false;
+  std::function<void()> onAbort_;
+  double straggler_ = 300.0;
+  void abortAll(const std::string &why);
 };
 
 // All ranks of `program` on the CPU backend in this process (in-process communicator), or this

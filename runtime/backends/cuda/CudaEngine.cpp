@@ -1379,25 +1379,49 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   ncclUniqueId id{};
   if (proc == 0) BIGC_NCCL(ncclGetUniqueId(&id));
   if (world > 1) mpiBroadcast(&id, int64_t(sizeof id));
-  auto comms = std::shared_ptr<std::vector<ncclComm_t>>(new std::vector<ncclComm_t>(size_t(local), nullptr),
-                                                        [](std::vector<ncclComm_t> *v) {
-                                                          for (ncclComm_t c : *v)
-                                                            if (c) ncclCommDestroy(c);
-                                                          delete v;
-                                                        });
+  // The processes of one machine take consecutive GPUs: local rank l of the machine's process p
+  // (OpenMPI's node-local rank) uses GPU p*local + l.
+  int firstDevice = 0;
+  if (const char *lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); lr && *lr && world > 1) firstDevice = std::atoi(lr) * local;
+  if (firstDevice + local > devices)
+    throw UserError("this process runs ranks on GPUs " + std::to_string(firstDevice) + ".." +
+                    std::to_string(firstDevice + local - 1) + " of this machine, which has " + std::to_string(devices) +
+                    "; start fewer processes per machine (mpirun --npernode) or compile for fewer ranks");
+  struct Comms {
+    std::vector<ncclComm_t> c;
+    std::atomic<bool> aborted{false};
+  };
+  auto comms = std::shared_ptr<Comms>(new Comms, [](Comms *v) {
+    if (!v->aborted.load())
+      for (ncclComm_t c : v->c)
+        if (c) ncclCommDestroy(c);
+    delete v;
+  });
+  comms->c.assign(size_t(local), nullptr);
   BIGC_NCCL(ncclGroupStart());
   for (int l = 0; l < local; ++l) {
-    BIGC_CK(cudaSetDevice(l));
-    BIGC_NCCL(ncclCommInitRank(&(*comms)[size_t(l)], ranks, id, proc * local + l));
+    BIGC_CK(cudaSetDevice(firstDevice + l));
+    BIGC_NCCL(ncclCommInitRank(&comms->c[size_t(l)], ranks, id, proc * local + l));
   }
   BIGC_NCCL(ncclGroupEnd());
   std::shared_ptr<Communicator> host =
       world > 1 ? makeMpiCommunicator(ranks, local) : makeInProcessCommunicator(ranks);
   host->setTimeout(commTimeout);
-  auto group = std::make_unique<RankGroup>(std::move(program), seed, host, [comms, seed](const Program &p, int l) {
-    return std::make_unique<CudaEngine>(p, seed, CudaRank{l, (*comms)[size_t(l)], false});
-  });
+  auto group = std::make_unique<RankGroup>(
+      std::move(program), seed, host,
+      [comms, seed, firstDevice](const Program &p, int l) {
+        return std::make_unique<CudaEngine>(p, seed, CudaRank{firstDevice + l, comms->c[size_t(l)], false});
+      },
+      /*deviceInHostMemory=*/false);
   group->keepAlive(comms);
+  // A failed or stuck rank: abort every NCCL communicator, so that kernels waiting for a peer
+  // return (with an error) instead of spinning; aborted communicators are not destroyed again.
+  group->onAbort([comms] {
+    if (comms->aborted.exchange(true)) return;
+    for (ncclComm_t c : comms->c)
+      if (c) ncclCommAbort(c);
+  });
+  group->setStragglerTimeout(commTimeout);
   return group;
 #endif
 }
