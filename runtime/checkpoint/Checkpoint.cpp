@@ -261,6 +261,17 @@ Info save(const std::string &dir, const Engine &ex, const data::TokenSource &sou
   return Info{final, step, ex.updateCount(), loss};
 }
 
+void follow(const Engine &ex, bool weightsOnly) {
+  for (const Buffer *b : ex.weights()) (void)ex.readF32(b->id); // model.safetensors / --save-weights
+  if (weightsOnly) return;
+  std::vector<uint8_t> buf;
+  for (const Buffer &b : ex.program().buffers) // state.safetensors
+    if (b.persistent()) {
+      buf.resize(size_t(b.bytes));
+      ex.readBytes(b.id, buf.data());
+    }
+}
+
 Info latest(const std::string &dir, std::vector<std::string> *skipped) {
   std::vector<std::pair<int64_t, std::string>> all;
   for (const std::string &n : entries(dir)) {

@@ -269,10 +269,8 @@ int runBody(int argc, char **argv, int first) {
   if (world > 1 && R == 1)
     throw UserError(programPath + " is a program of one rank, but mpirun started " + std::to_string(world) +
                     " processes; compile with --ranks " + std::to_string(world) + " (or a multiple) or run without mpirun");
-  if (world > 1 && (!ckptDir.empty() || args.has("--save-weights") || args.has("--load-weights") ||
-                    args.has("--dump-grads")))
-    throw UserError("under mpirun this version does not write or read checkpoints or weights (they need every "
-                    "rank's shards in one process); run all ranks in one process for those");
+  if (world > 1 && args.has("--dump-grads"))
+    throw UserError("--dump-grads: not under mpirun (the gradients are in every process); run all ranks in one process");
   const bool leader = proc == 0;
   if (args.has("--dump-grads") && R > 1 && prog.zero >= 1)
     throw UserError("--dump-grads: the gradients of this program are sharded over its " + std::to_string(R) +
@@ -366,6 +364,11 @@ int runBody(int argc, char **argv, int first) {
   installStopHandlers();
   int64_t lastSaved = -1;
   auto saveCheckpoint = [&](double l) {
+    if (!leader) { // under mpirun: process 0 writes; the others take part in gathering the shards
+      checkpoint::follow(ex, /*weightsOnly=*/false);
+      lastSaved = ex.stepCount();
+      return;
+    }
     checkpoint::Info info = checkpoint::save(ckptDir, ex, *source, seed, l, int(keep));
     lastSaved = info.step;
     if (!quiet) std::fprintf(stderr, "bigc run: checkpoint %s\n", info.path.c_str());
@@ -408,9 +411,13 @@ int runBody(int argc, char **argv, int first) {
       log->line(j.dump());
     }
     if (!ckptDir.empty() && every > 0 && s % every == 0) saveCheckpoint(loss);
-    if (const int sig = stopSignal.load()) {
+    int sig = stopSignal.load();
+    if (world > 1) // every process stops after the same step (mpirun forwards the signal to each)
+      sig = mpiSum(sig ? 1.0 : 0.0) > 0 ? (sig ? sig : SIGTERM) : 0;
+    if (sig) {
       if (!ckptDir.empty() && lastSaved != s) saveCheckpoint(loss);
-      std::fprintf(stderr, "bigc run: stopped by %s after step %lld%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+      if (leader)
+        std::fprintf(stderr, "bigc run: stopped by %s after step %lld%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
                    (long long)s,
                    ckptDir.empty() ? " (no --checkpoint-dir: nothing saved)"
                                    : "; continue with the same command and --resume");
@@ -422,7 +429,10 @@ int runBody(int argc, char **argv, int first) {
   if (!ckptDir.empty() && lastSaved != ex.stepCount() && ex.stepCount() > start) saveCheckpoint(loss);
 
   if (profile) printProfile(ex, profiledWall);
-  if (args.has("--save-weights")) safetensors::writeWeights(args.str("--save-weights"), ex);
+  if (args.has("--save-weights")) {
+    if (leader) safetensors::writeWeights(args.str("--save-weights"), ex);
+    else checkpoint::follow(ex, /*weightsOnly=*/true);
+  }
   if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
   if (log) log->commit();
   if (!quiet && steps > 0) {

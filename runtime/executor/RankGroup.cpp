@@ -265,11 +265,34 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
 
 void RankGroup::gather(int64_t id, void *dst) const {
   const Buffer &b = rankProgram_.buffers[size_t(id)];
-  if (comm_->localSize() != comm_->size())
-    throw UserError("reading the sharded tensor '" + b.name + "' needs the ranks of other processes: "
-                    "checkpoints, --save-weights and --load-weights of a ZeRO program run in one process in this "
-                    "version (run without mpirun)");
   const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
+  if (comm_->localSize() != comm_->size()) {
+    // Shards in other processes: an all-gather through the communicator, every local rank taking
+    // part (every process reads the same tensors in the same order: bigc run's followers mirror the
+    // leader's reads, checkpoint::follow).
+    const int local = int(engines_.size());
+    std::vector<std::vector<char>> shards(size_t(local), std::vector<char>(size_t(b.bytes)));
+    std::vector<std::vector<char>> wholes(size_t(local), std::vector<char>(size_t(N * e)));
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(local));
+    std::vector<std::thread> threads;
+    for (int l = 0; l < local; ++l)
+      threads.emplace_back([&, l] {
+        try {
+          engines_[size_t(l)]->readBytes(id, shards[size_t(l)].data());
+          comm_->run(l, CollectiveKind::AllGather, Reduce::Sum,
+                     {CollectiveTensor{shards[size_t(l)].data(), wholes[size_t(l)].data(), b.dtype, S, N}},
+                     "gathering '" + b.name + "'");
+        } catch (...) {
+          errors[size_t(l)] = std::current_exception();
+          comm_->abort("rank " + std::to_string(comm_->globalRank(l)) + " failed gathering '" + b.name + "'");
+        }
+      });
+    for (auto &t : threads) t.join();
+    for (auto &x : errors)
+      if (x) std::rethrow_exception(x);
+    std::memcpy(dst, wholes[0].data(), size_t(N * e));
+    return;
+  }
   std::vector<char> shard(size_t(b.bytes));
   for (int l = 0; l < int(engines_.size()); ++l) {
     const int64_t g = comm_->globalRank(l), begin = g * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);

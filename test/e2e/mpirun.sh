@@ -2,8 +2,10 @@
 # Ranks in several processes (OpenMPI's mpirun, the MPI communicator): the tiny GPT compiled for 8
 # ranks trained 10 steps by 2 processes x 4 ranks (and 4 x 2) under zero 0, 2 and 3 gives the
 # losses of the same program run in one process (8 threads, in-process communicator) to 1e-5
-# relative; mpirun -np 3 (which does not divide 8 ranks) is refused with exit 1; a process killed
-# with SIGKILL mid-run stops the job (non-zero exit) instead of hanging.
+# relative; checkpoints written under mpirun resume in one process and the other way round, and
+# --save-weights under mpirun writes the whole tensors; mpirun -np 3 (which does not divide 8
+# ranks) is refused with exit 1; a process killed with SIGKILL mid-run stops the job (non-zero
+# exit) instead of hanging.
 set -euo pipefail
 BIN=$1
 d=$(mktemp -d)
@@ -40,6 +42,43 @@ for z, procs in [(0, 2), (2, 2), (3, 2), (3, 4)]:
     print(("ok   " if good else "FAIL ") + f"zero {z}: {procs} processes x {8 // procs} ranks vs one process: "
           f"max relative loss difference {r:.3g} (<= 1e-5); loss {b[0]:.4f} -> {b[-1]:.4f}")
     ok &= good
+sys.exit(0 if ok else 1)
+PY
+
+# Checkpoints and weights under mpirun (process 0 writes; the shards of both processes gathered):
+# 5 steps by 2 processes, resumed in one process to step 10; 5 steps in one process, resumed by 2
+# processes; --save-weights by 2 processes equals one process's.
+timeout 300 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/z3.bigc" --synthetic --steps 5 --seed 7 --checkpoint-dir "$d/ckA" --quiet
+"$BIN/bigc" run "$d/z3.bigc" --synthetic --steps 10 --seed 7 --checkpoint-dir "$d/ckA" --resume --log "$d/resA.jsonl" --quiet
+"$BIN/bigc" run "$d/z3.bigc" --synthetic --steps 5 --seed 7 --checkpoint-dir "$d/ckB" --quiet
+timeout 300 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/z3.bigc" --synthetic --steps 10 --seed 7 --checkpoint-dir "$d/ckB" \
+  --resume --log "$d/resB.jsonl" --save-weights "$d/wB.safetensors" --quiet
+"$BIN/bigc" run "$d/z3.bigc" --synthetic --steps 10 --seed 7 --save-weights "$d/w1.safetensors" --quiet
+$PY - "$d" <<'PY'
+import json, struct, sys
+import numpy as np
+d = sys.argv[1]
+ok = True
+def losses(n):
+    return [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl") if l.strip()]
+def weights(n):
+    raw = open(f"{d}/{n}.safetensors", "rb").read()
+    (hl,) = struct.unpack("<Q", raw[:8])
+    head = json.loads(raw[8:8 + hl])
+    return {k: np.frombuffer(raw[8 + hl + v["data_offsets"][0]:8 + hl + v["data_offsets"][1]], dtype=np.float32)
+            for k, v in head.items() if k != "__metadata__"}
+straight = losses("z3.one")
+for n, what in [("resA", "2 processes -> resumed in one"), ("resB", "one process -> resumed by 2 processes")]:
+    r = losses(n)
+    diff = max(abs(a - b) / abs(a) for a, b in zip(straight[5:], r)) if len(r) == 5 else 1.0
+    good = len(r) == 5 and diff <= 1e-5
+    print(("ok   " if good else "FAIL ") + f"checkpoint {what}: steps 6-10 within {diff:.3g} of one process (<= 1e-5)")
+    ok &= good
+a, b = weights("w1"), weights("wB")
+dw = max(float(np.max(np.abs(a[k] - b[k]))) for k in a) if set(a) == set(b) else 1.0
+good = set(a) == set(b) and dw <= 1e-4
+print(("ok   " if good else "FAIL ") + f"--save-weights by 2 processes: {len(b)} whole tensors, max |difference| to one process {dw:.3g}")
+ok &= good
 sys.exit(0 if ok else 1)
 PY
 

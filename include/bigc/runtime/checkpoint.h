@@ -39,6 +39,11 @@ struct Info {
 Info save(const std::string &dir, const Engine &ex, const data::TokenSource &source, uint64_t seed, double loss,
           int keep);
 
+// Under mpirun, the processes other than the leader (process 0, which writes): the same reads of
+// the engine's tensors as save() (or, with `weightsOnly`, as --save-weights), in the same order,
+// writing nothing: sharded tensors are gathered by all processes together.
+void follow(const Engine &ex, bool weightsOnly);
+
 // The newest complete checkpoint in dir: its manifest parses, belongs to a bigc checkpoint, and its
 // files have the sizes and checksums it records. Incomplete or damaged ones are skipped, each with
 // a line in `skipped`. Returns an empty path when there is none.
