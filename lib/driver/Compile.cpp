@@ -87,6 +87,8 @@ const char *kHelp =
     "                          1 + AdamW states and fp32 masters sharded, 2 + gradients sharded\n"
     "                          (reduce-scatter during the backward), 3 + weights sharded\n"
     "                          (all-gathered before each layer's forward and backward)\n"
+    "  --global-batch N        check that N = ranks x batch x K sequences per step (DeepSpeed's\n"
+    "                          train_batch_size): a clear error naming the batch per rank otherwise\n"
     "  --bucket-mb F           largest bucket of merged collectives in MiB (25; 0: one per tensor)\n"
     "  --prefetch N            --zero 3: layers ahead that a weight all-gather starts (1; 0: none)\n"
     "  --quiet                 print nothing on success\n"
@@ -100,7 +102,8 @@ const std::set<std::string> kValued = {
     "--hardware", "--device-mem", "--host-mem", "--ranks", "--precision", "--micro-batches",
     "--loss-scale", "--loss-scale-window",
     "--recompute", "--memory-budget", "--offload", "--zero", "--tp", "--pp", "--lr", "--beta1",
-    "--beta2", "--eps", "--weight-decay", "--grad-clip", "--offload-params", "--bucket-mb", "--prefetch"};
+    "--beta2", "--eps", "--weight-decay", "--grad-clip", "--offload-params", "--bucket-mb", "--prefetch",
+    "--global-batch"};
 const std::set<std::string> kSwitches = {"--quiet", "--help"};
 
 
@@ -681,6 +684,31 @@ int compileMain(int argc, char **argv, int first) {
     return 1;
   }
   auto tParsed = std::chrono::steady_clock::now();
+
+  // --global-batch: the ranks must divide it into the model's batch per rank and K micro-batches.
+  if (args.has("--global-batch")) {
+    const int64_t g = args.integer("--global-batch", 0);
+    auto fwd = module->lookupSymbol<mlir::func::FuncOp>("forward");
+    const int64_t b = llvm::cast<mlir::RankedTensorType>(fwd.getFunctionType().getInput(0)).getDimSize(0);
+    const int64_t per = opts.ranks * opts.microBatches;
+    std::string what = std::to_string(opts.ranks) + " rank(s) x " + std::to_string(opts.microBatches) +
+                       " micro-batch(es)";
+    if (g < 1 || g % per != 0) {
+      std::fprintf(stderr,
+                   "bigc compile: %s: option --global-batch %lld: %s do not divide it (the global batch is ranks x "
+                   "batch x micro-batches); use a multiple of %lld, or another --ranks / --micro-batches\n",
+                   input.c_str(), (long long)g, what.c_str(), (long long)per);
+      return 1;
+    }
+    if (g / per != b) {
+      std::fprintf(stderr,
+                   "bigc compile: %s: option --global-batch %lld with %s needs a batch of %lld sequences per rank; the "
+                   "model's is %lld (regenerate it with bigc gen gpt --batch %lld, or change --ranks / "
+                   "--micro-batches)\n",
+                   input.c_str(), (long long)g, what.c_str(), (long long)(g / per), (long long)b, (long long)(g / per));
+      return 1;
+    }
+  }
 
   rt::Program program;
   try {
