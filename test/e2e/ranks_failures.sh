@@ -60,6 +60,12 @@ for x in c.values():
 print("ok   estimate: step %.3f ms, compute %.3f ms, all-gather %.0f%% hidden" % (
     e["step_seconds"] * 1e3, e["compute_seconds"] * 1e3, 100 * c["all_gather"]["hidden_fraction"]))'
 
+# The timeline marks the comm stream.
+"$BIN/bigc" inspect "$d/z3.bigc" --timeline "$d/z3.svg" > /dev/null
+grep -q "collectives (all-reduce, reduce-scatter, all-gather) ([0-9]* instructions" "$d/z3.svg" || {
+  echo "FAIL: the timeline has no comm-stream lane"; exit 1; }
+echo "ok   timeline: a lane of collectives"
+
 # 1/N: a 4-block model so that padding is small against the tensors.
 "$BIN/bigc" gen gpt --preset tiny --layers 4 --hidden 128 --heads 4 -o "$d/w.mlir" > /dev/null
 for n in 1 2 4 8; do
