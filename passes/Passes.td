@@ -595,4 +595,32 @@ def BigcTestPrintMemoryPlan
   }];
 }
 
+def BigcTestPrintStepEstimate
+    : Pass<"bigc-test-print-step-estimate", "::mlir::ModuleOp"> {
+  let summary = "Print the step estimate of the scheduled @train_step (tests)";
+  let description = [{
+    Plays the scheduled @train_step with the cost model on the given rates,
+    as `bigc compile --hardware` does (lib/analysis/StepSimulation.cpp), and
+    prints the step's time, the compute stream's busy time and, per
+    collective kind, its time and the part hidden behind compute:
+
+    ```
+    step-estimate: step=1.573 ms compute=1.573 ms
+    all_reduce: count=1 time=1.000 ms hidden=1.000 ms
+    ```
+
+    The IR is not changed.
+  }];
+  let options = [
+    Option<"deviceFlops", "device-flops", "double", /*default=*/"1e12", "Device FLOP/s">,
+    Option<"deviceBytesPerS", "device-bytes-per-s", "double", /*default=*/"0",
+           "Device memory bandwidth (0: FLOPs only)">,
+    Option<"linkBytesPerS", "link-bytes-per-s", "double", /*default=*/"1e10",
+           "Interconnect bandwidth per device (collectives)">,
+    Option<"pcieBytesPerS", "pcie-bytes-per-s", "double", /*default=*/"1e10",
+           "Host <-> device bandwidth">,
+    Option<"hostFlops", "host-flops", "double", /*default=*/"1e11", "Host FLOP/s">,
+  ];
+}
+
 #endif // BIGC_PASSES_TD

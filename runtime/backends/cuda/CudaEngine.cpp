@@ -1000,7 +1000,15 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   };
   std::vector<CopyOut> after;
   char *pad = static_cast<char *>(pad_);
+  // The group is closed on every path (an error inside it leaves no open group on this thread).
+  struct Group {
+    bool open = false;
+    ~Group() {
+      if (open) ncclGroupEnd();
+    }
+  } group;
   BIGC_NCCL(ncclGroupStart());
+  group.open = true;
   for (size_t k = 0; k < op.rawIn.size(); ++k) {
     const int64_t e = dtypeSize(op.inT[k]);
     if (op.kind == OpKind::AllReduce) {
@@ -1026,6 +1034,7 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
       BIGC_NCCL(ncclAllGather(op.rawIn[k], dst, size_t(S), type(op.inT[k]), rank_.nccl, s));
     }
   }
+  group.open = false;
   BIGC_NCCL(ncclGroupEnd());
   for (const CopyOut &c : after) BIGC_CK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s));
 #endif
