@@ -7,6 +7,7 @@
 
 #include "bigc/Dialect/BigcTransfer.h"
 
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseSet.h"
@@ -66,6 +67,23 @@ int64_t mlir::bigc::opLayer(Operation *op) {
   if (auto e = op->getAttrOfType<IntegerAttr>(kLayerAttrName))
     return e.getInt();
   return -1;
+}
+
+void mlir::bigc::copyPlacementTags(Operation *from, Operation *to) {
+  for (StringRef name : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef("bigc.micro_batch")})
+    if (Attribute a = from->getAttr(name))
+      to->setAttr(name, a);
+}
+
+FailureOr<ParamOp> mlir::bigc::addParamAfter(ParamOp after, StringRef name, Type type, StringRef init,
+                                             StringRef role, StringRef source, StringRef pass) {
+  if (SymbolTable::lookupSymbolIn(after->getParentOp(), name))
+    return after.emitError() << pass << ": cannot add the parameter @\"" << name << "\": the name is taken";
+  OpBuilder b(after->getContext());
+  b.setInsertionPointAfter(after);
+  return b.create<ParamOp>(after.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr(init),
+                           FloatAttr(), b.getStringAttr(role), source.empty() ? StringAttr() : b.getStringAttr(source),
+                           FloatAttr());
 }
 
 namespace {

@@ -39,31 +39,6 @@ void setSpace(Operation *op, StringRef space) {
   op->setAttr(kSpaceAttrName, StringAttr::get(op->getContext(), space));
 }
 
-/// Copies the phase and layer of `from` onto `to` (when `from` has them).
-void copyPlacementTags(Operation *from, Operation *to) {
-  for (StringRef name : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName),
-                         StringRef("bigc.micro_batch")})
-    if (Attribute a = from->getAttr(name))
-      to->setAttr(name, a);
-}
-
-/// A new bigc.param `name` right after `after`, or a located error when the
-/// name is taken.
-FailureOr<ParamOp> addParam(ModuleOp module, ParamOp after, StringRef name,
-                            Type type, StringRef init, StringRef role,
-                            StringRef source) {
-  if (SymbolTable::lookupSymbolIn(module, name))
-    return after.emitError("bigc-offload: cannot add the parameter @\"")
-           << name << "\": the name is taken";
-  OpBuilder b(after->getContext());
-  b.setInsertionPointAfter(after);
-  auto p = b.create<ParamOp>(
-      after.getLoc(), b.getStringAttr(name), TypeAttr::get(type),
-      b.getStringAttr(init), FloatAttr(), b.getStringAttr(role),
-      source.empty() ? StringAttr() : b.getStringAttr(source), FloatAttr());
-  return p;
-}
-
 struct BigcOffloadPass
     : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPass> {
   using Base::Base;
@@ -119,8 +94,8 @@ struct BigcOffloadPass
       if (!a.getHalfAttr()) {
         std::string halfName = (name + ".half").str();
         FailureOr<ParamOp> half =
-            addParam(module, master, halfName, master.getType(), "copy",
-                     "param", name);
+            addParamAfter(master, halfName, master.getType(), "copy",
+                          "param", name, "bigc-offload");
         if (failed(half))
           return failure();
         master.setRole("master");
@@ -150,9 +125,8 @@ struct BigcOffloadPass
       // The host AdamW writes a host staging tensor, copied to the device
       // compute copy after its last reader of this step.
       std::string stageName = (name + ".stage").str();
-      FailureOr<ParamOp> stage = addParam(module, half, stageName,
-                                          half.getType(), "zeros", "transfer",
-                                          "");
+      FailureOr<ParamOp> stage =
+          addParamAfter(half, stageName, half.getType(), "zeros", "transfer", "", "bigc-offload");
       if (failed(stage))
         return failure();
       setSpace(*stage, kHostSpace);

@@ -156,11 +156,9 @@ void hoistOptimizer(Block &block) {
   for (ParamAllGatherOp pg : paramGathers) {
     if (Operation *first = firstReader.lookup(pg.getTo())) {
       pg->moveBefore(first);
-      for (StringRef tag : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef("bigc.micro_batch")}) {
+      for (StringRef tag : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef("bigc.micro_batch")})
         pg->removeAttr(tag);
-        if (Attribute a = first->getAttr(tag))
-          pg->setAttr(tag, a);
-      }
+      copyPlacementTags(first, pg);
       readers[pg.getFrom()].push_back(pg);
     } else {
       stayAfterUpdate.push_back(pg);
@@ -203,50 +201,36 @@ void hoistOptimizer(Block &block) {
       a->moveBefore(&block.front());
   }
   // Each param_copy after the update that writes its source and after the
-  // last reader of its destination (the positions of the updates are final).
+  // last reader of its destination (the positions of the updates are final);
+  // then each param_all_gather still here (one whose whole copy nothing
+  // reads) likewise, after the update or host-to-device copy of its shard.
   llvm::StringMap<Operation *> writerOf;
   for (AdamWOp a : updates)
     if (std::optional<StringRef> half = a.getHalf())
       writerOf[*half] = a;
-  SmallVector<std::pair<ParamCopyOp, Operation *>> copyMoves;
-  for (ParamCopyOp pc : paramCopies) {
-    Operation *after = nullptr;
-    auto later = [&](Operation *op) {
-      if (op && op != pc && (!after || after->isBeforeInBlock(op)))
-        after = op;
-    };
-    later(writerOf.lookup(pc.getFrom()));
-    auto it = readers.find(pc.getTo());
-    if (it != readers.end())
-      for (Operation *r : it->second)
-        later(r);
-    copyMoves.push_back({pc, after});
-  }
-  for (auto &[pc, after] : llvm::reverse(copyMoves))
-    if (after)
-      pc->moveAfter(after);
-  // Each param_all_gather (ZeRO-1/2) after the op that writes its shard
-  // (the update, or the host-to-device copy of it) and the last reader of
-  // the whole copy it writes.
+  auto placeAfterWriterAndReaders = [&](auto ops) {
+    SmallVector<std::pair<Operation *, Operation *>> toMove;
+    for (auto op : ops) {
+      Operation *after = nullptr;
+      auto later = [&](Operation *x) {
+        if (x && x != op.getOperation() && (!after || after->isBeforeInBlock(x)))
+          after = x;
+      };
+      later(writerOf.lookup(op.getFrom()));
+      auto it = readers.find(op.getTo());
+      if (it != readers.end())
+        for (Operation *r : it->second)
+          later(r);
+      toMove.push_back({op, after});
+    }
+    for (auto &[op, after] : llvm::reverse(toMove))
+      if (after)
+        op->moveAfter(after);
+  };
+  placeAfterWriterAndReaders(paramCopies);
   for (ParamCopyOp pc : paramCopies)
     writerOf[pc.getTo()] = pc;
-  SmallVector<std::pair<ParamAllGatherOp, Operation *>> gatherMoves;
-  for (ParamAllGatherOp pg : paramGathers) {
-    Operation *after = nullptr;
-    auto later = [&](Operation *op) {
-      if (op && op != pg && (!after || after->isBeforeInBlock(op)))
-        after = op;
-    };
-    later(writerOf.lookup(pg.getFrom()));
-    auto it = readers.find(pg.getTo());
-    if (it != readers.end())
-      for (Operation *r : it->second)
-        later(r);
-    gatherMoves.push_back({pg, after});
-  }
-  for (auto &[pg, after] : llvm::reverse(gatherMoves))
-    if (after)
-      pg->moveAfter(after);
+  placeAfterWriterAndReaders(paramGathers);
 }
 
 /// A device copy of a parameter (bigc-offload with params=host) and the

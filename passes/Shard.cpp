@@ -49,13 +49,6 @@ int64_t bytesOf(Type t) {
   return rt.getNumElements() * e;
 }
 
-/// Copies phase, layer and micro-batch of `from` onto `to`.
-void copyTags(Operation *from, Operation *to) {
-  for (StringRef name : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef(kMicroBatchAttr)})
-    if (Attribute a = from->getAttr(name))
-      to->setAttr(name, a);
-}
-
 Operation *inBlock(Block &block, Operation *op) { return block.findAncestorOpInBlock(*op); }
 
 struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
@@ -81,17 +74,6 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     OpBuilder b(p);
     p->setAttr(kFullShapeAttrName, b.getDenseI64ArrayAttr(t.getShape()));
     p.setTypeAttr(TypeAttr::get(shardType(t)));
-  }
-
-  FailureOr<ParamOp> addParam(ParamOp after, StringRef name, Type type, StringRef init, StringRef role,
-                              StringRef source) {
-    if (SymbolTable::lookupSymbolIn(module, name))
-      return after.emitError("bigc-shard: cannot add the parameter @\"") << name << "\": the name is taken";
-    OpBuilder b(after->getContext());
-    b.setInsertionPointAfter(after);
-    return b.create<ParamOp>(after.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr(init),
-                             FloatAttr(), b.getStringAttr(role),
-                             source.empty() ? StringAttr() : b.getStringAttr(source), FloatAttr());
   }
 
   /// Where the gradient collectives of zero 1 go: the end of the backward
@@ -259,7 +241,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         if (!p)
           return a.emitError("bigc-shard: unknown parameter @") << a.getParam();
         std::string halfName = (p.getSymName() + ".half").str();
-        FailureOr<ParamOp> half = addParam(p, halfName, p.getType(), "copy", "param", p.getSymName());
+        FailureOr<ParamOp> half = addParamAfter(p, halfName, p.getType(), "copy", "param", p.getSymName(), "bigc-shard");
         if (failed(half))
           return failure();
         StringRef name = p.getSymName();
@@ -280,7 +262,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         b.setInsertionPointAfterValue(g);
         auto ar = createCollective<AllReduceOp>(b, g.getLoc(), g, g.getType(), "mean");
         if (Operation *d = g.getDefiningOp())
-          copyTags(d, ar);
+          copyPlacementTags(d, ar);
         g.replaceAllUsesExcept(ar.getResult(0), ar);
         continue;
       }
@@ -301,7 +283,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
           b.setInsertionPointAfterValue(t);
         auto rs = createCollective<ReduceScatterOp>(b, t.getLoc(), t, shardType(t.getType()), "mean");
         if (Operation *d = t.getDefiningOp())
-          copyTags(d, rs);
+          copyPlacementTags(d, rs);
         made.insert(rs);
         Value s = rs.getResult(0);
         if (nTerms == 1) {
@@ -314,7 +296,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         auto f32 = RankedTensorType::get(tensorOf(s.getType()).getShape(), Float32Type::get(ctx));
         if (!tensorOf(s.getType()).getElementType().isF32()) {
           auto c = b.create<CastOp>(t.getLoc(), f32, s);
-          copyTags(rs, c);
+          copyPlacementTags(rs, c);
           c->setAttr(kGradAccumAttr, b.getUnitAttr());
           s = c;
         }
@@ -322,7 +304,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
           acc = s;
         } else {
           auto add = b.create<AddOp>(t.getLoc(), f32, acc, s);
-          copyTags(rs, add);
+          copyPlacementTags(rs, add);
           add->setAttr(kGradAccumAttr, b.getUnitAttr());
           acc = add;
         }
@@ -350,7 +332,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         Value r = op.getResult(0);
         auto ar = createCollective<AllReduceOp>(b, op.getLoc(), r, r.getType(),
                                                 isa<GlobalNormOp>(op) ? "norm" : "max");
-        copyTags(&op, ar);
+        copyPlacementTags(&op, ar);
         r.replaceAllUsesExcept(ar.getResult(0), ar);
       }
       // Optimizer states and masters as shards.
@@ -373,7 +355,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         // then every rank gathers the whole copy.
         std::string shardName = (half.getSymName() + ".shard").str();
         FailureOr<ParamOp> sh =
-            addParam(half, shardName, shardType(half.getType()), "copy", "param", a.getParam());
+            addParamAfter(half, shardName, shardType(half.getType()), "copy", "param", a.getParam(), "bigc-shard");
         if (failed(sh))
           return failure();
         (*sh)->setAttr(kFullShapeAttrName, OpBuilder(ctx).getDenseI64ArrayAttr(half.getTensorType().getShape()));
@@ -382,7 +364,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         b.setInsertionPointAfter(a);
         auto pag = b.create<ParamAllGatherOp>(a.getLoc(), FlatSymbolRefAttr::get(ctx, shardName),
                                               FlatSymbolRefAttr::get(ctx, half.getSymName()), b.getStringAttr(kDp));
-        copyTags(a, pag);
+        copyPlacementTags(a, pag);
       }
     }
 
@@ -450,9 +432,9 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         auto gp = cast<GetParamOp>(gpOp);
         auto p = module.lookupSymbol<ParamOp>(gp.getParamAttr());
         auto shardRead = b.create<GetParamOp>(gp.getLoc(), p.getType(), gp.getParamAttr());
-        copyTags(nd.firstUser, shardRead);
+        copyPlacementTags(nd.firstUser, shardRead);
         auto ag = createCollective<AllGatherOp>(b, gp.getLoc(), shardRead, gp.getType(), "");
-        copyTags(nd.firstUser, ag);
+        copyPlacementTags(nd.firstUser, ag);
         for (OpOperand *use : uses)
           use->set(ag.getResult(0));
       }

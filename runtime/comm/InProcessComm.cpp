@@ -116,31 +116,27 @@ void runLocal(LocalGroup &g, int r, CollectiveKind kind, Reduce red, const std::
     if (red == Reduce::Norm) return std::sqrt(v);
     return v;
   };
+  // The reduced chunk r of each tensor, finished and rounded: into the shard (reduce-scatter, the
+  // padding zeroed) or into its place in the whole output (all-reduce, gathered after).
+  auto writeReduced = [&](bool intoShard) {
+    const float *acc = g.scratch(r, ringReduceScatter(g, r, red, ts, what));
+    int64_t off = 0;
+    for (const auto &t : ts) {
+      Chunk ch = chunkOf(t.inNumel, n, r);
+      const int64_t len = intoShard ? t.outNumel : ch.len, base = intoShard ? 0 : ch.begin;
+      for (int64_t i = 0; i < len; ++i) storeFrom32(t.out, t.dtype, base + i, i < ch.len ? finish(acc[off + i]) : 0.0f);
+      off += n == 1 ? t.inNumel : (t.inNumel + n - 1) / n;
+    }
+  };
   switch (kind) {
-  case CollectiveKind::ReduceScatter: {
-    int half = ringReduceScatter(g, r, red, ts, what);
-    const float *acc = g.scratch(r, half);
-    int64_t off = 0;
-    for (const auto &t : ts) {
-      Chunk ch = chunkOf(t.inNumel, n, r);
-      for (int64_t i = 0; i < t.outNumel; ++i) storeFrom32(t.out, t.dtype, i, i < ch.len ? finish(acc[off + i]) : 0.0f);
-      off += n == 1 ? t.inNumel : (t.inNumel + n - 1) / n;
-    }
+  case CollectiveKind::ReduceScatter:
+    writeReduced(true);
     break;
-  }
-  case CollectiveKind::AllReduce: {
-    int half = ringReduceScatter(g, r, red, ts, what);
-    const float *acc = g.scratch(r, half);
-    int64_t off = 0;
-    for (const auto &t : ts) {
-      Chunk ch = chunkOf(t.inNumel, n, r);
-      for (int64_t i = 0; i < ch.len; ++i) storeFrom32(t.out, t.dtype, ch.begin + i, finish(acc[off + i]));
-      off += n == 1 ? t.inNumel : (t.inNumel + n - 1) / n;
-    }
+  case CollectiveKind::AllReduce:
+    writeReduced(false);
     g.barrier(r, what);
     ringAllGather(g, r, ts, what);
     break;
-  }
   case CollectiveKind::AllGather: {
     for (const auto &t : ts) {
       Chunk ch = chunkOf(t.outNumel, n, r);

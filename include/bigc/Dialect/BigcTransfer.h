@@ -49,6 +49,16 @@ int64_t opEvent(Operation *op);
 /// The `bigc.layer` of an op, -1 when it has none.
 int64_t opLayer(Operation *op);
 
+/// Copies the placement tags of `from` (bigc.phase, bigc.layer,
+/// bigc.micro_batch, when it has them) onto `to`: an op a pass adds for
+/// another op sits where that one does.
+void copyPlacementTags(Operation *from, Operation *to);
+
+/// A new bigc.param `name` right after `after` (no std or value), or a
+/// located error naming `pass` when the name is taken.
+FailureOr<ParamOp> addParamAfter(ParamOp after, StringRef name, Type type, StringRef init, StringRef role,
+                                 StringRef source, StringRef pass);
+
 } // namespace bigc
 } // namespace mlir
 
