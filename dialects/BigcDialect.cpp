@@ -13,4 +13,5 @@ void BigcDialect::initialize() {
 #define GET_OP_LIST
 #include "dialects/BigcOps.cpp.inc"
       >();
+  attachTensorParallelRules(*getContext());
 }

@@ -28,4 +28,29 @@ def DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
   ];
 }
 
+def TensorParallelOpInterface : OpInterface<"TensorParallelOpInterface"> {
+  let cppNamespace = "::mlir::bigc";
+  let description = [{
+    An op's tensor-parallel sharding rule (bigc-tensor-parallel): given the
+    layouts of its operands over the tensor ranks (replicated, split along a
+    dimension, partial sums; a weight not yet placed is `freeParam`), the
+    layouts it needs them in and the layouts of its results. Megatron's
+    column- and row-parallel matmuls, the vocabulary-parallel embedding and
+    loss, attention over a share of the heads and the sequence-parallel
+    layernorm are rules of matmul, embedding, cross_entropy, attention and
+    layernorm; a model written with the same ops in another arrangement gets
+    the same treatment. An op without the interface runs replicated (and
+    bigc inspect says so). The rules are attached to the ops in
+    BigcTensorParallelRules.cpp.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        The rule for operands laid out as `operands` (one per operand).
+      }],
+      "::mlir::bigc::TpRule", "getTpRule",
+      (ins "::llvm::ArrayRef<::mlir::bigc::TpLayout>":$operands,
+           "const ::mlir::bigc::TpContext &":$ctx)>
+  ];
+}
+
 #endif // BIGC_INTERFACES_TD

@@ -608,8 +608,11 @@ LogicalResult GlobalNormOp::verify() {
 LogicalResult EmbeddingOp::buildGradient(OpBuilder &b,
                                          ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  Value dtable = b.create<EmbeddingGradOp>(getLoc(), getTable().getType(),
-                                           resultGrads[0], getIds());
+  auto grad = b.create<EmbeddingGradOp>(getLoc(), getTable().getType(),
+                                        resultGrads[0], getIds());
+  if (Attribute g = (*this)->getAttr(kVocabGroupAttrName)) // vocabulary-parallel
+    grad->setAttr(kVocabGroupAttrName, g);
+  Value dtable = grad;
   operandGrads.assign({dtable, Value()});
   return success();
 }

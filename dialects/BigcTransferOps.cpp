@@ -81,9 +81,11 @@ FailureOr<ParamOp> mlir::bigc::addParamAfter(ParamOp after, StringRef name, Type
     return after.emitError() << pass << ": cannot add the parameter @\"" << name << "\": the name is taken";
   OpBuilder b(after->getContext());
   b.setInsertionPointAfter(after);
-  return b.create<ParamOp>(after.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr(init),
-                           FloatAttr(), b.getStringAttr(role), source.empty() ? StringAttr() : b.getStringAttr(source),
-                           FloatAttr());
+  auto p = b.create<ParamOp>(after.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr(init),
+                             FloatAttr(), b.getStringAttr(role), source.empty() ? StringAttr() : b.getStringAttr(source),
+                             FloatAttr());
+  copyTpSplit(after, p); // a state or copy of a tensor-parallel chunk is a chunk too
+  return p;
 }
 
 namespace {

@@ -191,10 +191,12 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module,
     mb.setInsertionPointAfter(p);
     const Location ploc = p.getLoc(); // (a structured binding cannot be captured before C++20)
     auto declare = [&](StringRef name) {
-      return mb.create<ParamOp>(ploc, mb.getStringAttr(name),
-                                TypeAttr::get(stateType),
-                                mb.getStringAttr("zeros"), FloatAttr(),
-                                mb.getStringAttr("optimizer"));
+      auto state = mb.create<ParamOp>(ploc, mb.getStringAttr(name),
+                                      TypeAttr::get(stateType),
+                                      mb.getStringAttr("zeros"), FloatAttr(),
+                                      mb.getStringAttr("optimizer"));
+      copyTpSplit(p, state);
+      return state;
     };
     ParamOp mOp = declare(m);
     mb.setInsertionPointAfter(mOp);

@@ -35,6 +35,13 @@ bool staysF32(OpResult r) {
     return true;
   if (isa<AttentionOp>(op) && r.getResultNumber() == 1)
     return true;
+  // The vocabulary-parallel loss's statistics, and the tensor-parallel moves
+  // and slices of values that stay f32.
+  if (isa<VocabCeStatsOp, VocabCeLossGradOp>(op))
+    return true;
+  if (isa<TpAllGatherOp, TpSliceOp, TpAllReduceOp, TpCopyOp, TpReduceScatterOp>(op))
+    if (auto d = dyn_cast<OpResult>(op->getOperand(0)))
+      return staysF32(d);
   auto t = dyn_cast<RankedTensorType>(r.getType());
   return !t || t.getRank() == 0;
 }
@@ -133,6 +140,7 @@ struct BigcMixedPrecisionPass
           TypeAttr::get(to16(p.getType())), mb.getStringAttr("copy"),
           FloatAttr(), mb.getStringAttr("param"), p.getSymNameAttr(),
           FloatAttr());
+      copyTpSplit(p, h);
       halfOf[p.getSymName()] = FlatSymbolRefAttr::get(h.getSymNameAttr());
     }
 

@@ -86,6 +86,56 @@ def BigcAutodiff : Pass<"bigc-autodiff", "::mlir::ModuleOp"> {
   ];
 }
 
+def BigcTensorParallel : Pass<"bigc-tensor-parallel", "::mlir::ModuleOp"> {
+  let summary = "Tensor (and sequence) parallelism on the tp axis of the device mesh, before autodiff";
+  let description = [{
+    Makes @forward the forward of one of `tp` tensor ranks, before
+    bigc-autodiff, so that the backward's collectives come from
+    differentiating the forward's (Megatron-LM's f and g). Records
+    `bigc.mesh = {dp = ranks / tp, tp = tp, pp = 1}`.
+
+    Values carry a layout over the tensor ranks: replicated, split along a
+    dimension, or partial sums. Weights have none until an op reads them;
+    each op's rule (TensorParallelOpInterface, BigcTensorParallelRules.cpp)
+    says which layouts it needs its operands in and what its results are.
+    The pass walks @forward in order, places each weight as its first reader
+    asks (the type becomes the rank's chunk; `bigc.tp_split = [dim,
+    segments]`, `bigc.tp_full_shape`), and converts every operand whose
+    layout differs from the rule's:
+
+      partial -> replicated            tp_all_reduce (g)
+      replicated, read by split work   tp_copy (f: all-reduce of the gradient)
+      partial -> split on tokens       tp_reduce_scatter  (sequence parallel)
+      split on tokens -> replicated    tp_all_gather (gradient: reduce-scatter)
+      split -> replicated              tp_all_gather (gradient: this rank's chunk)
+      replicated -> split              tp_slice (gradient: all-gather)
+
+    On a GPT this gives Megatron's layout: QKV and the first MLP matmul
+    column-parallel (QKV in 3 segments, so each rank has whole heads), the
+    attention projection and the second MLP matmul row-parallel, one
+    all-reduce forward and one backward per pair; the token embedding
+    vocabulary-parallel (ids of other ranks give zeros, then an all-reduce),
+    and the tied LM head computing this rank's vocabulary columns, whose
+    cross-entropy is the vocabulary-parallel loss (vocab_ce_stats per rank,
+    an all-gather of 2 floats per token, vocab_ce_loss): the logits are never
+    gathered. `sequence-parallel` keeps the residual stream, the layernorms
+    and the biases after row-parallel matmuls split along the sequence: the
+    all-reduces become a reduce-scatter and an all-gather.
+
+    An op without a rule for its operands' layouts runs replicated; the
+    module attribute `bigc.tp_replicated` lists them for bigc inspect.
+    Errors: `tp` not dividing the ranks, the heads, a split dimension (the
+    vocabulary: pad it, as Megatron does) or the sequence.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks (the tp axis of the mesh)">,
+    Option<"ranks", "ranks", "int64_t", /*default=*/"1", "All ranks (dp = ranks / tp)">,
+    Option<"sequenceParallel", "sequence-parallel", "bool", /*default=*/"false",
+           "Split the per-token regions (layernorm, residual) along the sequence">,
+  ];
+}
+
 def BigcShard : Pass<"bigc-shard", "::mlir::ModuleOp"> {
   let summary = "Data parallelism and ZeRO-1/2/3 over the dp axis of the device mesh: collectives as ops";
   let description = [{

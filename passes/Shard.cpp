@@ -207,24 +207,34 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       return module.emitError("bigc-shard: ranks must be at least 1, got ") << ranks;
     if (zero < 0 || zero > 3)
       return module.emitError("bigc-shard: zero must be 0, 1, 2 or 3, got ") << zero;
-    if (module->hasAttr(kMeshAttrName))
-      return module.emitError("bigc-shard: already applied (the module has bigc.mesh)");
+    if (module->hasAttr("bigc.zero"))
+      return module.emitError("bigc-shard: already applied (the module has bigc.zero)");
     auto func = module.lookupSymbol<func::FuncOp>("train_step");
     if (!func)
       return module.emitError("bigc-shard: the module has no func.func @train_step (run bigc-autodiff first)");
     if (func.isExternal() || !func.getBody().hasOneBlock())
       return func.emitError("bigc-shard: @train_step must have a body of one block");
     block = &func.front();
-    R = ranks;
     Builder attrs(ctx);
-    module->setAttr(kMeshAttrName, attrs.getDictionaryAttr({
-                                       attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(R)),
-                                       attrs.getNamedAttr("pp", attrs.getI64IntegerAttr(1)),
-                                       attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(1)),
-                                   }));
+    if (module->hasAttr(kMeshAttrName)) { // bigc-tensor-parallel placed the tp axis
+      if (meshRanks(module) != ranks)
+        return module.emitError("bigc-shard: the mesh has ") << meshRanks(module) << " ranks, not " << ranks;
+      R = meshAxisSize(module, kDp);
+    } else {
+      R = ranks;
+      module->setAttr(kMeshAttrName, attrs.getDictionaryAttr({
+                                         attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(R)),
+                                         attrs.getNamedAttr("pp", attrs.getI64IntegerAttr(1)),
+                                         attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(1)),
+                                     }));
+    }
     module->setAttr("bigc.zero", attrs.getI64IntegerAttr(R == 1 ? 0 : zero));
-    if (R == 1)
-      return success(); // one rank: nothing to reduce or to shard
+    if (meshAxisSize(module, "tp") > 1 && failed(lowerTensorParallel()))
+      return failure();
+    if (R == 1) {
+      reduceOverflowOverTp();
+      return success(); // one data-parallel rank: nothing to reduce or to shard
+    }
 
     SmallVector<AdamWOp> updates;
     for (Operation &op : block->without_terminator())
@@ -373,7 +383,103 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
 
     bucketize<AllReduceOp>();
     bucketize<ReduceScatterOp>();
+    reduceOverflowOverTp();
     return success();
+  }
+
+  /// The tensor-parallel ops of bigc-tensor-parallel (forward and, by
+  /// differentiation, backward) as collectives over "tp": f vanishes, g is an
+  /// all-reduce; a gather or reduce-scatter along a dimension other than the
+  /// first moves the data in rank-major order, with a local transpose between
+  /// it and the tensor's layout. The fp16 overflow flag is reduced over the
+  /// tensor ranks too (each sees its chunks of the gradients).
+  LogicalResult lowerTensorParallel() {
+    const int64_t T = meshAxisSize(module, "tp");
+    SmallVector<Operation *> ops;
+    for (Operation &op : block->without_terminator())
+      if (isa<TpCopyOp, TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp>(op))
+        ops.push_back(&op);
+    auto tp = StringAttr::get(module.getContext(), "tp");
+    for (Operation *op : ops) {
+      OpBuilder b(op);
+      Location loc = op->getLoc();
+      auto tag = [&](Operation *made) {
+        copyPlacementTags(op, made);
+        return made->getResult(0);
+      };
+      auto reshape = [&](Value v, ArrayRef<int64_t> shape) -> Value {
+        auto t = RankedTensorType::get(shape, tensorOf(v.getType()).getElementType());
+        return t == v.getType() ? v : tag(b.create<ReshapeOp>(loc, t, v));
+      };
+      auto swap01 = [&](Value v) -> Value { // [a, b, c] -> [b, a, c]
+        auto s = tensorOf(v.getType()).getShape();
+        auto t = RankedTensorType::get({s[1], s[0], s[2]}, tensorOf(v.getType()).getElementType());
+        return tag(b.create<TransposeOp>(loc, t, v, b.getDenseI64ArrayAttr({1, 0, 2})));
+      };
+      // [pre, d, post] of a tensor split along `dim`.
+      auto around = [](RankedTensorType t, int64_t dim) {
+        int64_t pre = 1, post = 1;
+        for (int64_t i = 0; i < t.getRank(); ++i)
+          (i < dim ? pre : post) *= i == dim ? 1 : t.getShape()[size_t(i)];
+        return std::make_tuple(pre, t.getShape()[size_t(dim)], post);
+      };
+      if (auto c = dyn_cast<TpCopyOp>(op)) {
+        c.getY().replaceAllUsesWith(c.getX());
+      } else if (auto ar = dyn_cast<TpAllReduceOp>(op)) {
+        auto m = b.create<AllReduceOp>(loc, TypeRange{ar.getY().getType()}, ValueRange{ar.getX()}, tp,
+                                       b.getStringAttr("sum"));
+        ar.getY().replaceAllUsesWith(tag(m));
+      } else if (auto ag = dyn_cast<TpAllGatherOp>(op)) {
+        auto xt = tensorOf(ag.getX().getType()), yt = tensorOf(ag.getY().getType());
+        auto [pre, dl, post] = around(xt, ag.getDim());
+        Value flat = reshape(ag.getX(), {xt.getNumElements()});
+        Value y;
+        if (pre == 1) {
+          y = tag(b.create<AllGatherOp>(loc, TypeRange{yt}, ValueRange{flat}, tp));
+        } else {
+          auto gt = RankedTensorType::get({T, pre, dl * post}, yt.getElementType());
+          Value g = tag(b.create<AllGatherOp>(loc, TypeRange{gt}, ValueRange{flat}, tp));
+          y = reshape(swap01(g), yt.getShape());
+        }
+        ag.getY().replaceAllUsesWith(y);
+      } else if (auto rs = dyn_cast<TpReduceScatterOp>(op)) {
+        auto xt = tensorOf(rs.getX().getType()), yt = tensorOf(rs.getY().getType());
+        auto [pre, d, post] = around(xt, rs.getDim());
+        Value in = rs.getX();
+        if (pre != 1)
+          in = swap01(reshape(in, {pre, T, d / T * post}));
+        in = reshape(in, {xt.getNumElements()});
+        auto st = RankedTensorType::get({yt.getNumElements()}, yt.getElementType());
+        Value s = tag(b.create<ReduceScatterOp>(loc, TypeRange{st}, ValueRange{in}, tp, b.getStringAttr("sum")));
+        rs.getY().replaceAllUsesWith(reshape(s, yt.getShape()));
+      }
+      op->erase();
+    }
+    return success();
+  }
+
+  /// The fp16 overflow flag (after its reduction over "dp", if any) reduced
+  /// over the tensor ranks too: each sees only its chunks of the gradients,
+  /// and every rank must skip the same steps.
+  void reduceOverflowOverTp() {
+    if (meshAxisSize(module, "tp") <= 1)
+      return;
+    SmallVector<CheckFiniteOp> flags;
+    for (Operation &op : block->without_terminator())
+      if (auto cf = dyn_cast<CheckFiniteOp>(op))
+        flags.push_back(cf);
+    for (CheckFiniteOp cf : flags) {
+      Value r = cf.getResult();
+      if (r.hasOneUse())
+        if (auto ar = dyn_cast<AllReduceOp>(*r.getUsers().begin()))
+          r = ar.getResult(0);
+      OpBuilder b(cf);
+      b.setInsertionPointAfterValue(r);
+      auto m = b.create<AllReduceOp>(cf.getLoc(), TypeRange{r.getType()}, ValueRange{r}, b.getStringAttr("tp"),
+                                     b.getStringAttr("max"));
+      copyPlacementTags(cf, m);
+      r.replaceAllUsesExcept(m.getResult(0), m);
+    }
   }
 
   /// ZeRO-3: every read of a sharded weight gets the full tensor from an

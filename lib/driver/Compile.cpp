@@ -87,6 +87,11 @@ const char *kHelp =
     "                          1 + AdamW states and fp32 masters sharded, 2 + gradients sharded\n"
     "                          (reduce-scatter during the backward), 3 + weights sharded\n"
     "                          (all-gathered before each layer's forward and backward)\n"
+    "  --tp N                  tensor parallelism over N of the ranks (Megatron-LM splits: QKV and\n"
+    "                          MLP-in column-parallel, projections row-parallel, vocabulary-parallel\n"
+    "                          embedding and loss); the mesh is dp x tp with dp = ranks / N\n"
+    "  --sequence-parallel     with --tp: layernorms and the residual stream split along the\n"
+    "                          sequence (Megatron-SP: reduce-scatter + all-gather for all-reduce)\n"
     "  --global-batch N        check that N = ranks x batch x K sequences per step (DeepSpeed's\n"
     "                          train_batch_size): a clear error naming the batch per rank otherwise\n"
     "  --bucket-mb F           largest bucket of merged collectives in MiB (25; 0: one per tensor)\n"
@@ -94,7 +99,7 @@ const char *kHelp =
     "  --quiet                 print nothing on success\n"
     "\n"
     "options of later versions (this version accepts only the default value):\n"
-    "  --offload nvme   --tp N   --pp N\n"
+    "  --offload nvme   --pp N\n"
     "\n"
     "exit status: 0 written; 1 bad input or option, or the plan does not fit; 2 internal error\n";
 
@@ -104,7 +109,7 @@ const std::set<std::string> kValued = {
     "--recompute", "--memory-budget", "--offload", "--zero", "--tp", "--pp", "--lr", "--beta1",
     "--beta2", "--eps", "--weight-decay", "--grad-clip", "--offload-params", "--bucket-mb", "--prefetch",
     "--global-batch"};
-const std::set<std::string> kSwitches = {"--quiet", "--help"};
+const std::set<std::string> kSwitches = {"--quiet", "--help", "--sequence-parallel"};
 
 
 
@@ -112,7 +117,7 @@ const std::set<std::string> kSwitches = {"--quiet", "--help"};
 void refuseLaterOptions(const cli::Args &a) {
   auto later = [](const std::string &opt, const std::string &value, const std::string &what) {
     throw UserError("option " + opt + " " + value + " is not supported by this version yet (" + what +
-                    "); this version's mesh is data-parallel only (--ranks, --zero)");
+                    "); this version's mesh is data x tensor parallel (--ranks, --zero, --tp)");
   };
   auto oneOf = [](const std::string &opt, const std::string &value, const std::set<std::string> &allowed) {
     if (!allowed.count(value)) {
@@ -158,9 +163,7 @@ void refuseLaterOptions(const cli::Args &a) {
     if (!a.has(opt)) continue;
     int64_t v = a.integer(opt, 1);
     if (v < 1) throw UserError(std::string("option ") + opt + ": must be at least 1, got " + std::to_string(v));
-    if (v != 1)
-      later(opt, std::to_string(v),
-            std::string(opt) == "--tp" ? "tensor parallelism" : "pipeline parallelism");
+    if (v != 1 && std::string(opt) == "--pp") later(opt, std::to_string(v), "pipeline parallelism");
   }
 }
 
@@ -322,9 +325,17 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
   mlir::ModuleOp module = *owned;
   mlir::MLIRContext *ctx = module.getContext();
 
-  // Backward + optimizer: failures are about the model (a non-differentiable op, ...).
+  // Tensor parallelism (on the forward), then backward + optimizer: failures are about the model
+  // (a size the tensor ranks do not divide, a non-differentiable op, ...).
   {
     mlir::PassManager pm(ctx);
+    if (o.tp > 1) {
+      mlir::bigc::BigcTensorParallelOptions to;
+      to.tp = o.tp;
+      to.ranks = o.ranks;
+      to.sequenceParallel = o.sequenceParallel;
+      pm.addPass(mlir::bigc::createBigcTensorParallel(to));
+    }
     mlir::bigc::BigcAutodiffOptions ao;
     ao.lr = o.lr;
     ao.beta1 = o.beta1;
@@ -479,6 +490,19 @@ CompileOptions parseOptions(const cli::Args &args) {
     throw UserError("--recompute auto needs --memory-budget or --hardware/--device-mem");
   o.ranks = args.integer("--ranks", o.haveHardware ? std::max<int64_t>(1, o.hardware.devices) : 1);
   o.zero = args.integer("--zero", 0);
+  o.tp = args.integer("--tp", 1);
+  o.sequenceParallel = args.has("--sequence-parallel");
+  if (o.tp > 1 && o.ranks % o.tp != 0)
+    throw UserError("option --tp " + std::to_string(o.tp) + " does not divide --ranks " + std::to_string(o.ranks) +
+                    ": the mesh is dp x tp x pp = ranks (use --ranks " +
+                    std::to_string(o.tp * std::max<int64_t>(1, (o.ranks + o.tp - 1) / o.tp)) + " or a --tp that divides " +
+                    std::to_string(o.ranks) + ")");
+  if (o.sequenceParallel && o.tp == 1)
+    throw UserError("option --sequence-parallel needs --tp N with N > 1 (it splits the sequence over the tensor ranks)");
+  if (o.tp > 1 && o.gradClip > 0)
+    throw UserError("option --grad-clip with --tp " + std::to_string(o.tp) +
+                    " is not supported by this version yet (the global norm over tensor-parallel chunks); "
+                    "drop --grad-clip or use --tp 1");
   if (args.has("--bucket-mb")) {
     o.bucketMb = args.number("--bucket-mb", o.bucketMb);
     if (!(o.bucketMb >= 0) || std::isinf(o.bucketMb))
@@ -690,9 +714,10 @@ int compileMain(int argc, char **argv, int first) {
     const int64_t g = args.integer("--global-batch", 0);
     auto fwd = module->lookupSymbol<mlir::func::FuncOp>("forward");
     const int64_t b = llvm::cast<mlir::RankedTensorType>(fwd.getFunctionType().getInput(0)).getDimSize(0);
-    const int64_t per = opts.ranks * opts.microBatches;
-    std::string what = std::to_string(opts.ranks) + " rank(s) x " + std::to_string(opts.microBatches) +
-                       " micro-batch(es)";
+    const int64_t dpRanks = opts.ranks / std::max<int64_t>(1, opts.tp); // tensor ranks share their batch
+    const int64_t per = dpRanks * opts.microBatches;
+    std::string what = std::to_string(dpRanks) + (opts.tp > 1 ? " data-parallel" : "") + " rank(s) x " +
+                       std::to_string(opts.microBatches) + " micro-batch(es)";
     if (g < 1 || g % per != 0) {
       std::fprintf(stderr,
                    "bigc compile: %s: option --global-batch %lld: %s do not divide it (the global batch is ranks x "

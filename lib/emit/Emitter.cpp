@@ -291,6 +291,13 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
       b.shard = true;
       b.fullShape.assign(full.asArrayRef().begin(), full.asArrayRef().end());
     }
+    if (auto split = param->getAttrOfType<DenseI64ArrayAttr>(bigcd::kTpSplitAttrName); split && b.persistent()) {
+      auto whole = param->getAttrOfType<DenseI64ArrayAttr>(bigcd::kTpFullShapeAttrName); // bigc-tensor-parallel
+      if (!whole || split.size() != 2) fail(str(param.getLoc()) + ": bigc.tp_split needs [dim, segments] and bigc.tp_full_shape");
+      b.tpDim = split[0];
+      b.tpSegments = split[1];
+      b.tpFullShape.assign(whole.asArrayRef().begin(), whole.asArrayRef().end());
+    }
     paramBuffer[b.name] = addBuffer(b);
   }
 
@@ -475,6 +482,9 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
       if (auto r = op.getAttrOfType<StringAttr>("reduce"))
         ins.attrs["reduce"].num = r.getValue() == "sum" ? 0.0 : r.getValue() == "mean" ? 1.0 : r.getValue() == "max" ? 2.0 : 3.0;
     }
+    if (isa<bigcd::TpSliceOp, bigcd::VocabCeStatsOp, bigcd::VocabCeStatsGradOp>(op))
+      ins.attrs["axis"].num = 1.0; // the mesh axis whose rank picks the chunk
+    if (op.hasAttr(bigcd::kVocabGroupAttrName)) ins.attrs["vocab_axis"].num = 1.0; // ids of other ranks: zeros
     if (isa<bigcd::WaitOp>(op)) ins.attrs.clear(); // its events become the instruction's wait list
     p.instructions.push_back(std::move(ins));
   }
@@ -487,6 +497,7 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   for (Operation &op : block.without_terminator()) {
     if (auto e = dyn_cast<bigcd::EmbeddingOp>(op)) {
       p.vocab = cast<RankedTensorType>(e.getTable().getType()).getDimSize(0);
+      if (e->hasAttr(bigcd::kVocabGroupAttrName)) p.vocab *= bigcd::meshAxisSize(module, "tp"); // a chunk of it
       break;
     }
     if (auto ce = dyn_cast<bigcd::CrossEntropyOp>(op); ce && p.vocab == 0) {
@@ -510,6 +521,10 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   p.pp = bigcd::meshAxisSize(module, "pp");
   p.ranks = p.dp * p.tp * p.pp;
   if (auto z = module->getAttrOfType<IntegerAttr>("bigc.zero")) p.zero = z.getInt();
+  p.sequenceParallel = module->hasAttr("bigc.sequence_parallel");
+  if (auto notes = module->getAttrOfType<ArrayAttr>("bigc.tp_replicated"))
+    for (Attribute a : notes)
+      if (auto sa = dyn_cast<StringAttr>(a)) p.tpReplicated.push_back(sa.getValue().str());
 
   // What bigc-recompute decided (module attribute bigc.recompute; absent: nothing recomputed).
   if (auto rc = module->getAttrOfType<DictionaryAttr>("bigc.recompute")) {

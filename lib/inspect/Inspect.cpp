@@ -251,10 +251,12 @@ SpaceSummary summarize(const rt::Program &p, const rt::Space &s) {
 struct CollectiveStat {
   int64_t count = 0, tensors = 0, bytes = 0;
 };
-std::map<std::string, CollectiveStat> collectiveStats(const rt::Program &p) {
+// axis -1: every collective; 0 (dp) / 1 (tp): those of that mesh axis.
+std::map<std::string, CollectiveStat> collectiveStats(const rt::Program &p, int axis = -1) {
   std::map<std::string, CollectiveStat> m;
   for (const auto &ins : p.instructions) {
     if (ins.stream != "comm") continue;
+    if (axis >= 0 && int(ins.num("axis", 0)) != axis) continue;
     CollectiveStat &c = m[ins.op];
     c.count += 1;
     for (size_t k = 0; k < ins.in.size() && k < ins.out.size(); ++k) {
@@ -274,7 +276,12 @@ ModelState modelState(const rt::Program &p) {
   for (const auto &b : p.buffers) {
     if (!b.persistent()) continue;
     m.perRank += b.bytes;
-    m.whole += b.fullNumel() * rt::dtypeSize(b.dtype);
+    int64_t n = b.fullNumel();
+    if (b.tpDim >= 0) { // a tensor-parallel chunk: the whole tensor
+      n = 1;
+      for (int64_t d : b.tpFullShape) n *= d;
+    }
+    m.whole += n * rt::dtypeSize(b.dtype);
     m.shardedTensors += b.sharded() ? 1 : 0;
   }
   return m;
@@ -401,6 +408,30 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
         o << "; " << c.op << " " << fmt("%.1f", c.seconds * 1e3) << " ms, "
           << fmt("%.0f", c.seconds > 0 ? 100.0 * c.hiddenSeconds / c.seconds : 100.0) << "% hidden behind compute";
       o << "\n";
+    }
+    if (p.tp > 1) {
+      int64_t splitCount = 0;
+      for (const auto &b : p.buffers) splitCount += b.persistent() && b.tpDim >= 0 && b.role == "param" ? 1 : 0;
+      o << "tensor parallel: tp " << p.tp << (p.sequenceParallel ? " with sequence parallelism" : "") << "; rank "
+        << rank << " is tensor rank " << rank % p.tp << " of data-parallel group " << rank / p.tp << "; "
+        << splitCount << " weights split (Megatron column/row, vocabulary-parallel embedding and loss)";
+      int shown = 0;
+      for (const auto &b : p.buffers)
+        if (b.persistent() && b.tpDim >= 0 && b.role == "param" && shown++ < 6)
+          o << (shown == 1 ? ": " : ", ") << b.name << " " << shapeStr(b.tpFullShape) << " dim " << b.tpDim
+            << (b.tpSegments > 1 ? " in " + std::to_string(b.tpSegments) + " segments" : "");
+      if (shown > 6) o << ", ...";
+      o << "\n";
+      auto ts = collectiveStats(p, 1);
+      o << "tensor-axis collectives per step:";
+      bool first = true;
+      for (const auto &[op, c] : ts) {
+        o << (first ? " " : "; ") << op << " " << c.count << " (" << humanBytes(c.bytes) << ")";
+        first = false;
+      }
+      o << (first ? " none\n" : "\n");
+      if (p.tpReplicated.empty()) o << "replicated over the tensor ranks (no rule): none\n";
+      for (const auto &n : p.tpReplicated) o << "replicated over the tensor ranks: " << n << "\n";
     }
     auto cs = collectiveStats(p);
     if (!cs.empty()) {
@@ -564,6 +595,21 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
     for (const auto &[op, c] : collectiveStats(p))
       cj[op] = {{"count", c.count}, {"tensors", c.tensors}, {"bytes", c.bytes}};
     j["collectives"] = cj;
+    if (p.tp > 1) {
+      json tc = json::array(), splits = json::array();
+      for (const auto &[op, c] : collectiveStats(p, 1))
+        tc.push_back({{"op", op}, {"count", c.count}, {"tensors", c.tensors}, {"bytes", c.bytes}});
+      for (const auto &b : p.buffers)
+        if (b.persistent() && b.tpDim >= 0 && b.role == "param")
+          splits.push_back({{"name", b.name}, {"dim", b.tpDim}, {"segments", b.tpSegments}, {"full_shape", b.tpFullShape},
+                            {"shape", b.shard ? b.fullShape : b.shape}});
+      j["tensor_parallel"] = {{"tp", p.tp},
+                              {"tensor_rank", rank % p.tp},
+                              {"sequence_parallel", p.sequenceParallel},
+                              {"collectives", tc},
+                              {"splits", splits},
+                              {"replicated", p.tpReplicated}};
+    }
   }
   if (p.estimate.present) {
     json ec = json::array();

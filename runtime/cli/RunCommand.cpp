@@ -261,7 +261,7 @@ int runBody(int argc, char **argv, int first) {
 
   Program prog = loadProgram(programPath);
   if (!args.has("--no-verify")) verifyProgram(prog, programPath, /*validated=*/true); // bigc verify's proof
-  const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks;
+  const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks, tpSize = prog.tp;
   const double commTimeout = args.has("--comm-timeout") ? args.number("--comm-timeout", 300.0) : 300.0;
   if (!(commTimeout > 0)) throw UserError("--comm-timeout must be a positive number of seconds");
   // Under mpirun: this process runs ranks/world of the ranks; only process 0 writes and prints.
@@ -345,7 +345,9 @@ int runBody(int argc, char **argv, int first) {
                  "bigc run: %s: %s backend, %lld parameters, %s, batch %s%lld x %lldx%lld, arenas: %s%s; streams: %s; "
                  "data: %s; %lld steps\n",
                  programPath.c_str(), ex.backend(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
-                 R > 1 ? (std::to_string(R) + " ranks x ").c_str() : "", (long long)K, (long long)B, (long long)T,
+                 R > 1 ? (std::to_string(R) + " ranks" +
+                          (tpSize > 1 ? " (dp " + std::to_string(R / tpSize) + " x tp " + std::to_string(tpSize) + ")" : "") +
+                          " x ").c_str() : "", (long long)K, (long long)B, (long long)T,
                  spaces.c_str(), R > 1 ? " per rank" : "", streams.c_str(),
                  source->describe().c_str(), (long long)steps);
     if (!ex.deviceInfo().empty()) std::fprintf(stderr, "bigc run: %s\n", ex.deviceInfo().c_str());
@@ -353,8 +355,10 @@ int runBody(int argc, char **argv, int first) {
 
   // K micro-batches per step, in data order: micro-batch k of step s is batch s·K + k.
   const int64_t bt = B * T;
-  // The global batch: micro-batch k of rank r is chunk k*R + r (CLI.md's data order).
-  std::vector<int32_t> tokens(size_t(K * R * bt)), targets(size_t(K * R * bt));
+  // The global batch: micro-batch k of data-parallel rank r is chunk k*DP + r (CLI.md's data order;
+  // the tensor-parallel ranks of a group read the same chunk).
+  const int64_t DP = R / std::max<int64_t>(1, tpSize);
+  std::vector<int32_t> tokens(size_t(K * DP * bt)), targets(size_t(K * DP * bt));
   nlohmann::ordered_json peak = nlohmann::ordered_json::object();
   for (const auto &[name, bytes] : arenas) peak[name] = bytes;
   using clock = std::chrono::steady_clock;
@@ -375,14 +379,14 @@ int runBody(int argc, char **argv, int first) {
   };
   for (int64_t s = start + 1; s <= steps; ++s) {
     const auto t0 = clock::now();
-    for (int64_t k = 0; k < K * R; ++k) source->next(tokens.data() + k * bt, targets.data() + k * bt);
+    for (int64_t k = 0; k < K * DP; ++k) source->next(tokens.data() + k * bt, targets.data() + k * bt);
     loss = ex.step(tokens.data(), targets.data());
     const auto t1 = clock::now();
     if (profile && s == start + 1) ex.resetProfile(); // the first step warms up (allocations of libraries, caches)
     if (profile && s > start + 1) profiledWall += std::chrono::duration<double>(t1 - t0).count();
     double dt = std::chrono::duration<double>(t1 - t0).count();
     double elapsed = std::chrono::duration<double>(t1 - began).count();
-    double tps = dt > 0 ? double(K * R * bt) / dt : 0.0;
+    double tps = dt > 0 ? double(K * DP * bt) / dt : 0.0;
     const bool scaling = ex.hasLossScaling();
     if (!quiet) {
       std::string extra;

@@ -165,16 +165,18 @@ namespace {
 class InProcess final : public Communicator {
 public:
   explicit InProcess(int n) : g_(n, [](int r) { return r; }) {}
+  explicit InProcess(std::vector<int> ids)
+      : ids_(std::move(ids)), g_(int(ids_.size()), [this](int r) { return ids_[size_t(r)]; }) {}
   int size() const override { return g_.size(); }
   int localSize() const override { return g_.size(); }
-  int globalRank(int local) const override { return local; }
+  int globalRank(int local) const override { return ids_.empty() ? local : ids_[size_t(local)]; }
   void run(int local, CollectiveKind kind, Reduce reduce, const std::vector<CollectiveTensor> &tensors,
            const std::string &what) override {
     int64_t need = comm::scratchFloats(kind, tensors, g_.size());
     if (need > g_.scratchHalf(local))
       throw CommError(what + ": the collective needs " + std::to_string(need) + " floats of scratch, " +
                       std::to_string(g_.scratchHalf(local)) + " reserved (internal error)");
-    comm::runLocal(g_, local, kind, reduce, tensors, what, [](int r) { return r; });
+    comm::runLocal(g_, local, kind, reduce, tensors, what, [this](int r) { return globalRank(r); });
   }
   void reserve(int64_t floats) override { g_.reserve(floats); }
   void abort(const std::string &why) override { g_.abort(why); }
@@ -183,11 +185,15 @@ public:
   std::string name() const override { return "in-process"; }
 
 private:
+  std::vector<int> ids_; // global numbers of the group's ranks (empty: 0..n-1)
   comm::LocalGroup g_;
 };
 
 } // namespace
 
 std::shared_ptr<Communicator> makeInProcessCommunicator(int ranks) { return std::make_shared<InProcess>(ranks); }
+std::shared_ptr<Communicator> makeInProcessCommunicator(const std::vector<int> &globalIds) {
+  return std::make_shared<InProcess>(globalIds);
+}
 
 } // namespace bigc::rt

@@ -91,6 +91,9 @@ struct Executor::Op : OpDims {
   int64_t stageFloats = 0;
   std::vector<float *> parts;
   std::vector<const float *> cparts;
+  int axis = 0;          // collectives: the mesh axis
+  int64_t offset = 0;    // vocabulary-parallel ops: the first id of this rank's rows
+  int64_t slicePre = 1, sliceRun = 1; // tp_slice: elements before the split dim; bytes of one row after it
 };
 
 // Stream workers and completion stamps.
@@ -148,14 +151,16 @@ bool direct(OpKind k) {
   case OpKind::LossScaleUpdate:
   case OpKind::AllReduce:
   case OpKind::ReduceScatter:
-  case OpKind::AllGather: return true;
+  case OpKind::AllGather:
+  case OpKind::TpSlice: return true;
   default: return false;
   }
 }
 } // namespace
 
 Executor::Executor(Program program, uint64_t seed, RankContext rank) : prog_(std::move(program)), rank_(std::move(rank)) {
-  if (prog_.ranks != 1 && (!rank_.comm || rank_.comm->size() != prog_.ranks))
+  if ((prog_.dp != 1 && (!rank_.comm || rank_.comm->size() != prog_.dp)) ||
+      (prog_.tp != 1 && (!rank_.tpComm || rank_.tpComm->size() != prog_.tp)))
     throw UserError("this program has " + std::to_string(prog_.ranks) + " ranks: run it with `bigc run`, which "
                     "starts every rank with a communicator (one executor runs one rank)");
   int64_t total = 0;
@@ -339,9 +344,23 @@ void Executor::prepare() {
       stagingBytes_[op.stream] = std::max(stagingBytes_[op.stream], op.stageFloats * 4);
     }
     static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
+    if (ins.num("vocab_axis", 0) == 1 || op.kind == OpKind::VocabCeStats || op.kind == OpKind::VocabCeStatsGrad)
+      op.offset = int64_t(rank_.tpRank) * op.V; // this rank's rows of the vocabulary
+    if (op.kind == OpKind::TpSlice) {
+      const auto &x = in(0).shape;
+      const int64_t d = int64_t(ins.num("dim", 0));
+      op.slicePre = 1, op.sliceRun = int64_t(dtypeSize(in(0).dtype));
+      for (int64_t k = 0; k < int64_t(x.size()); ++k)
+        if (k < d) op.slicePre *= x[size_t(k)];
+        else if (k > d) op.sliceRun *= x[size_t(k)];
+      op.rows = x[size_t(d)] / prog_.tp; // rows of the chunk
+      op.cols = x[size_t(d)];
+    }
     if (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllGather) {
-      if (!rank_.comm) throw UserError("instruction " + std::to_string(i) + " (" + ins.op + ") is a collective, but "
-                                       "this executor runs one rank without a communicator");
+      op.axis = int(ins.num("axis", 0));
+      Communicator *c = op.axis == 1 ? rank_.tpComm.get() : rank_.comm.get();
+      if (!c) throw UserError("instruction " + std::to_string(i) + " (" + ins.op + ") is a collective, but "
+                              "this executor runs one rank without a communicator for its axis");
       op.reduce = Reduce(int(ins.num("reduce", 0)));
       int64_t scratch = 0;
       const int64_t n = prog_.axisSize(int64_t(ins.num("axis", 0)));
@@ -349,7 +368,7 @@ void Executor::prepare() {
         op.coll.push_back(CollectiveTensor{op.rawIn[k], op.rawOut[k], in(k).dtype, in(k).numel(), out(k).numel()});
         scratch += (in(k).numel() + n - 1) / n;
       }
-      rank_.comm->reserve(scratch);
+      c->reserve(scratch);
     }
     ops_.push_back(std::move(op));
   }
@@ -500,11 +519,26 @@ void Executor::execute(Op &op) {
   switch (op.kind) {
   case OpKind::Embedding: {
     const int32_t *ids = ii(1);
+    const int64_t vocab = op.ins->num("vocab_axis", 0) == 1 ? op.V * prog_.tp : op.V;
     for (int64_t k = 0; k < op.n; ++k)
-      if (ids[k] < 0 || ids[k] >= op.V)
+      if (ids[k] < 0 || ids[k] >= vocab)
         runtimeError(op, "token id " + std::to_string(ids[k]) + " at position " + std::to_string(k) +
-                             " is outside the embedding table [0, " + std::to_string(op.V) + ")");
-    if (op.inType[0] == DType::F32 && op.outType[0] == DType::F32) {
+                             " is outside the embedding table [0, " + std::to_string(vocab) + ")");
+    if (vocab != op.V) { // vocabulary-parallel: this rank's rows; other ids give zeros
+      const int64_t C = op.C, e = dtypeSize(op.outType[0]);
+      for (int64_t k = 0; k < op.n; ++k) {
+        const int64_t id = ids[k] - op.offset;
+        char *dst = static_cast<char *>(op.rawOut[0]) + k * C * e;
+        if (id < 0 || id >= op.V) {
+          std::memset(dst, 0, size_t(C * e));
+        } else if (op.inType[0] == op.outType[0]) {
+          std::memcpy(dst, static_cast<const char *>(op.rawIn[0]) + id * C * e, size_t(C * e));
+        } else {
+          for (int64_t c = 0; c < C; ++c)
+            storeFrom32(op.rawOut[0], op.outType[0], k * C + c, loadAs32(op.rawIn[0], op.inType[0], id * C + c));
+        }
+      }
+    } else if (op.inType[0] == DType::F32 && op.outType[0] == DType::F32) {
       cpu::embedding(fi(0), ids, fo(0), op.n, op.V, op.C);
     } else {
       const int64_t C = op.C;
@@ -523,12 +557,41 @@ void Executor::execute(Op &op) {
     }
     break;
   }
-  case OpKind::EmbeddingGrad:
+  case OpKind::EmbeddingGrad: {
+    const int64_t vocab = op.ins->num("vocab_axis", 0) == 1 ? op.V * prog_.tp : op.V;
     for (int64_t k = 0; k < op.n; ++k)
-      if (ii(1)[k] < 0 || ii(1)[k] >= op.V)
+      if (ii(1)[k] < 0 || ii(1)[k] >= vocab)
         runtimeError(op, "token id " + std::to_string(ii(1)[k]) + " at position " + std::to_string(k) +
-                             " is outside the embedding table [0, " + std::to_string(op.V) + ")");
-    cpu::embeddingGrad(fi(0), ii(1), fo(0), op.n, op.V, op.C);
+                             " is outside the embedding table [0, " + std::to_string(vocab) + ")");
+    if (vocab != op.V)
+      cpu::embeddingGradRows(fi(0), ii(1), fo(0), op.n, op.V, op.C, op.offset);
+    else
+      cpu::embeddingGrad(fi(0), ii(1), fo(0), op.n, op.V, op.C);
+    break;
+  }
+  case OpKind::TpSlice: {
+    const int64_t t = rank_.tpRank, chunk = op.rows * op.sliceRun, whole = op.cols * op.sliceRun;
+    for (int64_t p = 0; p < op.slicePre; ++p)
+      std::memcpy(static_cast<char *>(op.rawOut[0]) + p * chunk,
+                  static_cast<const char *>(op.rawIn[0]) + p * whole + t * chunk, size_t(chunk));
+    break;
+  }
+  case OpKind::VocabCeStats: {
+    int64_t bad = -1;
+    cpu::vocabCeStats(fi(0), ii(1), fo(0), op.N, op.V, op.offset, op.V * prog_.tp, &bad);
+    if (bad >= 0)
+      runtimeError(op, "target id " + std::to_string(ii(1)[bad]) + " at position " + std::to_string(bad) +
+                           " is outside the vocabulary [0, " + std::to_string(op.V * prog_.tp) + ")");
+    break;
+  }
+  case OpKind::VocabCeStatsGrad:
+    cpu::vocabCeStatsGrad(fi(0), fi(1), ii(2), fi(3), fo(0), op.N, op.V, op.offset);
+    break;
+  case OpKind::VocabCeLoss:
+    *fo(0) = cpu::vocabCeLoss(fi(0), op.N, op.n);
+    break;
+  case OpKind::VocabCeLossGrad:
+    cpu::vocabCeLossGrad(fi(0), *fi(1), fo(0), op.N, op.n);
     break;
   case OpKind::Matmul:
     if (streams_->multi) {
@@ -588,7 +651,7 @@ void Executor::execute(Op &op) {
     const CollectiveKind k = op.kind == OpKind::AllReduce       ? CollectiveKind::AllReduce
                              : op.kind == OpKind::ReduceScatter ? CollectiveKind::ReduceScatter
                                                                 : CollectiveKind::AllGather;
-    rank_.comm->run(rank_.local, k, op.reduce, op.coll,
+    (op.axis == 1 ? rank_.tpComm : rank_.comm)->run(op.axis == 1 ? rank_.tpLocal : rank_.local, k, op.reduce, op.coll,
                     "step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
                         op.ins->op + (op.ins->loc.empty() ? std::string() : " at " + op.ins->loc) + ")");
     break;

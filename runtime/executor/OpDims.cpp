@@ -97,8 +97,20 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
   }
   case OpKind::CrossEntropy:
   case OpKind::CrossEntropyGrad:
+  case OpKind::VocabCeStats:
     d.V = in(0).shape.back();
     d.N = d.V ? in(0).numel() / d.V : 0;
+    break;
+  case OpKind::VocabCeStatsGrad:
+    d.V = in(1).shape.back();
+    d.N = d.V ? in(1).numel() / d.V : 0;
+    break;
+  case OpKind::VocabCeLoss:
+  case OpKind::VocabCeLossGrad: // n parts of N positions
+    d.n = int64_t(ins.num("parts", 1));
+    d.N = in(0).numel() / 2 / std::max<int64_t>(1, d.n);
+    break;
+  case OpKind::TpSlice:
     break;
   case OpKind::GlobalNorm:
   case OpKind::CheckFinite:

@@ -26,18 +26,48 @@ std::string human(int64_t bytes) {
   return buf;
 }
 
-// The logical program: sharded buffers with their whole shape.
+// The logical program: sharded buffers (ZeRO shards, tensor-parallel chunks) with their whole shape.
 Program logicalOf(const Program &p) {
   Program l = p;
   for (Buffer &b : l.buffers) {
-    if (!b.shard) continue;
-    b.shape = b.fullShape;
-    b.bytes = b.fullNumel() * dtypeSize(b.dtype);
-    b.shard = false;
-    b.fullShape.clear();
+    if (b.shard) {
+      b.shape = b.fullShape;
+      b.shard = false;
+      b.fullShape.clear();
+    }
+    if (b.tpDim >= 0) {
+      b.shape = b.tpFullShape;
+      b.tpDim = -1, b.tpSegments = 1;
+      b.tpFullShape.clear();
+    }
+    b.bytes = b.numel() * dtypeSize(b.dtype);
   }
+  l.dp = l.tp = l.pp = l.ranks = 1;
   return l;
 }
+
+// Tensor rank t's chunk of a whole tensor split on `dim` in `segments` parts (and back): element
+// (p, seg*c + i, q) of the chunk is element (p, seg*D/segments + t*c + i, q) of the whole, for
+// c = D / (segments * T).
+struct TpChunking {
+  int64_t pre = 1, D = 0, post = 1, segments = 1, T = 1, e = 4;
+  TpChunking(const Buffer &b, int64_t tp) : segments(b.tpSegments), T(tp), e(dtypeSize(b.dtype)) {
+    for (int64_t k = 0; k < int64_t(b.tpFullShape.size()); ++k)
+      if (k < b.tpDim) pre *= b.tpFullShape[size_t(k)];
+      else if (k > b.tpDim) post *= b.tpFullShape[size_t(k)];
+    D = b.tpFullShape[size_t(b.tpDim)];
+  }
+  template <bool ToChunk> void move(const char *src, char *dst, int64_t t) const {
+    const int64_t c = D / (segments * T), run = c * post * e;
+    for (int64_t p = 0; p < pre; ++p)
+      for (int64_t seg = 0; seg < segments; ++seg) {
+        const int64_t wholeAt = ((p * D) + seg * (D / segments) + t * c) * post * e;
+        const int64_t chunkAt = ((p * (D / T)) + seg * c) * post * e;
+        if (ToChunk) std::memcpy(dst + chunkAt, src + wholeAt, size_t(run));
+        else std::memcpy(dst + wholeAt, src + chunkAt, size_t(run));
+      }
+  }
+};
 
 struct Injected : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -46,7 +76,7 @@ struct Injected : std::runtime_error {
 } // namespace
 
 RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make,
-                     bool deviceInHostMemory)
+                     bool deviceInHostMemory, const std::function<void(RankGroup &)> &configure)
     : rankProgram_(std::move(program)), comm_(std::move(comm)) {
   if (!comm_ || comm_->size() != rankProgram_.ranks)
     throw UserError("the program has " + std::to_string(rankProgram_.ranks) + " ranks but the communicator " +
@@ -86,6 +116,7 @@ RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicato
     if (faultKind_ != "crash" && faultKind_ != "hang")
       throw UserError("BIGC_FAULT='" + s + "': kind must be crash or hang");
   }
+  if (configure) configure(*this);
   initialize(seed);
 }
 
@@ -94,6 +125,7 @@ RankGroup::~RankGroup() = default;
 void RankGroup::abortAll(const std::string &why) {
   const bool first = !comm_->aborted();
   comm_->abort(why);
+  for (auto &c : sub_) c->abort(why);
   if (first && onAbort_) onAbort_();
 }
 
@@ -124,10 +156,10 @@ template <class F> void RankGroup::onEveryRank(F f) {
 
 float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
   const int local = int(engines_.size());
-  const int64_t R = rankProgram_.ranks, K = rankProgram_.microBatches;
+  const int64_t R = rankProgram_.dp, K = rankProgram_.microBatches; // the tensor ranks of a group share a slice
   const int64_t bt = rankProgram_.batch * rankProgram_.seq;
   for (int l = 0; l < local; ++l) {
-    const int64_t g = comm_->globalRank(l);
+    const int64_t g = dpIndex(comm_->globalRank(l));
     for (int64_t m = 0; m < K; ++m) {
       std::memcpy(tokens_[size_t(l)].data() + m * bt, tokens + (m * R + g) * bt, size_t(bt) * sizeof(int32_t));
       std::memcpy(targets_[size_t(l)].data() + m * bt, targets + (m * R + g) * bt, size_t(bt) * sizeof(int32_t));
@@ -302,24 +334,66 @@ void RankGroup::gather(int64_t id, void *dst) const {
   }
 }
 
+void RankGroup::tpLocal(int64_t id, int t, void *dst) const {
+  const Buffer &b = rankProgram_.buffers[size_t(id)];
+  const int64_t tp = rankProgram_.tp;
+  if (!b.shard) {
+    engines_[size_t(t)]->readBytes(id, dst); // rank (dp 0, tp t)
+    return;
+  }
+  const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
+  std::vector<char> shard(size_t(b.bytes));
+  for (int64_t d = 0; d < rankProgram_.dp; ++d) {
+    const int64_t begin = d * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);
+    if (len <= 0) continue;
+    engines_[size_t(d * tp + t)]->readBytes(id, shard.data());
+    std::memcpy(static_cast<char *>(dst) + begin * e, shard.data(), size_t(len * e));
+  }
+}
+
 void RankGroup::readBytes(int64_t id, void *dst) const {
   const Buffer &b = rankProgram_.buffers.at(size_t(id));
+  if (rankProgram_.tp > 1) { // in one process (makeCpuRankGroup): every rank is local
+    if (b.tpDim < 0) {
+      tpLocal(id, 0, dst);
+      return;
+    }
+    const TpChunking ch(b, rankProgram_.tp);
+    std::vector<char> chunk(size_t((b.shard ? b.fullNumel() : b.numel()) * dtypeSize(b.dtype)));
+    for (int t = 0; t < int(rankProgram_.tp); ++t) {
+      tpLocal(id, t, chunk.data());
+      ch.move<false>(chunk.data(), static_cast<char *>(dst), t);
+    }
+    return;
+  }
   if (b.shard) gather(id, dst);
   else engines_[0]->readBytes(id, dst);
 }
 
 void RankGroup::writeBytes(int64_t id, const void *src) {
   const Buffer &b = rankProgram_.buffers.at(size_t(id));
-  if (!b.shard) {
+  std::vector<char> chunk;
+  if (!b.shard && b.tpDim < 0) {
     for (auto &e : engines_) e->writeBytes(id, src);
     return;
   }
   const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
   std::vector<char> shard(size_t(b.bytes));
+  if (b.tpDim >= 0) chunk.resize(size_t(N * e));
   for (int l = 0; l < int(engines_.size()); ++l) {
-    const int64_t g = comm_->globalRank(l), begin = g * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);
+    const int g = comm_->globalRank(l);
+    const char *local = static_cast<const char *>(src);
+    if (b.tpDim >= 0) { // this tensor rank's chunk
+      TpChunking(b, rankProgram_.tp).move<true>(local, chunk.data(), tpIndex(g));
+      local = chunk.data();
+    }
+    if (!b.shard) {
+      engines_[size_t(l)]->writeBytes(id, local);
+      continue;
+    }
+    const int64_t begin = dpIndex(g) * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);
     std::fill(shard.begin(), shard.end(), 0);
-    if (len > 0) std::memcpy(shard.data(), static_cast<const char *>(src) + begin * e, size_t(len * e));
+    if (len > 0) std::memcpy(shard.data(), local + begin * e, size_t(len * e));
     engines_[size_t(l)]->writeBytes(id, shard.data());
   }
 }
@@ -363,7 +437,7 @@ void RankGroup::refreshCopies() {
           if (s->shard == b.shard) {
             convert(src.data(), s->dtype, dst.data(), b.dtype, b.numel());
           } else { // whole source, sharded copy: this rank's slice
-            const int64_t g = comm_->globalRank(l), S = b.numel(), N = b.fullNumel();
+            const int64_t g = dpIndex(comm_->globalRank(l)), S = b.numel(), N = b.fullNumel();
             for (int64_t i = 0; i < S; ++i)
               storeFrom32(dst.data(), b.dtype, i, g * S + i < N ? loadAs32(src.data(), s->dtype, g * S + i) : 0.0f);
           }
@@ -374,9 +448,9 @@ void RankGroup::refreshCopies() {
           std::vector<char> src(size_t(s->bytes)), whole(size_t(s->fullNumel() * dtypeSize(s->dtype))),
               dst(size_t(b.bytes));
           engines_[size_t(l)]->readBytes(s->id, src.data());
-          comm_->run(l, CollectiveKind::AllGather, Reduce::Sum,
-                     {CollectiveTensor{src.data(), whole.data(), s->dtype, s->numel(), s->fullNumel()}},
-                     "initialising '" + b.name + "' from the shards of '" + s->name + "'");
+          dpComm(l).run(dpLocal(l), CollectiveKind::AllGather, Reduce::Sum,
+                        {CollectiveTensor{src.data(), whole.data(), s->dtype, s->numel(), s->fullNumel()}},
+                        "initialising '" + b.name + "' from the shards of '" + s->name + "'");
           convert(whole.data(), s->dtype, dst.data(), b.dtype, b.numel());
           engines_[size_t(l)]->writeBytes(b.id, dst.data());
         });
@@ -391,6 +465,9 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   auto [world, proc] = mpiWorld();
   std::shared_ptr<Communicator> comm;
   const int ranks = int(program.ranks);
+  if (program.tp > 1 && world > 1)
+    throw UserError("this program is tensor-parallel (tp " + std::to_string(program.tp) +
+                    "); this version runs tensor-parallel programs in one process (bigc run without mpirun)");
   if (world > 1) {
     if (ranks % world != 0)
       throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " +
@@ -407,11 +484,43 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   // A stream waiting for a collective waits longer than the collective itself may (the
   // communicator's timeout names the rank that did not come; the stream's would not).
   const double streamWait = std::max(300.0, 2.0 * commTimeout);
-  auto group = std::make_unique<RankGroup>(std::move(program), seed, comm, [c, seed, streamWait](const Program &p, int local) {
-    auto e = std::make_unique<Executor>(p, seed, RankContext{local, c, false});
-    e->setWaitTimeoutForTesting(streamWait);
-    return e;
-  });
+  // The mesh (dp x tp, tensor ranks adjacent: rank = d * tp + t): a communicator per data-parallel
+  // group (the ranks of one t) and per tensor-parallel group (the ranks of one d).
+  const int tp = int(program.tp), dp = int(program.dp);
+  std::vector<std::shared_ptr<Communicator>> dpComms, tpComms, all;
+  if (tp > 1) {
+    for (int t = 0; t < tp; ++t) {
+      std::vector<int> ids;
+      for (int d = 0; d < dp; ++d) ids.push_back(d * tp + t);
+      dpComms.push_back(makeInProcessCommunicator(ids));
+    }
+    for (int d = 0; d < dp; ++d) {
+      std::vector<int> ids;
+      for (int t = 0; t < tp; ++t) ids.push_back(d * tp + t);
+      tpComms.push_back(makeInProcessCommunicator(ids));
+    }
+    all = dpComms;
+    all.insert(all.end(), tpComms.begin(), tpComms.end());
+    for (auto &x : all) x->setTimeout(commTimeout);
+  }
+  auto group = std::make_unique<RankGroup>(
+      std::move(program), seed, comm, [c, seed, streamWait, tp, dpComms, tpComms](const Program &p, int local) {
+        RankContext ctx{local, c, false};
+        if (tp > 1) {
+          const int d = local / tp, t = local % tp;
+          ctx = RankContext{d, dpComms[size_t(t)], false, tpComms[size_t(d)], t, t};
+        }
+        auto e = std::make_unique<Executor>(p, seed, ctx);
+        e->setWaitTimeoutForTesting(streamWait);
+        return e;
+      },
+      true, [&](RankGroup &g) {
+        if (tp <= 1) return;
+        std::vector<std::shared_ptr<Communicator>> dpOf;
+        std::vector<int> dpLocal;
+        for (int l = 0; l < ranks; ++l) dpOf.push_back(dpComms[size_t(l % tp)]), dpLocal.push_back(l / tp);
+        g.setMeshCommunicators(all, dpOf, dpLocal);
+      });
   group->setStragglerTimeout(commTimeout);
   return group;
 }

@@ -114,6 +114,11 @@ const std::vector<OpSignature> &opSignatures() {
       {"all_reduce", OpKind::AllReduce, 1, -1, 1, -1, 0, false},
       {"reduce_scatter", OpKind::ReduceScatter, 1, -1, 1, -1, 0, false},
       {"all_gather", OpKind::AllGather, 1, -1, 1, -1, 0, false},
+      {"tp_slice", OpKind::TpSlice, 1, 1, 1, 1, 0, false},
+      {"vocab_ce_stats", OpKind::VocabCeStats, 2, 2, 1, 1, 0b10, false},
+      {"vocab_ce_stats_grad", OpKind::VocabCeStatsGrad, 4, 4, 1, 1, 0b100, false},
+      {"vocab_ce_loss", OpKind::VocabCeLoss, 1, 1, 1, 1, 0, false},
+      {"vocab_ce_loss_grad", OpKind::VocabCeLossGrad, 2, 2, 1, 1, 0, false},
   };
   return table;
 }
@@ -260,6 +265,13 @@ Program fromJson(const json &root, const std::string &path) {
     p.tp = r.integerOr(m, "tp", "config.mesh", 1);
     p.pp = r.integerOr(m, "pp", "config.mesh", 1);
   }
+  if (cfg.contains("tensor_parallel") && !cfg["tensor_parallel"].is_null()) {
+    const json &t = r.object(cfg, "tensor_parallel", "config");
+    p.sequenceParallel = r.integerOr(t, "sequence_parallel", "config.tensor_parallel", 0) != 0;
+    if (t.contains("replicated") && t["replicated"].is_array())
+      for (const json &n : t["replicated"])
+        if (n.is_string()) p.tpReplicated.push_back(n.get<std::string>());
+  }
 
   if (root.contains("optimizer")) {
     const json &o = r.object(root, "optimizer", "payload");
@@ -325,6 +337,12 @@ Program fromJson(const json &root, const std::string &path) {
       if (axis != "dp") fail(path, where + ": shard axis '" + axis + "' (version 3 shards over dp only)");
       b.shard = true;
       b.fullShape = r.ints(js, "full_shape", where + " shard");
+    }
+    if (jb.contains("tp") && !jb["tp"].is_null()) {
+      const json &jt = r.object(jb, "tp", where);
+      b.tpDim = r.integer(jt, "dim", where + " tp");
+      b.tpSegments = r.integerOr(jt, "segments", where + " tp", 1);
+      b.tpFullShape = r.ints(jt, "full_shape", where + " tp");
     }
     p.buffers.push_back(std::move(b));
   }
@@ -522,6 +540,10 @@ Want operandDType(OpKind k, bool isIn, size_t j) {
   case OpKind::AdamW: return isIn ? (j == 1 ? Want::Float : Want::F32) : (j == 3 ? Want::Float : Want::F32);
   case OpKind::Copy:
   case OpKind::Reshape: return Want::Any;
+  case OpKind::VocabCeStats: return isIn ? (j == 1 ? Want::I32 : Want::Float) : Want::F32;
+  case OpKind::VocabCeStatsGrad: return isIn ? (j == 2 ? Want::I32 : j == 1 ? Want::Float : Want::F32) : Want::Float;
+  case OpKind::VocabCeLoss:
+  case OpKind::VocabCeLossGrad: return Want::F32;
   default: return Want::Float;
   }
 }
@@ -763,7 +785,9 @@ struct Validator {
         bad("a collective has one output per input, has " + std::to_string(ins->in.size()) + " inputs and " +
             std::to_string(ins->out.size()) + " outputs");
       double axis = ins->num("axis", 0);
-      if (axis != 0) bad("attribute 'axis' must be 0 (dp): this runtime's collectives run over the data-parallel axis");
+      if (axis != 0 && axis != 1)
+        bad("attribute 'axis' must be 0 (dp) or 1 (tp): this runtime's collectives run over the data- and "
+            "tensor-parallel axes");
       const int64_t n = p.axisSize(int64_t(axis));
       if (sig.kind != OpKind::AllGather) {
         double r = ins->num("reduce", -1);
@@ -788,6 +812,53 @@ struct Validator {
         if (part.shape.size() != 1 || part.shape[0] != s)
           bad("the shard of '" + whole.name + "' " + shapeStr(whole.shape) + " over " + std::to_string(n) +
               " ranks is [" + std::to_string(s) + "], '" + part.name + "' is " + shapeStr(part.shape));
+      }
+      break;
+    }
+    case OpKind::TpSlice: {
+      const int64_t T = p.tp;
+      const Buffer &x = in(0);
+      const double dd = ins->num("dim", -1);
+      if (dd != std::floor(dd) || dd < 0 || dd >= double(x.shape.size()))
+        bad("attribute 'dim' must be a dimension of " + desc(x));
+      const int64_t d = int64_t(dd);
+      if (x.shape[size_t(d)] % T != 0)
+        bad("dimension " + std::to_string(d) + " of " + desc(x) + " does not divide into " + std::to_string(T) +
+            " tensor ranks");
+      auto want = x.shape;
+      want[size_t(d)] /= T;
+      wantShape(out(0), want, "output");
+      break;
+    }
+    case OpKind::VocabCeStats:
+    case OpKind::VocabCeStatsGrad: {
+      const Buffer &l = in(sig.kind == OpKind::VocabCeStats ? 0 : 1);
+      minRank(l, 1, "logits");
+      const Buffer &t = in(sig.kind == OpKind::VocabCeStats ? 1 : 2);
+      wantShape(t, lead(l), "targets");
+      auto st = lead(l);
+      st.push_back(2);
+      if (sig.kind == OpKind::VocabCeStats) {
+        wantShape(out(0), st, "stats");
+      } else {
+        wantShape(in(0), st, "dstats");
+        wantShape(in(3), st, "stats");
+        wantShape(out(0), l.shape, "dlogits");
+      }
+      break;
+    }
+    case OpKind::VocabCeLoss:
+    case OpKind::VocabCeLossGrad: {
+      const Buffer &s = in(0);
+      double parts = ins->num("parts", 0);
+      if (!(parts >= 1) || parts != std::floor(parts)) bad("attribute 'parts' must be a positive integer");
+      if (s.shape.size() < 2 || s.shape.back() != 2 || s.shape[0] % int64_t(parts) != 0)
+        bad("stats must be [parts*B,...,2], " + desc(s) + " is not");
+      if (sig.kind == OpKind::VocabCeLoss) {
+        wantShape(out(0), {}, "loss");
+      } else {
+        wantShape(in(1), {}, "dloss");
+        wantShape(out(0), s.shape, "dstats");
       }
       break;
     }
@@ -875,9 +946,9 @@ void validateProgram(const Program &p, const std::string &path) {
     fail(path, "config: the mesh dp " + std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " +
                    std::to_string(p.pp) + " must multiply to ranks " + std::to_string(p.ranks));
   if (p.zero < 0 || p.zero > 3) fail(path, "config: zero must be 0, 1, 2 or 3, is " + std::to_string(p.zero));
-  if (p.tp != 1 || p.pp != 1)
-    fail(path, "config: the mesh has tp " + std::to_string(p.tp) + " and pp " + std::to_string(p.pp) +
-                   "; this runtime runs data-parallel meshes only (tp = pp = 1)");
+  if (p.pp != 1)
+    fail(path, "config: the mesh has pp " + std::to_string(p.pp) +
+                   "; this runtime runs data- and tensor-parallel meshes only (pp = 1)");
   if (p.precision != "fp32" && p.precision != "bf16" && p.precision != "fp16")
     fail(path, "config: unknown precision '" + p.precision + "' (fp32, bf16 or fp16)");
   {
@@ -929,6 +1000,18 @@ void validateProgram(const Program &p, const std::string &path) {
       if (b.shape.size() != 1 || b.shape[0] != (full + p.dp - 1) / p.dp)
         fail(path, where + ": a shard of " + shapeStr(b.fullShape) + " over dp " + std::to_string(p.dp) + " is [" +
                        std::to_string((full + p.dp - 1) / p.dp) + "], the buffer is " + shapeStr(b.shape));
+    }
+    if (b.tpDim >= 0) { // a tensor-parallel chunk: the whole shape with dim divided by tp
+      const std::vector<int64_t> &local = b.shard ? b.fullShape : b.shape;
+      if (b.tpFullShape.size() != local.size() || b.tpDim >= int64_t(local.size()) || b.tpSegments < 1 ||
+          b.tpFullShape[size_t(b.tpDim)] % (p.tp * b.tpSegments) != 0)
+        fail(path, where + ": bad tensor-parallel split (dim " + std::to_string(b.tpDim) + ", segments " +
+                       std::to_string(b.tpSegments) + ") of " + shapeStr(b.tpFullShape) + " over tp " +
+                       std::to_string(p.tp));
+      for (size_t d = 0; d < local.size(); ++d)
+        if (local[d] != (int64_t(d) == b.tpDim ? b.tpFullShape[d] / p.tp : b.tpFullShape[d]))
+          fail(path, where + ": the chunk of " + shapeStr(b.tpFullShape) + " split on dim " + std::to_string(b.tpDim) +
+                         " over tp " + std::to_string(p.tp) + " is not " + shapeStr(local));
     }
     if (b.offset < 0 || b.offset % kAlignment != 0)
       fail(path, where + ": offset " + std::to_string(b.offset) + " is not aligned to " +
@@ -1173,6 +1256,9 @@ std::string serializeProgram(const Program &p) {
                     {"precision", p.precision}, {"micro_batches", p.microBatches},
                     {"ranks", p.ranks},          {"zero", p.zero},
                     {"mesh", {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}}}};
+  if (p.tp > 1)
+    root["config"]["tensor_parallel"] = {{"sequence_parallel", p.sequenceParallel ? 1 : 0},
+                                         {"replicated", p.tpReplicated}};
   root["optimizer"] = {{"kind", p.optimizer.kind},   {"lr", p.optimizer.lr},
                        {"beta1", p.optimizer.beta1}, {"beta2", p.optimizer.beta2},
                        {"eps", p.optimizer.eps},     {"weight_decay", p.optimizer.weightDecay},
@@ -1200,6 +1286,7 @@ std::string serializeProgram(const Program &p) {
       jb["init"] = ji;
     }
     if (b.shard) jb["shard"] = {{"axis", "dp"}, {"full_shape", b.fullShape}};
+    if (b.tpDim >= 0) jb["tp"] = {{"dim", b.tpDim}, {"segments", b.tpSegments}, {"full_shape", b.tpFullShape}};
     bufs.push_back(std::move(jb));
   }
   root["buffers"] = std::move(bufs);

@@ -23,6 +23,19 @@ namespace bigc {
 /// The discardable attribute naming the phase of an op in the train step:
 /// "forward", "backward" or "optimizer".
 inline constexpr llvm::StringLiteral kPhaseAttrName = "bigc.phase";
+/// On a weight split over the tensor ranks (bigc-tensor-parallel): [dim,
+/// segments] of the split and the whole tensor's shape; the type is the
+/// rank's chunk.
+inline constexpr llvm::StringLiteral kTpSplitAttrName = "bigc.tp_split";
+inline constexpr llvm::StringLiteral kTpFullShapeAttrName = "bigc.tp_full_shape";
+/// On an embedding (and its gradient) over a vocabulary split on mesh axis
+/// "tp": ids outside this rank's rows give zeros.
+inline constexpr llvm::StringLiteral kVocabGroupAttrName = "bigc.vocab_group";
+/// Attaches the tensor-parallel rules (BigcTensorParallelRules.cpp).
+void attachTensorParallelRules(MLIRContext &ctx);
+/// Copies the tensor-parallel split of weight `from` onto `to` (a state or
+/// copy of the same shape derived from it).
+void copyTpSplit(Operation *from, Operation *to);
 } // namespace bigc
 } // namespace mlir
 

@@ -43,8 +43,10 @@ struct CompileOptions {
   std::string offload = "none";    // none | cpu | nvme
   std::string offloadParams = "auto"; // with offload: device | host | auto (host when the device cannot hold them)
   // Data parallelism (bigc-shard, bigc-schedule)
-  int64_t ranks = 1;      // data-parallel ranks (the dp axis of the mesh)
+  int64_t ranks = 1;      // all ranks (dp x tp)
   int64_t zero = 0;       // ZeRO stage over dp
+  int64_t tp = 1;         // tensor-parallel ranks (the tp axis; dp = ranks / tp)
+  bool sequenceParallel = false;
   double bucketMb = 25;   // largest merged collective, MiB
   int64_t prefetch = 1;   // ZeRO-3: layer segments an all-gather runs ahead of its use
 };

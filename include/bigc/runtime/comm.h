@@ -64,6 +64,9 @@ public:
 };
 
 std::shared_ptr<Communicator> makeInProcessCommunicator(int ranks);
+// A group of the ranks `globalIds` of this process (a data- or tensor-parallel group of the mesh):
+// local rank l of the group is global rank globalIds[l] (in messages).
+std::shared_ptr<Communicator> makeInProcessCommunicator(const std::vector<int> &globalIds);
 
 // MPI: this process runs `localRanks` consecutive ranks (global rank = process rank x localRanks
 // + local); the world must have ranks / localRanks processes. mpiCompiled(): this build has it.

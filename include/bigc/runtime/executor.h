@@ -31,10 +31,16 @@ uint64_t splitmix64(uint64_t &state);
 // One rank of a multi-rank program: its local index in the communicator (which runs its
 // collectives) and whether the executor initialises its buffers itself (a RankGroup initialises
 // the ranks together, shards from the whole tensors).
+// With tensor parallelism, `comm` spans the rank's data-parallel group (the collectives of axis
+// "dp") and `tpComm` its tensor-parallel group (axis "tp", local index `tpLocal`); `tpRank` picks
+// the rank's chunks (vocabulary rows, tp_slice).
 struct RankContext {
   int local = 0;
   std::shared_ptr<Communicator> comm;
   bool initialize = true;
+  std::shared_ptr<Communicator> tpComm;
+  int tpLocal = 0;
+  int tpRank = 0;
 };
 
 class Executor final : public Engine {

@@ -49,6 +49,18 @@ void concat(const float *const *xs, float *y, int64_t outer, int64_t inner, int6
 // Mean over N rows of -log softmax(logits[n,:])[targets[n]]. Returns the index of the first
 // target outside [0, V) through badIndex (or -1).
 float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64_t V, int64_t *badIndex);
+// Vocabulary-parallel cross-entropy (docs/program-format.md): this rank's V columns start at id
+// `offset` of a vocabulary of `vocab`. stats[i] = (log-sum-exp of row i, its target's logit or 0).
+void vocabCeStats(const float *logits, const int32_t *targets, float *stats, int64_t N, int64_t V, int64_t offset,
+                  int64_t vocab, int64_t *badIndex);
+void vocabCeStatsGrad(const float *dstats, const float *logits, const int32_t *targets, const float *stats,
+                      float *dlogits, int64_t N, int64_t V, int64_t offset);
+// stats of P parts of N positions each: mean over positions of logsumexp_r(lse) - sum_r(target).
+float vocabCeLoss(const float *stats, int64_t N, int64_t P);
+void vocabCeLossGrad(const float *stats, float dloss, float *dstats, int64_t N, int64_t P);
+// embeddingGrad for the rows [offset, offset + V) of the table (ids elsewhere contribute nothing).
+void embeddingGradRows(const float *dy, const int32_t *ids, float *dtable, int64_t N, int64_t V, int64_t C,
+                       int64_t offset);
 void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N,
                       int64_t V);
 

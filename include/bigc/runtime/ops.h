@@ -42,6 +42,12 @@ enum class OpKind {
   AllReduce,
   ReduceScatter,
   AllGather,
+  // version 4: tensor parallelism (an axis of the mesh, attribute `axis`)
+  TpSlice,
+  VocabCeStats,
+  VocabCeStatsGrad,
+  VocabCeLoss,
+  VocabCeLossGrad,
 };
 
 struct OpSignature {

@@ -42,6 +42,12 @@ struct Buffer {
   // (the last shard padded with zeros).
   bool shard = false;
   std::vector<int64_t> fullShape;
+  // Tensor parallelism: a chunk of the tensor of shape tpFullShape split along tpDim over the mesh
+  // axis "tp" (rank t holds chunk t of each of tpSegments equal parts of that dimension, in order).
+  // The shape before any dp shard (fullShape when sharded, else shape) is tpFullShape with tpDim
+  // divided by tp. tpDim -1: not split.
+  int64_t tpDim = -1, tpSegments = 1;
+  std::vector<int64_t> tpFullShape;
 
   bool sharded() const { return shard; }
   int64_t fullNumel() const {
@@ -127,6 +133,9 @@ struct Program {
   // Version 3: the device mesh (ranks = dp * tp * pp) and the ZeRO stage over dp.
   int64_t dp = 1, tp = 1, pp = 1, zero = 0;
   int64_t axisSize(int64_t axis) const { return axis == 0 ? dp : axis == 1 ? tp : pp; }
+  // Tensor parallelism: Megatron-SP, and the ops bigc-tensor-parallel left replicated (no rule).
+  bool sequenceParallel = false;
+  std::vector<std::string> tpReplicated;
   std::string precision = "fp32";
   Optimizer optimizer;
   std::string hardwareName;

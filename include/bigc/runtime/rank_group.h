@@ -34,8 +34,9 @@ public:
   // `program` is the program of one rank (every rank runs it); `comm` spans all its ranks.
   // `deviceInHostMemory`: the device arenas are in this machine's RAM (the CPU backend), so they
   // count against it with the host arenas.
+  // `configure` runs before the ranks are initialised (setMeshCommunicators).
   RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make,
-            bool deviceInHostMemory = true);
+            bool deviceInHostMemory = true, const std::function<void(RankGroup &)> &configure = {});
   ~RankGroup() override;
 
   const char *backend() const override { return engines_[0]->backend(); }
@@ -49,6 +50,13 @@ public:
   void keepAlive(std::shared_ptr<void> p) { keep_ = std::move(p); }
   // Called once when the group aborts (a rank failed or is stuck): e.g. ncclCommAbort.
   void onAbort(std::function<void()> f) { onAbort_ = std::move(f); }
+  // Tensor parallelism (program tp > 1, in one process): the communicators of the data-parallel
+  // groups and of the tensor-parallel groups (aborted with the group), and, per local rank, its
+  // data-parallel communicator and index in it (refreshCopies gathers shards over it).
+  void setMeshCommunicators(std::vector<std::shared_ptr<Communicator>> all,
+                            std::vector<std::shared_ptr<Communicator>> dpOfRank, std::vector<int> dpLocal) {
+    sub_ = std::move(all), dpComm_ = std::move(dpOfRank), dpLocal_ = std::move(dpLocal);
+  }
   // The longest a rank may still run after every other rank finished the step (default 300 s).
   void setStragglerTimeout(double seconds) { straggler_ = seconds; }
 
@@ -86,6 +94,14 @@ public:
 private:
   // The whole tensor of rank-program buffer `id` (sharded) in `dst` (logical bytes).
   void gather(int64_t id, void *dst) const;
+  // Tensor parallelism: the chunk of tensor rank t of buffer `id` (its dp shards joined).
+  void tpLocal(int64_t id, int t, void *dst) const;
+  int dpIndex(int global) const { return int(global / rankProgram_.tp); }
+  int tpIndex(int global) const { return int(global % rankProgram_.tp); }
+  Communicator &dpComm(int local) { return dpComm_.empty() ? *comm_ : *dpComm_[size_t(local)]; }
+  int dpLocal(int local) const { return dpLocal_.empty() ? local : dpLocal_[size_t(local)]; }
+  std::vector<std::shared_ptr<Communicator>> sub_, dpComm_;
+  std::vector<int> dpLocal_;
   template <class F> void onEveryRank(F f);
 
   Program rankProgram_, logical_;

@@ -482,6 +482,102 @@ void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, 
   }
 }
 
+// Vocabulary-parallel cross-entropy: each rank's V columns of the logits, ids [offset, offset + V).
+
+void vocabCeStats(const float *logits, const int32_t *targets, float *stats, int64_t N, int64_t V, int64_t offset,
+                  int64_t vocab, int64_t *badIndex) {
+  *badIndex = -1;
+  for (int64_t n = 0; n < N; ++n)
+    if (targets[n] < 0 || targets[n] >= vocab) {
+      *badIndex = n;
+      return;
+    }
+#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *row = logits + n * V;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < V; ++j)
+      mx = std::max(mx, row[j]);
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < V; ++j)
+      s += static_cast<double>(std::exp(row[j] - mx));
+    stats[2 * n] = static_cast<float>(std::log(s) + static_cast<double>(mx));
+    const int64_t t = int64_t(targets[n]) - offset;
+    stats[2 * n + 1] = t >= 0 && t < V ? row[t] : 0.0f;
+  }
+}
+
+void vocabCeStatsGrad(const float *dstats, const float *logits, const int32_t *targets, const float *stats,
+                      float *dlogits, int64_t N, int64_t V, int64_t offset) {
+#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *row = logits + n * V;
+    float *drow = dlogits + n * V;
+    const float lse = stats[2 * n], g = dstats[2 * n];
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j)
+      drow[j] = g * std::exp(row[j] - lse);
+    const int64_t t = int64_t(targets[n]) - offset;
+    if (t >= 0 && t < V)
+      drow[t] += dstats[2 * n + 1];
+  }
+}
+
+namespace {
+// log Σ_r exp(stats[r, n, 0]) over the P parts.
+double partsLse(const float *stats, int64_t N, int64_t P, int64_t n) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t r = 0; r < P; ++r)
+    mx = std::max(mx, double(stats[2 * (r * N + n)]));
+  double s = 0.0;
+  for (int64_t r = 0; r < P; ++r)
+    s += std::exp(double(stats[2 * (r * N + n)]) - mx);
+  return std::log(s) + mx;
+}
+} // namespace
+
+float vocabCeLoss(const float *stats, int64_t N, int64_t P) {
+  if (N <= 0)
+    return 0.0f;
+  double total = 0.0;
+  for (int64_t n = 0; n < N; ++n) {
+    double target = 0.0;
+    for (int64_t r = 0; r < P; ++r)
+      target += double(stats[2 * (r * N + n) + 1]);
+    total += partsLse(stats, N, P, n) - target;
+  }
+  return static_cast<float>(total / static_cast<double>(N));
+}
+
+void vocabCeLossGrad(const float *stats, float dloss, float *dstats, int64_t N, int64_t P) {
+  if (N <= 0)
+    return;
+  const double g = double(dloss) / double(N);
+  for (int64_t n = 0; n < N; ++n) {
+    const double lse = partsLse(stats, N, P, n);
+    for (int64_t r = 0; r < P; ++r) {
+      dstats[2 * (r * N + n)] = static_cast<float>(g * std::exp(double(stats[2 * (r * N + n)]) - lse));
+      dstats[2 * (r * N + n) + 1] = static_cast<float>(-g);
+    }
+  }
+}
+
+void embeddingGradRows(const float *dy, const int32_t *ids, float *dtable, int64_t N, int64_t V, int64_t C,
+                       int64_t offset) {
+  std::memset(dtable, 0, sizeof(float) * size_t(V * C));
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t id = int64_t(ids[n]) - offset;
+    if (id < 0 || id >= V)
+      continue; // another rank's row
+    float *dst = dtable + id * C;
+    const float *src = dy + n * C;
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j)
+      dst[j] += src[j];
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Optimizer
 

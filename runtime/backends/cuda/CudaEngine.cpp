@@ -1366,6 +1366,9 @@ std::unique_ptr<Engine> makeCudaEngine(Program program, uint64_t seed) {
 }
 
 std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout) {
+  if (program.tp > 1)
+    throw UserError("this program is tensor-parallel (tp " + std::to_string(program.tp) +
+                    "); this version runs tensor-parallel programs on the CPU backend only (--backend cpu)");
 #if !BIGC_HAVE_NCCL
   (void)program, (void)seed, (void)commTimeout;
   throw UserError("this build's CUDA toolkit has no NCCL: programs of several ranks run on the CPU backend only "
