@@ -148,6 +148,14 @@ OpCost mlir::bigc::opCost(Operation *op) {
     c.flops = 6 * elements(op->getOperand(0));
   } else if (name == "cross_entropy_grad") {
     c.flops = 8 * elements(op->getOperand(0));
+  } else if (name == "vocab_ce_stats") { // the vocabulary-parallel loss: this rank's columns
+    c.flops = 6 * elements(op->getOperand(0));
+  } else if (name == "vocab_ce_stats_grad") {
+    c.flops = 4 * elements(op->getOperand(1));
+  } else if (name == "vocab_ce_loss" || name == "vocab_ce_loss_grad") {
+    c.flops = 4 * elements(op->getOperand(0));
+  } else if (name == "tp_slice" || name == "tp_copy") {
+    c.flops = 0;
   } else if (name == "global_norm") {
     c.flops = 2 * operandElements();
   } else if (name == "check_finite") {

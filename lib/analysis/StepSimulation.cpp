@@ -29,7 +29,6 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
   if (!func || func.isExternal())
     return est;
   Block &block = func.front();
-  const double n = double(meshAxisSize(module, "dp"));
   llvm::DenseMap<Operation *, double> endOf;
   llvm::DenseMap<int64_t, Operation *> eventOp;
   llvm::StringMap<Operation *> lastWriter; // persistent tensor -> the op that last wrote it
@@ -82,7 +81,10 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
         for (unsigned k = 0; k < op.getNumOperands() && k < op.getNumResults(); ++k)
           bytes += double(std::max(typeBytes(op.getOperand(k).getType()), typeBytes(op.getResult(k).getType())));
       }
-      double factor = isa<AllReduceOp>(op) ? 2.0 * (n - 1) / n : (n - 1) / n;
+      // Ring collectives over the op's mesh axis (data- or tensor-parallel group).
+      auto g = op.getAttrOfType<StringAttr>("group");
+      const double n = double(meshAxisSize(module, g ? g.getValue() : StringRef("dp")));
+      double factor = n <= 1 ? 0.0 : isa<AllReduceOp>(op) ? 2.0 * (n - 1) / n : (n - 1) / n;
       dur = hw.interconnectBytesPerS > 0 ? bytes * factor / hw.interconnectBytesPerS : 0;
     } else if (isa<WaitOp>(op)) {
       dur = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -410,14 +411,17 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       o << "\n";
     }
     if (p.tp > 1) {
+      auto isWeight = [](const rt::Buffer &b) { // one buffer per weight: the master, else the weight
+        return b.tpDim >= 0 && (b.role == "master" || (b.role == "param" && b.init.kind != "copy"));
+      };
       int64_t splitCount = 0;
-      for (const auto &b : p.buffers) splitCount += b.persistent() && b.tpDim >= 0 && b.role == "param" ? 1 : 0;
+      for (const auto &b : p.buffers) splitCount += isWeight(b) ? 1 : 0;
       o << "tensor parallel: tp " << p.tp << (p.sequenceParallel ? " with sequence parallelism" : "") << "; rank "
         << rank << " is tensor rank " << rank % p.tp << " of data-parallel group " << rank / p.tp << "; "
         << splitCount << " weights split (Megatron column/row, vocabulary-parallel embedding and loss)";
       int shown = 0;
       for (const auto &b : p.buffers)
-        if (b.persistent() && b.tpDim >= 0 && b.role == "param" && shown++ < 6)
+        if (isWeight(b) && shown++ < 6)
           o << (shown == 1 ? ": " : ", ") << b.name << " " << shapeStr(b.tpFullShape) << " dim " << b.tpDim
             << (b.tpSegments > 1 ? " in " + std::to_string(b.tpSegments) + " segments" : "");
       if (shown > 6) o << ", ...";
@@ -599,10 +603,17 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
       json tc = json::array(), splits = json::array();
       for (const auto &[op, c] : collectiveStats(p, 1))
         tc.push_back({{"op", op}, {"count", c.count}, {"tensors", c.tensors}, {"bytes", c.bytes}});
+      std::set<std::string> seen;
       for (const auto &b : p.buffers)
-        if (b.persistent() && b.tpDim >= 0 && b.role == "param")
-          splits.push_back({{"name", b.name}, {"dim", b.tpDim}, {"segments", b.tpSegments}, {"full_shape", b.tpFullShape},
+        if (b.tpDim >= 0 && (b.role == "param" || b.role == "master")) {
+          std::string name = b.name; // the weight (its compute copy "N.half", shard "N.half.shard")
+          for (const char *suffix : {".half.shard", ".half"})
+            if (name.size() > strlen(suffix) && name.compare(name.size() - strlen(suffix), strlen(suffix), suffix) == 0)
+              name.resize(name.size() - strlen(suffix));
+          if (!seen.insert(name).second) continue;
+          splits.push_back({{"name", name}, {"dim", b.tpDim}, {"segments", b.tpSegments}, {"full_shape", b.tpFullShape},
                             {"shape", b.shard ? b.fullShape : b.shape}});
+        }
       j["tensor_parallel"] = {{"tp", p.tp},
                               {"tensor_rank", rank % p.tp},
                               {"sequence_parallel", p.sequenceParallel},
