@@ -37,7 +37,8 @@ import json, sys
 j = json.load(open(sys.argv[1])); m, hw, tp, z, cap = sys.argv[2:7]
 dev = j["spaces"]["device"]["arena_bytes"]
 step = j.get("estimate", {}).get("step_seconds", 0) * 1e3
-cap = float(cap)
+units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+cap = float(cap[:-1]) * units[cap[-1]] if cap and cap[-1] in units else float(cap)
 fits = "yes" if cap <= 0 or dev <= cap else "no"
 print(f"| {m} | {hw} | {tp} x {8 // int(tp)} | {z} | {step:.0f} | {dev / 2**30:.1f} | {fits} |")
 PY
