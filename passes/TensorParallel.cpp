@@ -113,7 +113,10 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
                << (l.segments > 1 ? std::to_string(l.segments) + " segments" : std::string()) << ") of @\"" << name
                << "\" " << shapeStr(shape) << ", which this " << reader->getName().getStringRef()
                << " splits over the tensor ranks (the hidden size and the MLP width must be multiples of the "
-                  "tensor size); choose a --tp that divides it";
+                  "tensor size"
+               << (sequenceParallel ? "; with --sequence-parallel, the sequence length must be a multiple of it too"
+                                    : "")
+               << "); choose a --tp that divides it";
       }
     }
     a.params[gp.getParam()] = l;

@@ -69,7 +69,9 @@ TEST(RuntimeProgram, DTypes) {
 }
 
 TEST(RuntimeProgram, OpTableCoversTheFormat) {
-  EXPECT_EQ(opSignatures().size(), 31u);
+  EXPECT_EQ(opSignatures().size(), 36u);
+  for (const char *tp : {"tp_slice", "vocab_ce_stats", "vocab_ce_stats_grad", "vocab_ce_loss", "vocab_ce_loss_grad"})
+    EXPECT_NE(findOpSignature(tp), nullptr) << tp;
   ASSERT_NE(findOpSignature("adamw"), nullptr);
   EXPECT_EQ(findOpSignature("adamw")->maxIn, 7);
   for (const char *v2 : {"cast", "copy", "wait", "check_finite", "loss_scale_update"})
