@@ -93,6 +93,7 @@ struct Executor::Op : OpDims {
   std::vector<const float *> cparts;
   int axis = 0;          // collectives: the mesh axis
   int64_t offset = 0;    // vocabulary-parallel ops: the first id of this rank's rows
+  bool vocabParallel = false; // embedding(_grad) over this rank's rows of a vocabulary of V * tp
   int64_t slicePre = 1, sliceRun = 1; // tp_slice: elements before the split dim; bytes of one row after it
 };
 
@@ -344,7 +345,8 @@ void Executor::prepare() {
       stagingBytes_[op.stream] = std::max(stagingBytes_[op.stream], op.stageFloats * 4);
     }
     static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
-    if (ins.num("vocab_axis", 0) == 1 || op.kind == OpKind::VocabCeStats || op.kind == OpKind::VocabCeStatsGrad)
+    op.vocabParallel = ins.num("vocab_axis", 0) == 1;
+    if (op.vocabParallel || op.kind == OpKind::VocabCeStats || op.kind == OpKind::VocabCeStatsGrad)
       op.offset = int64_t(rank_.tpRank) * op.V; // this rank's rows of the vocabulary
     if (op.kind == OpKind::TpSlice) {
       const auto &x = in(0).shape;
@@ -519,7 +521,7 @@ void Executor::execute(Op &op) {
   switch (op.kind) {
   case OpKind::Embedding: {
     const int32_t *ids = ii(1);
-    const int64_t vocab = op.ins->num("vocab_axis", 0) == 1 ? op.V * prog_.tp : op.V;
+    const int64_t vocab = op.vocabParallel ? op.V * prog_.tp : op.V;
     for (int64_t k = 0; k < op.n; ++k)
       if (ids[k] < 0 || ids[k] >= vocab)
         runtimeError(op, "token id " + std::to_string(ids[k]) + " at position " + std::to_string(k) +
@@ -558,7 +560,7 @@ void Executor::execute(Op &op) {
     break;
   }
   case OpKind::EmbeddingGrad: {
-    const int64_t vocab = op.ins->num("vocab_axis", 0) == 1 ? op.V * prog_.tp : op.V;
+    const int64_t vocab = op.vocabParallel ? op.V * prog_.tp : op.V;
     for (int64_t k = 0; k < op.n; ++k)
       if (ii(1)[k] < 0 || ii(1)[k] >= vocab)
         runtimeError(op, "token id " + std::to_string(ii(1)[k]) + " at position " + std::to_string(k) +

@@ -56,33 +56,20 @@ for n in z0 z1 z2 z3 z3_off z2_k2 z3_bf16 z3_nobucket; do $PY "$HERE/check_strea
   $PY "$HERE/check_streams.py" "$d/$n.bigc"; exit 1; }; done
 echo "check_streams: 8 multi-rank programs obey the stream discipline"
 
-$PY - "$d" <<'PY'
-import json, struct, sys
+$PY - "$d" "$HERE" <<'PY'
+import sys
 import numpy as np
 d = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import runlog
 
 def losses(n):
-    rows = [json.loads(l) for l in open(f"{d}/{n}.jsonl") if l.strip()]
+    a, rows = runlog.losses(f"{d}/{n}.jsonl")
     assert len(rows) == 10, f"{n}: expected 10 steps, got {len(rows)}"
-    return np.array([r["loss"] for r in rows]), rows
+    return a, rows
 
-def weights(n):
-    raw = open(f"{d}/{n}.safetensors", "rb").read()
-    (hl,) = struct.unpack("<Q", raw[:8])
-    head = json.loads(raw[8:8 + hl])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        lo, hi = v["data_offsets"]
-        out[k] = (v["shape"], np.frombuffer(raw[8 + hl + lo:8 + hl + hi], dtype=np.float32))
-    return out
-
-ok = True
-def check(name, cond, msg):
-    global ok
-    print(("ok   " if cond else "FAIL ") + name + ": " + msg)
-    ok &= bool(cond)
+weights = lambda n: runlog.weights(f"{d}/{n}.safetensors")
+check = runlog.Checks()
 
 base, _ = losses("one")
 check("one rank learns", base[-1] < base[0] - 0.05, f"loss {base[0]:.4f} -> {base[-1]:.4f}")
@@ -108,5 +95,5 @@ _, rows = losses("z2_fp16ov")
 scales = [r["loss_scale"] for r in rows]
 check("fp16 overflow over 8 ranks", all(r["skipped"] for r in rows) and scales[-1] < scales[0],
       f"every step skipped on every rank, the scale {scales[0]:.3g} -> {scales[-1]:.3g}")
-sys.exit(0 if ok else 1)
+sys.exit(0 if check.ok else 1)
 PY

@@ -57,32 +57,16 @@ echo "check_streams: 5 tensor-parallel programs obey the stream discipline"
 "$BIN/bigc" run "$d/tp2_z1.bigc" --synthetic --steps 10 --seed 7 --log "$d/resume_b.jsonl" \
   --checkpoint-dir "$d/ckpt" --resume --quiet
 
-$PY - "$d" <<'PY'
-import json, struct, sys
+$PY - "$d" "$HERE" <<'PY'
+import json, sys
 import numpy as np
 d = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import runlog
 
-def losses(n):
-    rows = [json.loads(l) for l in open(f"{d}/{n}.jsonl") if l.strip()]
-    return np.array([r["loss"] for r in rows])
-
-def weights(n):
-    raw = open(f"{d}/{n}.safetensors", "rb").read()
-    (hl,) = struct.unpack("<Q", raw[:8])
-    head = json.loads(raw[8:8 + hl])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        lo, hi = v["data_offsets"]
-        out[k] = (v["shape"], np.frombuffer(raw[8 + hl + lo:8 + hl + hi], dtype=np.float32))
-    return out
-
-ok = True
-def check(name, cond, msg):
-    global ok
-    print(("ok   " if cond else "FAIL ") + name + ": " + msg)
-    ok &= bool(cond)
+losses = lambda n: runlog.losses(f"{d}/{n}.jsonl")[0]
+weights = lambda n: runlog.weights(f"{d}/{n}.safetensors")
+check = runlog.Checks()
 
 base = losses("one")
 check("one rank learns", len(base) == 10 and base[-1] < base[0] - 0.05, f"loss {base[0]:.4f} -> {base[-1]:.4f}")
@@ -126,7 +110,7 @@ check("Megatron splits", all(k in splits and (splits[k]["dim"], splits[k]["segme
       ", ".join(f"{k} dim {splits[k]['dim']}x{splits[k]['segments']}" for k in want if k in splits))
 act = lambda j: j["spaces"]["device"]["by_role"].get("activation", 0)
 print(f"note activation bytes per rank (device arena by role): {act(js)} without SP, {act(sp)} with SP")
-sys.exit(0 if ok else 1)
+sys.exit(0 if check.ok else 1)
 PY
 grep -q "tensor" "$d/tp8.txt" || { echo "FAIL: inspect does not show the tensor axis"; cat "$d/tp8.txt"; exit 1; }
 

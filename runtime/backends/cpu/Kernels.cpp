@@ -429,6 +429,20 @@ void concat(const float *const *xs, float *y, int64_t outer, int64_t inner, int6
 // ---------------------------------------------------------------------------------------------
 // Loss
 
+namespace {
+// log Σ_j exp(row[j]), stable (the row's max taken out), summed in double.
+double rowLogSumExp(const float *row, int64_t V) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < V; ++j)
+    mx = std::max(mx, row[j]);
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < V; ++j)
+    s += static_cast<double>(std::exp(row[j] - mx));
+  return std::log(s) + static_cast<double>(mx);
+}
+} // namespace
+
 float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64_t V, int64_t *badIndex) {
   for (int64_t n = 0; n < N; ++n)
     if (targets[n] < 0 || targets[n] >= V) {
@@ -444,14 +458,7 @@ float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64
 #pragma omp parallel for schedule(static) reduction(+ : total) if (N * V >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float *row = logits + n * V;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < V; ++j)
-      mx = std::max(mx, row[j]);
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < V; ++j)
-      s += static_cast<double>(std::exp(row[j] - mx));
-    total += std::log(s) + static_cast<double>(mx) - static_cast<double>(row[targets[n]]);
+    total += rowLogSumExp(row, V) - static_cast<double>(row[targets[n]]);
   }
   return static_cast<float>(total / static_cast<double>(N));
 }
@@ -495,14 +502,7 @@ void vocabCeStats(const float *logits, const int32_t *targets, float *stats, int
 #pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float *row = logits + n * V;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < V; ++j)
-      mx = std::max(mx, row[j]);
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < V; ++j)
-      s += static_cast<double>(std::exp(row[j] - mx));
-    stats[2 * n] = static_cast<float>(std::log(s) + static_cast<double>(mx));
+    stats[2 * n] = static_cast<float>(rowLogSumExp(row, V));
     const int64_t t = int64_t(targets[n]) - offset;
     stats[2 * n + 1] = t >= 0 && t < V ? row[t] : 0.0f;
   }
