@@ -40,6 +40,11 @@ bool mlir::bigc::isCollective(Operation *op) {
   return isa<AllReduceOp, ReduceScatterOp, AllGatherOp, ParamAllGatherOp>(op);
 }
 
+StringRef mlir::bigc::collectiveStream(Operation *op) {
+  auto g = op->getAttrOfType<StringAttr>("group");
+  return g && g.getValue() == "tp" ? kTpCommStream : kCommStream;
+}
+
 namespace {
 
 LogicalResult verifyGroup(Operation *op, StringRef group) {
@@ -48,8 +53,10 @@ LogicalResult verifyGroup(Operation *op, StringRef group) {
            << group << "\"";
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
-    if (!s || s.getValue() != kCommStream)
-      return op->emitOpError("runs on the \"comm\" stream, got bigc.stream = ") << stream;
+    StringRef want = group == "tp" ? kTpCommStream : kCommStream;
+    if (!s || s.getValue() != want)
+      return op->emitOpError("of group \"") << group << "\" runs on the \"" << want
+                                            << "\" stream, got bigc.stream = " << stream;
   }
   return success();
 }

@@ -21,7 +21,7 @@ bool mlir::bigc::isKnownSpace(StringRef space) {
 
 bool mlir::bigc::isKnownStream(StringRef stream) {
   return stream == kComputeStream || stream == "h2d" || stream == "d2h" ||
-         stream == "host" || stream == "comm";
+         stream == "host" || stream == "comm" || stream == "comm_tp";
 }
 
 StringRef mlir::bigc::paramSpace(ParamOp param) {
@@ -103,8 +103,8 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
   }
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
-    if (s && s.getValue() == "comm")
-      return op->emitOpError("bigc.stream \"comm\" is the stream of collectives (bigc.all_reduce, "
+    if (s && (s.getValue() == "comm" || s.getValue() == "comm_tp"))
+      return op->emitOpError("bigc.stream \"comm\" and \"comm_tp\" are the streams of collectives (bigc.all_reduce, "
                              "bigc.reduce_scatter, bigc.all_gather), not of transfers");
     if (!s || !isKnownStream(s.getValue()))
       return op->emitOpError("bigc.stream must be \"compute\", \"h2d\", \"comm\", "

@@ -11,6 +11,13 @@
 //                 cloning the forward values it needs that are not kept,
 //                 memoized), marked `bigc.recompute` and phase "backward".
 //
+// Sequence parallelism (Megatron-SP): the whole-sequence input of a
+// column-parallel matmul is gathered from the tensor ranks' parts
+// (bigc.tp_all_gather with grad "reduce_scatter"). Under every policy, none
+// included, the backward re-gathers it from this rank's part instead of
+// keeping the whole tensor: the part stays alive (1/tp of the bytes), the
+// gather is cloned before its first backward user, as Megatron-LM does.
+//
 // The decision is per op: all saved results of an op are kept or dropped
 // together (a layernorm's y, mean and rstd are recomputed by one clone).
 // The module records what was decided:
@@ -110,6 +117,17 @@ public:
     }
   }
 
+  /// Sequence parallelism: every saved whole-sequence gather is re-gathered
+  /// in the backward (all policies); its input, this rank's part, is kept.
+  void chooseRegather() {
+    for (SavedOp &s : saved)
+      if (auto g = dyn_cast<TpAllGatherOp>(s.op); g && g.getGrad() == "reduce_scatter") {
+        dropped.insert(s.op);
+        regathered.insert(s.op);
+        regatherInputs.insert(g.getX());
+      }
+  }
+
   /// full: in each transformer block (ops with bigc.layer), keep only the
   /// values some forward op outside the block reads (the residual stream
   /// leaving it, i.e. the next block's input); ops outside blocks are kept.
@@ -137,7 +155,7 @@ public:
   void chooseAuto(int64_t n) {
     SmallVector<SavedOp *> ranked;
     for (SavedOp &s : saved)
-      if (s.bytes > 0 && insideBlock(s.op))
+      if (s.bytes > 0 && insideBlock(s.op) && !regathered.count(s.op))
         ranked.push_back(&s);
     std::stable_sort(ranked.begin(), ranked.end(), [](SavedOp *a, SavedOp *b) {
       // a.bytes / a.flops > b.bytes / b.flops, without dividing by zero.
@@ -168,6 +186,10 @@ public:
       }
     for (Operation *op : dropped)
       savedBytes += saved[savedIndex[op]].bytes;
+    // The parts the re-gathers read stay alive when nothing else kept them.
+    for (Value v : regatherInputs)
+      if (Operation *def = v.getDefiningOp(); isForwardOp(def) && !isSaved(def) && !dropped.count(def))
+        savedBytes -= typeBytes(v.getType());
   }
 
   /// FLOPs of the ops of one phase (clones excluded).
@@ -187,6 +209,8 @@ public:
   std::vector<SavedOp> saved;
   llvm::DenseMap<Operation *, size_t> savedIndex;
   llvm::SetVector<Operation *> dropped;
+  llvm::SetVector<Operation *> regathered; ///< sequence-parallel gathers redone in the backward
+  llvm::DenseSet<Value> regatherInputs;    ///< their inputs: kept unless their op is dropped
   int64_t candidates = -1;
   int64_t savedBytes = 0, flopsAdded = 0, clones = 0;
 
@@ -244,12 +268,13 @@ private:
   }
 
   /// Kept for the backward: not produced by a forward op (an argument, a
-  /// parameter read, a backward value) or a saved value that is not dropped.
+  /// parameter read, a backward value) or a saved value (or a re-gather's
+  /// input) whose op is not dropped.
   bool isKept(Value v) const {
     Operation *def = v.getDefiningOp();
     if (!isForwardOp(def))
       return true;
-    return isSaved(def) && !dropped.count(def);
+    return (isSaved(def) || regatherInputs.count(v)) && !dropped.count(def);
   }
 
   /// `v` in the backward at `before`: itself when kept, else a clone of its
@@ -302,6 +327,7 @@ struct BigcRecomputePass
     rc.analyse();
     int64_t forwardFlops = rc.phaseFlops("forward");
     int64_t backwardFlops = rc.phaseFlops("backward");
+    rc.chooseRegather();
     if (p == "full")
       rc.chooseFull();
     else if (p == "selective")
@@ -321,7 +347,10 @@ struct BigcRecomputePass
         b.getNamedAttr("forward_flops", b.getI64IntegerAttr(forwardFlops)),
         b.getNamedAttr("backward_flops", b.getI64IntegerAttr(backwardFlops)),
     };
-    module->setAttr(kRecomputeAttrName, b.getDictionaryAttr(fields));
+    SmallVector<NamedAttribute> all(std::begin(fields), std::end(fields));
+    if (!rc.regathered.empty()) // sequence parallelism: gathers redone in the backward
+      all.push_back(b.getNamedAttr("regathered", b.getI64IntegerAttr(int64_t(rc.regathered.size()))));
+    module->setAttr(kRecomputeAttrName, b.getDictionaryAttr(all));
   }
 };
 

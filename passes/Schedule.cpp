@@ -338,10 +338,62 @@ void prefetchGathers(Block &block, int64_t ahead) {
   }
 }
 
+/// Tensor-parallel collectives (group "tp", stream comm_tp) are on the critical path: the compute
+/// that follows needs their result. Each is issued as soon as its input exists: right after the
+/// op that produces it (bringing along the reshapes and transposes bigc-shard put in between).
+/// One whose input exists since before the segment of its first compute reader (a backward
+/// re-gather of a forward activation) is issued one matmul or attention ahead of that reader, so
+/// that the whole tensor is not kept alive longer than that. The compute that does not read it
+/// runs while it is in flight: the column-parallel backward's re-gather overlaps the
+/// input-gradient matmul, whose reduction overlaps the weight-gradient matmul, as in Megatron-LM.
+void hoistTpCollectives(Block &block) {
+  Segments seg = computeSegments(block);
+  SmallVector<Operation *> colls;
+  for (Operation &op : block.without_terminator())
+    if (isCollective(&op) && collectiveStream(&op) == kTpCommStream)
+      colls.push_back(&op);
+  auto layoutOnly = [](Operation *op) { return isa<ReshapeOp, TransposeOp>(op) && op->hasOneUse(); };
+  auto heavy = [](Operation *op) { return isa<MatmulOp, AttentionOp, AttentionGradOp>(op); };
+  for (Operation *c : colls) {
+    Operation *first = nullptr;
+    for (Operation *user : c->getUsers()) {
+      Operation *u = inBlock(block, user);
+      if (u && seg.position.count(u) && (!first || u->isBeforeInBlock(first)))
+        first = u;
+    }
+    if (!first)
+      continue;
+    const unsigned at = seg.position.lookup(first);
+    const unsigned segStart = seg.firstOp[seg.segment[at]];
+    // The op after the latest producer of an input (through layout-only ops).
+    Operation *ready = nullptr;
+    for (Value v : c->getOperands()) {
+      Operation *d = v.getDefiningOp();
+      while (d && d->getBlock() == &block && layoutOnly(d) && d->getOperand(0).getDefiningOp())
+        d = d->getOperand(0).getDefiningOp();
+      if (!d || d->getBlock() != &block)
+        continue;
+      if (Operation *next = d->getNextNode(); next && (!ready || ready->isBeforeInBlock(next)))
+        ready = next;
+    }
+    Operation *target = ready;
+    if (!ready || ready->isBeforeInBlock(seg.ops[segStart])) {
+      unsigned k = at;
+      while (k > segStart && !heavy(seg.ops[k - 1]))
+        --k;
+      target = seg.ops[k > segStart ? k - 1 : segStart];
+    }
+    if (target == c || !target->isBeforeInBlock(c))
+      continue;
+    c->moveBefore(target);
+    moveDefsBefore(block, c);
+  }
+}
+
 /// The stream of a transfer-aware op from the spaces it connects.
 StringRef streamOf(Operation *op, ModuleOp module) {
   if (isCollective(op))
-    return kCommStream;
+    return collectiveStream(op);
   auto between = [](StringRef from, StringRef to) -> StringRef {
     if (from == to)
       return from == kHostSpace ? StringRef("host") : StringRef(kComputeStream);
@@ -506,6 +558,7 @@ struct BigcSchedulePass
     hoistOptimizer(block);
     prefetchParams(block);
     prefetchGathers(block, prefetch);
+    hoistTpCollectives(block);
     assignStreamsAndWaits(block, module);
   }
 };

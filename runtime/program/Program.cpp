@@ -1149,13 +1149,19 @@ void validateProgram(const Program &p, const std::string &path) {
               "] by its attributes, has " + std::to_string(ins.out.size()));
     }
     {
-      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host", "comm"};
-      if (!streams.count(ins.stream)) v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host or comm)");
+      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host", "comm", "comm_tp"};
+      if (!streams.count(ins.stream))
+        v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host, comm or comm_tp)");
       const bool collective = sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter ||
                               sig->kind == OpKind::AllGather;
-      if (collective != (ins.stream == "comm"))
-        v.bad(collective ? "a collective runs on the comm stream, not '" + ins.stream + "'"
-                         : "only collectives run on the comm stream");
+      const bool commStream = ins.stream == "comm" || ins.stream == "comm_tp";
+      if (collective != commStream)
+        v.bad(collective ? "a collective runs on the comm or comm_tp stream, not '" + ins.stream + "'"
+                         : "only collectives run on the comm and comm_tp streams");
+      // comm_tp: the tensor-parallel axis (1) only; comm: any other axis.
+      if (collective && (ins.stream == "comm_tp") != (ins.num("axis", 0) == 1))
+        v.bad(ins.stream == "comm_tp" ? "the comm_tp stream runs collectives over the tensor axis (axis 1) only"
+                                      : "a collective over the tensor axis (axis 1) runs on the comm_tp stream");
       static const std::set<std::string> phases = {"", "forward", "backward", "optimizer"};
       if (!phases.count(ins.phase)) v.bad("unknown phase '" + ins.phase + "' (forward, backward or optimizer)");
       for (int64_t w : ins.wait) {

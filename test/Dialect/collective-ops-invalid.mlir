@@ -43,7 +43,7 @@ module attributes {bigc.mesh = {dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}} {
 
 module attributes {bigc.mesh = {dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}} {
   func.func @bad_stream(%g: tensor<4xf32>) -> tensor<4xf32> {
-    // expected-error@+1 {{runs on the "comm" stream, got bigc.stream = "h2d"}}
+    // expected-error@+1 {{of group "dp" runs on the "comm" stream, got bigc.stream = "h2d"}}
     %s = bigc.all_reduce %g {group = "dp", reduce = "sum", bigc.stream = "h2d"} : (tensor<4xf32>) -> tensor<4xf32>
     return %s : tensor<4xf32>
   }
@@ -58,5 +58,15 @@ module attributes {bigc.mesh = {dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}} {
     // expected-error@+1 {{tensor #0: a tensor of 5 elements over 1 ranks of "tp" has shards of 5 elements, got 3}}
     bigc.param_all_gather {from = @w, to = @"w.half", group = "tp"}
     return
+  }
+}
+
+// -----
+
+module attributes {bigc.mesh = {dp = 1 : i64, pp = 1 : i64, tp = 2 : i64}} {
+  func.func @tp_on_comm(%g: tensor<4xf32>) -> tensor<4xf32> {
+    // expected-error@+1 {{of group "tp" runs on the "comm_tp" stream, got bigc.stream = "comm"}}
+    %s = bigc.all_reduce %g {group = "tp", reduce = "sum", bigc.stream = "comm"} : (tensor<4xf32>) -> tensor<4xf32>
+    return %s : tensor<4xf32>
   }
 }

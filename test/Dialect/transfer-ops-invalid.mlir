@@ -19,7 +19,7 @@ func.func @bad_space(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @bad_stream(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error@+1 {{bigc.stream "comm" is the stream of collectives}}
+  // expected-error@+1 {{bigc.stream "comm" and "comm_tp" are the streams of collectives}}
   %y = bigc.copy %x {bigc.space = "host", bigc.stream = "comm"} : tensor<4xf32>
   return %y : tensor<4xf32>
 }

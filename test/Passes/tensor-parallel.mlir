@@ -7,6 +7,7 @@
 // RUN: bigc-opt %s --bigc-tensor-parallel="tp=4 ranks=8" | FileCheck %s
 // RUN: bigc-opt %s --bigc-tensor-parallel="tp=4 ranks=8 sequence-parallel=1" | FileCheck %s --check-prefix=SP
 // RUN: bigc-opt %s --bigc-tensor-parallel="tp=4 ranks=8" --bigc-autodiff --bigc-shard="ranks=8 zero=1" | FileCheck %s --check-prefix=LOW
+// RUN: bigc-opt %s --bigc-tensor-parallel="tp=4 ranks=8 sequence-parallel=1" --bigc-autodiff --bigc-recompute=policy=none --bigc-shard="ranks=8 zero=1" --bigc-schedule | FileCheck %s --check-prefix=SCHED
 // RUN: not bigc-opt %s --bigc-tensor-parallel="tp=3 ranks=6" 2>&1 | FileCheck %s --check-prefix=BAD
 
 module {
@@ -70,5 +71,26 @@ module {
 // LOW: bigc.all_reduce %{{.*}}group = "tp", reduce = "sum"
 // LOW: bigc.all_reduce %{{.*}}group = "tp", reduce = "sum"
 // LOW: bigc.reduce_scatter %{{.*}}group = "dp", reduce = "mean"
+
+// Sequence parallelism, scheduled: the tensor-axis collectives run on their own stream (comm_tp),
+// never behind a data-parallel one. The backward does not keep the whole-sequence input of the
+// output projection: bigc-recompute (policy none) re-gathers it from this rank's part %y, issued
+// one matmul ahead of the weight gradient that reads it (so it overlaps the input gradient's
+// matmul), and that matmul's reduce-scatter is issued before the weight gradient it overlaps.
+// SCHED: module attributes {{{.*}}bigc.recompute = {{{.*}}policy = "none", regathered = 1
+// SCHED: bigc.param_all_gather {{{.*}}bigc.stream = "comm", {{.*}}group = "dp"
+// SCHED: %[[Y:.*]], %{{.*}}, %{{.*}} = bigc.layernorm {{.*}}(tensor<2x2x16xf32>
+// SCHED: %[[P:.*]] = bigc.reshape %[[Y]] {bigc.phase = "forward"}
+// SCHED: bigc.all_gather %[[P]] {{{.*}}bigc.phase = "forward", bigc.stream = "comm_tp", group = "tp"}
+// SCHED: bigc.vocab_ce_stats_grad
+// SCHED-NEXT: %[[P2:.*]] = bigc.reshape %[[Y]] {bigc.phase = "backward"}
+// SCHED-NEXT: %[[RG:.*]] = bigc.all_gather %[[P2]] {bigc.event = [[E:[0-9]+]] : i64, bigc.phase = "backward", bigc.stream = "comm_tp", group = "tp"}
+// SCHED-NEXT: bigc.matmul %{{.*}} {bigc.phase = "backward", transpose_b}
+// SCHED: bigc.reduce_scatter %{{.*}} {bigc.event = [[E2:[0-9]+]] : i64, bigc.phase = "backward", bigc.stream = "comm_tp", group = "tp", reduce = "sum"}
+// SCHED-NEXT: bigc.wait {bigc.phase = "backward", events = array<i64: [[E]]>}
+// SCHED-NEXT: bigc.transpose %[[RG]]
+// SCHED: bigc.matmul %{{.*}} {bigc.phase = "backward", transpose_a}
+// SCHED-NEXT: bigc.wait {bigc.phase = "backward", events = array<i64: [[E2]]>}
+// SCHED: bigc.reduce_scatter {{.*}}bigc.stream = "comm", group = "dp", reduce = "mean"
 
 // BAD: error: --tp 3 does not divide the vocabulary (64 rows of @"emb")

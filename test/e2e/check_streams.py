@@ -9,8 +9,8 @@ memory that overlaps (the same buffer, or two buffers whose places in one space'
 overlap) with at least one of them writing it, the earlier one (in program order) must precede
 the later one: otherwise the runtime's threads could race. Also checks that every `wait` index
 is earlier and on another stream, that side-stream instructions read/write the spaces their
-stream says (d2h: device -> host, h2d: host -> device, host: host only, comm: collectives on
-device memory), and that a buffer an
+stream says (d2h: device -> host, h2d: host -> device, host: host only, comm and comm_tp:
+collectives on device memory, comm_tp those of the tensor axis), and that a buffer an
 asynchronous instruction touches is live until that instruction is joined by the compute stream.
 Exit 0 and one summary line when all holds; 1 with the first violations otherwise.
 """
@@ -66,10 +66,13 @@ def main():
             errors.append(f"instruction {j} ({x['op']}, h2d) reads {ins_sp} writes {out_sp}")
         if s == "host" and not (ins_sp | out_sp) <= {"host"}:
             errors.append(f"instruction {j} ({x['op']}, host) touches {ins_sp | out_sp}")
-        if s == "comm" and not (ins_sp | out_sp) <= {"device"}:
-            errors.append(f"instruction {j} ({x['op']}, comm) touches {ins_sp | out_sp}: collectives move device memory")
-        if s == "comm" and x["op"] not in ("all_reduce", "reduce_scatter", "all_gather"):
-            errors.append(f"instruction {j} ({x['op']}) on the comm stream is not a collective")
+        if s in ("comm", "comm_tp") and not (ins_sp | out_sp) <= {"device"}:
+            errors.append(f"instruction {j} ({x['op']}, {s}) touches {ins_sp | out_sp}: collectives move device memory")
+        if s in ("comm", "comm_tp") and x["op"] not in ("all_reduce", "reduce_scatter", "all_gather"):
+            errors.append(f"instruction {j} ({x['op']}) on the {s} stream is not a collective")
+        if x["op"] in ("all_reduce", "reduce_scatter", "all_gather") and \
+                s != ("comm_tp" if x.get("attrs", {}).get("axis", 0) == 1 else "comm"):
+            errors.append(f"instruction {j} ({x['op']}, axis {x.get('attrs', {}).get('axis', 0)}) on stream {s}")
         if s == "compute" and x["op"] != "wait" and "host" in (ins_sp | out_sp):
             errors.append(f"instruction {j} ({x['op']}) on the compute stream touches host memory")
 

@@ -17,8 +17,13 @@ namespace bigc {
 inline constexpr llvm::StringLiteral kMeshAttrName = "bigc.mesh";
 /// On a sharded bigc.param: the shape of the whole tensor it is a shard of.
 inline constexpr llvm::StringLiteral kFullShapeAttrName = "bigc.full_shape";
-/// The stream collectives run on.
+/// The stream collectives over the data-parallel axis run on.
 inline constexpr llvm::StringLiteral kCommStream = "comm";
+/// The stream of collectives over the tensor-parallel axis: on the critical
+/// path, they never queue behind a data-parallel bucket or weight gather.
+inline constexpr llvm::StringLiteral kTpCommStream = "comm_tp";
+/// The stream of collective `op`: kTpCommStream for group "tp", else kCommStream.
+StringRef collectiveStream(Operation *op);
 
 /// The size of mesh axis `axis` ("dp", "tp", "pp") of the module holding
 /// `op`: 1 when the module has no mesh or the mesh no such axis.

@@ -659,8 +659,8 @@ void CudaEngine::prepare() {
     case OpKind::AllReduce:
     case OpKind::ReduceScatter:
     case OpKind::AllGather: {
-      if (onHost_[op.stream] || ins.stream != "comm")
-        throw UserError(where() + ": collectives run on the comm stream");
+      if (onHost_[op.stream] || (ins.stream != "comm" && ins.stream != "comm_tp"))
+        throw UserError(where() + ": collectives run on the comm or comm_tp stream");
       const int64_t D = prog_.axisSize(int64_t(ins.num("axis", 0)));
       int64_t pad = 0;
       for (size_t k = 0; k < ins.in.size() && op.kind != OpKind::AllReduce; ++k) {
