@@ -139,6 +139,26 @@ std::string phaseOf(const std::vector<Phase> &phases, int64_t i) {
   return "";
 }
 
+// Activation bytes kept for the backward: activation buffers live across a forward -> backward
+// boundary (the most at any one, with micro-batches), -1 when the program has no backward.
+int64_t activationsKeptForBackward(const rt::Program &p) {
+  std::vector<int64_t> boundaries;
+  for (size_t i = 1; i < p.instructions.size(); ++i)
+    if (p.instructions[i].phase == "backward" && p.instructions[i - 1].phase == "forward")
+      boundaries.push_back(int64_t(i));
+  if (boundaries.empty())
+    for (const Phase &ph : inferPhases(p))
+      if (ph.name.rfind("backward", 0) == 0) boundaries.push_back(ph.begin);
+  int64_t most = -1;
+  for (int64_t at : boundaries) {
+    int64_t bytes = 0;
+    for (const auto &b : p.buffers)
+      if (b.role == "activation" && b.liveFirst < at && at <= b.liveLast) bytes += b.bytes;
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
 int streamRank(const std::string &s) {
   return s == "compute" ? 0 : s == "h2d" ? 1 : s == "d2h" ? 2 : s == "host" ? 3 : 4;
 }
@@ -490,6 +510,10 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     o << "\n";
   }
 
+  if (int64_t kept = activationsKeptForBackward(p); kept >= 0)
+    o << "activations kept for the backward: " << humanBytes(kept)
+      << " (activation buffers live across the forward/backward boundary)\n";
+
   std::vector<Phase> ph = inferPhases(p);
   for (const auto &s : sums) {
     const rt::Space &sp = *s.space;
@@ -648,6 +672,7 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
   for (const auto &ph : inferPhases(p))
     phases.push_back({{"name", ph.name}, {"begin", ph.begin}, {"end", ph.end}});
   j["phases"] = phases;
+  j["activations_kept_bytes"] = activationsKeptForBackward(p);
   json streams = json::object();
   for (const auto &st : streamStats(p))
     streams[st.name] = {{"instructions", st.instructions}, {"copies", st.copies}, {"bytes", st.bytes}};

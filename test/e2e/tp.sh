@@ -108,8 +108,24 @@ want = {"h.0.attn.c_attn.weight": (1, 3), "h.0.attn.c_proj.weight": (0, 1), "h.0
         "h.0.mlp.c_proj.weight": (0, 1), "wte.weight": (0, 1)}
 check("Megatron splits", all(k in splits and (splits[k]["dim"], splits[k]["segments"]) == v for k, v in want.items()),
       ", ".join(f"{k} dim {splits[k]['dim']}x{splits[k]['segments']}" for k in want if k in splits))
-act = lambda j: j["spaces"]["device"]["by_role"].get("activation", 0)
-print(f"note activation bytes per rank (device arena by role): {act(js)} without SP, {act(sp)} with SP")
+# Sequence parallelism divides the activations of its regions by tp: every layernorm output kept
+# for the backward holds T/tp positions (T without), the whole-sequence matmul inputs are
+# re-gathered in the backward rather than kept, and the activations kept per rank fall.
+def program(n):
+    data = open(f"{d}/{n}.bigc", "rb").read()
+    return json.loads(data[data.index(b"\n") + 1:])
+def kept_layernorm_seq(n):
+    p = program(n)
+    at = next(i for i, x in enumerate(p["instructions"]) if x.get("phase") == "backward")
+    return sorted({b["shape"][1] for b in p["buffers"] if b["role"] == "activation" and
+                   b["name"].startswith("layernorm.") and b["name"].endswith(":0") and
+                   b["live"][0] < at <= b["live"][1]})
+check("SP layernorm outputs", kept_layernorm_seq("tp4_z1") == [64] and kept_layernorm_seq("tp4_z1_sp") == [16],
+      f"sequence positions of the kept layernorm outputs: {kept_layernorm_seq('tp4_z1')} without SP, "
+      f"{kept_layernorm_seq('tp4_z1_sp')} with SP (T = 64, tp 4)")
+ka, kb = js.get("activations_kept_bytes", 0), sp.get("activations_kept_bytes", 0)
+check("SP activation memory", 0 < kb < 0.75 * ka,
+      f"activations kept for the backward per rank: {ka} bytes without SP, {kb} with SP ({kb / max(ka, 1):.2f}x)")
 sys.exit(0 if check.ok else 1)
 PY
 grep -q "tensor" "$d/tp8.txt" || { echo "FAIL: inspect does not show the tensor axis"; cat "$d/tp8.txt"; exit 1; }
