@@ -233,7 +233,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       return failure();
     if (R == 1) {
       reduceOverflowOverTp();
-      return success(); // one data-parallel rank: nothing to reduce or to shard
+      return reduceNormOverTp(); // one data-parallel rank: nothing to reduce or to shard
     }
 
     SmallVector<AdamWOp> updates;
@@ -384,6 +384,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     bucketize<AllReduceOp>();
     bucketize<ReduceScatterOp>();
     reduceOverflowOverTp();
+    if (failed(reduceNormOverTp()))
+      return failure();
     return success();
   }
 
@@ -480,6 +482,54 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       copyPlacementTags(cf, m);
       r.replaceAllUsesExcept(m.getResult(0), m);
     }
+  }
+
+  /// Gradient clipping over a tensor-parallel mesh: each tensor rank holds
+  /// its chunk of a split weight's gradient, and the whole gradient of a
+  /// replicated one (the same on every tensor rank). The global norm is
+  /// sqrt(N_split^2 + n_rep^2): the norm of the split gradients' chunks,
+  /// reduced (norm) over the tensor ranks, combined with the replicated ones'
+  /// counted once. Over ZeRO shards, the data-parallel norm reduction that
+  /// already follows then combines the shards.
+  LogicalResult reduceNormOverTp() {
+    if (meshAxisSize(module, "tp") <= 1)
+      return success();
+    SmallVector<GlobalNormOp> norms;
+    for (Operation &op : block->without_terminator())
+      if (auto gn = dyn_cast<GlobalNormOp>(op))
+        norms.push_back(gn);
+    for (GlobalNormOp gn : norms) {
+      SmallVector<Value> split, replicated;
+      for (Value g : gn.getInputs()) {
+        AdamWOp update;
+        for (Operation *u : g.getUsers())
+          if (auto a = dyn_cast<AdamWOp>(u); a && a.getGrad() == g)
+            update = a;
+        auto p = update ? module.lookupSymbol<ParamOp>(update.getParamAttr()) : ParamOp();
+        if (!p)
+          return gn.emitError("bigc-shard: a gradient of the global norm updates no parameter; cannot tell "
+                              "whether it is split over the tensor ranks");
+        (p->hasAttr(kTpSplitAttrName) ? split : replicated).push_back(g);
+      }
+      if (split.empty())
+        continue; // every gradient whole on every tensor rank: the local norm is the norm
+      OpBuilder b(gn);
+      Type scalar = gn.getResult().getType();
+      auto tag = [&](Operation *made) {
+        copyPlacementTags(gn, made);
+        return made->getResult(0);
+      };
+      Value n = tag(b.create<GlobalNormOp>(gn.getLoc(), scalar, split));
+      n = tag(b.create<AllReduceOp>(gn.getLoc(), TypeRange{scalar}, ValueRange{n}, b.getStringAttr("tp"),
+                                    b.getStringAttr("norm")));
+      if (!replicated.empty()) {
+        Value r = tag(b.create<GlobalNormOp>(gn.getLoc(), scalar, replicated));
+        n = tag(b.create<GlobalNormOp>(gn.getLoc(), scalar, ValueRange{n, r}));
+      }
+      gn.getResult().replaceAllUsesWith(n);
+      gn.erase();
+    }
+    return success();
   }
 
   /// ZeRO-3: every read of a sharded weight gets the full tensor from an

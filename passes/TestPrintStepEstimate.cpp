@@ -44,7 +44,8 @@ struct BigcTestPrintStepEstimatePass
        << " ms compute=" << llvm::format("%.3f", e.computeSeconds * 1e3) << " ms\n";
     for (const auto &c : e.collectives)
       os << c.op << ": count=" << c.count << " time=" << llvm::format("%.3f", c.seconds * 1e3)
-         << " ms hidden=" << llvm::format("%.3f", c.hiddenSeconds * 1e3) << " ms\n";
+         << " ms hidden=" << llvm::format("%.3f", c.hiddenSeconds * 1e3)
+         << " ms queued=" << llvm::format("%.3f", c.queuedSeconds * 1e3) << " ms\n";
   }
 };
 } // namespace

@@ -37,7 +37,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
   std::vector<std::pair<double, double>> busy; // compute intervals, in order
   struct Coll {
     std::string op;
-    double start, end;
+    double start, end, queued;
   };
   std::vector<Coll> colls;
 
@@ -47,9 +47,10 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     if (int64_t e = opEvent(&op); e >= 0)
       eventOp[e] = &op;
     const std::string stream = opStream(&op).str();
-    double start = streamFree[stream];
+    // `start` first gathers when the op could start (what it waits for); its stream's queue after.
+    double start = 0;
     if (stream != "compute")
-      start = std::max(start, lastComputeEnd); // issued when the compute stream reaches it
+      start = lastComputeEnd; // issued when the compute stream reaches it
     for (Value v : op.getOperands())
       if (Operation *d = v.getDefiningOp()) {
         if (auto gp = dyn_cast<GetParamOp>(d)) {
@@ -72,6 +73,8 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     if (auto pg = dyn_cast<ParamAllGatherOp>(op))
       readsSym(pg.getFromAttr());
 
+    const double ready = start;
+    start = std::max(start, streamFree[stream]);
     double dur = 0;
     if (isCollective(&op)) {
       double bytes = 0;
@@ -114,10 +117,12 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
         est.computeSeconds += dur;
       }
     }
-    if (isCollective(&op))
-      colls.push_back({isa<ParamAllGatherOp>(op) ? std::string("all_gather")
-                                                 : op.getName().stripDialect().str(),
-                       start, end});
+    if (isCollective(&op)) {
+      // Tensor-axis collectives apart ("tp_all_reduce", ...): they are on the critical path.
+      auto g = op.getAttrOfType<StringAttr>("group");
+      std::string name = isa<ParamAllGatherOp>(op) ? std::string("all_gather") : op.getName().stripDialect().str();
+      colls.push_back({(g && g.getValue() == "tp" ? "tp_" : "") + name, start, end, start - ready});
+    }
     // Persistent tensors written.
     if (auto a = dyn_cast<AdamWOp>(op)) {
       lastWriter[a.getParam()] = &op;
@@ -136,6 +141,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     t.op = c.op;
     t.count += 1;
     t.seconds += c.end - c.start;
+    t.queuedSeconds += c.queued;
     auto it = std::lower_bound(busy.begin(), busy.end(), std::make_pair(c.start, c.start),
                                [](const auto &a, const auto &b) { return a.second < b.first; });
     for (; it != busy.end() && it->first < c.end; ++it)

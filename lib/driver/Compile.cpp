@@ -418,7 +418,7 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
       program.estimate.stepSeconds = est.stepSeconds;
       program.estimate.computeSeconds = est.computeSeconds;
       for (const auto &c : est.collectives)
-        program.estimate.collectives.push_back({c.op, c.count, c.seconds, c.hiddenSeconds});
+        program.estimate.collectives.push_back({c.op, c.count, c.seconds, c.hiddenSeconds, c.queuedSeconds});
     }
     rt::validateProgram(program, o.output);
     std::vector<std::string> issues = rt::verifyPlan(program, 3);
@@ -499,10 +499,6 @@ CompileOptions parseOptions(const cli::Args &args) {
                     std::to_string(o.ranks) + ")");
   if (o.sequenceParallel && o.tp == 1)
     throw UserError("option --sequence-parallel needs --tp N with N > 1 (it splits the sequence over the tensor ranks)");
-  if (o.tp > 1 && o.gradClip > 0)
-    throw UserError("option --grad-clip with --tp " + std::to_string(o.tp) +
-                    " is not supported by this version yet (the global norm over tensor-parallel chunks); "
-                    "drop --grad-clip or use --tp 1");
   if (args.has("--bucket-mb")) {
     o.bucketMb = args.number("--bucket-mb", o.bucketMb);
     if (!(o.bucketMb >= 0) || std::isinf(o.bucketMb))
@@ -818,6 +814,10 @@ int compileMain(int argc, char **argv, int first) {
         std::snprintf(buf, sizeof buf, "; %s %.1f ms, %.0f%% hidden", c.op.c_str(), c.seconds * 1e3,
                       c.seconds > 0 ? 100.0 * c.hiddenSeconds / c.seconds : 100.0);
         os << buf;
+        if (c.queuedSeconds > 0) {
+          std::snprintf(buf, sizeof buf, ", %.1f ms queued", c.queuedSeconds * 1e3);
+          os << buf;
+        }
       }
       os << "\n";
     }

@@ -428,7 +428,8 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
         << " ms per step, compute " << fmt("%.1f", p.estimate.computeSeconds * 1e3) << " ms";
       for (const auto &c : p.estimate.collectives)
         o << "; " << c.op << " " << fmt("%.1f", c.seconds * 1e3) << " ms, "
-          << fmt("%.0f", c.seconds > 0 ? 100.0 * c.hiddenSeconds / c.seconds : 100.0) << "% hidden behind compute";
+          << fmt("%.0f", c.seconds > 0 ? 100.0 * c.hiddenSeconds / c.seconds : 100.0) << "% hidden behind compute"
+          << (c.queuedSeconds > 0 ? ", " + fmt("%.1f", c.queuedSeconds * 1e3) + " ms queued behind its stream" : "");
       o << "\n";
     }
     if (p.tp > 1) {
@@ -654,6 +655,7 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
                     {"count", c.count},
                     {"seconds", c.seconds},
                     {"hidden_seconds", c.hiddenSeconds},
+                    {"queued_seconds", c.queuedSeconds},
                     {"hidden_fraction", c.seconds > 0 ? c.hiddenSeconds / c.seconds : 1.0}});
     j["estimate"] = {{"step_seconds", p.estimate.stepSeconds},
                      {"compute_seconds", p.estimate.computeSeconds},

@@ -384,6 +384,7 @@ Program fromJson(const json &root, const std::string &path) {
         c.count = r.integerOr(cs[i], "count", where, 0);
         c.seconds = r.numberOr(cs[i], "seconds", where, 0);
         c.hiddenSeconds = r.numberOr(cs[i], "hidden_seconds", where, 0);
+        c.queuedSeconds = r.numberOr(cs[i], "queued_seconds", where, 0);
         p.estimate.collectives.push_back(c);
       }
     }
@@ -1312,7 +1313,8 @@ std::string serializeProgram(const Program &p) {
   if (p.estimate.present) {
     json cs = json::array();
     for (const auto &c : p.estimate.collectives)
-      cs.push_back({{"op", c.op}, {"count", c.count}, {"seconds", c.seconds}, {"hidden_seconds", c.hiddenSeconds}});
+      cs.push_back({{"op", c.op}, {"count", c.count}, {"seconds", c.seconds}, {"hidden_seconds", c.hiddenSeconds},
+                    {"queued_seconds", c.queuedSeconds}});
     root["estimate"] = {{"step_seconds", p.estimate.stepSeconds},
                         {"compute_seconds", p.estimate.computeSeconds},
                         {"collectives", cs}};

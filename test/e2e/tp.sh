@@ -2,7 +2,8 @@
 # Tensor parallelism (--tp, bigc-tensor-parallel) and --sequence-parallel on the CPU backend: the
 # tiny GPT (8 heads, so that 8 tensor ranks divide them) trained 10 steps on 8 ranks as tp 8,
 # tp 4 x dp 2 and tp 2 x dp 4, under --zero 1 and 3 on the data axis, each with and without
-# sequence parallelism (and composed with --offload cpu, --recompute full, micro-batches, bf16),
+# sequence parallelism (and composed with --offload cpu, --recompute full, micro-batches, bf16,
+# --grad-clip),
 # gives the losses of one rank training the same global batch (32 sequences) to 1e-5 relative in
 # fp32 (bf16: 2e-2), and the same final weights, gathered whole from the tensor-parallel chunks and
 # ZeRO shards by --save-weights (1e-4). Also: the Megatron layout in the program (inspect --json),
@@ -43,6 +44,12 @@ compile tp4_z1_rc_sp b16 --ranks 8 --tp 4 --zero 1 --recompute full --sequence-p
 compile tp2_z2_k2 b8 --ranks 8 --tp 2 --zero 2 --micro-batches 2
 compile tp4_z0_bf16 b16 --ranks 8 --tp 4 --zero 0 --precision bf16 --offload cpu
 names="$names tp2_z3_off tp4_z1_rc_sp tp2_z2_k2 tp4_z0_bf16"
+# Gradient clipping: the global norm over the tensor chunks (replicated weights counted once).
+compile one_clip b32 --grad-clip 0.05
+compile tp8_clip b32 --ranks 8 --tp 8 --grad-clip 0.05
+compile tp4_z1_sp_clip b16 --ranks 8 --tp 4 --zero 1 --sequence-parallel --grad-clip 0.05
+compile tp2_z2_off_clip b8 --ranks 8 --tp 2 --zero 2 --offload cpu --grad-clip 0.05
+names="$names one_clip tp8_clip tp4_z1_sp_clip tp2_z2_off_clip"
 for n in $names; do run $n; done
 for n in tp8 tp8_sp tp4_z3_sp tp2_z3_off tp4_z1_rc_sp; do $PY "$HERE/check_streams.py" "$d/$n.bigc" > /dev/null || {
   $PY "$HERE/check_streams.py" "$d/$n.bigc"; exit 1; }; done
@@ -73,6 +80,10 @@ check("one rank learns", len(base) == 10 and base[-1] < base[0] - 0.05, f"loss {
 pairs = [(n, "one", 1e-5) for n in ["tp8", "tp8_sp", "tp4_z1", "tp4_z1_sp", "tp2_z1", "tp2_z1_sp", "tp4_z3",
                                      "tp4_z3_sp", "tp2_z3", "tp2_z3_sp", "tp2_z3_off", "tp4_z1_rc_sp"]]
 pairs += [("tp2_z2_k2", "one_k2", 1e-5), ("tp4_z0_bf16", "one_bf16", 2e-2)]
+pairs += [(n, "one_clip", 1e-5) for n in ["tp8_clip", "tp4_z1_sp_clip", "tp2_z2_off_clip"]]
+# The clipped run differs from the unclipped one (the clipping is active, so the pairs above test it).
+rc = float(np.max(np.abs(losses("one_clip") - base) / np.abs(base)))
+check("clipping active", rc > 1e-4, f"--grad-clip 0.05 changes the single-rank losses by {rc:.3g} relative (> 1e-4)")
 for n, ref, tol in pairs:
     a, b = losses(ref), losses(n)
     check(f"{n} steps", len(b) == 10, f"{len(b)} steps logged")

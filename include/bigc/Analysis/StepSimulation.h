@@ -11,8 +11,10 @@
 //   host ops      FLOPs / the host's FLOP/s;
 //   collectives   ring traffic per rank / interconnect bandwidth: all-reduce
 //                 2 (n-1)/n x bytes, reduce-scatter and all-gather (n-1)/n.
-// The result: the step's time, and per collective kind its time and the part
-// of it hidden behind compute (the compute stream busy meanwhile).
+// The result: the step's time, and per collective kind (those over the tensor
+// axis apart, prefixed tp_) its time and the part of it hidden behind compute
+// (the compute stream busy meanwhile), and the time it queued behind earlier
+// work of its stream after its input was ready.
 //
 //===----------------------------------------------------------------------===//
 #ifndef BIGC_ANALYSIS_STEPSIMULATION_H
@@ -28,9 +30,12 @@ class ModuleOp;
 namespace bigc {
 
 struct CollectiveTime {
-  std::string op; ///< all_reduce, reduce_scatter, all_gather
+  std::string op; ///< all_reduce, reduce_scatter, all_gather; tp_all_reduce, ... over the tensor axis
   long count = 0;
   double seconds = 0, hiddenSeconds = 0;
+  /// Time between its input being ready and its start: queued behind earlier
+  /// work of its stream (0 for a collective whose stream was idle then).
+  double queuedSeconds = 0;
 };
 
 struct StepEstimate {

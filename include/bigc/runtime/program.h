@@ -119,6 +119,7 @@ struct CollectiveEstimate {
   std::string op;
   int64_t count = 0;
   double seconds = 0, hiddenSeconds = 0;
+  double queuedSeconds = 0; // behind earlier work of its stream after its input was ready
 };
 struct StepEstimate {
   bool present = false;
