@@ -341,9 +341,9 @@ void prefetchGathers(Block &block, int64_t ahead) {
 /// Tensor-parallel collectives (group "tp", stream comm_tp) are on the critical path: the compute
 /// that follows needs their result. Each is issued as soon as its input exists: right after the
 /// op that produces it (bringing along the reshapes and transposes bigc-shard put in between).
-/// One whose input exists since before the segment of its first compute reader (a backward
-/// re-gather of a forward activation) is issued one matmul or attention ahead of that reader, so
-/// that the whole tensor is not kept alive longer than that. The compute that does not read it
+/// One whose input comes from an earlier phase than its first compute reader (a backward
+/// re-gather of a forward activation) is issued one matmul or attention ahead of that reader
+/// (within the reader's segment), so that the whole tensor is not kept alive longer than that. The compute that does not read it
 /// runs while it is in flight: the column-parallel backward's re-gather overlaps the
 /// input-gradient matmul, whose reduction overlaps the weight-gradient matmul, as in Megatron-LM.
 void hoistTpCollectives(Block &block) {
@@ -365,19 +365,22 @@ void hoistTpCollectives(Block &block) {
       continue;
     const unsigned at = seg.position.lookup(first);
     const unsigned segStart = seg.firstOp[seg.segment[at]];
-    // The op after the latest producer of an input (through layout-only ops).
+    // The op after the latest producer of an input (through layout-only ops), and whether every
+    // input comes from an earlier phase (the forward, for a backward re-gather).
     Operation *ready = nullptr;
+    bool earlierPhase = true;
     for (Value v : c->getOperands()) {
       Operation *d = v.getDefiningOp();
       while (d && d->getBlock() == &block && layoutOnly(d) && d->getOperand(0).getDefiningOp())
         d = d->getOperand(0).getDefiningOp();
       if (!d || d->getBlock() != &block)
         continue;
+      earlierPhase &= segmentKey(d).first != segmentKey(first).first;
       if (Operation *next = d->getNextNode(); next && (!ready || ready->isBeforeInBlock(next)))
         ready = next;
     }
     Operation *target = ready;
-    if (!ready || ready->isBeforeInBlock(seg.ops[segStart])) {
+    if (!ready || earlierPhase) {
       unsigned k = at;
       while (k > segStart && !heavy(seg.ops[k - 1]))
         --k;
