@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <sstream>
 
 namespace bigc {
@@ -68,12 +69,15 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   if (c.recompute != base.recompute) add("--recompute " + c.recompute);
   if (c.offload != base.offload) add("--offload " + c.offload);
   if (c.zero != base.zero) add("--zero " + std::to_string(c.zero));
+  if (c.tp != base.tp) add("--tp " + std::to_string(c.tp));
+  if (c.sequenceParallel != base.sequenceParallel && c.sequenceParallel) add("--sequence-parallel");
   return f;
 }
 
 bool sameTechniques(const CompileOptions &a, const CompileOptions &b) {
   return a.precision == b.precision && a.microBatches == b.microBatches && a.recompute == b.recompute &&
-         a.offload == b.offload && a.memoryBudget == b.memoryBudget && a.zero == b.zero;
+         a.offload == b.offload && a.memoryBudget == b.memoryBudget && a.zero == b.zero && a.tp == b.tp &&
+         a.sequenceParallel == b.sequenceParallel;
 }
 
 std::string pct(double x) {
@@ -173,7 +177,8 @@ ExtraWork extraWork(const rt::Program &p, const CompileOptions &o) {
   return w;
 }
 
-std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCandidates, bool withoutOffload) {
+std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCandidates, bool withoutOffload,
+                                           int64_t headsGcd) {
   // 16-bit type of the suggestions: V100s have no bf16 tensor cores.
   std::string half = "bf16";
   if (o.haveHardware && o.hardware.name.rfind("v100", 0) == 0) half = "fp16";
@@ -181,6 +186,8 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
   struct Set {
     const char *precision, *recompute, *offload; // nullptr: as the user gave it
     int zero = -1;                               // -1: as the user gave it
+    int tp = 0;                                  // 0: as the user gave it
+    bool sequenceParallel = false;
   };
   const char *h = half.c_str();
   // Preference when costs tie: cheaper techniques first (16-bit is free, selective recompute
@@ -201,6 +208,17 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
   if (o.ranks > 1)
     for (const Set &z : zeroSets)
       if (o.zero < z.zero) all.push_back(z);
+  // Several ranks and no tensor parallelism yet: split each layer over the most ranks of a
+  // machine (at most 8, dividing the ranks and the heads) that the model allows (a set whose
+  // tensor size does not divide the hidden size or the vocabulary fails to compile and is not
+  // listed).
+  if (o.ranks > 1 && o.tp == 1)
+    for (int t : {8, 4, 2})
+      if (t <= o.ranks && o.ranks % t == 0 && (headsGcd == 0 || headsGcd % t == 0)) {
+        all.push_back({nullptr, nullptr, nullptr, -1, t, false});
+        all.push_back({h, nullptr, nullptr, -1, t, true});
+        break;
+      }
   for (const Set &x : sets) all.push_back(x);
   std::vector<Candidate> out;
   for (const Set &s : all) {
@@ -211,6 +229,7 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
     if (s.recompute) c.recompute = s.recompute;
     if (s.offload) c.offload = s.offload;
     if (s.zero >= 0) c.zero = s.zero;
+    if (s.tp > 0) c.tp = s.tp, c.sequenceParallel = s.sequenceParallel;
     if (sameTechniques(c, o)) continue;
     c.recomputeDrop = -1; // searched again for this option set
     if (o.offload == "none" && c.offload != "none") c.offloadParams = c.zero >= 1 ? "device" : "auto";
@@ -280,15 +299,20 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   auto t0 = std::chrono::steady_clock::now();
   bool hostOverAny = false;
   for (const auto &f : fits) hostOverAny |= f.space == "host" && !f.fits;
-  // BIGC_FIT_CANDIDATES: how many option sets to try (default 6; 0: none, for scripts that only
+  // BIGC_FIT_CANDIDATES: how many option sets to try (default 8; 0: none, for scripts that only
   // want the exit status, such as bench/capacity/run.sh).
-  size_t maxCands = 6;
+  size_t maxCands = 8;
   if (const char *env = std::getenv("BIGC_FIT_CANDIDATES"); env && *env) {
     char *end = nullptr;
     long v = std::strtol(env, &end, 10);
     if (*end == '\0' && v >= 0 && v <= 16) maxCands = size_t(v);
   }
-  std::vector<Candidate> cands = candidateOptionSets(o, maxCands, hostOverAny);
+  int64_t headsGcd = 0;
+  parsed->walk([&](mlir::Operation *op) {
+    if (op->getName().getStringRef() == "bigc.attention")
+      if (auto h = op->getAttrOfType<mlir::IntegerAttr>("heads")) headsGcd = std::gcd(headsGcd, h.getInt());
+  });
+  std::vector<Candidate> cands = candidateOptionSets(o, maxCands, hostOverAny, headsGcd);
   int compiled = 0;
   {
     mlir::ScopedDiagnosticHandler quiet(parsed->getContext(), [](mlir::Diagnostic &) { return mlir::success(); });
@@ -330,6 +354,7 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   };
   auto dominates = [&](const Candidate *d, const Candidate *c) {
     if (d->flags.size() >= c->flags.size() || d->work.seconds > c->work.seconds) return false;
+    if (d->options.tp != c->options.tp) return false; // another global batch: not comparable
     for (const auto &f : c->spaces)
       if (needed(d, f.space) > f.needed) return false;
     for (const auto &f : d->spaces)
@@ -362,7 +387,14 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   if (!good.empty()) {
     for (const auto *c : good)
       os << "    " << padRight(c->flags, fw) << bytesBySpace(c->spaces) << "; " << workStr(c->work) << "\n";
-    os << "    (" << triedStr << ", cheapest first: least recomputation, transfer and host time)\n";
+    os << "    (" << triedStr << ", cheapest first: least recomputation, transfer, host and exposed communication time)\n";
+    for (const auto *c : good)
+      if (c->options.tp > o.tp) {
+        os << "    (--tp " << c->options.tp << ": the " << c->options.tp
+           << " tensor ranks of a group read the same sequences, so the global batch is " << o.ranks / c->options.tp
+           << " x the batch instead of " << o.ranks << " x; raise --micro-batches to keep it)\n";
+        break;
+      }
     os << "  other ways:\n";
   }
 
