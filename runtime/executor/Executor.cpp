@@ -93,8 +93,6 @@ struct Executor::Op : OpDims {
   std::vector<const float *> cparts;
   int axis = 0;          // collectives: the mesh axis
   int64_t offset = 0;    // vocabulary-parallel ops: the first id of this rank's rows
-  bool vocabParallel = false; // embedding(_grad) over this rank's rows of a vocabulary of V * tp
-  int64_t slicePre = 1, sliceRun = 1; // tp_slice: elements before the split dim; bytes of one row after it
 };
 
 // Stream workers and completion stamps.
@@ -345,19 +343,7 @@ void Executor::prepare() {
       stagingBytes_[op.stream] = std::max(stagingBytes_[op.stream], op.stageFloats * 4);
     }
     static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
-    op.vocabParallel = ins.num("vocab_axis", 0) == 1;
-    if (op.vocabParallel || op.kind == OpKind::VocabCeStats || op.kind == OpKind::VocabCeStatsGrad)
-      op.offset = int64_t(rank_.tpRank) * op.V; // this rank's rows of the vocabulary
-    if (op.kind == OpKind::TpSlice) {
-      const auto &x = in(0).shape;
-      const int64_t d = int64_t(ins.num("dim", 0));
-      op.slicePre = 1, op.sliceRun = int64_t(dtypeSize(in(0).dtype));
-      for (int64_t k = 0; k < int64_t(x.size()); ++k)
-        if (k < d) op.slicePre *= x[size_t(k)];
-        else if (k > d) op.sliceRun *= x[size_t(k)];
-      op.rows = x[size_t(d)] / prog_.tp; // rows of the chunk
-      op.cols = x[size_t(d)];
-    }
+    if (op.vocabParallel) op.offset = int64_t(rank_.tpRank) * op.V; // this rank's rows of the vocabulary
     if (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllGather) {
       op.axis = int(ins.num("axis", 0));
       Communicator *c = op.axis == 1 ? rank_.tpComm.get() : rank_.comm.get();
@@ -521,7 +507,7 @@ void Executor::execute(Op &op) {
   switch (op.kind) {
   case OpKind::Embedding: {
     const int32_t *ids = ii(1);
-    const int64_t vocab = op.vocabParallel ? op.V * prog_.tp : op.V;
+    const int64_t vocab = op.vocab;
     for (int64_t k = 0; k < op.n; ++k)
       if (ids[k] < 0 || ids[k] >= vocab)
         runtimeError(op, "token id " + std::to_string(ids[k]) + " at position " + std::to_string(k) +
@@ -560,7 +546,7 @@ void Executor::execute(Op &op) {
     break;
   }
   case OpKind::EmbeddingGrad: {
-    const int64_t vocab = op.vocabParallel ? op.V * prog_.tp : op.V;
+    const int64_t vocab = op.vocab;
     for (int64_t k = 0; k < op.n; ++k)
       if (ii(1)[k] < 0 || ii(1)[k] >= vocab)
         runtimeError(op, "token id " + std::to_string(ii(1)[k]) + " at position " + std::to_string(k) +
@@ -580,10 +566,10 @@ void Executor::execute(Op &op) {
   }
   case OpKind::VocabCeStats: {
     int64_t bad = -1;
-    cpu::vocabCeStats(fi(0), ii(1), fo(0), op.N, op.V, op.offset, op.V * prog_.tp, &bad);
+    cpu::vocabCeStats(fi(0), ii(1), fo(0), op.N, op.V, op.offset, op.vocab, &bad);
     if (bad >= 0)
       runtimeError(op, "target id " + std::to_string(ii(1)[bad]) + " at position " + std::to_string(bad) +
-                           " is outside the vocabulary [0, " + std::to_string(op.V * prog_.tp) + ")");
+                           " is outside the vocabulary [0, " + std::to_string(op.vocab) + ")");
     break;
   }
   case OpKind::VocabCeStatsGrad:

@@ -24,9 +24,13 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
   switch (kind) {
   case OpKind::Embedding:
     d.V = in(0).shape[0], d.C = in(0).shape[1], d.n = in(1).numel();
+    d.vocabParallel = ins.num("vocab_axis", 0) == 1;
+    d.vocab = d.vocabParallel ? d.V * p.tp : d.V;
     break;
   case OpKind::EmbeddingGrad:
     d.V = out(0).shape[0], d.C = out(0).shape[1], d.n = in(1).numel();
+    d.vocabParallel = ins.num("vocab_axis", 0) == 1;
+    d.vocab = d.vocabParallel ? d.V * p.tp : d.V;
     break;
   case OpKind::Matmul: {
     const auto &a = in(0).shape, &b = in(1).shape;
@@ -100,18 +104,29 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
   case OpKind::VocabCeStats:
     d.V = in(0).shape.back();
     d.N = d.V ? in(0).numel() / d.V : 0;
+    d.vocabParallel = true, d.vocab = d.V * p.tp;
     break;
   case OpKind::VocabCeStatsGrad:
     d.V = in(1).shape.back();
     d.N = d.V ? in(1).numel() / d.V : 0;
+    d.vocabParallel = true, d.vocab = d.V * p.tp;
     break;
   case OpKind::VocabCeLoss:
   case OpKind::VocabCeLossGrad: // n parts of N positions
     d.n = int64_t(ins.num("parts", 1));
     d.N = in(0).numel() / 2 / std::max<int64_t>(1, d.n);
     break;
-  case OpKind::TpSlice:
+  case OpKind::TpSlice: {
+    const auto &x = in(0).shape;
+    const int64_t dim = int64_t(ins.num("dim", 0));
+    d.sliceRun = int64_t(dtypeSize(in(0).dtype));
+    for (int64_t k = 0; k < int64_t(x.size()); ++k)
+      if (k < dim) d.slicePre *= x[size_t(k)];
+      else if (k > dim) d.sliceRun *= x[size_t(k)];
+    d.rows = x[size_t(dim)] / std::max<int64_t>(1, p.tp); // rows of the chunk
+    d.cols = x[size_t(dim)];
     break;
+  }
   case OpKind::GlobalNorm:
   case OpKind::CheckFinite:
   case OpKind::Wait:

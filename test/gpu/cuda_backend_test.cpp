@@ -300,6 +300,59 @@ TEST(CudaKernels, CrossEntropyAndItsGradient) {
   }
 }
 
+// Tensor parallelism's vocabulary-parallel loss kernels (vocab_ce_*) and tp_slice, on one GPU: a
+// program of one rank (tensor rank 0, the whole vocabulary; the other ranks' offsets run in
+// gpu.tp, which needs 2 GPUs).
+TEST(CudaKernels, VocabularyParallelLoss) {
+  REQUIRE_GPU();
+  for (DType t : kTypes) {
+    SCOPED_TRACE(dtypeName(t));
+    ProgramBuilder b(2, 33, 300);
+    int64_t tok = b.buffer("tokens", {2, 33}, "input", DType::I32), tgt = b.buffer("targets", {2, 33}, "input", DType::I32);
+    int64_t logits = b.buffer("logits", {2, 33, 300}, "param", t, Init{"normal", 3.0});
+    int64_t dstatsIn = b.buffer("dstats_in", {2, 33, 2}, "param", DType::F32, Init{"normal", 1.0});
+    int64_t parts = b.buffer("parts", {6, 33, 2}, "param", DType::F32, Init{"normal", 2.0}); // 3 parts of [2, 33]
+    int64_t stats = b.buffer("stats", {2, 33, 2}, "activation");
+    int64_t dl = b.buffer("dlogits", {2, 33, 300}, "activation_grad", t);
+    int64_t loss = b.buffer("loss", {}, "activation"), dloss = b.buffer("dloss", {}, "activation_grad");
+    int64_t dparts = b.buffer("dparts", {6, 33, 2}, "activation_grad");
+    b.p.tokenInputs = {tok}, b.p.targetInputs = {tgt}, b.p.loss = loss;
+    b.inst("vocab_ce_stats", {logits, tgt}, {stats});
+    b.inst("vocab_ce_stats_grad", {dstatsIn, logits, tgt, stats}, {dl});
+    b.inst("vocab_ce_loss", {parts}, {loss}, {{"parts", num(3)}});
+    b.inst("fill", {}, {dloss}, {{"value", num(2.0)}});
+    b.inst("vocab_ce_loss_grad", {parts, dloss}, {dparts}, {{"parts", num(3)}});
+    Program p = b.finish();
+    Executor cpu(p, 5);
+    auto gpu = makeCudaEngine(p, 5);
+    std::vector<int32_t> ids(66);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37) % 300);
+    float lc = cpu.step(ids.data(), ids.data()), lg = gpu->step(ids.data(), ids.data());
+    EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
+    EXPECT_LE(relErr(gpu->readF32(stats), cpu.readF32(stats)), 1e-5);
+    EXPECT_LE(relErr(gpu->readF32(dl), cpu.readF32(dl)), tolFor(t));
+    EXPECT_LE(relErr(gpu->readF32(dparts), cpu.readF32(dparts)), 1e-5);
+    ids[64] = 300; // outside the vocabulary
+    try {
+      gpu->step(ids.data(), ids.data());
+      ADD_FAILURE() << "expected an error for target id 300";
+    } catch (const UserError &e) {
+      EXPECT_NE(std::string(e.what()).find("target id 300 at position 64"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(CudaKernels, TpSliceOfOneRankIsACopy) {
+  REQUIRE_GPU();
+  for (DType t : kTypes) {
+    SCOPED_TRACE(dtypeName(t));
+    OneOp o;
+    int64_t x = o.input("x", {3, 10, 6}, t), y = o.output("y", {3, 10, 6}, t);
+    o.b.inst("tp_slice", {x}, {y}, {{"dim", num(1)}, {"axis", num(1)}});
+    o.check(0.0);
+  }
+}
+
 struct AttnShape {
   int64_t B, T, C, H;
 };

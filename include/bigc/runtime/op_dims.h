@@ -26,6 +26,13 @@ struct OpDims {
   int iNorm = -1, iScale = -1, iFound = -1;
   // loss_scale_update
   double growthInterval = 2000, backoff = 0.5, growth = 2;
+  // Tensor parallelism. embedding(_grad) with vocab_axis 1: this rank's V rows of a vocabulary of
+  // `vocab` = V * tp ids (rows [t*V, t*V+V) on tensor rank t; the engine knows t); vocab_ce_stats
+  // (_grad): likewise for the logits' V columns. tp_slice: rows = chunk rows of the split dim,
+  // cols = whole rows, slicePre = elements before it, sliceRun = bytes of one row after it.
+  bool vocabParallel = false;
+  int64_t vocab = 0;
+  int64_t slicePre = 1, sliceRun = 1;
 };
 
 // `ins` must have passed validateProgram.

@@ -170,12 +170,16 @@ bool cudaDeviceVisible(std::string *why) {
   } while (0)
 #endif
 
-// One rank of a multi-rank program: its GPU, its NCCL communicator (the collectives of the comm
-// stream), and whether the engine initialises its buffers (a RankGroup does it for every rank).
+// One rank of a multi-rank program: its GPU, its NCCL communicator (the collectives of the data
+// axis, stream comm), and whether the engine initialises its buffers (a RankGroup does it for every
+// rank); with tensor parallelism, the communicator of its tensor-parallel group (stream comm_tp)
+// and its place in that group.
 struct CudaRank {
   int device = 0;
   ncclComm_t nccl = nullptr;
   bool initialize = true;
+  ncclComm_t ncclTp = nullptr;
+  int tpRank = 0;
 };
 
 class CudaEngine final : public Engine {
@@ -254,6 +258,8 @@ private:
     const void *bias = nullptr; // matmul: bias of the next instruction, added by cuBLASLt's epilogue
     bool fusedAway = false;     // bias_add done by the matmul before it
     int flag = -1; // check_finite: index of its int flag
+    int64_t offset = 0; // vocabulary-parallel ops: the first id of this rank's rows
+    int64_t prevCollective = -1; // a collective: the one before it in program order when on another stream
     bool record = false;
     unsigned char *capture = nullptr; // pinned copy of the grad (grad capture)
   };
@@ -270,7 +276,7 @@ private:
   void issueCollective(Op &op, cudaStream_t s);
   void runHost(Op &op);
   void runStream(size_t s);
-  void waitFor(const Op &op, int64_t dep);
+  void waitFor(const Op &op, int64_t dep, bool issuedOnly = false);
   void upload(int64_t id, const void *src);
   void download(int64_t id, void *dst) const;
   void release();
@@ -351,9 +357,9 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
     : prog_(std::move(program)), device_(rank.device), rank_(rank) {
   std::string why;
   if (!cudaDeviceVisible(&why)) throw UserError(why);
-  if (prog_.ranks != 1 && !rank_.nccl)
+  if (prog_.ranks != 1 && (!rank_.nccl || (prog_.tp > 1 && !rank_.ncclTp)))
     throw UserError("this program has " + std::to_string(prog_.ranks) + " ranks: run it with `bigc run`, which starts "
-                    "every rank with its GPU and NCCL communicator");
+                    "every rank with its GPU and NCCL communicators");
   BIGC_CK(cudaSetDevice(device_));
   cudaDeviceProp props{};
   BIGC_CK(cudaGetDeviceProperties(&props, device_));
@@ -632,6 +638,7 @@ void CudaEngine::prepare() {
     }
 
     static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
+    if (op.vocabParallel) op.offset = int64_t(rank_.tpRank) * op.V; // this rank's rows of the vocabulary
     switch (op.kind) { // the workspace each kernel needs
     case OpKind::EmbeddingGrad: op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V)); break;
     case OpKind::Matmul:
@@ -642,6 +649,7 @@ void CudaEngine::prepare() {
     case OpKind::LayernormGrad: op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C)); break;
     case OpKind::AttentionGrad: op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H)); break;
     case OpKind::CrossEntropy: op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N)); break;
+    case OpKind::VocabCeLoss: op.scratchBytes = int64_t(cuda::vocabCeLossWorkspace(op.N)); break;
     case OpKind::Transpose:
       if (op.shape.size() > 8)
         throw UserError(where() + ": transpose of rank " + std::to_string(op.shape.size()) +
@@ -678,6 +686,14 @@ void CudaEngine::prepare() {
     ops_.push_back(std::move(op));
   }
 
+  // Collectives on more than one stream (the data and tensor axes): each after the previous one.
+  int64_t lastCollective = -1;
+  for (Op &op : ops_) {
+    if (op.kind != OpKind::AllReduce && op.kind != OpKind::ReduceScatter && op.kind != OpKind::AllGather) continue;
+    if (lastCollective >= 0 && ops_[size_t(lastCollective)].stream != op.stream) op.prevCollective = lastCollective;
+    lastCollective = int64_t(op.index);
+  }
+
   // Host-side id checks: per token/target input, its first reader among the ops that index with it.
   idChecks_.clear();
   for (size_t k = 0; k < prog_.tokenInputs.size(); ++k)
@@ -685,10 +701,11 @@ void CudaEngine::prepare() {
       const int64_t id = target ? prog_.targetInputs[k] : prog_.tokenInputs[k];
       for (const Op &op : ops_) {
         const bool reads = (op.kind == OpKind::Embedding || op.kind == OpKind::EmbeddingGrad ||
-                            op.kind == OpKind::CrossEntropy || op.kind == OpKind::CrossEntropyGrad) &&
+                            op.kind == OpKind::CrossEntropy || op.kind == OpKind::CrossEntropyGrad ||
+                            op.kind == OpKind::VocabCeStats) &&
                            op.ins->in.size() > 1 && op.ins->in[1] == id;
         if (reads) {
-          idChecks_.push_back({op.index, k, target, op.V});
+          idChecks_.push_back({op.index, k, target, op.vocab > 0 ? op.vocab : op.V}); // the whole vocabulary
           break;
         }
       }
@@ -896,7 +913,8 @@ void CudaEngine::enableGradCapture() {
   }
 }
 
-void CudaEngine::waitFor(const Op &op, int64_t dep) {
+// `issuedOnly`: until instruction `dep` has been issued in this step (no GPU-side wait).
+void CudaEngine::waitFor(const Op &op, int64_t dep, bool issuedOnly) {
   std::atomic<int64_t> &d = stamp_[size_t(dep)];
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(waitTimeout_));
@@ -920,6 +938,7 @@ void CudaEngine::waitFor(const Op &op, int64_t dep) {
     if (abort_.load()) throw Aborted{};
     if (!ok) stuck("to be issued");
   }
+  if (issuedOnly) return;
   const Op &w = ops_[size_t(dep)];
   if (onHost_[w.stream]) return; // finished when stamped
   if (!onHost_[op.stream]) {
@@ -942,6 +961,10 @@ void CudaEngine::runStream(size_t s) {
     if (abort_.load()) return;
     Op &op = ops_[idx];
     for (int64_t w : op.ins->wait) waitFor(op, w);
+    // NCCL calls on different communicators must be issued in the same order on every rank: a
+    // collective is issued after the one before it in program order (issued, not finished: the
+    // data and tensor axes' collectives still overlap on the GPU).
+    if (op.prevCollective >= 0) waitFor(op, op.prevCollective, /*issuedOnly=*/true);
     if (onHost_[s]) {
       auto t0 = std::chrono::steady_clock::now();
       runHost(op);
@@ -981,6 +1004,8 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   // of norms squares, sums and takes the root.
   const int64_t D = prog_.axisSize(int64_t(op.ins->num("axis", 0)));
   const Reduce red = Reduce(int(op.ins->num("reduce", 0)));
+  ncclComm_t comm = op.ins->num("axis", 0) == 1 ? rank_.ncclTp : rank_.nccl; // the group of the op's mesh axis
+  if (!comm) opError(op, "no NCCL communicator for the collective's mesh axis (internal error)");
   auto type = [](DType t) { return t == DType::BF16 ? ncclBfloat16 : t == DType::F16 ? ncclFloat16 : ncclFloat32; };
   const ncclRedOp_t nop = red == Reduce::Mean ? ncclAvg : red == Reduce::Max ? ncclMax : ncclSum;
   if (op.kind == OpKind::AllReduce && red == Reduce::Norm) {
@@ -988,7 +1013,7 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
       cuda::squareF32(static_cast<const float *>(op.rawIn[k]), static_cast<float *>(op.rawOut[k]), op.inN[k], s);
     BIGC_NCCL(ncclGroupStart());
     for (size_t k = 0; k < op.rawIn.size(); ++k)
-      BIGC_NCCL(ncclAllReduce(op.rawOut[k], op.rawOut[k], size_t(op.inN[k]), ncclFloat32, ncclSum, rank_.nccl, s));
+      BIGC_NCCL(ncclAllReduce(op.rawOut[k], op.rawOut[k], size_t(op.inN[k]), ncclFloat32, ncclSum, comm, s));
     BIGC_NCCL(ncclGroupEnd());
     for (size_t k = 0; k < op.rawIn.size(); ++k) cuda::sqrtF32(static_cast<float *>(op.rawOut[k]), op.inN[k], s);
     return;
@@ -1012,7 +1037,7 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   for (size_t k = 0; k < op.rawIn.size(); ++k) {
     const int64_t e = dtypeSize(op.inT[k]);
     if (op.kind == OpKind::AllReduce) {
-      BIGC_NCCL(ncclAllReduce(op.rawIn[k], op.rawOut[k], size_t(op.inN[k]), type(op.inT[k]), nop, rank_.nccl, s));
+      BIGC_NCCL(ncclAllReduce(op.rawIn[k], op.rawOut[k], size_t(op.inN[k]), type(op.inT[k]), nop, comm, s));
     } else if (op.kind == OpKind::ReduceScatter) {
       const int64_t S = op.outN[k];
       const void *src = op.rawIn[k];
@@ -1022,7 +1047,7 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
         src = pad;
         pad += cuda::align256(size_t(S * D * e));
       }
-      BIGC_NCCL(ncclReduceScatter(src, op.rawOut[k], size_t(S), type(op.inT[k]), nop, rank_.nccl, s));
+      BIGC_NCCL(ncclReduceScatter(src, op.rawOut[k], size_t(S), type(op.inT[k]), nop, comm, s));
     } else {
       const int64_t S = op.inN[k];
       void *dst = op.rawOut[k];
@@ -1031,7 +1056,7 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
         after.push_back({op.rawOut[k], pad, size_t(op.outN[k] * e)});
         pad += cuda::align256(size_t(S * D * e));
       }
-      BIGC_NCCL(ncclAllGather(op.rawIn[k], dst, size_t(S), type(op.inT[k]), rank_.nccl, s));
+      BIGC_NCCL(ncclAllGather(op.rawIn[k], dst, size_t(S), type(op.inT[k]), comm, s));
     }
   }
   group.open = false;
@@ -1056,10 +1081,30 @@ void CudaEngine::issue(Op &op) {
   auto f32in = [&](size_t k) { return static_cast<const float *>(op.in[k]); };
   switch (op.kind) {
   case OpKind::Embedding:
-    cuda::embedding(op.t, op.in[0], ids(1), op.out[0], op.n, op.V, op.C, es, s);
+    cuda::embedding(op.t, op.in[0], ids(1), op.out[0], op.n, op.V, op.C, es, s, op.offset, op.vocab);
     break;
   case OpKind::EmbeddingGrad:
-    cuda::embeddingGrad(op.t, op.in[0], ids(1), op.out[0], op.n, op.V, op.C, scratch, size_t(op.scratchBytes), es, s);
+    cuda::embeddingGrad(op.t, op.in[0], ids(1), op.out[0], op.n, op.V, op.C, scratch, size_t(op.scratchBytes), es, s,
+                        op.offset, op.vocab);
+    break;
+  case OpKind::TpSlice: { // tensor rank t's chunk of the split dimension: slicePre rows of bytes
+    const size_t chunk = size_t(op.rows * op.sliceRun), whole = size_t(op.cols * op.sliceRun);
+    if (op.slicePre > 0 && chunk > 0)
+      BIGC_CK(cudaMemcpy2DAsync(op.out[0], chunk, static_cast<const char *>(op.in[0]) + size_t(rank_.tpRank) * chunk,
+                                whole, chunk, size_t(op.slicePre), cudaMemcpyDeviceToDevice, s));
+    break;
+  }
+  case OpKind::VocabCeStats:
+    cuda::vocabCeStats(op.t, op.in[0], ids(1), static_cast<float *>(op.out[0]), op.N, op.V, op.offset, op.vocab, es, s);
+    break;
+  case OpKind::VocabCeStatsGrad:
+    cuda::vocabCeStatsGrad(op.t, f32in(0), op.in[1], ids(2), f32in(3), op.out[0], op.N, op.V, op.offset, s);
+    break;
+  case OpKind::VocabCeLoss:
+    cuda::vocabCeLoss(f32in(0), static_cast<float *>(op.out[0]), op.N, op.n, scratch, s);
+    break;
+  case OpKind::VocabCeLossGrad:
+    cuda::vocabCeLossGrad(f32in(0), f32in(1), static_cast<float *>(op.out[0]), op.N, op.n, s);
     break;
   case OpKind::Matmul: {
     const MatmulPlan &plan = plans_[size_t(op.mm)];
@@ -1339,10 +1384,10 @@ float CudaEngine::step(const int32_t *tokens, const int32_t *targets) {
   if (err[0] != 0) {
     BIGC_CK(cudaMemset(err_, 0, sizeof err));
     const Op &op = ops_[size_t(err[0] - 1)];
-    const bool target = op.kind == OpKind::CrossEntropy;
+    const bool target = op.kind == OpKind::CrossEntropy || op.kind == OpKind::VocabCeStats;
     opError(op, std::string(target ? "target id " : "token id ") + std::to_string(err[2]) + " at position " +
                     std::to_string(err[1]) + " is outside the " + (target ? "vocabulary" : "embedding table") + " [0, " +
-                    std::to_string(op.V) + ")");
+                    std::to_string(op.vocab > 0 ? op.vocab : op.V) + ")");
   }
   float loss = 0.0f;
   download(prog_.loss, &loss);
@@ -1366,9 +1411,6 @@ std::unique_ptr<Engine> makeCudaEngine(Program program, uint64_t seed) {
 }
 
 std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout) {
-  if (program.tp > 1)
-    throw UserError("this program is tensor-parallel (tp " + std::to_string(program.tp) +
-                    "); this version runs tensor-parallel programs on the CPU backend only (--backend cpu)");
 #if !BIGC_HAVE_NCCL
   (void)program, (void)seed, (void)commTimeout;
   throw UserError("this build's CUDA toolkit has no NCCL: programs of several ranks run on the CPU backend only "
@@ -1379,6 +1421,9 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   if (world > 1 && ranks % world != 0)
     throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " + std::to_string(world) +
                     " processes, which do not divide them");
+  if (world > 1 && program.tp > 1)
+    throw UserError("this program is tensor-parallel (tp " + std::to_string(program.tp) +
+                    "); this version runs tensor-parallel programs in one process (bigc run without mpirun)");
   const int local = world > 1 ? ranks / world : ranks;
   int devices = 0;
   BIGC_CK(cudaGetDeviceCount(&devices));
@@ -1400,7 +1445,7 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
                     std::to_string(firstDevice + local - 1) + " of this machine, which has " + std::to_string(devices) +
                     "; start fewer processes per machine (mpirun --npernode) or compile for fewer ranks");
   struct Comms {
-    std::vector<ncclComm_t> c;
+    std::vector<ncclComm_t> c; // per local rank: the world's, then (tensor parallelism) dp and tp groups'
     std::atomic<bool> aborted{false};
   };
   auto comms = std::shared_ptr<Comms>(new Comms, [](Comms *v) {
@@ -1416,12 +1461,36 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
     BIGC_NCCL(ncclCommInitRank(&comms->c[size_t(l)], ranks, id, proc * local + l));
   }
   BIGC_NCCL(ncclGroupEnd());
+  // Tensor parallelism (mesh dp x tp, rank = d * tp + t): each rank's data-parallel group (the
+  // ranks of its t) and tensor-parallel group (the ranks of its d), split from the world's.
+  const int tp = int(program.tp);
+  std::vector<ncclComm_t> dpComm(size_t(local), nullptr), tpComm(size_t(local), nullptr);
+  if (tp > 1) {
+    BIGC_NCCL(ncclGroupStart());
+    for (int l = 0; l < local; ++l) {
+      const int g = proc * local + l;
+      BIGC_CK(cudaSetDevice(firstDevice + l));
+      BIGC_NCCL(ncclCommSplit(comms->c[size_t(l)], g % tp, g / tp, &dpComm[size_t(l)], nullptr));
+    }
+    BIGC_NCCL(ncclGroupEnd());
+    BIGC_NCCL(ncclGroupStart());
+    for (int l = 0; l < local; ++l) {
+      const int g = proc * local + l;
+      BIGC_CK(cudaSetDevice(firstDevice + l));
+      BIGC_NCCL(ncclCommSplit(comms->c[size_t(l)], g / tp, g % tp, &tpComm[size_t(l)], nullptr));
+    }
+    BIGC_NCCL(ncclGroupEnd());
+    for (int l = 0; l < local; ++l) comms->c.push_back(dpComm[size_t(l)]), comms->c.push_back(tpComm[size_t(l)]);
+  }
   std::shared_ptr<Communicator> host =
       world > 1 ? makeMpiCommunicator(ranks, local) : makeInProcessCommunicator(ranks);
   host->setTimeout(commTimeout);
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, host,
-      [comms, seed, firstDevice](const Program &p, int l) {
+      [comms, seed, firstDevice, tp, local, proc, dpComm, tpComm](const Program &p, int l) {
+        if (tp > 1)
+          return std::make_unique<CudaEngine>(
+              p, seed, CudaRank{firstDevice + l, dpComm[size_t(l)], false, tpComm[size_t(l)], (proc * local + l) % tp});
         return std::make_unique<CudaEngine>(p, seed, CudaRank{firstDevice + l, comms->c[size_t(l)], false});
       },
       /*deviceInHostMemory=*/false);

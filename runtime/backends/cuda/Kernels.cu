@@ -35,26 +35,35 @@ __device__ __forceinline__ void report(ErrSlot e, int64_t pos, int value) {
 
 // ---- embedding ------------------------------------------------------------------------------
 
+// The table holds rows [offset, offset + V) of a vocabulary of `vocab` ids (offset 0, vocab V
+// unless vocabulary-parallel): ids outside the vocabulary are reported, ids of other rows give zeros.
 template <class T>
-__global__ void embeddingK(const T *table, const int32_t *ids, T *y, int64_t N, int64_t V, int64_t C, ErrSlot e) {
+__global__ void embeddingK(const T *table, const int32_t *ids, T *y, int64_t N, int64_t V, int64_t C,
+                           int64_t offset, int64_t vocab, ErrSlot e) {
   BIGC_GRID_LOOP(i, N * C) {
     int64_t n = i / C, c = i - n * C;
     int32_t id = ids[n];
-    if (id < 0 || id >= V) {
+    const int64_t row = int64_t(id) - offset;
+    if (id < 0 || id >= vocab) {
       if (c == 0) report(e, n, id);
       y[i] = T(0.0f);
+    } else if (row < 0 || row >= V) {
+      y[i] = T(0.0f);
     } else {
-      y[i] = table[int64_t(id) * C + c];
+      y[i] = table[row * C + c];
     }
   }
 }
 
-__global__ void embKeysK(const int32_t *ids, int32_t *keys, int32_t *vals, int64_t N, int64_t V, ErrSlot e) {
+__global__ void embKeysK(const int32_t *ids, int32_t *keys, int32_t *vals, int64_t N, int64_t V, int64_t offset,
+                         int64_t vocab, ErrSlot e) {
   BIGC_GRID_LOOP(i, N) {
     int32_t id = ids[i];
-    bool ok = id >= 0 && id < V;
+    bool ok = id >= 0 && id < vocab;
     if (!ok) report(e, i, id);
-    keys[i] = ok ? id : int32_t(V); // out-of-range ids go to a bucket past the table
+    const int64_t row = int64_t(id) - offset;
+    // out-of-range ids and other ranks' rows go to a bucket past the table
+    keys[i] = ok && row >= 0 && row < V ? int32_t(row) : int32_t(V);
     vals[i] = int32_t(i);
   }
 }
@@ -419,6 +428,66 @@ __global__ void ceRowK(const T *logits, const int32_t *targets, float *rowLoss, 
   }
 }
 
+// Vocabulary-parallel cross-entropy (the logits' V columns are ids [offset, offset + V) of `vocab`):
+// per position its log-sum-exp over the columns and its target's logit (0 when another rank's).
+template <class T>
+__global__ void vocabStatsK(const T *logits, const int32_t *targets, float *stats, int64_t V, int64_t offset,
+                            int64_t vocab, ErrSlot e) {
+  const int64_t n = blockIdx.x;
+  const T *row = logits + n * V;
+  float M, S;
+  rowLse(row, V, M, S);
+  if (threadIdx.x == 0) {
+    const int32_t t = targets[n];
+    if (t < 0 || t >= vocab) report(e, n, t);
+    const int64_t j = int64_t(t) - offset;
+    stats[2 * n] = logf(S) + M;
+    stats[2 * n + 1] = t >= 0 && t < vocab && j >= 0 && j < V ? ld(row, j) : 0.0f;
+  }
+}
+
+template <class T>
+__global__ void vocabStatsGradK(const float *dstats, const T *logits, const int32_t *targets, const float *stats,
+                                T *dlogits, int64_t V, int64_t offset) {
+  const int64_t n = blockIdx.x;
+  const T *row = logits + n * V;
+  T *drow = dlogits + n * V;
+  const float lse = stats[2 * n], g = dstats[2 * n], gt = dstats[2 * n + 1];
+  const int64_t t = int64_t(targets[n]) - offset;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    float d = g * expf(ld(row, j) - lse);
+    if (j == t) d += gt;
+    st(drow, j, d);
+  }
+}
+
+// stats: P parts of N positions, (lse, target logit) each. Per position: log Σ_r exp(lse_r), in double.
+__device__ double partsLseD(const float *stats, int64_t N, int64_t P, int64_t n) {
+  double mx = -INFINITY;
+  for (int64_t r = 0; r < P; ++r) mx = fmax(mx, double(stats[2 * (r * N + n)]));
+  double s = 0.0;
+  for (int64_t r = 0; r < P; ++r) s += exp(double(stats[2 * (r * N + n)]) - mx);
+  return log(s) + mx;
+}
+
+__global__ void vocabLossRowsK(const float *stats, float *rowLoss, int64_t N, int64_t P) {
+  BIGC_GRID_LOOP(n, N) {
+    double target = 0.0;
+    for (int64_t r = 0; r < P; ++r) target += double(stats[2 * (r * N + n) + 1]);
+    rowLoss[n] = float(partsLseD(stats, N, P, n) - target);
+  }
+}
+
+__global__ void vocabLossGradK(const float *stats, const float *dloss, float *dstats, int64_t N, int64_t P) {
+  BIGC_GRID_LOOP(n, N) {
+    const double g = double(*dloss) / double(N), lse = partsLseD(stats, N, P, n);
+    for (int64_t r = 0; r < P; ++r) {
+      dstats[2 * (r * N + n)] = float(g * exp(double(stats[2 * (r * N + n)]) - lse));
+      dstats[2 * (r * N + n) + 1] = float(-g);
+    }
+  }
+}
+
 __global__ void meanK(const float *x, int64_t n, float *out) {
   __shared__ double sh[kThreads];
   double s = 0.0;
@@ -535,9 +604,10 @@ __global__ void lossScaleUpdateK(const float *foundInf, float *scale, float *goo
 // ---- launchers -----------------------------------------------------------------------------------
 
 void embedding(DType t, const void *table, const int32_t *ids, void *y, int64_t N, int64_t V, int64_t C, ErrSlot e,
-               cudaStream_t s) {
+               cudaStream_t s, int64_t offset, int64_t vocab) {
+  if (vocab < 0) vocab = V;
   BIGC_DISPATCH(t, embeddingK<T><<<blocksFor(N * C), kThreads, 0, s>>>(static_cast<const T *>(table), ids,
-                                                                       static_cast<T *>(y), N, V, C, e));
+                                                                       static_cast<T *>(y), N, V, C, offset, vocab, e));
 }
 
 size_t embeddingGradWorkspace(int64_t N, int64_t V) {
@@ -545,7 +615,8 @@ size_t embeddingGradWorkspace(int64_t N, int64_t V) {
 }
 
 void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, int64_t N, int64_t V, int64_t C,
-                   void *ws, size_t wsBytes, ErrSlot e, cudaStream_t s) {
+                   void *ws, size_t wsBytes, ErrSlot e, cudaStream_t s, int64_t offset, int64_t vocab) {
+  if (vocab < 0) vocab = V;
   char *w = static_cast<char *>(ws);
   size_t sortBytes = cubSortBytes(N, V);
   void *temp = w;
@@ -564,7 +635,7 @@ void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, in
   if (size_t(w - static_cast<char *>(ws)) + align256(size_t(V + 1) * 4) > wsBytes)
     throw std::runtime_error("embedding_grad: workspace too small (internal error)");
   if (N > 0) {
-    embKeysK<<<blocksFor(N), kThreads, 0, s>>>(ids, keysIn, valsIn, N, V, e);
+    embKeysK<<<blocksFor(N), kThreads, 0, s>>>(ids, keysIn, valsIn, N, V, offset, vocab, e);
     size_t bytes = sortBytes;
     cub::DeviceRadixSort::SortPairs(temp, bytes, keysIn, keysOut, valsIn, valsOut, int(N), 0, sortBits(V), s);
   }
@@ -722,6 +793,34 @@ void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const
   if (N <= 0) return;
   BIGC_DISPATCH(t, ceGradK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, dloss,
                                                                static_cast<T *>(dlogits), N, V));
+}
+
+void vocabCeStats(DType t, const void *logits, const int32_t *targets, float *stats, int64_t N, int64_t V,
+                  int64_t offset, int64_t vocab, ErrSlot e, cudaStream_t s) {
+  if (N <= 0) return;
+  BIGC_DISPATCH(t, vocabStatsK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, stats, V,
+                                                                   offset, vocab, e));
+}
+
+void vocabCeStatsGrad(DType t, const float *dstats, const void *logits, const int32_t *targets, const float *stats,
+                      void *dlogits, int64_t N, int64_t V, int64_t offset, cudaStream_t s) {
+  if (N <= 0) return;
+  BIGC_DISPATCH(t, vocabStatsGradK<T><<<unsigned(N), kThreads, 0, s>>>(dstats, static_cast<const T *>(logits),
+                                                                       targets, stats, static_cast<T *>(dlogits), V,
+                                                                       offset));
+}
+
+size_t vocabCeLossWorkspace(int64_t N) { return crossEntropyWorkspace(N); }
+
+void vocabCeLoss(const float *stats, float *loss, int64_t N, int64_t P, void *ws, cudaStream_t s) {
+  float *rows = static_cast<float *>(ws);
+  if (N > 0) vocabLossRowsK<<<blocksFor(N), kThreads, 0, s>>>(stats, rows, N, P);
+  meanK<<<1, kThreads, 0, s>>>(rows, N, loss);
+}
+
+void vocabCeLossGrad(const float *stats, const float *dloss, float *dstats, int64_t N, int64_t P, cudaStream_t s) {
+  if (N <= 0) return;
+  vocabLossGradK<<<blocksFor(N), kThreads, 0, s>>>(stats, dloss, dstats, N, P);
 }
 
 int64_t partialSlots(int64_t n) { return std::max<int64_t>(1, std::min<int64_t>((n + 4095) / 4096, 256)); }

@@ -26,11 +26,14 @@ struct ErrSlot {
 
 size_t align256(size_t n);
 
+// The table holds rows [offset, offset + V) of a vocabulary of `vocab` ids (vocab < 0: V, the
+// whole table): ids outside the vocabulary are reported; ids of other rows (tensor parallelism's
+// vocabulary-parallel embedding) give zero rows and no gradient.
 void embedding(DType t, const void *table, const int32_t *ids, void *y, int64_t N, int64_t V, int64_t C,
-               ErrSlot e, cudaStream_t s);
+               ErrSlot e, cudaStream_t s, int64_t offset = 0, int64_t vocab = -1);
 size_t embeddingGradWorkspace(int64_t N, int64_t V);
 void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, int64_t N, int64_t V, int64_t C,
-                   void *ws, size_t wsBytes, ErrSlot e, cudaStream_t s);
+                   void *ws, size_t wsBytes, ErrSlot e, cudaStream_t s, int64_t offset = 0, int64_t vocab = -1);
 
 void add(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t s);
 void mul(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t s);
@@ -67,6 +70,18 @@ void crossEntropy(DType t, const void *logits, const int32_t *targets, float *lo
                   ErrSlot e, cudaStream_t s);
 void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const float *dloss, void *dlogits,
                       int64_t N, int64_t V, cudaStream_t s);
+
+// Vocabulary-parallel cross-entropy (program format: vocab_ce_*). logits [N, V] are ids
+// [offset, offset + V) of `vocab`; stats [N, 2] f32: per position the log-sum-exp of its V logits
+// and its target's logit (0 when the target is another rank's). vocab_ce_loss: stats of P parts
+// [P, N, 2] -> the mean over positions of log Σ_parts exp(lse) - Σ_parts target logit.
+void vocabCeStats(DType t, const void *logits, const int32_t *targets, float *stats, int64_t N, int64_t V,
+                  int64_t offset, int64_t vocab, ErrSlot e, cudaStream_t s);
+void vocabCeStatsGrad(DType t, const float *dstats, const void *logits, const int32_t *targets, const float *stats,
+                      void *dlogits, int64_t N, int64_t V, int64_t offset, cudaStream_t s);
+size_t vocabCeLossWorkspace(int64_t N);
+void vocabCeLoss(const float *stats, float *loss, int64_t N, int64_t P, void *ws, cudaStream_t s);
+void vocabCeLossGrad(const float *stats, const float *dloss, float *dstats, int64_t N, int64_t P, cudaStream_t s);
 
 // Multi-tensor reductions: for each input, one launch writing `slots` partial results from
 // `*slot` on (the caller passes the same running counter to every input of one instruction),
