@@ -8,6 +8,7 @@
 // RUN: bigc-opt %s --bigc-tensor-parallel="tp=4 ranks=8 sequence-parallel=1" | FileCheck %s --check-prefix=SP
 // RUN: bigc-opt %s --bigc-tensor-parallel="tp=4 ranks=8" --bigc-autodiff --bigc-shard="ranks=8 zero=1" | FileCheck %s --check-prefix=LOW
 // RUN: bigc-opt %s --bigc-tensor-parallel="tp=4 ranks=8 sequence-parallel=1" --bigc-autodiff --bigc-recompute=policy=none --bigc-shard="ranks=8 zero=1" --bigc-schedule | FileCheck %s --check-prefix=SCHED
+// RUN: bigc-opt %s --bigc-tensor-parallel="tp=4 ranks=4" --bigc-autodiff --bigc-recompute=policy=none --bigc-shard="ranks=4" --bigc-schedule | FileCheck %s --check-prefix=DP1
 // RUN: not bigc-opt %s --bigc-tensor-parallel="tp=3 ranks=6" 2>&1 | FileCheck %s --check-prefix=BAD
 
 module {
@@ -92,5 +93,15 @@ module {
 // SCHED: bigc.matmul %{{.*}} {bigc.phase = "backward", transpose_a}
 // SCHED-NEXT: bigc.wait {bigc.phase = "backward", events = array<i64: [[E2]]>}
 // SCHED: bigc.reduce_scatter {{.*}}bigc.stream = "comm", group = "dp", reduce = "mean"
+
+// One data-parallel rank (each update right after its gradient): the all-reduce of a
+// column-parallel matmul's input gradient is issued right after the matmul that makes it, so that
+// it overlaps the weight gradient's matmul and update; the wait comes only before its reader.
+// DP1: %[[DX:.*]] = bigc.matmul %{{.*}} {bigc.phase = "backward", transpose_b} : (tensor<2x8x8xf32>, tensor<16x8xf32>) -> tensor<2x8x16xf32>
+// DP1-NEXT: %[[AR:.*]] = bigc.all_reduce %[[DX]] {bigc.event = [[E:[0-9]+]] : i64, bigc.phase = "backward", bigc.stream = "comm_tp", group = "tp", reduce = "sum"}
+// DP1: bigc.matmul %{{.*}} {bigc.phase = "backward", transpose_a} : (tensor<16x16xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+// DP1-NEXT: bigc.adamw
+// DP1-NEXT: bigc.wait {bigc.phase = "backward", events = array<i64: [[E]]>}
+// DP1-NEXT: bigc.add %{{.*}}, %[[AR]]
 
 // BAD: error: --tp 3 does not divide the vocabulary (64 rows of @"emb")
