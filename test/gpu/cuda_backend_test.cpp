@@ -302,7 +302,7 @@ TEST(CudaKernels, CrossEntropyAndItsGradient) {
 
 // Tensor parallelism's vocabulary-parallel loss kernels (vocab_ce_*) and tp_slice, on one GPU: a
 // program of one rank (tensor rank 0, the whole vocabulary; the other ranks' offsets run in
-// gpu.tp, which needs 2 GPUs).
+// gpu.ranks, which needs 2 GPUs).
 TEST(CudaKernels, VocabularyParallelLoss) {
   REQUIRE_GPU();
   for (DType t : kTypes) {
