@@ -461,6 +461,30 @@ void RankGroup::refreshCopies() {
   }
 }
 
+InProcessMesh::InProcessMesh(int dpSize, int tpSize, double commTimeout) {
+  for (int t = 0; t < tpSize; ++t) {
+    std::vector<int> ids;
+    for (int d = 0; d < dpSize; ++d) ids.push_back(d * tpSize + t);
+    dp.push_back(makeInProcessCommunicator(ids));
+  }
+  for (int d = 0; d < dpSize; ++d) {
+    std::vector<int> ids;
+    for (int t = 0; t < tpSize; ++t) ids.push_back(d * tpSize + t);
+    tp.push_back(makeInProcessCommunicator(ids));
+  }
+  for (auto *v : {&dp, &tp})
+    for (auto &c : *v) c->setTimeout(commTimeout);
+}
+
+void InProcessMesh::install(RankGroup &g) const {
+  const int tpSize = int(dp.size()), ranks = int(dp.size() * tp.size()); // dp: one per t, tp: one per d
+  std::vector<std::shared_ptr<Communicator>> all = dp, dpOf;
+  all.insert(all.end(), tp.begin(), tp.end());
+  std::vector<int> dpLocal;
+  for (int l = 0; l < ranks; ++l) dpOf.push_back(dp[size_t(l % tpSize)]), dpLocal.push_back(l / tpSize);
+  g.setMeshCommunicators(all, dpOf, dpLocal);
+}
+
 std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, double commTimeout) {
   auto [world, proc] = mpiWorld();
   std::shared_ptr<Communicator> comm;
@@ -487,39 +511,20 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   // The mesh (dp x tp, tensor ranks adjacent: rank = d * tp + t): a communicator per data-parallel
   // group (the ranks of one t) and per tensor-parallel group (the ranks of one d).
   const int tp = int(program.tp), dp = int(program.dp);
-  std::vector<std::shared_ptr<Communicator>> dpComms, tpComms, all;
-  if (tp > 1) {
-    for (int t = 0; t < tp; ++t) {
-      std::vector<int> ids;
-      for (int d = 0; d < dp; ++d) ids.push_back(d * tp + t);
-      dpComms.push_back(makeInProcessCommunicator(ids));
-    }
-    for (int d = 0; d < dp; ++d) {
-      std::vector<int> ids;
-      for (int t = 0; t < tp; ++t) ids.push_back(d * tp + t);
-      tpComms.push_back(makeInProcessCommunicator(ids));
-    }
-    all = dpComms;
-    all.insert(all.end(), tpComms.begin(), tpComms.end());
-    for (auto &x : all) x->setTimeout(commTimeout);
-  }
+  auto mesh = tp > 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout) : nullptr;
   auto group = std::make_unique<RankGroup>(
-      std::move(program), seed, comm, [c, seed, streamWait, tp, dpComms, tpComms](const Program &p, int local) {
+      std::move(program), seed, comm, [c, seed, streamWait, tp, mesh](const Program &p, int local) {
         RankContext ctx{local, c, false};
         if (tp > 1) {
           const int d = local / tp, t = local % tp;
-          ctx = RankContext{d, dpComms[size_t(t)], false, tpComms[size_t(d)], t, t};
+          ctx = RankContext{d, mesh->dp[size_t(t)], false, mesh->tp[size_t(d)], t, t};
         }
         auto e = std::make_unique<Executor>(p, seed, ctx);
         e->setWaitTimeoutForTesting(streamWait);
         return e;
       },
       true, [&](RankGroup &g) {
-        if (tp <= 1) return;
-        std::vector<std::shared_ptr<Communicator>> dpOf;
-        std::vector<int> dpLocal;
-        for (int l = 0; l < ranks; ++l) dpOf.push_back(dpComms[size_t(l % tp)]), dpLocal.push_back(l / tp);
-        g.setMeshCommunicators(all, dpOf, dpLocal);
+        if (mesh) mesh->install(g);
       });
   group->setStragglerTimeout(commTimeout);
   return group;

@@ -835,6 +835,9 @@ struct Validator {
       auto want = x.shape;
       want[size_t(d)] /= T;
       wantShape(out(0), want, "output");
+      if (out(0).dtype != x.dtype)
+        bad("output dtype " + std::string(dtypeName(out(0).dtype)) + " differs from the input's " + dtypeName(x.dtype) +
+            " (a slice copies bytes)");
       break;
     }
     case OpKind::VocabCeStats:

@@ -2,10 +2,10 @@
 # Several ranks on GPUs (one GPU per rank, NCCL): the tiny GPT (8 heads) compiled for 2 ranks under
 # zero 0, 2 and 3 (and bf16 with offload), and tensor-parallel as tp 2 (with and without sequence
 # parallelism, and bf16; each rank's NCCL communicator split per mesh axis) and, with 4 GPUs, tp 2 x
-# dp 2 under zero 1, trained 10 steps with --backend cuda gives the CPU backend's losses (its
-# in-process communicators) of the same program: fp32 to 1e-4 relative, bf16 to 1e-2 (NCCL sums
-# 16-bit gradients in their dtype, the CPU rings in f32). Needs 2 GPUs: exit 77 ("skipped")
-# otherwise.
+# dp 2 under zero 1 (fp32 with SP; bf16, whose compute copies start from sharded masters), trained
+# 10 steps with --backend cuda gives the CPU backend's losses (its in-process communicators) of the
+# same program: fp32 to 1e-4 relative, bf16 to 1e-2 (NCCL sums 16-bit gradients in their dtype, the
+# CPU rings in f32). Needs 2 GPUs: exit 77 ("skipped") otherwise.
 set -euo pipefail
 BIN=$1
 n=$(nvidia-smi -L 2> /dev/null | grep -c "^GPU" || true)
@@ -25,7 +25,7 @@ PY=python3
 cfgs=("z0:--ranks 2 --zero 0" "z2:--ranks 2 --zero 2" "z3:--ranks 2 --zero 3"
       "bf16:--ranks 2 --zero 3 --precision bf16 --offload cpu"
       "tp2:--ranks 2 --tp 2" "tp2_sp:--ranks 2 --tp 2 --sequence-parallel" "tp2_bf16:--ranks 2 --tp 2 --precision bf16")
-[ "$n" -ge 4 ] && cfgs+=("tp2_dp2:--ranks 4 --tp 2 --zero 1 --sequence-parallel")
+[ "$n" -ge 4 ] && cfgs+=("tp2_dp2:--ranks 4 --tp 2 --zero 1 --sequence-parallel" "tp2_dp2_bf16:--ranks 4 --tp 2 --zero 1 --precision bf16")
 names=""
 for cfg in "${cfgs[@]}"; do
   name=${cfg%%:*}

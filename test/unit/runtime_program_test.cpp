@@ -307,6 +307,16 @@ TEST(RuntimeProgram, InstructionErrors) {
     p.buffers[TM::X].liveLast = 0; // used by instruction 5
     EXPECT_ERROR_HAS(validateError(p), "instruction 1 (matmul", "outside its live interval");
   }
+  {
+    Program p = TM::build(); // a tensor-parallel slice copies bytes: one dtype in and out
+    p.instructions[5].op = "tp_slice";
+    p.instructions[5].out = {TM::DX};
+    p.instructions[5].attrs["dim"] = ProgramBuilder::num(1);
+    p.buffers[TM::DX].dtype = DType::BF16;
+    p.buffers[TM::DX].bytes /= 2;
+    p.buffers[TM::DX].liveFirst = 5;
+    EXPECT_ERROR_HAS(validateError(p), "instruction 5 (tp_slice", "output dtype bf16 differs from the input's f32");
+  }
 }
 
 TEST(RuntimeProgram, InPlaceAliasing) {

@@ -118,6 +118,15 @@ private:
   void abortAll(const std::string &why);
 };
 
+// Tensor parallelism in one process (mesh dp x tp, rank = d * tp + t): an in-process communicator
+// per data-parallel group (the ranks of one t) and per tensor-parallel group (the ranks of one d).
+struct InProcessMesh {
+  std::vector<std::shared_ptr<Communicator>> dp, tp; // by t, by d
+  InProcessMesh(int dp, int tp, double commTimeout);
+  // Gives the group its host-side mesh communicators (RankGroup's `configure`).
+  void install(RankGroup &g) const;
+};
+
 // All ranks of `program` on the CPU backend in this process (in-process communicator), or this
 // process's share of them under mpirun (MPI communicator). `commTimeout` seconds per collective.
 std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, double commTimeout);

@@ -289,6 +289,7 @@ private:
   CudaRank rank_;
   void *pad_ = nullptr; // collectives over tensors whose size the ranks do not divide: padded copies
   int64_t padBytes_ = 0;
+  std::vector<int64_t> padOffset_; // per stream: its part of pad_ (comm and comm_tp run at once)
   std::string info_;
   std::vector<void *> arenas_;
   std::vector<bool> hostSpace_;
@@ -564,7 +565,7 @@ void CudaEngine::prepare() {
   stamp_ = std::make_unique<std::atomic<int64_t>[]>(prog_.instructions.size());
   for (size_t i = 0; i < prog_.instructions.size(); ++i) stamp_[i].store(0);
 
-  std::vector<int64_t> scratch(names_.size(), 0), stage(names_.size(), 0);
+  std::vector<int64_t> scratch(names_.size(), 0), stage(names_.size(), 0), padOf(names_.size(), 0);
   std::vector<bool> hasMatmul(names_.size(), false);
   int flags = 0;
   std::set<int64_t> waitedOn;
@@ -676,7 +677,7 @@ void CudaEngine::prepare() {
         const int64_t S = op.kind == OpKind::ReduceScatter ? op.outN[k] : op.inN[k];
         if (whole != S * D) pad += int64_t(cuda::align256(size_t(S * D * dtypeSize(op.inT[k]))));
       }
-      padBytes_ = std::max(padBytes_, pad);
+      padOf[op.stream] = std::max(padOf[op.stream], pad);
       break;
     }
     default: break;
@@ -685,6 +686,11 @@ void CudaEngine::prepare() {
     stage[op.stream] = std::max(stage[op.stream], op.stageBytes);
     ops_.push_back(std::move(op));
   }
+
+  // Padded collective buffers: a part per comm stream (their collectives run at once).
+  padOffset_.assign(names_.size(), 0);
+  padBytes_ = 0;
+  for (size_t st = 0; st < names_.size(); ++st) padOffset_[st] = padBytes_, padBytes_ += padOf[st];
 
   // Collectives on more than one stream (the data and tensor axes): each after the previous one.
   int64_t lastCollective = -1;
@@ -1024,7 +1030,7 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
     size_t bytes;
   };
   std::vector<CopyOut> after;
-  char *pad = static_cast<char *>(pad_);
+  char *pad = static_cast<char *>(pad_) + padOffset_[op.stream];
   // The group is closed on every path (an error inside it leaves no open group on this thread).
   struct Group {
     bool open = false;
@@ -1089,9 +1095,11 @@ void CudaEngine::issue(Op &op) {
     break;
   case OpKind::TpSlice: { // tensor rank t's chunk of the split dimension: slicePre rows of bytes
     const size_t chunk = size_t(op.rows * op.sliceRun), whole = size_t(op.cols * op.sliceRun);
-    if (op.slicePre > 0 && chunk > 0)
-      BIGC_CK(cudaMemcpy2DAsync(op.out[0], chunk, static_cast<const char *>(op.in[0]) + size_t(rank_.tpRank) * chunk,
-                                whole, chunk, size_t(op.slicePre), cudaMemcpyDeviceToDevice, s));
+    const char *src = static_cast<const char *>(op.in[0]) + size_t(rank_.tpRank) * chunk;
+    if (op.slicePre == 1) // one run (no pitch limit)
+      BIGC_CK(cudaMemcpyAsync(op.out[0], src, chunk, cudaMemcpyDeviceToDevice, s));
+    else if (op.slicePre > 1 && chunk > 0)
+      BIGC_CK(cudaMemcpy2DAsync(op.out[0], chunk, src, whole, chunk, size_t(op.slicePre), cudaMemcpyDeviceToDevice, s));
     break;
   }
   case OpKind::VocabCeStats:
@@ -1466,25 +1474,32 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   const int tp = int(program.tp);
   std::vector<ncclComm_t> dpComm(size_t(local), nullptr), tpComm(size_t(local), nullptr);
   if (tp > 1) {
-    BIGC_NCCL(ncclGroupStart());
-    for (int l = 0; l < local; ++l) {
-      const int g = proc * local + l;
-      BIGC_CK(cudaSetDevice(firstDevice + l));
-      BIGC_NCCL(ncclCommSplit(comms->c[size_t(l)], g % tp, g / tp, &dpComm[size_t(l)], nullptr));
-    }
-    BIGC_NCCL(ncclGroupEnd());
-    BIGC_NCCL(ncclGroupStart());
-    for (int l = 0; l < local; ++l) {
-      const int g = proc * local + l;
-      BIGC_CK(cudaSetDevice(firstDevice + l));
-      BIGC_NCCL(ncclCommSplit(comms->c[size_t(l)], g / tp, g % tp, &tpComm[size_t(l)], nullptr));
-    }
-    BIGC_NCCL(ncclGroupEnd());
-    for (int l = 0; l < local; ++l) comms->c.push_back(dpComm[size_t(l)]), comms->c.push_back(tpComm[size_t(l)]);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    auto split = [&](std::vector<ncclComm_t> &out, bool tensorGroup) {
+      BIGC_NCCL(ncclGroupStart());
+      for (int l = 0; l < local; ++l) {
+        const int g = proc * local + l;
+        BIGC_CK(cudaSetDevice(firstDevice + l));
+        BIGC_NCCL(ncclCommSplit(comms->c[size_t(l)], tensorGroup ? g / tp : g % tp, tensorGroup ? g % tp : g / tp,
+                                &out[size_t(l)], nullptr));
+      }
+      BIGC_NCCL(ncclGroupEnd());
+      for (ncclComm_t c : out) comms->c.push_back(c); // destroyed and aborted with the others
+    };
+    split(dpComm, false); // the ranks of one t
+    split(tpComm, true);  // the ranks of one d
+#else
+    throw UserError("this program is tensor-parallel (tp " + std::to_string(tp) + "); the CUDA backend needs NCCL 2.18 "
+                    "or newer (ncclCommSplit) for it, this build has " + std::to_string(NCCL_MAJOR) + "." +
+                    std::to_string(NCCL_MINOR) + " (run with --backend cpu)");
+#endif
   }
   std::shared_ptr<Communicator> host =
       world > 1 ? makeMpiCommunicator(ranks, local) : makeInProcessCommunicator(ranks);
   host->setTimeout(commTimeout);
+  // Host-side collectives of the mesh (initialising a whole copy from ZeRO shards gathers over the
+  // rank's data-parallel group only), as on the CPU backend.
+  auto mesh = tp > 1 ? std::make_shared<InProcessMesh>(int(program.dp), tp, commTimeout) : nullptr;
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, host,
       [comms, seed, firstDevice, tp, local, proc, dpComm, tpComm](const Program &p, int l) {
@@ -1493,7 +1508,9 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
               p, seed, CudaRank{firstDevice + l, dpComm[size_t(l)], false, tpComm[size_t(l)], (proc * local + l) % tp});
         return std::make_unique<CudaEngine>(p, seed, CudaRank{firstDevice + l, comms->c[size_t(l)], false});
       },
-      /*deviceInHostMemory=*/false);
+      /*deviceInHostMemory=*/false, [&](RankGroup &g) {
+        if (mesh) mesh->install(g);
+      });
   group->keepAlive(comms);
   // A failed or stuck rank: abort every NCCL communicator, so that kernels waiting for a peer
   // return (with an error) instead of spinning; aborted communicators are not destroyed again.
