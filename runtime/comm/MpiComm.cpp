@@ -19,9 +19,20 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <thread>
 
 namespace bigc::rt {
+
+namespace {
+// MPI_THREAD_SERIALIZED: one thread in MPI at a time. Several communicators (the data-parallel
+// groups of a tensor-parallel mesh) have their own leader threads; their calls take turns here.
+std::mutex &mpiMutex() {
+  static std::mutex m;
+  return m;
+}
+} // namespace
 
 bool mpiCompiled() { return true; }
 
@@ -49,6 +60,7 @@ double mpiSum(double x) {
   MPI_Initialized(&init);
   if (!init) return x;
   double out = 0;
+  std::lock_guard<std::mutex> l(mpiMutex());
   MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return out;
 }
@@ -56,7 +68,10 @@ double mpiSum(double x) {
 void mpiBroadcast(void *data, int64_t bytes) {
   int init = 0;
   MPI_Initialized(&init);
-  if (init) MPI_Bcast(data, int(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (init) {
+    std::lock_guard<std::mutex> l(mpiMutex());
+    MPI_Bcast(data, int(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+  }
 }
 
 void mpiFinalize() {
@@ -70,14 +85,18 @@ namespace {
 
 class Mpi final : public Communicator {
 public:
-  Mpi(int ranks, int localRanks)
-      : n_(ranks), local_(localRanks), g_(localRanks, [this](int l) { return globalRank(l); }) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &proc_);
-    MPI_Comm_size(MPI_COMM_WORLD, &procs_);
+  // A group of `ranks` ranks over the processes of `comm` (ordered as the group's ranks), each
+  // holding `localRanks` consecutive ones: local rank l of process q is the group's rank
+  // q * localRanks + l, global rank globals[l] (in messages).
+  Mpi(MPI_Comm comm, int ranks, int localRanks, std::vector<int> globals)
+      : n_(ranks), local_(localRanks), comm_(comm), globals_(std::move(globals)),
+        g_(localRanks, [this](int l) { return globalRank(l); }) {
+    MPI_Comm_rank(comm_, &proc_);
+    MPI_Comm_size(comm_, &procs_);
   }
   int size() const override { return n_; }
   int localSize() const override { return local_; }
-  int globalRank(int local) const override { return proc_ * local_ + local; }
+  int globalRank(int local) const override { return globals_[size_t(local)]; }
   void reserve(int64_t) override {}
   void abort(const std::string &why) override { g_.abort(why); }
   bool aborted() const override { return g_.aborted(); }
@@ -112,7 +131,7 @@ public:
       if (blockBytes > int64_t(INT32_MAX)) tooLarge(what, blockBytes);
       if (l == 0) leader(what, [&](MPI_Request *req) {
         return MPI_Iallgather(block_.data(), int(blockBytes), MPI_BYTE, whole_.data(), int(blockBytes), MPI_BYTE,
-                              MPI_COMM_WORLD, req);
+                              comm_, req);
       });
       g_.barrier(l, what, 2.0);
       // whole_ = [proc 0: tensor 0 shards of its ranks, tensor 1 ...][proc 1: ...]
@@ -151,7 +170,7 @@ public:
       }
       leader(what, [&](MPI_Request *req) {
         return MPI_Iallreduce(MPI_IN_PLACE, acc_.data(), int(total), MPI_FLOAT, red == Reduce::Max ? MPI_MAX : MPI_SUM,
-                              MPI_COMM_WORLD, req);
+                              comm_, req);
       });
     }
     g_.barrier(l, what, 2.0);
@@ -160,7 +179,7 @@ public:
       if (red == Reduce::Norm) return std::sqrt(v);
       return v;
     };
-    const int r = globalRank(l);
+    const int r = proc_ * local_ + l; // this rank's place in the group
     int64_t off = 0;
     for (const auto &t : ts) {
       if (kind == CollectiveKind::AllReduce) {
@@ -184,7 +203,12 @@ private:
   }
   template <class Start> void leader(const std::string &what, Start start) {
     MPI_Request req;
-    if (start(&req) != MPI_SUCCESS) {
+    int started;
+    {
+      std::lock_guard<std::mutex> l(mpiMutex());
+      started = start(&req);
+    }
+    if (started != MPI_SUCCESS) {
       std::string msg = what + ": MPI failed to start the collective on process " + std::to_string(proc_);
       g_.abort(msg);
       throw CommError(msg);
@@ -192,7 +216,10 @@ private:
     auto t0 = std::chrono::steady_clock::now();
     for (int k = 0;; ++k) {
       int done = 0;
-      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      {
+        std::lock_guard<std::mutex> l(mpiMutex());
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      }
       if (done) return;
       if (g_.aborted()) {
         // A local rank failed: this process cannot complete the collective; the job must stop.
@@ -214,6 +241,8 @@ private:
   }
 
   int n_, local_;
+  MPI_Comm comm_;
+  std::vector<int> globals_;
   int proc_ = 0, procs_ = 1;
   comm::LocalGroup g_;
   std::vector<float> acc_;
@@ -223,7 +252,65 @@ private:
 } // namespace
 
 std::shared_ptr<Communicator> makeMpiCommunicator(int ranks, int localRanks) {
-  return std::make_shared<Mpi>(ranks, localRanks);
+  int proc = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &proc);
+  std::vector<int> globals;
+  for (int l = 0; l < localRanks; ++l) globals.push_back(proc * localRanks + l);
+  return std::make_shared<Mpi>(MPI_COMM_WORLD, ranks, localRanks, std::move(globals));
+}
+
+std::vector<MeshRank> makeMpiMesh(int dp, int tp, int localRanks, double timeout,
+                                  std::vector<std::shared_ptr<Communicator>> *all) {
+  const int L = localRanks;
+  if (tp % L != 0 && L % tp != 0)
+    throw UserError("the tensor size " + std::to_string(tp) + " and the " + std::to_string(L) +
+                    " ranks of each process: one must divide the other (tensor groups inside a process, or spanning "
+                    "whole processes); start " + std::to_string(dp * tp / std::max(1, std::min(L, tp))) +
+                    " processes (mpirun -np) or compile for another --tp");
+  int proc = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &proc);
+  std::vector<MeshRank> out(static_cast<size_t>(L));
+  // Every group, in one order on every process: the data-parallel ones (by t), then the tensor-
+  // parallel ones (by d). A group across processes is split from the world by every process
+  // (those outside it get MPI_COMM_NULL), its processes ordered as its ranks.
+  auto make = [&](const std::vector<int> &members, bool tensor) {
+    std::vector<int> here; // the members in this process, in group order
+    std::set<int> procs;
+    for (int g : members) {
+      procs.insert(g / L);
+      if (g / L == proc) here.push_back(g);
+    }
+    std::shared_ptr<Communicator> c;
+    if (procs.size() == 1) {
+      if (!here.empty()) c = makeInProcessCommunicator(members);
+    } else {
+      MPI_Comm sub = MPI_COMM_NULL;
+      {
+        std::lock_guard<std::mutex> l(mpiMutex());
+        MPI_Comm_split(MPI_COMM_WORLD, here.empty() ? MPI_UNDEFINED : 0, proc, &sub);
+      }
+      if (!here.empty()) c = std::make_shared<Mpi>(sub, int(members.size()), int(here.size()), here);
+    }
+    if (!c) return;
+    c->setTimeout(timeout);
+    all->push_back(c);
+    for (size_t j = 0; j < here.size(); ++j) {
+      MeshRank &m = out[size_t(here[j] - proc * L)];
+      (tensor ? m.tp : m.dp) = c;
+      (tensor ? m.tpLocal : m.dpLocal) = int(j);
+    }
+  };
+  for (int t = 0; t < tp; ++t) {
+    std::vector<int> members;
+    for (int d = 0; d < dp; ++d) members.push_back(d * tp + t);
+    make(members, false);
+  }
+  for (int d = 0; d < dp; ++d) {
+    std::vector<int> members;
+    for (int t = 0; t < tp; ++t) members.push_back(d * tp + t);
+    make(members, true);
+  }
+  return out;
 }
 
 } // namespace bigc::rt

@@ -334,34 +334,66 @@ void RankGroup::gather(int64_t id, void *dst) const {
   }
 }
 
-void RankGroup::tpLocal(int64_t id, int t, void *dst) const {
+std::vector<char> RankGroup::allRanks(int64_t id) const {
   const Buffer &b = rankProgram_.buffers[size_t(id)];
-  const int64_t tp = rankProgram_.tp;
+  const int R = comm_->size(), local = int(engines_.size());
+  const size_t bytes = size_t(b.bytes);
+  std::vector<char> all(size_t(R) * bytes);
+  if (comm_->localSize() == R) {
+    for (int l = 0; l < local; ++l) engines_[size_t(l)]->readBytes(id, all.data() + size_t(l) * bytes);
+    return all;
+  }
+  // Each local rank gathers every rank's bytes (its own output: the collective writes each).
+  std::vector<std::vector<char>> mine(static_cast<size_t>(local), std::vector<char>(bytes));
+  std::vector<std::vector<char>> wholes(static_cast<size_t>(local - 1), std::vector<char>(all.size()));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(local));
+  std::vector<std::thread> threads;
+  for (int l = 0; l < local; ++l)
+    threads.emplace_back([&, l] {
+      try {
+        engines_[size_t(l)]->readBytes(id, mine[size_t(l)].data());
+        char *out = l == 0 ? all.data() : wholes[size_t(l - 1)].data();
+        comm_->run(l, CollectiveKind::AllGather, Reduce::Sum,
+                   {CollectiveTensor{mine[size_t(l)].data(), out, b.dtype, b.numel(), b.numel() * R}},
+                   "gathering '" + b.name + "' from every rank");
+      } catch (...) {
+        errors[size_t(l)] = std::current_exception();
+        comm_->abort("rank " + std::to_string(comm_->globalRank(l)) + " failed gathering '" + b.name + "'");
+      }
+    });
+  for (auto &t : threads) t.join();
+  for (auto &x : errors)
+    if (x) std::rethrow_exception(x);
+  return all;
+}
+
+void RankGroup::tpLocal(int64_t id, int t, const std::vector<char> &all, void *dst) const {
+  const Buffer &b = rankProgram_.buffers[size_t(id)];
+  const int64_t tp = rankProgram_.tp, bytes = b.bytes;
   if (!b.shard) {
-    engines_[size_t(t)]->readBytes(id, dst); // rank (dp 0, tp t)
+    std::memcpy(dst, all.data() + t * bytes, size_t(bytes)); // rank (dp 0, tp t)
     return;
   }
   const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
-  std::vector<char> shard(size_t(b.bytes));
   for (int64_t d = 0; d < rankProgram_.dp; ++d) {
     const int64_t begin = d * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);
     if (len <= 0) continue;
-    engines_[size_t(d * tp + t)]->readBytes(id, shard.data());
-    std::memcpy(static_cast<char *>(dst) + begin * e, shard.data(), size_t(len * e));
+    std::memcpy(static_cast<char *>(dst) + begin * e, all.data() + (d * tp + t) * bytes, size_t(len * e));
   }
 }
 
 void RankGroup::readBytes(int64_t id, void *dst) const {
   const Buffer &b = rankProgram_.buffers.at(size_t(id));
-  if (rankProgram_.tp > 1) { // in one process (makeCpuRankGroup): every rank is local
+  if (rankProgram_.tp > 1) {
+    const std::vector<char> all = allRanks(id);
     if (b.tpDim < 0) {
-      tpLocal(id, 0, dst);
+      tpLocal(id, 0, all, dst);
       return;
     }
     const TpChunking ch(b, rankProgram_.tp);
     std::vector<char> chunk(size_t((b.shard ? b.fullNumel() : b.numel()) * dtypeSize(b.dtype)));
     for (int t = 0; t < int(rankProgram_.tp); ++t) {
-      tpLocal(id, t, chunk.data());
+      tpLocal(id, t, all, chunk.data());
       ch.move<false>(chunk.data(), static_cast<char *>(dst), t);
     }
     return;
@@ -485,13 +517,17 @@ void InProcessMesh::install(RankGroup &g) const {
   g.setMeshCommunicators(all, dpOf, dpLocal);
 }
 
+void installMpiMesh(RankGroup &g, const std::vector<MeshRank> &mesh, const std::vector<std::shared_ptr<Communicator>> &all) {
+  std::vector<std::shared_ptr<Communicator>> dpOf;
+  std::vector<int> dpLocal;
+  for (const MeshRank &m : mesh) dpOf.push_back(m.dp), dpLocal.push_back(m.dpLocal);
+  g.setMeshCommunicators(all, dpOf, dpLocal);
+}
+
 std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, double commTimeout) {
   auto [world, proc] = mpiWorld();
   std::shared_ptr<Communicator> comm;
   const int ranks = int(program.ranks);
-  if (program.tp > 1 && world > 1)
-    throw UserError("this program is tensor-parallel (tp " + std::to_string(program.tp) +
-                    "); this version runs tensor-parallel programs in one process (bigc run without mpirun)");
   if (world > 1) {
     if (ranks % world != 0)
       throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " +
@@ -502,7 +538,6 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   } else {
     comm = makeInProcessCommunicator(ranks);
   }
-  (void)proc;
   comm->setTimeout(commTimeout);
   std::shared_ptr<Communicator> c = comm;
   // A stream waiting for a collective waits longer than the collective itself may (the
@@ -511,13 +546,23 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   // The mesh (dp x tp, tensor ranks adjacent: rank = d * tp + t): a communicator per data-parallel
   // group (the ranks of one t) and per tensor-parallel group (the ranks of one d).
   const int tp = int(program.tp), dp = int(program.dp);
-  auto mesh = tp > 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout) : nullptr;
+  // Tensor parallelism: in one process the in-process mesh; under mpirun each local rank's groups,
+  // in-process or over MPI (makeMpiMesh).
+  auto mesh = tp > 1 && world == 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout) : nullptr;
+  std::vector<MeshRank> mpiMesh;
+  std::vector<std::shared_ptr<Communicator>> mpiAll;
+  if (tp > 1 && world > 1) mpiMesh = makeMpiMesh(dp, tp, ranks / world, commTimeout, &mpiAll);
+  const int firstRank = world > 1 ? proc * (ranks / world) : 0;
   auto group = std::make_unique<RankGroup>(
-      std::move(program), seed, comm, [c, seed, streamWait, tp, mesh](const Program &p, int local) {
+      std::move(program), seed, comm,
+      [c, seed, streamWait, tp, mesh, mpiMesh, firstRank](const Program &p, int local) {
         RankContext ctx{local, c, false};
-        if (tp > 1) {
+        if (mesh) {
           const int d = local / tp, t = local % tp;
           ctx = RankContext{d, mesh->dp[size_t(t)], false, mesh->tp[size_t(d)], t, t};
+        } else if (tp > 1) {
+          const MeshRank &m = mpiMesh[size_t(local)];
+          ctx = RankContext{m.dpLocal, m.dp, false, m.tp, m.tpLocal, (firstRank + local) % tp};
         }
         auto e = std::make_unique<Executor>(p, seed, ctx);
         e->setWaitTimeoutForTesting(streamWait);
@@ -525,6 +570,7 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
       },
       true, [&](RankGroup &g) {
         if (mesh) mesh->install(g);
+        if (!mpiMesh.empty()) installMpiMesh(g, mpiMesh, mpiAll);
       });
   group->setStragglerTimeout(commTimeout);
   return group;

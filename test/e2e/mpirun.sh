@@ -5,7 +5,7 @@
 # relative; checkpoints written under mpirun resume in one process and the other way round, and
 # --save-weights under mpirun writes the whole tensors; mpirun -np 3 (which does not divide 8
 # ranks) is refused with exit 1; a process killed with SIGKILL mid-run stops the job (non-zero
-# exit) instead of hanging.
+# exit) instead of hanging. Tensor-parallel programs too (below).
 set -euo pipefail
 BIN=$1
 d=$(mktemp -d)
@@ -81,6 +81,66 @@ print(("ok   " if good else "FAIL ") + f"--save-weights by 2 processes: {len(b)}
 ok &= good
 sys.exit(0 if ok else 1)
 PY
+
+# Tensor parallelism across processes (the tiny GPT with 8 heads, 8 ranks): tp 2 x dp 4 by 2
+# processes x 4 ranks (the data-parallel groups span the processes over MPI, the tensor groups stay
+# in each), tp 8 by 2 x 4 (one tensor group over both processes), tp 4 x dp 2 with sequence
+# parallelism and zero 3 by 4 x 2 (tensor groups over pairs of processes, data groups over all):
+# one process's losses to 1e-5; --save-weights by 4 processes (chunks and shards of every process)
+# equals one process's; a checkpoint of 2 processes resumes in one; tensor size 2 with 3 ranks per
+# process is refused.
+for b in 8 16 32; do "$BIN/bigc" gen gpt --preset tiny --heads 8 --batch $b -o "$d/h$b.mlir" > /dev/null; done
+"$BIN/bigc" compile "$d/h8.mlir" -o "$d/tp2.bigc" --ranks 8 --tp 2 --zero 1 --lr 3e-3 --quiet
+"$BIN/bigc" compile "$d/h32.mlir" -o "$d/tp8.bigc" --ranks 8 --tp 8 --lr 3e-3 --quiet
+"$BIN/bigc" compile "$d/h16.mlir" -o "$d/tp4.bigc" --ranks 8 --tp 4 --zero 3 --sequence-parallel --lr 3e-3 --quiet
+for n in tp2 tp8 tp4; do
+  "$BIN/bigc" run "$d/$n.bigc" --synthetic --steps 10 --seed 7 --log "$d/$n.one.jsonl" --save-weights "$d/$n.one.safetensors" --quiet
+done
+timeout 300 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/tp2.bigc" --synthetic --steps 10 --seed 7 --log "$d/tp2.mpi.jsonl" --quiet
+timeout 300 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/tp8.bigc" --synthetic --steps 10 --seed 7 --log "$d/tp8.mpi.jsonl" --quiet
+timeout 300 "${MPIRUN[@]}" -np 4 "$BIN/bigc" run "$d/tp4.bigc" --synthetic --steps 10 --seed 7 --log "$d/tp4.mpi.jsonl" \
+  --save-weights "$d/tp4.mpi.safetensors" --quiet
+timeout 300 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/tp2.bigc" --synthetic --steps 5 --seed 7 --checkpoint-dir "$d/ckT" --quiet
+"$BIN/bigc" run "$d/tp2.bigc" --synthetic --steps 10 --seed 7 --checkpoint-dir "$d/ckT" --resume --log "$d/tp2.res.jsonl" --quiet
+$PY - "$d" <<'PY'
+import json, struct, sys
+import numpy as np
+d = sys.argv[1]
+ok = True
+def losses(n):
+    return [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl") if l.strip()]
+def weights(n):
+    raw = open(f"{d}/{n}.safetensors", "rb").read()
+    (hl,) = struct.unpack("<Q", raw[:8])
+    head = json.loads(raw[8:8 + hl])
+    return {k: np.frombuffer(raw[8 + hl + v["data_offsets"][0]:8 + hl + v["data_offsets"][1]], dtype=np.float32)
+            for k, v in head.items() if k != "__metadata__"}
+for n, what in [("tp2", "tp 2 x dp 4, 2 processes x 4 ranks"), ("tp8", "tp 8, 2 processes x 4 ranks"),
+                ("tp4", "tp 4 x dp 2 (SP, zero 3), 4 processes x 2 ranks")]:
+    a, b = losses(f"{n}.one"), losses(f"{n}.mpi")
+    r = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(b) == 10 else 1.0
+    good = len(b) == 10 and r <= 1e-5
+    print(("ok   " if good else "FAIL ") + f"{what} vs one process: max relative loss difference {r:.3g} (<= 1e-5)")
+    ok &= good
+a, b = weights("tp4.one"), weights("tp4.mpi")
+dw = max(float(np.max(np.abs(a[k] - b[k]))) for k in a) if set(a) == set(b) else 1.0
+good = set(a) == set(b) and dw <= 1e-4
+print(("ok   " if good else "FAIL ") + f"tp 4 --save-weights by 4 processes: {len(b)} whole tensors, max |difference| to one process {dw:.3g}")
+ok &= good
+a, r = losses("tp2.one"), losses("tp2.res")
+diff = max(abs(x - y) / abs(x) for x, y in zip(a[5:], r)) if len(r) == 5 else 1.0
+good = len(r) == 5 and diff <= 1e-5
+print(("ok   " if good else "FAIL ") + f"tp 2 checkpoint of 2 processes resumed in one: steps 6-10 within {diff:.3g} (<= 1e-5)")
+ok &= good
+sys.exit(0 if ok else 1)
+PY
+"$BIN/bigc" gen gpt --preset tiny --heads 8 --batch 8 -o "$d/h6.mlir" > /dev/null
+"$BIN/bigc" compile "$d/h6.mlir" -o "$d/tp2r6.bigc" --ranks 6 --tp 2 --quiet
+rc=0
+timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/tp2r6.bigc" --synthetic --steps 1 --quiet > "$d/tp2r6.txt" 2>&1 || rc=$?
+grep -q "the tensor size 2 and the 3 ranks of each process: one must divide the other" "$d/tp2r6.txt" && [ $rc -ne 0 ] || {
+  echo "FAIL: tp 2 with 3 ranks per process (exit $rc):"; cat "$d/tp2r6.txt"; exit 1; }
+echo "ok   tp 2 with 3 ranks per process: exit $rc, '$(grep -m1 'one must divide' "$d/tp2r6.txt" | cut -c1-100)...'"
 
 # A world that does not divide the ranks.
 rc=0

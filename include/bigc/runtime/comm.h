@@ -75,6 +75,18 @@ bool mpiCompiled();
 // returns the world size and this process's rank; {1, 0} otherwise.
 std::pair<int, int> mpiWorld();
 std::shared_ptr<Communicator> makeMpiCommunicator(int ranks, int localRanks);
+// Tensor parallelism under mpirun: the mesh dp x tp (rank g = d * tp + t; this process holds ranks
+// [p * L, p * L + L)). Per local rank, its data-parallel group's communicator (the ranks of its t)
+// and its tensor-parallel group's (the ranks of its d), with its index in each: a group inside
+// this process is in-process, one across processes an MPI communicator split from the world's
+// (every process calls this with the same arguments). `all` receives every communicator made.
+// The layout needs tp to divide L or L to divide tp (UserError otherwise).
+struct MeshRank {
+  std::shared_ptr<Communicator> dp, tp;
+  int dpLocal = 0, tpLocal = 0;
+};
+std::vector<MeshRank> makeMpiMesh(int dp, int tp, int localRanks, double timeout,
+                                  std::vector<std::shared_ptr<Communicator>> *all);
 // A host scalar reduced over the processes (sum); identity without MPI.
 double mpiSum(double x);
 // Process 0's `bytes` bytes at `data` to every process (NCCL's bootstrap); nothing without MPI.

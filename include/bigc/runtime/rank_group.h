@@ -94,8 +94,12 @@ public:
 private:
   // The whole tensor of rank-program buffer `id` (sharded) in `dst` (logical bytes).
   void gather(int64_t id, void *dst) const;
-  // Tensor parallelism: the chunk of tensor rank t of buffer `id` (its dp shards joined).
-  void tpLocal(int64_t id, int t, void *dst) const;
+  // Every rank's bytes of buffer `id`, by global rank: read here in one process, all-gathered over
+  // the processes under mpirun (every process calls it in the same order).
+  std::vector<char> allRanks(int64_t id) const;
+  // Tensor parallelism: the chunk of tensor rank t of buffer `id` (its dp shards joined), from
+  // allRanks' bytes.
+  void tpLocal(int64_t id, int t, const std::vector<char> &all, void *dst) const;
   int dpIndex(int global) const { return int(global / rankProgram_.tp); }
   int tpIndex(int global) const { return int(global % rankProgram_.tp); }
   Communicator &dpComm(int local) { return dpComm_.empty() ? *comm_ : *dpComm_[size_t(local)]; }
@@ -126,6 +130,9 @@ struct InProcessMesh {
   // Gives the group its host-side mesh communicators (RankGroup's `configure`).
   void install(RankGroup &g) const;
 };
+
+// Under mpirun: gives the group the host-side mesh communicators of makeMpiMesh (`configure`).
+void installMpiMesh(RankGroup &g, const std::vector<MeshRank> &mesh, const std::vector<std::shared_ptr<Communicator>> &all);
 
 // All ranks of `program` on the CPU backend in this process (in-process communicator), or this
 // process's share of them under mpirun (MPI communicator). `commTimeout` seconds per collective.

@@ -1429,9 +1429,6 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   if (world > 1 && ranks % world != 0)
     throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " + std::to_string(world) +
                     " processes, which do not divide them");
-  if (world > 1 && program.tp > 1)
-    throw UserError("this program is tensor-parallel (tp " + std::to_string(program.tp) +
-                    "); this version runs tensor-parallel programs in one process (bigc run without mpirun)");
   const int local = world > 1 ? ranks / world : ranks;
   int devices = 0;
   BIGC_CK(cudaGetDeviceCount(&devices));
@@ -1499,7 +1496,10 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   host->setTimeout(commTimeout);
   // Host-side collectives of the mesh (initialising a whole copy from ZeRO shards gathers over the
   // rank's data-parallel group only), as on the CPU backend.
-  auto mesh = tp > 1 ? std::make_shared<InProcessMesh>(int(program.dp), tp, commTimeout) : nullptr;
+  auto mesh = tp > 1 && world == 1 ? std::make_shared<InProcessMesh>(int(program.dp), tp, commTimeout) : nullptr;
+  std::vector<MeshRank> mpiMesh; // under mpirun (makeMpiMesh: the same layout rules as the CPU backend's)
+  std::vector<std::shared_ptr<Communicator>> mpiAll;
+  if (tp > 1 && world > 1) mpiMesh = makeMpiMesh(int(program.dp), tp, local, commTimeout, &mpiAll);
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, host,
       [comms, seed, firstDevice, tp, local, proc, dpComm, tpComm](const Program &p, int l) {
@@ -1510,6 +1510,7 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
       },
       /*deviceInHostMemory=*/false, [&](RankGroup &g) {
         if (mesh) mesh->install(g);
+        if (!mpiMesh.empty()) installMpiMesh(g, mpiMesh, mpiAll);
       });
   group->keepAlive(comms);
   // A failed or stuck rank: abort every NCCL communicator, so that kernels waiting for a peer
