@@ -41,6 +41,18 @@ Operation *inBlock(Block &block, Operation *op) {
   return block.findAncestorOpInBlock(*op);
 }
 
+/// The earliest op of `block` holding a user of `op` (and `accept`ing it), or `first` when that
+/// is earlier; null when there is none.
+Operation *firstUser(Block &block, Operation *op, Operation *first = nullptr,
+                    llvm::function_ref<bool(Operation *)> accept = nullptr) {
+  for (Operation *user : op->getUsers()) {
+    Operation *u = inBlock(block, user);
+    if (u && (!accept || accept(u)) && (!first || u->isBeforeInBlock(first)))
+      first = u;
+  }
+  return first;
+}
+
 /// Sinks every bigc.get_param and bigc.fill to just before its first user in
 /// the block (its value is then produced when it is needed, not earlier).
 void sinkToFirstUse(Block &block) {
@@ -49,12 +61,7 @@ void sinkToFirstUse(Block &block) {
     if (isa<GetParamOp, FillOp>(op))
       candidates.push_back(&op);
   for (Operation *op : candidates) {
-    Operation *first = nullptr;
-    for (Operation *user : op->getUsers()) {
-      Operation *u = inBlock(block, user);
-      if (u && (!first || u->isBeforeInBlock(first)))
-        first = u;
-    }
+    Operation *first = firstUser(block, op);
     if (first && first != op->getNextNode())
       op->moveBefore(first);
   }
@@ -255,12 +262,7 @@ void prefetchParams(Block &block) {
     GetParamOp gp = fetchedParam(&op);
     if (!gp)
       continue;
-    Operation *first = nullptr;
-    for (Operation *user : op.getUsers()) {
-      Operation *u = inBlock(block, user);
-      if (u && (!first || u->isBeforeInBlock(first)))
-        first = u;
-    }
+    Operation *first = firstUser(block, &op);
     auto it = first ? seg.position.find(first) : seg.position.end();
     if (it == seg.position.end())
       continue;
@@ -316,11 +318,7 @@ void prefetchGathers(Block &block, int64_t ahead) {
     Operation *first = nullptr;
     if (auto pg = dyn_cast<ParamAllGatherOp>(op))
       first = firstReader.lookup(pg.getTo());
-    for (Operation *user : op.getUsers()) {
-      Operation *u = inBlock(block, user);
-      if (u && (!first || u->isBeforeInBlock(first)))
-        first = u;
-    }
+    first = firstUser(block, &op, first);
     auto it = first ? seg.position.find(first) : seg.position.end();
     if (it == seg.position.end())
       continue;
@@ -355,12 +353,7 @@ void hoistTpCollectives(Block &block) {
   auto layoutOnly = [](Operation *op) { return isa<ReshapeOp, TransposeOp>(op) && op->hasOneUse(); };
   auto heavy = [](Operation *op) { return isa<MatmulOp, AttentionOp, AttentionGradOp>(op); };
   for (Operation *c : colls) {
-    Operation *first = nullptr;
-    for (Operation *user : c->getUsers()) {
-      Operation *u = inBlock(block, user);
-      if (u && seg.position.count(u) && (!first || u->isBeforeInBlock(first)))
-        first = u;
-    }
+    Operation *first = firstUser(block, c, nullptr, [&](Operation *u) { return seg.position.count(u) > 0; });
     if (!first)
       continue;
     const unsigned at = seg.position.lookup(first);

@@ -296,42 +296,11 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
 }
 
 void RankGroup::gather(int64_t id, void *dst) const {
+  // Rank r's shard is elements [r*S, r*S+S) of the whole: every rank's bytes in rank order, the
+  // padding of the last shard(s) dropped.
   const Buffer &b = rankProgram_.buffers[size_t(id)];
-  const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
-  if (comm_->localSize() != comm_->size()) {
-    // Shards in other processes: an all-gather through the communicator, every local rank taking
-    // part (every process reads the same tensors in the same order: bigc run's followers mirror the
-    // leader's reads, checkpoint::follow).
-    const int local = int(engines_.size());
-    std::vector<std::vector<char>> shards(size_t(local), std::vector<char>(size_t(b.bytes)));
-    std::vector<std::vector<char>> wholes(size_t(local), std::vector<char>(size_t(N * e)));
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(local));
-    std::vector<std::thread> threads;
-    for (int l = 0; l < local; ++l)
-      threads.emplace_back([&, l] {
-        try {
-          engines_[size_t(l)]->readBytes(id, shards[size_t(l)].data());
-          comm_->run(l, CollectiveKind::AllGather, Reduce::Sum,
-                     {CollectiveTensor{shards[size_t(l)].data(), wholes[size_t(l)].data(), b.dtype, S, N}},
-                     "gathering '" + b.name + "'");
-        } catch (...) {
-          errors[size_t(l)] = std::current_exception();
-          comm_->abort("rank " + std::to_string(comm_->globalRank(l)) + " failed gathering '" + b.name + "'");
-        }
-      });
-    for (auto &t : threads) t.join();
-    for (auto &x : errors)
-      if (x) std::rethrow_exception(x);
-    std::memcpy(dst, wholes[0].data(), size_t(N * e));
-    return;
-  }
-  std::vector<char> shard(size_t(b.bytes));
-  for (int l = 0; l < int(engines_.size()); ++l) {
-    const int64_t g = comm_->globalRank(l), begin = g * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);
-    if (len <= 0) continue;
-    engines_[size_t(l)]->readBytes(id, shard.data());
-    std::memcpy(static_cast<char *>(dst) + begin * e, shard.data(), size_t(len * e));
-  }
+  const std::vector<char> all = allRanks(id);
+  std::memcpy(dst, all.data(), size_t(b.fullNumel() * dtypeSize(b.dtype)));
 }
 
 std::vector<char> RankGroup::allRanks(int64_t id) const {
@@ -367,33 +336,42 @@ std::vector<char> RankGroup::allRanks(int64_t id) const {
   return all;
 }
 
-void RankGroup::tpLocal(int64_t id, int t, const std::vector<char> &all, void *dst) const {
+void RankGroup::tpLocal(int64_t id, int t, const std::function<void(int64_t, void *)> &rank, void *dst) const {
   const Buffer &b = rankProgram_.buffers[size_t(id)];
-  const int64_t tp = rankProgram_.tp, bytes = b.bytes;
+  const int64_t tp = rankProgram_.tp;
   if (!b.shard) {
-    std::memcpy(dst, all.data() + t * bytes, size_t(bytes)); // rank (dp 0, tp t)
+    rank(t, dst); // rank (dp 0, tp t)
     return;
   }
   const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
+  std::vector<char> shard(size_t(b.bytes));
   for (int64_t d = 0; d < rankProgram_.dp; ++d) {
     const int64_t begin = d * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);
     if (len <= 0) continue;
-    std::memcpy(static_cast<char *>(dst) + begin * e, all.data() + (d * tp + t) * bytes, size_t(len * e));
+    rank(d * tp + t, shard.data());
+    std::memcpy(static_cast<char *>(dst) + begin * e, shard.data(), size_t(len * e));
   }
 }
 
 void RankGroup::readBytes(int64_t id, void *dst) const {
   const Buffer &b = rankProgram_.buffers.at(size_t(id));
   if (rankProgram_.tp > 1) {
-    const std::vector<char> all = allRanks(id);
+    // In one process the ranks needed are read where they are; under mpirun every rank's bytes
+    // are gathered first (every process takes part, in the same order).
+    std::vector<char> all;
+    if (comm_->localSize() != comm_->size()) all = allRanks(id);
+    auto rank = [&](int64_t r, void *out) {
+      if (all.empty()) engines_[size_t(r)]->readBytes(id, out);
+      else std::memcpy(out, all.data() + r * b.bytes, size_t(b.bytes));
+    };
     if (b.tpDim < 0) {
-      tpLocal(id, 0, all, dst);
+      tpLocal(id, 0, rank, dst);
       return;
     }
     const TpChunking ch(b, rankProgram_.tp);
     std::vector<char> chunk(size_t((b.shard ? b.fullNumel() : b.numel()) * dtypeSize(b.dtype)));
     for (int t = 0; t < int(rankProgram_.tp); ++t) {
-      tpLocal(id, t, all, chunk.data());
+      tpLocal(id, t, rank, chunk.data());
       ch.move<false>(chunk.data(), static_cast<char *>(dst), t);
     }
     return;

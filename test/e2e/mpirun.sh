@@ -8,6 +8,7 @@
 # exit) instead of hanging. Tensor-parallel programs too (below).
 set -euo pipefail
 BIN=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 PY=/usr/bin/python3
@@ -27,22 +28,18 @@ done
 timeout 300 "${MPIRUN[@]}" -np 4 "$BIN/bigc" run "$d/z3.bigc" --synthetic --steps 10 --seed 7 \
   --log "$d/z3.mpi4.jsonl" --quiet
 
-$PY - "$d" <<'PY'
-import json, sys
+$PY - "$d" "$HERE" <<'PY'
+import sys
 d = sys.argv[1]
-ok = True
-def losses(n):
-    rows = [json.loads(l) for l in open(f"{d}/{n}.jsonl") if l.strip()]
-    assert len(rows) == 10, (n, len(rows))
-    return [r["loss"] for r in rows]
+sys.path.insert(0, sys.argv[2])
+import runlog
+check = runlog.Checks()
 for z, procs in [(0, 2), (2, 2), (3, 2), (3, 4)]:
-    a, b = losses(f"z{z}.one"), losses(f"z{z}.mpi{procs}")
-    r = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-    good = r <= 1e-5
-    print(("ok   " if good else "FAIL ") + f"zero {z}: {procs} processes x {8 // procs} ranks vs one process: "
-          f"max relative loss difference {r:.3g} (<= 1e-5); loss {b[0]:.4f} -> {b[-1]:.4f}")
-    ok &= good
-sys.exit(0 if ok else 1)
+    a, b = runlog.losses(f"{d}/z{z}.one.jsonl")[0], runlog.losses(f"{d}/z{z}.mpi{procs}.jsonl")[0]
+    r = max(abs(a - b) / abs(a)) if len(a) == len(b) == 10 else 1.0
+    check(f"zero {z}", r <= 1e-5, f"{procs} processes x {8 // procs} ranks vs one process: max relative loss "
+          f"difference {r:.3g} (<= 1e-5); loss {b[0]:.4f} -> {b[-1]:.4f}")
+sys.exit(0 if check.ok else 1)
 PY
 
 # Checkpoints and weights under mpirun (process 0 writes; the shards of both processes gathered):
@@ -54,32 +51,23 @@ timeout 300 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/z3.bigc" --synthetic --step
 timeout 300 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/z3.bigc" --synthetic --steps 10 --seed 7 --checkpoint-dir "$d/ckB" \
   --resume --log "$d/resB.jsonl" --save-weights "$d/wB.safetensors" --quiet
 "$BIN/bigc" run "$d/z3.bigc" --synthetic --steps 10 --seed 7 --save-weights "$d/w1.safetensors" --quiet
-$PY - "$d" <<'PY'
-import json, struct, sys
+$PY - "$d" "$HERE" <<'PY'
+import sys
 import numpy as np
 d = sys.argv[1]
-ok = True
-def losses(n):
-    return [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl") if l.strip()]
-def weights(n):
-    raw = open(f"{d}/{n}.safetensors", "rb").read()
-    (hl,) = struct.unpack("<Q", raw[:8])
-    head = json.loads(raw[8:8 + hl])
-    return {k: np.frombuffer(raw[8 + hl + v["data_offsets"][0]:8 + hl + v["data_offsets"][1]], dtype=np.float32)
-            for k, v in head.items() if k != "__metadata__"}
-straight = losses("z3.one")
+sys.path.insert(0, sys.argv[2])
+import runlog
+check = runlog.Checks()
+straight = runlog.losses(f"{d}/z3.one.jsonl")[0]
 for n, what in [("resA", "2 processes -> resumed in one"), ("resB", "one process -> resumed by 2 processes")]:
-    r = losses(n)
-    diff = max(abs(a - b) / abs(a) for a, b in zip(straight[5:], r)) if len(r) == 5 else 1.0
-    good = len(r) == 5 and diff <= 1e-5
-    print(("ok   " if good else "FAIL ") + f"checkpoint {what}: steps 6-10 within {diff:.3g} of one process (<= 1e-5)")
-    ok &= good
-a, b = weights("w1"), weights("wB")
-dw = max(float(np.max(np.abs(a[k] - b[k]))) for k in a) if set(a) == set(b) else 1.0
-good = set(a) == set(b) and dw <= 1e-4
-print(("ok   " if good else "FAIL ") + f"--save-weights by 2 processes: {len(b)} whole tensors, max |difference| to one process {dw:.3g}")
-ok &= good
-sys.exit(0 if ok else 1)
+    r = runlog.losses(f"{d}/{n}.jsonl")[0]
+    diff = max(abs(straight[5:] - r) / abs(straight[5:])) if len(r) == 5 else 1.0
+    check(f"checkpoint {what}", len(r) == 5 and diff <= 1e-5, f"steps 6-10 within {diff:.3g} of one process (<= 1e-5)")
+a, b = runlog.weights(f"{d}/w1.safetensors"), runlog.weights(f"{d}/wB.safetensors")
+dw = max(float(np.max(np.abs(a[k][1] - b[k][1]))) for k in a) if set(a) == set(b) else 1.0
+check("--save-weights by 2 processes", set(a) == set(b) and dw <= 1e-4,
+      f"{len(b)} whole tensors, max |difference| to one process {dw:.3g}")
+sys.exit(0 if check.ok else 1)
 PY
 
 # Tensor parallelism across processes (the tiny GPT with 8 heads, 8 ranks): tp 2 x dp 4 by 2
@@ -102,37 +90,28 @@ timeout 300 "${MPIRUN[@]}" -np 4 "$BIN/bigc" run "$d/tp4.bigc" --synthetic --ste
   --save-weights "$d/tp4.mpi.safetensors" --quiet
 timeout 300 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/tp2.bigc" --synthetic --steps 5 --seed 7 --checkpoint-dir "$d/ckT" --quiet
 "$BIN/bigc" run "$d/tp2.bigc" --synthetic --steps 10 --seed 7 --checkpoint-dir "$d/ckT" --resume --log "$d/tp2.res.jsonl" --quiet
-$PY - "$d" <<'PY'
-import json, struct, sys
+$PY - "$d" "$HERE" <<'PY'
+import sys
 import numpy as np
 d = sys.argv[1]
-ok = True
-def losses(n):
-    return [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl") if l.strip()]
-def weights(n):
-    raw = open(f"{d}/{n}.safetensors", "rb").read()
-    (hl,) = struct.unpack("<Q", raw[:8])
-    head = json.loads(raw[8:8 + hl])
-    return {k: np.frombuffer(raw[8 + hl + v["data_offsets"][0]:8 + hl + v["data_offsets"][1]], dtype=np.float32)
-            for k, v in head.items() if k != "__metadata__"}
+sys.path.insert(0, sys.argv[2])
+import runlog
+check = runlog.Checks()
+losses = lambda n: runlog.losses(f"{d}/{n}.jsonl")[0]
 for n, what in [("tp2", "tp 2 x dp 4, 2 processes x 4 ranks"), ("tp8", "tp 8, 2 processes x 4 ranks"),
                 ("tp4", "tp 4 x dp 2 (SP, zero 3), 4 processes x 2 ranks")]:
     a, b = losses(f"{n}.one"), losses(f"{n}.mpi")
-    r = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(b) == 10 else 1.0
-    good = len(b) == 10 and r <= 1e-5
-    print(("ok   " if good else "FAIL ") + f"{what} vs one process: max relative loss difference {r:.3g} (<= 1e-5)")
-    ok &= good
-a, b = weights("tp4.one"), weights("tp4.mpi")
-dw = max(float(np.max(np.abs(a[k] - b[k]))) for k in a) if set(a) == set(b) else 1.0
-good = set(a) == set(b) and dw <= 1e-4
-print(("ok   " if good else "FAIL ") + f"tp 4 --save-weights by 4 processes: {len(b)} whole tensors, max |difference| to one process {dw:.3g}")
-ok &= good
+    r = max(abs(a - b) / abs(a)) if len(b) == 10 else 1.0
+    check(what, len(b) == 10 and r <= 1e-5, f"vs one process: max relative loss difference {r:.3g} (<= 1e-5)")
+a, b = runlog.weights(f"{d}/tp4.one.safetensors"), runlog.weights(f"{d}/tp4.mpi.safetensors")
+dw = max(float(np.max(np.abs(a[k][1] - b[k][1]))) for k in a) if set(a) == set(b) else 1.0
+check("tp 4 --save-weights by 4 processes", set(a) == set(b) and dw <= 1e-4,
+      f"{len(b)} whole tensors, max |difference| to one process {dw:.3g}")
 a, r = losses("tp2.one"), losses("tp2.res")
-diff = max(abs(x - y) / abs(x) for x, y in zip(a[5:], r)) if len(r) == 5 else 1.0
-good = len(r) == 5 and diff <= 1e-5
-print(("ok   " if good else "FAIL ") + f"tp 2 checkpoint of 2 processes resumed in one: steps 6-10 within {diff:.3g} (<= 1e-5)")
-ok &= good
-sys.exit(0 if ok else 1)
+diff = max(abs(a[5:] - r) / abs(a[5:])) if len(r) == 5 else 1.0
+check("tp 2 checkpoint of 2 processes resumed in one", len(r) == 5 and diff <= 1e-5,
+      f"steps 6-10 within {diff:.3g} (<= 1e-5)")
+sys.exit(0 if check.ok else 1)
 PY
 "$BIN/bigc" gen gpt --preset tiny --heads 8 --batch 8 -o "$d/h6.mlir" > /dev/null
 "$BIN/bigc" compile "$d/h6.mlir" -o "$d/tp2r6.bigc" --ranks 6 --tp 2 --quiet

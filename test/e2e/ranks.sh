@@ -16,14 +16,7 @@ PY=/usr/bin/python3
 "$BIN/bigc" gen gpt --preset tiny --batch 4 -o "$d/rank.mlir" > /dev/null
 "$BIN/bigc" gen gpt --preset tiny --batch 32 -o "$d/one.mlir" > /dev/null
 
-compile() { # name, model, options...
-  local name=$1 model=$2; shift 2
-  "$BIN/bigc" compile "$d/$model.mlir" -o "$d/$name.bigc" --lr 3e-3 --quiet "$@"
-}
-run() { # name
-  "$BIN/bigc" run "$d/$1.bigc" --synthetic --steps 10 --seed 7 --log "$d/$1.jsonl" \
-    --save-weights "$d/$1.safetensors" --quiet
-}
+source "$HERE/equivalence_runs.shlib" # compile NAME MODEL OPTIONS..., run NAME
 
 compile one one
 compile one_k2 one --micro-batches 2

@@ -1,5 +1,5 @@
 """What the end-to-end tests read back from `bigc run`: the per-step log, the weights file, and a
-list of named checks that fails the test at the end (imported by ranks.sh and tp.sh)."""
+list of named checks that fails the test at the end (imported by ranks.sh, tp.sh and mpirun.sh)."""
 import json
 import struct
 

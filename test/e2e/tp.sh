@@ -17,14 +17,7 @@ trap 'rm -rf "$d"' EXIT
 PY=/usr/bin/python3
 for b in 32 16 8; do "$BIN/bigc" gen gpt --preset tiny --heads 8 --batch $b -o "$d/b$b.mlir" > /dev/null; done
 
-compile() { # name, model, options...
-  local name=$1 model=$2; shift 2
-  "$BIN/bigc" compile "$d/$model.mlir" -o "$d/$name.bigc" --lr 3e-3 --quiet "$@"
-}
-run() { # name
-  "$BIN/bigc" run "$d/$1.bigc" --synthetic --steps 10 --seed 7 --log "$d/$1.jsonl" \
-    --save-weights "$d/$1.safetensors" --quiet
-}
+source "$HERE/equivalence_runs.shlib" # compile NAME MODEL OPTIONS..., run NAME
 
 compile one b32
 compile one_k2 b32 --micro-batches 2

@@ -92,14 +92,14 @@ public:
   }
 
 private:
-  // The whole tensor of rank-program buffer `id` (sharded) in `dst` (logical bytes).
+  // The whole tensor of rank-program buffer `id` (a ZeRO shard, no tensor parallelism) in `dst`.
   void gather(int64_t id, void *dst) const;
   // Every rank's bytes of buffer `id`, by global rank: read here in one process, all-gathered over
   // the processes under mpirun (every process calls it in the same order).
   std::vector<char> allRanks(int64_t id) const;
-  // Tensor parallelism: the chunk of tensor rank t of buffer `id` (its dp shards joined), from
-  // allRanks' bytes.
-  void tpLocal(int64_t id, int t, const std::vector<char> &all, void *dst) const;
+  // Tensor parallelism: the chunk of tensor rank t of buffer `id` (its dp shards joined);
+  // `rank(r, out)` reads global rank r's bytes of it.
+  void tpLocal(int64_t id, int t, const std::function<void(int64_t, void *)> &rank, void *dst) const;
   int dpIndex(int global) const { return int(global / rankProgram_.tp); }
   int tpIndex(int global) const { return int(global % rankProgram_.tp); }
   Communicator &dpComm(int local) { return dpComm_.empty() ? *comm_ : *dpComm_[size_t(local)]; }
