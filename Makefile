@@ -2,7 +2,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
-LLVM_PREFIX := $(shell llvm-config-19 --prefix 2>/dev/null)
+# Nothing here asks an installed tool anything: make reads this file before `deps` has run, so
+# CMake finds MLIR 19 itself (CMakeLists.txt: llvm-config-19, then the Debian prefix).
 
 .PHONY: all deps configure build test test-asan demo clean runtime
 
@@ -12,8 +13,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
-	  -DMLIR_DIR=$(LLVM_PREFIX)/lib/cmake/mlir $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 
 configure: deps $(BUILD)/build.ninja
 
@@ -34,8 +34,7 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-f
 ASAN_CTEST_ARGS ?= -LE gpu
 test-asan: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIGC_ENABLE_CUDA=OFF \
-	  -DCMAKE_C_FLAGS="$(ASAN_FLAGS)" -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" \
-	  -DMLIR_DIR=$(LLVM_PREFIX)/lib/cmake/mlir $(CMAKE_FLAGS)
+	  -DCMAKE_C_FLAGS="$(ASAN_FLAGS)" -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 \
