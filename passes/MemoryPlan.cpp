@@ -204,11 +204,34 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
   // Side-stream ops: what they touch stays live until the bigc.wait that
   // names their event (the compute stream may reuse the memory only after
   // it), or the end of the step.
+  // A stream runs its ops in order: a wait for one of them joins every
+  // earlier op of its stream too (the emitter's and the runtime's rule), so
+  // an op is joined at the first wait naming it or a later op of its stream.
   llvm::DenseMap<int64_t, int64_t> joinedAt; // event -> index of its wait
-  for (Operation &op : block.without_terminator())
-    if (auto w = dyn_cast<WaitOp>(op))
-      for (int64_t e : w.getEvents())
-        joinedAt.try_emplace(e, mp.index[&op]);
+  {
+    llvm::StringMap<SmallVector<int64_t>> order; // stream -> its events in order
+    llvm::DenseMap<int64_t, std::pair<StringRef, size_t>> where; // event -> (stream, position)
+    for (Operation &op : block.without_terminator()) {
+      int64_t e = opEvent(&op);
+      if (e < 0 || isa<GetParamOp>(op))
+        continue;
+      auto &list = order[opStream(&op)];
+      where[e] = {opStream(&op), list.size()};
+      list.push_back(e);
+    }
+    llvm::StringMap<size_t> done; // stream -> how many of its events are joined
+    for (Operation &op : block.without_terminator())
+      if (auto w = dyn_cast<WaitOp>(op))
+        for (int64_t e : w.getEvents()) {
+          auto it = where.find(e);
+          if (it == where.end())
+            continue;
+          auto &list = order[it->second.first];
+          size_t &k = done[it->second.first];
+          for (; k <= it->second.second; ++k)
+            joinedAt.try_emplace(list[k], mp.index[&op]);
+        }
+  }
   for (Operation &op : block.without_terminator()) {
     int64_t e = opEvent(&op);
     if (e < 0 || isa<GetParamOp>(op))

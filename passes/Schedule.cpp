@@ -240,6 +240,46 @@ void hoistOptimizer(Block &block) {
   placeAfterWriterAndReaders(paramGathers);
 }
 
+/// ZeRO-2/3 with micro-batches: the add of each micro-batch's reduce-scattered gradient shard
+/// into its fp32 accumulator (and the cast before it, ops marked bigc.grad_accum by bigc-shard)
+/// moves up to where an update would read that shard: a layer after the collective is issued, so
+/// that it overlaps compute, instead of the start of the next micro-batch. Otherwise the 16-bit
+/// shards of a whole micro-batch's backward are live together.
+void accumulateShardsEarly(Block &block) {
+  Segments seg = computeSegments(block);
+  llvm::DenseSet<Operation *> fromShard; // accumulation ops that read a reduce-scatter's shard
+  SmallVector<std::pair<Operation *, Operation *>> moves;
+  for (Operation &op : block.without_terminator()) {
+    if (!op.hasAttr("bigc.grad_accum") || !isa<CastOp, AddOp>(op))
+      continue;
+    Operation *after = nullptr;
+    bool shard = false;
+    for (Value v : op.getOperands()) {
+      Operation *d = v.getDefiningOp() ? inBlock(block, v.getDefiningOp()) : nullptr;
+      if (!d)
+        continue;
+      Operation *at = d;
+      if (isa<ReduceScatterOp>(d)) {
+        shard = true;
+        if (Operation *a = afterCollective(block, seg, d))
+          at = a->isBeforeInBlock(d) ? d : a;
+      }
+      shard |= fromShard.count(d) > 0;
+      if (!after || after->isBeforeInBlock(at))
+        after = at;
+    }
+    if (!shard || !after)
+      continue;
+    fromShard.insert(&op);
+    if (after->isBeforeInBlock(&op))
+      moves.push_back({&op, after}); // (an add right after its cast still follows the cast's move)
+  }
+  // In order: an add moves after the cast it reads, which moved before it.
+  for (auto &[op, after] : moves)
+    if (after->isBeforeInBlock(op))
+      op->moveAfter(after);
+}
+
 /// A device copy of a parameter (bigc-offload with params=host) and the
 /// bigc.get_param it reads.
 GetParamOp fetchedParam(Operation *op) {
@@ -450,6 +490,7 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     }
     return out;
   };
+  llvm::DenseMap<Operation *, Operation *> dataWaiter; // side op -> the compute op that joins it
   for (Operation &op : block.without_terminator()) {
     if (isa<GetParamOp, WaitOp>(op))
       continue;
@@ -460,8 +501,10 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     }
     SmallVector<int64_t> need;
     auto require = [&](Operation *side) {
-      if (side && isSideStream(side) && joined.insert(side).second)
+      if (side && isSideStream(side) && joined.insert(side).second) {
         need.push_back(opEvent(side));
+        dataWaiter[side] = &op;
+      }
     };
     for (Value v : op.getOperands()) {
       Operation *d = v.getDefiningOp();
@@ -479,15 +522,34 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
   // Memory waits: every other side-stream op is joined at a layer boundary
   // after it (d2h copies read device memory: the next boundary; host work
   // and host-to-device copies: the second), where the memory it touches may
-  // be reused; none left: the end of the step.
+  // be reused; none left: the end of the step. A side op whose first reader
+  // is in a later segment than that boundary (a gradient's reduce-scatter
+  // read only by the fp16 overflow check or the clipping norm at the end of
+  // the backward) is joined at the boundary instead: what it reads (the
+  // whole gradient) is free from there, not kept until its result is read.
   Segments seg = computeSegments(block);
+  // The segment of a compute op (or of the first segment op after it).
+  auto segmentAt = [&](Operation *op) -> unsigned {
+    for (Operation *o = op; o; o = o->getNextNode())
+      if (auto it = seg.position.find(o); it != seg.position.end())
+        return seg.segment[it->second];
+    return unsigned(seg.firstOp.size());
+  };
+  auto moveDataWait = [&](Operation *side, Operation *target) {
+    auto it = dataWaiter.find(side);
+    auto &list = waitBefore[it->second];
+    list.erase(std::remove(list.begin(), list.end(), opEvent(side)), list.end());
+    if (list.empty())
+      waitBefore.erase(it->second);
+    waitBefore[target].push_back(opEvent(side));
+  };
   // Side ops after the last layer boundary (the optimizer's tail: host updates, copies back):
   // each is joined before the op two later on its stream is issued, so that at most two of them
   // hold memory at once (the compute stream is idle there: the waits cost nothing).
   llvm::StringMap<SmallVector<Operation *>> tail;
   llvm::DenseMap<Operation *, SmallVector<int64_t>> tailWaitBefore;
   for (Operation &op : block.without_terminator()) {
-    if (!isSideStream(&op) || joined.count(&op))
+    if (!isSideStream(&op))
       continue;
     // A gather into a persistent weight frees nothing: the end of the step joins it (the next
     // step's reads of the weight come after that).
@@ -501,6 +563,11 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     // The start of the `boundaries`-th segment after the one `next` is in
     // (at least one compute op runs alongside the transfer).
     unsigned target = next ? seg.segment[seg.position[next]] + boundaries : unsigned(seg.firstOp.size());
+    if (joined.count(&op)) {
+      if (dataWaiter.count(&op) && target < seg.firstOp.size() && segmentAt(dataWaiter[&op]) > target)
+        moveDataWait(&op, seg.ops[seg.firstOp[target]]);
+      continue;
+    }
     if (target >= seg.firstOp.size()) {
       auto &list = tail[opStream(&op)];
       if (list.size() >= 2) {
@@ -552,6 +619,7 @@ struct BigcSchedulePass
         op.erase();
     sinkToFirstUse(block);
     hoistOptimizer(block);
+    accumulateShardsEarly(block);
     prefetchParams(block);
     prefetchGathers(block, prefetch);
     hoistTpCollectives(block);

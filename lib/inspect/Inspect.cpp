@@ -347,6 +347,9 @@ int64_t spaceCapacity(const rt::Program &p, const rt::Space &s) {
   return 0;
 }
 
+// Bytes as the planner counts them: each buffer takes whole alignment units of its arena.
+static int64_t aligned(int64_t bytes) { return (bytes + rt::kAlignment - 1) / rt::kAlignment * rt::kAlignment; }
+
 SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space) {
   SpaceTimeline tl;
   tl.space = space;
@@ -361,8 +364,8 @@ SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space) {
     int64_t f = std::clamp<int64_t>(b.liveFirst, 0, n - 1);
     int64_t l = std::clamp<int64_t>(b.liveLast, f, n - 1);
     size_t r = idx[b.role];
-    diff[size_t(f)][r] += b.bytes;
-    diff[size_t(l) + 1][r] -= b.bytes;
+    diff[size_t(f)][r] += aligned(b.bytes);
+    diff[size_t(l) + 1][r] -= aligned(b.bytes);
   }
   // In place: an output placed over an input that dies at the same instruction shares its
   // bytes there; count them once (on the output's role) at that instruction.
@@ -377,7 +380,7 @@ SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space) {
         const rt::Buffer &ab = p.buffers[size_t(a)];
         if (ab.space != space || ab.liveLast != int64_t(i)) continue;
         int64_t lo = std::max(ab.offset, ob.offset);
-        int64_t hi = std::min(ab.offset + ab.bytes, ob.offset + ob.bytes);
+        int64_t hi = std::min(ab.offset + aligned(ab.bytes), ob.offset + aligned(ob.bytes));
         if (hi <= lo) continue;
         size_t r = idx[ob.role];
         diff[i][r] -= hi - lo;
@@ -385,8 +388,25 @@ SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space) {
       }
     }
   }
+  // Held: a buffer live after the last instruction that touches it waits for a side stream's
+  // instruction to be joined (bigc-memory-plan keeps it until the compute stream's wait).
+  std::vector<int64_t> lastTouch(p.buffers.size(), -1);
+  for (size_t i = 0; i < p.instructions.size(); ++i)
+    for (const auto *list : {&p.instructions[i].in, &p.instructions[i].out})
+      for (int64_t b : *list)
+        if (b >= 0 && b < int64_t(p.buffers.size())) lastTouch[size_t(b)] = int64_t(i);
+  std::vector<int64_t> heldDiff(size_t(n) + 1, 0);
+  for (const auto &b : p.buffers) {
+    if (b.space != space || b.persistent()) continue;
+    int64_t from = lastTouch[size_t(b.id)] + 1, to = std::min<int64_t>(b.liveLast, n - 1);
+    if (lastTouch[size_t(b.id)] < 0 || from > to) continue;
+    heldDiff[size_t(from)] += aligned(b.bytes);
+    heldDiff[size_t(to) + 1] -= aligned(b.bytes);
+  }
   tl.live.assign(size_t(n), std::vector<int64_t>(tl.roles.size(), 0));
+  tl.held.assign(size_t(n), 0);
   std::vector<int64_t> cur(tl.roles.size(), 0);
+  int64_t held = 0;
   for (int64_t i = 0; i < n; ++i) {
     int64_t total = 0;
     for (size_t r = 0; r < cur.size(); ++r) {
@@ -394,6 +414,8 @@ SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space) {
       tl.live[size_t(i)][r] = cur[r];
       total += cur[r];
     }
+    held += heldDiff[size_t(i)];
+    tl.held[size_t(i)] = held;
     if (total > tl.peakBytes) tl.peakBytes = total, tl.peakInstruction = i;
   }
   return tl;
@@ -573,6 +595,10 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
         o << ")";
       }
       o << "\n";
+      if (!tl.held.empty() && tl.held[size_t(tl.peakInstruction)] > 0)
+        o << "  of which held for another stream: " << humanBytes(tl.held[size_t(tl.peakInstruction)])
+          << " (buffers past their last use, until the compute stream joins the instruction of another "
+             "stream that touched them)\n";
       // The largest buffers live at the peak.
       std::vector<const rt::Buffer *> live;
       for (const auto &b : p.buffers)
@@ -713,6 +739,7 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
     sj["by_role"] = byRole;
     sj["count_by_role"] = counts;
     sj["peak_live_bytes"] = s.tl.peakBytes;
+    sj["held_at_peak_bytes"] = s.tl.held.empty() ? int64_t(0) : s.tl.held[size_t(s.tl.peakInstruction)];
     sj["peak_instruction"] = s.tl.peakInstruction;
     sj["by_role_at_peak"] = atPeak;
     spaces[s.space->name] = sj;
@@ -895,6 +922,29 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
         << "</title></path>\n";
       below = above;
     }
+    // Held bytes: the top `held` bytes of the stack, hatched.
+    bool anyHeld = false;
+    for (int64_t h : tl.held) anyHeld |= h > 0;
+    if (anyHeld) {
+      o << "<defs><pattern id=\"held-" << xmlEscape(sp.name)
+        << "\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
+           "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#222\" stroke-width=\"1.2\"/></pattern></defs>\n";
+      std::ostringstream d;
+      for (size_t k = 0; k < pts.size(); ++k) {
+        double xa = X(double(pts[k])), xb = X(double(k + 1 < pts.size() ? pts[k + 1] : n));
+        d << (k == 0 ? "M" : "L") << num(xa) << "," << num(Y(below[k])) << " L" << num(xb) << ","
+          << num(Y(below[k])) << " ";
+      }
+      for (size_t k = pts.size(); k-- > 0;) {
+        double xa = X(double(pts[k])), xb = X(double(k + 1 < pts.size() ? pts[k + 1] : n));
+        double lo = below[k] - double(tl.held[size_t(pts[k])]);
+        d << "L" << num(xb) << "," << num(Y(lo)) << " L" << num(xa) << "," << num(Y(lo)) << " ";
+      }
+      d << "Z";
+      o << "<path d=\"" << d.str() << "\" fill=\"url(#held-" << xmlEscape(sp.name)
+        << ")\" fill-opacity=\"0.5\" stroke=\"none\"><title>held for another stream (past its last use, "
+           "until the compute stream joins it)</title></path>\n";
+    }
     // Arena and capacity lines.
     auto hline = [&](double bytes, const char *color, const std::string &label, const char *dash) {
       double yy = Y(bytes);
@@ -940,6 +990,13 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
         << roleColor(tl.roles[r]) << "\"/>\n";
       o << "<text x=\"" << num(left + plotW + 34) << "\" y=\"" << num(ly + 10) << "\">"
         << xmlEscape(tl.roles[r]) << " (" << humanBytes(peakR) << ")</text>\n";
+      ly += 18;
+    }
+    if (anyHeld) {
+      o << "<rect x=\"" << num(left + plotW + 16) << "\" y=\"" << num(ly) << "\" width=\"12\" height=\"12\" fill=\"url(#held-"
+        << xmlEscape(sp.name) << ")\"/>\n";
+      o << "<text x=\"" << num(left + plotW + 34) << "\" y=\"" << num(ly + 10) << "\">held for a stream ("
+        << humanBytes(tl.held[size_t(tl.peakInstruction)]) << ")</text>\n";
       ly += 18;
     }
     o << "<text x=\"" << num(left + plotW + 16) << "\" y=\"" << num(ly + 12)

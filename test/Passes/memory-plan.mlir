@@ -197,3 +197,32 @@ module {
     return %loss : tensor<f32>
   }
 }
+
+// -----
+
+// A stream runs its ops in order: the wait for event 1 (the second copy on
+// "d2h") joins event 0 (the first copy) too, so %g, read by the first copy,
+// is free after that wait (instruction 5), although no wait names event 0.
+// Instructions: 0 embedding, 1 gelu, 2 copy (event 0), 3 scale, 4 copy
+// (event 1), 5 wait {1}, 6 scale, 7 matmul, 8 cross_entropy.
+// CHECK-LABEL: memory-plan @train_step: instructions=9
+// CHECK:       %2 bigc.gelu : offset={{[0-9]+}} size=256 live=[1,5]{{$}}
+// CHECK-NEXT:  %3 bigc.copy : offset={{[0-9]+}} size=256 live=[2,5] space=host
+// CHECK-NEXT:  %4 bigc.scale : offset={{[0-9]+}} size=256 live=[3,6]{{$}}
+// CHECK-NEXT:  %5 bigc.copy : offset={{[0-9]+}} size=256 live=[4,5] space=host
+module {
+  bigc.param @w : tensor<16x4xf32> {init = "normal", std = 2.0e-02 : f64}
+  func.func @train_step(%tokens: tensor<2x8xi32>, %targets: tensor<2x8xi32>) -> tensor<f32> {
+    %w = bigc.get_param @w : tensor<16x4xf32>
+    %x = bigc.embedding %w, %tokens : (tensor<16x4xf32>, tensor<2x8xi32>) -> tensor<2x8x4xf32>
+    %g = bigc.gelu %x : (tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+    %h = bigc.copy %g {bigc.space = "host", bigc.stream = "d2h", bigc.event = 0 : i64} : tensor<2x8x4xf32>
+    %y = bigc.scale %x {factor = 2.0 : f64} : (tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+    %h2 = bigc.copy %y {bigc.space = "host", bigc.stream = "d2h", bigc.event = 1 : i64} : tensor<2x8x4xf32>
+    bigc.wait {events = array<i64: 1>}
+    %z = bigc.scale %y {factor = 2.0 : f64} : (tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+    %l = bigc.matmul %z, %w {transpose_b} : (tensor<2x8x4xf32>, tensor<16x4xf32>) -> tensor<2x8x16xf32>
+    %loss = bigc.cross_entropy %l, %targets : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}

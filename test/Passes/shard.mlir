@@ -4,6 +4,8 @@
 // RUN: bigc-opt %s --bigc-autodiff --bigc-shard="ranks=4 zero=3 bucket-mb=0" --bigc-schedule | FileCheck %s --check-prefix=Z3
 // RUN: bigc-opt %s --bigc-autodiff --bigc-shard="ranks=4 zero=3 bucket-mb=0" --bigc-schedule=prefetch=0 | FileCheck %s --check-prefix=NOPF
 // RUN: bigc-opt %s --bigc-autodiff=grad-clip=1.0 --bigc-mixed-precision=precision=fp16 --bigc-shard="ranks=4 zero=2" | FileCheck %s --check-prefix=FP16
+// RUN: bigc-opt %s --bigc-autodiff --bigc-mixed-precision=precision=fp16 --bigc-shard="ranks=4 zero=2 bucket-mb=0" --bigc-schedule | FileCheck %s --check-prefix=FP16Z2
+// RUN: bigc-opt %s --bigc-autodiff --bigc-grad-accum=micro-batches=2 --bigc-mixed-precision=precision=bf16 --bigc-shard="ranks=4 zero=2 bucket-mb=0" --bigc-schedule | FileCheck %s --check-prefix=K2
 // RUN: bigc-opt %s --bigc-autodiff --bigc-shard="ranks=1 zero=3" | FileCheck %s --check-prefix=ONE
 // RUN: bigc-opt %s --bigc-autodiff --bigc-shard="ranks=4 zero=3" --bigc-schedule --bigc-memory-plan -o /dev/null
 
@@ -86,6 +88,29 @@
 // FP16-NEXT: %[[NR:.*]] = bigc.all_reduce %[[N]] {bigc.phase = "optimizer", group = "dp", reduce = "norm"} : (tensor<f32>) -> tensor<f32>
 // FP16:     bigc.adamw {{.*}}, %[[NR]] unscale({{.*}}) skip_if(%[[FR]])
 // FP16:     bigc.loss_scale_update %[[FR]]
+
+// fp16 zero 2: the overflow check reads every shard at the end of the
+// backward, but each reduce-scatter is joined at the next layer boundary,
+// where the whole gradient it read is free (not kept until the check).
+// FP16Z2:      %[[S1:.*]] = bigc.reduce_scatter %{{.*}} {bigc.event = 3 : i64, bigc.layer = 1 : i64, bigc.phase = "backward"
+// FP16Z2:      bigc.reduce_scatter %{{.*}} {bigc.event = 4 : i64, bigc.layer = 0 : i64, bigc.phase = "backward"
+// FP16Z2-NEXT: bigc.wait {bigc.phase = "backward", events = array<i64: 3>}
+// FP16Z2-NEXT: bigc.embedding_grad
+// FP16Z2:      bigc.wait {bigc.phase = "optimizer", events = array<i64: 4, 5>}
+// FP16Z2-NEXT: bigc.check_finite %{{.*}}, %{{.*}}, %[[S1]]
+
+// Micro-batches with zero 2: each micro-batch's shard is cast and added into
+// its fp32 accumulator a layer after its reduce-scatter (as an update would
+// read it), not at the start of the next micro-batch.
+// K2:      %[[R0:.*]] = bigc.reduce_scatter %{{.*}} {bigc.event = 3 : i64, bigc.layer = 1 : i64, bigc.micro_batch = 0 : i64
+// K2-NEXT: bigc.gelu_grad {{.*}}bigc.layer = 0 : i64, bigc.micro_batch = 0 : i64
+// K2:      bigc.wait {bigc.phase = "backward", events = array<i64: 3>}
+// K2-NEXT: %[[A0:.*]] = bigc.cast %[[R0]] {bigc.grad_accum, bigc.layer = 1 : i64, bigc.micro_batch = 0 : i64
+// K2:      %[[R1:.*]] = bigc.reduce_scatter %{{.*}} {bigc.event = 6 : i64, bigc.layer = 1 : i64, bigc.micro_batch = 1 : i64
+// K2:      bigc.wait {bigc.phase = "backward", events = array<i64: 6>}
+// K2-NEXT: %[[C1:.*]] = bigc.cast %[[R1]] {bigc.grad_accum, bigc.layer = 1 : i64, bigc.micro_batch = 1 : i64
+// K2-NEXT: %[[A1:.*]] = bigc.add %[[A0]], %[[C1]] {bigc.grad_accum, bigc.layer = 1 : i64, bigc.micro_batch = 1 : i64
+// K2:      bigc.adamw %[[A1]] {{.*}}param = @w1,
 
 // One rank: the mesh is recorded, nothing else changes (zero 3 is a no-op).
 // ONE:      module attributes {bigc.mesh = {dp = 1 : i64, pp = 1 : i64, tp = 1 : i64}, bigc.zero = 0 : i64}

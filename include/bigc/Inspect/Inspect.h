@@ -24,6 +24,9 @@ struct SpaceTimeline {
   std::vector<std::vector<int64_t>> live;
   int64_t peakBytes = 0;        // max over i of the sum over roles
   int64_t peakInstruction = 0;  // first instruction where the peak is reached
+  // Per instruction: bytes (of the total) held past their buffer's last touch because an
+  // instruction of another stream touched them and the compute stream has not joined it yet.
+  std::vector<int64_t> held;
 };
 SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space);
 

@@ -105,8 +105,8 @@ for b in bufs:
     arena[b["space"]] += (b["bytes"] + 63) // 64 * 64
 
 
-def peak(space):
-    return max(sum(b["bytes"] for b in bufs
+def peak(space):  # in whole 64-byte units per buffer, as the planner counts them
+    return max(sum((b["bytes"] + 63) // 64 * 64 for b in bufs
                    if b["space"] == space and b["live"][0] <= i <= b["live"][1])
                for i in range(n))
 
