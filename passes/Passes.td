@@ -145,8 +145,15 @@ def BigcShard : Pass<"bigc-shard", "::mlir::ModuleOp"> {
     tp = 1}` (the tensor and pipeline axes are there for later passes), and
     `bigc.zero`. One rank: nothing else changes.
 
-    - zero 0 (data parallel, PyTorch DDP): each gradient is averaged over the
-      ranks with `bigc.all_reduce {reduce = "mean"}` right after the backward
+    - The gradients are averaged over the ranks: the backward's seed (dloss)
+      is divided by the ranks, as bigc-grad-accum divides it by the
+      micro-batches, and the collectives sum (`reduce = "sum"`). Each rank's
+      gradients then have the magnitude of one rank's over the whole global
+      batch, so fp16 loss scaling overflows where one rank would (a mean
+      after the collective would let each rank's gradients overflow at a
+      `ranks` times smaller scale).
+    - zero 0 (data parallel, PyTorch DDP): each gradient is summed over the
+      ranks with `bigc.all_reduce {reduce = "sum"}` right after the backward
       produced it (with micro-batches: the accumulated gradient, as DDP's
       no_sync does), every rank runs the whole update.
     - zero 1: the fp32 masters and both AdamW moments become shards (1-D,
@@ -190,7 +197,7 @@ def BigcShard : Pass<"bigc-shard", "::mlir::ModuleOp"> {
     bigc.param @"w.half" : tensor<8x4xf32> {init = "copy", source = "w"}
     bigc.param @"w.half.shard" : tensor<16xf32> {bigc.full_shape = array<i64: 8, 4>, init = "copy", source = "w"}
     %dw = bigc.matmul %x, %dy {transpose_a} : ... -> tensor<8x4xf32>
-    %s = bigc.reduce_scatter %dw {group = "dp", reduce = "mean"} : (tensor<8x4xf32>) -> tensor<16xf32>
+    %s = bigc.reduce_scatter %dw {group = "dp", reduce = "sum"} : (tensor<8x4xf32>) -> tensor<16xf32>
     bigc.adamw %s {param = @w, half = @"w.half.shard", ...} : tensor<16xf32>
     bigc.param_all_gather {from = @"w.half.shard", to = @"w.half", group = "dp"}
     ```

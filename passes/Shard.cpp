@@ -236,6 +236,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       return reduceNormOverTp(); // one data-parallel rank: nothing to reduce or to shard
     }
 
+    prescaleLossSeeds();
+
     SmallVector<AdamWOp> updates;
     for (Operation &op : block->without_terminator())
       if (auto a = dyn_cast<AdamWOp>(op))
@@ -270,7 +272,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       OpBuilder b(ctx);
       if (zero == 0) {
         b.setInsertionPointAfterValue(g);
-        auto ar = createCollective<AllReduceOp>(b, g.getLoc(), g, g.getType(), "mean");
+        auto ar = createCollective<AllReduceOp>(b, g.getLoc(), g, g.getType(), "sum");
         if (Operation *d = g.getDefiningOp())
           copyPlacementTags(d, ar);
         g.replaceAllUsesExcept(ar.getResult(0), ar);
@@ -291,7 +293,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
           b.setInsertionPoint(endOfBackward());
         else
           b.setInsertionPointAfterValue(t);
-        auto rs = createCollective<ReduceScatterOp>(b, t.getLoc(), t, shardType(t.getType()), "mean");
+        auto rs = createCollective<ReduceScatterOp>(b, t.getLoc(), t, shardType(t.getType()), "sum");
         if (Operation *d = t.getDefiningOp())
           copyPlacementTags(d, rs);
         made.insert(rs);
@@ -387,6 +389,27 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     if (failed(reduceNormOverTp()))
       return failure();
     return success();
+  }
+
+  /// The gradients are averaged over the ranks by dividing the backward's
+  /// seed (dloss of each loss gradient) by R and summing the ranks'
+  /// gradients, as bigc-grad-accum divides by K: every rank's 16-bit
+  /// gradients then have the magnitude one rank's gradients of the whole
+  /// global batch have, so fp16 loss scaling overflows (and skips a step)
+  /// where one rank would, instead of at an R times smaller scale.
+  void prescaleLossSeeds() {
+    SmallVector<Operation *> grads;
+    for (Operation &op : block->without_terminator())
+      if (isa<CrossEntropyGradOp, VocabCeLossGradOp>(op))
+        grads.push_back(&op);
+    for (Operation *op : grads) {
+      OpOperand &seed = isa<CrossEntropyGradOp>(op) ? op->getOpOperand(2) : op->getOpOperand(1);
+      OpBuilder b(op);
+      auto sc = b.create<ScaleOp>(op->getLoc(), seed.get().getType(), seed.get(),
+                                  b.getF64FloatAttr(1.0 / double(R)));
+      copyPlacementTags(op, sc);
+      seed.set(sc.getResult());
+    }
   }
 
   /// The tensor-parallel ops of bigc-tensor-parallel (forward and, by

@@ -10,7 +10,7 @@
 #  3. SIGTERM and SIGINT end the step under way, write a checkpoint, exit 0, and --resume continues
 #     bit for bit;
 #  4. the checkpoint's model.safetensors loads into PyTorch under the Hugging Face names and gives
-#     the loss bigc logged for the next step (fp32, 1e-4);
+#     the loss bigc logged for the next step (fp32, 2.5e-7);
 #  5. bad input: a checkpoint of another program, a damaged file (the previous one is used), only
 #     damaged checkpoints, --resume without --checkpoint-dir: a clear error (exit 1).
 set -euo pipefail
@@ -122,8 +122,9 @@ with torch.no_grad():
     ref = gpt2_loss(P, x, y, L, H).item()
 got = [json.loads(l) for l in open(log)][10]["loss"]
 r = abs(got - ref) / abs(ref)
-print(("ok   " if r <= 1e-4 else "FAIL ") + f"PyTorch with the checkpoint's weights: step 11 loss {ref:.6f}, bigc {got:.6f} (rel {r:.1e})")
-sys.exit(0 if r <= 1e-4 else 1)
+# Within 2.5e-7: about two ulps of an fp32 loss near 4 (measured 1.1e-9, 2026-11-24).
+print(("ok   " if r <= 2.5e-7 else "FAIL ") + f"PyTorch with the checkpoint's weights: step 11 loss {ref:.6f}, bigc {got:.6f} (rel {r:.1e}, <= 2.5e-7)")
+sys.exit(0 if r <= 2.5e-7 else 1)
 PY
 
 # 5. Bad input.

@@ -4,15 +4,18 @@
 # programs — compiles, obeys the stream discipline (check_streams.py) and trains the tiny GPT for
 # 10 steps on the CPU backend with the same global batch (K = 1: batch 4; K = 2: 2 x batch 2).
 #
-# Expected, per step loss (relative):
-#  - recompute and offload change where and when, never what: each combination equals the run of
-#    its precision and K without them to 1e-6 (recomputed values are computed by the same kernels
-#    from the same inputs; the host Adam computes in fp32 as the device one does);
-#  - fp32 with K = 2 equals fp32 with K = 1 to 1e-5 (only the summation order of the gradients
-#    differs: two partial sums instead of one, ~1e-7 relative each);
-#  - bf16 and fp16 follow fp32 to 1e-2 and 1.5e-3 (the bounds justified in precision.sh: about 5
-#    rounded ops per block on a logit's path, u = 2^-9 for bf16 and 2^-12 for fp16) and are not
-#    equal to it (something was rounded);
+# Expected, per step loss (relative; the tolerances are about 4 times the differences measured on
+# this machine on 2026-11-24, given in brackets):
+#  - recompute and offload change where and when, never what: each combination's losses are
+#    bit-identical to the run of its precision and K without them [measured 0 in all 42]
+#    (recomputed values are computed by the same kernels from the same inputs; the host Adam
+#    computes in fp32 as the device one does);
+#  - fp32 with K = 2 equals fp32 with K = 1 to 4e-7 [8.7e-8] (only the summation order of the
+#    gradients differs: two partial sums instead of one, ~1e-7 relative each);
+#  - bf16 and fp16 follow fp32 to 1.1e-3 and 2e-4 [bf16 2.2e-4 (K=1), 2.7e-4 (K=2); fp16 2.8e-5,
+#    4.8e-5] (inside the worst case reasoned in precision.sh: about 5 rounded ops per block on a
+#    logit's path, u = 2^-9 for bf16 and 2^-12 for fp16) and are not equal to it (something was
+#    rounded);
 #  - every run learns (the loss falls over the 10 steps).
 set -euo pipefail
 BIN=$1
@@ -68,14 +71,14 @@ def check(cond, msg):
     print(("ok   " if cond else "FAIL ") + msg)
     ok &= bool(cond)
 ref = losses("fp32-k1-none-none")
-tol = {"bf16": 1e-2, "fp16": 1.5e-3}
+tol = {"bf16": 1.1e-3, "fp16": 2e-4}
 for prec in ("fp32", "bf16", "fp16"):
     for k in (1, 2):
         base = losses(f"{prec}-k{k}-none-none")
         r = rel(base, ref)
         if prec == "fp32":
             if k == 2:
-                check(r <= 1e-5, f"fp32 K=2 vs K=1: {r:.2e} (<= 1e-5)")
+                check(r <= 4e-7, f"fp32 K=2 vs K=1: {r:.2e} (<= 4e-7)")
         else:
             check(1e-7 < r <= tol[prec], f"{prec} K={k} vs fp32 K=1: {r:.2e} (in (1e-7, {tol[prec]:g}])")
         for rc in ("none", "selective", "full", "auto"):
@@ -85,8 +88,8 @@ for prec in ("fp32", "bf16", "fp16"):
                 fine = all(math.isfinite(x) for x in l) and l[-1] < l[0] - 0.05
                 check(fine, f"{n}: learns, loss {l[0]:.4f} -> {l[-1]:.4f}")
                 if (rc, off) != ("none", "none"):
-                    r = rel(l, base)
-                    check(r <= 1e-6, f"{n} vs {prec}-k{k}-none-none: {r:.2e} (<= 1e-6)")
+                    check(l == base, f"{n} vs {prec}-k{k}-none-none: bit-identical losses "
+                          f"(max relative difference {rel(l, base):.2e})")
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
 PY

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Ranks in several processes (OpenMPI's mpirun, the MPI communicator): the tiny GPT compiled for 8
 # ranks trained 10 steps by 2 processes x 4 ranks (and 4 x 2) under zero 0, 2 and 3 gives the
-# losses of the same program run in one process (8 threads, in-process communicator) to 1e-5
-# relative; checkpoints written under mpirun resume in one process and the other way round, and
+# losses of the same program run in one process (8 threads, in-process communicator) to 4e-7
+# relative (measured 2026-11-24: 0 or 1.02e-7, one ulp of a loss near 5, where MPI's reduction
+# order differs; saved weights: 3.1e-6 and 7.5e-6 apart at most -> 3e-5); checkpoints written under mpirun resume in one process and the other way round, and
 # --save-weights under mpirun writes the whole tensors; mpirun -np 3 (which does not divide 8
 # ranks) is refused with exit 1; a process killed with SIGKILL mid-run stops the job (non-zero
 # exit) instead of hanging. Tensor-parallel programs too (below).
@@ -37,8 +38,8 @@ check = runlog.Checks()
 for z, procs in [(0, 2), (2, 2), (3, 2), (3, 4)]:
     a, b = runlog.losses(f"{d}/z{z}.one.jsonl")[0], runlog.losses(f"{d}/z{z}.mpi{procs}.jsonl")[0]
     r = max(abs(a - b) / abs(a)) if len(a) == len(b) == 10 else 1.0
-    check(f"zero {z}", r <= 1e-5, f"{procs} processes x {8 // procs} ranks vs one process: max relative loss "
-          f"difference {r:.3g} (<= 1e-5); loss {b[0]:.4f} -> {b[-1]:.4f}")
+    check(f"zero {z}", r <= 4e-7, f"{procs} processes x {8 // procs} ranks vs one process: max relative loss "
+          f"difference {r:.3g} (<= 4e-7); loss {b[0]:.4f} -> {b[-1]:.4f}")
 sys.exit(0 if check.ok else 1)
 PY
 
@@ -62,11 +63,11 @@ straight = runlog.losses(f"{d}/z3.one.jsonl")[0]
 for n, what in [("resA", "2 processes -> resumed in one"), ("resB", "one process -> resumed by 2 processes")]:
     r = runlog.losses(f"{d}/{n}.jsonl")[0]
     diff = max(abs(straight[5:] - r) / abs(straight[5:])) if len(r) == 5 else 1.0
-    check(f"checkpoint {what}", len(r) == 5 and diff <= 1e-5, f"steps 6-10 within {diff:.3g} of one process (<= 1e-5)")
+    check(f"checkpoint {what}", len(r) == 5 and diff <= 4e-7, f"steps 6-10 within {diff:.3g} of one process (<= 4e-7)")
 a, b = runlog.weights(f"{d}/w1.safetensors"), runlog.weights(f"{d}/wB.safetensors")
 dw = max(float(np.max(np.abs(a[k][1] - b[k][1]))) for k in a) if set(a) == set(b) else 1.0
-check("--save-weights by 2 processes", set(a) == set(b) and dw <= 1e-4,
-      f"{len(b)} whole tensors, max |difference| to one process {dw:.3g}")
+check("--save-weights by 2 processes", set(a) == set(b) and dw <= 3e-5,
+      f"{len(b)} whole tensors, max |difference| to one process {dw:.3g} (<= 3e-5)")
 sys.exit(0 if check.ok else 1)
 PY
 
@@ -74,7 +75,7 @@ PY
 # processes x 4 ranks (the data-parallel groups span the processes over MPI, the tensor groups stay
 # in each), tp 8 by 2 x 4 (one tensor group over both processes), tp 4 x dp 2 with sequence
 # parallelism and zero 3 by 4 x 2 (tensor groups over pairs of processes, data groups over all):
-# one process's losses to 1e-5; --save-weights by 4 processes (chunks and shards of every process)
+# one process's losses to 4e-7; --save-weights by 4 processes (chunks and shards of every process)
 # equals one process's; a checkpoint of 2 processes resumes in one; tensor size 2 with 3 ranks per
 # process is refused.
 for b in 8 16 32; do "$BIN/bigc" gen gpt --preset tiny --heads 8 --batch $b -o "$d/h$b.mlir" > /dev/null; done
@@ -102,15 +103,15 @@ for n, what in [("tp2", "tp 2 x dp 4, 2 processes x 4 ranks"), ("tp8", "tp 8, 2 
                 ("tp4", "tp 4 x dp 2 (SP, zero 3), 4 processes x 2 ranks")]:
     a, b = losses(f"{n}.one"), losses(f"{n}.mpi")
     r = max(abs(a - b) / abs(a)) if len(b) == 10 else 1.0
-    check(what, len(b) == 10 and r <= 1e-5, f"vs one process: max relative loss difference {r:.3g} (<= 1e-5)")
+    check(what, len(b) == 10 and r <= 4e-7, f"vs one process: max relative loss difference {r:.3g} (<= 4e-7)")
 a, b = runlog.weights(f"{d}/tp4.one.safetensors"), runlog.weights(f"{d}/tp4.mpi.safetensors")
 dw = max(float(np.max(np.abs(a[k][1] - b[k][1]))) for k in a) if set(a) == set(b) else 1.0
-check("tp 4 --save-weights by 4 processes", set(a) == set(b) and dw <= 1e-4,
-      f"{len(b)} whole tensors, max |difference| to one process {dw:.3g}")
+check("tp 4 --save-weights by 4 processes", set(a) == set(b) and dw <= 3e-5,
+      f"{len(b)} whole tensors, max |difference| to one process {dw:.3g} (<= 3e-5)")
 a, r = losses("tp2.one"), losses("tp2.res")
 diff = max(abs(a[5:] - r) / abs(a[5:])) if len(r) == 5 else 1.0
-check("tp 2 checkpoint of 2 processes resumed in one", len(r) == 5 and diff <= 1e-5,
-      f"steps 6-10 within {diff:.3g} (<= 1e-5)")
+check("tp 2 checkpoint of 2 processes resumed in one", len(r) == 5 and diff <= 4e-7,
+      f"steps 6-10 within {diff:.3g} (<= 4e-7)")
 sys.exit(0 if check.ok else 1)
 PY
 "$BIN/bigc" gen gpt --preset tiny --heads 8 --batch 8 -o "$d/h6.mlir" > /dev/null

@@ -2,14 +2,15 @@
 # Mixed precision (bigc-mixed-precision) on the CPU backend, tiny GPT, 10 AdamW steps.
 #
 # 1. bf16 and fp16 follow fp32. Tolerances on the per-step loss, relative to fp32:
-#      bf16 1e-2, fp16 1.5e-3.
-#    Why: every 16-bit tensor is rounded to nearest once per op, a relative error of at most
+#      bf16 1.2e-3, fp16 5e-5: about 4 times the differences measured here (2026-11-24: 2.83e-4 and
+#      1.28e-5), well inside the worst case reasoned below.
+#    The worst case: every 16-bit tensor is rounded to nearest once per op, a relative error of at most
 #    u = 2^-9 (bf16, 8 significant bits) or 2^-12 (fp16, 11 bits). A logit goes through about 5
 #    rounded ops on its longest path per block here (layernorm, matmul, attention, GELU, residual
 #    add) — kernels accumulate in fp32 and the statistics and the loss are fp32 — so a logit is
 #    off by at most ~5u relative, and the mean cross-entropy (fp32 log-softmax) by no more than
 #    that: 5 * 2^-9 ~ 1e-2 for bf16, 5 * 2^-12 ~ 1.2e-3 for fp16. The fp32 master weights keep the
-#    AdamW trajectory from drifting further in 10 steps. (Measured: ~2e-4 and ~1e-5; the errors
+#    AdamW trajectory from drifting further in 10 steps. (Measured far less, above: the errors
 #    average out over the B*T positions.) The 16-bit runs must also differ from fp32 (> 1e-7 on
 #    some step): equal losses would mean nothing was rounded.
 #    The programs must really be mixed: 2-byte compute copies (role param), 4-byte masters, f32
@@ -77,7 +78,7 @@ def tensors(name):
 
 # 1. Losses against fp32.
 ref = log("fp32")
-tol = {"bf16": 1e-2, "fp16": 1.5e-3}
+tol = {"bf16": 1.2e-3, "fp16": 5e-5}
 for p in ("bf16", "fp16"):
     run = log(p)
     if len(run) != len(ref):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bigc vs PyTorch (Debian's python3-torch): same GPT-2 shape, same initial weights (saved by bigc),
 # same batches; loss, every gradient of step 1, 3 AdamW steps' losses and final weights, fp32,
-# relative error <= 1e-4.
+# relative error <= 5e-6 (about 4 times the worst measured on 2026-11-24: 1.27e-6; PyTorch's
+# kernels sum in other orders than bigc's).
 set -euo pipefail
 BIN=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -24,4 +25,4 @@ PY
     --save-weights "$d/final.safetensors" --quiet
 /usr/bin/python3 "$HERE/gpt2_reference.py" --init "$d/init.safetensors" --grads "$d/grads.safetensors" \
     --final "$d/final.safetensors" --log "$d/log.jsonl" --data "$d/tokens.bin" \
-    --batch $B --seq $T --layers $L --heads $H --steps $STEPS --lr 1e-3 --weight-decay 0.1 --tol 1e-4
+    --batch $B --seq $T --layers $L --heads $H --steps $STEPS --lr 1e-3 --weight-decay 0.1 --tol 5e-6

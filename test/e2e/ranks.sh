@@ -4,8 +4,10 @@
 # --offload cpu and with --recompute full (and with micro-batches, gradient clipping, bf16 and
 # fp16 overflow, and the composition --zero=3 --offload=cpu --recompute=auto --precision=bf16
 # --micro-batches=4 --hardware=v100-16g-x8), gives the losses of one rank training the same global
-# batch (batch 32) to 1e-5 relative in fp32 (16-bit: 1e-3 fp16, 2e-2 bf16), and the same final
-# weights (gathered from the shards by --save-weights);
+# batch (batch 32) to 4e-7 relative in fp32 (about 4 times the measured differences, which are
+# rounding: the tolerances and their measurements are listed below), the same steps skipped on
+# fp16 overflow (a mix of skipped and kept steps too), and the same final weights (gathered from
+# the shards by --save-weights);
 # every program obeys the stream discipline (test/e2e/check_streams.py), collectives included.
 set -euo pipefail
 BIN=$1
@@ -25,7 +27,8 @@ compile one_bf16 one --precision bf16
 compile one_fp16ov one --precision fp16 --loss-scale 1e30
 compile one_fp16 one --precision fp16
 compile one_bf16_k4 one --precision bf16 --micro-batches 4
-names="one one_k2 one_clip one_bf16 one_fp16ov one_fp16 one_bf16_k4"
+compile one_fp16mix one --precision fp16 --loss-scale 1e6
+names="one one_k2 one_clip one_bf16 one_fp16ov one_fp16 one_bf16_k4 one_fp16mix"
 for z in 0 1 2 3; do
   compile z$z rank --ranks 8 --zero $z
   compile z${z}_off rank --ranks 8 --zero $z --offload cpu
@@ -41,10 +44,15 @@ compile z3_bf16 rank --ranks 8 --zero 3 --precision bf16 --offload cpu
 compile z2_fp16ov rank --ranks 8 --zero 2 --precision fp16 --loss-scale 1e30
 compile z3_nobucket rank --ranks 8 --zero 3 --bucket-mb 0 --prefetch 0
 compile z3_fp16_off rank --ranks 8 --zero 3 --precision fp16 --offload cpu
+compile z2_fp16mix rank --ranks 8 --zero 2 --precision fp16 --loss-scale 1e6
+compile z3_fp16mix rank --ranks 8 --zero 3 --precision fp16 --loss-scale 1e6
+compile z3_bf16_dev rank --ranks 8 --zero 3 --precision bf16
 # The composition of the issue, as written: ranks from the profile (8).
 compile compose rank --zero=3 --offload=cpu --recompute=auto --precision=bf16 --micro-batches=4 --hardware=v100-16g-x8
 names="$names z2_k2 z1_k2_off z3_k2_rc z2_clip z0_clip z3_bf16 z2_fp16ov z3_nobucket z3_fp16_off compose"
+names="$names z2_fp16mix z3_fp16mix z3_bf16_dev"
 for n in $names; do run $n; done
+"$BIN/bigc" run "$d/one.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
 for n in z0 z1 z2 z3 z3_off z2_k2 z3_bf16 z3_nobucket; do $PY "$HERE/check_streams.py" "$d/$n.bigc" > /dev/null || {
   $PY "$HERE/check_streams.py" "$d/$n.bigc"; exit 1; }; done
 echo "check_streams: 8 multi-rank programs obey the stream discipline"
@@ -65,25 +73,30 @@ weights = lambda n: runlog.weights(f"{d}/{n}.safetensors")
 check = runlog.Checks()
 
 base, _ = losses("one")
+w0 = weights("init")
 check("one rank learns", base[-1] < base[0] - 0.05, f"loss {base[0]:.4f} -> {base[-1]:.4f}")
+# Tolerances: about 4x the differences measured on this machine (2026-11-24), which come from
+# the order of the sums (8 shards reduced vs one batch of 32), not from what is computed.
+#   loss: max relative difference of the 10 losses; update: ||w_8 - w_1|| / ||w_1 - w_init|| over
+#   every weight (the difference relative to how far 10 steps moved the weights).
+#   fp32: loss <= 1.07e-7 measured (one ulp of a loss near 5), update <= 4.45e-6 -> 4e-7, 2e-5;
+#   bf16: loss 4.0e-5, update 1.04e-2 -> 1.6e-4, 4e-2 (compose: 1.65e-5, 7.9e-3 -> 7e-5, 3.2e-2);
+#   fp16: loss 9.2e-6, update 3.2e-3 -> 4e-5, 1.3e-2 (a mix of skipped steps: 3.0e-5, 3.8e-3 ->
+#   1.2e-4, 1.5e-2). Adam divides by the root of the second moment, so a rounding difference in a
+#   gradient near zero moves a weight by up to lr: the update's norm is what is compared.
+F32 = (4e-7, 2e-5)
 pairs = []
 for z in range(4):
-    pairs += [(f"z{z}", "one", 1e-5), (f"z{z}_off", "one", 1e-5), (f"z{z}_rc", "one", 1e-5)]
-pairs += [("z2_k2", "one_k2", 1e-5), ("z1_k2_off", "one_k2", 1e-5), ("z3_k2_rc", "one_k2", 1e-5),
-          ("z2_clip", "one_clip", 1e-5), ("z0_clip", "one_clip", 1e-5), ("z3_nobucket", "one", 1e-5),
-          ("z3_bf16", "one_bf16", 2e-2), ("z2_fp16ov", "one_fp16ov", 1e-5), ("z3_fp16_off", "one_fp16", 1e-3),
-          ("compose", "one_bf16_k4", 2e-2)]
-for n, ref, tol in pairs:
-    a, _ = losses(ref)
-    b, _ = losses(n)
-    r = float(np.max(np.abs(a - b) / np.abs(a)))
-    check(f"{n} losses", r <= tol, f"8 ranks vs one rank ({ref}): max relative difference {r:.3g} (<= {tol:g})")
-    wa, wb = weights(ref), weights(n)
-    check(f"{n} weights", set(wa) == set(wb) and all(wa[k][0] == wb[k][0] for k in wa),
-          f"{len(wb)} whole tensors gathered from the shards, names and shapes as one rank's")
-    if tol <= 1e-5:
-        dw = max(float(np.max(np.abs(wa[k][1] - wb[k][1]))) for k in wa)
-        check(f"{n} weights", dw <= 1e-4, f"max |difference| after 10 steps {dw:.3g} (<= 1e-4)")
+    pairs += [(f"z{z}", "one", *F32), (f"z{z}_off", "one", *F32), (f"z{z}_rc", "one", *F32)]
+pairs += [("z2_k2", "one_k2", *F32), ("z1_k2_off", "one_k2", *F32), ("z3_k2_rc", "one_k2", *F32),
+          ("z2_clip", "one_clip", *F32), ("z0_clip", "one_clip", *F32), ("z3_nobucket", "one", *F32),
+          ("z3_bf16", "one_bf16", 1.6e-4, 4e-2), ("z3_bf16_dev", "one_bf16", 1.6e-4, 4e-2),
+          ("compose", "one_bf16_k4", 7e-5, 3.2e-2),
+          ("z3_fp16_off", "one_fp16", 4e-5, 1.3e-2),
+          ("z2_fp16mix", "one_fp16mix", 1.2e-4, 1.5e-2), ("z3_fp16mix", "one_fp16mix", 1.2e-4, 1.5e-2),
+          ("z2_fp16ov", "one_fp16ov", *F32)]
+for n, ref, tol, utol in pairs:
+    runlog.compare(check, d, n, ref, tol, utol, w0)
 _, rows = losses("z2_fp16ov")
 scales = [r["loss_scale"] for r in rows]
 check("fp16 overflow over 8 ranks", all(r["skipped"] for r in rows) and scales[-1] < scales[0],

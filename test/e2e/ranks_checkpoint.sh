@@ -3,7 +3,7 @@
 #  1. 8 ranks, zero 3: 10 straight steps vs 5 + --resume + 5 give bit-identical losses;
 #  2. the step-5 checkpoint of 8 ranks (zero 3) resumes on 4 ranks (zero 3), on 2 ranks (zero 1)
 #     and on one rank (no ZeRO), each with the same global batch, and continues with the losses of
-#     the straight run to 1e-5 relative; a one-rank checkpoint resumes on 8 ranks (zero 2);
+#     the straight run to 4e-7 relative (measured 1.04e-7 at most, one ulp, 2026-11-24); a one-rank checkpoint resumes on 8 ranks (zero 2);
 #  3. a program with another training state (bf16) refuses the checkpoint, naming why.
 set -euo pipefail
 BIN=$1
@@ -52,13 +52,13 @@ ok &= good
 for n, what in [("r4z3", "4 ranks, zero 3"), ("r2z1", "2 ranks, zero 1"), ("r1", "one rank")]:
     r = losses(n)
     diff = max(abs(a - b) / abs(a) for a, b in zip(straight[5:], r)) if len(r) == 5 else 1.0
-    good = len(r) == 5 and diff <= 1e-5
-    print(("ok   " if good else "FAIL ") + f"8-rank zero-3 checkpoint resumed on {what}: steps 6-10 within {diff:.3g} of the straight run (<= 1e-5)")
+    good = len(r) == 5 and diff <= 4e-7
+    print(("ok   " if good else "FAIL ") + f"8-rank zero-3 checkpoint resumed on {what}: steps 6-10 within {diff:.3g} of the straight run (<= 4e-7)")
     ok &= good
 one, up = losses("one"), losses("up")
 diff = max(abs(a - b) / abs(a) for a, b in zip(one[5:], up)) if len(up) == 5 else 1.0
-good = len(up) == 5 and diff <= 1e-5
-print(("ok   " if good else "FAIL ") + f"one-rank checkpoint resumed on 8 ranks (zero 2): within {diff:.3g} (<= 1e-5)")
+good = len(up) == 5 and diff <= 4e-7
+print(("ok   " if good else "FAIL ") + f"one-rank checkpoint resumed on 8 ranks (zero 2): within {diff:.3g} (<= 4e-7)")
 ok &= good
 sys.exit(0 if ok else 1)
 PY

@@ -4,9 +4,10 @@
 # tp 4 x dp 2 and tp 2 x dp 4, under --zero 1 and 3 on the data axis, each with and without
 # sequence parallelism (and composed with --offload cpu, --recompute full, micro-batches, bf16,
 # --grad-clip),
-# gives the losses of one rank training the same global batch (32 sequences) to 1e-5 relative in
-# fp32 (bf16: 2e-2), and the same final weights, gathered whole from the tensor-parallel chunks and
-# ZeRO shards by --save-weights (1e-4). Also: the Megatron layout in the program (inspect --json),
+# gives the losses of one rank training the same global batch (32 sequences) to 4e-7 relative in
+# fp32 (bf16: 3.2e-4), and the same final weights, gathered whole from the tensor-parallel chunks
+# and ZeRO shards by --save-weights (to 2e-5 of the update in fp32, 6e-2 in bf16; about 4 times
+# the measured differences, listed below). Also: the Megatron layout in the program (inspect --json),
 # a resume across meshes, and the bad inputs of the issue (sizes the tensor ranks do not divide,
 # tp x dp != ranks) with their messages.
 set -euo pipefail
@@ -44,6 +45,7 @@ compile tp4_z1_sp_clip b16 --ranks 8 --tp 4 --zero 1 --sequence-parallel --grad-
 compile tp2_z2_off_clip b8 --ranks 8 --tp 2 --zero 2 --offload cpu --grad-clip 0.05
 names="$names one_clip tp8_clip tp4_z1_sp_clip tp2_z2_off_clip"
 for n in $names; do run $n; done
+"$BIN/bigc" run "$d/one.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
 for n in tp8 tp8_sp tp4_z3_sp tp2_z3_off tp4_z1_rc_sp; do $PY "$HERE/check_streams.py" "$d/$n.bigc" > /dev/null || {
   $PY "$HERE/check_streams.py" "$d/$n.bigc"; exit 1; }; done
 echo "check_streams: 5 tensor-parallel programs obey the stream discipline"
@@ -70,29 +72,26 @@ check = runlog.Checks()
 
 base = losses("one")
 check("one rank learns", len(base) == 10 and base[-1] < base[0] - 0.05, f"loss {base[0]:.4f} -> {base[-1]:.4f}")
-pairs = [(n, "one", 1e-5) for n in ["tp8", "tp8_sp", "tp4_z1", "tp4_z1_sp", "tp2_z1", "tp2_z1_sp", "tp4_z3",
+# Tolerances: about 4x the differences measured here (2026-11-24; rounding of the reductions over
+# the tensor ranks and shards; runlog.compare says what is compared):
+#   fp32: loss <= 1.07e-7 (one ulp of a loss near 5), update <= 4.35e-6 -> 4e-7, 2e-5;
+#   bf16 (tp 4 x dp 2, offload): loss 8.2e-5, update 1.54e-2 -> 3.2e-4, 6e-2.
+F32 = (4e-7, 2e-5)
+pairs = [(n, "one", *F32) for n in ["tp8", "tp8_sp", "tp4_z1", "tp4_z1_sp", "tp2_z1", "tp2_z1_sp", "tp4_z3",
                                      "tp4_z3_sp", "tp2_z3", "tp2_z3_sp", "tp2_z3_off", "tp4_z1_rc_sp"]]
-pairs += [("tp2_z2_k2", "one_k2", 1e-5), ("tp4_z0_bf16", "one_bf16", 2e-2)]
-pairs += [(n, "one_clip", 1e-5) for n in ["tp8_clip", "tp4_z1_sp_clip", "tp2_z2_off_clip"]]
+pairs += [("tp2_z2_k2", "one_k2", *F32), ("tp4_z0_bf16", "one_bf16", 3.2e-4, 6e-2)]
+pairs += [(n, "one_clip", *F32) for n in ["tp8_clip", "tp4_z1_sp_clip", "tp2_z2_off_clip"]]
 # The clipped run differs from the unclipped one (the clipping is active, so the pairs above test it).
 rc = float(np.max(np.abs(losses("one_clip") - base) / np.abs(base)))
 check("clipping active", rc > 1e-4, f"--grad-clip 0.05 changes the single-rank losses by {rc:.3g} relative (> 1e-4)")
-for n, ref, tol in pairs:
-    a, b = losses(ref), losses(n)
-    check(f"{n} steps", len(b) == 10, f"{len(b)} steps logged")
-    r = float(np.max(np.abs(a - b) / np.abs(a)))
-    check(f"{n} losses", r <= tol, f"8 ranks vs one rank ({ref}): max relative difference {r:.3g} (<= {tol:g})")
-    wa, wb = weights(ref), weights(n)
-    check(f"{n} weights", set(wa) == set(wb) and all(wa[k][0] == wb[k][0] for k in wa),
-          f"{len(wb)} whole tensors from the chunks and shards, names and shapes as one rank's")
-    if tol <= 1e-5:
-        dw = max(float(np.max(np.abs(wa[k][1] - wb[k][1]))) for k in wa)
-        check(f"{n} weights", dw <= 1e-4, f"max |difference| after 10 steps {dw:.3g} (<= 1e-4)")
+w0 = weights("init")
+for n, ref, tol, utol in pairs:
+    runlog.compare(check, d, n, ref, tol, utol, w0)
 
 # Resume across meshes: steps 6..10 after the tp 4 checkpoint, run as tp 2, match the straight run.
 a, b = losses("one"), np.concatenate([losses("resume_a"), losses("resume_b")])
 r = float(np.max(np.abs(a - b) / np.abs(a))) if len(b) == 10 else 1.0
-check("resume tp4 -> tp2", len(b) == 10 and r <= 1e-5, f"{len(b)} steps, max relative difference {r:.3g}")
+check("resume tp4 -> tp2", len(b) == 10 and r <= F32[0], f"{len(b)} steps, max relative difference {r:.3g} (<= {F32[0]:g})")
 
 # The plan: the mesh, the Megatron splits, the collectives of the tensor axis.
 js = json.load(open(f"{d}/tp4_z1.json"))
