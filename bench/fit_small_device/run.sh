@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The single-device techniques for real on the CPU backend: a GPT whose plain plan does not fit a
 # small --device-mem is refused (exit 1, the not-fit table); compiled with --precision bf16
-# --offload cpu --recompute auto it fits, and it trains: the loss falls, and the runtime's arenas
-# (the only memory it places tensors in; `peak_bytes` of the log) are the planned ones, within
-# the device memory given.
+# --offload cpu --recompute auto it fits, and it trains: the loss falls and follows the fp32 run;
+# the memory measured while it runs (`peak_bytes` of the log: the bytes of each arena the process
+# touched, counted from its resident pages) equals the planned arenas, within the device memory
+# given, and the process's peak resident memory (`rss_peak_bytes`) stays within the arenas plus
+# the fixed cost of the binary and its libraries plus 16 MiB.
 #
 # Usage: bench/fit_small_device/run.sh [build/bin]
 # Environment: LAYERS (4) HIDDEN (128) HEADS (4) SEQ (128) BATCH (8) STEPS (30)
@@ -42,9 +44,11 @@ t0=$(date +%s.%N)
 t1=$(date +%s.%N)
 "$BIN/bigc" run "$d/plain.bigc" --synthetic --steps "$STEPS" --seed 1 --log "$d/plain.jsonl" --quiet
 
-$PY - "$d" "$MEM" "$PLAIN" "$STEPS" "$t0" "$t1" "${OPTS[*]}" <<'PY'
-import json, sys
+$PY - "$d" "$MEM" "$PLAIN" "$STEPS" "$t0" "$t1" "${OPTS[*]}" "$BIN" <<'PY'
+import json, os, subprocess, sys
 d, mem, plain, steps, t0, t1, opts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), sys.argv[7]
+proc = subprocess.Popen([f"{sys.argv[8]}/bigc-run", "--help"], stdout=subprocess.DEVNULL)
+base_rss = os.wait4(proc.pid, 0)[2].ru_maxrss * 1024
 j = json.load(open(f"{d}/fit.json"))
 sp = j["spaces"]
 rows = [json.loads(l) for l in open(f"{d}/fit.jsonl") if l.strip()]
@@ -56,12 +60,32 @@ def check(c, m):
     ok &= bool(c)
 dev = sp["device"]["arena_bytes"]
 check(dev <= mem, f"device arena {dev} B within --device-mem {mem} B")
-check(all(r["peak_bytes"]["device"] == dev and r["peak_bytes"]["host"] == sp["host"]["arena_bytes"] for r in rows),
-      "every step ran in the planned arenas (peak_bytes = arena_bytes per space)")
+# Measured, not copied: the bytes of each arena the process touched (resident pages) equal the plan.
+last = rows[-1]
+check(last["planned_bytes"] == {"device": dev, "host": sp["host"]["arena_bytes"]},
+      f"the log's planned arenas are the program's: {last['planned_bytes']}")
+check(last["peak_bytes"]["device"] == dev and last["peak_bytes"]["host"] == sp["host"]["arena_bytes"],
+      f"measured: the steps touched exactly the planned arenas (device {last['peak_bytes']['device']} B, "
+      f"host {last['peak_bytes']['host']} B)")
+check(all(r["peak_bytes"]["device"] <= dev and r["peak_bytes"]["host"] <= sp["host"]["arena_bytes"] for r in rows),
+      "no step touched more than the plan")
 l0, l1 = rows[0]["loss"], rows[-1]["loss"]
 check(len(rows) == steps and l1 < l0 - 0.3, f"trains: loss {l0:.4f} -> {l1:.4f} in {steps} steps")
-check(abs(rows[-1]["loss"] - ref[-1]["loss"]) / ref[-1]["loss"] < 2e-2,
-      f"follows the plain fp32 run (which needs {plain} B of device memory): final loss {l1:.4f} vs {ref[-1]['loss']:.4f}")
+# bf16 against fp32: about 4x the difference measured (2026-11-24: 6.4e-4 at most over the 30 steps,
+# 5.8e-5 at the last).
+worst = max(abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(rows, ref))
+check(len(ref) == len(rows) and worst < 2.5e-3,
+      f"follows the plain fp32 run (which needs {plain} B of device memory): losses within {worst:.2g} relative "
+      f"(<= 2.5e-3); final {l1:.6f} vs {ref[-1]['loss']:.6f}")
+# The process: its arenas, and the fixed cost of the program and its libraries (measured as the
+# resident memory of `bigc-run --help`, which loads the same libraries: with the CUDA backend built
+# in, cuBLASLt and NCCL), plus 16 MiB for what the CPU backend allocates outside the plan (fp32
+# staging of 16-bit operands, the program, the data, thread stacks).
+rss = max(r["rss_peak_bytes"] for r in rows)
+allowed = dev + sp["host"]["arena_bytes"] + base_rss + 16 * 2**20
+check(rss <= allowed, f"the process's peak resident memory {rss / 2**20:.1f} MiB <= arenas "
+      f"{(dev + sp['host']['arena_bytes']) / 2**20:.1f} MiB + libraries {base_rss / 2**20:.1f} MiB + 16 MiB "
+      f"(outside the arenas and libraries: {(rss - dev - sp['host']['arena_bytes'] - base_rss) / 2**20:+.1f} MiB)")
 r = j.get("recompute", {})
 print()
 print("| plan | device arena | host arena | fits --device-mem | final loss |")

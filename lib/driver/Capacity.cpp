@@ -39,13 +39,14 @@ int spaceRank(const std::string &s) { return s == "device" ? 0 : s == "host" ? 1
 
 // Where a space's capacity came from, for the headline.
 std::string capacitySource(const CompileOptions &o, const std::string &space) {
-  if (space == "device")
-    return o.haveHardware && o.deviceCapacity == o.hardware.deviceMemBytes ? "hardware " + o.hardware.name
-                                                                          : "--device-mem";
-  if (space == "host")
-    return o.haveHardware && o.hostCapacity == o.hardware.hostMemBytes ? "hardware " + o.hardware.name
-                                                                      : "--host-mem";
-  return "?";
+  if (space != "device" && space != "host") return "?";
+  const bool dev = space == "device";
+  const int64_t mem = dev ? o.deviceMemory : o.hostMemory, reserve = dev ? o.deviceReserve : o.hostReserve;
+  std::string from = o.haveHardware && mem == (dev ? o.hardware.deviceMemBytes : o.hardware.hostMemBytes)
+                         ? "hardware " + o.hardware.name
+                         : (dev ? "--device-mem" : "--host-mem");
+  if (reserve > 0) from += ": " + humanBytes(mem) + " less a reserve of " + humanBytes(reserve);
+  return from;
 }
 
 // Host memory is per machine: the ranks of one machine share it.

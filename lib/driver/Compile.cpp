@@ -61,6 +61,11 @@ const char *kHelp =
     "  --hardware NAME|FILE    hardware profile (hardware/*.json) the plan must fit\n"
     "  --device-mem SIZE       device memory per rank (overrides the profile), e.g. 16G\n"
     "  --host-mem SIZE         host memory (overrides the profile)\n"
+    "  --device-reserve SIZE   device memory kept out of the plan for the CUDA context, workspaces\n"
+    "                          and NCCL (default: the profile's, e.g. 1.4 GiB per 80 GB GPU; 0\n"
+    "                          without --hardware); the plan must fit the memory less the reserve\n"
+    "  --host-reserve SIZE     host memory kept out of the plan for the OS and the process\n"
+    "                          (default: the profile's, 4 GiB; 0 without --hardware)\n"
     "  --lr F                  AdamW learning rate (3e-4)\n"
     "  --beta1 F --beta2 F     AdamW betas (0.9, 0.95)\n"
     "  --eps F                 AdamW epsilon (1e-8)\n"
@@ -104,7 +109,7 @@ const char *kHelp =
     "exit status: 0 written; 1 bad input or option, or the plan does not fit; 2 internal error\n";
 
 const std::set<std::string> kValued = {
-    "--hardware", "--device-mem", "--host-mem", "--ranks", "--precision", "--micro-batches",
+    "--hardware", "--device-mem", "--host-mem", "--device-reserve", "--host-reserve", "--ranks", "--precision", "--micro-batches",
     "--loss-scale", "--loss-scale-window",
     "--recompute", "--memory-budget", "--offload", "--zero", "--tp", "--pp", "--lr", "--beta1",
     "--beta2", "--eps", "--weight-decay", "--grad-clip", "--offload-params", "--bucket-mb", "--prefetch",
@@ -410,6 +415,9 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
   eo.hardwareName = o.haveHardware ? o.hardware.name : (o.deviceCapacity > 0 ? "custom" : "none");
   eo.deviceCapacityBytes = o.deviceCapacity;
   eo.hostCapacityBytes = o.hostCapacity;
+  eo.deviceReserveBytes = o.deviceReserve;
+  eo.hostReserveBytes = o.hostReserve;
+  eo.deviceReserveParts = o.deviceReserveParts;
   try {
     rt::Program program = emit::buildProgram(module, eo);
     if (o.haveHardware) { // the step on the profile: time and the collectives hidden behind compute
@@ -457,10 +465,29 @@ CompileOptions parseOptions(const cli::Args &args) {
     o.hardware = loadHardware(args.str("--hardware"));
     o.haveHardware = true;
   }
-  o.deviceCapacity = args.size("--device-mem", o.haveHardware ? o.hardware.deviceMemBytes : 0);
-  o.hostCapacity = args.size("--host-mem", o.haveHardware ? o.hardware.hostMemBytes : 0);
-  if (args.has("--device-mem") && o.deviceCapacity <= 0) throw UserError("option --device-mem: must be positive");
-  if (args.has("--host-mem") && o.hostCapacity <= 0) throw UserError("option --host-mem: must be positive");
+  o.deviceMemory = args.size("--device-mem", o.haveHardware ? o.hardware.deviceMemBytes : 0);
+  o.hostMemory = args.size("--host-mem", o.haveHardware ? o.hardware.hostMemBytes : 0);
+  if (args.has("--device-mem") && o.deviceMemory <= 0) throw UserError("option --device-mem: must be positive");
+  if (args.has("--host-mem") && o.hostMemory <= 0) throw UserError("option --host-mem: must be positive");
+  if (o.haveHardware) o.deviceReserveParts = o.hardware.deviceReserveParts;
+  if (args.has("--device-reserve")) {
+    o.deviceReserveParts = {{"--device-reserve", args.size("--device-reserve", 0)}};
+    if (o.deviceReserveParts[0].second < 0) throw UserError("option --device-reserve: must be >= 0");
+  }
+  for (const auto &[part, b] : o.deviceReserveParts) o.deviceReserve += b;
+  o.hostReserve = args.has("--host-reserve") ? args.size("--host-reserve", 0)
+                  : o.haveHardware           ? o.hardware.hostReserveBytes
+                                             : 0;
+  if (o.hostReserve < 0) throw UserError("option --host-reserve: must be >= 0");
+  auto usable = [](int64_t mem, int64_t reserve, const char *what, const char *memOpt, const char *resOpt) -> int64_t {
+    if (mem <= 0) return 0;
+    if (reserve >= mem)
+      throw UserError(std::string("the ") + what + " reserve (" + humanBytes(reserve) + ") leaves nothing of the " +
+                      humanBytes(mem) + " of " + what + " memory for the plan; lower " + resOpt + " or raise " + memOpt);
+    return mem - reserve;
+  };
+  o.deviceCapacity = usable(o.deviceMemory, o.deviceReserve, "device", "--device-mem", "--device-reserve");
+  o.hostCapacity = usable(o.hostMemory, o.hostReserve, "host", "--host-mem", "--host-reserve");
   o.precision = args.str("--precision", o.precision);
   o.microBatches = args.integer("--micro-batches", o.microBatches);
   if (args.has("--loss-scale")) {
@@ -486,6 +513,10 @@ CompileOptions parseOptions(const cli::Args &args) {
     o.memoryBudget = args.size("--memory-budget", 0);
     if (o.memoryBudget <= 0) throw UserError("option --memory-budget: must be positive");
   }
+  if (o.memoryBudget > 0 && o.recompute != "auto")
+    throw UserError("option --memory-budget: only with --recompute auto (it is the device memory the recompute "
+                    "search must fit; got --recompute " + o.recompute + "); to check a plan against a size, use "
+                    "--device-mem");
   if (o.recompute == "auto" && o.memoryBudget <= 0 && o.deviceCapacity <= 0)
     throw UserError("--recompute auto needs --memory-budget or --hardware/--device-mem");
   o.ranks = args.integer("--ranks", o.haveHardware ? std::max<int64_t>(1, o.hardware.devices) : 1);
@@ -779,17 +810,23 @@ int compileMain(int argc, char **argv, int first) {
        << program.seq << "\n";
     os << "  device arena  " << humanBytes(dev.arenaBytes) << " (lower bound " << humanBytes(dev.lowerBoundBytes)
        << ", ratio " << ratio << ")";
-    if (deviceCap > 0)
+    if (deviceCap > 0) {
       os << ", " << humanBytes(deviceCap) << " available" << (haveHw ? " on " + hw.name : std::string());
+      if (opts.deviceReserve > 0)
+        os << " (" << humanBytes(opts.deviceMemory) << " less a reserve of " << humanBytes(opts.deviceReserve) << ")";
+    }
     os << "\n  at the peak  ";
     for (const auto &u : usage) os << " " << u.role << " " << humanBytes(u.bytes) << ";";
     os << "\n";
     if (const rt::Space *host = program.space("host")) {
       os << "  host arena    " << humanBytes(host->arenaBytes) << " (lower bound " << humanBytes(host->lowerBoundBytes)
          << ")";
-      if (opts.hostCapacity > 0)
+      if (opts.hostCapacity > 0) {
         os << ", " << humanBytes(opts.hostCapacity) << " available"
            << (haveHw && !args.has("--host-mem") ? " on " + hw.name : std::string(" (--host-mem)"));
+        if (opts.hostReserve > 0)
+          os << " (" << humanBytes(opts.hostMemory) << " less a reserve of " << humanBytes(opts.hostReserve) << ")";
+      }
       os << "\n  at the peak  ";
       for (const auto &u : peakUsageByRole(program, "host")) os << " " << u.role << " " << humanBytes(u.bytes) << ";";
       os << "\n";
@@ -806,18 +843,13 @@ int compileMain(int argc, char **argv, int first) {
       os << "\n";
     }
     if (program.estimate.present) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "  estimate      %.1f ms per step on %s (compute %.1f ms)", program.estimate.stepSeconds * 1e3,
-                    hw.name.c_str(), program.estimate.computeSeconds * 1e3);
-      os << buf;
+      os << "  estimate      " << durationStr(program.estimate.stepSeconds) << " per step on " << hw.name
+         << " (compute " << durationStr(program.estimate.computeSeconds) << ")";
       for (const auto &c : program.estimate.collectives) {
-        std::snprintf(buf, sizeof buf, "; %s %.1f ms, %.0f%% hidden", c.op.c_str(), c.seconds * 1e3,
-                      c.seconds > 0 ? 100.0 * c.hiddenSeconds / c.seconds : 100.0);
-        os << buf;
-        if (c.queuedSeconds > 0) {
-          std::snprintf(buf, sizeof buf, ", %.1f ms queued", c.queuedSeconds * 1e3);
-          os << buf;
-        }
+        char buf[64];
+        std::snprintf(buf, sizeof buf, ", %.0f%% hidden", c.seconds > 0 ? 100.0 * c.hiddenSeconds / c.seconds : 100.0);
+        os << "; " << c.op << " " << durationStr(c.seconds) << buf;
+        if (c.queuedSeconds > 0) os << ", " << durationStr(c.queuedSeconds) << " queued";
       }
       os << "\n";
     }

@@ -252,6 +252,9 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   p.hardwareName = options.hardwareName.empty() ? "none" : options.hardwareName;
   p.deviceCapacityBytes = options.deviceCapacityBytes;
   p.hostCapacityBytes = options.hostCapacityBytes;
+  p.deviceReserveBytes = options.deviceReserveBytes;
+  p.hostReserveBytes = options.hostReserveBytes;
+  p.deviceReserveParts = options.deviceReserveParts;
 
   // Instruction indices (get_param is not an instruction).
   llvm::DenseMap<Operation *, int64_t> index;

@@ -172,7 +172,8 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   static const std::set<std::string> known = {
       "name", "description", "devices", "device_memory_bytes", "host_memory_bytes",
       "device_flops", "host_flops", "h2d_bytes_per_s", "d2h_bytes_per_s",
-      "interconnect_bytes_per_s", "device_bytes_per_s", "sources", "notes"};
+      "interconnect_bytes_per_s", "device_bytes_per_s", "device_reserve", "host_reserve_bytes",
+      "sources", "notes"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string &k = it.key();
     if (!known.count(k) && (k.empty() || k[0] != '_')) {
@@ -230,6 +231,45 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   if (p.deviceBytesPerS != 0)
     r.range("device_bytes_per_s", p.deviceBytesPerS, kMinBandwidth, 1e14, " B/s",
             "the device memory's bandwidth, e.g. 900e9 for a V100's HBM2");
+
+  // Reserves: what the plan may not use.
+  if (const json *res = r.get("device_reserve", false)) {
+    if (!res->is_object())
+      r.fail("device_reserve", "expected an object of sizes by part, e.g. {\"cuda_context\": \"512M\", "
+                               "\"workspace\": \"256M\"}, got " + res->dump());
+    for (auto it = res->begin(); it != res->end(); ++it) {
+      const std::string field = "device_reserve." + it.key();
+      double b = -1;
+      if (it->is_string()) {
+        try {
+          b = double(cli::parseSize(it->get<std::string>(), "size"));
+        } catch (const UserError &) {
+          r.fail(field, "expected bytes or a size such as \"512M\", got " + it->dump());
+        }
+      } else if (it->is_number()) {
+        b = it->get<double>();
+      }
+      if (!(b >= 0)) r.fail(field, "expected bytes >= 0 or a size such as \"512M\", got " + it->dump());
+      p.deviceReserveParts.push_back({it.key(), int64_t(b)});
+    }
+  } else {
+    p.deviceReserveParts = defaultDeviceReserve(p.devices);
+  }
+  for (const auto &[part, b] : p.deviceReserveParts) p.deviceReserveBytes += b;
+  if (p.deviceReserveBytes * 2 > p.deviceMemBytes)
+    r.fail("device_reserve", "absurd value " + bytesStr(double(p.deviceReserveBytes)) +
+                                 ": more than half of device_memory_bytes (" + bytesStr(double(p.deviceMemBytes)) +
+                                 "); it is what one device keeps outside the plan, e.g. 1.5 GiB");
+  if (r.get("host_reserve_bytes", false)) {
+    const json &v = j["host_reserve_bytes"];
+    if (v.is_number() && v.get<double>() == 0) p.hostReserveBytes = 0;
+    else p.hostReserveBytes = r.bytes("host_reserve_bytes", false, 0);
+  } else {
+    p.hostReserveBytes = defaultHostReserve(p.hostMemBytes);
+  }
+  if (p.hostReserveBytes * 2 > p.hostMemBytes)
+    r.fail("host_reserve_bytes", "absurd value " + bytesStr(double(p.hostReserveBytes)) +
+                                     ": more than half of host_memory_bytes (" + bytesStr(double(p.hostMemBytes)) + ")");
   return p;
 }
 
@@ -240,6 +280,17 @@ std::string knownList() {
 }
 
 } // namespace
+
+std::vector<std::pair<std::string, int64_t>> defaultDeviceReserve(int64_t devices) {
+  std::vector<std::pair<std::string, int64_t>> parts = {{"cuda_context", int64_t(512) << 20},
+                                                        {"workspace", int64_t(256) << 20}};
+  if (devices > 1) parts.push_back({"nccl", int64_t(704) << 20});
+  return parts;
+}
+
+int64_t defaultHostReserve(int64_t hostMemBytes) {
+  return std::min<int64_t>(int64_t(4) << 30, hostMemBytes / 8);
+}
 
 std::vector<std::string> knownHardwareNames() {
   std::vector<std::string> names;

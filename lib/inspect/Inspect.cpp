@@ -446,12 +446,12 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
         << "*S, " << rank << "*S+S) of each (S = ceil(elements / " << p.dp << "))";
     o << "\n";
     if (p.estimate.present) {
-      o << "estimate (cost model on " << p.hardwareName << "): " << fmt("%.1f", p.estimate.stepSeconds * 1e3)
-        << " ms per step, compute " << fmt("%.1f", p.estimate.computeSeconds * 1e3) << " ms";
+      o << "estimate (cost model on " << p.hardwareName << "): " << durationStr(p.estimate.stepSeconds)
+        << " per step, compute " << durationStr(p.estimate.computeSeconds);
       for (const auto &c : p.estimate.collectives)
-        o << "; " << c.op << " " << fmt("%.1f", c.seconds * 1e3) << " ms, "
+        o << "; " << c.op << " " << durationStr(c.seconds) << ", "
           << fmt("%.0f", c.seconds > 0 ? 100.0 * c.hiddenSeconds / c.seconds : 100.0) << "% hidden behind compute"
-          << (c.queuedSeconds > 0 ? ", " + fmt("%.1f", c.queuedSeconds * 1e3) + " ms queued behind its stream" : "");
+          << (c.queuedSeconds > 0 ? ", " + durationStr(c.queuedSeconds) + " queued behind its stream" : "");
       o << "\n";
     }
     if (p.tp > 1) {
@@ -496,8 +496,19 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   o << "hardware: " << (p.hardwareName.empty() ? std::string("(none)") : p.hardwareName);
   if (p.deviceCapacityBytes || p.hostCapacityBytes)
     o << " (device " << humanBytes(p.deviceCapacityBytes) << ", host "
-      << humanBytes(p.hostCapacityBytes) << ")";
+      << humanBytes(p.hostCapacityBytes) << " for the plan)";
   o << "\n";
+  if (p.deviceReserveBytes > 0 || p.hostReserveBytes > 0) {
+    o << "reserve: device " << humanBytes(p.deviceReserveBytes);
+    if (!p.deviceReserveParts.empty()) {
+      o << " (";
+      for (size_t i = 0; i < p.deviceReserveParts.size(); ++i)
+        o << (i ? ", " : "") << p.deviceReserveParts[i].first << " " << humanBytes(p.deviceReserveParts[i].second);
+      o << ")";
+    }
+    o << ", host " << humanBytes(p.hostReserveBytes)
+      << "; kept out of the plan for what it does not hold (CUDA context, workspaces, NCCL; the OS)\n";
+  }
   o << "optimizer: " << p.optimizer.kind << " lr " << p.optimizer.lr << ", betas "
     << p.optimizer.beta1 << "/" << p.optimizer.beta2 << ", eps " << p.optimizer.eps
     << ", weight decay " << p.optimizer.weightDecay << ", grad clip " << p.optimizer.gradClip
@@ -548,10 +559,14 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       o << "  (arena / lower bound = " << fmt("%.3f", double(sp.arenaBytes) / double(sp.lowerBoundBytes)) << ")";
     o << "\n";
     o << "  capacity     ";
-    if (s.capacity > 0)
+    if (s.capacity > 0) {
       o << lpad(humanBytes(s.capacity), 12) << "  "
         << (s.fits ? "fits" : "DOES NOT FIT") << " ("
-        << fmt("%.1f", 100.0 * double(sp.arenaBytes) / double(s.capacity)) << "% used)\n";
+        << fmt("%.1f", 100.0 * double(sp.arenaBytes) / double(s.capacity)) << "% used)";
+      const int64_t reserve = sp.name == "device" ? p.deviceReserveBytes : sp.name == "host" ? p.hostReserveBytes : 0;
+      if (reserve > 0) o << "; the memory less a reserve of " << humanBytes(reserve);
+      o << "\n";
+    }
     else
       o << lpad("unknown", 12) << "  (no capacity recorded)\n";
     o << "  by role:\n";
@@ -695,7 +710,14 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
                  {"micro_batches", p.microBatches}, {"ranks", p.ranks}};
   j["hardware"] = {{"name", p.hardwareName},
                    {"device_capacity_bytes", p.deviceCapacityBytes},
-                   {"host_capacity_bytes", p.hostCapacityBytes}};
+                   {"host_capacity_bytes", p.hostCapacityBytes},
+                   {"device_reserve_bytes", p.deviceReserveBytes},
+                   {"host_reserve_bytes", p.hostReserveBytes}};
+  if (!p.deviceReserveParts.empty()) {
+    json parts = json::object();
+    for (const auto &[name, b] : p.deviceReserveParts) parts[name] = b;
+    j["hardware"]["device_reserve"] = parts;
+  }
   json phases = json::array();
   for (const auto &ph : inferPhases(p))
     phases.push_back({{"name", ph.name}, {"begin", ph.begin}, {"end", ph.end}});

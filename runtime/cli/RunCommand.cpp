@@ -43,8 +43,11 @@ const char *kRunUsage =
     "  --data FILE         token file (nanoGPT raw uint16 or llm.c); default: synthetic data\n"
     "  --synthetic         synthetic data: a random Markov chain over the vocabulary, from the seed\n"
     "  --seed S            initialisation and synthetic-data seed (default 1337)\n"
-    "  --log FILE.jsonl    one JSON object per step: step, loss, tokens_per_s, elapsed_s, peak_bytes\n"
-    "                      (per memory space), and loss_scale, skipped with fp16 loss scaling\n"
+    "  --log FILE.jsonl    one JSON object per step: step, loss, tokens_per_s, elapsed_s,\n"
+    "                      peak_bytes (measured per memory space: the arena bytes the process\n"
+    "                      touched, or the GPU memory in use), planned_bytes (the arenas),\n"
+    "                      rss_peak_bytes (the process's peak resident memory), and loss_scale,\n"
+    "                      skipped with fp16 loss scaling\n"
     "  --save-weights FILE safetensors of every weight (fp32 masters when there are) after the last step\n"
     "  --load-weights FILE start from these weights (safetensors, Hugging Face GPT-2 names)\n"
     "  --dump-grads FILE   the last step's parameter gradients (f32, unscaled) as safetensors\n"
@@ -359,8 +362,8 @@ int runBody(int argc, char **argv, int first) {
   // the tensor-parallel ranks of a group read the same chunk).
   const int64_t DP = R / std::max<int64_t>(1, tpSize);
   std::vector<int32_t> tokens(size_t(K * DP * bt)), targets(size_t(K * DP * bt));
-  nlohmann::ordered_json peak = nlohmann::ordered_json::object();
-  for (const auto &[name, bytes] : arenas) peak[name] = bytes;
+  nlohmann::ordered_json planned = nlohmann::ordered_json::object();
+  for (const auto &[name, bytes] : arenas) planned[name] = bytes;
   using clock = std::chrono::steady_clock;
   const auto began = clock::now();
   float loss = 0.f;
@@ -397,7 +400,7 @@ int runBody(int argc, char **argv, int first) {
         extra = buf;
       }
       std::string mem;
-      for (const auto &[name, bytes] : arenas) mem += (mem.empty() ? " | " : ", ") + name + " " + humanBytes(bytes);
+      for (const auto &[name, bytes] : ex.measuredBytes()) mem += (mem.empty() ? " | " : ", ") + name + " " + humanBytes(bytes);
       std::fprintf(stderr, "step %lld/%lld | loss %.4f%s | %.1f ms | %.0f tok/s%s\n", (long long)s,
                    (long long)steps, double(loss), extra.c_str(), dt * 1e3, tps, mem.c_str());
     }
@@ -407,7 +410,13 @@ int runBody(int argc, char **argv, int first) {
       j["loss"] = roundTrip(loss);
       j["tokens_per_s"] = std::round(tps * 10) / 10;
       j["elapsed_s"] = std::round(elapsed * 1e6) / 1e6;
+      // Measured next to the plan: per space what the process touched of its arena (CPU) or the
+      // GPU memory in use (CUDA), the largest over the ranks; and the process's peak resident set.
+      nlohmann::ordered_json peak = nlohmann::ordered_json::object();
+      for (const auto &[name, bytes] : ex.measuredBytes()) peak[name] = bytes;
       j["peak_bytes"] = peak;
+      j["planned_bytes"] = planned;
+      j["rss_peak_bytes"] = processPeakResidentBytes();
       if (scaling) {
         j["loss_scale"] = roundTrip(ex.lastLossScale());
         j["skipped"] = ex.lastSkipped();

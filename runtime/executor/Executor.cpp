@@ -20,6 +20,8 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <omp.h>
@@ -180,15 +182,21 @@ Executor::Executor(Program program, uint64_t seed, RankContext rank) : prog_(std
   }
   for (size_t i = 0; i < prog_.spaces.size(); ++i) {
     const Space &s = prog_.spaces[i];
+    // Mapped, not touched: the kernel gives zero pages as they are first written, so the resident
+    // pages are what the steps used (measuredBytes). No transparent huge pages: a 2 MiB page would
+    // count 2 MiB for one byte written.
     size_t bytes = size_t((std::max<int64_t>(s.arenaBytes, 1) + kAlignment - 1) / kAlignment * kAlignment);
-    void *p = std::aligned_alloc(size_t(kAlignment), bytes);
-    if (!p) {
-      for (void *a : arenas_) std::free(a);
+    void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      freeArenas();
       throw UserError("cannot allocate the '" + s.name + "' arena of " + std::to_string(s.arenaBytes) + " bytes (" +
                       human(s.arenaBytes) + ")");
     }
-    std::memset(p, 0, bytes);
+#ifdef MADV_NOHUGEPAGE
+    ::madvise(p, bytes, MADV_NOHUGEPAGE);
+#endif
     arenas_.push_back(p);
+    arenaMapped_.push_back(bytes);
     arenaIndex_[s.name] = int64_t(i);
   }
   ptrs_.resize(prog_.buffers.size());
@@ -197,7 +205,7 @@ Executor::Executor(Program program, uint64_t seed, RankContext rank) : prog_(std
   try {
     prepare();
   } catch (...) {
-    for (void *a : arenas_) std::free(a);
+    freeArenas();
     for (void *a : staging_) std::free(a);
     throw;
   }
@@ -238,8 +246,35 @@ Executor::~Executor() {
     streams_->ctlCv.notify_all();
     for (auto &t : streams_->threads) t.join();
   }
-  for (void *a : arenas_) std::free(a);
+  freeArenas();
   for (void *a : staging_) std::free(a);
+}
+
+void Executor::freeArenas() {
+  for (size_t i = 0; i < arenas_.size(); ++i) ::munmap(arenas_[i], arenaMapped_[i]);
+  arenas_.clear(), arenaMapped_.clear();
+}
+
+std::map<std::string, int64_t> Executor::measuredBytes() const {
+  std::map<std::string, int64_t> out;
+  const long page = sysconf(_SC_PAGESIZE);
+  for (const auto &[name, i] : arenaIndex_) {
+    const Space &s = prog_.spaces[size_t(i)];
+    const size_t bytes = arenaMapped_[size_t(i)], pages = (bytes + size_t(page) - 1) / size_t(page);
+    std::vector<unsigned char> resident(pages);
+    int64_t touched = 0;
+    if (::mincore(arenas_[size_t(i)], bytes, resident.data()) == 0)
+      for (size_t k = 0; k < pages; ++k)
+        if (resident[k] & 1) touched += std::min<int64_t>(page, int64_t(bytes - k * size_t(page)));
+    out[name] = std::min<int64_t>(touched, s.arenaBytes);
+  }
+  return out;
+}
+
+int64_t processPeakResidentBytes() {
+  struct rusage ru {};
+  if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return int64_t(ru.ru_maxrss) * 1024; // Linux: kilobytes
 }
 
 std::vector<float> Executor::readF32(int64_t bufferId) const {

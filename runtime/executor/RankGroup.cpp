@@ -129,6 +129,13 @@ void RankGroup::abortAll(const std::string &why) {
   if (first && onAbort_) onAbort_();
 }
 
+std::map<std::string, int64_t> RankGroup::measuredBytes() const {
+  std::map<std::string, int64_t> out;
+  for (const auto &e : engines_)
+    for (const auto &[space, b] : e->measuredBytes()) out[space] = std::max(out[space], b);
+  return out;
+}
+
 std::string RankGroup::deviceInfo() const {
   std::string d = engines_[0]->deviceInfo();
   std::string r = std::to_string(comm_->size()) + " ranks (" + std::to_string(comm_->localSize()) +

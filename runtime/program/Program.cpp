@@ -294,6 +294,13 @@ Program fromJson(const json &root, const std::string &path) {
     p.hardwareName = r.stringOr(h, "name", "hardware", "");
     p.deviceCapacityBytes = r.integerOr(h, "device_capacity_bytes", "hardware", 0);
     p.hostCapacityBytes = r.integerOr(h, "host_capacity_bytes", "hardware", 0);
+    p.deviceReserveBytes = r.integerOr(h, "device_reserve_bytes", "hardware", 0);
+    p.hostReserveBytes = r.integerOr(h, "host_reserve_bytes", "hardware", 0);
+    if (h.contains("device_reserve")) {
+      const json &parts = r.object(h, "device_reserve", "hardware");
+      for (auto it = parts.begin(); it != parts.end(); ++it)
+        p.deviceReserveParts.push_back({it.key(), r.integerOr(parts, it.key().c_str(), "hardware.device_reserve", 0)});
+    }
   }
 
   const json &spaces = r.array(root, "spaces", "payload");
@@ -1281,7 +1288,14 @@ std::string serializeProgram(const Program &p) {
                        {"grad_clip", p.optimizer.gradClip}};
   root["hardware"] = {{"name", p.hardwareName},
                       {"device_capacity_bytes", p.deviceCapacityBytes},
-                      {"host_capacity_bytes", p.hostCapacityBytes}};
+                      {"host_capacity_bytes", p.hostCapacityBytes},
+                      {"device_reserve_bytes", p.deviceReserveBytes},
+                      {"host_reserve_bytes", p.hostReserveBytes}};
+  if (!p.deviceReserveParts.empty()) {
+    json parts = json::object();
+    for (const auto &[name, b] : p.deviceReserveParts) parts[name] = b;
+    root["hardware"]["device_reserve"] = parts;
+  }
   json spaces = json::array();
   for (const auto &s : p.spaces)
     spaces.push_back({{"name", s.name},

@@ -13,13 +13,13 @@
 // block 0 (@w0) and block 1 (@w1), the LM head. bigc-shard makes the step
 // one of 4 data-parallel ranks; each check names where a collective lands.
 
-// zero 0: each gradient is averaged over the ranks on the comm stream right
+// zero 0: each gradient is summed over the ranks (its seed divided by them) on the comm stream right
 // after the backward makes it; its update waits for it a layer later (the
 // all-reduce of block 1 overlaps the backward of block 0).
 // DP:       module attributes {bigc.mesh = {dp = 4 : i64, pp = 1 : i64, tp = 1 : i64}, bigc.zero = 0 : i64}
 // DP:       bigc.param @w0 : tensor<4x4xf32>
 // DP:       %[[DW1:.*]] = bigc.matmul {{.*}}bigc.layer = 1 : i64, bigc.phase = "backward", transpose_a}
-// DP-NEXT:  %[[R1:.*]] = bigc.all_reduce %[[DW1]] {bigc.event = 0 : i64, {{.*}}bigc.stream = "comm", group = "dp", reduce = "mean"} : (tensor<4x4xf32>) -> tensor<4x4xf32>
+// DP-NEXT:  %[[R1:.*]] = bigc.all_reduce %[[DW1]] {bigc.event = 0 : i64, {{.*}}bigc.stream = "comm", group = "dp", reduce = "sum"} : (tensor<4x4xf32>) -> tensor<4x4xf32>
 // DP-NEXT:  bigc.gelu_grad {{.*}}bigc.layer = 0 : i64, bigc.phase = "backward"}
 // DP:       bigc.wait {bigc.phase = "optimizer", events = array<i64: 0>}
 // DP-NEXT:  bigc.adamw %[[R1]] {{.*}}param = @w1
@@ -33,7 +33,7 @@
 // Z1-NEXT:  bigc.param @w0.half.shard : tensor<4xf32> {bigc.full_shape = array<i64: 4, 4>, init = "copy", source = "w0"}
 // Z1-NEXT:  bigc.param @w0.exp_avg : tensor<4xf32> {bigc.full_shape = array<i64: 4, 4>, init = "zeros", role = "optimizer"}
 // Z1:       bigc.embedding_grad
-// Z1:       %[[RS:.*]]:3 = bigc.reduce_scatter {{.*}}group = "dp", reduce = "mean"} : (tensor<8x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> (tensor<8xf32>, tensor<4xf32>, tensor<4xf32>)
+// Z1:       %[[RS:.*]]:3 = bigc.reduce_scatter {{.*}}group = "dp", reduce = "sum"} : (tensor<8x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> (tensor<8xf32>, tensor<4xf32>, tensor<4xf32>)
 // Z1:       bigc.adamw %[[RS]]#1 {{.*}}half = @w0.half.shard{{.*}}param = @w0,
 // Z1-NEXT:  bigc.param_all_gather {bigc.phase = "optimizer", from = @w0.half.shard, group = "dp", to = @w0.half}
 

@@ -71,7 +71,7 @@ module {
 // LOW-NOT: bigc.tp_all_reduce
 // LOW: bigc.all_reduce %{{.*}}group = "tp", reduce = "sum"
 // LOW: bigc.all_reduce %{{.*}}group = "tp", reduce = "sum"
-// LOW: bigc.reduce_scatter %{{.*}}group = "dp", reduce = "mean"
+// LOW: bigc.reduce_scatter %{{.*}}group = "dp", reduce = "sum"
 
 // Sequence parallelism, scheduled: the tensor-axis collectives run on their own stream (comm_tp),
 // never behind a data-parallel one. The backward does not keep the whole-sequence input of the
@@ -92,7 +92,7 @@ module {
 // SCHED-NEXT: bigc.transpose %[[RG]]
 // SCHED: bigc.matmul %{{.*}} {bigc.phase = "backward", transpose_a}
 // SCHED-NEXT: bigc.wait {bigc.phase = "backward", events = array<i64: [[E2]]>}
-// SCHED: bigc.reduce_scatter {{.*}}bigc.stream = "comm", group = "dp", reduce = "mean"
+// SCHED: bigc.reduce_scatter {{.*}}bigc.stream = "comm", group = "dp", reduce = "sum"
 
 // One data-parallel rank (each update right after its gradient): the all-reduce of a
 // column-parallel matmul's input gradient is issued right after the matmul that makes it, so that

@@ -1,5 +1,6 @@
 // The executor on a hand-built tiny model, initialisation, grad capture, and `bigc run` end to end.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -218,6 +219,23 @@ TEST(RuntimeExecutor, ReshapeInPlaceAndCopy) {
     EXPECT_EQ(la, lb);
   }
   EXPECT_LT(eb.arenaBytes().at("device"), ea.arenaBytes().at("device"));
+}
+
+// The memory the executor reports is measured (the arena pages the steps touched), not the plan
+// copied: an arena planned 8 MiB larger than anything placed in it shows the untouched pages, and
+// the pages the buffers use are all counted.
+TEST(RuntimeExecutor, MeasuredBytesAreTheTouchedPagesOfTheArena) {
+  Program p = TM::build(0.05);
+  const int64_t used = p.spaces[0].arenaBytes;
+  p.spaces[0].arenaBytes = used + (int64_t(8) << 20);
+  Executor ex(p, 7);
+  Batch b = fixedBatch();
+  ex.step(b.tokens.data(), b.targets.data());
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const int64_t touched = ex.measuredBytes().at("device");
+  EXPECT_GE(touched, used / page * page) << "every page a buffer lives in was written";
+  EXPECT_LE(touched, (used + page - 1) / page * page + page) << "the untouched 8 MiB are not counted";
+  EXPECT_LT(touched, p.spaces[0].arenaBytes);
 }
 
 TEST(RuntimeExecutor, RefusesArenaLargerThanMemory) {

@@ -31,7 +31,12 @@ struct CompileOptions {
   // Capacity
   bool haveHardware = false;
   HardwareProfile hardware;
-  int64_t deviceCapacity = 0, hostCapacity = 0; // 0: unknown
+  // Memory per device and of the host (--device-mem / --host-mem, else the profile's), the
+  // reserves kept out of them (--device-reserve / --host-reserve, else the profile's; 0 without a
+  // profile) and what the plan may use: memory - reserve (0: unknown).
+  int64_t deviceMemory = 0, hostMemory = 0, deviceReserve = 0, hostReserve = 0;
+  std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
+  int64_t deviceCapacity = 0, hostCapacity = 0;
   // Techniques
   std::string precision = "fp32";  // fp32 | bf16 | fp16
   double lossScaleInit = 65536.0;  // fp16 dynamic loss scaling: initial scale

@@ -25,6 +25,9 @@ struct EmitOptions {
   std::string hardwareName;           // "" -> "none"
   int64_t deviceCapacityBytes = 0;    // 0: unknown
   int64_t hostCapacityBytes = 0;
+  // What the capacities leave out of the memory (recorded for bigc inspect and the runtime).
+  int64_t deviceReserveBytes = 0, hostReserveBytes = 0;
+  std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
 };
 
 // The module is not what the emitter expects (not planned, an op with no runtime instruction,

@@ -50,8 +50,15 @@ public:
   virtual void readBytes(int64_t bufferId, void *dst) const = 0;
   virtual void writeBytes(int64_t bufferId, const void *src) = 0;
 
-  // Arena size per space name.
+  // Arena size per space name (the plan).
   std::map<std::string, int64_t> arenaBytes() const;
+  // Memory measured per space name, next to the plan: on the CPU backend the bytes of each arena
+  // the process has touched (its resident pages, counted with mincore; the arenas are mapped
+  // untouched, so this is the high-water mark of what the steps wrote), the largest over the
+  // ranks of a group; on the CUDA backend, for "device", the GPU memory in use while the program
+  // holds its arenas (cudaMemGetInfo: context, libraries, arena and workspace), and for "host"
+  // the pinned arena.
+  virtual std::map<std::string, int64_t> measuredBytes() const = 0;
   // The streams the program uses, compute first.
   std::vector<std::string> streams() const;
 
@@ -94,6 +101,9 @@ public:
 // `cudaDeviceVisible(&why)`: a GPU can be used now (else `why` says what is missing).
 // `makeCudaEngine` throws UserError when there is no usable GPU, the arenas do not fit its
 // memory, or the program uses what the CUDA backend cannot run.
+// The most memory this process has held resident so far (getrusage's ru_maxrss), in bytes.
+int64_t processPeakResidentBytes();
+
 bool cudaBackendCompiled();
 bool cudaDeviceVisible(std::string *why);
 std::unique_ptr<Engine> makeCudaEngine(Program program, uint64_t seed);

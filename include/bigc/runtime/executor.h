@@ -87,6 +87,7 @@ public:
   void writeF32(int64_t bufferId, const float *values) override;
   // fp32 staging bytes per stream (allocated at construction, outside the arenas).
   std::map<std::string, int64_t> stagingBytes() const;
+  std::map<std::string, int64_t> measuredBytes() const override;
 
   // Grad capture: after enableGradCapture(), each step copies the grad operand of every adamw
   // instruction (as it is when adamw runs, as f32, divided by the loss scale when the adamw
@@ -116,8 +117,11 @@ private:
   void waitFor(const Op &op, int64_t dep);
   [[noreturn]] void runtimeError(const Op &op, const std::string &msg) const;
 
+  void freeArenas();
+
   Program prog_;
   std::vector<void *> arenas_;
+  std::vector<size_t> arenaMapped_; // bytes mapped per arena
   std::map<std::string, int64_t> arenaIndex_;
   std::vector<void *> ptrs_;
   std::vector<Op> ops_;

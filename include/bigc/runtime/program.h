@@ -140,7 +140,11 @@ struct Program {
   std::string precision = "fp32";
   Optimizer optimizer;
   std::string hardwareName;
+  // What the plan may use per device and of the host (the memory less the reserves), and the
+  // reserves kept for what is not in the plan (CUDA context, workspaces, NCCL; the OS).
   int64_t deviceCapacityBytes = 0, hostCapacityBytes = 0;
+  int64_t deviceReserveBytes = 0, hostReserveBytes = 0;
+  std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
   std::vector<Space> spaces;
   std::vector<Buffer> buffers;
   std::vector<int64_t> tokenInputs, targetInputs; // one per micro-batch

@@ -1,5 +1,5 @@
 // Numbers for people: byte counts in powers of 1024 with two decimals ("4.09 MiB", "512 B") and
-// integers with thousands separators ("120,576"). Header-only; no MLIR.
+// integers with thousands separators ("120,576"), durations with their unit. Header-only; no MLIR.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,22 @@ inline std::string withCommas(int64_t n) {
   }
   if (neg) out.push_back('-');
   return std::string(out.rbegin(), out.rend());
+}
+
+// A duration with the unit that shows it with three significant digits: "2.51 s", "143 ms",
+// "61.2 us", "850 ns" (never "0.0 ms" for a step that takes microseconds).
+inline std::string durationStr(double seconds) {
+  const double a = seconds < 0 ? -seconds : seconds;
+  const char *unit = "s";
+  double v = seconds;
+  if (a == 0) return "0 s";
+  if (a < 1e-6) v = seconds * 1e9, unit = "ns";
+  else if (a < 1e-3) v = seconds * 1e6, unit = "us";
+  else if (a < 1) v = seconds * 1e3, unit = "ms";
+  char buf[48];
+  const double av = v < 0 ? -v : v;
+  std::snprintf(buf, sizeof buf, av >= 100 ? "%.0f %s" : av >= 10 ? "%.1f %s" : "%.2f %s", v, unit);
+  return buf;
 }
 
 } // namespace bigc

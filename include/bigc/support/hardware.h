@@ -11,7 +11,12 @@ struct HardwareProfile {
   std::string name;
   std::string description;
   int64_t devices = 1;           // devices (ranks) per machine
-  int64_t deviceMemBytes = 0;    // per device
+  int64_t deviceMemBytes = 0;    // per device: what the device offers (nvidia-smi's total)
+  // Kept back from each device's memory for what is not in the plan (CUDA context and libraries,
+  // cuBLASLt and kernel workspaces, NCCL buffers), by part; the plan must fit the rest.
+  std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
+  int64_t deviceReserveBytes = 0; // their sum
+  int64_t hostReserveBytes = 0;   // kept back from the host memory (the OS, the process itself)
   int64_t hostMemBytes = 0;      // per machine, shared by its devices
   double deviceFlops = 0;        // peak dense FLOP/s per device for the training precision
   double hostFlops = 0;          // FLOP/s of the host (CPU Adam etc.)
@@ -26,6 +31,11 @@ struct HardwareProfile {
 // source tree's hardware/) or a path to a .json file. Throws rt::UserError naming the file and
 // field, or listing the known profile names when the name is unknown.
 HardwareProfile loadHardware(const std::string &nameOrFile);
+// The reserve of a profile without `device_reserve`: CUDA context and libraries 512 MiB, workspaces
+// 256 MiB, and with several devices NCCL's buffers 704 MiB (hardware/README.md gives the sources).
+std::vector<std::pair<std::string, int64_t>> defaultDeviceReserve(int64_t devices);
+// Without `host_reserve_bytes`: 4 GiB, at most an eighth of the host memory.
+int64_t defaultHostReserve(int64_t hostMemBytes);
 std::vector<std::string> knownHardwareNames();
 
 } // namespace bigc

@@ -209,6 +209,7 @@ public:
   void enableGradCapture() override;
   const std::map<std::string, std::vector<float>> &capturedGrads() const override { return grads_; }
   std::string deviceInfo() const override { return info_; }
+  std::map<std::string, int64_t> measuredBytes() const override;
   void enableProfiling() override;
   void enableNumericsCheck() override { checkNumerics_ = true; }
   void resetProfile() override { opSeconds_.assign(ops_.size(), 0.0), profiled_ = 0; }
@@ -304,6 +305,7 @@ private:
   cublasLtHandle_t lt_ = nullptr;
   void *workspace_ = nullptr;
   int64_t workspaceBytes_ = 0;
+  int64_t usedBeforeArenas_ = 0; // GPU memory in use once the context exists, before the arenas
   std::vector<int64_t> ltOffset_, ltBytes_, scratchOffset_, stageOffset_;
   int *err_ = nullptr;   // device: [0] instruction + 1, [1] position, [2] id
   int *flags_ = nullptr; // device: one int per check_finite
@@ -380,7 +382,9 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
 
     prepare(); // decides the workspace size
     size_t freeB = 0, totalB = 0;
+    BIGC_CK(cudaFree(nullptr)); // the context exists from here
     BIGC_CK(cudaMemGetInfo(&freeB, &totalB));
+    usedBeforeArenas_ = int64_t(totalB) - int64_t(freeB);
     if (deviceArena + workspaceBytes_ > int64_t(freeB)) { // without the GEMM staging (slower, smaller)
       allowStaging_ = false;
       prepare();
@@ -468,10 +472,20 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
     for (Op &op : ops_)
       if (op.record) BIGC_CK(cudaEventCreateWithFlags(&events_[op.index], cudaEventDisableTiming));
 
-    char buf[512];
-    std::snprintf(buf, sizeof buf, "GPU %d: %s (%s), workspace %s", device_, props.name,
-                  human(int64_t(props.totalGlobalMem)).c_str(), human(workspaceBytes_).c_str());
+    // What this process holds outside the plan: the context and libraries (in use before the
+    // arenas, on a GPU nothing else uses), the workspace and padded collective buffers; the
+    // compiler kept `device_reserve_bytes` of the GPU for it.
+    size_t freeNow = 0, totalNow = 0;
+    BIGC_CK(cudaMemGetInfo(&freeNow, &totalNow));
+    const int64_t outside = int64_t(totalNow) - int64_t(freeNow) - deviceArena;
+    char buf[768];
+    std::snprintf(buf, sizeof buf, "GPU %d: %s (%s), in use outside the plan %s (before the arenas %s, workspace %s)",
+                  device_, props.name, human(int64_t(props.totalGlobalMem)).c_str(), human(outside).c_str(),
+                  human(usedBeforeArenas_).c_str(), human(workspaceBytes_ + padBytes_).c_str());
     info_ = buf;
+    if (prog_.deviceReserveBytes > 0 && outside > prog_.deviceReserveBytes)
+      info_ += "; note: more than the " + human(prog_.deviceReserveBytes) +
+               " the plan reserved (raise device_reserve in the hardware profile)";
     if (rank_.initialize) initialize(seed);
   } catch (...) {
     release();
@@ -501,6 +515,16 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
         if (--pending_ == 0) doneCv_.notify_all();
       }
     });
+}
+
+std::map<std::string, int64_t> CudaEngine::measuredBytes() const {
+  std::map<std::string, int64_t> out;
+  size_t freeB = 0, totalB = 0;
+  BIGC_CK(cudaSetDevice(device_));
+  BIGC_CK(cudaMemGetInfo(&freeB, &totalB));
+  for (const auto &s : prog_.spaces)
+    out[s.name] = s.name == "device" ? int64_t(totalB) - int64_t(freeB) : s.arenaBytes; // host: pinned, resident
+  return out;
 }
 
 CudaEngine::~CudaEngine() {
