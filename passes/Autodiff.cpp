@@ -190,12 +190,13 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module,
         RankedTensorType::get(pt.getShape(), Float32Type::get(ctx));
     mb.setInsertionPointAfter(p);
     const Location ploc = p.getLoc(); // (a structured binding cannot be captured before C++20)
+    ParamOp param = p;
     auto declare = [&](StringRef name) {
       auto state = mb.create<ParamOp>(ploc, mb.getStringAttr(name),
                                       TypeAttr::get(stateType),
                                       mb.getStringAttr("zeros"), FloatAttr(),
                                       mb.getStringAttr("optimizer"));
-      copyTpSplit(p, state);
+      copyTpSplit(param, state);
       return state;
     };
     ParamOp mOp = declare(m);

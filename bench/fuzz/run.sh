@@ -9,6 +9,9 @@
 #
 #   bash bench/fuzz/run.sh                 # all four targets, 60 s each
 #   SECONDS_PER=600 TARGETS="mlir" bash bench/fuzz/run.sh
+#   MINIMIZE=1 bash bench/fuzz/run.sh       # then write the minimised corpus (libFuzzer's -merge=1,
+#                                           # cmin) back into test/fuzz/corpus/<target>
+# Inputs larger than MAX_LEN bytes (default 65536) are not generated.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SECONDS_PER=${SECONDS_PER:-60}
@@ -27,7 +30,7 @@ echo "== building the fuzz targets (clang-14, ASan + UBSan) in $BUILD" >&2
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" -DBIGC_FUZZ=ON -DBIGC_ENABLE_CUDA=OFF \
-  -DMLIR_DIR="$(llvm-config-19 --prefix)/lib/cmake/mlir" > "$BUILD/configure.log" 2>&1 \
+  > "$BUILD/configure.log" 2>&1 \
   || { tail -30 "$BUILD/configure.log"; exit 1; }
 list=""
 for t in $TARGETS; do list="$list fuzz_$t"; done
@@ -49,14 +52,24 @@ for t in $TARGETS; do
   cp -r "$ROOT/test/fuzz/regressions/$t/." "$corpus/" 2>/dev/null || true
   rm -f "$corpus/README.md"
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 "$BUILD/bin/fuzz_$t" "$corpus" \
-    -max_total_time="$SECONDS_PER" -max_len=65536 -rss_limit_mb=4096 -timeout=20 \
+    -max_total_time="$SECONDS_PER" -max_len="${MAX_LEN:-65536}" -rss_limit_mb=4096 -timeout=20 \
     -artifact_prefix="$OUT/crashes/$t/" -print_final_stats=1 > "$OUT/$t.log" 2>&1 || true
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$OUT/$t.log" | grep -o '[0-9]*$' || echo 0)
   rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$OUT/$t.log" | grep -o '[0-9]*$' || echo 0)
   cov=$(grep -o 'cov: [0-9]*' "$OUT/$t.log" | tail -1 | grep -o '[0-9]*' || echo 0)
   ncorp=$(ls "$corpus" | wc -l)
   crashes=$(ls "$OUT/crashes/$t" | wc -l)
-  echo "| $t | $what | $SECONDS_PER | $execs | $rate | $cov | $ncorp | $crashes |"
+  kept=""
+  if [ "${MINIMIZE:-0}" = 1 ] && [ "$crashes" = 0 ]; then
+    # cmin: the smallest subset of the grown corpus with the same coverage replaces the committed one.
+    min="$OUT/min-$t"
+    rm -rf "$min" && mkdir -p "$min"
+    "$BUILD/bin/fuzz_$t" -merge=1 "$min" "$corpus" > "$OUT/$t.merge.log" 2>&1
+    find "$ROOT/test/fuzz/corpus/$t" -type f ! -name README.md -delete
+    for f in "$min"/*; do cp "$f" "$ROOT/test/fuzz/corpus/$t/"; done
+    kept=" (minimised: $(ls "$min" | wc -l) kept in test/fuzz/corpus/$t)"
+  fi
+  echo "| $t | $what | $SECONDS_PER | $execs | $rate | $cov | $ncorp$kept | $crashes |"
   if [ "$crashes" != 0 ]; then
     grep -E 'ERROR|SUMMARY|runtime error' "$OUT/$t.log" | head -5 >&2
   fi
