@@ -10,6 +10,7 @@
 #include "bigc/Dialect/BigcOps.h"
 
 #include "mlir/IR/Builders.h"
+#include <cmath>
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
@@ -367,8 +368,125 @@ LogicalResult MatmulOp::verify() {
 LogicalResult AddOp::verify() { return success(); }
 LogicalResult MulOp::verify() { return success(); }
 LogicalResult ScaleOp::verify() { return success(); }
-LogicalResult GeluOp::verify() { return success(); }
-LogicalResult GeluGradOp::verify() { return success(); }
+static LogicalResult verifyApproximate(Operation *op, StringRef a) {
+  if (a != "tanh" && a != "none")
+    return op->emitOpError("approximate must be \"tanh\" or \"none\", got \"") << a << "\"";
+  return success();
+}
+LogicalResult GeluOp::verify() { return verifyApproximate(*this, getApproximate()); }
+LogicalResult GeluGradOp::verify() { return verifyApproximate(*this, getApproximate()); }
+LogicalResult SiluOp::verify() { return success(); }
+LogicalResult SiluGradOp::verify() { return success(); }
+LogicalResult SwigluOp::verify() { return success(); }
+LogicalResult SwigluGradOp::verify() { return success(); }
+
+LogicalResult RmsNormOp::verify() {
+  auto x = shapeOf(getX());
+  if (x.empty())
+    return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(*this, {getX(), getW(), getY()})) ||
+      failed(expectF32(*this, "result rstd", getRstd())))
+    return failure();
+  if (failed(expectShape(*this, "weight", getW(), {x.back()})) ||
+      failed(expectShape(*this, "result y", getY(), x)) ||
+      failed(expectShape(*this, "result rstd", getRstd(), x.drop_back())))
+    return failure();
+  if (!(getEps().convertToDouble() > 0.0))
+    return emitOpError("eps must be positive");
+  return success();
+}
+
+LogicalResult RmsNormGradOp::verify() {
+  auto x = shapeOf(getX());
+  if (x.empty())
+    return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(*this, {getDy(), getX(), getW(), getDx(), getDw()})) ||
+      failed(expectF32(*this, "rstd", getRstd())))
+    return failure();
+  if (failed(expectShape(*this, "dy", getDy(), x)) ||
+      failed(expectShape(*this, "weight", getW(), {x.back()})) ||
+      failed(expectShape(*this, "rstd", getRstd(), x.drop_back())) ||
+      failed(expectShape(*this, "result dx", getDx(), x)) ||
+      failed(expectShape(*this, "result dw", getDw(), {x.back()})))
+    return failure();
+  return success();
+}
+
+LogicalResult RopeOp::verify() {
+  auto x = shapeOf(getX());
+  const int64_t d = getHeadDim();
+  if (x.size() != 3)
+    return emitOpError("input must have rank 3 [B,T,H*D], got ") << str(x);
+  if (d <= 0 || d % 2 != 0 || d > 1024)
+    return emitOpError("head_dim must be positive, even and at most 1024, got ") << d;
+  if (x[2] % d != 0)
+    return emitOpError("the last dimension (") << x[2] << ") must be a multiple of head_dim = " << d;
+  if ((int64_t)getInvFreq().size() != d / 2)
+    return emitOpError("inv_freq must have head_dim / 2 = ")
+           << d / 2 << " values, got " << getInvFreq().size();
+  for (double f : getInvFreq())
+    if (!std::isfinite(f))
+      return emitOpError("inv_freq must be finite");
+  if (!std::isfinite(getAttentionScaling().convertToDouble()))
+    return emitOpError("attention_scaling must be finite");
+  return success();
+}
+
+/// q [B,T,H*D], k and v [B,T,Hkv*D]: checks the shapes and heads; returns D.
+static FailureOr<int64_t> verifyGqa(Operation *op, Value q, Value k, Value v, int64_t heads, int64_t kvHeads,
+                                    int64_t window, double scale, bool tpHeads) {
+  auto qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
+  if (qs.size() != 3)
+    return op->emitOpError("q must have rank 3 [B,T,H*D], got ") << str(qs);
+  if (heads <= 0 || kvHeads <= 0)
+    return op->emitOpError("heads and kv_heads must be positive, got ") << heads << " and " << kvHeads;
+  if (!tpHeads && heads % kvHeads != 0)
+    return op->emitOpError("kv_heads = ") << kvHeads << " must divide heads = " << heads;
+  if (qs[2] % heads != 0)
+    return op->emitOpError("the last dimension of q (") << qs[2] << ") must be divisible by heads = " << heads;
+  const int64_t d = qs[2] / heads;
+  if (failed(expectShape(op, "k", k, {qs[0], qs[1], kvHeads * d})) ||
+      failed(expectShape(op, "v", v, {qs[0], qs[1], kvHeads * d})))
+    return failure();
+  if (window < 0)
+    return op->emitOpError("window must be >= 0 (0: none), got ") << window;
+  if (!(scale >= 0.0) || !std::isfinite(scale))
+    return op->emitOpError("scale must be >= 0 (0: 1/sqrt(head dim)), got ") << scale;
+  (void)vs;
+  return d;
+}
+
+LogicalResult GqaAttentionOp::verify() {
+  FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
+                                   getScale().convertToDouble(), getTpHeads());
+  if (failed(d))
+    return failure();
+  auto qs = shapeOf(getQ());
+  if (failed(sameElementTypes(*this, {getQ(), getK(), getV(), getOut()})) ||
+      failed(expectF32(*this, "result lse", getLse())) ||
+      failed(expectShape(*this, "result out", getOut(), qs)) ||
+      failed(expectShape(*this, "result lse", getLse(), {qs[0], (int64_t)getHeads(), qs[1]})))
+    return failure();
+  return success();
+}
+
+LogicalResult GqaAttentionGradOp::verify() {
+  FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
+                                   getScale().convertToDouble(), getTpHeads());
+  if (failed(d))
+    return failure();
+  auto qs = shapeOf(getQ());
+  if (failed(sameElementTypes(*this, {getDout(), getQ(), getK(), getV(), getOut(), getDq(), getDk(), getDv()})) ||
+      failed(expectF32(*this, "lse", getLse())) ||
+      failed(expectShape(*this, "dout", getDout(), qs)) ||
+      failed(expectShape(*this, "out", getOut(), qs)) ||
+      failed(expectShape(*this, "lse", getLse(), {qs[0], (int64_t)getHeads(), qs[1]})) ||
+      failed(expectShape(*this, "result dq", getDq(), qs)) ||
+      failed(expectShape(*this, "result dk", getDk(), shapeOf(getK()))) ||
+      failed(expectShape(*this, "result dv", getDv(), shapeOf(getV()))))
+    return failure();
+  return success();
+}
 LogicalResult FillOp::verify() { return success(); }
 
 LogicalResult BiasAddOp::verify() {
@@ -723,8 +841,54 @@ LogicalResult LayerNormOp::buildGradient(OpBuilder &b,
 LogicalResult GeluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
   Value dx = b.create<GeluGradOp>(getLoc(), getX().getType(), getX(),
-                                  resultGrads[0]);
+                                  resultGrads[0], getApproximateAttr());
   operandGrads.assign({dx});
+  return success();
+}
+
+LogicalResult SiluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Value dx = b.create<SiluGradOp>(getLoc(), getX().getType(), getX(), resultGrads[0]);
+  operandGrads.assign({dx});
+  return success();
+}
+
+LogicalResult SwigluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  auto g = b.create<SwigluGradOp>(getLoc(), TypeRange{getGate().getType(), getUp().getType()}, getGate(), getUp(),
+                                  resultGrads[0]);
+  operandGrads.assign({g.getDgate(), g.getDup()});
+  return success();
+}
+
+LogicalResult RmsNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  if (resultGrads[1])
+    return emitOpError("the rstd result of rmsnorm has no gradient; only y may be used by differentiable ops");
+  auto g = b.create<RmsNormGradOp>(getLoc(), TypeRange{getX().getType(), getW().getType()}, resultGrads[0], getX(),
+                                   getW(), getRstd());
+  operandGrads.assign({g.getDx(), g.getDw()});
+  return success();
+}
+
+LogicalResult RopeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  // y = s R(a) x per pair: dx = s R(-a) dy.
+  auto r = b.create<RopeOp>(getLoc(), getX().getType(), resultGrads[0], getHeadDimAttr(), getInvFreqAttr(),
+                            getAttentionScalingAttr(), getInverse() ? UnitAttr() : b.getUnitAttr());
+  operandGrads.assign({r.getY()});
+  return success();
+}
+
+LogicalResult GqaAttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                            SmallVectorImpl<Value> &operandGrads) {
+  if (resultGrads[1])
+    return emitOpError("the lse result of gqa_attention has no gradient; only out may be used by differentiable ops");
+  auto g = b.create<GqaAttentionGradOp>(
+      getLoc(), TypeRange{getQ().getType(), getK().getType(), getV().getType()}, resultGrads[0], getQ(), getK(),
+      getV(), getOut(), getLse(), getHeadsAttr(), getKvHeadsAttr(), getWindowAttr(), getScaleAttr(),
+      getTpHeadsAttr());
+  operandGrads.assign({g.getDq(), g.getDk(), g.getDv()});
   return success();
 }
 

@@ -335,15 +335,121 @@ def Bigc_LayerNormGradOp : Bigc_ComputeOp<"layernorm_grad"> {
 }
 
 def Bigc_GeluOp : Bigc_DiffOp<"gelu", [SameOperandsAndResultType]> {
-  let summary = "GELU, tanh approximation";
-  let arguments = (ins Bigc_FloatTensor:$x);
+  let summary = "GELU: tanh approximation (default) or the exact erf form";
+  let description = [{
+    `approximate = "tanh"` (GPT-2's) or `"none"` (x * Phi(x), `nn.GELU()`).
+  }];
+  let arguments = (ins Bigc_FloatTensor:$x,
+                       DefaultValuedStrAttr<StrAttr, "tanh">:$approximate);
   let results = (outs Bigc_FloatTensor:$y);
 }
 
 def Bigc_GeluGradOp : Bigc_ComputeOp<"gelu_grad", [SameOperandsAndResultType]> {
   let summary = "dx = dy * gelu'(x)";
+  let arguments = (ins Bigc_FloatTensor:$x, Bigc_FloatTensor:$dy,
+                       DefaultValuedStrAttr<StrAttr, "tanh">:$approximate);
+  let results = (outs Bigc_FloatTensor:$dx);
+}
+
+def Bigc_RmsNormOp : Bigc_DiffOp<"rmsnorm"> {
+  let summary = "RMS normalisation over the last dim (LLaMA)";
+  let description = [{
+    x `[...,C]`, w `[C]` → y `[...,C]`, rstd `[...]` (f32) with
+    `rstd = 1/sqrt(mean(x^2) + eps)`, `y = x * rstd * w`. Only y has a gradient.
+    ```mlir
+    %y, %rstd = bigc.rmsnorm %x, %w {eps = 1.0e-06 : f64}
+        : (tensor<2x16x64xf32>, tensor<64xf32>) -> (tensor<2x16x64xf32>, tensor<2x16xf32>)
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$x, Bigc_FloatTensor:$w,
+                       DefaultValuedAttr<F64Attr, "1e-6">:$eps);
+  let results = (outs Bigc_FloatTensor:$y, Bigc_FloatTensor:$rstd);
+}
+
+def Bigc_RmsNormGradOp : Bigc_ComputeOp<"rmsnorm_grad"> {
+  let summary = "gradients of rmsnorm: (dy, x, w, rstd) -> (dx, dw)";
+  let arguments = (ins Bigc_FloatTensor:$dy, Bigc_FloatTensor:$x, Bigc_FloatTensor:$w,
+                       Bigc_FloatTensor:$rstd);
+  let results = (outs Bigc_FloatTensor:$dx, Bigc_FloatTensor:$dw);
+}
+
+def Bigc_RopeOp : Bigc_DiffOp<"rope", [SameOperandsAndResultType]> {
+  let summary = "rotary position embedding of every head of every token";
+  let description = [{
+    x `[B,T,H*D]` (D = `head_dim`): token t of each head is rotated, for
+    i < D/2, by `a = f32(inv_freq[i]) * f32(t)`: `y[i] = s (x[i] cos a -
+    x[i+D/2] sin a)`, `y[i+D/2] = s (x[i+D/2] cos a + x[i] sin a)` with
+    s = `attention_scaling` (Hugging Face's rotate_half layout).
+    `inverse`: the rotation by -a (the gradient).
+    ```mlir
+    %y = bigc.rope %x {head_dim = 16 : i64, inv_freq = array<f64: 1.0, 0.1>}
+        : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$x, I64Attr:$head_dim,
+                       DenseF64ArrayAttr:$inv_freq,
+                       DefaultValuedAttr<F64Attr, "1.0">:$attention_scaling,
+                       UnitAttr:$inverse);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_SiluOp : Bigc_DiffOp<"silu", [SameOperandsAndResultType]> {
+  let summary = "SiLU: y = x * sigmoid(x)";
+  let arguments = (ins Bigc_FloatTensor:$x);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_SiluGradOp : Bigc_ComputeOp<"silu_grad", [SameOperandsAndResultType]> {
+  let summary = "dx = dy * silu'(x)";
   let arguments = (ins Bigc_FloatTensor:$x, Bigc_FloatTensor:$dy);
   let results = (outs Bigc_FloatTensor:$dx);
+}
+
+def Bigc_SwigluOp : Bigc_DiffOp<"swiglu", [SameOperandsAndResultType]> {
+  let summary = "y = silu(gate) * up (the LLaMA MLP's gated activation)";
+  let arguments = (ins Bigc_FloatTensor:$gate, Bigc_FloatTensor:$up);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_SwigluGradOp : Bigc_ComputeOp<"swiglu_grad", [SameOperandsAndResultType]> {
+  let summary = "(gate, up, dy) -> (dgate, dup) of y = silu(gate) * up";
+  let arguments = (ins Bigc_FloatTensor:$gate, Bigc_FloatTensor:$up, Bigc_FloatTensor:$dy);
+  let results = (outs Bigc_FloatTensor:$dgate, Bigc_FloatTensor:$dup);
+}
+
+def Bigc_GqaAttentionOp : Bigc_DiffOp<"gqa_attention"> {
+  let summary = "causal grouped-query attention (separate q, k, v)";
+  let description = [{
+    q `[B,T,H*D]`, k and v `[B,T,Hkv*D]` (H = `heads`, Hkv = `kv_heads`
+    dividing H; query head h reads key/value head h / (H/Hkv)) → out
+    `[B,T,H*D]`, lse `[B,H,T]` (f32). Causal; `window` W > 0 limits query i
+    to keys i - W < j <= i; `scale` (0: 1/sqrt(D)). With `tp_heads`
+    (bigc-tensor-parallel, when the tensor ranks do not divide the key/value
+    heads): q holds this tensor rank's `heads` query heads and k, v all
+    `kv_heads`; query head h is global head (rank * heads + h).
+    ```mlir
+    %out, %lse = bigc.gqa_attention %q, %k, %v {heads = 4 : i64, kv_heads = 2 : i64}
+        : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+       -> (tensor<2x16x64xf32>, tensor<2x4x16xf32>)
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$q, Bigc_FloatTensor:$k, Bigc_FloatTensor:$v,
+                       I64Attr:$heads, I64Attr:$kv_heads,
+                       DefaultValuedAttr<I64Attr, "0">:$window,
+                       DefaultValuedAttr<F64Attr, "0.0">:$scale,
+                       UnitAttr:$tp_heads);
+  let results = (outs Bigc_FloatTensor:$out, Bigc_FloatTensor:$lse);
+}
+
+def Bigc_GqaAttentionGradOp : Bigc_ComputeOp<"gqa_attention_grad"> {
+  let summary = "gradients of gqa_attention with respect to q, k, v";
+  let arguments = (ins Bigc_FloatTensor:$dout, Bigc_FloatTensor:$q, Bigc_FloatTensor:$k,
+                       Bigc_FloatTensor:$v, Bigc_FloatTensor:$out, Bigc_FloatTensor:$lse,
+                       I64Attr:$heads, I64Attr:$kv_heads,
+                       DefaultValuedAttr<I64Attr, "0">:$window,
+                       DefaultValuedAttr<F64Attr, "0.0">:$scale,
+                       UnitAttr:$tp_heads);
+  let results = (outs Bigc_FloatTensor:$dq, Bigc_FloatTensor:$dk, Bigc_FloatTensor:$dv);
 }
 
 def Bigc_AttentionOp : Bigc_DiffOp<"attention"> {

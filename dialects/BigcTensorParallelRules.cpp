@@ -11,7 +11,11 @@
 //               ranks give zeros, the result partial sums
 //   cross_entropy over vocabulary-split logits: the vocabulary-parallel loss
 //   attention   qkv split on its last dimension in 3 segments: heads / T each
-//   layernorm, bias_add, add, mul, scale, gelu, cast: keep a split (and,
+//   gqa_attention  query heads split; key/value heads split when the ranks
+//               divide them, else replicated on every rank (tp_heads)
+//   rope        keeps a split on whole heads
+//   rmsnorm     as layernorm
+//   layernorm, bias_add, add, mul, scale, gelu, silu, swiglu, cast: keep a split (and,
 //               with sequence parallelism, take partial sums as the
 //               reduce-scatter onto this rank's part of the sequence)
 //
@@ -142,6 +146,67 @@ struct AttentionTp : TensorParallelOpInterface::ExternalModel<AttentionTp, Atten
   }
 };
 
+struct RmsNormTp : TensorParallelOpInterface::ExternalModel<RmsNormTp, RmsNormOp> {
+  TpRule getTpRule(Operation *op, ArrayRef<TpLayout> in, const TpContext &ctx) const {
+    const int64_t r = rankOf(op->getOperand(0));
+    TpLayout x = whole(in[0], r, ctx);
+    if (x.kind == TpLayout::Split && x.dim < r - 1 && x.segments == 1) {
+      // Per-token statistics: a split over tokens stays split (sequence parallelism); the weight
+      // sees only this rank's tokens (partial gradients).
+      TpRule rule;
+      TpLayout s = TpLayout::split(x.dim);
+      rule.operands = {s, TpLayout::rep(true)};
+      rule.results = {s, s};
+      return rule;
+    }
+    return allReplicated(op);
+  }
+};
+
+/// Rotary embeddings act within each head of each token: a split of the heads (on whole heads)
+/// stays split; anything else runs replicated.
+struct RopeTp : TensorParallelOpInterface::ExternalModel<RopeTp, RopeOp> {
+  TpRule getTpRule(Operation *op, ArrayRef<TpLayout> in, const TpContext &ctx) const {
+    auto rope = cast<RopeOp>(op);
+    const int64_t r = rankOf(rope.getX());
+    const int64_t c = cast<RankedTensorType>(rope.getX().getType()).getShape()[size_t(r - 1)];
+    if (in[0].isSplit(r - 1) && in[0].segments == 1 && c % ctx.tp == 0 && (c / ctx.tp) % rope.getHeadDim() == 0) {
+      TpRule rule;
+      rule.operands = {in[0]};
+      rule.results = {in[0]};
+      return rule;
+    }
+    return allReplicated(op);
+  }
+};
+
+/// Grouped-query attention: the query heads split over the tensor ranks; the key/value heads
+/// split too when the ranks divide them, else every rank holds them all (Megatron's replication
+/// of KV heads when tp > kv heads; their gradient is then a partial sum over the ranks).
+struct GqaAttentionTp : TensorParallelOpInterface::ExternalModel<GqaAttentionTp, GqaAttentionOp> {
+  TpRule getTpRule(Operation *op, ArrayRef<TpLayout> in, const TpContext &ctx) const {
+    auto att = cast<GqaAttentionOp>(op);
+    TpRule rule = allReplicated(op);
+    if (!in[0].isSplit(2) || in[0].segments != 1)
+      return rule;
+    const int64_t h = att.getHeads(), kv = att.getKvHeads();
+    if (h % ctx.tp != 0) {
+      rule.note = "error: the attention has " + std::to_string(h) + " query heads, which " + std::to_string(ctx.tp) +
+                  " tensor ranks do not divide (use a tensor size that divides the heads)";
+      return rule;
+    }
+    const bool splitKv = kv % ctx.tp == 0;
+    const TpLayout kvl = splitKv ? TpLayout::split(2) : TpLayout::rep(/*gradPartial=*/true);
+    rule.operands = {in[0], kvl, kvl};
+    rule.results = {TpLayout::split(2), TpLayout::split(1)}; // out [B,T,H*D/tp], lse [B,H/tp,T]
+    rule.divideHeads = true;
+    if (!splitKv)
+      rule.note = std::to_string(kv) + " key/value heads replicated over " + std::to_string(ctx.tp) +
+                  " tensor ranks (fewer heads than ranks, or not divisible)";
+    return rule;
+  }
+};
+
 struct MatmulTp : TensorParallelOpInterface::ExternalModel<MatmulTp, MatmulOp> {
   TpRule getTpRule(Operation *op, ArrayRef<TpLayout> in, const TpContext &ctx) const {
     auto mm = cast<MatmulOp>(op);
@@ -205,4 +270,9 @@ void mlir::bigc::attachTensorParallelRules(MLIRContext &ctx) {
   ScaleOp::attachInterface<ElementwiseTp<ScaleOp, true>>(ctx);
   CastOp::attachInterface<ElementwiseTp<CastOp, true>>(ctx);
   GeluOp::attachInterface<ElementwiseTp<GeluOp, false>>(ctx);
+  SiluOp::attachInterface<ElementwiseTp<SiluOp, false>>(ctx);
+  SwigluOp::attachInterface<ElementwiseTp<SwigluOp, false>>(ctx);
+  RmsNormOp::attachInterface<RmsNormTp>(ctx);
+  RopeOp::attachInterface<RopeTp>(ctx);
+  GqaAttentionOp::attachInterface<GqaAttentionTp>(ctx);
 }

@@ -49,7 +49,7 @@ int64_t mlir::bigc::tensorBytes(Type type) {
 }
 
 bool mlir::bigc::isInPlaceElementwise(Operation *op) {
-  return isa<AddOp, BiasAddOp, MulOp, ScaleOp, GeluOp, GeluGradOp>(op);
+  return isa<AddOp, BiasAddOp, MulOp, ScaleOp, GeluOp, GeluGradOp, SiluOp, SiluGradOp, SwigluOp, RopeOp>(op);
 }
 
 func::FuncOp mlir::bigc::getTrainStep(ModuleOp module) {

@@ -33,7 +33,7 @@ bool staysF32(OpResult r) {
   Operation *op = r.getOwner();
   if (isa<LayerNormOp>(op) && r.getResultNumber() > 0)
     return true;
-  if (isa<AttentionOp>(op) && r.getResultNumber() == 1)
+  if (isa<AttentionOp, GqaAttentionOp, RmsNormOp>(op) && r.getResultNumber() == 1)
     return true;
   // The vocabulary-parallel loss's statistics, and the tensor-parallel moves
   // and slices of values that stay f32.

@@ -186,9 +186,9 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
     Operation *p = v.getDefiningOp();
     if (!p || isa<MatmulOp>(p))
       return;
-    if (isa<BiasAddOp, GeluOp, ScaleOp, CastOp>(p))
+    if (isa<BiasAddOp, GeluOp, ScaleOp, CastOp, SiluOp, RopeOp>(p))
       demand(d, p->getOperand(0), s, depth + 1);
-    else if (isa<AddOp, MulOp>(p))
+    else if (isa<AddOp, MulOp, SwigluOp>(p))
       for (Value o : p->getOperands())
         demand(d, o, s, depth + 1);
   }
@@ -309,9 +309,17 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
         if (l.kind == TpLayout::Split)
           op->getResult(j).setType(chunkType(tensorOf(op->getResult(j)), l.dim));
       }
-      if (rule.divideHeads)
+      if (rule.divideHeads) {
         if (auto att = dyn_cast<AttentionOp>(op))
           att.setHeads(att.getHeads() / T);
+        if (auto g = dyn_cast<GqaAttentionOp>(op)) {
+          g.setHeads(g.getHeads() / T);
+          if (rule.operands[1].kind == TpLayout::Split)
+            g.setKvHeads(g.getKvHeads() / T);
+          else
+            g.setTpHeads(true); // q: this rank's heads; k, v: all of them
+        }
+      }
       if (rule.vocabParallel)
         op->setAttr(kVocabGroupAttrName, b.getStringAttr(kTp));
       if (rule.vocabParallelLoss) {

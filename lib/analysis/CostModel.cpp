@@ -11,6 +11,11 @@
 //   layernorm_grad                            14  (x-hat 2, dy*w 1, two row sums 4, dx 4, dw/db 3)
 //   gelu (tanh approximation)                 12  (x^3 2, polynomial 3, tanh 4, 1+t and 0.5x(..) 3)
 //   gelu_grad                                 18
+//   rmsnorm                                    4  (square-sum 2, scale by rstd and w 2, rsqrt per row)
+//   rmsnorm_grad                               9  (dy*w 1, row dot 2, dx 3, dw 3)
+//   rope                                       6  per element (sin/cos per position and frequency counted apart)
+//   silu                                       5  (exp 3, 1+e and the division 2); silu_grad 8
+//   swiglu                                     6  per output; swiglu_grad 10
 //   cross_entropy                              6  per logit (max 1, exp 4, sum 1)
 //   cross_entropy_grad                         8  per logit (softmax 6, minus one-hot and scale 2)
 //   global_norm                                2  per input element
@@ -19,7 +24,8 @@
 //   embedding_grad                             1  per dy element (scatter-add)
 // matmul: 2 * elements(result) * K. attention over P = B*H*T(T+1)/2 causal
 // (query, key) pairs with head size d: 4*P*d (Q K^T and P V) + 6*P (softmax);
-// attention_grad: 10*P*d (scores again, dV, dP, dQ, dK) + 8*P + 2*B*T*C.
+// attention_grad: 10*P*d (scores again, dV, dP, dQ, dK) + 8*P + 2*B*T*C. gqa_attention likewise,
+// with P = B*H*(the pairs its causal window allows) and d = the head size; its grad adds 2*B*T*H*d.
 //
 //===----------------------------------------------------------------------===//
 
@@ -134,6 +140,34 @@ OpCost mlir::bigc::opCost(Operation *op) {
     int64_t pairs, d, btc;
     attentionShape(op->getOperand(1), heads, pairs, d, btc);
     c.flops = 10 * pairs * d + 8 * pairs + 2 * btc;
+  } else if (name == "rmsnorm") {
+    c.flops = 4 * elements(op->getOperand(0));
+  } else if (name == "rmsnorm_grad") {
+    c.flops = 9 * elements(op->getOperand(1));
+  } else if (name == "rope") {
+    c.flops = 6 * n0;
+  } else if (name == "silu") {
+    c.flops = 5 * n0;
+  } else if (name == "silu_grad") {
+    c.flops = 8 * n0;
+  } else if (name == "swiglu") {
+    c.flops = 6 * n0;
+  } else if (name == "swiglu_grad") {
+    c.flops = 10 * n0;
+  } else if (name == "gqa_attention" || name == "gqa_attention_grad") {
+    const bool grad = name == "gqa_attention_grad";
+    ArrayRef<int64_t> q = shape(op->getOperand(grad ? 1 : 0));
+    int64_t window = 0;
+    if (auto w = op->getAttrOfType<IntegerAttr>("window"))
+      window = w.getInt();
+    if (q.size() == 3 && heads > 0) {
+      const int64_t b = q[0], t = q[1], d = q[2] / heads;
+      int64_t perRow = t * (t + 1) / 2; // causal pairs of one head
+      if (window > 0 && window < t)
+        perRow = window * (window + 1) / 2 + (t - window) * window;
+      const int64_t pairs = b * heads * perRow;
+      c.flops = grad ? 10 * pairs * d + 8 * pairs + 2 * b * t * heads * d : 4 * pairs * d + 6 * pairs;
+    }
   } else if (name == "embedding") {
     // A gather: reads one table row per id, not the whole table.
     c.bytesRead = typeBytes(op->getOperand(1).getType()) + c.bytesWritten;

@@ -87,6 +87,12 @@ std::map<std::string, rt::Attr> instructionAttrs(Operation *op) {
     } else if (auto arr = dyn_cast<DenseI64ArrayAttr>(a)) {
       v.isList = true;
       v.list.assign(arr.asArrayRef().begin(), arr.asArrayRef().end());
+    } else if (auto arr = dyn_cast<DenseF64ArrayAttr>(a)) {
+      v.isReals = true;
+      v.reals.assign(arr.asArrayRef().begin(), arr.asArrayRef().end());
+    } else if (auto s = dyn_cast<StringAttr>(a); s && name == "approximate") {
+      if (s.getValue() == "none") out["exact"].num = 1.0; // gelu: the erf form (absent: tanh)
+      continue;
     } else {
       continue; // symbol references, strings: not instruction attributes
     }

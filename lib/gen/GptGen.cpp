@@ -6,6 +6,7 @@
 // names and shapes are the Hugging Face GPT-2 checkpoint's without `transformer.`; linear layers
 // compute x @ W + b with W [in, out] (HF's Conv1D layout).
 #include "bigc/Gen/GptGen.h"
+#include "bigc/Gen/LlamaGen.h"
 #include "bigc/support/format.h"
 
 #include <cmath>
@@ -306,6 +307,7 @@ std::string generateGptMlir(const GptConfig &c) {
 
 const char *genHelp() {
   return "usage: bigc gen gpt [--preset NAME] [--layers L] [--hidden C] [--heads H] [--vocab V]\n"
+         "       bigc gen llama ... (LLaMA-family presets: `bigc gen llama --help`)\n"
          "                    [--seq T] [--batch B] -o model.mlir\n"
          "\n"
          "Writes a GPT-2-architecture model (forward graph and parameters, bigc dialect) as MLIR.\n"
@@ -339,8 +341,9 @@ int genMain(int argc, char **argv, int first) {
     std::fputs(genHelp(), stdout);
     return 0;
   }
+  if (kind == "llama") return genLlamaMain(argc, argv, first + 1);
   if (kind != "gpt")
-    throw UserError("unknown model kind '" + kind + "'; the only kind is `gpt` (see --help)");
+    throw UserError("unknown model kind '" + kind + "'; the kinds are `gpt` and `llama` (see --help)");
   for (int i = first + 1; i < argc; ++i)
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::fputs(genHelp(), stdout);

@@ -379,6 +379,7 @@ void Executor::prepare() {
     }
     static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
     if (op.vocabParallel) op.offset = int64_t(rank_.tpRank) * op.V; // this rank's rows of the vocabulary
+    if (op.tpHeads) op.headOffset = int64_t(rank_.tpRank) * op.H;   // this rank's query heads
     if (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllGather) {
       op.axis = int(ins.num("axis", 0));
       Communicator *c = op.axis == 1 ? rank_.tpComm.get() : rank_.comm.get();
@@ -636,8 +637,29 @@ void Executor::execute(Op &op) {
   case OpKind::LayernormGrad:
     cpu::layernormGrad(fi(0), fi(1), fi(2), fi(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C);
     break;
-  case OpKind::Gelu: cpu::gelu(fi(0), fo(0), op.n); break;
-  case OpKind::GeluGrad: cpu::geluGrad(fi(0), fi(1), fo(0), op.n); break;
+  case OpKind::Gelu: cpu::gelu(fi(0), fo(0), op.n, op.exact); break;
+  case OpKind::GeluGrad: cpu::geluGrad(fi(0), fi(1), fo(0), op.n, op.exact); break;
+  case OpKind::Silu: cpu::silu(fi(0), fo(0), op.n); break;
+  case OpKind::SiluGrad: cpu::siluGrad(fi(0), fi(1), fo(0), op.n); break;
+  case OpKind::Swiglu: cpu::swiglu(fi(0), fi(1), fo(0), op.n); break;
+  case OpKind::SwigluGrad: cpu::swigluGrad(fi(0), fi(1), fi(2), fo(0), fo(1), op.n); break;
+  case OpKind::RmsNorm: cpu::rmsnorm(fi(0), fi(1), fo(0), fo(1), op.N, op.C, op.value); break;
+  case OpKind::RmsNormGrad: cpu::rmsnormGrad(fi(0), fi(1), fi(2), fi(3), fo(0), fo(1), op.N, op.C); break;
+  case OpKind::Rope:
+    cpu::rope(fi(0), fo(0), op.B, op.T, op.C, op.headDim, op.invFreq.data(), op.scale, op.inverse);
+    break;
+  case OpKind::GqaAttention:
+  case OpKind::GqaAttentionGrad: {
+    cpu::AttentionGeometry g;
+    g.B = op.B, g.T = op.T, g.H = op.H, g.D = op.headDim, g.Hkv = op.Hkv;
+    g.sq = g.so = op.H * op.headDim, g.skv = op.Hkv * op.headDim;
+    g.group = op.group, g.headOffset = op.headOffset, g.window = op.window, g.scale = op.scale;
+    if (op.kind == OpKind::GqaAttention)
+      cpu::attention(g, fi(0), fi(1), fi(2), fo(0), fo(1));
+    else
+      cpu::attentionGrad(g, fi(0), fi(1), fi(2), fi(3), fi(4), fi(5), fo(0), fo(1), fo(2));
+    break;
+  }
   case OpKind::Attention: cpu::attention(fi(0), fo(0), fo(1), op.B, op.T, op.C, op.H); break;
   case OpKind::AttentionGrad:
     cpu::attentionGrad(fi(0), fi(1), fi(2), fi(3), fo(0), op.B, op.T, op.C, op.H);

@@ -53,10 +53,45 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
   case OpKind::Scale:
   case OpKind::Gelu:
   case OpKind::GeluGrad:
+  case OpKind::Silu:
+  case OpKind::SiluGrad:
+  case OpKind::Swiglu:
+  case OpKind::SwigluGrad:
   case OpKind::Fill:
     d.n = out(0).numel();
     d.value = float(ins.num(kind == OpKind::Scale ? "factor" : "value", kind == OpKind::Scale ? 1.0 : 0.0));
+    d.exact = ins.flag("exact");
     break;
+  case OpKind::RmsNorm:
+  case OpKind::RmsNormGrad: {
+    const Buffer &x = kind == OpKind::RmsNorm ? in(0) : in(1);
+    d.C = x.shape.back();
+    d.N = d.C ? x.numel() / d.C : 0;
+    d.value = float(ins.num("eps", 1e-6));
+    break;
+  }
+  case OpKind::Rope: {
+    const Buffer &x = in(0);
+    d.B = x.shape[0], d.T = x.shape[1], d.C = x.shape[2];
+    d.headDim = int64_t(ins.num("head_dim", 2));
+    for (double f : ins.reals("inv_freq")) d.invFreq.push_back(float(f));
+    d.scale = float(ins.num("attention_scaling", 1.0));
+    d.inverse = ins.flag("inverse");
+    break;
+  }
+  case OpKind::GqaAttention:
+  case OpKind::GqaAttentionGrad: {
+    const Buffer &q = kind == OpKind::GqaAttention ? in(0) : in(1);
+    d.B = q.shape[0], d.T = q.shape[1], d.H = int64_t(ins.num("heads", 1));
+    d.Hkv = int64_t(ins.num("kv_heads", 1));
+    d.headDim = q.shape[2] / std::max<int64_t>(1, d.H);
+    d.window = int64_t(ins.num("window", 0));
+    const double sc = ins.num("scale", 0.0);
+    d.scale = float(sc > 0 ? sc : 1.0 / std::sqrt(double(d.headDim)));
+    d.tpHeads = ins.flag("tp_heads");
+    d.group = std::max<int64_t>(1, (d.H * (d.tpHeads ? p.tp : 1)) / std::max<int64_t>(1, d.Hkv));
+    break;
+  }
   case OpKind::BiasAdd:
     d.cols = in(1).numel();
     d.rows = d.cols ? in(0).numel() / d.cols : 0;

@@ -125,6 +125,15 @@ const std::vector<OpSignature> &opSignatures() {
       {"vocab_ce_stats_grad", OpKind::VocabCeStatsGrad, 4, 4, 1, 1, 0b100, false},
       {"vocab_ce_loss", OpKind::VocabCeLoss, 1, 1, 1, 1, 0, false},
       {"vocab_ce_loss_grad", OpKind::VocabCeLossGrad, 2, 2, 1, 1, 0, false},
+      {"rmsnorm", OpKind::RmsNorm, 2, 2, 2, 2, 0, false},
+      {"rmsnorm_grad", OpKind::RmsNormGrad, 4, 4, 2, 2, 0, false},
+      {"rope", OpKind::Rope, 1, 1, 1, 1, 0, true},
+      {"silu", OpKind::Silu, 1, 1, 1, 1, 0, true},
+      {"silu_grad", OpKind::SiluGrad, 2, 2, 1, 1, 0, true},
+      {"swiglu", OpKind::Swiglu, 2, 2, 1, 1, 0, true},
+      {"swiglu_grad", OpKind::SwigluGrad, 3, 3, 2, 2, 0, false},
+      {"gqa_attention", OpKind::GqaAttention, 3, 3, 2, 2, 0, false},
+      {"gqa_attention_grad", OpKind::GqaAttentionGrad, 6, 6, 3, 3, 0, false},
   };
   return table;
 }
@@ -424,13 +433,17 @@ Program fromJson(const json &root, const std::string &path) {
         } else if (v.is_number()) {
           a.num = v.get<double>();
         } else if (v.is_array()) {
-          a.isList = true;
+          bool reals = false;
           for (size_t k = 0; k < v.size(); ++k) {
-            if (!v[k].is_number_integer())
-              fail(path, where + ": attribute '" + it.key() + "' must be a list of integers; element " +
+            if (!v[k].is_number())
+              fail(path, where + ": attribute '" + it.key() + "' must be a list of numbers; element " +
                              std::to_string(k) + " is " + typeName(v[k]));
-            a.list.push_back(v[k].get<int64_t>());
+            reals |= v[k].is_number_float();
           }
+          (reals ? a.isReals : a.isList) = true;
+          for (size_t k = 0; k < v.size(); ++k)
+            if (reals) a.reals.push_back(v[k].get<double>());
+            else a.list.push_back(v[k].get<int64_t>());
         } else {
           fail(path, where + ": attribute '" + it.key() + "' must be a number, a bool or a list of integers, is " +
                          typeName(v));
@@ -548,6 +561,10 @@ Want operandDType(OpKind k, bool isIn, size_t j) {
   case OpKind::LayernormGrad: return isIn && j >= 3 ? Want::F32 : Want::Float;
   case OpKind::Attention: return !isIn && j == 1 ? Want::F32 : Want::Float;
   case OpKind::AttentionGrad: return isIn && j == 3 ? Want::F32 : Want::Float;
+  case OpKind::RmsNorm: return !isIn && j == 1 ? Want::F32 : Want::Float;
+  case OpKind::RmsNormGrad: return isIn && j == 3 ? Want::F32 : Want::Float;
+  case OpKind::GqaAttention: return !isIn && j == 1 ? Want::F32 : Want::Float;
+  case OpKind::GqaAttentionGrad: return isIn && j == 5 ? Want::F32 : Want::Float;
   case OpKind::GlobalNorm:
   case OpKind::CheckFinite: return isIn ? Want::Float : Want::F32;
   case OpKind::LossScaleUpdate: return Want::F32;
@@ -667,12 +684,90 @@ struct Validator {
       break;
     case OpKind::Scale:
     case OpKind::Gelu:
+    case OpKind::Silu:
       sameShape(in(0), out(0), "output");
       break;
     case OpKind::GeluGrad:
+    case OpKind::SiluGrad:
       sameShape(in(0), in(1), "x and dy");
       sameShape(in(0), out(0), "output");
       break;
+    case OpKind::Swiglu:
+      sameShape(in(0), in(1), "gate and up");
+      sameShape(in(0), out(0), "output");
+      break;
+    case OpKind::SwigluGrad:
+      sameShape(in(0), in(1), "gate and up");
+      sameShape(in(0), in(2), "gate and dy");
+      sameShape(in(0), out(0), "dgate");
+      sameShape(in(0), out(1), "dup");
+      break;
+    case OpKind::RmsNorm: {
+      const Buffer &x = in(0);
+      minRank(x, 1, "x");
+      wantShape(in(1), {x.shape.back()}, "w");
+      wantShape(out(0), x.shape, "y");
+      wantShape(out(1), lead(x), "rstd");
+      if (!(ins->num("eps", 0) > 0)) bad("attribute 'eps' (a positive number) is required");
+      break;
+    }
+    case OpKind::RmsNormGrad: {
+      const Buffer &x = in(1);
+      minRank(x, 1, "x");
+      wantShape(in(0), x.shape, "dy");
+      wantShape(in(2), {x.shape.back()}, "w");
+      wantShape(in(3), lead(x), "rstd");
+      wantShape(out(0), x.shape, "dx");
+      wantShape(out(1), {x.shape.back()}, "dw");
+      break;
+    }
+    case OpKind::Rope: {
+      const Buffer &x = in(0);
+      if (x.shape.size() != 3) bad("x must be [B,T,H*D], " + desc(x) + " is not");
+      const double d = ins->num("head_dim", 0);
+      if (d < 2 || d > 1024 || d != std::floor(d) || int64_t(d) % 2 != 0)
+        bad("attribute 'head_dim' (an even integer in [2, 1024]) is required");
+      if (x.shape[2] % int64_t(d) != 0) bad("the last dimension of " + desc(x) + " is not a multiple of head_dim");
+      const std::vector<double> f = ins->reals("inv_freq");
+      if (int64_t(f.size()) != int64_t(d) / 2)
+        bad("attribute 'inv_freq' must hold head_dim / 2 = " + std::to_string(int64_t(d) / 2) + " numbers, holds " +
+            std::to_string(f.size()));
+      for (double v : f)
+        if (!std::isfinite(v)) bad("attribute 'inv_freq' must be finite");
+      sameShape(x, out(0), "output");
+      break;
+    }
+    case OpKind::GqaAttention:
+    case OpKind::GqaAttentionGrad: {
+      const bool grad = sig.kind == OpKind::GqaAttentionGrad;
+      const Buffer &q = in(grad ? 1 : 0), &k = in(grad ? 2 : 1), &v = in(grad ? 3 : 2);
+      if (q.shape.size() != 3) bad("q must be [B,T,H*D], " + desc(q) + " is not");
+      const double h = ins->num("heads", 0), hk = ins->num("kv_heads", 0), w = ins->num("window", 0);
+      if (h < 1 || h != std::floor(h)) bad("attribute 'heads' (a positive integer) is required");
+      if (hk < 1 || hk != std::floor(hk)) bad("attribute 'kv_heads' (a positive integer) is required");
+      if (w < 0 || w != std::floor(w)) bad("attribute 'window' must be an integer >= 0");
+      const int64_t H = int64_t(h), Hkv = int64_t(hk);
+      const bool tpHeads = ins->flag("tp_heads");
+      if (!tpHeads && H % Hkv != 0) bad("kv_heads = " + std::to_string(Hkv) + " does not divide heads = " + std::to_string(H));
+      if (tpHeads && (H * p.tp) % Hkv != 0)
+        bad("kv_heads = " + std::to_string(Hkv) + " does not divide the " + std::to_string(H * p.tp) + " heads of all tensor ranks");
+      if (q.shape[2] % H != 0) bad("the last dimension of q is not divisible by heads = " + std::to_string(H));
+      const int64_t B = q.shape[0], T = q.shape[1], D = q.shape[2] / H;
+      wantShape(k, {B, T, Hkv * D}, "k");
+      wantShape(v, {B, T, Hkv * D}, "v");
+      if (grad) {
+        wantShape(in(0), q.shape, "dout");
+        wantShape(in(4), q.shape, "out");
+        wantShape(in(5), {B, H, T}, "lse");
+        wantShape(out(0), q.shape, "dq");
+        wantShape(out(1), k.shape, "dk");
+        wantShape(out(2), v.shape, "dv");
+      } else {
+        wantShape(out(0), q.shape, "out");
+        wantShape(out(1), {B, H, T}, "lse");
+      }
+      break;
+    }
     case OpKind::ReduceSum:
       if (!isSuffix(out(0).shape, in(0).shape))
         bad("output " + desc(out(0)) + " must be a suffix of x " + desc(in(0)));
@@ -1341,6 +1436,11 @@ std::string serializeProgram(const Program &p) {
     json attrs = json::object();
     for (const auto &[k, a] : ins.attrs) {
       if (a.isList) attrs[k] = a.list;
+      else if (a.isReals) {
+        json r = json::array();
+        for (double x : a.reals) r.push_back(x); // doubles: written with a fraction or exponent, read back as reals
+        attrs[k] = r;
+      }
       else if (k == "transpose_a" || k == "transpose_b" || k == "clip" || k == "unscale" || k == "skip_on_overflow" ||
                k == "write_half")
         attrs[k] = a.num != 0.0;

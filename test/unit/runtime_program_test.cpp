@@ -69,7 +69,10 @@ TEST(RuntimeProgram, DTypes) {
 }
 
 TEST(RuntimeProgram, OpTableCoversTheFormat) {
-  EXPECT_EQ(opSignatures().size(), 36u);
+  EXPECT_EQ(opSignatures().size(), 45u);
+  for (const char *l : {"rmsnorm", "rmsnorm_grad", "rope", "silu", "silu_grad", "swiglu", "swiglu_grad", "gqa_attention",
+                        "gqa_attention_grad"})
+    EXPECT_NE(findOpSignature(l), nullptr) << l;
   for (const char *tp : {"tp_slice", "vocab_ce_stats", "vocab_ce_stats_grad", "vocab_ce_loss", "vocab_ce_loss_grad"})
     EXPECT_NE(findOpSignature(tp), nullptr) << tp;
   ASSERT_NE(findOpSignature("adamw"), nullptr);

@@ -31,6 +31,7 @@ const char *kUsage =
     "\n"
     "commands:\n"
     "  gen gpt      write a GPT-2-architecture model as MLIR (presets tiny, gpt2 ... 175b)\n"
+    "  gen llama    write a LLaMA-family model as MLIR (llama3-8b, llama3-70b, mistral-7b, ...)\n"
     "  compile      model.mlir -> model.bigc: backward, optimizer, schedule, memory plan\n"
     "  inspect      show a program's memory plan (--memory, --json, --timeline FILE.svg)\n"
     "  verify       prove a program's plan free of hazards (also done by compile and run)\n"

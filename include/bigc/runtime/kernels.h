@@ -32,8 +32,41 @@ void layernorm(const float *x, const float *w, const float *b, float *y, float *
 void layernormGrad(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
                    float *dx, float *dw, float *db, int64_t N, int64_t C);
 
-void gelu(const float *x, float *y, int64_t n);
-void geluGrad(const float *x, const float *dy, float *dx, int64_t n);
+// GELU, tanh approximation; `exact`: x * Phi(x) (erf).
+void gelu(const float *x, float *y, int64_t n, bool exact = false);
+void geluGrad(const float *x, const float *dy, float *dx, int64_t n, bool exact = false);
+
+// SiLU y = x / (1 + exp(-x)); swiglu y = silu(g) * u (LLaMA's MLP).
+void silu(const float *x, float *y, int64_t n);
+void siluGrad(const float *x, const float *dy, float *dx, int64_t n);
+void swiglu(const float *g, const float *u, float *y, int64_t n);
+void swigluGrad(const float *g, const float *u, const float *dy, float *dg, float *du, int64_t n);
+
+// RMSNorm over rows of C: rstd = 1/sqrt(mean(x^2) + eps), y = (x * rstd) * w.
+void rmsnorm(const float *x, const float *w, float *y, float *rstd, int64_t N, int64_t C, float eps);
+void rmsnormGrad(const float *dy, const float *x, const float *w, const float *rstd, float *dx, float *dw, int64_t N,
+                 int64_t C);
+
+// Rotary embeddings of x [B,T,C] with heads of D columns (docs/frontend.md): token t, frequency
+// i < D/2 rotated by a = f32(invFreq[i]) * f32(t) (by -a when `inverse`), times `scale`. y may be x.
+void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq, float scale,
+          bool inverse);
+
+// Causal attention on strided rows: query row t of head h at q + (b*T + t)*sq + h*D, key/value
+// rows of head g at k/v + (b*T + t)*skv + g*D, output rows at out + (b*T + t)*so + h*D; lse
+// [B,H,T]. Query head h (of H here) reads kv head (headOffset + h) / group. window > 0: keys
+// t - window < j <= t only.
+struct AttentionGeometry {
+  int64_t B = 0, T = 0, H = 0, D = 0, Hkv = 0;
+  int64_t sq = 0, skv = 0, so = 0;
+  int64_t group = 1, headOffset = 0, window = 0;
+  float scale = 1.f;
+  int64_t kvHead(int64_t h) const { return (headOffset + h) / group; }
+};
+void attention(const AttentionGeometry &g, const float *q, const float *k, const float *v, float *out, float *lse);
+// dq, dk, dv (same strides as q, k, v; overwritten).
+void attentionGrad(const AttentionGeometry &g, const float *dout, const float *q, const float *k, const float *v,
+                   const float *out, const float *lse, float *dq, float *dk, float *dv);
 
 // qkv [B,T,3C] -> out [B,T,C], lse [B,H,T]; causal.
 void attention(const float *qkv, float *out, float *lse, int64_t B, int64_t T, int64_t C, int64_t H);

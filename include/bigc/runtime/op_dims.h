@@ -33,6 +33,20 @@ struct OpDims {
   bool vocabParallel = false;
   int64_t vocab = 0;
   int64_t slicePre = 1, sliceRun = 1;
+  // gelu(_grad): the exact erf form (else tanh).
+  bool exact = false;
+  // rmsnorm(_grad): N rows of C, eps in `value`. rope: x [B,T,H*D] with C = H*D, D = headDim,
+  // angle of token t and frequency i: f32(invFreq[i]) * f32(t); `scale` = attention_scaling;
+  // `inverse`: the rotation by -angle.
+  int64_t headDim = 0;
+  std::vector<float> invFreq;
+  float scale = 1.f;
+  bool inverse = false;
+  // gqa_attention(_grad): q [B,T,H*D], k/v [B,T,Hkv*D], D = headDim; window (0: causal only);
+  // `scale` (the softmax scale); tpHeads: q holds tensor rank r's H heads (global head r*H + h)
+  // and k/v all Hkv (the engine sets headOffset = r*H); groups = (H * tp) / Hkv heads per kv head.
+  int64_t Hkv = 0, window = 0, headOffset = 0, group = 1;
+  bool tpHeads = false;
 };
 
 // `ins` must have passed validateProgram.

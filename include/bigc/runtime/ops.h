@@ -48,6 +48,16 @@ enum class OpKind {
   VocabCeStatsGrad,
   VocabCeLoss,
   VocabCeLossGrad,
+  // the LLaMA family (docs/frontend.md)
+  RmsNorm,
+  RmsNormGrad,
+  Rope,
+  Silu,
+  SiluGrad,
+  Swiglu,
+  SwigluGrad,
+  GqaAttention,
+  GqaAttentionGrad,
 };
 
 struct OpSignature {

@@ -65,11 +65,13 @@ struct Buffer {
   bool persistent() const { return role == "param" || role == "optimizer" || role == "master"; }
 };
 
-// Attribute values: numbers, bools and integer lists are all the program uses.
+// Attribute values: numbers, bools, integer lists and (rope's inv_freq) lists of reals.
 struct Attr {
   double num = 0.0;
   bool isList = false;
   std::vector<int64_t> list;
+  bool isReals = false;
+  std::vector<double> reals;
 };
 
 struct Instruction {
@@ -90,6 +92,10 @@ struct Instruction {
   std::vector<int64_t> ints(const std::string &key) const {
     auto it = attrs.find(key);
     return it == attrs.end() ? std::vector<int64_t>{} : it->second.list;
+  }
+  std::vector<double> reals(const std::string &key) const {
+    auto it = attrs.find(key);
+    return it == attrs.end() ? std::vector<double>{} : it->second.reals;
   }
 };
 

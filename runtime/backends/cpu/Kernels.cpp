@@ -55,6 +55,8 @@ inline void scaleInPlace(float *y, float alpha, int64_t n) {
 
 constexpr float kGeluS = 0.7978845608028654f; // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
 } // namespace
 
@@ -256,7 +258,13 @@ void layernormGrad(const float *dy, const float *x, const float *w, const float 
 // ---------------------------------------------------------------------------------------------
 // GELU (tanh approximation)
 
-void gelu(const float *x, float *y, int64_t n) {
+void gelu(const float *x, float *y, int64_t n, bool exact) {
+  if (exact) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+    return;
+  }
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float xi = x[i];
@@ -265,7 +273,17 @@ void gelu(const float *x, float *y, int64_t n) {
   }
 }
 
-void geluGrad(const float *x, const float *dy, float *dx, int64_t n) {
+void geluGrad(const float *x, const float *dy, float *dx, int64_t n, bool exact) {
+  if (exact) { // Phi(x) + x phi(x)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const float xi = x[i];
+      const float cdf = 0.5f * (1.0f + std::erf(xi * kInvSqrt2));
+      const float pdf = kInvSqrt2Pi * std::exp(-0.5f * xi * xi);
+      dx[i] = dy[i] * (cdf + xi * pdf);
+    }
+    return;
+  }
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float xi = x[i];
@@ -278,32 +296,155 @@ void geluGrad(const float *x, const float *dy, float *dx, int64_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Causal multi-head attention, flash-style.
-//
-// qkv [B,T,3C]: q = columns [0,C), k = [C,2C), v = [2C,3C); head h uses [h*hs, (h+1)*hs) of each.
-// out [B,T,C]; lse [B,H,T] = log sum_{j<=t} exp(scale * q_t . k_j).
+// The LLaMA family: SiLU, SwiGLU, RMSNorm, rotary embeddings (docs/frontend.md). The arithmetic
+// follows PyTorch's (and Hugging Face's) order, so fp32 results agree to rounding.
 
-void attention(const float *qkv, float *out, float *lse, int64_t B, int64_t T, int64_t C, int64_t H) {
-  const int64_t hs = C / H;
-  const int64_t C3 = 3 * C;
-  const float sc = 1.0f / std::sqrt(static_cast<float>(hs));
+void silu(const float *x, float *y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+void siluGrad(const float *x, const float *dy, float *dx, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = 1.0f / (1.0f + std::exp(-x[i]));
+    dx[i] = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
+  }
+}
+
+void swiglu(const float *g, const float *u, float *y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = g[i] / (1.0f + std::exp(-g[i]));
+    y[i] = a * u[i];
+  }
+}
+
+void swigluGrad(const float *g, const float *u, const float *dy, float *dg, float *du, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i], ui = u[i], d = dy[i];
+    const float s = 1.0f / (1.0f + std::exp(-gi));
+    const float a = gi / (1.0f + std::exp(-gi));
+    dg[i] = (d * ui) * (s * (1.0f + gi * (1.0f - s)));
+    du[i] = d * a;
+  }
+}
+
+void rmsnorm(const float *x, const float *w, float *y, float *rstd, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *xr = x + n * C;
+    float *yr = y + n * C;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < C; ++j)
+      s += xr[j] * xr[j];
+    const float rs = 1.0f / std::sqrt(s / static_cast<float>(C) + eps);
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j)
+      yr[j] = w[j] * (xr[j] * rs);
+    if (rstd)
+      rstd[n] = rs;
+  }
+}
+
+// y = w * xh, xh = x r: dw = sum_rows dy xh; dx = r (dxh - xh mean(dxh xh)), dxh = dy w.
+void rmsnormGrad(const float *dy, const float *x, const float *w, const float *rstd, float *dx, float *dw, int64_t N,
+                 int64_t C) {
+  const int64_t nBlocks = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t blk = 0; blk < nBlocks; ++blk) {
+    const int64_t c0 = blk * kColBlock, wdt = std::min(C, c0 + kColBlock) - c0;
+    float acc[kColBlock];
+    for (int64_t j = 0; j < wdt; ++j)
+      acc[j] = 0.0f;
+    for (int64_t n = 0; n < N; ++n) {
+      const float *dyr = dy + n * C + c0, *xr = x + n * C + c0;
+      const float rs = rstd[n];
+#pragma omp simd
+      for (int64_t j = 0; j < wdt; ++j)
+        acc[j] += dyr[j] * (xr[j] * rs);
+    }
+    for (int64_t j = 0; j < wdt; ++j)
+      dw[c0 + j] = acc[j];
+  }
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *dyr = dy + n * C, *xr = x + n * C;
+    float *dxr = dx + n * C;
+    const float rs = rstd[n];
+    float sDN = 0.0f;
+#pragma omp simd reduction(+ : sDN)
+    for (int64_t j = 0; j < C; ++j)
+      sDN += (dyr[j] * w[j]) * (xr[j] * rs);
+    const float mDN = sDN / static_cast<float>(C);
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j)
+      dxr[j] = rs * (dyr[j] * w[j] - (xr[j] * rs) * mDN);
+  }
+}
+
+void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq, float scale,
+          bool inverse) {
+  const int64_t half = D / 2, heads = C / D;
+#pragma omp parallel for schedule(static) if (B * T * C >= kParallelMin)
+  for (int64_t t = 0; t < T; ++t) {
+    float cs[512], sn[512]; // head dims up to 1024
+    for (int64_t i = 0; i < half && i < 512; ++i) {
+      const float a = invFreq[i] * static_cast<float>(t); // an fp32 product, as Hugging Face's
+      cs[i] = static_cast<float>(std::cos(static_cast<double>(a))) * scale;
+      sn[i] = static_cast<float>(std::sin(static_cast<double>(a))) * scale;
+    }
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < heads; ++h) {
+        const float *xr = x + (b * T + t) * C + h * D;
+        float *yr = y + (b * T + t) * C + h * D;
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = xr[i], x2 = xr[i + half];
+          if (!inverse) {
+            yr[i] = x1 * cs[i] - x2 * sn[i];
+            yr[i + half] = x2 * cs[i] + x1 * sn[i];
+          } else {
+            yr[i] = x1 * cs[i] + x2 * sn[i];
+            yr[i + half] = x2 * cs[i] - x1 * sn[i];
+          }
+        }
+      }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Causal attention, flash-style, on strided rows (AttentionGeometry): GPT-2's packed qkv and the
+// grouped-query form of the LLaMA family are the same kernel.
+//
+// lse[b,h,t] = log sum_j exp(scale * q_t . k_j) over the keys row t sees.
+
+void attention(const AttentionGeometry &g, const float *qp, const float *kp, const float *vp, float *out,
+               float *lse) {
+  const int64_t B = g.B, T = g.T, H = g.H, hs = g.D;
+  const float sc = g.scale;
 #pragma omp parallel for collapse(3) schedule(dynamic, 16) if (B * H * T * T * hs >= kParallelMin)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T; ++t) {
-        const float *base = qkv + b * T * C3;
-        const float *q = base + t * C3 + h * hs;
-        float *o = out + (b * T + t) * C + h * hs;
+        const int64_t kh = g.kvHead(h);
+        const float *q = qp + (b * T + t) * g.sq + h * hs;
+        const float *kb = kp + b * T * g.skv + kh * hs, *vb = vp + b * T * g.skv + kh * hs;
+        float *o = out + (b * T + t) * g.so + h * hs;
         for (int64_t d = 0; d < hs; ++d)
           o[d] = 0.0f;
         float m = -std::numeric_limits<float>::infinity();
         float l = 0.0f;
         float s[kKeyBlock];
-        for (int64_t j0 = 0; j0 <= t; j0 += kKeyBlock) {
+        const int64_t jFirst = g.window > 0 ? std::max<int64_t>(0, t - g.window + 1) : 0;
+        for (int64_t j0 = jFirst; j0 <= t; j0 += kKeyBlock) {
           const int64_t j1 = std::min(t + 1, j0 + kKeyBlock);
           float bmax = -std::numeric_limits<float>::infinity();
           for (int64_t j = j0; j < j1; ++j) {
-            const float v = sc * dot(q, base + j * C3 + C + h * hs, hs);
+            const float v = sc * dot(q, kb + j * g.skv, hs);
             s[j - j0] = v;
             bmax = std::max(bmax, v);
           }
@@ -317,7 +458,7 @@ void attention(const float *qkv, float *out, float *lse, int64_t B, int64_t T, i
           for (int64_t j = j0; j < j1; ++j) {
             const float p = std::exp(s[j - j0] - m);
             l += p;
-            axpy(p, base + j * C3 + 2 * C + h * hs, o, hs);
+            axpy(p, vb + j * g.skv, o, hs);
           }
         }
         scaleInPlace(o, 1.0f / l, hs);
@@ -325,44 +466,66 @@ void attention(const float *qkv, float *out, float *lse, int64_t B, int64_t T, i
       }
 }
 
-// Per (b,h) pair (dk, dv accumulate over query rows, so a pair belongs to one thread):
+// Per (b, key/value head) (dk, dv accumulate over the query rows of every query head reading that
+// key/value head, so they belong to one thread):
 //   D_t = dout_t . out_t
 //   p_tj = exp(scale q_t.k_j - lse_t), dp_tj = dout_t . v_j, ds_tj = p_tj (dp_tj - D_t)
 //   dq_t += scale ds_tj k_j; dk_j += scale ds_tj q_t; dv_j += p_tj dout_t
-void attentionGrad(const float *dout, const float *qkv, const float *out, const float *lse, float *dqkv,
-                   int64_t B, int64_t T, int64_t C, int64_t H) {
-  const int64_t hs = C / H;
-  const int64_t C3 = 3 * C;
-  const float sc = 1.0f / std::sqrt(static_cast<float>(hs));
+void attentionGrad(const AttentionGeometry &g, const float *dout, const float *qp, const float *kp, const float *vp,
+                   const float *out, const float *lse, float *dqp, float *dkp, float *dvp) {
+  const int64_t B = g.B, T = g.T, H = g.H, hs = g.D, Hkv = g.Hkv;
+  const float sc = g.scale;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (B * H * T * T * hs >= kParallelMin)
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const float *base = qkv + b * T * C3;
-      float *dbase = dqkv + b * T * C3;
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t part = 0; part < 3; ++part)
-          std::memset(dbase + t * C3 + part * C + h * hs, 0, sizeof(float) * hs);
+    for (int64_t kh = 0; kh < Hkv; ++kh) {
       for (int64_t t = 0; t < T; ++t) {
-        const float *q = base + t * C3 + h * hs;
-        float *dq = dbase + t * C3 + h * hs;
-        const float *dor = dout + (b * T + t) * C + h * hs;
-        const float *orow = out + (b * T + t) * C + h * hs;
-        const float L = lse[(b * H + h) * T + t];
-        const float D = dot(dor, orow, hs);
-        for (int64_t j = 0; j <= t; ++j) {
-          const float *k = base + j * C3 + C + h * hs;
-          const float *v = base + j * C3 + 2 * C + h * hs;
-          float *dk = dbase + j * C3 + C + h * hs;
-          float *dv = dbase + j * C3 + 2 * C + h * hs;
-          const float p = std::exp(sc * dot(q, k, hs) - L);
-          const float dp = dot(dor, v, hs);
-          const float ds = sc * p * (dp - D);
-          axpy(ds, k, dq, hs);
-          axpy(ds, q, dk, hs);
-          axpy(p, dor, dv, hs);
+        std::memset(dkp + (b * T + t) * g.skv + kh * hs, 0, sizeof(float) * hs);
+        std::memset(dvp + (b * T + t) * g.skv + kh * hs, 0, sizeof(float) * hs);
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        if (g.kvHead(h) != kh)
+          continue;
+        for (int64_t t = 0; t < T; ++t)
+          std::memset(dqp + (b * T + t) * g.sq + h * hs, 0, sizeof(float) * hs);
+        for (int64_t t = 0; t < T; ++t) {
+          const float *q = qp + (b * T + t) * g.sq + h * hs;
+          float *dq = dqp + (b * T + t) * g.sq + h * hs;
+          const float *dor = dout + (b * T + t) * g.so + h * hs;
+          const float *orow = out + (b * T + t) * g.so + h * hs;
+          const float L = lse[(b * H + h) * T + t];
+          const float D = dot(dor, orow, hs);
+          const int64_t jFirst = g.window > 0 ? std::max<int64_t>(0, t - g.window + 1) : 0;
+          for (int64_t j = jFirst; j <= t; ++j) {
+            const float *k = kp + (b * T + j) * g.skv + kh * hs;
+            const float *v = vp + (b * T + j) * g.skv + kh * hs;
+            float *dk = dkp + (b * T + j) * g.skv + kh * hs;
+            float *dv = dvp + (b * T + j) * g.skv + kh * hs;
+            const float p = std::exp(sc * dot(q, k, hs) - L);
+            const float dp = dot(dor, v, hs);
+            const float ds = sc * p * (dp - D);
+            axpy(ds, k, dq, hs);
+            axpy(ds, q, dk, hs);
+            axpy(p, dor, dv, hs);
+          }
         }
       }
     }
+}
+
+// GPT-2's packed form: qkv [B,T,3C] (q, k, v side by side), out [B,T,C].
+void attention(const float *qkv, float *out, float *lse, int64_t B, int64_t T, int64_t C, int64_t H) {
+  AttentionGeometry g;
+  g.B = B, g.T = T, g.H = H, g.D = C / H, g.Hkv = H, g.sq = g.skv = 3 * C, g.so = C;
+  g.scale = 1.0f / std::sqrt(static_cast<float>(g.D));
+  attention(g, qkv, qkv + C, qkv + 2 * C, out, lse);
+}
+
+void attentionGrad(const float *dout, const float *qkv, const float *out, const float *lse, float *dqkv,
+                   int64_t B, int64_t T, int64_t C, int64_t H) {
+  AttentionGeometry g;
+  g.B = B, g.T = T, g.H = H, g.D = C / H, g.Hkv = H, g.sq = g.skv = 3 * C, g.so = C;
+  g.scale = 1.0f / std::sqrt(static_cast<float>(g.D));
+  attentionGrad(g, dout, qkv, qkv + C, qkv + 2 * C, out, lse, dqkv, dqkv + C, dqkv + 2 * C);
 }
 
 // ---------------------------------------------------------------------------------------------
