@@ -17,6 +17,7 @@
 #include "bigc/Emit/Emitter.h"
 #include "bigc/Passes/Passes.h"
 #include "bigc/runtime/program.h"
+#include "bigc/runtime/safetensors.h"
 #include "bigc/runtime/verifier.h"
 #include "bigc/support/cli.h"
 #include "bigc/support/format.h"
@@ -34,6 +35,9 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <sys/stat.h>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -224,6 +228,58 @@ mlir::LogicalResult checkInterface(mlir::ModuleOp module) {
     return bad->emitError("16-bit tensors are not supported by this version yet in the model: write the "
                           "model in f32 and compile with --precision bf16|fp16 (fp32 masters, 16-bit compute)");
   return mlir::success();
+}
+
+// The module attribute `bigc.weights = "FILE.safetensors"` (bigc import writes it; relative to
+// the model file): the model's own initial weights. The file must hold every weight of the model
+// (bigc.param of role param), with its shape, and nothing else; its absolute path goes into the
+// program, which `bigc run` loads it from.
+void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
+  auto attr = module->getAttrOfType<mlir::StringAttr>("bigc.weights");
+  if (!attr) return;
+  std::string path = attr.getValue().str();
+  if (path.empty()) throw UserError("module attribute bigc.weights: empty file name");
+  if (path[0] != '/') {
+    size_t slash = o.input.find_last_of('/');
+    path = (slash == std::string::npos ? std::string(".") : o.input.substr(0, slash)) + "/" + path;
+  }
+  if (char *real = ::realpath(path.c_str(), nullptr)) {
+    path = real;
+    std::free(real);
+  } else {
+    throw UserError("the model's initial weights (module attribute bigc.weights) '" + attr.getValue().str() +
+                    "' are not at " + path + " (bigc import writes them beside the model; copy them there)");
+  }
+  rt::safetensors::File f = rt::safetensors::readHeader(path);
+  std::map<std::string, const rt::safetensors::Tensor *> byName;
+  for (const auto &t : f.tensors) byName[t.name] = &t;
+  size_t params = 0;
+  for (mlir::bigc::ParamOp p : module.getOps<mlir::bigc::ParamOp>()) {
+    if (p.getRole() != "param") continue;
+    ++params;
+    std::string name = p.getSymName().str();
+    auto it = byName.find(name);
+    std::vector<int64_t> shape(p.getTensorType().getShape().begin(), p.getTensorType().getShape().end());
+    auto shapeStr = [](const std::vector<int64_t> &s) {
+      std::string r = "[";
+      for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+      return r + "]";
+    };
+    if (it == byName.end())
+      throw UserError(path + ": the weight '" + name + "' " + shapeStr(shape) + " of the model is missing");
+    if (it->second->shape != shape)
+      throw UserError(path + ": the weight '" + name + "' has shape " + shapeStr(it->second->shape) +
+                      ", the model's is " + shapeStr(shape));
+    if (it->second->dtype == rt::DType::I32)
+      throw UserError(path + ": the weight '" + name + "' is stored as I32; expected F32, BF16 or F16");
+  }
+  if (byName.size() != params)
+    for (const auto &[name, t] : byName)
+      if (!module.lookupSymbol<mlir::bigc::ParamOp>(name))
+        throw UserError(path + ": the tensor '" + name + "' is not a weight of the model");
+  struct stat st {};
+  o.initialWeights = path;
+  o.initialWeightsBytes = ::stat(path.c_str(), &st) == 0 ? int64_t(st.st_size) : 0;
 }
 
 std::string defaultOutput(const std::string &in) {
@@ -418,6 +474,8 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
   eo.deviceReserveBytes = o.deviceReserve;
   eo.hostReserveBytes = o.hostReserve;
   eo.deviceReserveParts = o.deviceReserveParts;
+  eo.initialWeights = o.initialWeights;
+  eo.initialWeightsBytes = o.initialWeightsBytes;
   try {
     rt::Program program = emit::buildProgram(module, eo);
     if (o.haveHardware) { // the step on the profile: time and the collectives hidden behind compute
@@ -735,6 +793,12 @@ int compileMain(int argc, char **argv, int first) {
     return 1;
   }
   auto tParsed = std::chrono::steady_clock::now();
+  try {
+    resolveInitialWeights(*module, opts);
+  } catch (const UserError &e) {
+    std::fprintf(stderr, "bigc compile: %s: %s; nothing written\n", input.c_str(), e.what());
+    return 1;
+  }
 
   // --global-batch: the ranks must divide it into the model's batch per rank and K micro-batches.
   if (args.has("--global-batch")) {

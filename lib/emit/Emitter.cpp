@@ -261,6 +261,8 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   p.deviceReserveBytes = options.deviceReserveBytes;
   p.hostReserveBytes = options.hostReserveBytes;
   p.deviceReserveParts = options.deviceReserveParts;
+  p.initialWeights = options.initialWeights;
+  p.initialWeightsBytes = options.initialWeightsBytes;
 
   // Instruction indices (get_param is not an instruction).
   llvm::DenseMap<Operation *, int64_t> index;

@@ -498,6 +498,9 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     o << " (device " << humanBytes(p.deviceCapacityBytes) << ", host "
       << humanBytes(p.hostCapacityBytes) << " for the plan)";
   o << "\n";
+  if (!p.initialWeights.empty())
+    o << "initial weights: " << p.initialWeights << " (" << humanBytes(p.initialWeightsBytes)
+      << ", the imported model's; bigc run loads them)\n";
   if (p.deviceReserveBytes > 0 || p.hostReserveBytes > 0) {
     o << "reserve: device " << humanBytes(p.deviceReserveBytes);
     if (!p.deviceReserveParts.empty()) {
@@ -708,6 +711,7 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
   j["config"] = {{"batch", p.batch},           {"seq", p.seq},
                  {"vocab", p.vocab},           {"precision", p.precision},
                  {"micro_batches", p.microBatches}, {"ranks", p.ranks}};
+  if (!p.initialWeights.empty()) j["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
   j["hardware"] = {{"name", p.hardwareName},
                    {"device_capacity_bytes", p.deviceCapacityBytes},
                    {"host_capacity_bytes", p.hostCapacityBytes},

@@ -16,6 +16,7 @@
 #include <map>
 #include <cmath>
 #include <cstdio>
+#include <sys/stat.h>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -49,7 +50,8 @@ const char *kRunUsage =
     "                      rss_peak_bytes (the process's peak resident memory), and loss_scale,\n"
     "                      skipped with fp16 loss scaling\n"
     "  --save-weights FILE safetensors of every weight (fp32 masters when there are) after the last step\n"
-    "  --load-weights FILE start from these weights (safetensors, Hugging Face GPT-2 names)\n"
+    "  --load-weights FILE start from these weights (safetensors, the model's Hugging Face names;\n"
+    "                      an imported model starts from its own weights without it)\n"
     "  --dump-grads FILE   the last step's parameter gradients (f32, unscaled) as safetensors\n"
     "  --threads N         CPU threads (default: all)\n"
     "  --check-numerics    stop at the first inf or nan an instruction produces, naming the step, the\n"
@@ -295,6 +297,15 @@ int runBody(int argc, char **argv, int first) {
   if (args.has("--load-weights")) {
     std::string path = args.str("--load-weights");
     safetensors::loadWeights(ex, safetensors::read(path), path);
+  } else if (!ex.program().initialWeights.empty()) {
+    // An imported model starts from the module's own weights (bigc import wrote them).
+    const std::string &path = ex.program().initialWeights;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+      throw UserError("the program starts from the imported model's weights " + path +
+                      ", which are not there (copy them there, or start from other weights with --load-weights FILE)");
+    safetensors::loadWeights(ex, safetensors::read(path), path);
+    if (!quiet) std::fprintf(stderr, "bigc run: initial weights: %s (the imported model's)\n", path.c_str());
   }
   if (args.has("--dump-grads")) ex.enableGradCapture();
   if (args.has("--check-numerics")) ex.enableNumericsCheck();

@@ -312,6 +312,12 @@ Program fromJson(const json &root, const std::string &path) {
     }
   }
 
+  if (root.contains("initial_weights")) {
+    const json &w = r.object(root, "initial_weights", "payload");
+    p.initialWeights = r.string(w, "path", "initial_weights");
+    p.initialWeightsBytes = r.integerOr(w, "bytes", "initial_weights", 0);
+  }
+
   const json &spaces = r.array(root, "spaces", "payload");
   for (size_t i = 0; i < spaces.size(); ++i) {
     std::string where = "spaces[" + std::to_string(i) + "]";
@@ -1391,6 +1397,8 @@ std::string serializeProgram(const Program &p) {
     for (const auto &[name, b] : p.deviceReserveParts) parts[name] = b;
     root["hardware"]["device_reserve"] = parts;
   }
+  if (!p.initialWeights.empty())
+    root["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
   json spaces = json::array();
   for (const auto &s : p.spaces)
     spaces.push_back({{"name", s.name},

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "bigc/Driver/Compile.h"
+#include "bigc/Driver/Import.h"
 #include "bigc/Gen/GptGen.h"
 #include "bigc/Inspect/Inspect.h"
 #include "bigc/runtime/program.h"
@@ -32,6 +33,7 @@ const char *kUsage =
     "commands:\n"
     "  gen gpt      write a GPT-2-architecture model as MLIR (presets tiny, gpt2 ... 175b)\n"
     "  gen llama    write a LLaMA-family model as MLIR (llama3-8b, llama3-70b, mistral-7b, ...)\n"
+    "  import       a PyTorch model (Hugging Face config, or your nn.Module) as MLIR\n"
     "  compile      model.mlir -> model.bigc: backward, optimizer, schedule, memory plan\n"
     "  inspect      show a program's memory plan (--memory, --json, --timeline FILE.svg)\n"
     "  verify       prove a program's plan free of hazards (also done by compile and run)\n"
@@ -47,7 +49,7 @@ const char *kUsage =
     "  bigc inspect model.bigc --memory --timeline plan.svg\n"
     "  bigc run model.bigc --synthetic --steps 100\n";
 
-const char *kCommands = "gen, compile, inspect, verify, run, data";
+const char *kCommands = "gen, import, compile, inspect, verify, run, data";
 
 bool isHelp(const char *a) {
   return std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0;
@@ -66,6 +68,7 @@ void report(const std::string &label, const std::string &msg) {
 int dispatch(int argc, char **argv, const std::string &cmd) {
   if (cmd == "gen") return bigc::gen::genMain(argc, argv, 2);
   if (cmd == "compile") return bigc::compileMain(argc, argv, 2);
+  if (cmd == "import") return bigc::importMain(argc, argv, 2);
   if (cmd == "inspect") return bigc::inspect::inspectMain(argc, argv, 2);
   if (cmd == "run") return bigc::rt::runMain(argc, argv, 2);
   if (cmd == "data") return bigc::rt::dataMain(argc, argv, 2);

@@ -26,6 +26,9 @@ namespace bigc {
 struct CompileOptions {
   std::string input, output;
   bool quiet = false;
+  // The model's own initial weights (module attribute bigc.weights, resolved and checked).
+  std::string initialWeights;
+  int64_t initialWeightsBytes = 0;
   // AdamW
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1, gradClip = 0.0;
   // Capacity

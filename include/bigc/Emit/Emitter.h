@@ -28,6 +28,9 @@ struct EmitOptions {
   // What the capacities leave out of the memory (recorded for bigc inspect and the runtime).
   int64_t deviceReserveBytes = 0, hostReserveBytes = 0;
   std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
+  // The model's own initial weights (module attribute bigc.weights, resolved): loaded by the runtime.
+  std::string initialWeights;
+  int64_t initialWeightsBytes = 0;
 };
 
 // The module is not what the emitter expects (not planned, an op with no runtime instruction,

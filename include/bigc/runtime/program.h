@@ -151,6 +151,10 @@ struct Program {
   int64_t deviceCapacityBytes = 0, hostCapacityBytes = 0;
   int64_t deviceReserveBytes = 0, hostReserveBytes = 0;
   std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
+  // The model's own initial weights (an imported model's safetensors file, absolute path; "" when
+  // the inits of the buffers are the start): `bigc run` loads them before the first step.
+  std::string initialWeights;
+  int64_t initialWeightsBytes = 0;
   std::vector<Space> spaces;
   std::vector<Buffer> buffers;
   std::vector<int64_t> tokenInputs, targetInputs; // one per micro-batch
