@@ -47,7 +47,7 @@ expect_fail "BIGC_FAULT" "BIGC_FAULT='rank=x': expected rank=R,step=S,kind=crash
 
 # The plan's estimate with --hardware: step time and each collective's share hidden behind compute.
 "$BIN/bigc" compile "$d/m.mlir" -o "$d/est.bigc" --hardware a100-80g-x8 --zero 3 > "$d/est.txt"
-grep -q "estimate .* ms per step on a100-80g-x8 .*all_gather .*% hidden" "$d/est.txt" || {
+grep -qE "estimate +[0-9.]+ (ns|us|ms|s) per step on a100-80g-x8 .*all_gather [0-9.]+ (ns|us|ms|s), [0-9]+% hidden" "$d/est.txt" || {
   echo "FAIL: no estimate line in bigc compile's output"; cat "$d/est.txt"; exit 1; }
 "$BIN/bigc" inspect "$d/est.bigc" --json | $PY -c '
 import json, sys
