@@ -2,7 +2,7 @@
 # Compiles the programs the GPU tests and the GPU benchmark run, into OUTDIR, so that a machine
 # with a GPU but no MLIR (the runtime built with -DBIGC_ENABLE_COMPILER=OFF) can run them:
 #   scripts/gpu-programs.sh build/bin OUTDIR [tiny] [bench]
-# tiny:  small GPTs in every precision and technique (test/gpu/train.sh)
+# tiny:  small GPTs in every precision and technique, and the tiny LLaMA (test/gpu/train.sh)
 # bench: gpt2 and gpt2-medium in bf16 for bench/gpu/run.sh (batch $BENCH_BATCH, default 16 x 1024)
 set -euo pipefail
 BIN=$1
@@ -36,6 +36,13 @@ for set in $SETS; do
     c mid-fp32 mid --lr 1e-3
     c mid-bf16 mid --lr 1e-3 --precision bf16
     c mid-fp16 mid --lr 1e-3 --precision fp16
+    # The LLaMA family's ops (rmsnorm, rope, swiglu, grouped-query attention: 4 heads of 16 over 2
+    # kv heads), T = 64; one with a sliding window of 24 tokens and full recomputation.
+    "$BIN/bigc" gen llama --preset tiny -o "$OUT/llama.mlir" > /dev/null
+    "$BIN/bigc" gen llama --preset tiny --window 24 -o "$OUT/llama-window.mlir" > /dev/null
+    c llama-fp32 llama --lr 3e-3
+    c llama-fp32-window-recompute llama-window --lr 3e-3 --recompute full
+    c llama-bf16 llama --lr 3e-3 --precision bf16
     # A plan larger than any one GPU (13b in fp32: ~170 GiB of device arena).
     "$BIN/bigc" gen gpt --preset 13b -o "$OUT/big.mlir" > /dev/null
     c too-big big --device-mem 1T

@@ -10,6 +10,14 @@
 //     instructions carry the same: 4 ulps bounds a chain of two rounded ops, 4 * 2^-8 = 1.6e-2;
 //   - attention on tensor cores additionally rounds the probabilities (and dS in the backward)
 //     to 16 bits before the second product, as FlashAttention does: 3e-2 for bf16.
+// The LLaMA family's kernels (rmsnorm, rope, silu, swiglu, gqa_attention, exact gelu) use the same
+// bounds: they read their operands in the storage type, compute in fp32 as the CPU kernels do and
+// round once. In fp32 the differences are CUDA's expf/erff (at most 2 ulps, the CUDA math API's
+// stated bounds, against glibc's correctly rounded-or-nearly ones), FMA contraction and the order
+// of sums (row sums of C <= 1000 terms, attention's dot products and key sums over <= 300 keys),
+// each a few 1e-7 relative to the largest element: 1e-5 leaves a factor of ten. rope's angles are
+// the same f32 products and their cos/sin are computed in double and rounded to f32 on both (equal
+// but for a rare last-bit tie), so rope differs by ~1 ulp only.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,7 +27,13 @@
 
 #include "bigc/runtime/engine.h"
 #include "bigc/runtime/executor.h"
+#include "bigc/runtime/half.h"
+#include "bigc/runtime/kernels.h"
 #include "runtime_test_programs.h"
+
+#include "../../runtime/backends/cuda/kernels.h"
+
+#include <cuda_runtime_api.h>
 
 using namespace bigc::rt;
 using namespace bigc::rt::testing;
@@ -373,6 +387,252 @@ TEST(CudaKernels, Attention) {
       o.b.inst("attention", {qkv}, {out, lse}, {{"heads", num(double(s.H))}});
       o.b.inst("attention_grad", {dout, qkv, out, lse}, {dqkv}, {{"heads", num(double(s.H))}});
       o.check(t == DType::F32 ? 1e-5 : 3e-2);
+    }
+}
+
+// ---- the LLaMA family's ops ---------------------------------------------------------------------
+
+Attr reals(std::vector<double> v) {
+  Attr a;
+  a.isReals = true;
+  a.reals = std::move(v);
+  return a;
+}
+
+// Hugging Face's default rotary frequencies: theta^(-2i/D).
+std::vector<double> invFreq(int64_t D, double theta = 10000.0) {
+  std::vector<double> f;
+  for (int64_t i = 0; i < D / 2; ++i) f.push_back(std::pow(theta, -double(2 * i) / double(D)));
+  return f;
+}
+
+TEST(CudaKernels, LlamaElementwise) {
+  REQUIRE_GPU();
+  // Odd sizes (the scalar kernels) and multiples of 8 (16-byte vectors); inputs of std 3 reach
+  // both tails of the sigmoid and of erf.
+  for (DType t : kTypes)
+    for (std::vector<int64_t> shape : {std::vector<int64_t>{3, 5, 67}, std::vector<int64_t>{4, 64}}) {
+      SCOPED_TRACE(std::string(dtypeName(t)) + " n=" + std::to_string(shape[0] * shape[1] * (shape.size() > 2 ? shape[2] : 1)));
+      OneOp o;
+      int64_t x = o.input("x", shape, t, 3.0), u = o.input("u", shape, t), dy = o.input("dy", shape, t);
+      int64_t si = o.output("silu", shape, t), sg = o.output("silu_grad", shape, t);
+      int64_t sw = o.output("swiglu", shape, t), dg = o.output("swiglu_dgate", shape, t),
+              du = o.output("swiglu_dup", shape, t);
+      int64_t ge = o.output("gelu_exact", shape, t), gg = o.output("gelu_exact_grad", shape, t);
+      o.b.inst("silu", {x}, {si});
+      o.b.inst("silu_grad", {x, dy}, {sg});
+      o.b.inst("swiglu", {x, u}, {sw});
+      o.b.inst("swiglu_grad", {x, u, dy}, {dg, du});
+      o.b.inst("gelu", {x}, {ge}, {{"exact", num(1)}});
+      o.b.inst("gelu_grad", {x, dy}, {gg}, {{"exact", num(1)}});
+      o.check(tolFor(t));
+    }
+}
+
+TEST(CudaKernels, LlamaOpsInPlace) {
+  REQUIRE_GPU();
+  // rope, silu and swiglu writing over their input (the program format's in-place rule).
+  for (DType t : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtypeName(t));
+    OneOp o;
+    const int64_t B = 2, T = 19, C = 4 * 32;
+    int64_t a = o.input("a", {B, T, C}, t), u = o.input("u", {B, T, C}, t);
+    int64_t y = o.b.buffer("y", {B, T, C}, "activation", t), z = o.output("z", {B, T, C}, t);
+    int64_t g = o.b.buffer("g", {B, T, C}, "activation", t), w = o.output("w", {B, T, C}, t);
+    // Copies and doublings are exact; two rounded ops on each chain (the bound of tolFor).
+    o.b.inst("scale", {a}, {y}, {{"factor", num(1.0)}});
+    o.b.inst("rope", {y}, {y}, {{"head_dim", num(32)}, {"inv_freq", reals(invFreq(32))}});
+    o.b.inst("rope", {y}, {y}, {{"head_dim", num(32)}, {"inv_freq", reals(invFreq(32, 500.0))}, {"inverse", num(1)}});
+    o.b.inst("scale", {y}, {z}, {{"factor", num(1.0)}});
+    o.b.inst("scale", {a}, {g}, {{"factor", num(2.0)}});
+    o.b.inst("swiglu", {g, u}, {g});
+    o.b.inst("silu", {g}, {g});
+    o.b.inst("scale", {g}, {w}, {{"factor", num(1.0)}});
+    o.check(tolFor(t));
+  }
+}
+
+TEST(CudaKernels, RmsNormAndItsGradient) {
+  REQUIRE_GPU();
+  for (DType t : kTypes)
+    for (int64_t C : {int64_t(200), int64_t(1000)}) {
+      SCOPED_TRACE(std::string(dtypeName(t)) + " C=" + std::to_string(C));
+      OneOp o;
+      int64_t x = o.input("x", {3, 15, C}, t, 2.0), w = o.input("w", {C}, t), dy = o.input("dy", {3, 15, C}, t);
+      int64_t y = o.output("y", {3, 15, C}, t), rstd = o.output("rstd", {3, 15});
+      int64_t dx = o.output("dx", {3, 15, C}, t), dw = o.output("dw", {C}, t);
+      o.b.inst("rmsnorm", {x, w}, {y, rstd}, {{"eps", num(1e-5)}});
+      o.b.inst("rmsnorm_grad", {dy, x, w, rstd}, {dx, dw});
+      o.check(tolFor(t));
+    }
+}
+
+TEST(CudaKernels, Rope) {
+  REQUIRE_GPU();
+  // Head sizes 16 and 64 (T = 300: angles up to 300 rad), Llama 3's attention_scaling, and the
+  // inverse rotation (rope's gradient).
+  struct Case {
+    int64_t B, T, H, D;
+    double theta, scale;
+  };
+  const Case cases[] = {{2, 37, 6, 16, 10000.0, 1.0}, {1, 300, 3, 64, 500000.0, 0.8}};
+  for (DType t : kTypes)
+    for (const Case &c : cases) {
+      SCOPED_TRACE(std::string(dtypeName(t)) + " D=" + std::to_string(c.D));
+      OneOp o;
+      const int64_t C = c.H * c.D;
+      int64_t x = o.input("x", {c.B, c.T, C}, t);
+      int64_t y = o.output("y", {c.B, c.T, C}, t), dx = o.output("inverse", {c.B, c.T, C}, t);
+      std::map<std::string, Attr> at = {
+          {"head_dim", num(double(c.D))}, {"inv_freq", reals(invFreq(c.D, c.theta))}, {"attention_scaling", num(c.scale)}};
+      o.b.inst("rope", {x}, {y}, at);
+      at["inverse"] = num(1);
+      o.b.inst("rope", {x}, {dx}, at);
+      o.check(tolFor(t));
+    }
+}
+
+struct GqaShape {
+  int64_t B, T, H, Hkv, D, window;
+  double scale; // 0: 1/sqrt(D)
+};
+
+TEST(CudaKernels, GqaAttention) {
+  REQUIRE_GPU();
+  // Groups of 2 (H 4, Hkv 2) with and without a sliding window (one shorter than T, one longer
+  // than a 32-key chunk), multi-query (Hkv 1) with a given scale, one kv head per query head, a
+  // window of 1 (each query sees only itself), head size 128.
+  const GqaShape shapes[] = {{2, 77, 4, 2, 16, 0, 0},  {1, 70, 4, 2, 32, 20, 0}, {2, 40, 6, 1, 24, 0, 0.3},
+                             {1, 65, 4, 4, 64, 33, 0}, {1, 9, 4, 2, 16, 1, 0},   {1, 50, 2, 1, 128, 0, 0}};
+  for (DType t : kTypes)
+    for (const GqaShape &s : shapes) {
+      SCOPED_TRACE(std::string(dtypeName(t)) + " B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" +
+                   std::to_string(s.H) + " Hkv" + std::to_string(s.Hkv) + " D" + std::to_string(s.D) + " window " +
+                   std::to_string(s.window));
+      OneOp o;
+      const int64_t C = s.H * s.D, Ckv = s.Hkv * s.D;
+      int64_t q = o.input("q", {s.B, s.T, C}, t), k = o.input("k", {s.B, s.T, Ckv}, t), v = o.input("v", {s.B, s.T, Ckv}, t);
+      int64_t dout = o.input("dout", {s.B, s.T, C}, t);
+      int64_t out = o.output("out", {s.B, s.T, C}, t), lse = o.output("lse", {s.B, s.H, s.T});
+      int64_t dq = o.output("dq", {s.B, s.T, C}, t), dk = o.output("dk", {s.B, s.T, Ckv}, t),
+              dv = o.output("dv", {s.B, s.T, Ckv}, t);
+      std::map<std::string, Attr> at = {{"heads", num(double(s.H))}, {"kv_heads", num(double(s.Hkv))}};
+      if (s.window) at["window"] = num(double(s.window));
+      if (s.scale > 0) at["scale"] = num(s.scale);
+      o.b.inst("gqa_attention", {q, k, v}, {out, lse}, at);
+      o.b.inst("gqa_attention_grad", {dout, q, k, v, out, lse}, {dq, dk, dv}, at);
+      // 16-bit: each backend's backward reads its own rounded `out` (D_t = dout_t . out_t), and a
+      // one-ulp difference there enters dq, dk through dp - D_t, a difference of nearly equal
+      // terms: 3e-2 as for the packed attention above. (Same inputs on both sides: the next test,
+      // to tolFor.)
+      o.check(t == DType::F32 ? 1e-5 : 3e-2);
+    }
+}
+
+// The kernels themselves on device memory, against the CPU kernels with the same geometry: the
+// query heads of tensor rank r under tp_heads (headOffset r*H, the kv heads replicated), which a
+// one-GPU program cannot reach (its tensor rank is 0). dk and dv of kv heads this rank's heads do
+// not read are zeros.
+template <class T> struct DevBuf {
+  T *p = nullptr;
+  explicit DevBuf(size_t n) { EXPECT_EQ(cudaMalloc(reinterpret_cast<void **>(&p), std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf &) = delete;
+  DevBuf &operator=(const DevBuf &) = delete;
+};
+
+std::vector<float> randomVec(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (float &x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = float(double(s >> 11) / double(1ull << 53) * 2.0 - 1.0);
+  }
+  return v;
+}
+
+TEST(CudaKernels, GqaAttentionTensorParallelHeads) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t H, Hkv, tp, rank, window;
+  };
+  // 2 query heads per rank; kv heads 2 over tp 2 (group 2: rank 1 reads kv head 1 only), 1 kv
+  // head (group 4), and tp 4 with 2 kv heads (rank 3: heads 6, 7 read kv head 1), windowed.
+  const Case cases[] = {{2, 2, 2, 1, 0}, {2, 2, 2, 0, 0}, {2, 1, 2, 1, 0}, {2, 2, 4, 3, 12}};
+  const int64_t B = 2, T = 45, D = 16;
+  for (DType dt : {DType::F32, DType::BF16})
+    for (const Case &c : cases) {
+      SCOPED_TRACE(std::string(dtypeName(dt)) + " H" + std::to_string(c.H) + " Hkv" + std::to_string(c.Hkv) + " tp" +
+                   std::to_string(c.tp) + " rank " + std::to_string(c.rank));
+      cuda::AttentionGeometry g;
+      g.B = B, g.T = T, g.H = c.H, g.D = D, g.Hkv = c.Hkv;
+      g.sq = g.so = c.H * D, g.skv = c.Hkv * D;
+      g.group = c.H * c.tp / c.Hkv, g.headOffset = c.rank * c.H, g.window = c.window;
+      g.scale = 1.0f / std::sqrt(float(D));
+      cpu::AttentionGeometry cg;
+      cg.B = g.B, cg.T = g.T, cg.H = g.H, cg.D = g.D, cg.Hkv = g.Hkv, cg.sq = g.sq, cg.skv = g.skv, cg.so = g.so;
+      cg.group = g.group, cg.headOffset = g.headOffset, cg.window = g.window, cg.scale = g.scale;
+      const size_t nq = size_t(B * T * g.sq), nkv = size_t(B * T * g.skv), nl = size_t(B * c.H * T);
+      const size_t es = size_t(dtypeSize(dt));
+      // Inputs rounded to the storage type first, so both sides read the same values.
+      auto rounded = [&](std::vector<float> v) {
+        std::vector<unsigned char> raw(v.size() * es);
+        fromF32(v.data(), raw.data(), dt, int64_t(v.size()));
+        toF32(raw.data(), dt, v.data(), int64_t(v.size()));
+        return v;
+      };
+      std::vector<float> q = rounded(randomVec(nq, 1)), k = rounded(randomVec(nkv, 2)), v = rounded(randomVec(nkv, 3));
+      std::vector<float> dout = rounded(randomVec(nq, 4));
+      std::vector<float> out(nq), lse(nl), dq(nq), dk(nkv), dv(nkv);
+      cpu::attention(cg, q.data(), k.data(), v.data(), out.data(), lse.data());
+      std::vector<float> outR = rounded(out); // the GPU's backward reads out in the storage type
+      cpu::attentionGrad(cg, dout.data(), q.data(), k.data(), v.data(), outR.data(), lse.data(), dq.data(), dk.data(),
+                         dv.data());
+
+      DevBuf<unsigned char> dQ(nq * es), dK(nkv * es), dV(nkv * es), dO(nq * es), dOut(nq * es), dDq(nq * es),
+          dDk(nkv * es), dDv(nkv * es), ws(cuda::attentionGradWorkspace(B, T, c.H));
+      DevBuf<float> dLse(nl);
+      auto up = [&](const std::vector<float> &h, void *d) {
+        std::vector<unsigned char> raw(h.size() * es);
+        fromF32(h.data(), raw.data(), dt, int64_t(h.size()));
+        ASSERT_EQ(cudaMemcpy(d, raw.data(), raw.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      };
+      auto down = [&](const void *d, size_t n) {
+        std::vector<unsigned char> raw(n * es);
+        EXPECT_EQ(cudaMemcpy(raw.data(), d, raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        std::vector<float> h(n);
+        toF32(raw.data(), dt, h.data(), int64_t(n));
+        return h;
+      };
+      up(q, dQ.p), up(k, dK.p), up(v, dV.p), up(dout, dO.p);
+      cuda::gqaAttention(dt, g, dQ.p, dK.p, dV.p, dOut.p, dLse.p, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> gLse(nl);
+      ASSERT_EQ(cudaMemcpy(gLse.data(), dLse.p, nl * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      const double tol = tolFor(dt);
+      EXPECT_LE(relErr(down(dOut.p, nq), out), tol) << "out";
+      EXPECT_LE(relErr(gLse, lse), 1e-5) << "lse (f32, from the same rounded inputs)";
+      // The backward from the CPU's out (rounded to the storage type) and lse: both sides read the
+      // same values.
+      up(outR, dOut.p);
+      ASSERT_EQ(cudaMemcpy(dLse.p, lse.data(), nl * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      cuda::gqaAttentionGrad(dt, g, dO.p, dQ.p, dK.p, dV.p, dOut.p, dLse.p, dDq.p, dDk.p, dDv.p, ws.p, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_LE(relErr(down(dDq.p, nq), dq), tol) << "dq";
+      std::vector<float> gDk = down(dDk.p, nkv), gDv = down(dDv.p, nkv);
+      EXPECT_LE(relErr(gDk, dk), tol) << "dk";
+      EXPECT_LE(relErr(gDv, dv), tol) << "dv";
+      // kv heads outside this rank's group: exactly zero on both.
+      for (int64_t kh = 0; kh < c.Hkv; ++kh) {
+        const bool read = (g.headOffset) / g.group <= kh && kh <= (g.headOffset + c.H - 1) / g.group;
+        if (read) continue;
+        for (int64_t r = 0; r < B * T; ++r)
+          for (int64_t d = 0; d < D; ++d) {
+            const size_t i = size_t(r * g.skv + kh * D + d);
+            ASSERT_EQ(gDk[i], 0.0f) << "kv head " << kh;
+            ASSERT_EQ(gDv[i], 0.0f) << "kv head " << kh;
+          }
+      }
     }
 }
 

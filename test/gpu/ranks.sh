@@ -5,7 +5,9 @@
 # dp 2 under zero 1 (fp32 with SP; bf16, whose compute copies start from sharded masters), trained
 # 10 steps with --backend cuda gives the CPU backend's losses (its in-process communicators) of the
 # same program: fp32 to 1e-4 relative, bf16 to 1e-2 (NCCL sums 16-bit gradients in their dtype, the
-# CPU rings in f32). Needs 2 GPUs: exit 77 ("skipped") otherwise.
+# CPU rings in f32). The tiny LLaMA (4 heads, 2 kv heads) as tp 2 (kv heads split) and with 1 kv
+# head as tp 2 (replicated: tp_heads, each rank's query heads from head offset 2 * rank), fp32 and
+# bf16. Needs 2 GPUs: exit 77 ("skipped") otherwise.
 set -euo pipefail
 BIN=$1
 n=$(nvidia-smi -L 2> /dev/null | grep -c "^GPU" || true)
@@ -22,15 +24,23 @@ trap 'rm -rf "$d"' EXIT
 PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 "$BIN/bigc" gen gpt --preset tiny --heads 8 --batch 4 -o "$d/m.mlir" > /dev/null
+"$BIN/bigc" gen llama --preset tiny -o "$d/llama.mlir" > /dev/null
+"$BIN/bigc" gen llama --preset tiny --kv-heads 1 -o "$d/llama_kv1.mlir" > /dev/null
 cfgs=("z0:--ranks 2 --zero 0" "z2:--ranks 2 --zero 2" "z3:--ranks 2 --zero 3"
       "bf16:--ranks 2 --zero 3 --precision bf16 --offload cpu"
-      "tp2:--ranks 2 --tp 2" "tp2_sp:--ranks 2 --tp 2 --sequence-parallel" "tp2_bf16:--ranks 2 --tp 2 --precision bf16")
+      "tp2:--ranks 2 --tp 2" "tp2_sp:--ranks 2 --tp 2 --sequence-parallel" "tp2_bf16:--ranks 2 --tp 2 --precision bf16"
+      "llama_tp2:--ranks 2 --tp 2" "llama_kv1_tp2:--ranks 2 --tp 2" "llama_kv1_tp2_bf16:--ranks 2 --tp 2 --precision bf16")
 [ "$n" -ge 4 ] && cfgs+=("tp2_dp2:--ranks 4 --tp 2 --zero 1 --sequence-parallel" "tp2_dp2_bf16:--ranks 4 --tp 2 --zero 1 --precision bf16")
 names=""
 for cfg in "${cfgs[@]}"; do
   name=${cfg%%:*}
   names="$names $name"
-  "$BIN/bigc" compile "$d/m.mlir" -o "$d/$name.bigc" ${cfg#*:} --quiet
+  model=$d/m.mlir
+  case $name in
+  llama_kv1*) model=$d/llama_kv1.mlir ;;
+  llama*) model=$d/llama.mlir ;;
+  esac
+  "$BIN/bigc" compile "$model" -o "$d/$name.bigc" ${cfg#*:} --quiet
   for b in cpu cuda; do
     "$BIN/bigc" run "$d/$name.bigc" --backend $b --synthetic --steps 10 --seed 7 --log "$d/$name.$b.jsonl" --quiet
   done

@@ -2,7 +2,9 @@
 # Training on the GPU (bigc-run --backend cuda) against the CPU backend, 20 steps of synthetic
 # data from the same seed, with the programs of scripts/gpu-programs.sh (every precision, with
 # recomputation, offload, micro-batches, clipping, fp16 loss scaling and overflow; head sizes 16
-# and 64 so both attention paths run). Exit 77 ("skipped: no GPU") where no GPU is visible.
+# and 64 so both attention paths run; the tiny LLaMA in fp32, fp32 with a sliding window and
+# recomputation, and bf16: rmsnorm, rope, swiglu, grouped-query attention). Exit 77 ("skipped: no
+# GPU") where no GPU is visible.
 #
 # Per-step loss, relative to the CPU backend running the same program:
 #   fp32 <= 1e-4 (the issue's bound: GEMMs and reductions sum in another order, ~1e-7 per op,
@@ -36,7 +38,7 @@ PY=${PYTHON:-python3}
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 
 names=()
-for f in "$P"/tiny-*.bigc "$P"/mid-*.bigc; do
+for f in "$P"/tiny-*.bigc "$P"/mid-*.bigc "$P"/llama-*.bigc; do
   n=$(basename "$f" .bigc)
   names+=("$n")
   for be in cpu cuda; do

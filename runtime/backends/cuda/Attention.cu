@@ -12,7 +12,12 @@
 // accumulates dQ over the key tiles at or before it (no atomics: deterministic, and dqkv is
 // written exactly once per element). D_t = dout_t · out_t is computed first.
 //
-// Generic path (any dtype and head size, fp32 math): one warp per (b, h, row).
+// Generic path (any dtype, head size up to 256, fp32 math): one warp per (b, h, row), on strided
+// rows (AttentionGeometry, kernels.h): the packed form above (q, k, v at columns 0, C, 2C of rows
+// of 3C) and grouped-query attention (gqa_attention: separate q, k, v; query head h reads kv head
+// (headOffset + h) / group; an optional sliding window; a given softmax scale) share its kernels.
+// Its backward: dQ one warp per query row; dK and dV one warp per key row of each kv head, summing
+// over the query heads of its group in order (no atomics: deterministic, written once).
 #include "kernels.cuh"
 
 #include <mma.h>
@@ -29,18 +34,30 @@ namespace wmma = nvcuda::wmma;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// ---- strided geometry (kernels.h, AttentionGeometry) ----------------------------------------------
+
+struct Geo {
+  int B, T, H, Hkv, D;
+  int64_t sq, skv, so; // row strides (elements) of q (and dq), k/v (and dk/dv), out (and dout)
+  int group, headOffset, window;
+  float sc;
+  __device__ int kvHead(int h) const { return (headOffset + h) / group; }
+  __device__ int firstKey(int t) const { return window > 0 ? max(0, t - window + 1) : 0; }
+  __device__ int endQuery(int j) const { return window > 0 ? min(T, j + window) : T; } // queries seeing key j: [j, end)
+};
+
 // ---- D_t = dout_t . out_t ------------------------------------------------------------------------
 
+// One warp per (b, h, t) of B*H*T rows (the index of lse): rows of dout/out at stride so.
 template <class T>
-__global__ void rowDotK(const T *dout, const T *out, float *Dv, int B, int T_, int C, int H) {
+__global__ void rowDotK(const T *dout, const T *out, float *Dv, int B, int T_, int H, int D, int64_t so) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; // over B*H*T
   const int lane = threadIdx.x & 31;
   if (row >= int64_t(B) * H * T_) return;
   const int t = int(row % T_);
   const int64_t bh = row / T_;
   const int h = int(bh % H), b = int(bh / H);
-  const int D = C / H;
-  const int64_t off = (int64_t(b) * T_ + t) * C + int64_t(h) * D;
+  const int64_t off = (int64_t(b) * T_ + t) * so + int64_t(h) * D;
   float s = 0.0f;
   for (int d = lane; d < D; d += 32) s += ld(dout, off + d) * ld(out, off + d);
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -50,32 +67,35 @@ __global__ void rowDotK(const T *dout, const T *out, float *Dv, int B, int T_, i
 // ---- generic path ----------------------------------------------------------------------------
 
 constexpr int kMaxPerLane = 8; // head size up to 256
+static_assert(32 * kMaxPerLane == kGenericAttentionMaxHead, "the generic kernels' head size limit");
 
-// Forward: one warp per (b, h, t). Lanes take keys 32 at a time; the output row is spread over
-// the lanes (dimension d at lane d % 32).
+// Forward: one warp per (b, h, t). Lanes take keys 32 at a time (from the window's first key); the
+// output row is spread over the lanes (dimension d at lane d % 32).
 template <class T>
-__global__ void attnFwdGenericK(const T *qkv, T *out, float *lse, int B, int T_, int C, int H, float sc) {
+__global__ void attnFwdGenericK(const T *qp, const T *kp, const T *vp, T *out, float *lse, Geo g) {
   extern __shared__ float shq[]; // per warp: D floats of q
   const int warpsPer = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * warpsPer + w;
-  if (row >= int64_t(B) * H * T_) return;
-  const int t = int(row % T_);
-  const int64_t bh = row / T_;
-  const int h = int(bh % H), b = int(bh / H);
-  const int D = C / H;
-  const int64_t C3 = 3LL * C;
-  const T *base = qkv + int64_t(b) * T_ * C3;
+  if (row >= int64_t(g.B) * g.H * g.T) return;
+  const int t = int(row % g.T);
+  const int64_t bh = row / g.T;
+  const int h = int(bh % g.H), b = int(bh / g.H);
+  const int D = g.D, kh = g.kvHead(h);
+  const float sc = g.sc;
+  const T *kb = kp + int64_t(b) * g.T * g.skv + int64_t(kh) * D;
+  const T *vb = vp + int64_t(b) * g.T * g.skv + int64_t(kh) * D;
   float *q = shq + w * D;
-  for (int d = lane; d < D; d += 32) q[d] = ld(base, t * C3 + int64_t(h) * D + d);
+  const T *qr = qp + (int64_t(b) * g.T + t) * g.sq + int64_t(h) * D;
+  for (int d = lane; d < D; d += 32) q[d] = ld(qr, d);
   __syncwarp();
   float o[kMaxPerLane];
   for (int k = 0; k < kMaxPerLane; ++k) o[k] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  for (int j0 = 0; j0 <= t; j0 += 32) {
+  for (int j0 = g.firstKey(t); j0 <= t; j0 += 32) {
     const int j = j0 + lane;
     float s = -INFINITY;
     if (j <= t) {
-      const T *kr = base + j * C3 + C + int64_t(h) * D;
+      const T *kr = kb + int64_t(j) * g.skv;
       float acc = 0.0f;
       for (int d = 0; d < D; ++d) acc += q[d] * ld(kr, d);
       s = sc * acc;
@@ -93,7 +113,7 @@ __global__ void attnFwdGenericK(const T *qkv, T *out, float *lse, int B, int T_,
     const int last = min(31, t - j0);
     for (int jj = 0; jj <= last; ++jj) {
       const float pj = __shfl_sync(0xffffffffu, p, jj);
-      const T *vr = base + (j0 + jj) * C3 + 2LL * C + int64_t(h) * D;
+      const T *vr = vb + int64_t(j0 + jj) * g.skv;
 #pragma unroll
       for (int k = 0; k < kMaxPerLane; ++k) {
         const int d = lane + 32 * k;
@@ -101,7 +121,7 @@ __global__ void attnFwdGenericK(const T *qkv, T *out, float *lse, int B, int T_,
       }
     }
   }
-  const int64_t ooff = (int64_t(b) * T_ + t) * C + int64_t(h) * D;
+  const int64_t ooff = (int64_t(b) * g.T + t) * g.so + int64_t(h) * D;
 #pragma unroll
   for (int k = 0; k < kMaxPerLane; ++k) {
     const int d = lane + 32 * k;
@@ -110,35 +130,37 @@ __global__ void attnFwdGenericK(const T *qkv, T *out, float *lse, int B, int T_,
   if (lane == 0) lse[row] = m + logf(l);
 }
 
-// dQ: one warp per (b, h, t): dq = s Σ_j p_tj (dp_tj - D_t) k_j.
+// dQ: one warp per (b, h, t): dq = s Σ_j p_tj (dp_tj - D_t) k_j over the keys row t sees.
 template <class T>
-__global__ void attnDqGenericK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int B,
-                               int T_, int C, int H, float sc) {
+__global__ void attnDqGenericK(const T *dout, const T *qp, const T *kp, const T *vp, const float *lse, const float *Dv,
+                               T *dqp, Geo g) {
   extern __shared__ float sh[]; // per warp: q (D), dout (D)
   const int warpsPer = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * warpsPer + w;
-  if (row >= int64_t(B) * H * T_) return;
-  const int t = int(row % T_);
-  const int64_t bh = row / T_;
-  const int h = int(bh % H), b = int(bh / H);
-  const int D = C / H;
-  const int64_t C3 = 3LL * C;
-  const T *base = qkv + int64_t(b) * T_ * C3;
+  if (row >= int64_t(g.B) * g.H * g.T) return;
+  const int t = int(row % g.T);
+  const int64_t bh = row / g.T;
+  const int h = int(bh % g.H), b = int(bh / g.H);
+  const int D = g.D, kh = g.kvHead(h);
+  const float sc = g.sc;
+  const T *kb = kp + int64_t(b) * g.T * g.skv + int64_t(kh) * D;
+  const T *vb = vp + int64_t(b) * g.T * g.skv + int64_t(kh) * D;
   float *q = sh + w * 2 * D, *dor = q + D;
-  const int64_t ooff = (int64_t(b) * T_ + t) * C + int64_t(h) * D;
+  const int64_t qoff = (int64_t(b) * g.T + t) * g.sq + int64_t(h) * D;
+  const int64_t ooff = (int64_t(b) * g.T + t) * g.so + int64_t(h) * D;
   for (int d = lane; d < D; d += 32) {
-    q[d] = ld(base, t * C3 + int64_t(h) * D + d);
+    q[d] = ld(qp, qoff + d);
     dor[d] = ld(dout, ooff + d);
   }
   __syncwarp();
   const float L = lse[row], Dt = Dv[row];
   float dq[kMaxPerLane];
   for (int k = 0; k < kMaxPerLane; ++k) dq[k] = 0.0f;
-  for (int j0 = 0; j0 <= t; j0 += 32) {
+  for (int j0 = g.firstKey(t); j0 <= t; j0 += 32) {
     const int j = j0 + lane;
     float ds = 0.0f;
     if (j <= t) {
-      const T *kr = base + j * C3 + C + int64_t(h) * D, *vr = base + j * C3 + 2LL * C + int64_t(h) * D;
+      const T *kr = kb + int64_t(j) * g.skv, *vr = vb + int64_t(j) * g.skv;
       float qk = 0.0f, dp = 0.0f;
       for (int d = 0; d < D; ++d) {
         qk += q[d] * ld(kr, d);
@@ -150,7 +172,7 @@ __global__ void attnDqGenericK(const T *dout, const T *qkv, const float *lse, co
     const int last = min(31, t - j0);
     for (int jj = 0; jj <= last; ++jj) {
       const float dsj = __shfl_sync(0xffffffffu, ds, jj);
-      const T *kr = base + (j0 + jj) * C3 + C + int64_t(h) * D;
+      const T *kr = kb + int64_t(j0 + jj) * g.skv;
 #pragma unroll
       for (int k = 0; k < kMaxPerLane; ++k) {
         const int d = lane + 32 * k;
@@ -158,7 +180,7 @@ __global__ void attnDqGenericK(const T *dout, const T *qkv, const float *lse, co
       }
     }
   }
-  T *dst = dqkv + (int64_t(b) * T_ + t) * C3 + int64_t(h) * D;
+  T *dst = dqp + qoff;
 #pragma unroll
   for (int k = 0; k < kMaxPerLane; ++k) {
     const int d = lane + 32 * k;
@@ -166,65 +188,75 @@ __global__ void attnDqGenericK(const T *dout, const T *qkv, const float *lse, co
   }
 }
 
-// dK, dV: one warp per (b, h, key j): dk = s Σ_{t>=j} ds_tj q_t, dv = Σ_{t>=j} p_tj dout_t.
+// dK, dV: one warp per (b, kv head, key j), summing over the query heads of the kv head's group
+// (in head order) and each head's queries that see key j (in order): dk = s Σ ds_tj q_t,
+// dv = Σ p_tj dout_t. Each warp writes its rows once: race-free, no atomics, deterministic; a kv
+// head no query head here reads gets zeros.
 template <class T>
-__global__ void attnDkvGenericK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int B,
-                                int T_, int C, int H, float sc) {
+__global__ void attnDkvGenericK(const T *dout, const T *qp, const T *kp, const T *vp, const float *lse,
+                                const float *Dv, T *dkp, T *dvp, Geo g) {
   extern __shared__ float sh[]; // per warp: k (D), v (D)
   const int warpsPer = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * warpsPer + w;
-  if (row >= int64_t(B) * H * T_) return;
-  const int j = int(row % T_);
-  const int64_t bh = row / T_;
-  const int h = int(bh % H), b = int(bh / H);
-  const int D = C / H;
-  const int64_t C3 = 3LL * C;
-  const T *base = qkv + int64_t(b) * T_ * C3;
+  if (row >= int64_t(g.B) * g.Hkv * g.T) return;
+  const int j = int(row % g.T);
+  const int64_t bk = row / g.T;
+  const int kh = int(bk % g.Hkv), b = int(bk / g.Hkv);
+  const int D = g.D;
+  const float sc = g.sc;
+  const int64_t kvoff = (int64_t(b) * g.T + j) * g.skv + int64_t(kh) * D;
   float *kj = sh + w * 2 * D, *vj = kj + D;
   for (int d = lane; d < D; d += 32) {
-    kj[d] = ld(base, j * C3 + C + int64_t(h) * D + d);
-    vj[d] = ld(base, j * C3 + 2LL * C + int64_t(h) * D + d);
+    kj[d] = ld(kp, kvoff + d);
+    vj[d] = ld(vp, kvoff + d);
   }
   __syncwarp();
-  const float *Lrow = lse + bh * T_, *Drow = Dv + bh * T_;
   float dk[kMaxPerLane], dv[kMaxPerLane];
   for (int k = 0; k < kMaxPerLane; ++k) dk[k] = dv[k] = 0.0f;
-  for (int t0 = j; t0 < T_; t0 += 32) {
-    const int t = t0 + lane;
-    float p = 0.0f, ds = 0.0f;
-    if (t < T_) {
-      const T *qr = base + t * C3 + int64_t(h) * D;
-      const T *dr = dout + (int64_t(b) * T_ + t) * C + int64_t(h) * D;
-      float qk = 0.0f, dp = 0.0f;
-      for (int d = 0; d < D; ++d) {
-        qk += ld(qr, d) * kj[d];
-        dp += ld(dr, d) * vj[d];
+  // The query heads h with (headOffset + h) / group == kh.
+  const int hLo = max(0, kh * g.group - g.headOffset), hHi = min(g.H, (kh + 1) * g.group - g.headOffset);
+  const int tEnd = g.endQuery(j);
+  for (int h = hLo; h < hHi; ++h) {
+    const int64_t bh = int64_t(b) * g.H + h;
+    const float *Lrow = lse + bh * g.T, *Drow = Dv + bh * g.T;
+    const T *qb = qp + int64_t(b) * g.T * g.sq + int64_t(h) * D;
+    const T *ob = dout + int64_t(b) * g.T * g.so + int64_t(h) * D;
+    for (int t0 = j; t0 < tEnd; t0 += 32) {
+      const int t = t0 + lane;
+      float p = 0.0f, ds = 0.0f;
+      if (t < tEnd) {
+        const T *qr = qb + int64_t(t) * g.sq;
+        const T *dr = ob + int64_t(t) * g.so;
+        float qk = 0.0f, dp = 0.0f;
+        for (int d = 0; d < D; ++d) {
+          qk += ld(qr, d) * kj[d];
+          dp += ld(dr, d) * vj[d];
+        }
+        p = expf(sc * qk - Lrow[t]);
+        ds = p * (dp - Drow[t]);
       }
-      p = expf(sc * qk - Lrow[t]);
-      ds = p * (dp - Drow[t]);
-    }
-    const int last = min(31, T_ - 1 - t0);
-    for (int tt = 0; tt <= last; ++tt) {
-      const float pt = __shfl_sync(0xffffffffu, p, tt), dst = __shfl_sync(0xffffffffu, ds, tt);
-      const T *qr = base + (t0 + tt) * C3 + int64_t(h) * D;
-      const T *dr = dout + (int64_t(b) * T_ + t0 + tt) * C + int64_t(h) * D;
+      const int last = min(31, tEnd - 1 - t0);
+      for (int tt = 0; tt <= last; ++tt) {
+        const float pt = __shfl_sync(0xffffffffu, p, tt), dst = __shfl_sync(0xffffffffu, ds, tt);
+        const T *qr = qb + int64_t(t0 + tt) * g.sq;
+        const T *dr = ob + int64_t(t0 + tt) * g.so;
 #pragma unroll
-      for (int k = 0; k < kMaxPerLane; ++k) {
-        const int d = lane + 32 * k;
-        if (d < D) {
-          dk[k] += dst * ld(qr, d);
-          dv[k] += pt * ld(dr, d);
+        for (int k = 0; k < kMaxPerLane; ++k) {
+          const int d = lane + 32 * k;
+          if (d < D) {
+            dk[k] += dst * ld(qr, d);
+            dv[k] += pt * ld(dr, d);
+          }
         }
       }
     }
   }
-  T *dst = dqkv + (int64_t(b) * T_ + j) * C3 + int64_t(h) * D;
 #pragma unroll
   for (int k = 0; k < kMaxPerLane; ++k) {
     const int d = lane + 32 * k;
     if (d < D) {
-      st(dst, C + d, sc * dk[k]);
-      st(dst, 2LL * C + d, dv[k]);
+      st(dkp, kvoff + d, sc * dk[k]);
+      st(dvp, kvoff + d, dv[k]);
     }
   }
 }
@@ -1013,6 +1045,76 @@ bool attentionUsesTensorCores(DType t, int64_t C, int64_t H) {
 
 size_t attentionGradWorkspace(int64_t B, int64_t T, int64_t H) { return align256(size_t(B * H * T) * 4); }
 
+namespace {
+
+Geo geoOf(const AttentionGeometry &a) {
+  if (a.D > kGenericAttentionMaxHead)
+    throw std::runtime_error("attention: head size " + std::to_string(a.D) + " exceeds the CUDA backend's limit of " +
+                             std::to_string(kGenericAttentionMaxHead));
+  if (a.H <= 0 || a.Hkv <= 0 || a.group <= 0 || a.D <= 0)
+    throw std::runtime_error("attention: bad geometry (heads " + std::to_string(a.H) + ", kv heads " +
+                             std::to_string(a.Hkv) + ", group " + std::to_string(a.group) + ", head size " +
+                             std::to_string(a.D) + ")");
+  Geo g;
+  g.B = int(a.B), g.T = int(a.T), g.H = int(a.H), g.Hkv = int(a.Hkv), g.D = int(a.D);
+  g.sq = a.sq, g.skv = a.skv, g.so = a.so;
+  g.group = int(a.group), g.headOffset = int(a.headOffset), g.window = int(a.window);
+  g.sc = a.scale;
+  return g;
+}
+
+// The packed form's geometry: q, k, v at columns 0, C, 2C of rows of 3C; out rows of C.
+AttentionGeometry packedGeometry(int64_t B, int64_t T, int64_t C, int64_t H) {
+  AttentionGeometry a;
+  a.B = B, a.T = T, a.H = H, a.D = C / H, a.Hkv = H;
+  a.sq = a.skv = 3 * C, a.so = C;
+  a.scale = 1.0f / sqrtf(float(a.D));
+  return a;
+}
+
+constexpr int kGenericWarps = 4;
+
+void genericForward(DType t, const Geo &g, const void *q, const void *k, const void *v, void *out, float *lse,
+                    cudaStream_t s) {
+  const int64_t rows = int64_t(g.B) * g.H * g.T;
+  if (rows == 0) return;
+  const unsigned grid = unsigned((rows + kGenericWarps - 1) / kGenericWarps);
+  const size_t smem = size_t(kGenericWarps * g.D) * 4;
+  BIGC_DISPATCH(t, attnFwdGenericK<T><<<grid, kGenericWarps * 32, smem, s>>>(
+                       static_cast<const T *>(q), static_cast<const T *>(k), static_cast<const T *>(v),
+                       static_cast<T *>(out), lse, g));
+}
+
+void rowDot(DType t, const Geo &g, const void *dout, const void *out, float *Dv, cudaStream_t s) {
+  const int64_t rows = int64_t(g.B) * g.H * g.T;
+  if (rows == 0) return;
+  const unsigned grid = unsigned((rows + 7) / 8);
+  BIGC_DISPATCH(t, rowDotK<T><<<grid, 256, 0, s>>>(static_cast<const T *>(dout), static_cast<const T *>(out), Dv, g.B,
+                                                   g.T, g.H, g.D, g.so));
+}
+
+// dq (one warp per query row), then dk and dv (one warp per key row of each kv head).
+void genericBackward(DType t, const Geo &g, const void *dout, const void *q, const void *k, const void *v,
+                     const float *lse, const float *Dv, void *dq, void *dk, void *dv, cudaStream_t s) {
+  const int64_t qRows = int64_t(g.B) * g.H * g.T, kvRows = int64_t(g.B) * g.Hkv * g.T;
+  const size_t smem = size_t(kGenericWarps * 2 * g.D) * 4;
+  BIGC_DISPATCH(t, {
+    const T *dO = static_cast<const T *>(dout), *qT = static_cast<const T *>(q);
+    const T *kT = static_cast<const T *>(k), *vT = static_cast<const T *>(v);
+    if (qRows > 0)
+      attnDqGenericK<T><<<unsigned((qRows + kGenericWarps - 1) / kGenericWarps), kGenericWarps * 32, smem, s>>>(
+          dO, qT, kT, vT, lse, Dv, static_cast<T *>(dq), g);
+    if (kvRows > 0)
+      attnDkvGenericK<T><<<unsigned((kvRows + kGenericWarps - 1) / kGenericWarps), kGenericWarps * 32, smem, s>>>(
+          dO, qT, kT, vT, lse, Dv, static_cast<T *>(dk), static_cast<T *>(dv), g);
+  });
+}
+
+const void *at(const void *p, int64_t elems, DType t) { return static_cast<const char *>(p) + elems * dtypeSize(t); }
+void *at(void *p, int64_t elems, DType t) { return static_cast<char *>(p) + elems * dtypeSize(t); }
+
+} // namespace
+
 void attention(DType t, const void *qkv, void *out, float *lse, int64_t B, int64_t T, int64_t C, int64_t H,
                cudaStream_t s) {
   if (B * T == 0) return;
@@ -1034,17 +1136,8 @@ void attention(DType t, const void *qkv, void *out, float *lse, int64_t B, int64
     else run(f16{});
     return;
   }
-  if (D > 32 * kMaxPerLane)
-    throw std::runtime_error("attention: head size " + std::to_string(D) + " exceeds the CUDA backend's limit of " +
-                             std::to_string(32 * kMaxPerLane));
-  const int warps = 4;
-  const int64_t rows = B * H * T;
-  const unsigned grid = unsigned((rows + warps - 1) / warps);
-  const size_t smem = size_t(warps * D) * 4;
-  const float sc = 1.0f / sqrtf(float(D));
-  const int iB = int(B), iT = int(T), iC = int(C), iH = int(H);
-  BIGC_DISPATCH(t, attnFwdGenericK<T><<<grid, warps * 32, smem, s>>>(static_cast<const T *>(qkv), static_cast<T *>(out),
-                                                                    lse, iB, iT, iC, iH, sc));
+  const Geo g = geoOf(packedGeometry(B, T, C, H));
+  genericForward(t, g, qkv, at(qkv, C, t), at(qkv, 2 * C, t), out, lse, s);
 }
 
 void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, const float *lse, void *dqkv,
@@ -1052,12 +1145,10 @@ void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, 
   if (B * T == 0) return;
   const int64_t D = C / H;
   float *Dv = static_cast<float *>(ws);
-  const int64_t rows = B * H * T;
-  const int iB = int(B), iT = int(T), iC = int(C), iH = int(H);
-  const unsigned dotGrid = unsigned((rows + 7) / 8);
-  BIGC_DISPATCH(t, rowDotK<T><<<dotGrid, 256, 0, s>>>(static_cast<const T *>(dout), static_cast<const T *>(out), Dv, iB,
-                                                      iT, iC, iH));
-  if (attentionUsesTensorCores(t, C, H)) {
+  const bool tensorCores = attentionUsesTensorCores(t, C, H);
+  const Geo g = geoOf(packedGeometry(B, T, C, H)); // (tensor-core head sizes are within the generic limit)
+  rowDot(t, g, dout, out, Dv, s);
+  if (tensorCores) {
     checkGrid(B, H);
     auto run = [&](auto tag) {
       using TT = decltype(tag);
@@ -1074,19 +1165,24 @@ void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, 
     else run(f16{});
     return;
   }
-  if (D > 32 * kMaxPerLane)
-    throw std::runtime_error("attention: head size " + std::to_string(D) + " exceeds the CUDA backend's limit of " +
-                             std::to_string(32 * kMaxPerLane));
-  const int warps = 4;
-  const unsigned grid = unsigned((rows + warps - 1) / warps);
-  const float sc = 1.0f / sqrtf(float(D));
-  const size_t smem = size_t(warps * 2 * D) * 4;
-  BIGC_DISPATCH(t, {
-    attnDqGenericK<T><<<grid, warps * 32, smem, s>>>(static_cast<const T *>(dout), static_cast<const T *>(qkv), lse, Dv,
-                                                     static_cast<T *>(dqkv), iB, iT, iC, iH, sc);
-    attnDkvGenericK<T><<<grid, warps * 32, smem, s>>>(static_cast<const T *>(dout), static_cast<const T *>(qkv), lse, Dv,
-                                                      static_cast<T *>(dqkv), iB, iT, iC, iH, sc);
-  });
+  genericBackward(t, g, dout, qkv, at(qkv, C, t), at(qkv, 2 * C, t), lse, Dv, dqkv, at(dqkv, C, t),
+                  at(dqkv, 2 * C, t), s);
+}
+
+void gqaAttention(DType t, const AttentionGeometry &a, const void *q, const void *k, const void *v, void *out,
+                  float *lse, cudaStream_t s) {
+  if (a.B * a.T == 0) return;
+  genericForward(t, geoOf(a), q, k, v, out, lse, s);
+}
+
+void gqaAttentionGrad(DType t, const AttentionGeometry &a, const void *dout, const void *q, const void *k,
+                      const void *v, const void *out, const float *lse, void *dq, void *dk, void *dv, void *ws,
+                      cudaStream_t s) {
+  if (a.B * a.T == 0) return;
+  const Geo g = geoOf(a);
+  float *Dv = static_cast<float *>(ws);
+  rowDot(t, g, dout, out, Dv, s);
+  genericBackward(t, g, dout, q, k, v, lse, Dv, dq, dk, dv, s);
 }
 
 } // namespace bigc::rt::cuda

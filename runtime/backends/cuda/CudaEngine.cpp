@@ -11,9 +11,9 @@
 //   event recorded after it (or, on the host stream, a wait for that event), a wait on a host
 //   instruction waits for it on the CPU. Waits time out instead of hanging.
 // - GEMMs go through cuBLASLt (fp32 accumulation; fp32 GEMMs without TF32, so fp32 programs match
-//   the CPU backend), attention through the flash kernels of Attention.cu, the rest through
-//   Kernels.cu. Host instructions (the offloaded AdamW, its norms and checks) use the CPU
-//   backend's code on the pinned host arena.
+//   the CPU backend), attention through the flash kernels of Attention.cu (grouped-query attention
+//   through its generic kernels on strided rows), the rest through Kernels.cu. Host instructions
+//   (the offloaded AdamW, its norms and checks) use the CPU backend's code on the pinned host arena.
 #include "bigc/runtime/cpu_adam.h"
 #include "bigc/runtime/engine.h"
 #include "bigc/runtime/executor.h"
@@ -664,6 +664,7 @@ void CudaEngine::prepare() {
 
     static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
     if (op.vocabParallel) op.offset = int64_t(rank_.tpRank) * op.V; // this rank's rows of the vocabulary
+    if (op.tpHeads) op.headOffset = int64_t(rank_.tpRank) * op.H;   // this rank's query heads
     switch (op.kind) { // the workspace each kernel needs
     case OpKind::EmbeddingGrad: op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V)); break;
     case OpKind::Matmul:
@@ -673,6 +674,20 @@ void CudaEngine::prepare() {
     case OpKind::ReduceSum: op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols)); break;
     case OpKind::LayernormGrad: op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C)); break;
     case OpKind::AttentionGrad: op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H)); break;
+    case OpKind::RmsNormGrad: op.scratchBytes = int64_t(cuda::rmsnormGradWorkspace(op.N, op.C)); break;
+    case OpKind::Rope:
+      if (op.headDim / 2 > cuda::kRopeMaxHalf || int64_t(op.invFreq.size()) < op.headDim / 2)
+        throw UserError(where() + ": rope with head_dim " + std::to_string(op.headDim) +
+                        " (the CUDA backend supports up to " + std::to_string(2 * cuda::kRopeMaxHalf) + ")");
+      break;
+    case OpKind::GqaAttention:
+    case OpKind::GqaAttentionGrad:
+      if (op.headDim > cuda::kGenericAttentionMaxHead)
+        throw UserError(where() + ": attention head size " + std::to_string(op.headDim) +
+                        " exceeds the CUDA backend's limit of " + std::to_string(cuda::kGenericAttentionMaxHead));
+      if (op.kind == OpKind::GqaAttentionGrad)
+        op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
+      break;
     case OpKind::CrossEntropy: op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N)); break;
     case OpKind::VocabCeLoss: op.scratchBytes = int64_t(cuda::vocabCeLossWorkspace(op.N)); break;
     case OpKind::Transpose:
@@ -1208,8 +1223,36 @@ void CudaEngine::issue(Op &op) {
     break;
   case OpKind::Scale: cuda::scale(op.t, op.in[0], op.out[0], op.value, op.n, s); break;
   case OpKind::Fill: cuda::fill(op.t, op.out[0], op.value, op.n, s); break;
-  case OpKind::Gelu: cuda::gelu(op.t, op.in[0], op.out[0], op.n, s); break;
-  case OpKind::GeluGrad: cuda::geluGrad(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
+  case OpKind::Gelu: cuda::gelu(op.t, op.in[0], op.out[0], op.n, s, op.exact); break;
+  case OpKind::GeluGrad: cuda::geluGrad(op.t, op.in[0], op.in[1], op.out[0], op.n, s, op.exact); break;
+  case OpKind::Silu: cuda::silu(op.t, op.in[0], op.out[0], op.n, s); break;
+  case OpKind::SiluGrad: cuda::siluGrad(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
+  case OpKind::Swiglu: cuda::swiglu(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
+  case OpKind::SwigluGrad:
+    cuda::swigluGrad(op.t, op.in[0], op.in[1], op.in[2], op.out[0], op.out[1], op.n, s);
+    break;
+  case OpKind::RmsNorm:
+    cuda::rmsnorm(op.t, op.in[0], op.in[1], op.out[0], static_cast<float *>(op.out[1]), op.N, op.C, op.value, s);
+    break;
+  case OpKind::RmsNormGrad:
+    cuda::rmsnormGrad(op.t, op.in[0], op.in[1], op.in[2], f32in(3), op.out[0], op.out[1], op.N, op.C, scratch, s);
+    break;
+  case OpKind::Rope:
+    cuda::rope(op.t, op.in[0], op.out[0], op.B, op.T, op.C, op.headDim, op.invFreq.data(), op.scale, op.inverse, s);
+    break;
+  case OpKind::GqaAttention:
+  case OpKind::GqaAttentionGrad: {
+    cuda::AttentionGeometry g;
+    g.B = op.B, g.T = op.T, g.H = op.H, g.D = op.headDim, g.Hkv = op.Hkv;
+    g.sq = g.so = op.H * op.headDim, g.skv = op.Hkv * op.headDim;
+    g.group = op.group, g.headOffset = op.headOffset, g.window = op.window, g.scale = op.scale;
+    if (op.kind == OpKind::GqaAttention)
+      cuda::gqaAttention(op.t, g, op.in[0], op.in[1], op.in[2], op.out[0], static_cast<float *>(op.out[1]), s);
+    else
+      cuda::gqaAttentionGrad(op.t, g, op.in[0], op.in[1], op.in[2], op.in[3], op.in[4], f32in(5), op.out[0],
+                             op.out[1], op.out[2], scratch, s);
+    break;
+  }
   case OpKind::ReduceSum: cuda::reduceSum(op.t, op.in[0], op.out[0], op.rows, op.cols, scratch, s); break;
   case OpKind::Layernorm:
     cuda::layernorm(op.t, op.in[0], op.in[1], op.in[2], op.out[0], static_cast<float *>(op.out[1]),

@@ -220,6 +220,74 @@ template <class T, class F> bool tryVec(const void *a, const void *b, void *y, i
   return true;
 }
 
+// ---- the LLaMA family's activations and GELU's exact form (the CPU's expressions) ------------
+
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+struct GeluExactF {
+  __device__ float operator()(float xi, float) const { return 0.5f * xi * (1.0f + erff(xi * kInvSqrt2)); }
+};
+struct GeluExactGradF { // (x, dy): Phi(x) + x phi(x)
+  __device__ float operator()(float xi, float dy) const {
+    const float cdf = 0.5f * (1.0f + erff(xi * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * expf(-0.5f * xi * xi);
+    return dy * (cdf + xi * pdf);
+  }
+};
+struct SiluF {
+  __device__ float operator()(float xi, float) const { return xi / (1.0f + expf(-xi)); }
+};
+struct SiluGradF { // (x, dy): silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+  __device__ float operator()(float xi, float dy) const {
+    const float sg = 1.0f / (1.0f + expf(-xi));
+    return dy * (sg * (1.0f + xi * (1.0f - sg)));
+  }
+};
+struct SwigluF { // (g, u)
+  __device__ float operator()(float g, float u) const { return (g / (1.0f + expf(-g))) * u; }
+};
+__device__ __forceinline__ void swigluGradOne(float g, float u, float d, float &dg, float &du) {
+  const float sg = 1.0f / (1.0f + expf(-g));
+  const float a = g / (1.0f + expf(-g));
+  dg = (d * u) * (sg * (1.0f + g * (1.0f - sg)));
+  du = d * a;
+}
+
+// y = f(a, b) elementwise, one element per thread step (b == nullptr: unary).
+template <class T, class F> __global__ void mapK(const T *a, const T *b, T *y, int64_t n, F f) {
+  BIGC_GRID_LOOP(i, n) st(y, i, f(ld(a, i), b ? ld(b, i) : 0.0f));
+}
+template <class T, class F> void mapAny(const void *a, const void *b, void *y, int64_t n, F f, cudaStream_t s) {
+  if (tryVec<T>(a, b, y, n, 0, f, s)) return;
+  mapK<T, F><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(a), static_cast<const T *>(b),
+                                               static_cast<T *>(y), n, f);
+}
+
+template <class T>
+__global__ void swigluGradK(const T *g, const T *u, const T *dy, T *dg, T *du, int64_t n) {
+  BIGC_GRID_LOOP(i, n) {
+    float a, b;
+    swigluGradOne(ld(g, i), ld(u, i), ld(dy, i), a, b);
+    st(dg, i, a);
+    st(du, i, b);
+  }
+}
+template <class T>
+__global__ void swigluGradVK(const T *g, const T *u, const T *dy, T *dg, T *du, int64_t nv) {
+  constexpr int W = kVec<T>;
+  BIGC_GRID_LOOP(v, nv) {
+    float fg[W], fu[W], fd[W], og[W], ou[W];
+    load16(g + v * W, fg);
+    load16(u + v * W, fu);
+    load16(dy + v * W, fd);
+#pragma unroll
+    for (int k = 0; k < W; ++k) swigluGradOne(fg[k], fu[k], fd[k], og[k], ou[k]);
+    store16(dg + v * W, og);
+    store16(du + v * W, ou);
+  }
+}
+
 template <class A, class B> __global__ void castK(const A *x, B *y, int64_t n) {
   BIGC_GRID_LOOP(i, n) st(y, i, ld(x, i));
 }
@@ -333,6 +401,89 @@ __global__ void layernormDxK(const T *dy, const T *x, const T *w, const float *m
   for (int64_t c = lane; c < C; c += 32) {
     const float norm = (ld(xr, c) - m) * rs;
     st(dxr, c, rs * (ld(dyr, c) * ld(w, c) - mD - norm * mDN));
+  }
+}
+
+// ---- rmsnorm ---------------------------------------------------------------------------------------
+
+// One warp per row: rstd = 1/sqrt(mean(x^2) + eps), y = w * (x * rstd).
+template <class T>
+__global__ void rmsnormK(const T *x, const T *w, T *y, float *rstd, int64_t N, int64_t C, float eps) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const T *xr = x + row * C;
+  float s = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float v = ld(xr, c);
+    s += v * v;
+  }
+  const float rs = 1.0f / sqrtf(warpSum(s) / float(C) + eps);
+  T *yr = y + row * C;
+  for (int64_t c = lane; c < C; c += 32) st(yr, c, ld(w, c) * (ld(xr, c) * rs));
+  if (lane == 0 && rstd) rstd[row] = rs;
+}
+
+template <class T> struct RmsDwLoad { // dy * (x * rstd)
+  const T *dy, *x;
+  const float *rstd;
+  __device__ float operator()(int64_t r, int64_t c, int64_t cols) const {
+    return ld(dy, r * cols + c) * (ld(x, r * cols + c) * rstd[r]);
+  }
+};
+
+// dx = rstd * (dy*w - xh * mean(dy*w*xh)), xh = x * rstd.
+template <class T>
+__global__ void rmsnormDxK(const T *dy, const T *x, const T *w, const float *rstd, T *dx, int64_t N, int64_t C) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const T *dyr = dy + row * C, *xr = x + row * C;
+  const float rs = rstd[row];
+  float sDN = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) sDN += (ld(dyr, c) * ld(w, c)) * (ld(xr, c) * rs);
+  const float mDN = warpSum(sDN) / float(C);
+  T *dxr = dx + row * C;
+  for (int64_t c = lane; c < C; c += 32) st(dxr, c, rs * (ld(dyr, c) * ld(w, c) - (ld(xr, c) * rs) * mDN));
+}
+
+// ---- rotary embeddings -------------------------------------------------------------------------------
+
+struct RopeFreq {
+  float f[kRopeMaxHalf];
+};
+
+// One block per token row (b, t): its cos/sin table of D/2 frequencies in shared memory, then every
+// (head, i) pair of the row; each pair is read before it is written by the same thread (in place).
+template <class T>
+__global__ void ropeK(const T *x, T *y, int64_t T_, int64_t C, int half, RopeFreq fr, float scale, bool inverse) {
+  extern __shared__ float tab[]; // cos [half], sin [half]
+  const int64_t row = blockIdx.x;
+  const float tf = float(row % T_);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float a = fr.f[i] * tf; // an fp32 product, as the CPU's (and Hugging Face's)
+    double sv, cv;
+    sincos(double(a), &sv, &cv);
+    tab[i] = float(cv) * scale;
+    tab[half + i] = float(sv) * scale;
+  }
+  __syncthreads();
+  const T *xr = x + row * C;
+  T *yr = y + row * C;
+  const int64_t pairs = C / 2;
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int64_t h = p / half;
+    const int i = int(p - h * half);
+    const int64_t o = h * 2 * half + i;
+    const float x1 = ld(xr, o), x2 = ld(xr, o + half);
+    const float c = tab[i], sn = tab[half + i];
+    if (!inverse) {
+      st(yr, o, x1 * c - x2 * sn);
+      st(yr, o + half, x2 * c + x1 * sn);
+    } else {
+      st(yr, o, x1 * c + x2 * sn);
+      st(yr, o + half, x2 * c - x1 * sn);
+    }
   }
 }
 
@@ -674,15 +825,45 @@ void sqrtF32(float *x, int64_t n, cudaStream_t s) { sqrtK<<<blocksFor(n), kThrea
 void fill(DType t, void *y, float value, int64_t n, cudaStream_t s) {
   BIGC_DISPATCH(t, fillK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<T *>(y), value, n));
 }
-void gelu(DType t, const void *x, void *y, int64_t n, cudaStream_t s) {
+void gelu(DType t, const void *x, void *y, int64_t n, cudaStream_t s, bool exact) {
+  if (exact) {
+    BIGC_DISPATCH(t, mapAny<T>(x, nullptr, y, n, GeluExactF{}, s));
+    return;
+  }
   BIGC_DISPATCH(t, if (tryVec<T>(x, nullptr, y, n, 0, GeluF{}, s)) return);
   BIGC_DISPATCH(t, geluK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(x), static_cast<T *>(y), n));
 }
-void geluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s) {
+void geluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s, bool exact) {
+  if (exact) {
+    BIGC_DISPATCH(t, mapAny<T>(x, dy, dx, n, GeluExactGradF{}, s));
+    return;
+  }
   BIGC_DISPATCH(t, if (tryVec<T>(x, dy, dx, n, 0, GeluGradF{}, s)) return);
   BIGC_DISPATCH(t, geluGradK<T><<<blocksFor(n), kThreads, 0, s>>>(
                        static_cast<const T *>(x), static_cast<const T *>(dy), static_cast<T *>(dx), n));
 }
+void silu(DType t, const void *x, void *y, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(t, mapAny<T>(x, nullptr, y, n, SiluF{}, s));
+}
+void siluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(t, mapAny<T>(x, dy, dx, n, SiluGradF{}, s));
+}
+void swiglu(DType t, const void *g, const void *u, void *y, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(t, mapAny<T>(g, u, y, n, SwigluF{}, s));
+}
+void swigluGrad(DType t, const void *g, const void *u, const void *dy, void *dg, void *du, int64_t n, cudaStream_t s) {
+  BIGC_DISPATCH(t, {
+    const T *gT = static_cast<const T *>(g), *uT = static_cast<const T *>(u), *dyT = static_cast<const T *>(dy);
+    T *dgT = static_cast<T *>(dg), *duT = static_cast<T *>(du);
+    if (vecOk(n, kVec<T>, {g, u, dy, dg, du})) {
+      const int64_t nv = n / kVec<T>;
+      swigluGradVK<T><<<blocksFor(nv), kThreads, 0, s>>>(gT, uT, dyT, dgT, duT, nv);
+    } else {
+      swigluGradK<T><<<blocksFor(n), kThreads, 0, s>>>(gT, uT, dyT, dgT, duT, n);
+    }
+  });
+}
+
 void cast(DType from, const void *x, DType to, void *y, int64_t n, cudaStream_t s) {
   BIGC_DISPATCH(from, {
     using A = T;
@@ -737,6 +918,55 @@ void layernormGrad(DType t, const void *dy, const void *x, const void *w, const 
       layernormDxK<T><<<unsigned((N + rowsPerBlock - 1) / rowsPerBlock), rowsPerBlock * 32, 0, s>>>(
           dyT, xT, static_cast<const T *>(w), mean, rstd, static_cast<T *>(dx), N, C);
   });
+}
+
+void rmsnorm(DType t, const void *x, const void *w, void *y, float *rstd, int64_t N, int64_t C, float eps,
+             cudaStream_t s) {
+  if (N <= 0) return;
+  const int rowsPerBlock = 8;
+  unsigned grid = unsigned((N + rowsPerBlock - 1) / rowsPerBlock);
+  BIGC_DISPATCH(t, rmsnormK<T><<<grid, rowsPerBlock * 32, 0, s>>>(static_cast<const T *>(x), static_cast<const T *>(w),
+                                                                  static_cast<T *>(y), rstd, N, C, eps));
+}
+
+size_t rmsnormGradWorkspace(int64_t N, int64_t C) {
+  ColPlan p = colPlan(N, C);
+  return align256(size_t(p.chunks * C) * 4);
+}
+
+void rmsnormGrad(DType t, const void *dy, const void *x, const void *w, const float *rstd, void *dx, void *dw,
+                 int64_t N, int64_t C, void *ws, cudaStream_t s) {
+  if (C <= 0) return;
+  ColPlan p = colPlan(N, C);
+  float *partW = static_cast<float *>(ws);
+  const int rowsPerBlock = 8;
+  BIGC_DISPATCH(t, {
+    const T *dyT = static_cast<const T *>(dy), *xT = static_cast<const T *>(x);
+    colPartial(RmsDwLoad<T>{dyT, xT, rstd}, partW, N, C, p, s);
+    colFinalK<T><<<blocksFor(C), kThreads, 0, s>>>(partW, static_cast<T *>(dw), p.chunks, C);
+    if (N > 0)
+      rmsnormDxK<T><<<unsigned((N + rowsPerBlock - 1) / rowsPerBlock), rowsPerBlock * 32, 0, s>>>(
+          dyT, xT, static_cast<const T *>(w), rstd, static_cast<T *>(dx), N, C);
+  });
+}
+
+void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq,
+          float scale, bool inverse, cudaStream_t s) {
+  const int64_t half = D / 2;
+  if (B * T <= 0 || C <= 0) return;
+  if (half < 1 || half > kRopeMaxHalf || C % D != 0)
+    throw std::runtime_error("rope: head size " + std::to_string(D) + " of rows of " + std::to_string(C) +
+                             " (the CUDA backend takes even head sizes up to " + std::to_string(2 * kRopeMaxHalf) +
+                             " dividing the row)");
+  RopeFreq fr{};
+  for (int64_t i = 0; i < half; ++i) fr.f[i] = invFreq[i];
+  const int64_t pairs = C / 2;
+  const int threads = int(std::min<int64_t>(kThreads, std::max<int64_t>(32, (pairs + 31) / 32 * 32)));
+  const size_t smem = size_t(2 * half) * 4;
+  const unsigned rows = unsigned(B * T);
+  const int64_t seq = T;
+  BIGC_DISPATCH(t, ropeK<T><<<rows, threads, smem, s>>>(static_cast<const T *>(x), static_cast<T *>(y), seq, C,
+                                                          int(half), fr, scale, inverse));
 }
 
 void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, const int64_t *perm, int rank,

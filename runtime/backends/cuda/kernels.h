@@ -43,8 +43,15 @@ void fill(DType t, void *y, float value, int64_t n, cudaStream_t s);
 // y = x * x and x = sqrt(x) on f32 (the norm all-reduce: the norm of norms).
 void squareF32(const float *x, float *y, int64_t n, cudaStream_t s);
 void sqrtF32(float *x, int64_t n, cudaStream_t s);
-void gelu(DType t, const void *x, void *y, int64_t n, cudaStream_t s);
-void geluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s);
+// GELU: the tanh approximation, or (`exact`) x * Phi(x) with erf.
+void gelu(DType t, const void *x, void *y, int64_t n, cudaStream_t s, bool exact = false);
+void geluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s, bool exact = false);
+// SiLU y = x / (1 + exp(-x)) and SwiGLU y = silu(g) * u (the LLaMA family's MLP), the CPU's
+// expressions; outputs may alias one input (swiglu_grad's may not).
+void silu(DType t, const void *x, void *y, int64_t n, cudaStream_t s);
+void siluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s);
+void swiglu(DType t, const void *g, const void *u, void *y, int64_t n, cudaStream_t s);
+void swigluGrad(DType t, const void *g, const void *u, const void *dy, void *dg, void *du, int64_t n, cudaStream_t s);
 void cast(DType from, const void *x, DType to, void *y, int64_t n, cudaStream_t s);
 
 // y[c] = sum_r x[r, c].
@@ -56,6 +63,22 @@ void layernorm(DType t, const void *x, const void *w, const void *b, void *y, fl
 size_t layernormGradWorkspace(int64_t N, int64_t C);
 void layernormGrad(DType t, const void *dy, const void *x, const void *w, const float *mean, const float *rstd,
                    void *dx, void *dw, void *db, int64_t N, int64_t C, void *ws, cudaStream_t s);
+
+// RMSNorm over N rows of C: rstd = 1/sqrt(mean(x^2) + eps) (f32), y = w * (x * rstd). The
+// backward's dw is a column sum over the rows in fixed chunks (as layernorm's: deterministic).
+void rmsnorm(DType t, const void *x, const void *w, void *y, float *rstd, int64_t N, int64_t C, float eps,
+             cudaStream_t s);
+size_t rmsnormGradWorkspace(int64_t N, int64_t C);
+void rmsnormGrad(DType t, const void *dy, const void *x, const void *w, const float *rstd, void *dx, void *dw,
+                 int64_t N, int64_t C, void *ws, cudaStream_t s);
+
+// Rotary embeddings of x [B,T,C] in heads of D columns (docs/frontend.md): token t, frequency
+// i < D/2 rotated by a = f32(invFreq[i]) * f32(t) (by -a when `inverse`), cos and sin of a in
+// double rounded to f32 (the CPU's), times `scale`. `invFreq` is host memory (D/2 <= 512 values,
+// passed by value to the kernel); y may be x.
+constexpr int64_t kRopeMaxHalf = 512;
+void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq,
+          float scale, bool inverse, cudaStream_t s);
 
 // dst[r, c] = src[r, c] for r < rows, c < cols; pitches in elements of `elemBytes` (2 or 4).
 void copy2d(int elemBytes, const void *src, int64_t srcPitch, void *dst, int64_t dstPitch, int64_t rows, int64_t cols,
@@ -110,5 +133,29 @@ void attention(DType t, const void *qkv, void *out, float *lse, int64_t B, int64
                cudaStream_t s);
 void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, const float *lse, void *dqkv,
                    int64_t B, int64_t T, int64_t C, int64_t H, void *ws, cudaStream_t s);
+
+// Attention on strided rows (the CPU backend's cpu::AttentionGeometry): query row t of head h at
+// q + (b*T + t)*sq + h*D, key/value rows of kv head g at k/v + (b*T + t)*skv + g*D, output rows at
+// out + (b*T + t)*so + h*D; dq, dk, dv have the strides of q, k, v; lse [B,H,T]. Query head h
+// reads kv head (headOffset + h) / group; causal, and window > 0 keeps keys t - window < j <= t.
+// Grouped-query attention (gqa_attention) runs here in every dtype, on the generic kernels (a
+// warp per row, fp32 math; head size up to kGenericAttentionMaxHead); so does the packed form
+// above when it does not run on tensor cores (q = qkv, k = qkv + C, v = qkv + 2C, strides 3C).
+// The backward writes every element of dq, dk and dv: dk/dv of a kv head are summed over the
+// query heads of its group by one warp per key row (in head order, then query order: no atomics),
+// and are zero for a kv head none of this rank's query heads reads (tp_heads).
+struct AttentionGeometry {
+  int64_t B = 0, T = 0, H = 0, D = 0, Hkv = 0;
+  int64_t sq = 0, skv = 0, so = 0;
+  int64_t group = 1, headOffset = 0, window = 0;
+  float scale = 1.f;
+};
+constexpr int64_t kGenericAttentionMaxHead = 256;
+void gqaAttention(DType t, const AttentionGeometry &g, const void *q, const void *k, const void *v, void *out,
+                  float *lse, cudaStream_t s);
+// Workspace: attentionGradWorkspace(B, T, H) (D_t = dout_t . out_t per query row).
+void gqaAttentionGrad(DType t, const AttentionGeometry &g, const void *dout, const void *q, const void *k,
+                      const void *v, const void *out, const float *lse, void *dq, void *dk, void *dv, void *ws,
+                      cudaStream_t s);
 
 } // namespace bigc::rt::cuda
