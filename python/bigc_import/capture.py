@@ -1,0 +1,283 @@
+"""Building the module (a Hugging Face config, or a user's function) and capturing its loss with
+torch.export.
+
+Both forms are wrapped as ``forward(tokens, targets) -> loss`` and exported with
+``torch.export.export(wrapper, (tokens, targets), strict=False)``; the wrapper holds the module as
+its attribute ``m``, so the exported parameter names are the module's own after stripping ``m.``.
+"""
+
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import traceback
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .errors import UserError
+from . import weights as W
+
+WRAPPER_PREFIX = "m."
+
+# Hugging Face families: model_type -> what the importer maps.
+FAMILIES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "gpt2": "GPT2LMHeadModel",
+}
+
+
+class _NoLoss(Exception):
+    pass
+
+
+class LossWrapper(nn.Module):
+    """forward(tokens, targets) -> the scalar loss of the wrapped module."""
+
+    def __init__(self, m, mode):
+        super().__init__()
+        self.m = m
+        self.mode = mode  # "hf", "tokens_targets" or "tokens"
+
+    def forward(self, tokens, targets):
+        if self.mode == "hf":
+            logits = self.m(input_ids=tokens, use_cache=False).logits
+            V = logits.shape[-1]
+            return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+        if self.mode == "tokens":
+            out = self.m(tokens)
+        else:
+            out = self.m(tokens, targets)
+        loss = pick_loss(out)
+        if loss is not None:
+            return loss
+        if self.mode == "tokens":
+            logits = out[0] if isinstance(out, (tuple, list)) else getattr(out, "logits", out)
+            if isinstance(logits, torch.Tensor) and logits.dim() == 3 and \
+                    tuple(logits.shape[:2]) == tuple(tokens.shape):
+                V = logits.shape[-1]
+                return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+        raise _NoLoss(describe(out))
+
+
+def pick_loss(out):
+    if isinstance(out, torch.Tensor):
+        return out if out.dim() == 0 else None
+    if isinstance(out, (tuple, list)):
+        for o in out:
+            if isinstance(o, torch.Tensor) and o.dim() == 0:
+                return o
+        return None
+    loss = getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.dim() == 0:
+        return loss
+    return None
+
+
+def describe(out):
+    if isinstance(out, torch.Tensor):
+        return f"a tensor of shape {list(out.shape)}"
+    if isinstance(out, (tuple, list)):
+        return f"a {type(out).__name__} of " + ", ".join(describe(o) if isinstance(o, torch.Tensor)
+                                                         else type(o).__name__ for o in out)
+    return f"a {type(out).__name__}"
+
+
+def first_line(e):
+    s = str(e).strip()
+    return s.splitlines()[0].strip() if s else type(e).__name__
+
+
+def user_frame(tb, path):
+    """'file.py:LINE' of the innermost traceback frame in the user's file."""
+    best = None
+    for fr in traceback.extract_tb(tb):
+        if os.path.abspath(fr.filename) == os.path.abspath(path):
+            best = f"{path}:{fr.lineno}"
+    return best
+
+
+# --------------------------------------------------------------------------------------------
+# Hugging Face
+
+
+def read_config_json(path):
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such file")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not a JSON config ({first_line(e)})")
+    if not isinstance(cfg, dict):
+        raise UserError(f"{path}: not a JSON object")
+    return cfg
+
+
+def family_of(cfg, path):
+    mt = cfg.get("model_type")
+    archs = cfg.get("architectures") or []
+    if not mt and archs:
+        a = str(archs[0]).lower()
+        for fam in FAMILIES:
+            if a.startswith(fam):
+                mt = fam
+                break
+        else:
+            mt = str(archs[0])
+    supported = ", ".join(FAMILIES)
+    if not mt:
+        raise UserError(f"{path}: no model_type or architectures; supported families: {supported}")
+    if mt not in FAMILIES:
+        what = f"model_type '{mt}'" + (f" ({', '.join(map(str, archs))})" if archs else "")
+        raise UserError(f"{path}: {what} is not supported; supported families: {supported} "
+                        "(their causal LMs); `bigc import torch` takes any module built of "
+                        "supported ops")
+    return mt
+
+
+def build_hf(config_path, batch, seq, weights_path, seed, notes):
+    raw = read_config_json(config_path)
+    family = family_of(raw, config_path)
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    transformers.logging.set_verbosity_error()
+    try:
+        cfg = AutoConfig.from_pretrained(config_path)
+    except Exception as e:
+        raise UserError(f"{config_path}: transformers cannot read it as a {family} config "
+                        f"({first_line(e)})")
+    dropped = []
+    for k, v in sorted(vars(cfg).items()):
+        if ("dropout" in k or "pdrop" in k) and isinstance(v, float) and v > 0:
+            setattr(cfg, k, 0.0)
+            dropped.append(f"{k}={v:g}")
+    if dropped:
+        notes.append("dropout set to 0 (" + ", ".join(dropped) + "): bigc has no dropout")
+    dt = raw.get("torch_dtype") or raw.get("dtype")
+    if dt and dt not in ("float32", "torch.float32"):
+        notes.append(f"the config's dtype is {dt}: imported in fp32 (bigc compile --precision "
+                     "makes 16-bit copies)")
+    max_pos = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    if seq is None:
+        seq = min(max_pos, 1024) if max_pos else 1024
+    if max_pos and seq > max_pos:
+        raise UserError(f"--seq {seq} exceeds the model's {max_pos} positions "
+                        "(max_position_embeddings)")
+    if seq < 1 or batch < 1:
+        raise UserError("--batch and --seq must be at least 1")
+    torch.manual_seed(seed)
+    try:
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+    except Exception as e:
+        raise UserError(f"{config_path}: transformers cannot build the model ({first_line(e)})")
+    model = model.to(torch.float32)
+    if weights_path:
+        W.load_into(model, W.read_checkpoint(weights_path), weights_path)
+    model.eval()
+    g = torch.Generator().manual_seed(seed)
+    V = int(getattr(cfg, "vocab_size"))
+    tokens = torch.randint(0, V, (batch, seq), generator=g)
+    targets = torch.randint(0, V, (batch, seq), generator=g)
+    desc = (f"{FAMILIES[family]} ({family}) from {os.path.basename(config_path)}, "
+            f"batch {batch}, seq {seq}" + (f", weights {os.path.basename(weights_path)}"
+                                          if weights_path else f", random init (seed {seed})"))
+    return LossWrapper(model, "hf"), tokens, targets, desc
+
+
+# --------------------------------------------------------------------------------------------
+# a user's module
+
+
+def build_torch(spec, notes):
+    if ":" not in spec:
+        raise UserError(f"'{spec}': expected FILE.py:FUNCTION")
+    path, fname = spec.rsplit(":", 1)
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such file")
+    d = os.path.dirname(os.path.abspath(path))
+    if d not in sys.path:
+        sys.path.insert(0, d)
+    modname = "_bigc_user_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    try:
+        ms = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(ms)
+        sys.modules[modname] = mod
+        ms.loader.exec_module(mod)
+    except Exception as e:
+        where = user_frame(e.__traceback__, path) or path
+        raise UserError(f"{where}: importing it raised {type(e).__name__}: {first_line(e)}")
+    fn = getattr(mod, fname, None)
+    if not callable(fn):
+        raise UserError(f"{path}: has no function '{fname}'")
+    try:
+        res = fn()
+    except Exception as e:
+        where = user_frame(e.__traceback__, path) or path
+        raise UserError(f"{where}: {fname}() raised {type(e).__name__}: {first_line(e)}")
+    usage = (f"{fname}() must return (module, (tokens, targets)): an nn.Module and two int64 "
+             "tensors [B,T]")
+    if not (isinstance(res, (tuple, list)) and len(res) == 2):
+        raise UserError(f"{spec}: {usage}")
+    module, batch = res
+    if not isinstance(module, nn.Module) or not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise UserError(f"{spec}: {usage}")
+    tokens, targets = batch
+    for n, t in (("tokens", tokens), ("targets", targets)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype not in (torch.int64, torch.int32):
+            raise UserError(f"{spec}: {usage} ({n} is "
+                            f"{describe(t) if isinstance(t, torch.Tensor) else type(t).__name__}"
+                            f"{'' if not isinstance(t, torch.Tensor) else ' of ' + str(t.dtype)})")
+    if tuple(tokens.shape) != tuple(targets.shape):
+        raise UserError(f"{spec}: tokens {list(tokens.shape)} and targets {list(targets.shape)} "
+                        "differ in shape")
+    dtypes = sorted({str(p.dtype) for p in module.parameters() if p.dtype != torch.float32})
+    if dtypes:
+        notes.append(f"the module's parameters are {', '.join(dtypes)}: imported in fp32 (bigc "
+                     "compile --precision makes 16-bit copies)")
+    module = module.to(device="cpu", dtype=torch.float32)
+    tokens, targets = tokens.to("cpu", torch.int64), targets.to("cpu", torch.int64)
+    try:
+        sig = inspect.signature(module.forward)
+        positional = [p for p in sig.parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        var = any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values())
+    except (TypeError, ValueError):
+        positional, var = [1, 2], False
+    mode = "tokens" if len(positional) == 1 and not var else "tokens_targets"
+    B, T = tokens.shape
+    desc = f"{type(module).__name__} from {spec}, batch {B}, seq {T}"
+    return LossWrapper(module, mode), tokens, targets, desc
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def export(wrapper, tokens, targets, what):
+    try:
+        return torch.export.export(wrapper, (tokens, targets), strict=False)
+    except _NoLoss as e:
+        raise UserError(f"{what}: the module returned {e}, with no loss: return the loss (a 0-dim "
+                        "tensor), a tuple holding it, an object with .loss, or (for module(tokens)) "
+                        "logits [B,T,V]")
+    except UserError:
+        raise
+    except Exception as e:
+        msg = str(e)
+        low = msg.lower()
+        name = type(e).__name__
+        if "data-dependent" in low or "datadependent" in name.lower() or "guardondatadependent" in name.lower():
+            fix = ("the forward branches on tensor values (data-dependent control flow): make the "
+                   "branch independent of the data, or write it with torch.cond")
+        elif "constraint" in low or "dynamic" in low or "symint" in low or "symbolic" in low:
+            fix = ("the model must run with the fixed shapes of the example batch (no dynamic "
+                   "shapes)")
+        else:
+            fix = ("the forward must run under torch.export with the example batch; see "
+                   "https://pytorch.org/docs/stable/export.html")
+        raise UserError(f"torch.export cannot capture the model: {name}: {first_line(e)} ({fix})")

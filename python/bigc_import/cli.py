@@ -1,0 +1,167 @@
+"""The command line of `bigc import` (python -m bigc_import): the contract with the C++ driver."""
+
+import argparse
+import os
+import sys
+import tempfile
+
+from .errors import UserError
+
+PROG = "bigc import"
+
+MAIN_HELP = """\
+Writes a PyTorch model as bigc MLIR (docs/frontend.md) plus its initial weights.
+
+  bigc import hf CONFIG.json [--batch B] [--seq T] [--weights FILE] [--seed S] -o model.mlir
+  bigc import torch FILE.py:FUNCTION [-o model.mlir]
+
+The model is captured with torch.export (strict=False) as forward(tokens, targets) -> loss, its
+ATen ops mapped to the bigc dialect, each op located at the Python line that made it and the
+ops of transformer block i marked {bigc.layer = i}. Beside model.mlir goes model.safetensors
+(every parameter, fp32, under the module's own names; a tied parameter once), named by the
+module attribute bigc.weights; `bigc compile` checks it and `bigc run` starts from it. Both
+files are written atomically, and nothing is written on an error.
+
+Exit status: 0 done; 1 bad input (one line: an unsupported op with its source line, a config of
+another family, weights that do not match, a module torch.export cannot capture); 2 an internal
+error (please report it).
+"""
+
+HF_HELP = """\
+A Hugging Face causal LM from its config.json: the families llama, mistral, qwen2 and gpt2
+(chosen by model_type, else architectures). The model is built by transformers
+(AutoModelForCausalLM.from_config, attn_implementation="sdpa", fp32) after torch.manual_seed(S),
+so its random initialisation is reproducible, and --weights replaces it by a checkpoint's. The
+loss is the mean cross-entropy of the logits against the targets, over B x T positions; dropout
+is set to 0 (bigc has no dropout). LLaMA-family models map to bigc.rmsnorm, bigc.rope (inv_freq
+from the model), bigc.gqa_attention (Mistral's sliding window included) and bigc.swiglu; GPT-2 to
+bigc.layernorm, bigc.attention on its packed q,k,v and bigc.gelu.
+"""
+
+TORCH_HELP = """\
+Your own nn.Module. FILE.py is imported and FUNCTION() called; it returns
+(module, (tokens, targets)): the module and an example batch, two int64 tensors [B,T] whose
+shape the model is compiled for. The module is called as module(tokens, targets) and its loss
+is its result if that is a 0-dim tensor, else the first 0-dim tensor of a returned tuple
+(nanoGPT returns (logits, loss)), else the result's .loss. A module whose forward takes one
+argument is called as module(tokens); if it returns logits [B,T,V], the loss is the mean
+cross-entropy against the targets. The module runs in the mode it is returned in (train or
+eval); bigc has no dropout, so dropout must be 0 or the module in eval mode.
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{PROG}: {message}\n")
+        sys.exit(1)
+
+
+def parser():
+    p = Parser(prog=PROG, description=MAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", metavar="{hf,torch}")
+    h = sub.add_parser("hf", help="a Hugging Face causal-LM config (llama, mistral, qwen2, gpt2)",
+                       description=HF_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    h.add_argument("config", metavar="CONFIG.json", help="the model's config.json")
+    h.add_argument("--batch", type=int, default=1, metavar="B",
+                   help="sequences per step (default 1)")
+    h.add_argument("--seq", type=int, default=None, metavar="T",
+                   help="sequence length (default: the model's max_position_embeddings, at most 1024)")
+    h.add_argument("--weights", metavar="FILE",
+                   help="start from these weights: a .safetensors file, or a sharded checkpoint's "
+                        "model.safetensors.index.json (names and shapes must match the model's; "
+                        "16-bit checkpoints are converted to fp32)")
+    h.add_argument("--seed", type=int, default=0, metavar="S",
+                   help="torch.manual_seed before building the model: its random init "
+                        "(default 0)")
+    h.add_argument("-o", "--output", required=True, metavar="model.mlir",
+                   help="the MLIR file; model.safetensors goes beside it")
+    t = sub.add_parser("torch", help="your own nn.Module: FILE.py:FUNCTION",
+                       description=TORCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("spec", metavar="FILE.py:FUNCTION",
+                   help="FUNCTION() returns (module, (tokens, targets))")
+    t.add_argument("-o", "--output", metavar="model.mlir",
+                   help="the MLIR file (default: FILE.mlir in the current directory); "
+                        "model.safetensors goes beside it")
+    for sp in (h, t):
+        sp.error = Parser.error.__get__(sp)
+    return p
+
+
+def write_atomically(files):
+    """Writes every (path, bytes) or nothing: each to a temporary file in its directory, then
+    renamed over the target."""
+    temps = []
+    try:
+        for path, data in files:
+            d = os.path.dirname(os.path.abspath(path))
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+            temps.append((tmp, path))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for tmp, path in temps:
+            os.replace(tmp, path)
+        temps = []
+    finally:
+        for tmp, _ in temps:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def run(argv):
+    args = parser().parse_args(argv)
+    if args.cmd is None:
+        parser().print_help(sys.stderr)
+        return 1
+    out = args.output
+    if args.cmd == "torch" and not out:
+        f = args.spec.rsplit(":", 1)[0]
+        out = os.path.splitext(os.path.basename(f))[0] + ".mlir"
+    if out == "-" or not out:
+        raise UserError("-o needs a file name (the weights go beside it)")
+    out_dir = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(out_dir):
+        raise UserError(f"-o {out}: the directory {out_dir} does not exist")
+    stem = os.path.splitext(os.path.basename(out))[0]
+    weights_name = stem + ".safetensors"
+    weights_path = os.path.join(out_dir, weights_name)
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise UserError(f"PyTorch is not installed for {sys.executable}: run scripts/setup-python.sh "
+                        "(or set BIGC_PYTHON to an interpreter that has torch 2.15 and transformers)")
+    from . import capture, lower, weights
+
+    notes = []
+    if args.cmd == "hf":
+        wrapper, tokens, targets, desc = capture.build_hf(args.config, args.batch, args.seq,
+                                                          args.weights, args.seed, notes)
+        cmd = f"bigc import hf {os.path.basename(args.config)}"
+    else:
+        wrapper, tokens, targets, desc = capture.build_torch(args.spec, notes)
+        cmd = f"bigc import torch {os.path.basename(args.spec)}"
+    for n in notes:
+        print(f"{PROG}: note: {n}", file=sys.stderr)
+    ep = capture.export(wrapper, tokens, targets, desc)
+    lw = lower.Lowerer(ep, strip_prefix=capture.WRAPPER_PREFIX)
+    loss = lw.run()
+    nparams = 0
+    for name, t in lw.params:
+        lw.b.param(name, t.shape, weights.init_of(t))
+        nparams += t.numel()
+    B, T = tokens.shape
+    header = [f"Imported by `{cmd}`: {desc}.",
+              f"parameters: {nparams:,} ({len(lw.params)} tensors), initial weights in {weights_name}",
+              "Names and shapes: the module's own (linear weights [out, in] with transpose_b)."]
+    text = lw.b.text([("%tokens", f"tensor<{B}x{T}xi32>"), ("%targets", f"tensor<{B}x{T}xi32>")],
+                     loss.ssa, header, weights_name)
+    blob = weights.safetensors_bytes(lw.params)
+    write_atomically([(weights_path, blob), (out, text.encode())])
+    nops = sum(1 for line in text.splitlines() if line.strip().startswith("%"))
+    print(f"{PROG}: wrote {out} ({nops} ops, {nparams:,} parameters) and {weights_path}")
+    return 0
