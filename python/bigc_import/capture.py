@@ -6,11 +6,14 @@ Both forms are wrapped as ``forward(tokens, targets) -> loss`` and exported with
 its attribute ``m``, so the exported parameter names are the module's own after stripping ``m.``.
 """
 
+import contextlib
 import importlib.util
 import inspect
 import json
 import os
+import re
 import sys
+import tempfile
 import traceback
 
 import torch
@@ -204,6 +207,7 @@ def build_torch(spec, notes):
     if d not in sys.path:
         sys.path.insert(0, d)
     modname = "_bigc_user_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    sys.dont_write_bytecode = True  # no __pycache__ beside the user's file
     try:
         ms = importlib.util.spec_from_file_location(modname, path)
         mod = importlib.util.module_from_spec(ms)
@@ -258,9 +262,44 @@ def build_torch(spec, notes):
 # --------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def quiet_stderr():
+    """torch.export's own logging (guards, graph dumps) off the terminal: the importer reports
+    a failure in one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as tmp:
+            os.dup2(tmp.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def user_line(text):
+    """'file.py:LINE' of the innermost frame outside PyTorch named in an error's text."""
+    tdir = os.path.dirname(os.path.abspath(torch.__file__))
+    best = None
+    for f, line in _FRAME.findall(text):
+        if not os.path.abspath(f).startswith(tdir) and os.path.exists(f) and "<" not in f:
+            best = (f, line)
+    if not best:
+        return None
+    from .source import display
+    return display((best[0], int(best[1])))
+
+
 def export(wrapper, tokens, targets, what):
     try:
-        return torch.export.export(wrapper, (tokens, targets), strict=False)
+        with quiet_stderr():
+            return torch.export.export(wrapper, (tokens, targets), strict=False)
     except _NoLoss as e:
         raise UserError(f"{what}: the module returned {e}, with no loss: return the loss (a 0-dim "
                         "tensor), a tuple holding it, an object with .loss, or (for module(tokens)) "
@@ -280,4 +319,6 @@ def export(wrapper, tokens, targets, what):
         else:
             fix = ("the forward must run under torch.export with the example batch; see "
                    "https://pytorch.org/docs/stable/export.html")
-        raise UserError(f"torch.export cannot capture the model: {name}: {first_line(e)} ({fix})")
+        where = user_line(msg + "\n" + "".join(traceback.format_tb(e.__traceback__)))
+        raise UserError(f"{where + ': ' if where else ''}torch.export cannot capture the model: "
+                        f"{name}: {first_line(e)} ({fix})")

@@ -52,8 +52,7 @@ eval); bigc has no dropout, so dropout must be 0 or the module in eval mode.
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{PROG}: {message}\n")
+        sys.stderr.write(f"{PROG}: {message} (`{self.prog} --help` lists the options)\n")
         sys.exit(1)
 
 
@@ -113,7 +112,12 @@ def write_atomically(files):
 
 
 def run(argv):
-    args = parser().parse_args(argv)
+    p = parser()
+    args, extra = p.parse_known_args(argv)
+    if extra:
+        prog = f"{PROG} {args.cmd}" if args.cmd else PROG
+        raise UserError(f"unrecognized arguments: {' '.join(extra)} (`{prog} --help` lists the "
+                        "options)")
     if args.cmd is None:
         parser().print_help(sys.stderr)
         return 1

@@ -411,12 +411,13 @@ class Lowerer:
         self.notes = []
 
     # --- errors --------------------------------------------------------------------------------
-    def fail_node(self, node, what=None):
+    def fail_node(self, node, what=None, advice=None):
         loc = source.location(node)
         name = op_name(node)
         purpose = what or PURPOSE.get(base_name(node))
         p = f" ({purpose})" if purpose else ""
-        raise UserError(f"{source.display(loc)}: unsupported operation {name}{p}; {ADVICE}")
+        tail = f"{advice}; nothing written" if advice else ADVICE
+        raise UserError(f"{source.display(loc)}: unsupported operation {name}{p}; {tail}")
 
     def fail_at(self, node, message):
         raise UserError(f"{source.display(source.location(node))}: {message}; nothing written")
@@ -1017,8 +1018,8 @@ class Lowerer:
             return x
         if x.dtype == "f32" and dtype == torch.float32:
             return x
-        self.fail_node(node, f"a cast to {dtype}: bigc computes in fp32 and makes its own 16-bit "
-                             "copies (bigc compile --precision)")
+        self.fail_node(node, f"a cast to {dtype}", "bigc computes in fp32 and makes its own "
+                       "16-bit copies (bigc compile --precision)")
 
     def op_to(self, node, a):
         return self._cast(node, a["self"], a.get("dtype"))
@@ -1036,8 +1037,8 @@ class Lowerer:
     def op_dropout(self, node, a):
         if a["p"] == 0 or not a["train"]:
             return a["input"]
-        self.fail_node(node, f"dropout with p={a['p']}: bigc has no dropout; set it to 0 (or "
-                             "call module.eval())")
+        self.fail_node(node, f"dropout with p={a['p']:g} in training mode",
+                       "bigc has no dropout: set it to 0, or call module.eval()")
 
     op_feature_dropout = op_alpha_dropout = op_dropout
 

@@ -92,6 +92,7 @@ def build_hf(config, seed):
 def build_torch(spec):
     path, fname = spec.rsplit(":", 1)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    sys.dont_write_bytecode = True
     ms = importlib.util.spec_from_file_location("_ref_user_module", path)
     mod = importlib.util.module_from_spec(ms)
     ms.loader.exec_module(mod)

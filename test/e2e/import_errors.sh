@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# bigc import's bad inputs: one line on stderr naming the place, exit status 1, nothing written (an
+# existing output is left as it was): an unsupported op with its Python source line, a model
+# torch.export cannot capture, dropout in training mode, non-causal attention, a module without a
+# loss, a config of another family, weights whose names or shapes do not match the model's, unknown
+# flags. Also: --weights (a file, a sharded index, a bf16 checkpoint) gives exactly those weights,
+# and a bf16 module is imported in fp32 with a note. (A missing Python environment is the C++
+# driver's error, tested with it.)
+set -uo pipefail
+BIN=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+PY=${BIGC_PYTHON:-$ROOT/.venv/bin/python}
+if [ ! -x "$PY" ] || ! "$PY" -c "import torch, transformers" 2>/dev/null; then
+  echo "skipped: no Python environment with torch and transformers at $PY (scripts/setup-python.sh)"
+  exit 77
+fi
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+mkdir "$d/out"
+fail=0
+M="$HERE/import_bad_models.py"
+line_of() { grep -n "MARK: $1\$" "$M" | cut -d: -f1; }
+
+# expect_error PATTERN -- bigc import ARGS... (output $d/out/m.mlir, which holds "old" before)
+expect_error() {
+  local pattern=$1; shift 2
+  echo old > "$d/out/m.mlir"
+  "$BIN/bigc" import "$@" -o "$d/out/m.mlir" >"$d/stdout" 2>"$d/err"
+  local rc=$?
+  if [ $rc -ne 1 ]; then
+    echo "FAIL: 'bigc import $*' exited $rc, expected 1"; cat "$d/err"; fail=1; return
+  fi
+  if [ "$(grep -c . "$d/err")" -ne 1 ]; then
+    echo "FAIL: 'bigc import $*' printed $(grep -c . "$d/err") lines, not one:"; cat "$d/err"; fail=1; return
+  fi
+  if ! grep -qE "^bigc import: .*$pattern" "$d/err"; then
+    echo "FAIL: 'bigc import $*' stderr lacks /$pattern/:"; cat "$d/err"; fail=1; return
+  fi
+  if [ "$(cat "$d/out/m.mlir")" != old ] || [ "$(ls -A "$d/out")" != m.mlir ]; then
+    echo "FAIL: 'bigc import $*' wrote something: $(ls -A "$d/out")"; fail=1; return
+  fi
+  echo "ok: $(head -n1 "$d/err")"
+}
+
+# Unsupported ops: the op and the line of the module that made it.
+expect_error "import_bad_models.py:$(line_of relu): unsupported operation aten.relu \(ReLU activation\)" -- torch "$M:relu"
+expect_error "import_bad_models.py:$(line_of cumsum): unsupported operation aten.cumsum \(cumulative sum\)" -- torch "$M:cumsum"
+expect_error "import_bad_models.py:$(line_of dropout): unsupported operation aten.dropout \(dropout with p=0.1 in training mode\)" -- torch "$M:dropout"
+expect_error "import_bad_models.py:$(line_of noncausal): non-causal attention" -- torch "$M:noncausal"
+# torch.export's failure: its first line, where, and the fix.
+expect_error "import_bad_models.py:[0-9]+: torch.export cannot capture the model: .*data-dependent.*torch.cond" -- torch "$M:branchy"
+# The module and the function.
+expect_error "with no loss: return the loss" -- torch "$M:noloss"
+expect_error "import_bad_models.py:[0-9]+: raises\(\) raised RuntimeError: the user's function failed" -- torch "$M:raises"
+expect_error "must return \(module, \(tokens, targets\)\)" -- torch "$M:notamodule"
+expect_error "has no function 'nope'" -- torch "$M:nope"
+expect_error "nope.py: no such file" -- torch "$d/nope.py:make"
+expect_error "expected FILE.py:FUNCTION" -- torch "$M"
+
+# Hugging Face configs.
+"$PY" - "$d" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+import transformers
+transformers.logging.set_verbosity_error()
+from transformers import LlamaConfig
+LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=64, max_position_embeddings=16).to_json_file(f"{d}/llama.json")
+json.dump({"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_size": 32}, open(f"{d}/phi3.json", "w"))
+open(f"{d}/broken.json", "w").write("{ not json")
+PY
+expect_error "model_type 'phi3' \(Phi3ForCausalLM\) is not supported; supported families: llama, mistral, qwen2, gpt2" -- hf "$d/phi3.json"
+expect_error "broken.json: not a JSON config" -- hf "$d/broken.json"
+expect_error "nope.json: no such file" -- hf "$d/nope.json"
+expect_error "--seq 32 exceeds the model's 16 positions" -- hf "$d/llama.json" --seq 32
+expect_error "unrecognized arguments: --frobnicate" -- hf "$d/llama.json" --frobnicate
+expect_error "invalid int value" -- hf "$d/llama.json" --batch x
+
+# Weights: names and shapes must match the model's.
+"$BIN/bigc" import hf "$d/llama.json" --seq 16 --seed 5 -o "$d/ref.mlir" >/dev/null 2>&1 || { echo "FAIL: import"; exit 1; }
+"$PY" - "$d" <<'PY' || exit 1
+import json, sys
+import torch
+from safetensors.torch import load_file, save_file
+d = sys.argv[1]
+w = load_file(f"{d}/ref.safetensors")
+bad = dict(w); bad["model.layers.0.self_attn.q_proj.weight"] = torch.zeros(32, 31)
+save_file(bad, f"{d}/shape.safetensors")
+bad = dict(w); del bad["lm_head.weight"]
+save_file(bad, f"{d}/missing.safetensors")
+bad = dict(w); bad["model.layers.7.mlp.gate_proj.weight"] = torch.zeros(64, 32)
+save_file(bad, f"{d}/extra.safetensors")
+# A sharded checkpoint and a bf16 one.
+names = sorted(w)
+save_file({k: w[k] for k in names[:5]}, f"{d}/model-00001-of-00002.safetensors")
+save_file({k: w[k] for k in names[5:]}, f"{d}/model-00002-of-00002.safetensors")
+json.dump({"metadata": {}, "weight_map": {k: ("model-00001-of-00002.safetensors" if i < 5 else
+           "model-00002-of-00002.safetensors") for i, k in enumerate(names)}},
+          open(f"{d}/model.safetensors.index.json", "w"))
+save_file({k: v.to(torch.bfloat16) for k, v in w.items()}, f"{d}/bf16.safetensors")
+open(f"{d}/garbage.safetensors", "wb").write(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}xx")
+PY
+expect_error "shape.safetensors: 'model.layers.0.self_attn.q_proj.weight' has shape \[32, 31\], the model's is \[32, 32\]" -- hf "$d/llama.json" --seq 16 --weights "$d/shape.safetensors"
+expect_error "missing.safetensors: lacks the model's parameter 'lm_head.weight' \[64, 32\]" -- hf "$d/llama.json" --seq 16 --weights "$d/missing.safetensors"
+expect_error "extra.safetensors: holds 'model.layers.7.mlp.gate_proj.weight' \[64, 32\], which is not a parameter of the model" -- hf "$d/llama.json" --seq 16 --weights "$d/extra.safetensors"
+expect_error "garbage.safetensors: not a readable safetensors file" -- hf "$d/llama.json" --seq 16 --weights "$d/garbage.safetensors"
+expect_error "nope.safetensors: no such file" -- hf "$d/llama.json" --seq 16 --weights "$d/nope.safetensors"
+
+# Good weights: a file, a sharded index and a bf16 checkpoint give exactly those weights (fp32).
+for w in ref.safetensors model.safetensors.index.json bf16.safetensors; do
+  if ! "$BIN/bigc" import hf "$d/llama.json" --seq 16 --seed 9 --weights "$d/$w" -o "$d/w.mlir" >/dev/null 2>"$d/err"; then
+    echo "FAIL: --weights $w:"; cat "$d/err"; fail=1; continue
+  fi
+  if "$PY" - "$d/ref.safetensors" "$d/w.safetensors" "$w" <<'PY'
+import sys
+import torch
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+assert set(a) == set(b), sorted(set(a) ^ set(b))
+for k in a:
+    want = a[k].to(torch.bfloat16).float() if sys.argv[3].startswith("bf16") else a[k]
+    assert b[k].dtype == torch.float32 and torch.equal(b[k], want), k
+PY
+  then echo "ok: --weights $w: the imported weights are the checkpoint's"; else echo "FAIL: --weights $w"; fail=1; fi
+done
+
+# A bf16 module: a note, and fp32 weights.
+if "$BIN/bigc" import torch "$M:half" -o "$d/half.mlir" >/dev/null 2>"$d/err" && grep -q "note: the module's parameters are torch.bfloat16: imported in fp32" "$d/err" \
+    && "$BIN/bigc-opt" "$d/half.mlir" >/dev/null; then
+  echo "ok: a bf16 module is imported in fp32 with a note"
+else
+  echo "FAIL: the bf16 module"; cat "$d/err"; fail=1
+fi
+[ $fail -eq 0 ] && echo "PASS: bigc import's bad inputs" || echo "FAILED"
+exit $fail
