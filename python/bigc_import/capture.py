@@ -181,7 +181,7 @@ def build_hf(config_path, batch, seq, weights_path, seed, notes):
         raise UserError(f"{config_path}: transformers cannot build the model ({first_line(e)})")
     model = model.to(torch.float32)
     if weights_path:
-        W.load_into(model, W.read_checkpoint(weights_path), weights_path)
+        W.load_into(model, W.Checkpoint(weights_path), weights_path)
     model.eval()
     g = torch.Generator().manual_seed(seed)
     V = int(getattr(cfg, "vocab_size"))

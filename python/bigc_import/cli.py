@@ -88,16 +88,16 @@ def parser():
 
 
 def write_atomically(files):
-    """Writes every (path, bytes) or nothing: each to a temporary file in its directory, then
-    renamed over the target."""
+    """Writes every (path, writer) or nothing: writer(f) fills a temporary file in the target's
+    directory, renamed over the target once all are written."""
     temps = []
     try:
-        for path, data in files:
+        for path, writer in files:
             d = os.path.dirname(os.path.abspath(path))
             fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
             temps.append((tmp, path))
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                writer(f)
                 f.flush()
                 os.fsync(f.fileno())
         for tmp, path in temps:
@@ -164,8 +164,11 @@ def run(argv):
               "Names and shapes: the module's own (linear weights [out, in] with transpose_b)."]
     text = lw.b.text([("%tokens", f"tensor<{B}x{T}xi32>"), ("%targets", f"tensor<{B}x{T}xi32>")],
                      loss.ssa, header, weights_name)
-    blob = weights.safetensors_bytes(lw.params)
-    write_atomically([(weights_path, blob), (out, text.encode())])
+    try:
+        write_atomically([(weights_path, lambda f: weights.write_safetensors(f, lw.params)),
+                          (out, lambda f: f.write(text.encode()))])
+    except OSError as e:
+        raise UserError(f"cannot write {out} and {weights_path}: {e.strerror or e}")
     nops = sum(1 for line in text.splitlines() if line.strip().startswith("%"))
     print(f"{PROG}: wrote {out} ({nops} ops, {nparams:,} parameters) and {weights_path}")
     return 0

@@ -5,6 +5,7 @@
 import json
 import os
 import re
+import struct
 
 import torch
 
@@ -15,81 +16,106 @@ def _shape(t):
     return "[" + ", ".join(str(int(d)) for d in t.shape) + "]"
 
 
-def read_checkpoint(path):
-    """name -> tensor of a .safetensors file or a sharded checkpoint's index
-    (model.safetensors.index.json)."""
-    from safetensors import safe_open
+class Checkpoint:
+    """The tensors of a .safetensors file or of a sharded checkpoint's index
+    (model.safetensors.index.json), read one at a time (a large checkpoint is never whole in
+    memory)."""
 
-    if not os.path.exists(path):
-        raise UserError(f"{path}: no such file")
-    files = {}
-    if path.endswith(".json"):
-        try:
-            with open(path) as f:
-                index = json.load(f)
-            wmap = index["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{path}: not a safetensors index (a JSON object with a weight_map): {e}")
-        d = os.path.dirname(os.path.abspath(path))
-        for name, shard in wmap.items():
-            files.setdefault(os.path.join(d, shard), []).append(name)
-    else:
-        files[path] = None
-    out = {}
-    for f, names in files.items():
-        if not os.path.exists(f):
-            raise UserError(f"{path}: the shard {f} is missing")
-        try:
-            with safe_open(f, framework="pt") as st:
-                for k in (names if names is not None else st.keys()):
-                    out[k] = st.get_tensor(k)
-        except UserError:
-            raise
-        except Exception as e:  # a truncated or foreign file
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UserError(f"{f}: not a readable safetensors file ({msg})")
-    return out
+    def __init__(self, path):
+        from safetensors import safe_open
+
+        if not os.path.exists(path):
+            raise UserError(f"{path}: no such file")
+        files = {}
+        if path.endswith(".json"):
+            try:
+                with open(path) as f:
+                    index = json.load(f)
+                wmap = index["weight_map"]
+                if not isinstance(wmap, dict):
+                    raise TypeError("weight_map is not an object")
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise UserError(f"{path}: not a safetensors index (a JSON object with a "
+                                f"weight_map): {e}")
+            d = os.path.dirname(os.path.abspath(path))
+            for name, shard in wmap.items():
+                files.setdefault(os.path.join(d, shard), set()).add(name)
+        else:
+            files[path] = None
+        self.where = {}
+        self.handles = []
+        for f, names in files.items():
+            if not os.path.exists(f):
+                raise UserError(f"{path}: the shard {f} is missing")
+            try:
+                h = safe_open(f, framework="pt")
+                keys = list(h.keys())
+            except Exception as e:  # a truncated or foreign file
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise UserError(f"{f}: not a readable safetensors file ({msg})")
+            self.handles.append(h)
+            for k in keys:
+                if names is None or k in names:
+                    self.where[k] = h
+            if names is not None and not names <= set(keys):
+                missing = sorted(names - set(keys))[0]
+                raise UserError(f"{path}: the index puts '{missing}' in {f}, which lacks it")
+
+    def names(self):
+        return list(self.where)
+
+    def shape(self, name):
+        return tuple(self.where[name].get_slice(name).get_shape())
+
+    def dtype(self, name):
+        return self.where[name].get_slice(name).get_dtype()
+
+    def get(self, name):
+        return self.where[name].get_tensor(name)
 
 
-def load_into(model, tensors, path):
+def load_into(model, ckpt, path):
     """Copies a checkpoint into the model's parameters. Names and shapes must match (a tied
     parameter may come under any of its names; the checkpoint may lack or carry the base model's
     prefix, as Hugging Face's own GPT-2 checkpoint does). The first mismatch is an error."""
     params = list(model.named_parameters(remove_duplicate=False))
     names = {n for n, _ in params}
     prefix = getattr(model, "base_model_prefix", "") or ""
-    renamed = {}
-    for k, t in tensors.items():
+    renamed = {}  # model name -> checkpoint name
+    extra = []
+    for k in ckpt.names():
         if k in names:
-            renamed[k] = t
+            renamed[k] = k
         elif prefix and f"{prefix}.{k}" in names:
-            renamed[f"{prefix}.{k}"] = t
+            renamed[f"{prefix}.{k}"] = k
         elif prefix and k.startswith(prefix + ".") and k[len(prefix) + 1:] in names:
-            renamed[k[len(prefix) + 1:]] = t
+            renamed[k[len(prefix) + 1:]] = k
         else:
-            renamed[k] = t
+            extra.append(k)
     ignore = [re.compile(p) for p in (getattr(model, "_keys_to_ignore_on_load_unexpected", None) or [])]
     buffers = {n for n, _ in model.named_buffers()}
-    for k, t in renamed.items():
-        if k in names:
-            continue
+    for k in extra:
         if k in buffers or (prefix and f"{prefix}.{k}" in buffers) or any(p.search(k) for p in ignore):
             continue
-        raise UserError(f"{path}: holds '{k}' {_shape(t)}, which is not a parameter of the model")
+        raise UserError(f"{path}: holds '{k}' {list(ckpt.shape(k))}, which is not a parameter of "
+                        "the model")
     by_tensor = {}
     for n, p in params:
         by_tensor.setdefault(id(p), (p, []))[1].append(n)
     for p, group in by_tensor.values():
-        src = next((renamed[n] for n in group if n in renamed), None)
-        if src is None:
+        name = next((n for n in group if n in renamed), None)
+        if name is None:
             raise UserError(f"{path}: lacks the model's parameter '{group[0]}' {_shape(p)}")
-        if tuple(src.shape) != tuple(p.shape):
-            name = next(n for n in group if n in renamed)
-            raise UserError(f"{path}: '{name}' has shape {_shape(src)}, the model's is {_shape(p)}")
-        if not (src.is_floating_point()):
-            raise UserError(f"{path}: '{group[0]}' is stored as {src.dtype}, not floating point")
+        k = renamed[name]
+        if ckpt.shape(k) != tuple(p.shape):
+            raise UserError(f"{path}: '{k}' has shape {list(ckpt.shape(k))}, the model's is "
+                            f"{_shape(p)}")
+        t = ckpt.get(k)
+        if not t.is_floating_point():
+            raise UserError(f"{path}: '{k}' is stored as {t.dtype}, not floating point")
         with torch.no_grad():
-            p.copy_(src.to(torch.float32))
+            p.copy_(t.to(torch.float32))
+        del t
 
 
 def init_of(t):
@@ -107,11 +133,19 @@ def init_of(t):
     return {"init": "normal", "std": float(f"{std:.4g}")}
 
 
-def safetensors_bytes(params):
-    """The safetensors file of (name, tensor) pairs, fp32, as bytes."""
-    from safetensors.torch import save
-
-    d = {}
+def write_safetensors(f, params):
+    """Writes (name, tensor) pairs as a safetensors file, fp32, one tensor at a time."""
+    header = {"__metadata__": {"format": "pt", "producer": "bigc import"}}
+    off = 0
     for name, t in params:
-        d[name] = t.detach().to(torch.float32).contiguous().clone()
-    return save(d)
+        n = t.numel() * 4
+        header[name] = {"dtype": "F32", "shape": [int(d) for d in t.shape], "data_offsets": [off, off + n]}
+        off += n
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    f.write(struct.pack("<Q", len(hb)))
+    f.write(hb)
+    for name, t in params:
+        a = t.detach().to(torch.float32).contiguous().cpu()
+        if a.numel():
+            f.write(memoryview(a.numpy()).cast("B"))
