@@ -111,6 +111,34 @@ def write_atomically(files):
                 pass
 
 
+NEEDS = {"torch": (2, 15), "transformers": (5, 23), "safetensors": (0, 0), "numpy": (0, 0)}
+
+
+def _version(v):
+    out = []
+    for part in v.split("+")[0].split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out + [0] * (2 - len(out)))
+
+
+def check_environment(hf):
+    """torch >= 2.15 (and transformers >= 5.23 for hf configs), the versions the importer is
+    verified with; anything else is a clear error naming the fix."""
+    fix = ("run scripts/setup-python.sh, or set BIGC_PYTHON to an interpreter with torch 2.15 and "
+           "transformers 5.23")
+    for mod in ("torch", "safetensors", "numpy") + (("transformers",) if hf else ()):
+        try:
+            m = __import__(mod)
+        except Exception as e:
+            raise UserError(f"{sys.executable} cannot import {mod} ({type(e).__name__}: {e}): {fix}")
+        want = NEEDS[mod]
+        have = _version(getattr(m, "__version__", "0"))
+        if have < want:
+            raise UserError(f"{sys.executable} has {mod} {m.__version__}; the importer needs "
+                            f"{want[0]}.{want[1]} or later: {fix}")
+
+
 def run(argv):
     p = parser()
     args, extra = p.parse_known_args(argv)
@@ -134,11 +162,7 @@ def run(argv):
     weights_name = stem + ".safetensors"
     weights_path = os.path.join(out_dir, weights_name)
 
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise UserError(f"PyTorch is not installed for {sys.executable}: run scripts/setup-python.sh "
-                        "(or set BIGC_PYTHON to an interpreter that has torch 2.15 and transformers)")
+    check_environment(args.cmd == "hf")
     from . import capture, lower, weights
 
     notes = []

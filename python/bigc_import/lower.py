@@ -1087,6 +1087,17 @@ class Lowerer:
             return x
         return Pat("expand", node, shape, x=x)
 
+    def op_repeat_interleave(self, node, a):
+        """k.repeat_interleave(n, dim=1) of a heads view: query head h reads key/value head
+        h // n, as repeat_kv."""
+        x, n, dim = a.get("self"), a.get("repeats"), a.get("dim")
+        if isinstance(n, int) and dim is not None and is_tensor_value(x) and len(x.shape) == 4 and \
+                norm_dim(dim, 4) == 1:
+            hl = heads_layout(x)
+            if hl is not None and hl[3] == "bhtd":
+                return Pat("repeat_kv", node, out_shape(node), kv=x, n=n)
+        self.fail_node(node, "repeat_interleave other than of key/value heads for attention")
+
     def repeat_kv(self, node, p, target):
         x = p.f["x"]
         s = x.shape
