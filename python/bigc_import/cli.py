@@ -178,6 +178,8 @@ def run(argv):
     ep = capture.export(wrapper, tokens, targets, desc)
     lw = lower.Lowerer(ep, strip_prefix=capture.WRAPPER_PREFIX)
     loss = lw.run()
+    for n in lw.notes:
+        print(f"{PROG}: note: {n}", file=sys.stderr)
     nparams = 0
     for name, t in lw.params:
         lw.b.param(name, t.shape, weights.init_of(t))

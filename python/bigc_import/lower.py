@@ -327,6 +327,40 @@ def scalar_of(v):
     return None
 
 
+def fit_inv_freq(c, n, s):
+    """The fp32 frequencies f with c[t] = cos(f32(f) * f32(t)) * s, n[t] = sin(...) * s, from
+    the tables (no inv_freq buffer): the angle at t = 1, refined at t = 2, 4, ... and T - 1, then
+    the fp32 value among its neighbours that reproduces the tables best."""
+    T = c.shape[0]
+    ang = torch.atan2(n.double() / s, c.double() / s)
+    f = ang[1].clone()
+    ts = []
+    t = 2
+    while t < T:
+        ts.append(t)
+        t *= 2
+    if T - 1 > 1:
+        ts.append(T - 1)
+    for t in ts:
+        k = torch.round((f * t - ang[t]) / (2 * math.pi))
+        f = (ang[t] + 2 * math.pi * k) / t
+    pos = torch.arange(T, dtype=torch.float32)
+    best = f.float()
+    cands = [best]
+    up, down = best, best
+    for _ in range(4):
+        up = torch.nextafter(up, torch.full_like(up, math.inf))
+        down = torch.nextafter(down, torch.full_like(down, -math.inf))
+        cands += [up, down]
+    errs = []
+    for cand in cands:
+        a = cand[None, :] * pos[:, None]
+        errs.append(torch.maximum((a.cos() * s - c).abs().amax(0), (a.sin() * s - n).abs().amax(0)))
+    errs = torch.stack(errs)  # [candidates, D/2]
+    pick = errs.argmin(0)
+    return torch.stack(cands)[pick, torch.arange(best.numel())]
+
+
 # elementwise evaluation (probing expressions in float64)
 
 def _gelu_tanh(x):
@@ -409,6 +443,7 @@ class Lowerer:
         self.user_inputs = []
         self.uses_cache = {}
         self.notes = []
+        self.pad_noted = set()
 
     # --- errors --------------------------------------------------------------------------------
     def fail_node(self, node, what=None, advice=None):
@@ -812,8 +847,8 @@ class Lowerer:
             if inv is not None:
                 break
         pos = torch.arange(T, dtype=torch.float32)
-        if inv is None and T > 1 and s != 0:  # frequencies from the table's angle at t = 1
-            inv = torch.atan2(st[1, :half].double(), ct[1, :half].double()).float()
+        if inv is None and T > 1 and s != 0:  # no inv_freq buffer: the frequencies of the tables
+            inv = fit_inv_freq(ct[:, :half], st[:, :half], s)
         if inv is None:
             self.fail_at(node, "rotary embeddings whose frequencies cannot be found (no inv_freq "
                                "buffer)")
@@ -851,8 +886,7 @@ class Lowerer:
         if name in sig.inputs_to_buffers:
             fqn = sig.inputs_to_buffers[name]
             t = self.buffer_value(fqn)
-            short = fqn[len(self.strip):] if fqn.startswith(self.strip) else fqn
-            return Const(t, {short})
+            return Const(t, {fqn})
         if name in getattr(sig, "inputs_to_lifted_tensor_constants", {}):
             fqn = sig.inputs_to_lifted_tensor_constants[name]
             return Const(self.ep.constants[fqn], {fqn})
@@ -1337,6 +1371,14 @@ class Lowerer:
             return make_view(rows, ("r", tuple(t.shape) + (w.shape[1],)))
         if not is_tensor_value(ids) or ids.dtype != "i32":
             self.fail_node(node, "an embedding of computed indices")
+        if a.get("scale_grad_by_freq") or a.get("sparse"):
+            self.fail_node(node, "an embedding with scale_grad_by_freq or sparse gradients")
+        pad = a.get("padding_idx")
+        if pad is not None and pad >= 0 and pad not in self.pad_noted:
+            self.pad_noted.add(pad)
+            self.notes.append(f"{source.display(source.location(node))}: the embedding's padding_idx "
+                              f"{pad}: bigc trains that row like the others (PyTorch keeps its "
+                              f"gradient zero), which differs only where the data holds token {pad}")
         wt = self.mat(w, node)
         it = self.mat(ids, node)
         return self.emit("embedding", [wt, it], [it.shape + (w.shape[1],)])[0]
