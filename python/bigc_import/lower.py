@@ -415,7 +415,8 @@ def first_unmappable(en):
         if isinstance(e, ENode) and e.op != "var":
             for a in e.args:
                 walk(a)
-            if e.op not in ("add", "sub", "mul", "neg", "div"):
+            if e.op not in ("add", "sub", "mul", "neg", "div", "square") and \
+                    not (e.op == "pow" and e.args[1] == 2.0):
                 found.append(e)
     walk(en)
     return found[0] if found else None
@@ -766,6 +767,12 @@ class Lowerer:
             self.fail_node(node, "division by a tensor")
         if op == "neg":
             return self.scale(self.lower_enode(args[0]), -1.0, node)
+        if op == "pow" and args[1] == 2.0:
+            x = self.lower_enode(args[0])
+            return self.emit("mul", [x, x], [x.shape], node=node)[0]
+        if op == "square":
+            x = self.lower_enode(args[0])
+            return self.emit("mul", [x, x], [x.shape], node=node)[0]
         bad = first_unmappable(en) or en
         self.fail_node(bad.node)
 
@@ -1509,6 +1516,11 @@ class Lowerer:
             self.fail_node(node, "cross-entropy with label smoothing")
         if not is_tensor_value(target) or target.dtype != "i32":
             self.fail_node(node, "cross-entropy against computed targets")
+        ignore = a.get("ignore_index", -100)
+        if ignore is not None and ignore >= 0:
+            self.notes.append(f"{source.display(source.location(node))}: cross-entropy's "
+                              f"ignore_index {ignore}: bigc averages over every position, which "
+                              f"differs only where the targets hold {ignore}")
         lb, _ = self._rowwise(logits)
         if isinstance(target, View) and len(target.chain) == 1 and target.chain[0][0] == "r" and \
                 lb is not logits and tuple(target.base.shape) == tuple(lb.shape[:-1]):
