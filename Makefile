@@ -5,12 +5,17 @@ CMAKE_FLAGS ?=
 # Nothing here asks an installed tool anything: make reads this file before `deps` has run, so
 # CMake finds MLIR 19 itself (CMakeLists.txt: llvm-config-19, then the Debian prefix).
 
-.PHONY: all deps configure build test test-asan demo clean runtime
+.PHONY: all deps python-env configure build test test-asan demo clean runtime
 
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
+
+# The Python environment of `bigc import` and of the tests that check it against PyTorch
+# (.venv: torch 2.15, transformers 5.23 from PyPI; nothing to do when it is there).
+python-env: deps
+	@bash scripts/setup-python.sh
 
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
@@ -25,14 +30,14 @@ runtime:
 	cmake -S . -B build-runtime -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIGC_ENABLE_COMPILER=OFF
 	cmake --build build-runtime -j $(JOBS)
 
-test: build
+test: build python-env
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer (gcc; UB aborts) build of everything but the CUDA
 # backend, running the unit tests, lit and the end-to-end tests (ASAN_CTEST_ARGS narrows them).
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 ASAN_CTEST_ARGS ?= -LE gpu
-test-asan: deps
+test-asan: deps python-env
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIGC_ENABLE_CUDA=OFF \
 	  -DCMAKE_C_FLAGS="$(ASAN_FLAGS)" -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)

@@ -349,17 +349,22 @@ void loadWeights(Engine &ex, const File &file, const std::string &path) {
   auto endsWith = [](const std::string &s, const std::string &suf) {
     return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
   };
+  const std::vector<const Buffer *> weights = ex.weights(); // masters when there are
+  std::set<std::string> params;
+  for (const Buffer *b : weights) params.insert(b->name);
+  // A tensor named exactly as a parameter is that parameter. Otherwise a Hugging Face GPT-2
+  // checkpoint's names are read as bigc gen gpt's: without `transformer.`, and its causal-mask
+  // buffers skipped (an imported model keeps its own names, `transformer.` included).
   std::map<std::string, const Tensor *> byName;
   for (const auto &t : file.tensors) {
     std::string name = t.name;
-    if (name.rfind("transformer.", 0) == 0) name = name.substr(12);
-    if (endsWith(name, ".attn.bias") || endsWith(name, ".attn.masked_bias")) continue; // HF causal-mask buffers
+    if (!params.count(name)) {
+      if (name.rfind("transformer.", 0) == 0 && params.count(name.substr(12))) name = name.substr(12);
+      else if (endsWith(name, ".attn.bias") || endsWith(name, ".attn.masked_bias")) continue;
+    }
     if (!byName.emplace(name, &t).second) fail(path, "tensor '" + name + "' appears twice");
   }
-  std::set<std::string> params;
-  const std::vector<const Buffer *> weights = ex.weights(); // masters when there are
   for (const Buffer *b : weights) {
-    params.insert(b->name);
     auto it = byName.find(b->name);
     if (it == byName.end())
       fail(path, "parameter '" + b->name + "' " + shapeStr(b->shape) + " is missing from the weights file");
