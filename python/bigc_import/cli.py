@@ -91,11 +91,14 @@ def write_atomically(files):
     """Writes every (path, writer) or nothing: writer(f) fills a temporary file in the target's
     directory, renamed over the target once all are written."""
     temps = []
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         for path, writer in files:
             d = os.path.dirname(os.path.abspath(path))
             fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
             temps.append((tmp, path))
+            os.fchmod(fd, 0o666 & ~umask)  # as open() would make it (mkstemp's is 0600)
             with os.fdopen(fd, "wb") as f:
                 writer(f)
                 f.flush()

@@ -26,6 +26,11 @@ for b in 32 16 8 4; do
 done
 # The same weights whatever the batch (the seed decides them).
 cmp "$d/b32.safetensors" "$d/b4.safetensors"
+# Written with the permissions of any new file (the umask's), not a temporary file's 0600.
+want=$(printf '%o' $((0666 & ~0$(umask))))
+for f in b32.mlir b32.safetensors; do
+  [ "$(stat -c %a "$d/$f")" = "$want" ] || { echo "FAIL: $f has mode $(stat -c %a "$d/$f"), want $want"; exit 1; }
+done
 
 source "$HERE/equivalence_runs.shlib" # compile NAME MODEL OPTIONS..., run NAME
 
