@@ -5,8 +5,9 @@
 // [B,H,T] = log Σ_{j<=t} exp(s·q_t·k_j) with s = 1/√D (natural log).
 //
 // Tensor-core path (bf16/f16, D in {16, 32, 64, 128}, C % 8 == 0): flash-attention tiles of 64
-// queries x 64 keys, 4 warps per block, each warp owning 16 rows; products with WMMA (16x16x16,
-// fp32 accumulation), the softmax in fp32 with an online max and sum per row (FlashAttention-2's
+// queries x 64 keys, 4 warps per block, each warp owning 16 rows; products with mma.sync m16n8k16
+// and scores in registers for D <= 64, with WMMA (16x16x16) tiles in shared memory for D = 128
+// (fp32 accumulation in both), the softmax in fp32 with an online max and sum per row (FlashAttention-2's
 // recurrence). The backward recomputes the probabilities from lse: one kernel per key tile
 // accumulates dK and dV over the query tiles at or after it; another per query tile
 // accumulates dQ over the key tiles at or before it (no atomics: deterministic, and dqkv is
@@ -966,30 +967,19 @@ __global__ void __launch_bounds__(128) fa2DqK(const T *dout, const T *qkv, const
   }
 }
 
-// BIGC_ATTENTION=wmma selects the shared-memory WMMA kernels for every head size (for comparison).
-bool useRegisterKernels() {
-  static const bool wmma = [] {
-    const char *e = std::getenv("BIGC_ATTENTION");
-    return e && std::string(e) == "wmma";
-  }();
-  return !wmma;
-}
-
 template <class K> void allowSmem(K kernel, size_t bytes) {
   if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
 template <class T, int D>
 void flashForward(const T *qkv, T *out, float *lse, int B, int T_, int C, int H, cudaStream_t s) {
-  if constexpr (D <= 64) {
-    if (useRegisterKernels()) {
-      const size_t smem = fa2Smem<T, D>(3);
-      static bool once = (allowSmem(fa2FwdK<T, D>, smem), true);
-      (void)once;
-      dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
-      fa2FwdK<T, D><<<grid, kWarps * 32, smem, s>>>(qkv, out, lse, T_, C, H, kLog2e / sqrtf(float(D)));
-      return;
-    }
+  if constexpr (D <= 64) { // the register-tiled kernels; the shared-memory ones for D = 128
+    const size_t smem = fa2Smem<T, D>(3);
+    static bool once = (allowSmem(fa2FwdK<T, D>, smem), true);
+    (void)once;
+    dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
+    fa2FwdK<T, D><<<grid, kWarps * 32, smem, s>>>(qkv, out, lse, T_, C, H, kLog2e / sqrtf(float(D)));
+    return;
   }
   const size_t smem = fwdSmem<T, D>();
   static bool once = (allowSmem(flashFwdK<T, D>, smem), true);
@@ -1003,16 +993,14 @@ template <class T, int D>
 void flashBackward(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int B, int T_, int C,
                    int H, cudaStream_t s) {
   if constexpr (D <= 64) {
-    if (useRegisterKernels()) {
-      const size_t smem = fa2Smem<T, D>(4);
-      static bool once = (allowSmem(fa2DkvK<T, D>, smem), allowSmem(fa2DqK<T, D>, smem), true);
-      (void)once;
-      dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
-      const float sc = 1.0f / sqrtf(float(D));
-      fa2DkvK<T, D><<<grid, kWarps * 32, smem, s>>>(dout, qkv, lse, Dv, dqkv, T_, C, H, sc);
-      fa2DqK<T, D><<<grid, kWarps * 32, smem, s>>>(dout, qkv, lse, Dv, dqkv, T_, C, H, sc);
-      return;
-    }
+    const size_t smem = fa2Smem<T, D>(4);
+    static bool once = (allowSmem(fa2DkvK<T, D>, smem), allowSmem(fa2DqK<T, D>, smem), true);
+    (void)once;
+    dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
+    const float sc = 1.0f / sqrtf(float(D));
+    fa2DkvK<T, D><<<grid, kWarps * 32, smem, s>>>(dout, qkv, lse, Dv, dqkv, T_, C, H, sc);
+    fa2DqK<T, D><<<grid, kWarps * 32, smem, s>>>(dout, qkv, lse, Dv, dqkv, T_, C, H, sc);
+    return;
   }
   const size_t smemKv = bwdSmem<T, D>();
   const size_t smemQ = size_t(4 * kTile * TileGeom<D>::LD) * sizeof(T) + size_t(2 * kTile) * 4 +
