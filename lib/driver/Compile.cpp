@@ -164,9 +164,9 @@ struct Value {
     fail("unknown value '" + text() + "' (expected one of " + list + ")");
   }
   [[noreturn]] void fail(const std::string &what) const { throw UserError(std::string("option ") + flag + ": " + what); }
-  // A later version's option: anything but its default is refused.
-  [[noreturn]] void later(const std::string &what) const {
-    throw UserError(std::string("option ") + flag + " " + text() + " is not supported by this version yet (" + what +
+  // A later version's option: anything but its default (`value`) is refused.
+  [[noreturn]] void later(const std::string &value, const std::string &what) const {
+    throw UserError(std::string("option ") + flag + " " + value + " is not supported by this version yet (" + what +
                     "); this version's mesh is data x tensor parallel (--ranks, --zero, --tp)");
   }
 };
@@ -320,7 +320,7 @@ const Flag kFlags[] = {
      [](CompileOptions &, const Value &v) {
        int64_t pp = v.integer();
        if (pp < 1) v.fail("must be at least 1, got " + std::to_string(pp));
-       if (pp != 1) v.later("pipeline parallelism");
+       if (pp != 1) v.later(std::to_string(pp), "pipeline parallelism");
      }},
     {"--global-batch", true, "--global-batch N",
      "check that N = ranks x batch x K sequences per step (DeepSpeed's\n"
