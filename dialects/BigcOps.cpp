@@ -135,7 +135,7 @@ LogicalResult ParamOp::verify() {
     // The logical shapes (bigc.full_shape of a shard, bigc-shard) must
     // match: a copy of a sharded master may be whole, or a shard.
     auto logical = [](ParamOp p) {
-      if (auto f = p->getAttrOfType<DenseI64ArrayAttr>("bigc.full_shape"))
+      if (auto f = p->getAttrOfType<DenseI64ArrayAttr>(kFullShapeAttrName))
         return SmallVector<int64_t>(f.asArrayRef());
       return SmallVector<int64_t>(p.getTensorType().getShape());
     };

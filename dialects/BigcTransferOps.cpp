@@ -70,7 +70,7 @@ int64_t mlir::bigc::opLayer(Operation *op) {
 }
 
 void mlir::bigc::copyPlacementTags(Operation *from, Operation *to) {
-  for (StringRef name : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef("bigc.micro_batch")})
+  for (StringRef name : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef(kMicroBatchAttrName)})
     if (Attribute a = from->getAttr(name))
       to->setAttr(name, a);
 }

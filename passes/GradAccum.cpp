@@ -30,13 +30,6 @@ using namespace mlir::bigc;
 
 namespace {
 
-constexpr llvm::StringLiteral kMicroBatchAttr = "bigc.micro_batch";
-
-StringRef phaseOf(Operation *op) {
-  auto p = op->getAttrOfType<StringAttr>(kPhaseAttrName);
-  return p ? p.getValue() : StringRef();
-}
-
 struct BigcGradAccumPass
     : public mlir::bigc::impl::BigcGradAccumBase<BigcGradAccumPass> {
   using Base::Base;
@@ -56,7 +49,7 @@ struct BigcGradAccumPass
              << k;
     if (k == 1)
       return success();
-    if (module->hasAttr("bigc.micro_batches"))
+    if (module->hasAttr(kMicroBatchesAttrName))
       return module.emitError("bigc-grad-accum: already applied (the module "
                               "has bigc.micro_batches)");
     auto func = module.lookupSymbol<func::FuncOp>("train_step");
@@ -152,7 +145,7 @@ struct BigcGradAccumPass
                                             scaled.getOperation());
     body.insert(llvm::find(body, seed) + 1, scaled.getOperation());
     for (Operation *op : body)
-      op->setAttr(kMicroBatchAttr, mbAttr(0));
+      op->setAttr(kMicroBatchAttrName, mbAttr(0));
 
     // Arguments: (tokens_0, targets_0, ..., tokens_{K-1}, targets_{K-1}).
     Type tokT = block.getArgument(0).getType(),
@@ -173,11 +166,11 @@ struct BigcGradAccumPass
     };
     auto mark = [&](Operation *op, StringRef phase, int64_t i) {
       op->setAttr(kPhaseAttrName, b.getStringAttr(phase));
-      op->setAttr(kMicroBatchAttr, mbAttr(i));
+      op->setAttr(kMicroBatchAttrName, mbAttr(i));
     };
     // The casts and adds of the accumulation carry bigc.grad_accum (bigc-shard
     // splits the accumulation into per-micro-batch reduce-scatters by it).
-    auto accum = [&](Operation *op) { op->setAttr("bigc.grad_accum", b.getUnitAttr()); };
+    auto accum = [&](Operation *op) { op->setAttr(kGradAccumAttrName, b.getUnitAttr()); };
     // Accumulators start from micro-batch 0's gradients (cast to f32).
     llvm::MapVector<Value, Value> acc;
     for (Value g : grads) {
@@ -202,7 +195,7 @@ struct BigcGradAccumPass
       b.setInsertionPoint(insertBefore);
       for (Operation *op : body) {
         Operation *c = b.clone(*op, map);
-        c->setAttr(kMicroBatchAttr, mbAttr(i));
+        c->setAttr(kMicroBatchAttrName, mbAttr(i));
       }
       for (auto &[g, a] : acc) {
         Value gi = map.lookup(g);
@@ -235,10 +228,10 @@ struct BigcGradAccumPass
     for (auto &[g, a] : acc)
       g.replaceUsesWithIf(a, [&](OpOperand &use) {
         Operation *owner = use.getOwner();
-        return !inBody.count(owner) && !owner->hasAttr(kMicroBatchAttr);
+        return !inBody.count(owner) && !owner->hasAttr(kMicroBatchAttrName);
       });
     ret.setOperand(0, mean.getResult());
-    module->setAttr("bigc.micro_batches",
+    module->setAttr(kMicroBatchesAttrName,
                     IntegerAttr::get(IntegerType::get(ctx, 64), k));
     return success();
   }

@@ -381,7 +381,7 @@ struct BigcMemoryPlanPass
     Builder b(module.getContext());
     for (ParamOp p : module.getOps<ParamOp>()) {
       const PlanValue &pv = mp->values[mp->paramId[p]];
-      p->setAttr("bigc.offset", b.getI64IntegerAttr(mp->groups[pv.group].offset));
+      p->setAttr(kOffsetAttrName, b.getI64IntegerAttr(mp->groups[pv.group].offset));
     }
     Block &block = func.front();
     SmallVector<int64_t> argOffsets;
@@ -393,19 +393,19 @@ struct BigcMemoryPlanPass
       SmallVector<int64_t> offsets;
       for (Value r : op.getResults())
         offsets.push_back(mp->offsetOf(r));
-      op.setAttr("bigc.offsets", b.getDenseI64ArrayAttr(offsets));
+      op.setAttr(kOffsetsAttrName, b.getDenseI64ArrayAttr(offsets));
     }
-    func->setAttr("bigc.arg_offsets", b.getDenseI64ArrayAttr(argOffsets));
-    func->setAttr("bigc.arena_bytes", b.getI64IntegerAttr(mp->arena.arenaBytes));
-    func->setAttr("bigc.lower_bound_bytes",
+    func->setAttr(kArgOffsetsAttrName, b.getDenseI64ArrayAttr(argOffsets));
+    func->setAttr(kArenaBytesAttrName, b.getI64IntegerAttr(mp->arena.arenaBytes));
+    func->setAttr(kLowerBoundBytesAttrName,
                   b.getI64IntegerAttr(mp->arena.lowerBoundBytes));
-    func->removeAttr("bigc.host_arena_bytes");
-    func->removeAttr("bigc.host_lower_bound_bytes");
+    func->removeAttr(kHostArenaBytesAttrName);
+    func->removeAttr(kHostLowerBoundBytesAttrName);
     auto host = mp->arenas.find("host");
     if (host != mp->arenas.end()) {
-      func->setAttr("bigc.host_arena_bytes",
+      func->setAttr(kHostArenaBytesAttrName,
                     b.getI64IntegerAttr(host->second.arenaBytes));
-      func->setAttr("bigc.host_lower_bound_bytes",
+      func->setAttr(kHostLowerBoundBytesAttrName,
                     b.getI64IntegerAttr(host->second.lowerBoundBytes));
     }
   }

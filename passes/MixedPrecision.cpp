@@ -50,8 +50,7 @@ bool staysF32(OpResult r) {
 /// scalar f32 bigc.fill written by bigc-autodiff.
 Operation *findLossSeed(Block &block) {
   for (Operation &op : block.without_terminator()) {
-    auto phase = op.getAttrOfType<StringAttr>(kPhaseAttrName);
-    if (!phase || phase.getValue() != "backward")
+    if (phaseOf(&op) != "backward")
       continue;
     if (auto f = dyn_cast<FillOp>(op))
       if (cast<RankedTensorType>(f.getType()).getRank() == 0)
@@ -94,7 +93,7 @@ struct BigcMixedPrecisionPass
       return module.emitError("bigc-mixed-precision: precision must be bf16 "
                               "or fp16, got '")
              << precision << "'";
-    if (module->hasAttr("bigc.precision"))
+    if (module->hasAttr(kPrecisionAttrName))
       return module.emitError("bigc-mixed-precision: already applied "
                               "(the module has bigc.precision)");
     const bool fp16 = precision == "fp16";
@@ -208,8 +207,7 @@ struct BigcMixedPrecisionPass
         // Before the optimizer: one check over every parameter gradient.
         Operation *firstOpt = nullptr;
         for (Operation &op : block.without_terminator()) {
-          auto phase = op.getAttrOfType<StringAttr>(kPhaseAttrName);
-          if (phase && phase.getValue() == "optimizer") {
+          if (phaseOf(&op) == "optimizer") {
             firstOpt = &op;
             break;
           }
@@ -238,7 +236,7 @@ struct BigcMixedPrecisionPass
         upd->setAttr(kPhaseAttrName, b.getStringAttr("optimizer"));
       }
     }
-    module->setAttr("bigc.precision", StringAttr::get(ctx, precision));
+    module->setAttr(kPrecisionAttrName, StringAttr::get(ctx, precision));
     return success();
   }
 };

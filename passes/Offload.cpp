@@ -71,8 +71,8 @@ struct BigcOffloadPass
         failed(placeHostOperands(func)) || failed(fetchHostParams(module, func)))
       return signalPassFailure();
     Builder b(module.getContext());
-    module->setAttr("bigc.offload", b.getStringAttr(offload));
-    module->setAttr("bigc.offload_params", b.getStringAttr(params));
+    module->setAttr(kOffloadAttrName, b.getStringAttr(offload));
+    module->setAttr(kOffloadParamsAttrName, b.getStringAttr(params));
   }
 
   /// Masters, moments (and every optimizer-role tensor) to the host; every

@@ -53,16 +53,9 @@ using namespace mlir::bigc;
 
 namespace {
 
-constexpr llvm::StringLiteral kRecomputeAttrName = "bigc.recompute";
-
-StringRef phaseOf(Operation *op) {
-  auto p = op->getAttrOfType<StringAttr>(kPhaseAttrName);
-  return p ? p.getValue() : StringRef();
-}
-
 bool isForwardOp(Operation *op) {
   return op && !isa<GetParamOp>(op) && phaseOf(op) == "forward" &&
-         !op->hasAttr(kRecomputeAttrName);
+         !isRecomputed(op);
 }
 
 /// Elementwise and normalisation ops: cheap to recompute (a few FLOPs per
@@ -176,7 +169,7 @@ public:
   void rewrite() {
     SmallVector<Operation *> backward;
     for (Operation &op : block.without_terminator())
-      if (phaseOf(&op) == "backward" && !op.hasAttr(kRecomputeAttrName))
+      if (phaseOf(&op) == "backward" && !isRecomputed(&op))
         backward.push_back(&op);
     for (Operation *user : backward)
       for (OpOperand &use : user->getOpOperands()) {
@@ -196,7 +189,7 @@ public:
   int64_t phaseFlops(StringRef phase) const {
     int64_t f = 0;
     for (Operation &op : block.without_terminator())
-      if (phaseOf(&op) == phase && !op.hasAttr(kRecomputeAttrName))
+      if (phaseOf(&op) == phase && !isRecomputed(&op))
         f += opCost(&op).flops;
     return f;
   }

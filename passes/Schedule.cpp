@@ -71,10 +71,7 @@ void sinkToFirstUse(Block &block) {
 /// bigc.layer. Consecutive compute ops with one key form a segment (the
 /// forward of block i, the backward of block i, ...).
 std::pair<StringRef, int64_t> segmentKey(Operation *op) {
-  StringRef phase;
-  if (auto p = op->getAttrOfType<StringAttr>(kPhaseAttrName))
-    phase = p.getValue();
-  return {phase, opLayer(op)};
+  return {phaseOf(op), opLayer(op)};
 }
 
 /// Compute-stream instructions in order (not get_param, not wait, not a
@@ -163,7 +160,7 @@ void hoistOptimizer(Block &block) {
   for (ParamAllGatherOp pg : paramGathers) {
     if (Operation *first = firstReader.lookup(pg.getTo())) {
       pg->moveBefore(first);
-      for (StringRef tag : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef("bigc.micro_batch")})
+      for (StringRef tag : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef(kMicroBatchAttrName)})
         pg->removeAttr(tag);
       copyPlacementTags(first, pg);
       readers[pg.getFrom()].push_back(pg);
@@ -250,7 +247,7 @@ void accumulateShardsEarly(Block &block) {
   llvm::DenseSet<Operation *> fromShard; // accumulation ops that read a reduce-scatter's shard
   SmallVector<std::pair<Operation *, Operation *>> moves;
   for (Operation &op : block.without_terminator()) {
-    if (!op.hasAttr("bigc.grad_accum") || !isa<CastOp, AddOp>(op))
+    if (!isGradAccum(&op) || !isa<CastOp, AddOp>(op))
       continue;
     Operation *after = nullptr;
     bool shard = false;

@@ -37,8 +37,6 @@ using namespace mlir::bigc;
 
 namespace {
 
-constexpr llvm::StringLiteral kMicroBatchAttr = "bigc.micro_batch";
-constexpr llvm::StringLiteral kGradAccumAttr = "bigc.grad_accum";
 constexpr llvm::StringLiteral kDp = "dp";
 
 RankedTensorType tensorOf(Type t) { return cast<RankedTensorType>(t); }
@@ -88,8 +86,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   /// The first op of micro-batch `k` (k > last: the end of the backward).
   Operation *startOfMicroBatch(int64_t k) {
     for (Operation &op : block->without_terminator()) {
-      auto m = op.getAttrOfType<IntegerAttr>(kMicroBatchAttr);
-      if (m && m.getInt() == k && !isa<GetParamOp>(op))
+      std::optional<int64_t> m = microBatchOf(&op);
+      if (m && *m == k && !isa<GetParamOp>(op))
         return &op;
     }
     return endOfBackward();
@@ -97,8 +95,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
 
   int64_t microOf(Value v) {
     if (Operation *d = v.getDefiningOp())
-      if (auto m = d->getAttrOfType<IntegerAttr>(kMicroBatchAttr))
-        return m.getInt();
+      if (std::optional<int64_t> m = microBatchOf(d))
+        return *m;
     return 0;
   }
 
@@ -109,7 +107,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     Value cur = g;
     while (true) {
       auto add = cur.getDefiningOp<AddOp>();
-      if (!add || !add->hasAttr(kGradAccumAttr))
+      if (!add || !add->hasAttr(kGradAccumAttrName))
         break;
       chain.push_back(add);
       terms.push_back(add.getB());
@@ -120,7 +118,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     // Unwrap the f32 casts of the accumulation: the collective moves the
     // 16-bit gradient, the shard is cast.
     for (Value &t : terms)
-      if (auto c = t.getDefiningOp<CastOp>(); c && c->hasAttr(kGradAccumAttr)) {
+      if (auto c = t.getDefiningOp<CastOp>(); c && c->hasAttr(kGradAccumAttrName)) {
         chain.push_back(c);
         t = c.getX();
       }
@@ -207,7 +205,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       return module.emitError("bigc-shard: ranks must be at least 1, got ") << ranks;
     if (zero < 0 || zero > 3)
       return module.emitError("bigc-shard: zero must be 0, 1, 2 or 3, got ") << zero;
-    if (module->hasAttr("bigc.zero"))
+    if (module->hasAttr(kZeroAttrName))
       return module.emitError("bigc-shard: already applied (the module has bigc.zero)");
     auto func = module.lookupSymbol<func::FuncOp>("train_step");
     if (!func)
@@ -228,7 +226,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
                                          attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(1)),
                                      }));
     }
-    module->setAttr("bigc.zero", attrs.getI64IntegerAttr(R == 1 ? 0 : zero));
+    module->setAttr(kZeroAttrName, attrs.getI64IntegerAttr(R == 1 ? 0 : zero));
     if (meshAxisSize(module, "tp") > 1 && failed(lowerTensorParallel()))
       return failure();
     if (R == 1) {
@@ -309,7 +307,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         if (!tensorOf(s.getType()).getElementType().isF32()) {
           auto c = b.create<CastOp>(t.getLoc(), f32, s);
           copyPlacementTags(rs, c);
-          c->setAttr(kGradAccumAttr, b.getUnitAttr());
+          c->setAttr(kGradAccumAttrName, b.getUnitAttr());
           s = c;
         }
         if (!acc) {
@@ -317,7 +315,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         } else {
           auto add = b.create<AddOp>(t.getLoc(), f32, acc, s);
           copyPlacementTags(rs, add);
-          add->setAttr(kGradAccumAttr, b.getUnitAttr());
+          add->setAttr(kGradAccumAttrName, b.getUnitAttr());
           acc = add;
         }
       }
@@ -568,10 +566,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     for (Operation &op : block->without_terminator()) {
       if (isa<GetParamOp>(op))
         continue;
-      auto ph = op.getAttrOfType<StringAttr>(kPhaseAttrName);
-      bool fwd = ph && ph.getValue() == "forward" && !op.hasAttr("bigc.recompute");
-      auto mb = op.getAttrOfType<IntegerAttr>(kMicroBatchAttr);
-      std::tuple<bool, int64_t, int64_t> k{fwd, mb ? mb.getInt() : 0, opLayer(&op)};
+      bool fwd = phaseOf(&op) == "forward" && !isRecomputed(&op);
+      std::tuple<bool, int64_t, int64_t> k{fwd, microBatchOf(&op).value_or(0), opLayer(&op)};
       if (first || k != key)
         ++n;
       first = false;

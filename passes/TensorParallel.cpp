@@ -342,7 +342,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
       SmallVector<Attribute> notes;
       for (const std::string &n : a.replicated)
         notes.push_back(b.getStringAttr(n));
-      module->setAttr("bigc.tp_replicated", b.getArrayAttr(notes));
+      module->setAttr(kTpReplicatedAttrName, b.getArrayAttr(notes));
     }
     return success();
   }
@@ -370,7 +370,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
                                        attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(tp)),
                                    }));
     if (sequenceParallel)
-      module->setAttr("bigc.sequence_parallel", attrs.getUnitAttr());
+      module->setAttr(kSequenceParallelAttrName, attrs.getUnitAttr());
     if (T == 1)
       return success();
     llvm::DenseMap<Value, int64_t> demands;

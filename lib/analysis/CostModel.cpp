@@ -30,6 +30,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Analysis/CostModel.h"
+#include "bigc/Dialect/BigcAttrNames.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -220,9 +221,8 @@ FunctionCost mlir::bigc::functionCost(func::FuncOp func) {
       if (op.hasTrait<OpTrait::IsTerminator>())
         continue;
       OpCost c = opCost(&op);
-      auto phase = op.getAttrOfType<StringAttr>("bigc.phase");
-      StringRef p = phase ? phase.getValue() : StringRef();
-      if (op.hasAttr("bigc.recompute"))
+      StringRef p = bigc::phaseOf(&op);
+      if (bigc::isRecomputed(&op))
         fc.recompute += c;
       else if (p == "forward")
         fc.forward += c;

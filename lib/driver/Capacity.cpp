@@ -7,24 +7,45 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Capacity.h"
+#include "bigc/Dialect/BigcOps.h"
 #include "bigc/support/format.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <numeric>
+#include <optional>
+#include <set>
 #include <sstream>
 
 namespace bigc {
 
+using mlir::bigc::Offload;
+using mlir::bigc::OffloadParams;
+using mlir::bigc::Precision;
+using mlir::bigc::RecomputePolicy;
+using mlir::bigc::toString;
+using rt::UserError;
+
 namespace {
 
+const char *kRoleOrder[] = {"param", "master", "optimizer", "grad", "input", "activation", "activation_grad",
+                            "workspace", "transfer"};
 
+int roleRank(const std::string &r) {
+  const int n = int(sizeof kRoleOrder / sizeof kRoleOrder[0]);
+  for (int i = 0; i < n; ++i)
+    if (r == kRoleOrder[i]) return i;
+  return n;
+}
 
 std::string padRight(const std::string &s, size_t w) {
   return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' ');
@@ -65,10 +86,10 @@ std::string firstLine(const std::string &s) {
 std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   std::string f;
   auto add = [&](const std::string &s) { f += (f.empty() ? "" : " ") + s; };
-  if (c.precision != base.precision) add("--precision " + c.precision);
+  if (c.precision != base.precision) add("--precision " + toString(c.precision));
   if (c.microBatches != base.microBatches) add("--micro-batches " + std::to_string(c.microBatches));
-  if (c.recompute != base.recompute) add("--recompute " + c.recompute);
-  if (c.offload != base.offload) add("--offload " + c.offload);
+  if (c.recompute != base.recompute) add("--recompute " + toString(c.recompute));
+  if (c.offload != base.offload) add("--offload " + toString(c.offload));
   if (c.zero != base.zero) add("--zero " + std::to_string(c.zero));
   if (c.tp != base.tp) add("--tp " + std::to_string(c.tp));
   if (c.sequenceParallel != base.sequenceParallel && c.sequenceParallel) add("--sequence-parallel");
@@ -117,14 +138,189 @@ std::string bytesBySpace(const std::vector<SpaceFit> &spaces) {
 // Whether the program does what the options ask (a technique whose pass is not wired yet is
 // accepted by compileToProgram and ignored): "" when it does, else what is missing.
 std::string unhonoured(const rt::Program &p, const CompileOptions &c) {
-  if (p.precision != c.precision) return "--precision " + c.precision + " not applied";
-  if (c.recompute != "none" && p.recompute.policy == "none") return "--recompute " + c.recompute + " not applied";
-  if (c.offload != "none" && !p.space("host")) return "--offload " + c.offload + " not applied";
+  if (p.precision != toString(c.precision)) return "--precision " + toString(c.precision) + " not applied";
+  if (c.recompute != RecomputePolicy::None && p.recompute.policy == "none")
+    return "--recompute " + toString(c.recompute) + " not applied";
+  if (c.offload != Offload::None && !p.space("host")) return "--offload " + toString(c.offload) + " not applied";
   if (p.microBatches != c.microBatches) return "--micro-batches not applied";
   return "";
 }
 
 } // namespace
+
+std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &space, int64_t *peakInstruction) {
+  const int64_t n = std::max<int64_t>(int64_t(p.instructions.size()), 1);
+  // Alias groups: buffers an in-place instruction places at the same offset count once.
+  std::vector<size_t> parent(p.buffers.size());
+  std::iota(parent.begin(), parent.end(), size_t(0));
+  auto root = [&](size_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  static const std::set<std::string> inPlace = {"add", "bias_add", "mul", "scale", "gelu", "gelu_grad", "reshape"};
+  for (const auto &ins : p.instructions) {
+    if (!inPlace.count(ins.op)) continue;
+    for (int64_t o : ins.out)
+      for (int64_t i : ins.in) {
+        const auto &x = p.buffers[size_t(i)], &y = p.buffers[size_t(o)];
+        if (x.space == y.space && x.offset == y.offset && x.bytes == y.bytes) {
+          size_t a = root(size_t(i)), b = root(size_t(o));
+          if (a != b) parent[std::max(a, b)] = std::min(a, b); // the earlier buffer owns the group
+        }
+      }
+  }
+  struct G {
+    int64_t first = INT64_MAX, last = -1, bytes = 0;
+    std::string role;
+  };
+  std::map<size_t, G> groups;
+  for (const auto &b : p.buffers) {
+    if (b.space != space) continue;
+    G &g = groups[root(size_t(b.id))];
+    int64_t first = b.persistent() ? 0 : b.liveFirst, last = b.persistent() ? n - 1 : b.liveLast;
+    g.first = std::min(g.first, first);
+    g.last = std::max(g.last, last);
+    g.bytes = std::max(g.bytes, (b.bytes + rt::kAlignment - 1) / rt::kAlignment * rt::kAlignment);
+    if (size_t(b.id) == root(size_t(b.id))) g.role = b.role;
+  }
+  std::map<std::string, std::vector<int64_t>> diff;
+  std::vector<int64_t> total(size_t(n) + 1, 0);
+  for (auto &[id, g] : groups) {
+    auto &d = diff[g.role];
+    if (d.empty()) d.assign(size_t(n) + 1, 0);
+    d[size_t(g.first)] += g.bytes;
+    d[size_t(g.last) + 1] -= g.bytes;
+    total[size_t(g.first)] += g.bytes;
+    total[size_t(g.last) + 1] -= g.bytes;
+  }
+  int64_t best = -1, at = 0, run = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    run += total[size_t(i)];
+    if (run > best) best = run, at = i;
+  }
+  std::vector<RoleUsage> out;
+  for (auto &[role, d] : diff) {
+    int64_t v = 0;
+    for (int64_t i = 0; i <= at; ++i) v += d[size_t(i)];
+    out.push_back({role, v});
+  }
+  std::sort(out.begin(), out.end(), [](const RoleUsage &a, const RoleUsage &b) {
+    return roleRank(a.role) != roleRank(b.role) ? roleRank(a.role) < roleRank(b.role) : a.role < b.role;
+  });
+  if (peakInstruction) *peakInstruction = at;
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// The choices bigc compile makes before the final pipeline
+//===----------------------------------------------------------------------===//
+
+void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
+  if (o.offload != Offload::CPU || o.offloadParams != OffloadParams::Auto) return;
+  o.offloadParams = OffloadParams::Device;
+  if (o.deviceCapacity <= 0) return; // nothing to fit: the weights stay on the device
+  rt::Program p = compileToProgram(parsed, o);
+  const rt::Space *dev = p.space("device");
+  if (!dev || dev->arenaBytes <= o.deviceCapacity) return;
+  o.offloadParams = OffloadParams::Host;
+  if (!o.quiet)
+    std::printf("bigc compile: --offload cpu: with the weights on the device the plan needs %s of device memory, "
+                "%s available: the weights stay on the host between uses (ZeRO-3-Offload)\n",
+                humanBytes(dev->arenaBytes).c_str(), humanBytes(o.deviceCapacity).c_str());
+}
+
+// The smallest number N of ranked recomputation candidates (bigc-recompute
+// policy=auto drop=N) whose planned device arena fits the budget (--memory-budget, else the
+// device's capacity). The arena mostly shrinks as N grows, but not strictly (recomputing a whole
+// block at the start of its backward can peak higher than keeping a few of its values), so: try
+// everything recomputed (N = all, which is --recompute full), and if that does not fit a few
+// evenly spaced N; if none fits, no schedule does (the least arena seen is named); else bisect
+// between 0 and the smallest N found to fit, about log2(candidates) compiles in all. Sets
+// o.recomputeDrop. `budgetFromHardware`: the budget is the profile's device memory.
+void chooseRecompute(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHardware) {
+  int64_t budget = o.memoryBudget > 0 ? o.memoryBudget : o.deviceCapacity;
+  if (budget <= 0) throw UserError("--recompute auto needs --memory-budget or --hardware/--device-mem");
+  std::string budgetName = o.memoryBudget > 0 ? "--memory-budget " + humanBytes(budget)
+                           : budgetFromHardware ? "the device memory of " + o.hardware.name + ", " + humanBytes(budget)
+                                                : "--device-mem " + humanBytes(budget);
+  // Every candidate is a forward op of a transformer block (per micro-batch): their count bounds N.
+  int64_t upper = 0;
+  if (auto fwd = parsed.lookupSymbol<mlir::func::FuncOp>("forward"))
+    fwd.walk([&](mlir::Operation *op) {
+      if (!llvm::isa<mlir::bigc::GetParamOp>(op) && op->getNumResults() > 0 && op->hasAttr(mlir::bigc::kLayerAttrName)) ++upper;
+    });
+  upper *= std::max<int64_t>(1, o.microBatches);
+  std::map<int64_t, int64_t> arenas; // N -> planned device arena
+  auto fits = [&](int64_t n) {
+    auto it = arenas.find(n);
+    if (it != arenas.end()) return it->second <= budget;
+    CompileOptions t = o;
+    t.recomputeDrop = n;
+    t.quiet = true;
+    rt::Program p = compileToProgram(parsed, t);
+    int64_t arena = p.space("device")->arenaBytes;
+    arenas[n] = arena;
+    if (!o.quiet) {
+      std::string what = n == upper ? std::string("everything recomputed")
+                                     : "the first " + std::to_string(n) + " candidates recomputed";
+      std::printf("bigc compile: recompute auto: %s: device arena %s, %s the budget\n", what.c_str(),
+                  humanBytes(arena).c_str(), arena <= budget ? "within" : "over");
+      std::fflush(stdout);
+    }
+    return arena <= budget;
+  };
+  int64_t hi = -1; // the smallest N known to fit
+  if (fits(upper)) hi = upper;
+  for (int64_t k = 7; hi < 0 && k >= 1; --k)
+    if (upper * k / 8 > 0 && fits(upper * k / 8)) hi = upper * k / 8;
+  if (hi < 0 && fits(0)) hi = 0;
+  if (hi < 0) {
+    auto least = std::min_element(arenas.begin(), arenas.end(),
+                                  [](const auto &a, const auto &b) { return a.second < b.second; });
+    if (arenas[upper] == least->second) least = arenas.find(upper); // name the simplest schedule
+    std::string how = least->first == upper ? std::string("with everything recomputed")
+                      : least->first == 0   ? std::string("with nothing recomputed")
+                                            : "recomputing the first " + std::to_string(least->first) +
+                                                " ranked candidates; everything recomputed: " +
+                                                humanBytes(arenas[upper]);
+    throw UserError("the memory budget (" + budgetName +
+                    ") is smaller than any recomputation schedule reaches: the minimum is " +
+                    humanBytes(least->second) + " (" + how +
+                    "); raise --memory-budget or --device-mem, or make the rest smaller (--precision bf16, "
+                    "--offload cpu, --micro-batches, a smaller --batch or --seq)");
+  }
+  int64_t lo = 0; // does not fit, or hi == 0
+  if (hi > 0 && fits(0)) hi = 0;
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  o.recomputeDrop = hi;
+  if (!o.quiet) {
+    std::printf("bigc compile: recompute auto: recomputing the first %lld ranked candidates fits %s\n",
+                (long long)hi, budgetName.c_str());
+    std::fflush(stdout);
+  }
+}
+
+void makeChoices(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHardware) {
+  // --offload cpu: the weights go to the host only when the plan with the most recomputation
+  // (recompute auto is still undecided: drop -1 recomputes everything) cannot hold them; the
+  // recompute search then runs with that choice.
+  chooseOffloadParams(parsed, o);
+  if (o.recompute == RecomputePolicy::Auto && o.recomputeDrop < 0) chooseRecompute(parsed, o, budgetFromHardware);
+}
+
+rt::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o) {
+  o.quiet = true;
+  if (o.recompute == RecomputePolicy::Auto && o.recomputeDrop < 0) chooseRecompute(parsed, o, false);
+  chooseOffloadParams(parsed, o);
+  return compileToProgram(parsed, o);
+}
+
+//===----------------------------------------------------------------------===//
+// Does a plan fit, and what would make it fit
+//===----------------------------------------------------------------------===//
 
 int64_t spaceCapacity(const CompileOptions &o, const std::string &space) {
   if (space == "device") return o.deviceCapacity;
@@ -181,29 +377,34 @@ ExtraWork extraWork(const rt::Program &p, const CompileOptions &o) {
 std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCandidates, bool withoutOffload,
                                            int64_t headsGcd) {
   // 16-bit type of the suggestions: V100s have no bf16 tensor cores.
-  std::string half = "bf16";
-  if (o.haveHardware && o.hardware.name.rfind("v100", 0) == 0) half = "fp16";
-  if (o.precision != "fp32") half = o.precision;
+  Precision h = Precision::BF16;
+  if (o.haveHardware && o.hardware.name.rfind("v100", 0) == 0) h = Precision::FP16;
+  if (o.precision != Precision::FP32) h = o.precision;
   struct Set {
-    const char *precision, *recompute, *offload; // nullptr: as the user gave it
+    std::optional<Precision> precision; // none: as the user gave it
+    std::optional<RecomputePolicy> recompute;
+    std::optional<Offload> offload;
     int zero = -1;                               // -1: as the user gave it
     int tp = 0;                                  // 0: as the user gave it
     bool sequenceParallel = false;
   };
-  const char *h = half.c_str();
+  const std::nullopt_t any = std::nullopt;
+  using R = RecomputePolicy;
+  const Precision fp16 = Precision::FP16;
+  const Offload none = Offload::None, cpu = Offload::CPU;
   // Preference when costs tie: cheaper techniques first (16-bit is free, selective recompute
   // costs a few percent, full recompute a forward pass, offload transfers and host updates).
   const Set sets[] = {
       // Only when the user offloads (and the host is what does not fit): everything on the device.
-      {nullptr, nullptr, "none"},  {h, nullptr, "none"},
-      {h, nullptr, nullptr},       {nullptr, "selective", nullptr}, {h, "selective", nullptr},
-      {h, "full", nullptr},        {h, nullptr, "cpu"},             {"fp16", "auto", "cpu"},
-      {nullptr, "full", nullptr},  {nullptr, nullptr, "cpu"},       {h, "auto", nullptr},
+      {any, any, none},    {h, any, none},
+      {h, any, any},       {any, R::Selective, any}, {h, R::Selective, any},
+      {h, R::Full, any},   {h, any, cpu},            {fp16, R::Auto, cpu},
+      {any, R::Full, any}, {any, any, cpu},          {h, R::Auto, any},
   };
   // Several ranks: sharding over them is the first thing to try (ZeRO-3 divides the model state).
   const Set zeroSets[] = {
-      {nullptr, nullptr, nullptr, 3}, {h, nullptr, nullptr, 3}, {h, "selective", nullptr, 3},
-      {h, "auto", nullptr, 3},        {"fp16", "auto", "cpu", 3}, {nullptr, nullptr, nullptr, 1},
+      {any, any, any, 3},     {h, any, any, 3},       {h, R::Selective, any, 3},
+      {h, R::Auto, any, 3},   {fp16, R::Auto, cpu, 3}, {any, any, any, 1},
   };
   std::vector<Set> all;
   if (o.ranks > 1)
@@ -216,24 +417,25 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
   if (o.ranks > 1 && o.tp == 1)
     for (int t : {8, 4, 2})
       if (t <= o.ranks && o.ranks % t == 0 && (headsGcd == 0 || headsGcd % t == 0)) {
-        all.push_back({nullptr, nullptr, nullptr, -1, t, false});
-        all.push_back({h, nullptr, nullptr, -1, t, true});
+        all.push_back({any, any, any, -1, t, false});
+        all.push_back({h, any, any, -1, t, true});
         break;
       }
   for (const Set &x : sets) all.push_back(x);
   std::vector<Candidate> out;
   for (const Set &s : all) {
     if (out.size() >= maxCandidates) break;
-    if (!withoutOffload && s.offload && std::string(s.offload) == "none") continue;
+    if (!withoutOffload && s.offload == Offload::None) continue;
     CompileOptions c = o;
-    if (s.precision) c.precision = s.precision;
-    if (s.recompute) c.recompute = s.recompute;
-    if (s.offload) c.offload = s.offload;
+    if (s.precision) c.precision = *s.precision;
+    if (s.recompute) c.recompute = *s.recompute;
+    if (s.offload) c.offload = *s.offload;
     if (s.zero >= 0) c.zero = s.zero;
     if (s.tp > 0) c.tp = s.tp, c.sequenceParallel = s.sequenceParallel;
     if (sameTechniques(c, o)) continue;
     c.recomputeDrop = -1; // searched again for this option set
-    if (o.offload == "none" && c.offload != "none") c.offloadParams = c.zero >= 1 ? "device" : "auto";
+    if (o.offload == Offload::None && c.offload != Offload::None)
+      c.offloadParams = c.zero >= 1 ? OffloadParams::Device : OffloadParams::Auto;
     c.quiet = true;
     bool dup = false;
     for (const auto &e : out) dup |= sameTechniques(e.options, c);

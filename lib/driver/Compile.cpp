@@ -1,8 +1,8 @@
 //===- Compile.cpp - `bigc compile` ---------------------------------------===//
 //
-// model.mlir -> model.bigc: parse + verify, bigc-autodiff, bigc-schedule,
-// bigc-memory-plan, emit, check the plan against the device's capacity,
-// write atomically. Exit status (CLI.md): 0 written; 1 the input or an
+// model.mlir -> model.bigc: the option table (each flag once), parse + verify,
+// the choices and the pipeline (Capacity.cpp, Pipeline.cpp), check the plan
+// against the device's capacity, write atomically. Exit status (CLI.md): 0 written; 1 the input or an
 // option is wrong, or the plan does not fit (with a table); 2 internal
 // error. Nothing is written on any failure.
 //
@@ -11,14 +11,10 @@
 #include "bigc/Driver/Compile.h"
 #include "bigc/Driver/Capacity.h"
 
-#include "bigc/Analysis/StepSimulation.h"
 #include "bigc/Dialect/BigcDialect.h"
 #include "bigc/Dialect/BigcOps.h"
-#include "bigc/Emit/Emitter.h"
-#include "bigc/Passes/Passes.h"
 #include "bigc/runtime/program.h"
 #include "bigc/runtime/safetensors.h"
-#include "bigc/runtime/verifier.h"
 #include "bigc/support/cli.h"
 #include "bigc/support/format.h"
 #include "bigc/support/hardware.h"
@@ -29,7 +25,6 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -42,162 +37,20 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 
 namespace bigc {
 
+using mlir::bigc::Offload;
+using mlir::bigc::OffloadParams;
+using mlir::bigc::Precision;
+using mlir::bigc::RecomputePolicy;
+using mlir::bigc::toString;
 using rt::UserError;
 
 namespace {
-
-const char *kHelp =
-    "usage: bigc compile model.mlir -o model.bigc [options]\n"
-    "\n"
-    "Compiles a model graph (func.func @forward returning the loss, bigc dialect) into a\n"
-    "training program: backward (bigc-autodiff), AdamW updates, one schedule (bigc-schedule),\n"
-    "a memory plan with one offset per tensor (bigc-memory-plan), and writes the program file\n"
-    "(docs/program-format.md). Fails with a table, writing nothing, when the plan does not fit.\n"
-    "\n"
-    "options:\n"
-    "  -o FILE                 the program to write (default: the model's name with .bigc)\n"
-    "  --hardware NAME|FILE    hardware profile (hardware/*.json) the plan must fit\n"
-    "  --device-mem SIZE       device memory per rank (overrides the profile), e.g. 16G\n"
-    "  --host-mem SIZE         host memory (overrides the profile)\n"
-    "  --device-reserve SIZE   device memory kept out of the plan for the CUDA context, workspaces\n"
-    "                          and NCCL (default: the profile's, e.g. 1.4 GiB per 80 GB GPU; 0\n"
-    "                          without --hardware); the plan must fit the memory less the reserve\n"
-    "  --host-reserve SIZE     host memory kept out of the plan for the OS and the process\n"
-    "                          (default: the profile's, 4 GiB; 0 without --hardware)\n"
-    "  --lr F                  AdamW learning rate (3e-4)\n"
-    "  --beta1 F --beta2 F     AdamW betas (0.9, 0.95)\n"
-    "  --eps F                 AdamW epsilon (1e-8)\n"
-    "  --weight-decay F        AdamW weight decay, parameters of rank >= 2 only (0.1)\n"
-    "  --grad-clip F           clip the global gradient norm to F (0: no clipping)\n"
-    "  --recompute POLICY      recompute activations in the backward instead of keeping them:\n"
-    "                          none, full (keep each block's input), selective (drop layernorm\n"
-    "                          and GELU outputs), auto (the least FLOPs that fit the budget)\n"
-    "  --memory-budget SIZE    --recompute auto: device bytes the plan must fit (default: the\n"
-    "                          device memory of --hardware / --device-mem)\n"
-    "  --precision P           fp32 (default), bf16 or fp16: 16-bit weights and activations for\n"
-    "                          compute, fp32 master weights, AdamW states and statistics\n"
-    "  --loss-scale F          fp16: initial dynamic loss scale (65536)\n"
-    "  --loss-scale-window N   fp16: clean steps before the loss scale doubles (2000)\n"
-    "  --micro-batches K       K micro-batches of the model's batch per update, gradients\n"
-    "                          accumulated in fp32 (activation memory of one micro-batch)\n"
-    "  --offload cpu           ZeRO-Offload: fp32 master weights and AdamW states on the host, the\n"
-    "                          update on the host (CPU Adam) overlapped with the backward; the\n"
-    "                          weights also stay on the host between uses when the device\n"
-    "                          cannot hold them (ZeRO-3-Offload)\n"
-    "  --ranks N               data-parallel ranks (default: the devices of --hardware, else 1);\n"
-    "                          the model's batch is per rank: the global batch is ranks x batch x K\n"
-    "  --zero 0|1|2|3          ZeRO over the ranks: 0 data parallel (all-reduce of gradients),\n"
-    "                          1 + AdamW states and fp32 masters sharded, 2 + gradients sharded\n"
-    "                          (reduce-scatter during the backward), 3 + weights sharded\n"
-    "                          (all-gathered before each layer's forward and backward)\n"
-    "  --tp N                  tensor parallelism over N of the ranks (Megatron-LM splits: QKV and\n"
-    "                          MLP-in column-parallel, projections row-parallel, vocabulary-parallel\n"
-    "                          embedding and loss); the mesh is dp x tp with dp = ranks / N\n"
-    "  --sequence-parallel     with --tp: layernorms and the residual stream split along the\n"
-    "                          sequence (Megatron-SP: reduce-scatter + all-gather for all-reduce)\n"
-    "  --global-batch N        check that N = ranks x batch x K sequences per step (DeepSpeed's\n"
-    "                          train_batch_size): a clear error naming the batch per rank otherwise\n"
-    "  --bucket-mb F           largest bucket of merged collectives in MiB (25; 0: one per tensor)\n"
-    "  --prefetch N            --zero 3: layers ahead that a weight all-gather starts (1; 0: none)\n"
-    "  --quiet                 print nothing on success\n"
-    "\n"
-    "options of later versions (this version accepts only the default value):\n"
-    "  --offload nvme   --pp N\n"
-    "\n"
-    "exit status: 0 written; 1 bad input or option, or the plan does not fit; 2 internal error\n";
-
-const std::set<std::string> kValued = {
-    "--hardware", "--device-mem", "--host-mem", "--device-reserve", "--host-reserve", "--ranks", "--precision", "--micro-batches",
-    "--loss-scale", "--loss-scale-window",
-    "--recompute", "--memory-budget", "--offload", "--zero", "--tp", "--pp", "--lr", "--beta1",
-    "--beta2", "--eps", "--weight-decay", "--grad-clip", "--offload-params", "--bucket-mb", "--prefetch",
-    "--global-batch"};
-const std::set<std::string> kSwitches = {"--quiet", "--help", "--sequence-parallel"};
-
-
-
-// Options that later versions implement: anything but the default is refused, by name.
-void refuseLaterOptions(const cli::Args &a) {
-  auto later = [](const std::string &opt, const std::string &value, const std::string &what) {
-    throw UserError("option " + opt + " " + value + " is not supported by this version yet (" + what +
-                    "); this version's mesh is data x tensor parallel (--ranks, --zero, --tp)");
-  };
-  auto oneOf = [](const std::string &opt, const std::string &value, const std::set<std::string> &allowed) {
-    if (!allowed.count(value)) {
-      std::string list;
-      for (const auto &s : allowed) list += (list.empty() ? "" : ", ") + s;
-      throw UserError("option " + opt + ": unknown value '" + value + "' (expected one of " + list + ")");
-    }
-  };
-  if (a.has("--precision")) {
-    std::string v = a.str("--precision");
-    oneOf("--precision", v, {"fp32", "bf16", "fp16"});
-  }
-  if (a.has("--micro-batches")) {
-    int64_t k = a.integer("--micro-batches", 1);
-    if (k < 1) throw UserError("option --micro-batches: must be at least 1, got " + std::to_string(k));
-  }
-  if (a.has("--recompute")) {
-    std::string v = a.str("--recompute");
-    oneOf("--recompute", v, {"none", "full", "selective", "auto"});
-  }
-  if (a.has("--offload")) {
-    std::string v = a.str("--offload");
-    oneOf("--offload", v, {"none", "cpu", "nvme"});
-    if (v == "nvme")
-      throw UserError("option --offload nvme is not supported by this version yet (NVMe offload, "
-                      "ZeRO-Infinity); use --offload cpu");
-  }
-  if (a.has("--offload-params")) {
-    oneOf("--offload-params", a.str("--offload-params"), {"auto", "device", "host"});
-    if (a.str("--offload", "none") != "cpu")
-      throw UserError("option --offload-params: only with --offload cpu (it says where the weights live "
-                      "between uses)");
-  }
-  if (a.has("--zero")) {
-    int64_t z = a.integer("--zero", 0);
-    if (z < 0 || z > 3) throw UserError("option --zero: expected 0, 1, 2 or 3, got " + std::to_string(z));
-  }
-  if (a.has("--ranks")) {
-    int64_t r = a.integer("--ranks", 1);
-    if (r < 1 || r > 4096) throw UserError("option --ranks: must be in [1, 4096], got " + std::to_string(r));
-  }
-  for (const char *opt : {"--tp", "--pp"}) {
-    if (!a.has(opt)) continue;
-    int64_t v = a.integer(opt, 1);
-    if (v < 1) throw UserError(std::string("option ") + opt + ": must be at least 1, got " + std::to_string(v));
-    if (v != 1 && std::string(opt) == "--pp") later(opt, std::to_string(v), "pipeline parallelism");
-  }
-}
-
-emit::EmitOptions optimizerOptions(const cli::Args &a, mlir::bigc::AdamWConfig &cfg) {
-  emit::EmitOptions o;
-  cfg.lr = a.number("--lr", cfg.lr);
-  cfg.beta1 = a.number("--beta1", cfg.beta1);
-  cfg.beta2 = a.number("--beta2", cfg.beta2);
-  cfg.eps = a.number("--eps", cfg.eps);
-  cfg.weightDecay = a.number("--weight-decay", cfg.weightDecay);
-  cfg.gradClip = a.number("--grad-clip", cfg.gradClip);
-  if (!(cfg.lr > 0)) throw UserError("option --lr: must be positive, got " + a.str("--lr"));
-  if (!(cfg.beta1 >= 0 && cfg.beta1 < 1)) throw UserError("option --beta1: must be in [0, 1), got " + a.str("--beta1"));
-  if (!(cfg.beta2 >= 0 && cfg.beta2 < 1)) throw UserError("option --beta2: must be in [0, 1), got " + a.str("--beta2"));
-  if (!(cfg.eps > 0)) throw UserError("option --eps: must be positive, got " + a.str("--eps"));
-  if (!(cfg.weightDecay >= 0)) throw UserError("option --weight-decay: must be >= 0, got " + a.str("--weight-decay"));
-  if (!(cfg.gradClip >= 0)) throw UserError("option --grad-clip: must be >= 0 (0: no clipping), got " + a.str("--grad-clip"));
-  o.optimizer.lr = cfg.lr;
-  o.optimizer.beta1 = cfg.beta1;
-  o.optimizer.beta2 = cfg.beta2;
-  o.optimizer.eps = cfg.eps;
-  o.optimizer.weightDecay = cfg.weightDecay;
-  o.optimizer.gradClip = cfg.gradClip;
-  return o;
-}
 
 // @forward(%tokens: tensor<BxTxi32>, %targets: tensor<BxTxi32>) -> tensor<f32>, located error
 // otherwise.
@@ -235,7 +88,7 @@ mlir::LogicalResult checkInterface(mlir::ModuleOp module) {
 // (bigc.param of role param), with its shape, and nothing else; its absolute path goes into the
 // program, which `bigc run` loads it from.
 void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
-  auto attr = module->getAttrOfType<mlir::StringAttr>("bigc.weights");
+  auto attr = module->getAttrOfType<mlir::StringAttr>(mlir::bigc::kWeightsAttrName);
   if (!attr) return;
   std::string path = attr.getValue().str();
   if (path.empty()) throw UserError("module attribute bigc.weights: empty file name");
@@ -290,253 +143,248 @@ std::string defaultOutput(const std::string &in) {
   return base + ".bigc";
 }
 
-const char *kRoleOrder[] = {"param", "master", "optimizer", "grad", "input", "activation", "activation_grad",
-                            "workspace", "transfer"};
+// ----- the option table: each flag of `bigc compile` once -----
 
-int roleRank(const std::string &r) {
-  const int n = int(sizeof kRoleOrder / sizeof kRoleOrder[0]);
-  for (int i = 0; i < n; ++i)
-    if (r == kRoleOrder[i]) return i;
-  return n;
-}
-
-} // namespace
-
-const char *compileHelp() { return kHelp; }
-
-std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &space, int64_t *peakInstruction) {
-  const int64_t n = std::max<int64_t>(int64_t(p.instructions.size()), 1);
-  // Alias groups: buffers an in-place instruction places at the same offset count once.
-  std::vector<size_t> parent(p.buffers.size());
-  std::iota(parent.begin(), parent.end(), size_t(0));
-  auto root = [&](size_t x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
-  static const std::set<std::string> inPlace = {"add", "bias_add", "mul", "scale", "gelu", "gelu_grad", "reshape"};
-  for (const auto &ins : p.instructions) {
-    if (!inPlace.count(ins.op)) continue;
-    for (int64_t o : ins.out)
-      for (int64_t i : ins.in) {
-        const auto &x = p.buffers[size_t(i)], &y = p.buffers[size_t(o)];
-        if (x.space == y.space && x.offset == y.offset && x.bytes == y.bytes) {
-          size_t a = root(size_t(i)), b = root(size_t(o));
-          if (a != b) parent[std::max(a, b)] = std::min(a, b); // the earlier buffer owns the group
-        }
-      }
+// The value of one flag as given: parsed by cli (its errors name the flag), and the failure of a
+// check, named by the flag.
+struct Value {
+  const char *flag;
+  const cli::Args &args;
+  std::string text() const { return args.str(flag); }
+  int64_t integer() const { return args.integer(flag, 0); }
+  double number() const { return args.number(flag, 0); }
+  int64_t size() const { return args.size(flag, 0); }
+  template <typename E>
+  E choice() const {
+    if (std::optional<E> e = mlir::bigc::parseChoice<E>(text())) return *e;
+    std::set<std::string> names; // listed in alphabetical order
+    for (const auto &[e, name] : mlir::bigc::choiceNames<E>()) names.insert(name);
+    std::string list;
+    for (const auto &n : names) list += (list.empty() ? "" : ", ") + n;
+    fail("unknown value '" + text() + "' (expected one of " + list + ")");
   }
-  struct G {
-    int64_t first = INT64_MAX, last = -1, bytes = 0;
-    std::string role;
-  };
-  std::map<size_t, G> groups;
-  for (const auto &b : p.buffers) {
-    if (b.space != space) continue;
-    G &g = groups[root(size_t(b.id))];
-    int64_t first = b.persistent() ? 0 : b.liveFirst, last = b.persistent() ? n - 1 : b.liveLast;
-    g.first = std::min(g.first, first);
-    g.last = std::max(g.last, last);
-    g.bytes = std::max(g.bytes, (b.bytes + rt::kAlignment - 1) / rt::kAlignment * rt::kAlignment);
-    if (size_t(b.id) == root(size_t(b.id))) g.role = b.role;
+  [[noreturn]] void fail(const std::string &what) const { throw UserError(std::string("option ") + flag + ": " + what); }
+  // A later version's option: anything but its default (`value`) is refused.
+  [[noreturn]] void later(const std::string &value, const std::string &what) const {
+    throw UserError(std::string("option ") + flag + " " + value + " is not supported by this version yet (" + what +
+                    "); this version's mesh is data x tensor parallel (--ranks, --zero, --tp)");
   }
-  std::map<std::string, std::vector<int64_t>> diff;
-  std::vector<int64_t> total(size_t(n) + 1, 0);
-  for (auto &[id, g] : groups) {
-    auto &d = diff[g.role];
-    if (d.empty()) d.assign(size_t(n) + 1, 0);
-    d[size_t(g.first)] += g.bytes;
-    d[size_t(g.last) + 1] -= g.bytes;
-    total[size_t(g.first)] += g.bytes;
-    total[size_t(g.last) + 1] -= g.bytes;
-  }
-  int64_t best = -1, at = 0, run = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    run += total[size_t(i)];
-    if (run > best) best = run, at = i;
-  }
-  std::vector<RoleUsage> out;
-  for (auto &[role, d] : diff) {
-    int64_t v = 0;
-    for (int64_t i = 0; i <= at; ++i) v += d[size_t(i)];
-    out.push_back({role, v});
-  }
-  std::sort(out.begin(), out.end(), [](const RoleUsage &a, const RoleUsage &b) {
-    return roleRank(a.role) != roleRank(b.role) ? roleRank(a.role) < roleRank(b.role) : a.role < b.role;
-  });
-  if (peakInstruction) *peakInstruction = at;
-  return out;
-}
-
-namespace {
-
-struct InternalError : std::runtime_error {
-  using std::runtime_error::runtime_error;
 };
 
-void runPasses(mlir::ModuleOp m, mlir::PassManager &pm, bool modelStage, const char *what) {
-  if (mlir::succeeded(pm.run(m))) return;
-  if (modelStage) throw UserError(std::string("cannot ") + what + " (errors above); nothing written");
-  throw InternalError(std::string("internal error while ") + what + " (errors above; please report it)");
+// One flag: its name, whether it takes a value, its line of --help (usage: the left column,
+// nullptr for a flag --help does not list; help: the text, '\n' between lines) and what it does
+// when given: parse, check, set its field. Defaults are CompileOptions' (or the --hardware
+// profile's, which its entry sets before the flags after it).
+struct Flag {
+  const char *name;
+  bool valued;
+  const char *usage, *help;
+  void (*set)(CompileOptions &, const Value &);
+};
+
+const Flag kFlags[] = {
+    {"-o", true, "-o FILE", "the program to write (default: the model's name with .bigc)",
+     [](CompileOptions &o, const Value &v) {
+       o.output = v.text();
+       if (o.output.empty()) throw UserError("compile: option -o needs a file name");
+     }},
+    {"--hardware", true, "--hardware NAME|FILE", "hardware profile (hardware/*.json) the plan must fit",
+     [](CompileOptions &o, const Value &v) {
+       o.hardware = loadHardware(v.text());
+       o.haveHardware = true;
+       o.deviceMemory = o.hardware.deviceMemBytes;
+       o.hostMemory = o.hardware.hostMemBytes;
+       o.deviceReserveParts = o.hardware.deviceReserveParts;
+       o.hostReserve = o.hardware.hostReserveBytes;
+       o.ranks = std::max<int64_t>(1, o.hardware.devices);
+     }},
+    {"--device-mem", true, "--device-mem SIZE", "device memory per rank (overrides the profile), e.g. 16G",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.deviceMemory = v.size()) <= 0) v.fail("must be positive");
+     }},
+    {"--host-mem", true, "--host-mem SIZE", "host memory (overrides the profile)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.hostMemory = v.size()) <= 0) v.fail("must be positive");
+     }},
+    {"--device-reserve", true, "--device-reserve SIZE",
+     "device memory kept out of the plan for the CUDA context, workspaces\n"
+     "and NCCL (default: the profile's, e.g. 1.4 GiB per 80 GB GPU; 0\n"
+     "without --hardware); the plan must fit the memory less the reserve",
+     [](CompileOptions &o, const Value &v) {
+       o.deviceReserveParts = {{v.flag, v.size()}};
+       if (o.deviceReserveParts[0].second < 0) v.fail("must be >= 0");
+     }},
+    {"--host-reserve", true, "--host-reserve SIZE",
+     "host memory kept out of the plan for the OS and the process\n"
+     "(default: the profile's, 4 GiB; 0 without --hardware)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.hostReserve = v.size()) < 0) v.fail("must be >= 0");
+     }},
+    {"--lr", true, "--lr F", "AdamW learning rate (3e-4)",
+     [](CompileOptions &o, const Value &v) {
+       if (!((o.adamw.lr = v.number()) > 0)) v.fail("must be positive, got " + v.text());
+     }},
+    {"--beta1", true, "--beta1 F --beta2 F", "AdamW betas (0.9, 0.95)",
+     [](CompileOptions &o, const Value &v) {
+       o.adamw.beta1 = v.number();
+       if (!(o.adamw.beta1 >= 0 && o.adamw.beta1 < 1)) v.fail("must be in [0, 1), got " + v.text());
+     }},
+    {"--beta2", true, nullptr, nullptr, // listed with --beta1
+     [](CompileOptions &o, const Value &v) {
+       o.adamw.beta2 = v.number();
+       if (!(o.adamw.beta2 >= 0 && o.adamw.beta2 < 1)) v.fail("must be in [0, 1), got " + v.text());
+     }},
+    {"--eps", true, "--eps F", "AdamW epsilon (1e-8)",
+     [](CompileOptions &o, const Value &v) {
+       if (!((o.adamw.eps = v.number()) > 0)) v.fail("must be positive, got " + v.text());
+     }},
+    {"--weight-decay", true, "--weight-decay F", "AdamW weight decay, parameters of rank >= 2 only (0.1)",
+     [](CompileOptions &o, const Value &v) {
+       if (!((o.adamw.weightDecay = v.number()) >= 0)) v.fail("must be >= 0, got " + v.text());
+     }},
+    {"--grad-clip", true, "--grad-clip F", "clip the global gradient norm to F (0: no clipping)",
+     [](CompileOptions &o, const Value &v) {
+       if (!((o.adamw.gradClip = v.number()) >= 0)) v.fail("must be >= 0 (0: no clipping), got " + v.text());
+     }},
+    {"--recompute", true, "--recompute POLICY",
+     "recompute activations in the backward instead of keeping them:\n"
+     "none, full (keep each block's input), selective (drop layernorm\n"
+     "and GELU outputs), auto (the least FLOPs that fit the budget)",
+     [](CompileOptions &o, const Value &v) { o.recompute = v.choice<RecomputePolicy>(); }},
+    {"--memory-budget", true, "--memory-budget SIZE",
+     "--recompute auto: device bytes the plan must fit (default: the\n"
+     "device memory of --hardware / --device-mem)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.memoryBudget = v.size()) <= 0) v.fail("must be positive");
+     }},
+    {"--precision", true, "--precision P",
+     "fp32 (default), bf16 or fp16: 16-bit weights and activations for\n"
+     "compute, fp32 master weights, AdamW states and statistics",
+     [](CompileOptions &o, const Value &v) { o.precision = v.choice<Precision>(); }},
+    {"--loss-scale", true, "--loss-scale F", "fp16: initial dynamic loss scale (65536)",
+     [](CompileOptions &o, const Value &v) {
+       o.lossScaleInit = v.number();
+       if (!(o.lossScaleInit > 0) || std::isinf(o.lossScaleInit))
+         v.fail("must be a positive finite number, got " + v.text());
+     }},
+    {"--loss-scale-window", true, "--loss-scale-window N", "fp16: clean steps before the loss scale doubles (2000)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.lossScaleGrowthInterval = v.integer()) < 1) v.fail("must be at least 1, got " + v.text());
+     }},
+    {"--micro-batches", true, "--micro-batches K",
+     "K micro-batches of the model's batch per update, gradients\n"
+     "accumulated in fp32 (activation memory of one micro-batch)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.microBatches = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.microBatches));
+     }},
+    {"--offload", true, "--offload cpu",
+     "ZeRO-Offload: fp32 master weights and AdamW states on the host, the\n"
+     "update on the host (CPU Adam) overlapped with the backward; the\n"
+     "weights also stay on the host between uses when the device\n"
+     "cannot hold them (ZeRO-3-Offload)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.offload = v.choice<Offload>()) == Offload::NVMe)
+         throw UserError("option --offload nvme is not supported by this version yet (NVMe offload, "
+                         "ZeRO-Infinity); use --offload cpu");
+     }},
+    {"--offload-params", true, nullptr, nullptr, // with --offload cpu: where the weights live (default: auto)
+     [](CompileOptions &o, const Value &v) { o.offloadParams = v.choice<OffloadParams>(); }},
+    {"--ranks", true, "--ranks N",
+     "data-parallel ranks (default: the devices of --hardware, else 1);\n"
+     "the model's batch is per rank: the global batch is ranks x batch x K",
+     [](CompileOptions &o, const Value &v) {
+       o.ranks = v.integer();
+       if (o.ranks < 1 || o.ranks > 4096) v.fail("must be in [1, 4096], got " + std::to_string(o.ranks));
+     }},
+    {"--zero", true, "--zero 0|1|2|3",
+     "ZeRO over the ranks: 0 data parallel (all-reduce of gradients),\n"
+     "1 + AdamW states and fp32 masters sharded, 2 + gradients sharded\n"
+     "(reduce-scatter during the backward), 3 + weights sharded\n"
+     "(all-gathered before each layer's forward and backward)",
+     [](CompileOptions &o, const Value &v) {
+       o.zero = v.integer();
+       if (o.zero < 0 || o.zero > 3) v.fail("expected 0, 1, 2 or 3, got " + std::to_string(o.zero));
+     }},
+    {"--tp", true, "--tp N",
+     "tensor parallelism over N of the ranks (Megatron-LM splits: QKV and\n"
+     "MLP-in column-parallel, projections row-parallel, vocabulary-parallel\n"
+     "embedding and loss); the mesh is dp x tp with dp = ranks / N",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.tp = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.tp));
+     }},
+    {"--sequence-parallel", false, "--sequence-parallel",
+     "with --tp: layernorms and the residual stream split along the\n"
+     "sequence (Megatron-SP: reduce-scatter + all-gather for all-reduce)",
+     [](CompileOptions &o, const Value &) { o.sequenceParallel = true; }},
+    {"--pp", true, nullptr, nullptr, // a later version's (listed at the end of --help)
+     [](CompileOptions &, const Value &v) {
+       int64_t pp = v.integer();
+       if (pp < 1) v.fail("must be at least 1, got " + std::to_string(pp));
+       if (pp != 1) v.later(std::to_string(pp), "pipeline parallelism");
+     }},
+    {"--global-batch", true, "--global-batch N",
+     "check that N = ranks x batch x K sequences per step (DeepSpeed's\n"
+     "train_batch_size): a clear error naming the batch per rank otherwise",
+     [](CompileOptions &o, const Value &v) { o.globalBatch = v.integer(); }},
+    {"--bucket-mb", true, "--bucket-mb F", "largest bucket of merged collectives in MiB (25; 0: one per tensor)",
+     [](CompileOptions &o, const Value &v) {
+       o.bucketMb = v.number();
+       if (!(o.bucketMb >= 0) || std::isinf(o.bucketMb))
+         v.fail("must be a number >= 0 (0: one collective per tensor), got " + v.text());
+     }},
+    {"--prefetch", true, "--prefetch N", "--zero 3: layers ahead that a weight all-gather starts (1; 0: none)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.prefetch = v.integer()) < 0) v.fail("must be >= 0, got " + v.text());
+     }},
+    {"--emit-mlir", true, "--emit-mlir FILE",
+     "also write the IR the passes end with to FILE (-: stdout); bigc-opt\n"
+     "--bigc-train-pipeline runs the same passes",
+     [](CompileOptions &o, const Value &v) { o.emitMlir = v.text(); }},
+    {"--quiet", false, "--quiet", "print nothing on success", [](CompileOptions &o, const Value &) { o.quiet = true; }},
+    {"--help", false, nullptr, nullptr, nullptr}, // compileMain answers it first
+};
+
+std::string helpText() {
+  std::string h = "usage: bigc compile model.mlir -o model.bigc [options]\n"
+                  "\n"
+                  "Compiles a model graph (func.func @forward returning the loss, bigc dialect) into a\n"
+                  "training program: backward (bigc-autodiff), AdamW updates, one schedule (bigc-schedule),\n"
+                  "a memory plan with one offset per tensor (bigc-memory-plan), and writes the program file\n"
+                  "(docs/program-format.md). Fails with a table, writing nothing, when the plan does not fit.\n"
+                  "\n"
+                  "options:\n";
+  const size_t column = 24;
+  for (const Flag &f : kFlags) {
+    if (!f.usage) continue;
+    std::string usage = f.usage;
+    std::string lines = f.help;
+    size_t start = 0;
+    for (bool first = true;; first = false) {
+      size_t nl = lines.find('\n', start);
+      std::string line = lines.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+      h += "  " + (first ? usage + std::string(column - usage.size(), ' ') : std::string(column, ' ')) + line + "\n";
+      if (nl == std::string::npos) break;
+      start = nl + 1;
+    }
+  }
+  h += "\n"
+       "options of later versions (this version accepts only the default value):\n"
+       "  --offload nvme   --pp N\n"
+       "\n"
+       "exit status: 0 written; 1 bad input or option, or the plan does not fit; 2 internal error\n";
+  return h;
 }
 
-} // namespace
-
-rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o) {
-  mlir::OwningOpRef<mlir::ModuleOp> owned(llvm::cast<mlir::ModuleOp>(parsed->clone()));
-  mlir::ModuleOp module = *owned;
-  mlir::MLIRContext *ctx = module.getContext();
-
-  // Tensor parallelism (on the forward), then backward + optimizer: failures are about the model
-  // (a size the tensor ranks do not divide, a non-differentiable op, ...).
-  {
-    mlir::PassManager pm(ctx);
-    if (o.tp > 1) {
-      mlir::bigc::BigcTensorParallelOptions to;
-      to.tp = o.tp;
-      to.ranks = o.ranks;
-      to.sequenceParallel = o.sequenceParallel;
-      pm.addPass(mlir::bigc::createBigcTensorParallel(to));
-    }
-    mlir::bigc::BigcAutodiffOptions ao;
-    ao.lr = o.lr;
-    ao.beta1 = o.beta1;
-    ao.beta2 = o.beta2;
-    ao.eps = o.eps;
-    ao.weightDecay = o.weightDecay;
-    ao.gradClip = o.gradClip;
-    pm.addPass(mlir::bigc::createBigcAutodiff(ao));
-    runPasses(module, pm, /*modelStage=*/true, "build the training step");
-  }
-  // The single-device techniques, in DESIGN.md's order. Each block adds its pass when its option
-  // asks for it.
-  {
-    mlir::PassManager pm(ctx);
-    // [bigc-mixed-precision]
-    if (o.precision != "fp32") {
-      mlir::bigc::BigcMixedPrecisionOptions mo;
-      mo.precision = o.precision;
-      mo.lossScale = o.lossScaleInit;
-      mo.growthInterval = o.lossScaleGrowthInterval;
-      pm.addPass(mlir::bigc::createBigcMixedPrecision(mo));
-    }
-    // [bigc-grad-accum]
-    if (o.microBatches > 1) {
-      mlir::bigc::BigcGradAccumOptions go;
-      go.microBatches = o.microBatches;
-      pm.addPass(mlir::bigc::createBigcGradAccum(go));
-    }
-    // [bigc-recompute] (always: with policy none it records the forward FLOPs for the program)
-    {
-      mlir::bigc::BigcRecomputeOptions ro;
-      ro.policy = o.recompute;
-      ro.drop = o.recomputeDrop; // auto: chosen by chooseRecompute (-1: everything)
-      pm.addPass(mlir::bigc::createBigcRecompute(ro));
-    }
-    // [bigc-shard] (always: it records the mesh; one rank changes nothing else)
-    {
-      mlir::bigc::BigcShardOptions so;
-      so.ranks = o.ranks;
-      so.zero = o.zero;
-      so.bucketMb = o.bucketMb;
-      pm.addPass(mlir::bigc::createBigcShard(so));
-    }
-    // [bigc-offload]
-    if (o.offload == "nvme") throw UserError("option --offload nvme is not supported by this version yet (use --offload cpu)");
-    if (o.offload == "cpu") {
-      mlir::bigc::BigcOffloadOptions oo;
-      oo.offload = "cpu";
-      oo.params = o.offloadParams == "host" ? "host" : "device"; // "auto": chooseOffloadParams decides first
-      pm.addPass(mlir::bigc::createBigcOffload(oo));
-    }
-    runPasses(module, pm, /*modelStage=*/false, "applying precision, accumulation, recomputation and offload");
-  }
-  // Schedule and memory plan: failures here are the compiler's.
-  {
-    mlir::PassManager pm(ctx);
-    mlir::bigc::BigcScheduleOptions so;
-    so.prefetch = o.prefetch;
-    pm.addPass(mlir::bigc::createBigcSchedule(so));
-    pm.addPass(mlir::bigc::createBigcMemoryPlan());
-    runPasses(module, pm, /*modelStage=*/false, "scheduling or planning memory");
-  }
-
-  emit::EmitOptions eo;
-  eo.source = o.input;
-  eo.optimizer.lr = o.lr;
-  eo.optimizer.beta1 = o.beta1;
-  eo.optimizer.beta2 = o.beta2;
-  eo.optimizer.eps = o.eps;
-  eo.optimizer.weightDecay = o.weightDecay;
-  eo.optimizer.gradClip = o.gradClip;
-  eo.hardwareName = o.haveHardware ? o.hardware.name : (o.deviceCapacity > 0 ? "custom" : "none");
-  eo.deviceCapacityBytes = o.deviceCapacity;
-  eo.hostCapacityBytes = o.hostCapacity;
-  eo.deviceReserveBytes = o.deviceReserve;
-  eo.hostReserveBytes = o.hostReserve;
-  eo.deviceReserveParts = o.deviceReserveParts;
-  eo.initialWeights = o.initialWeights;
-  eo.initialWeightsBytes = o.initialWeightsBytes;
-  try {
-    rt::Program program = emit::buildProgram(module, eo);
-    if (o.haveHardware) { // the step on the profile: time and the collectives hidden behind compute
-      mlir::bigc::StepEstimate est = mlir::bigc::simulateStep(module, o.hardware);
-      program.estimate.present = true;
-      program.estimate.stepSeconds = est.stepSeconds;
-      program.estimate.computeSeconds = est.computeSeconds;
-      for (const auto &c : est.collectives)
-        program.estimate.collectives.push_back({c.op, c.count, c.seconds, c.hiddenSeconds, c.queuedSeconds});
-    }
-    rt::validateProgram(program, o.output);
-    std::vector<std::string> issues = rt::verifyPlan(program, 3);
-    if (!issues.empty()) {
-      std::string msg = "internal error: the plan verifier found the emitted program unsafe: " + issues[0];
-      for (size_t i = 1; i < issues.size(); ++i) msg += "; " + issues[i];
-      throw InternalError(msg + " (please report it)");
-    }
-    return program;
-  } catch (const emit::EmitError &e) {
-    throw InternalError(std::string("internal error: ") + e.what() + " (please report it)");
-  } catch (const UserError &e) {
-    throw InternalError(std::string("internal error: the emitted program is invalid: ") + e.what() +
-                        " (please report it)");
-  }
-}
-
-namespace {
-
+// The options of one command line: each flag given, in the table's order, then the checks that
+// involve several flags.
 CompileOptions parseOptions(const cli::Args &args) {
   CompileOptions o;
   o.input = args.positional[0];
-  o.output = args.has("-o") ? args.str("-o") : defaultOutput(o.input);
-  if (o.output.empty()) throw UserError("compile: option -o needs a file name");
-  o.quiet = args.has("--quiet");
-  refuseLaterOptions(args);
-  mlir::bigc::AdamWConfig adam;
-  optimizerOptions(args, adam);
-  o.lr = adam.lr;
-  o.beta1 = adam.beta1;
-  o.beta2 = adam.beta2;
-  o.eps = adam.eps;
-  o.weightDecay = adam.weightDecay;
-  o.gradClip = adam.gradClip;
-  if (args.has("--hardware")) {
-    o.hardware = loadHardware(args.str("--hardware"));
-    o.haveHardware = true;
-  }
-  o.deviceMemory = args.size("--device-mem", o.haveHardware ? o.hardware.deviceMemBytes : 0);
-  o.hostMemory = args.size("--host-mem", o.haveHardware ? o.hardware.hostMemBytes : 0);
-  if (args.has("--device-mem") && o.deviceMemory <= 0) throw UserError("option --device-mem: must be positive");
-  if (args.has("--host-mem") && o.hostMemory <= 0) throw UserError("option --host-mem: must be positive");
-  if (o.haveHardware) o.deviceReserveParts = o.hardware.deviceReserveParts;
-  if (args.has("--device-reserve")) {
-    o.deviceReserveParts = {{"--device-reserve", args.size("--device-reserve", 0)}};
-    if (o.deviceReserveParts[0].second < 0) throw UserError("option --device-reserve: must be >= 0");
-  }
+  o.output = defaultOutput(o.input);
+  for (const Flag &f : kFlags)
+    if (f.set && args.has(f.name)) f.set(o, Value{f.name, args});
+
   for (const auto &[part, b] : o.deviceReserveParts) o.deviceReserve += b;
-  o.hostReserve = args.has("--host-reserve") ? args.size("--host-reserve", 0)
-                  : o.haveHardware           ? o.hardware.hostReserveBytes
-                                             : 0;
-  if (o.hostReserve < 0) throw UserError("option --host-reserve: must be >= 0");
   auto usable = [](int64_t mem, int64_t reserve, const char *what, const char *memOpt, const char *resOpt) -> int64_t {
     if (mem <= 0) return 0;
     if (reserve >= mem)
@@ -546,41 +394,19 @@ CompileOptions parseOptions(const cli::Args &args) {
   };
   o.deviceCapacity = usable(o.deviceMemory, o.deviceReserve, "device", "--device-mem", "--device-reserve");
   o.hostCapacity = usable(o.hostMemory, o.hostReserve, "host", "--host-mem", "--host-reserve");
-  o.precision = args.str("--precision", o.precision);
-  o.microBatches = args.integer("--micro-batches", o.microBatches);
-  if (args.has("--loss-scale")) {
-    o.lossScaleInit = args.number("--loss-scale", o.lossScaleInit);
-    if (!(o.lossScaleInit > 0) || std::isinf(o.lossScaleInit))
-      throw UserError("option --loss-scale: must be a positive finite number, got " + args.str("--loss-scale"));
-    if (o.precision != "fp16")
-      throw UserError("option --loss-scale: loss scaling is for --precision fp16 only (got --precision " +
-                      o.precision + ")");
-  }
-  if (args.has("--loss-scale-window")) {
-    o.lossScaleGrowthInterval = args.integer("--loss-scale-window", o.lossScaleGrowthInterval);
-    if (o.lossScaleGrowthInterval < 1)
-      throw UserError("option --loss-scale-window: must be at least 1, got " + args.str("--loss-scale-window"));
-    if (o.precision != "fp16")
-      throw UserError("option --loss-scale-window: loss scaling is for --precision fp16 only (got --precision " +
-                      o.precision + ")");
-  }
-  o.recompute = args.str("--recompute", o.recompute);
-  o.offload = args.str("--offload", o.offload);
-  o.offloadParams = args.str("--offload-params", o.offloadParams);
-  if (args.has("--memory-budget")) {
-    o.memoryBudget = args.size("--memory-budget", 0);
-    if (o.memoryBudget <= 0) throw UserError("option --memory-budget: must be positive");
-  }
-  if (o.memoryBudget > 0 && o.recompute != "auto")
+  if (args.has("--offload-params") && o.offload != Offload::CPU)
+    throw UserError("option --offload-params: only with --offload cpu (it says where the weights live "
+                    "between uses)");
+  for (const char *opt : {"--loss-scale", "--loss-scale-window"})
+    if (args.has(opt) && o.precision != Precision::FP16)
+      throw UserError(std::string("option ") + opt + ": loss scaling is for --precision fp16 only (got --precision " +
+                      toString(o.precision) + ")");
+  if (o.memoryBudget > 0 && o.recompute != RecomputePolicy::Auto)
     throw UserError("option --memory-budget: only with --recompute auto (it is the device memory the recompute "
-                    "search must fit; got --recompute " + o.recompute + "); to check a plan against a size, use "
+                    "search must fit; got --recompute " + toString(o.recompute) + "); to check a plan against a size, use "
                     "--device-mem");
-  if (o.recompute == "auto" && o.memoryBudget <= 0 && o.deviceCapacity <= 0)
+  if (o.recompute == RecomputePolicy::Auto && o.memoryBudget <= 0 && o.deviceCapacity <= 0)
     throw UserError("--recompute auto needs --memory-budget or --hardware/--device-mem");
-  o.ranks = args.integer("--ranks", o.haveHardware ? std::max<int64_t>(1, o.hardware.devices) : 1);
-  o.zero = args.integer("--zero", 0);
-  o.tp = args.integer("--tp", 1);
-  o.sequenceParallel = args.has("--sequence-parallel");
   if (o.tp > 1 && o.ranks % o.tp != 0)
     throw UserError("option --tp " + std::to_string(o.tp) + " does not divide --ranks " + std::to_string(o.ranks) +
                     ": the mesh is dp x tp x pp = ranks (use --ranks " +
@@ -588,125 +414,19 @@ CompileOptions parseOptions(const cli::Args &args) {
                     std::to_string(o.ranks) + ")");
   if (o.sequenceParallel && o.tp == 1)
     throw UserError("option --sequence-parallel needs --tp N with N > 1 (it splits the sequence over the tensor ranks)");
-  if (args.has("--bucket-mb")) {
-    o.bucketMb = args.number("--bucket-mb", o.bucketMb);
-    if (!(o.bucketMb >= 0) || std::isinf(o.bucketMb))
-      throw UserError("option --bucket-mb: must be a number >= 0 (0: one collective per tensor), got " +
-                      args.str("--bucket-mb"));
-  }
-  if (args.has("--prefetch")) {
-    o.prefetch = args.integer("--prefetch", 1);
-    if (o.prefetch < 0) throw UserError("option --prefetch: must be >= 0, got " + args.str("--prefetch"));
-  }
-  if (o.offload == "cpu" && o.zero >= 1 && o.offloadParams == "host")
+  if (o.offload == Offload::CPU && o.zero >= 1 && o.offloadParams == OffloadParams::Host)
     throw UserError("option --offload-params host: not with --zero " + std::to_string(o.zero) +
                     " in this version (ZeRO shards the weights over the ranks' devices; use --zero 3 to hold "
                     "1/ranks of them per device)");
-  if (o.offload == "cpu" && o.zero >= 1) o.offloadParams = "device";
+  if (o.offload == Offload::CPU && o.zero >= 1) o.offloadParams = OffloadParams::Device;
   return o;
 }
 
 } // namespace
 
-void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
-  if (o.offload != "cpu" || o.offloadParams != "auto") return;
-  o.offloadParams = "device";
-  if (o.deviceCapacity <= 0) return; // nothing to fit: the weights stay on the device
-  rt::Program p = compileToProgram(parsed, o);
-  const rt::Space *dev = p.space("device");
-  if (!dev || dev->arenaBytes <= o.deviceCapacity) return;
-  o.offloadParams = "host";
-  if (!o.quiet)
-    std::printf("bigc compile: --offload cpu: with the weights on the device the plan needs %s of device memory, "
-                "%s available: the weights stay on the host between uses (ZeRO-3-Offload)\n",
-                humanBytes(dev->arenaBytes).c_str(), humanBytes(o.deviceCapacity).c_str());
-}
-
-namespace {
-
-// --recompute auto: the smallest number N of ranked recomputation candidates (bigc-recompute
-// policy=auto drop=N) whose planned device arena fits the budget (--memory-budget, else the
-// device's capacity). The arena mostly shrinks as N grows, but not strictly (recomputing a whole
-// block at the start of its backward can peak higher than keeping a few of its values), so: try
-// everything recomputed (N = all, which is --recompute full), and if that does not fit a few
-// evenly spaced N; if none fits, no schedule does (the least arena seen is named); else bisect
-// between 0 and the smallest N found to fit, about log2(candidates) compiles in all. Sets
-// o.recomputeDrop. `budgetFromHardware`: the budget is the profile's device memory.
-void chooseRecompute(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHardware) {
-  int64_t budget = o.memoryBudget > 0 ? o.memoryBudget : o.deviceCapacity;
-  if (budget <= 0) throw UserError("--recompute auto needs --memory-budget or --hardware/--device-mem");
-  std::string budgetName = o.memoryBudget > 0 ? "--memory-budget " + humanBytes(budget)
-                           : budgetFromHardware ? "the device memory of " + o.hardware.name + ", " + humanBytes(budget)
-                                                : "--device-mem " + humanBytes(budget);
-  // Every candidate is a forward op of a transformer block (per micro-batch): their count bounds N.
-  int64_t upper = 0;
-  if (auto fwd = parsed.lookupSymbol<mlir::func::FuncOp>("forward"))
-    fwd.walk([&](mlir::Operation *op) {
-      if (!llvm::isa<mlir::bigc::GetParamOp>(op) && op->getNumResults() > 0 && op->hasAttr("bigc.layer")) ++upper;
-    });
-  upper *= std::max<int64_t>(1, o.microBatches);
-  std::map<int64_t, int64_t> arenas; // N -> planned device arena
-  auto fits = [&](int64_t n) {
-    auto it = arenas.find(n);
-    if (it != arenas.end()) return it->second <= budget;
-    CompileOptions t = o;
-    t.recomputeDrop = n;
-    t.quiet = true;
-    rt::Program p = compileToProgram(parsed, t);
-    int64_t arena = p.space("device")->arenaBytes;
-    arenas[n] = arena;
-    if (!o.quiet) {
-      std::string what = n == upper ? std::string("everything recomputed")
-                                     : "the first " + std::to_string(n) + " candidates recomputed";
-      std::printf("bigc compile: recompute auto: %s: device arena %s, %s the budget\n", what.c_str(),
-                  humanBytes(arena).c_str(), arena <= budget ? "within" : "over");
-      std::fflush(stdout);
-    }
-    return arena <= budget;
-  };
-  int64_t hi = -1; // the smallest N known to fit
-  if (fits(upper)) hi = upper;
-  for (int64_t k = 7; hi < 0 && k >= 1; --k)
-    if (upper * k / 8 > 0 && fits(upper * k / 8)) hi = upper * k / 8;
-  if (hi < 0 && fits(0)) hi = 0;
-  if (hi < 0) {
-    auto least = std::min_element(arenas.begin(), arenas.end(),
-                                  [](const auto &a, const auto &b) { return a.second < b.second; });
-    if (arenas[upper] == least->second) least = arenas.find(upper); // name the simplest schedule
-    std::string how = least->first == upper ? std::string("with everything recomputed")
-                      : least->first == 0   ? std::string("with nothing recomputed")
-                                            : "recomputing the first " + std::to_string(least->first) +
-                                                " ranked candidates; everything recomputed: " +
-                                                humanBytes(arenas[upper]);
-    throw UserError("the memory budget (" + budgetName +
-                    ") is smaller than any recomputation schedule reaches: the minimum is " +
-                    humanBytes(least->second) + " (" + how +
-                    "); raise --memory-budget or --device-mem, or make the rest smaller (--precision bf16, "
-                    "--offload cpu, --micro-batches, a smaller --batch or --seq)");
-  }
-  int64_t lo = 0; // does not fit, or hi == 0
-  if (hi > 0 && fits(0)) hi = 0;
-  while (hi - lo > 1) {
-    int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? hi : lo) = mid;
-  }
-  o.recomputeDrop = hi;
-  if (!o.quiet) {
-    std::printf("bigc compile: recompute auto: recomputing the first %lld ranked candidates fits %s\n",
-                (long long)hi, budgetName.c_str());
-    std::fflush(stdout);
-  }
-}
-
-} // namespace
-
-// The capacity check's candidates (lib/driver/Capacity.cpp, declared in Capacity.h): the choices
-// compileMain makes before the pipeline (--recompute auto, offloaded weights), then the pipeline.
-rt::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o) {
-  o.quiet = true;
-  if (o.recompute == "auto" && o.recomputeDrop < 0) chooseRecompute(parsed, o, false);
-  chooseOffloadParams(parsed, o);
-  return compileToProgram(parsed, o);
+const char *compileHelp() {
+  static const std::string help = helpText();
+  return help.c_str();
 }
 
 rt::Program compileSource(const std::string &text, const std::string &name, CompileOptions o,
@@ -748,11 +468,14 @@ rt::Program compileSource(const std::string &text, const std::string &name, Comp
 int compileMain(int argc, char **argv, int first) {
   for (int i = first; i < argc; ++i)
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::fputs(kHelp, stdout);
+      std::fputs(compileHelp(), stdout);
       return 0;
     }
   auto t0 = std::chrono::steady_clock::now();
-  cli::Args args = cli::parse(argc, argv, first, kValued, kSwitches, "compile");
+  std::set<std::string> valued, switches;
+  for (const Flag &f : kFlags)
+    if (f.name[1] == '-') (f.valued ? valued : switches).insert(f.name); // -o: cli::parse knows it
+  cli::Args args = cli::parse(argc, argv, first, valued, switches, "compile");
   if (args.positional.empty())
     throw UserError("compile: no model file given (usage: bigc compile model.mlir -o model.bigc; see --help)");
   if (args.positional.size() > 1)
@@ -801,8 +524,8 @@ int compileMain(int argc, char **argv, int first) {
   }
 
   // --global-batch: the ranks must divide it into the model's batch per rank and K micro-batches.
-  if (args.has("--global-batch")) {
-    const int64_t g = args.integer("--global-batch", 0);
+  if (opts.globalBatch) {
+    const int64_t g = *opts.globalBatch;
     auto fwd = module->lookupSymbol<mlir::func::FuncOp>("forward");
     const int64_t b = llvm::cast<mlir::RankedTensorType>(fwd.getFunctionType().getInput(0)).getDimSize(0);
     const int64_t dpRanks = opts.ranks / std::max<int64_t>(1, opts.tp); // tensor ranks share their batch
@@ -827,14 +550,11 @@ int compileMain(int argc, char **argv, int first) {
   }
 
   rt::Program program;
+  std::string finalIR;
   try {
-    // [choices the compiler makes before the final pipeline: --recompute auto, offloaded parameters]
-    // --offload cpu: the weights go to the host only when the plan with the most recomputation
-    // (recompute auto is still undecided: drop -1 recomputes everything) cannot hold them; the
-    // recompute search then runs with that choice.
-    chooseOffloadParams(*module, opts);
-    if (opts.recompute == "auto" && opts.recomputeDrop < 0) chooseRecompute(*module, opts, haveHw && !args.has("--device-mem"));
-    program = compileToProgram(*module, opts);
+    // The choices the compiler makes before the final pipeline (--offload cpu, --recompute auto).
+    makeChoices(*module, opts, haveHw && !args.has("--device-mem"));
+    program = compileToProgram(*module, opts, opts.emitMlir.empty() ? nullptr : &finalIR);
   } catch (const InternalError &e) {
     std::fprintf(stderr, "bigc compile: %s; nothing written\n", e.what());
     return 2;
@@ -859,6 +579,10 @@ int compileMain(int argc, char **argv, int first) {
   }
 
   rt::writeFileAtomic(output, bytes);
+  if (opts.emitMlir == "-")
+    std::fputs(finalIR.c_str(), stdout);
+  else if (!opts.emitMlir.empty())
+    rt::writeFileAtomic(opts.emitMlir, finalIR);
   auto tEnd = std::chrono::steady_clock::now();
 
   if (!quiet) {

@@ -222,8 +222,8 @@ void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation 
   if (host) {
     rt::Space h;
     h.name = "host";
-    h.arenaBytes = i64Attr(func, "bigc.host_arena_bytes");
-    h.lowerBoundBytes = i64Attr(func, "bigc.host_lower_bound_bytes");
+    h.arenaBytes = i64Attr(func, bigcd::kHostArenaBytesAttrName);
+    h.lowerBoundBytes = i64Attr(func, bigcd::kHostLowerBoundBytesAttrName);
     h.capacityBytes = options.hostCapacityBytes;
     p.spaces.push_back(h);
   }
@@ -285,7 +285,7 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     rt::Buffer b;
     b.name = param.getSymName().str();
     b.space = bigcd::paramSpace(param).str();
-    b.offset = i64Attr(param, "bigc.offset");
+    b.offset = i64Attr(param, bigcd::kOffsetAttrName);
     b.bytes = info.bytes;
     b.dtype = info.dtype;
     b.shape = info.shape;
@@ -313,7 +313,7 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   }
 
   // Arguments: tokens, targets.
-  auto argOffsets = func->getAttrOfType<DenseI64ArrayAttr>("bigc.arg_offsets");
+  auto argOffsets = func->getAttrOfType<DenseI64ArrayAttr>(bigcd::kArgOffsetsAttrName);
   if (!argOffsets || int64_t(argOffsets.size()) != int64_t(block.getNumArguments()))
     fail("@train_step has no bigc.arg_offsets for its arguments (run bigc-memory-plan before emitting)");
   // (tokens, targets) per micro-batch (bigc-grad-accum: 2K arguments).
@@ -351,13 +351,13 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
       continue;
     }
     if (op.getNumResults() == 0) continue;
-    auto offsets = op.getAttrOfType<DenseI64ArrayAttr>("bigc.offsets");
+    auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(bigcd::kOffsetsAttrName);
     if (!offsets || offsets.size() != int64_t(op.getNumResults()))
       fail(str(op.getLoc()) + ": '" + op.getName().getStringRef().str() +
            "' has no bigc.offsets for its results (run bigc-memory-plan before emitting)");
     auto phase = op.getAttrOfType<StringAttr>(bigcd::kPhaseAttrName);
     bool forward = phase && phase.getValue() == "forward";
-    forward |= op.hasAttr("bigc.recompute"); // bigc-recompute's clones: activations made again in the backward
+    forward |= bigcd::isRecomputed(&op); // bigc-recompute's clones: activations made again in the backward
     std::string opName = op.getName().stripDialect().str();
     for (OpResult r : op.getResults()) {
       TensorInfo info = tensorInfo(r.getType(), op.getLoc());
@@ -401,9 +401,9 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     if (isa<bigcd::AllReduceOp, bigcd::ReduceScatterOp>(op)) // bigc-shard: what a gradient was reduced from
       for (unsigned k = 0; k < op.getNumResults() && k < op.getNumOperands(); ++k)
         if (grads.count(op.getResult(k))) grads.insert(op.getOperand(k));
-    if (auto add = dyn_cast<bigcd::AddOp>(op); add && op.hasAttr("bigc.grad_accum") && grads.count(add.getC()))
+    if (auto add = dyn_cast<bigcd::AddOp>(op); add && bigcd::isGradAccum(&op) && grads.count(add.getC()))
       grads.insert(add.getA()), grads.insert(add.getB()); // accumulated gradient shards
-    if (auto c = dyn_cast<bigcd::CastOp>(op); c && op.hasAttr("bigc.grad_accum") && grads.count(c.getY()))
+    if (auto c = dyn_cast<bigcd::CastOp>(op); c && bigcd::isGradAccum(&op) && grads.count(c.getY()))
       grads.insert(c.getX());
     if (!isInPlaceOp(&op) || op.getNumResults() != 1 || !grads.count(op.getResult(0))) continue;
     const rt::Buffer &y = p.buffers[size_t(bufferOf[op.getResult(0)])];
@@ -427,7 +427,7 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     ins.op = op.getName().stripDialect().str();
     ins.loc = locString(op.getLoc());
     ins.attrs = instructionAttrs(&op);
-    ins.recompute = op.hasAttr("bigc.recompute");
+    ins.recompute = bigcd::isRecomputed(&op);
     ins.stream = bigcd::opStream(&op).str();
     if (auto ph = op.getAttrOfType<StringAttr>(bigcd::kPhaseAttrName)) ins.phase = ph.getValue().str();
     if (auto a = dyn_cast<bigcd::AdamWOp>(op)) {
@@ -518,9 +518,9 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   }
   // bigc-mixed-precision / bigc-grad-accum record what they did on the module.
   p.precision = "fp32";
-  if (auto prec = module->getAttrOfType<StringAttr>("bigc.precision")) p.precision = prec.getValue().str();
+  if (auto prec = module->getAttrOfType<StringAttr>(bigcd::kPrecisionAttrName)) p.precision = prec.getValue().str();
   p.microBatches = microBatches;
-  if (auto k = module->getAttrOfType<IntegerAttr>("bigc.micro_batches"))
+  if (auto k = module->getAttrOfType<IntegerAttr>(bigcd::kMicroBatchesAttrName))
     if (k.getInt() != microBatches)
       fail("bigc.micro_batches = " + std::to_string(k.getInt()) + " but @train_step takes " +
            std::to_string(microBatches) + " (tokens, targets) pairs");
@@ -531,14 +531,14 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   p.tp = bigcd::meshAxisSize(module, "tp");
   p.pp = bigcd::meshAxisSize(module, "pp");
   p.ranks = p.dp * p.tp * p.pp;
-  if (auto z = module->getAttrOfType<IntegerAttr>("bigc.zero")) p.zero = z.getInt();
-  p.sequenceParallel = module->hasAttr("bigc.sequence_parallel");
-  if (auto notes = module->getAttrOfType<ArrayAttr>("bigc.tp_replicated"))
+  if (auto z = module->getAttrOfType<IntegerAttr>(bigcd::kZeroAttrName)) p.zero = z.getInt();
+  p.sequenceParallel = module->hasAttr(bigcd::kSequenceParallelAttrName);
+  if (auto notes = module->getAttrOfType<ArrayAttr>(bigcd::kTpReplicatedAttrName))
     for (Attribute a : notes)
       if (auto sa = dyn_cast<StringAttr>(a)) p.tpReplicated.push_back(sa.getValue().str());
 
   // What bigc-recompute decided (module attribute bigc.recompute; absent: nothing recomputed).
-  if (auto rc = module->getAttrOfType<DictionaryAttr>("bigc.recompute")) {
+  if (auto rc = module->getAttrOfType<DictionaryAttr>(bigcd::kRecomputeAttrName)) {
     if (auto s = rc.getAs<StringAttr>("policy")) p.recompute.policy = s.getValue().str();
     auto num = [&](llvm::StringRef key) {
       auto a = rc.getAs<IntegerAttr>(key);
@@ -551,8 +551,8 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
 
   rt::Space device;
   device.name = "device";
-  device.arenaBytes = i64Attr(func, "bigc.arena_bytes");
-  device.lowerBoundBytes = i64Attr(func, "bigc.lower_bound_bytes");
+  device.arenaBytes = i64Attr(func, bigcd::kArenaBytesAttrName);
+  device.lowerBoundBytes = i64Attr(func, bigcd::kLowerBoundBytesAttrName);
   device.capacityBytes = options.deviceCapacityBytes;
   p.spaces.push_back(device);
   finishStreams(p, block, index, func, options); // streams, waits, host space (bigc-offload)

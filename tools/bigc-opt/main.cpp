@@ -1,6 +1,7 @@
 //===- bigc-opt: run any bigc pass alone (lit tests) ----------------------===//
 //
 //   bigc-opt model.mlir --bigc-autodiff="grad-clip=1.0"
+//   bigc-opt model.mlir --bigc-train-pipeline="zero=3 ranks=2 offload=cpu"
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +15,7 @@
 int main(int argc, char **argv) {
   mlir::registerTransformsPasses(); // canonicalize, cse, ...
   mlir::bigc::registerBigcPasses();
+  mlir::bigc::registerBigcTrainPipeline(); // what `bigc compile` runs
 
   mlir::DialectRegistry registry;
   registry.insert<mlir::bigc::BigcDialect, mlir::func::FuncDialect>();

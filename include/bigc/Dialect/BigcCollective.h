@@ -14,9 +14,7 @@
 namespace mlir {
 namespace bigc {
 
-inline constexpr llvm::StringLiteral kMeshAttrName = "bigc.mesh";
-/// On a sharded bigc.param: the shape of the whole tensor it is a shard of.
-inline constexpr llvm::StringLiteral kFullShapeAttrName = "bigc.full_shape";
+// kMeshAttrName, kFullShapeAttrName: BigcAttrNames.h.
 /// The stream collectives over the data-parallel axis run on.
 inline constexpr llvm::StringLiteral kCommStream = "comm";
 /// The stream of collectives over the tensor-parallel axis: on the critical

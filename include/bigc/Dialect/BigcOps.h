@@ -7,6 +7,7 @@
 #ifndef BIGC_DIALECT_BIGCOPS_H
 #define BIGC_DIALECT_BIGCOPS_H
 
+#include "bigc/Dialect/BigcAttrNames.h"
 #include "bigc/Dialect/BigcDialect.h"
 #include "bigc/Dialect/BigcInterfaces.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
@@ -20,17 +21,7 @@
 
 namespace mlir {
 namespace bigc {
-/// The discardable attribute naming the phase of an op in the train step:
-/// "forward", "backward" or "optimizer".
-inline constexpr llvm::StringLiteral kPhaseAttrName = "bigc.phase";
-/// On a weight split over the tensor ranks (bigc-tensor-parallel): [dim,
-/// segments] of the split and the whole tensor's shape; the type is the
-/// rank's chunk.
-inline constexpr llvm::StringLiteral kTpSplitAttrName = "bigc.tp_split";
-inline constexpr llvm::StringLiteral kTpFullShapeAttrName = "bigc.tp_full_shape";
-/// On an embedding (and its gradient) over a vocabulary split on mesh axis
-/// "tp": ids outside this rank's rows give zeros.
-inline constexpr llvm::StringLiteral kVocabGroupAttrName = "bigc.vocab_group";
+// The discardable attributes (kPhaseAttrName, ...): BigcAttrNames.h.
 /// Attaches the tensor-parallel rules (BigcTensorParallelRules.cpp).
 void attachTensorParallelRules(MLIRContext &ctx);
 /// Copies the tensor-parallel split of weight `from` onto `to` (a state or

@@ -13,14 +13,8 @@
 namespace mlir {
 namespace bigc {
 
-/// "device" | "host": on bigc.param, bigc.copy and ops executed on the host.
-inline constexpr llvm::StringLiteral kSpaceAttrName = "bigc.space";
-/// "compute" (default) | "h2d" | "d2h" | "host".
-inline constexpr llvm::StringLiteral kStreamAttrName = "bigc.stream";
-/// i64, unique per side-stream op: what bigc.wait names.
-inline constexpr llvm::StringLiteral kEventAttrName = "bigc.event";
-/// i64: the transformer block a forward op (and its backward) belongs to.
-inline constexpr llvm::StringLiteral kLayerAttrName = "bigc.layer";
+// kSpaceAttrName, kStreamAttrName, kEventAttrName, kLayerAttrName:
+// BigcAttrNames.h.
 
 inline constexpr llvm::StringLiteral kDeviceSpace = "device";
 inline constexpr llvm::StringLiteral kHostSpace = "host";

@@ -1,5 +1,10 @@
 //===- Capacity.h - does a plan fit, and what would make it fit -*- C++ -*-===//
 //
+// The option search of `bigc compile`, in one place: the choices it makes before the final
+// pipeline (--recompute auto: how much to recompute; --offload cpu: where the weights live) and
+// the option sets it suggests when a plan does not fit. Uses compileToProgram (Pipeline.cpp);
+// Compile.cpp uses this file, never the other way round.
+//
 // The capacity check of `bigc compile` (CLI.md): each memory space's arena against its
 // capacity (device: per rank, --device-mem or the hardware profile; host: per machine,
 // --host-mem or the profile). When a space does not fit, notFitReport() writes the table of
@@ -45,8 +50,33 @@ struct ExtraWork {
 };
 ExtraWork extraWork(const rt::Program &p, const CompileOptions &o);
 
-// compileToProgram after the choices `bigc compile` makes first (the --recompute auto search,
-// where --offload cpu keeps the weights); quiet. Defined in Compile.cpp. Throws as compileToProgram.
+// Per-role bytes of one space of a program at the instruction where the most bytes are live
+// (buffers sharing an offset at that instruction counted once), and that instruction.
+struct RoleUsage {
+  std::string role;
+  int64_t bytes = 0;
+};
+std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &space,
+                                       int64_t *peakInstruction = nullptr);
+
+// --offload cpu with offloadParams Auto: sets it to Host when the plan with the weights on the
+// device does not fit o.deviceCapacity (one compileToProgram), else Device; nothing for other
+// options. Prints one line when it chooses the host (unless o.quiet).
+void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o);
+
+// --recompute auto: the smallest number of ranked recomputation candidates whose planned device
+// arena fits the budget (--memory-budget, else the device capacity); sets o.recomputeDrop.
+// `budgetFromHardware`: the budget is the profile's device memory (for the messages).
+void chooseRecompute(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHardware);
+
+// The choices `bigc compile` makes before its final pipeline: where --offload cpu keeps the
+// weights (with recompute auto still undecided: everything recomputed), then the --recompute auto
+// search with that choice.
+void makeChoices(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHardware);
+
+// compileToProgram after the choices, for an option set the capacity check suggests (and
+// compileSource); quiet. Its order is the recompute search first, then where the weights live.
+// Throws as compileToProgram.
 rt::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o);
 
 // One option set that was tried by notFitReport().

@@ -2,16 +2,21 @@
 //
 //   bigc compile model.mlir -o model.bigc [--hardware NAME|FILE] [--device-mem SIZE] ...
 //
-// Pipeline: parse + verify -> bigc-autodiff -> bigc-schedule -> bigc-memory-plan -> emit ->
-// capacity check -> write (atomically; nothing is written on any failure). See ../shared/CLI.md.
+// Pipeline: parse + verify -> the choices (Capacity.h) -> the passes of buildTrainPipeline ->
+// emit -> capacity check -> write (atomically; nothing is written on any failure).
+// Files: Compile.cpp (the option table, the command), Capacity.cpp (the option search and the
+// capacity check), Pipeline.cpp (compileToProgram); each uses only those after it.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bigc/Passes/TrainPipeline.h"
 #include "bigc/runtime/program.h"
 #include "bigc/support/hardware.h"
 
@@ -21,16 +26,17 @@ class ModuleOp;
 
 namespace bigc {
 
-// Everything `bigc compile` decides from its options; one field per option of CLI.md (plus the
-// compiler's own choices, filled in by the driver before the pipeline runs).
-struct CompileOptions {
+// Everything `bigc compile` decides from its options: the pipeline's settings (precision,
+// recompute, offload, ZeRO, AdamW, ...; mlir::bigc::TrainPipelineConfig) and the driver's own
+// (files, capacities). Each flag is declared once, in the option table of Compile.cpp; the
+// compiler's own choices (recomputeDrop, offloadParams) are filled in before the pipeline runs.
+struct CompileOptions : mlir::bigc::TrainPipelineConfig {
   std::string input, output;
+  std::string emitMlir; // --emit-mlir FILE: also write the IR the pipeline ends with ("-": stdout)
   bool quiet = false;
   // The model's own initial weights (module attribute bigc.weights, resolved and checked).
   std::string initialWeights;
   int64_t initialWeightsBytes = 0;
-  // AdamW
-  double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1, gradClip = 0.0;
   // Capacity
   bool haveHardware = false;
   HardwareProfile hardware;
@@ -40,29 +46,21 @@ struct CompileOptions {
   int64_t deviceMemory = 0, hostMemory = 0, deviceReserve = 0, hostReserve = 0;
   std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
   int64_t deviceCapacity = 0, hostCapacity = 0;
-  // Techniques
-  std::string precision = "fp32";  // fp32 | bf16 | fp16
-  double lossScaleInit = 65536.0;  // fp16 dynamic loss scaling: initial scale
-  int64_t lossScaleGrowthInterval = 2000; // clean steps before the scale doubles
-  int64_t microBatches = 1;
-  std::string recompute = "none";  // none | full | selective | auto
-  int64_t memoryBudget = 0;        // bytes; 0: the device capacity
-  int64_t recomputeDrop = -1;      // auto: how many ranked candidates are recomputed (-1: search)
-  std::string offload = "none";    // none | cpu | nvme
-  std::string offloadParams = "auto"; // with offload: device | host | auto (host when the device cannot hold them)
-  // Data parallelism (bigc-shard, bigc-schedule)
-  int64_t ranks = 1;      // all ranks (dp x tp)
-  int64_t zero = 0;       // ZeRO stage over dp
-  int64_t tp = 1;         // tensor-parallel ranks (the tp axis; dp = ranks / tp)
-  bool sequenceParallel = false;
-  double bucketMb = 25;   // largest merged collective, MiB
-  int64_t prefetch = 1;   // ZeRO-3: layer segments an all-gather runs ahead of its use
+  int64_t memoryBudget = 0; // --recompute auto: bytes; 0: the device capacity
+  std::optional<int64_t> globalBatch; // --global-batch: checked against the model
+};
+
+// A failure that is the compiler's fault (exit status 2).
+struct InternalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // Runs the pipeline on a clone of `parsed` (which is left untouched) with `o`, and returns the
 // emitted, validated program. Throws rt::UserError when the model or the options are wrong
-// (diagnostics already printed) and std::runtime_error on internal errors.
-rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o);
+// (diagnostics already printed) and InternalError on internal errors. The passes are those of
+// mlir::bigc::buildTrainPipeline (bigc-opt --bigc-train-pipeline). `finalIR`, when given,
+// receives the module after the last pass. Defined in Pipeline.cpp.
+rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR = nullptr);
 
 // The whole front end and pipeline on model text held in memory (`name` for diagnostics): parse,
 // verify, check @forward's interface, compile with `o` (--recompute auto and --offload-params
@@ -72,25 +70,11 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o);
 rt::Program compileSource(const std::string &text, const std::string &name, CompileOptions o,
                           std::string *diagnostics);
 
-// --offload cpu with offloadParams "auto": sets it to "host" when the plan with the weights on
-// the device does not fit o.deviceCapacity (one compileToProgram), else "device"; nothing for other
-// options. Prints one line when it chooses the host (unless o.quiet).
-void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o);
-
 // Entry point of `bigc compile`; argv[first] is the first argument after `compile`. Returns
 // the exit status: 0 written; 1 bad input (file, syntax, verifier, option) or the plan does not
 // fit (a table on stderr); 2 internal error. Throws rt::UserError for bad options (the caller
 // prints it and exits 1).
 int compileMain(int argc, char **argv, int first);
 const char *compileHelp();
-
-// Per-role bytes of one space of a program at the instruction where the most bytes are live
-// (buffers sharing an offset at that instruction counted once), and that instruction.
-struct RoleUsage {
-  std::string role;
-  int64_t bytes = 0;
-};
-std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &space,
-                                       int64_t *peakInstruction = nullptr);
 
 } // namespace bigc

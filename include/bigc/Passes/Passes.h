@@ -11,6 +11,7 @@
 
 #include "bigc/Dialect/BigcDialect.h"
 #include "bigc/Dialect/BigcOps.h"
+#include "bigc/Passes/TrainPipeline.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
@@ -30,15 +31,7 @@ namespace bigc {
 // Helpers shared by passes and the compile driver (thin passes).
 //===----------------------------------------------------------------------===//
 
-/// The AdamW hyper-parameters of bigc-autodiff (CLI.md defaults).
-struct AdamWConfig {
-  double lr = 3e-4;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weightDecay = 0.1; ///< applied to parameters of rank >= 2 only
-  double gradClip = 0.0;    ///< > 0: clip the global gradient norm
-};
+// AdamWConfig (the AdamW hyper-parameters of bigc-autodiff): TrainPipeline.h.
 
 /// Rewrites `module`'s func @forward (returning a scalar f32 loss) into
 /// func @train_step: forward, backward (via DifferentiableOpInterface), one

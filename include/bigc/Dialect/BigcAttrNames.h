@@ -1,0 +1,117 @@
+//===- BigcAttrNames.h - the discardable attributes passes exchange -*- C++ -*-===//
+//
+// Every discardable `bigc.*` attribute one pass (or the emitter) writes and
+// another reads, named once, with the accessors for the ones read in several
+// places. Ops' own (inherent) attributes are declared in the .td files.
+//
+//===----------------------------------------------------------------------===//
+#ifndef BIGC_DIALECT_BIGCATTRNAMES_H
+#define BIGC_DIALECT_BIGCATTRNAMES_H
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Operation.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+
+namespace mlir {
+namespace bigc {
+
+//===----------------------------------------------------------------------===//
+// On ops of @train_step
+//===----------------------------------------------------------------------===//
+
+/// The phase of an op in the train step: "forward", "backward" or
+/// "optimizer" (bigc-autodiff; later passes copy it onto what they add).
+inline constexpr llvm::StringLiteral kPhaseAttrName = "bigc.phase";
+/// i64: the transformer block a forward op (and its backward) belongs to.
+inline constexpr llvm::StringLiteral kLayerAttrName = "bigc.layer";
+/// i64: the micro-batch an op of the accumulation loop works on
+/// (bigc-grad-accum).
+inline constexpr llvm::StringLiteral kMicroBatchAttrName = "bigc.micro_batch";
+/// unit: an add or cast that accumulates a gradient over micro-batches
+/// (bigc-grad-accum).
+inline constexpr llvm::StringLiteral kGradAccumAttrName = "bigc.grad_accum";
+/// On an op: unit, a forward op cloned into the backward (bigc-recompute).
+/// On the module: the dictionary of what bigc-recompute decided (policy,
+/// candidates, dropped, clones, saved_bytes, flops_added, forward_flops).
+inline constexpr llvm::StringLiteral kRecomputeAttrName = "bigc.recompute";
+/// "device" | "host": on bigc.param, bigc.copy and ops executed on the host.
+inline constexpr llvm::StringLiteral kSpaceAttrName = "bigc.space";
+/// "compute" (default) | "h2d" | "d2h" | "host" | "comm" | "comm_tp".
+inline constexpr llvm::StringLiteral kStreamAttrName = "bigc.stream";
+/// i64, unique per side-stream op: what bigc.wait names.
+inline constexpr llvm::StringLiteral kEventAttrName = "bigc.event";
+/// On a weight split over the tensor ranks (bigc-tensor-parallel): [dim,
+/// segments] of the split and the whole tensor's shape; the type is the
+/// rank's chunk.
+inline constexpr llvm::StringLiteral kTpSplitAttrName = "bigc.tp_split";
+inline constexpr llvm::StringLiteral kTpFullShapeAttrName = "bigc.tp_full_shape";
+/// On an embedding (and its gradient) over a vocabulary split on mesh axis
+/// "tp": ids outside this rank's rows give zeros.
+inline constexpr llvm::StringLiteral kVocabGroupAttrName = "bigc.vocab_group";
+/// On a sharded bigc.param: the shape of the whole tensor it is a shard of.
+inline constexpr llvm::StringLiteral kFullShapeAttrName = "bigc.full_shape";
+/// bigc-memory-plan: i64 offset of a bigc.param in its space's arena; the
+/// offsets of an op's results; of @train_step's arguments.
+inline constexpr llvm::StringLiteral kOffsetAttrName = "bigc.offset";
+inline constexpr llvm::StringLiteral kOffsetsAttrName = "bigc.offsets";
+inline constexpr llvm::StringLiteral kArgOffsetsAttrName = "bigc.arg_offsets";
+/// bigc-memory-plan, on @train_step: the arena of each space and its lower
+/// bound (the host ones only when something lives on the host).
+inline constexpr llvm::StringLiteral kArenaBytesAttrName = "bigc.arena_bytes";
+inline constexpr llvm::StringLiteral kLowerBoundBytesAttrName = "bigc.lower_bound_bytes";
+inline constexpr llvm::StringLiteral kHostArenaBytesAttrName = "bigc.host_arena_bytes";
+inline constexpr llvm::StringLiteral kHostLowerBoundBytesAttrName = "bigc.host_lower_bound_bytes";
+
+//===----------------------------------------------------------------------===//
+// On the module
+//===----------------------------------------------------------------------===//
+
+/// {dp = D, tp = T, pp = P} (bigc-shard).
+inline constexpr llvm::StringLiteral kMeshAttrName = "bigc.mesh";
+/// "bf16" | "fp16" (bigc-mixed-precision; absent: fp32).
+inline constexpr llvm::StringLiteral kPrecisionAttrName = "bigc.precision";
+/// i64 K > 1 (bigc-grad-accum; absent: one micro-batch).
+inline constexpr llvm::StringLiteral kMicroBatchesAttrName = "bigc.micro_batches";
+/// i64 ZeRO stage (bigc-shard).
+inline constexpr llvm::StringLiteral kZeroAttrName = "bigc.zero";
+/// unit: Megatron sequence parallelism (bigc-tensor-parallel).
+inline constexpr llvm::StringLiteral kSequenceParallelAttrName = "bigc.sequence_parallel";
+/// The weights every tensor rank holds whole (bigc-tensor-parallel notes).
+inline constexpr llvm::StringLiteral kTpReplicatedAttrName = "bigc.tp_replicated";
+/// "cpu" and where the weights live between uses, "device" | "host"
+/// (bigc-offload).
+inline constexpr llvm::StringLiteral kOffloadAttrName = "bigc.offload";
+inline constexpr llvm::StringLiteral kOffloadParamsAttrName = "bigc.offload_params";
+/// The model's initial weights, a .safetensors file relative to the model
+/// (bigc import writes it; the compile driver resolves it).
+inline constexpr llvm::StringLiteral kWeightsAttrName = "bigc.weights";
+
+//===----------------------------------------------------------------------===//
+// Accessors
+//===----------------------------------------------------------------------===//
+
+/// The phase of `op` ("" when it has none).
+inline StringRef phaseOf(Operation *op) {
+  auto p = op->getAttrOfType<StringAttr>(kPhaseAttrName);
+  return p ? p.getValue() : StringRef();
+}
+
+/// The micro-batch of `op` (none outside the accumulation loop).
+inline std::optional<int64_t> microBatchOf(Operation *op) {
+  if (auto m = op->getAttrOfType<IntegerAttr>(kMicroBatchAttrName))
+    return m.getInt();
+  return std::nullopt;
+}
+
+/// True for a forward op cloned into the backward by bigc-recompute.
+inline bool isRecomputed(Operation *op) { return op->hasAttr(kRecomputeAttrName); }
+
+/// True for an add or cast accumulating a gradient over micro-batches.
+inline bool isGradAccum(Operation *op) { return op->hasAttr(kGradAccumAttrName); }
+
+} // namespace bigc
+} // namespace mlir
+
+#endif // BIGC_DIALECT_BIGCATTRNAMES_H

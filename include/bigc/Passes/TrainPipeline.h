@@ -1,0 +1,116 @@
+//===- TrainPipeline.h - the pipeline of `bigc compile` ---------*- C++ -*-===//
+//
+// What `bigc compile` runs between the parsed model and the emitter, as one
+// function: bigc-tensor-parallel, bigc-autodiff, bigc-mixed-precision,
+// bigc-grad-accum, bigc-recompute, bigc-shard, bigc-offload, bigc-schedule,
+// bigc-memory-plan, each when its option asks for it. The compile driver
+// builds its pass managers with buildTrainPipeline; bigc-opt runs the same
+// passes as `--bigc-train-pipeline="zero=3 offload=cpu ..."`.
+//
+// This header is light (no MLIR): the choice-valued options are enums with
+// their names, and the pipeline's settings one copyable struct, which the
+// driver's CompileOptions extends.
+//
+//===----------------------------------------------------------------------===//
+#ifndef BIGC_PASSES_TRAINPIPELINE_H
+#define BIGC_PASSES_TRAINPIPELINE_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mlir {
+class OpPassManager;
+namespace bigc {
+
+/// The AdamW hyper-parameters of bigc-autodiff (CLI.md defaults).
+struct AdamWConfig {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weightDecay = 0.1; ///< applied to parameters of rank >= 2 only
+  double gradClip = 0.0;    ///< > 0: clip the global gradient norm
+};
+
+enum class Precision { FP32, BF16, FP16 };
+enum class RecomputePolicy { None, Full, Selective, Auto };
+enum class Offload { None, CPU, NVMe };
+enum class OffloadParams { Auto, Device, Host };
+
+/// The names of an enum's values, as the options spell them.
+template <typename E>
+const std::vector<std::pair<E, const char *>> &choiceNames();
+template <>
+const std::vector<std::pair<Precision, const char *>> &choiceNames<Precision>();
+template <>
+const std::vector<std::pair<RecomputePolicy, const char *>> &choiceNames<RecomputePolicy>();
+template <>
+const std::vector<std::pair<Offload, const char *>> &choiceNames<Offload>();
+template <>
+const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>();
+
+/// "fp32", "auto", ...: the name of `value`.
+template <typename E>
+std::string toString(E value) {
+  for (const auto &[v, name] : choiceNames<E>())
+    if (v == value)
+      return name;
+  return "?";
+}
+/// The value named `name` (none when no value has that name).
+template <typename E>
+std::optional<E> parseChoice(const std::string &name) {
+  for (const auto &[v, n] : choiceNames<E>())
+    if (name == n)
+      return v;
+  return std::nullopt;
+}
+
+/// Everything the pipeline reads: one field per pass option.
+struct TrainPipelineConfig {
+  AdamWConfig adamw;
+  // bigc-tensor-parallel, bigc-shard
+  int64_t ranks = 1; ///< all ranks (dp x tp)
+  int64_t zero = 0;  ///< ZeRO stage over dp
+  int64_t tp = 1;    ///< tensor-parallel ranks (the tp axis; dp = ranks / tp)
+  bool sequenceParallel = false;
+  double bucketMb = 25; ///< largest merged collective, MiB
+  // bigc-mixed-precision
+  Precision precision = Precision::FP32;
+  double lossScaleInit = 65536.0;         ///< fp16 dynamic loss scaling: initial scale
+  int64_t lossScaleGrowthInterval = 2000; ///< clean steps before the scale doubles
+  // bigc-grad-accum
+  int64_t microBatches = 1;
+  // bigc-recompute
+  RecomputePolicy recompute = RecomputePolicy::None;
+  int64_t recomputeDrop = -1; ///< auto: how many ranked candidates are recomputed (-1: all)
+  // bigc-offload
+  Offload offload = Offload::None;
+  /// With offload: where the weights live between uses (Auto: decided by the
+  /// driver before the pipeline runs; the pipeline treats it as Device).
+  OffloadParams offloadParams = OffloadParams::Auto;
+  // bigc-schedule
+  int64_t prefetch = 1; ///< ZeRO-3: layer segments an all-gather runs ahead of its use
+};
+
+/// The pipeline in three stages, so that the driver can tell the model's
+/// errors (Model: tensor parallelism, backward and optimizer) from its own
+/// (Techniques: precision, accumulation, recomputation, sharding, offload;
+/// Plan: schedule and memory plan).
+enum class TrainStage { Model, Techniques, Plan };
+
+/// Adds the passes of `stage` to `pm` (a pass manager on builtin.module).
+void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &c, TrainStage stage);
+/// All three stages.
+void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &c);
+
+/// Registers `bigc-train-pipeline` (bigc-opt).
+void registerBigcTrainPipeline();
+
+} // namespace bigc
+} // namespace mlir
+
+#endif // BIGC_PASSES_TRAINPIPELINE_H

@@ -1,0 +1,98 @@
+//===- Pipeline.cpp - compileToProgram: the passes, the emitter, the checks -===//
+//
+// One compile of a parsed model with one option set: the passes of
+// mlir::bigc::buildTrainPipeline (the same that `bigc-opt --bigc-train-pipeline`
+// runs) in three pass managers, so that a failure is named as the model's
+// (tensor parallelism, backward) or the compiler's (everything after), then
+// the emitter, the step estimate, the program's validation and the plan
+// verifier. See include/bigc/Driver/Compile.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Driver/Compile.h"
+
+#include "bigc/Analysis/StepSimulation.h"
+#include "bigc/Emit/Emitter.h"
+#include "bigc/Passes/TrainPipeline.h"
+#include "bigc/runtime/verifier.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace bigc {
+
+using rt::UserError;
+
+namespace {
+
+void runStage(mlir::ModuleOp m, const CompileOptions &o, mlir::bigc::TrainStage stage, const char *what) {
+  mlir::PassManager pm(m.getContext());
+  mlir::bigc::buildTrainPipeline(pm, o, stage);
+  if (mlir::succeeded(pm.run(m))) return;
+  // Tensor parallelism and the backward fail on the model (a size the tensor ranks do not
+  // divide, a non-differentiable op, ...); everything after is the compiler's.
+  if (stage == mlir::bigc::TrainStage::Model)
+    throw UserError(std::string("cannot ") + what + " (errors above); nothing written");
+  throw InternalError(std::string("internal error while ") + what + " (errors above; please report it)");
+}
+
+} // namespace
+
+rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR) {
+  mlir::OwningOpRef<mlir::ModuleOp> owned(llvm::cast<mlir::ModuleOp>(parsed->clone()));
+  mlir::ModuleOp module = *owned;
+  using mlir::bigc::TrainStage;
+  runStage(module, o, TrainStage::Model, "build the training step");
+  runStage(module, o, TrainStage::Techniques, "applying precision, accumulation, recomputation and offload");
+  runStage(module, o, TrainStage::Plan, "scheduling or planning memory");
+  if (finalIR) {
+    llvm::raw_string_ostream os(*finalIR);
+    module->print(os);
+    os << "\n";
+  }
+
+  emit::EmitOptions eo;
+  eo.source = o.input;
+  eo.optimizer.lr = o.adamw.lr;
+  eo.optimizer.beta1 = o.adamw.beta1;
+  eo.optimizer.beta2 = o.adamw.beta2;
+  eo.optimizer.eps = o.adamw.eps;
+  eo.optimizer.weightDecay = o.adamw.weightDecay;
+  eo.optimizer.gradClip = o.adamw.gradClip;
+  eo.hardwareName = o.haveHardware ? o.hardware.name : (o.deviceCapacity > 0 ? "custom" : "none");
+  eo.deviceCapacityBytes = o.deviceCapacity;
+  eo.hostCapacityBytes = o.hostCapacity;
+  eo.deviceReserveBytes = o.deviceReserve;
+  eo.hostReserveBytes = o.hostReserve;
+  eo.deviceReserveParts = o.deviceReserveParts;
+  eo.initialWeights = o.initialWeights;
+  eo.initialWeightsBytes = o.initialWeightsBytes;
+  try {
+    rt::Program program = emit::buildProgram(module, eo);
+    if (o.haveHardware) { // the step on the profile: time and the collectives hidden behind compute
+      mlir::bigc::StepEstimate est = mlir::bigc::simulateStep(module, o.hardware);
+      program.estimate.present = true;
+      program.estimate.stepSeconds = est.stepSeconds;
+      program.estimate.computeSeconds = est.computeSeconds;
+      for (const auto &c : est.collectives)
+        program.estimate.collectives.push_back({c.op, c.count, c.seconds, c.hiddenSeconds, c.queuedSeconds});
+    }
+    rt::validateProgram(program, o.output);
+    std::vector<std::string> issues = rt::verifyPlan(program, 3);
+    if (!issues.empty()) {
+      std::string msg = "internal error: the plan verifier found the emitted program unsafe: " + issues[0];
+      for (size_t i = 1; i < issues.size(); ++i) msg += "; " + issues[i];
+      throw InternalError(msg + " (please report it)");
+    }
+    return program;
+  } catch (const emit::EmitError &e) {
+    throw InternalError(std::string("internal error: ") + e.what() + " (please report it)");
+  } catch (const UserError &e) {
+    throw InternalError(std::string("internal error: the emitted program is invalid: ") + e.what() +
+                        " (please report it)");
+  }
+}
+
+} // namespace bigc

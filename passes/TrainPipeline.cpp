@@ -1,0 +1,208 @@
+//===- TrainPipeline.cpp - the pipeline of `bigc compile` -----------------===//
+//
+// See include/bigc/Passes/TrainPipeline.h. One function adds the passes;
+// `bigc compile` (lib/driver/Pipeline.cpp) and `bigc-opt
+// --bigc-train-pipeline` both call it, so they run the same passes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Passes/TrainPipeline.h"
+#include "bigc/Passes/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+
+namespace mlir {
+namespace bigc {
+
+template <>
+const std::vector<std::pair<Precision, const char *>> &choiceNames<Precision>() {
+  static const std::vector<std::pair<Precision, const char *>> names = {
+      {Precision::FP32, "fp32"}, {Precision::BF16, "bf16"}, {Precision::FP16, "fp16"}};
+  return names;
+}
+template <>
+const std::vector<std::pair<RecomputePolicy, const char *>> &choiceNames<RecomputePolicy>() {
+  static const std::vector<std::pair<RecomputePolicy, const char *>> names = {
+      {RecomputePolicy::None, "none"},
+      {RecomputePolicy::Full, "full"},
+      {RecomputePolicy::Selective, "selective"},
+      {RecomputePolicy::Auto, "auto"}};
+  return names;
+}
+template <>
+const std::vector<std::pair<Offload, const char *>> &choiceNames<Offload>() {
+  static const std::vector<std::pair<Offload, const char *>> names = {
+      {Offload::None, "none"}, {Offload::CPU, "cpu"}, {Offload::NVMe, "nvme"}};
+  return names;
+}
+template <>
+const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>() {
+  static const std::vector<std::pair<OffloadParams, const char *>> names = {
+      {OffloadParams::Auto, "auto"}, {OffloadParams::Device, "device"}, {OffloadParams::Host, "host"}};
+  return names;
+}
+
+void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainStage stage) {
+  switch (stage) {
+  case TrainStage::Model: {
+    // Tensor parallelism (on the forward), then backward + optimizer.
+    if (o.tp > 1) {
+      BigcTensorParallelOptions to;
+      to.tp = o.tp;
+      to.ranks = o.ranks;
+      to.sequenceParallel = o.sequenceParallel;
+      pm.addPass(createBigcTensorParallel(to));
+    }
+    BigcAutodiffOptions ao;
+    ao.lr = o.adamw.lr;
+    ao.beta1 = o.adamw.beta1;
+    ao.beta2 = o.adamw.beta2;
+    ao.eps = o.adamw.eps;
+    ao.weightDecay = o.adamw.weightDecay;
+    ao.gradClip = o.adamw.gradClip;
+    pm.addPass(createBigcAutodiff(ao));
+    return;
+  }
+  case TrainStage::Techniques: {
+    // The single-device techniques, in DESIGN.md's order; each when its
+    // option asks for it.
+    if (o.precision != Precision::FP32) {
+      BigcMixedPrecisionOptions mo;
+      mo.precision = toString(o.precision);
+      mo.lossScale = o.lossScaleInit;
+      mo.growthInterval = o.lossScaleGrowthInterval;
+      pm.addPass(createBigcMixedPrecision(mo));
+    }
+    if (o.microBatches > 1) {
+      BigcGradAccumOptions go;
+      go.microBatches = o.microBatches;
+      pm.addPass(createBigcGradAccum(go));
+    }
+    // Always: with policy none it records the forward FLOPs for the program.
+    {
+      BigcRecomputeOptions ro;
+      ro.policy = toString(o.recompute);
+      ro.drop = o.recomputeDrop; // auto: chosen by the driver (-1: everything)
+      pm.addPass(createBigcRecompute(ro));
+    }
+    // Always: it records the mesh; one rank changes nothing else.
+    {
+      BigcShardOptions so;
+      so.ranks = o.ranks;
+      so.zero = o.zero;
+      so.bucketMb = o.bucketMb;
+      pm.addPass(createBigcShard(so));
+    }
+    if (o.offload == Offload::CPU) {
+      BigcOffloadOptions oo;
+      oo.offload = "cpu";
+      // Auto: the driver decides before the pipeline; the weights stay on the device otherwise.
+      oo.params = o.offloadParams == OffloadParams::Host ? "host" : "device";
+      pm.addPass(createBigcOffload(oo));
+    }
+    return;
+  }
+  case TrainStage::Plan: {
+    BigcScheduleOptions so;
+    so.prefetch = o.prefetch;
+    pm.addPass(createBigcSchedule(so));
+    pm.addPass(createBigcMemoryPlan());
+    return;
+  }
+  }
+}
+
+void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &c) {
+  for (TrainStage s : {TrainStage::Model, TrainStage::Techniques, TrainStage::Plan})
+    buildTrainPipeline(pm, c, s);
+}
+
+namespace {
+
+/// The options of `bigc-train-pipeline`, named as `bigc compile`'s flags
+/// (without the dashes); the driver's choices (recompute-drop for
+/// --recompute auto, offload-params for --offload cpu) are explicit here.
+struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
+  Option<int64_t> ranks{*this, "ranks", llvm::cl::desc("All ranks (dp x tp)"), llvm::cl::init(1)};
+  Option<int64_t> zero{*this, "zero", llvm::cl::desc("ZeRO stage over the data-parallel ranks"),
+                       llvm::cl::init(0)};
+  Option<int64_t> tp{*this, "tp", llvm::cl::desc("Tensor-parallel ranks"), llvm::cl::init(1)};
+  Option<bool> sequenceParallel{*this, "sequence-parallel",
+                                llvm::cl::desc("With tp: Megatron sequence parallelism"),
+                                llvm::cl::init(false)};
+  Option<double> bucketMb{*this, "bucket-mb", llvm::cl::desc("Largest merged collective in MiB"),
+                          llvm::cl::init(25)};
+  Option<Precision> precision{*this, "precision", llvm::cl::desc("Compute precision"),
+                              llvm::cl::init(Precision::FP32),
+                              llvm::cl::values(clEnumValN(Precision::FP32, "fp32", "fp32"),
+                                               clEnumValN(Precision::BF16, "bf16", "bf16"),
+                                               clEnumValN(Precision::FP16, "fp16", "fp16"))};
+  Option<double> lossScale{*this, "loss-scale", llvm::cl::desc("fp16: initial dynamic loss scale"),
+                           llvm::cl::init(65536.0)};
+  Option<int64_t> lossScaleWindow{*this, "loss-scale-window",
+                                  llvm::cl::desc("fp16: clean steps before the loss scale doubles"),
+                                  llvm::cl::init(2000)};
+  Option<int64_t> microBatches{*this, "micro-batches", llvm::cl::desc("Micro-batches per update"),
+                               llvm::cl::init(1)};
+  Option<RecomputePolicy> recompute{
+      *this, "recompute", llvm::cl::desc("Recomputation policy"), llvm::cl::init(RecomputePolicy::None),
+      llvm::cl::values(clEnumValN(RecomputePolicy::None, "none", "none"),
+                       clEnumValN(RecomputePolicy::Full, "full", "full"),
+                       clEnumValN(RecomputePolicy::Selective, "selective", "selective"),
+                       clEnumValN(RecomputePolicy::Auto, "auto", "auto"))};
+  Option<int64_t> recomputeDrop{*this, "recompute-drop",
+                                llvm::cl::desc("recompute=auto: ranked candidates recomputed (-1: all)"),
+                                llvm::cl::init(-1)};
+  Option<Offload> offload{*this, "offload", llvm::cl::desc("Offload"), llvm::cl::init(Offload::None),
+                          llvm::cl::values(clEnumValN(Offload::None, "none", "none"),
+                                           clEnumValN(Offload::CPU, "cpu", "cpu"))};
+  Option<OffloadParams> offloadParams{
+      *this, "offload-params", llvm::cl::desc("offload=cpu: where the weights live between uses"),
+      llvm::cl::init(OffloadParams::Device),
+      llvm::cl::values(clEnumValN(OffloadParams::Device, "device", "device"),
+                       clEnumValN(OffloadParams::Host, "host", "host"))};
+  Option<int64_t> prefetch{*this, "prefetch", llvm::cl::desc("ZeRO-3: layers an all-gather runs ahead"),
+                           llvm::cl::init(1)};
+  Option<double> lr{*this, "lr", llvm::cl::desc("AdamW learning rate"), llvm::cl::init(3e-4)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"), llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"), llvm::cl::init(0.95)};
+  Option<double> eps{*this, "eps", llvm::cl::desc("AdamW epsilon"), llvm::cl::init(1e-8)};
+  Option<double> weightDecay{*this, "weight-decay", llvm::cl::desc("AdamW weight decay"),
+                             llvm::cl::init(0.1)};
+  Option<double> gradClip{*this, "grad-clip", llvm::cl::desc("Global gradient norm clip (0: none)"),
+                          llvm::cl::init(0.0)};
+
+  TrainPipelineConfig config() const {
+    TrainPipelineConfig c;
+    c.adamw = {lr, beta1, beta2, eps, weightDecay, gradClip};
+    c.ranks = ranks;
+    c.zero = zero;
+    c.tp = tp;
+    c.sequenceParallel = sequenceParallel;
+    c.bucketMb = bucketMb;
+    c.precision = precision;
+    c.lossScaleInit = lossScale;
+    c.lossScaleGrowthInterval = lossScaleWindow;
+    c.microBatches = microBatches;
+    c.recompute = recompute;
+    c.recomputeDrop = recomputeDrop;
+    c.offload = offload;
+    c.offloadParams = offloadParams;
+    c.prefetch = prefetch;
+    return c;
+  }
+};
+
+} // namespace
+
+void registerBigcTrainPipeline() {
+  PassPipelineRegistration<TrainPipelineOptions>(
+      "bigc-train-pipeline",
+      "What `bigc compile` runs between the model and the emitter (options named as its flags)",
+      [](OpPassManager &pm, const TrainPipelineOptions &o) { buildTrainPipeline(pm, o.config()); });
+}
+
+} // namespace bigc
+} // namespace mlir
