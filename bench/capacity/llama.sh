@@ -56,8 +56,13 @@ def gib(b):
 def row(what, gen_args, flags):
     ok, j, err = plan(gen_args, flags)
     if not ok:
-        need = err.split(" needs ", 1)[1].split(";")[0] if " needs " in err else err[:80]
-        print("| %s | `%s` | no: needs %s |  |  |" % (what, " ".join(flags), need), flush=True)
+        if " needs " in err:
+            why = "needs " + err.split(" needs ", 1)[1].split(";")[0]
+        elif "the minimum is " in err:  # --recompute auto: even recomputing everything is too much
+            why = "recomputing everything still needs " + err.split("the minimum is ", 1)[1].split(" (")[0].split(";")[0]
+        else:
+            why = err.split(": ", 2)[-1][:120]
+        print("| %s | `%s` | no: %s |  |  |" % (what, " ".join(flags), why), flush=True)
         return
     sp = j["spaces"]
     dev = sp["device"]["arena_bytes"]

@@ -112,7 +112,7 @@ TEST(Emitter, LocationsPointAtTheModelsLines) {
 
 TEST(Emitter, AdamWOnEveryParameterWithDecayOnlyOnMatrices) {
   bigc::CompileOptions o;
-  o.lr = 1e-3, o.beta1 = 0.8, o.beta2 = 0.99, o.eps = 1e-6, o.weightDecay = 0.05;
+  o.adamw.lr = 1e-3, o.adamw.beta1 = 0.8, o.adamw.beta2 = 0.99, o.adamw.eps = 1e-6, o.adamw.weightDecay = 0.05;
   const bigc::rt::Program p = compile(bigc::gen::generateGptMlir(smallGpt()), o);
   std::map<std::string, int> updates;
   for (const auto &ins : p.instructions) {
@@ -138,7 +138,7 @@ TEST(Emitter, AdamWOnEveryParameterWithDecayOnlyOnMatrices) {
 
 TEST(Emitter, EveryBufferIsInsideItsArenaWithTheBytesItsShapeNeeds) {
   bigc::CompileOptions o;
-  o.offload = "cpu"; // two spaces
+  o.offload = mlir::bigc::Offload::CPU; // two spaces
   const bigc::rt::Program p = compile(bigc::gen::generateGptMlir(smallGpt()), o);
   std::map<std::string, int64_t> arena;
   for (const auto &s : p.spaces) arena[s.name] = s.arenaBytes;
