@@ -66,7 +66,7 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
     return;
   }
   case TrainStage::Techniques: {
-    // The single-device techniques, in DESIGN.md's order; each when its
+    // The single-device techniques, in the order of docs/architecture.md; each when its
     // option asks for it.
     if (o.precision != Precision::FP32) {
       BigcMixedPrecisionOptions mo;

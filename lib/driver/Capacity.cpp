@@ -1,6 +1,6 @@
 //===- Capacity.cpp - does a plan fit, and what would make it fit ---------===//
 //
-// See include/bigc/Driver/Capacity.h. The table CLI.md promises when a plan does not fit:
+// See include/bigc/Driver/Capacity.h. The table `bigc compile` prints when a plan does not fit:
 // needed vs available per memory space, bytes by role per space, and the option sets that do
 // fit, found by compiling them (not guessed), cheapest first.
 //

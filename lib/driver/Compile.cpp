@@ -2,7 +2,7 @@
 //
 // model.mlir -> model.bigc: the option table (each flag once), parse + verify,
 // the choices and the pipeline (Capacity.cpp, Pipeline.cpp), check the plan
-// against the device's capacity, write atomically. Exit status (CLI.md): 0 written; 1 the input or an
+// against the device's capacity, write atomically. Exit status: 0 written; 1 the input or an
 // option is wrong, or the plan does not fit (with a table); 2 internal
 // error. Nothing is written on any failure.
 //
@@ -571,7 +571,7 @@ int compileMain(int argc, char **argv, int first) {
   const int64_t nParams = program.parameterCount();
 
   // Capacity check (lib/driver/Capacity.cpp): every memory space against its capacity; when one
-  // does not fit, the table of CLI.md with the option sets that do fit (compiled to be sure).
+  // does not fit, the not-fit table with the option sets that do fit (compiled to be sure).
   if (!allFit(checkFit(program, opts))) {
     std::string report = notFitReport(*module, program, opts);
     std::fputs(report.c_str(), stderr);

@@ -1,6 +1,6 @@
 // `bigc gen gpt`: the GPT-2 forward graph as MLIR text in the bigc dialect.
 //
-// Architecture (CLI.md): pre-LayerNorm blocks (eps 1e-5), learned position embedding, causal
+// Architecture: pre-LayerNorm blocks (eps 1e-5), learned position embedding, causal
 // multi-head attention, MLP 4C with GELU (tanh), biases on every linear and LayerNorm, final
 // LayerNorm, LM head tied to wte, loss = mean cross-entropy over all B*T positions. Parameter
 // names and shapes are the Hugging Face GPT-2 checkpoint's without `transformer.`; linear layers

@@ -1,6 +1,6 @@
 //===- bigc: the driver (gen, compile, inspect, run, data) ----------------===//
 //
-// The command-line contract is ../shared/CLI.md. Exit status: 0 success; 1 the user's input is
+// The command-line contract is the README's user guide. Exit status: 0 success; 1 the user's input is
 // wrong or the plan does not fit (one message on stderr); 2 an internal error. Never a crash.
 //
 //===----------------------------------------------------------------------===//

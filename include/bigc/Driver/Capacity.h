@@ -5,10 +5,10 @@
 // the option sets it suggests when a plan does not fit. Uses compileToProgram (Pipeline.cpp);
 // Compile.cpp uses this file, never the other way round.
 //
-// The capacity check of `bigc compile` (CLI.md): each memory space's arena against its
+// The capacity check of `bigc compile` (README, "Compile"): each memory space's arena against its
 // capacity (device: per rank, --device-mem or the hardware profile; host: per machine,
-// --host-mem or the profile). When a space does not fit, notFitReport() writes the table of
-// CLI.md: needed vs available per space, bytes by role per space at that space's peak, and the
+// --host-mem or the profile). When a space does not fit, notFitReport() writes the not-fit table:
+// needed vs available per space, bytes by role per space at that space's peak, and the
 // option sets that would make it fit, found by compiling candidates (compileToProgram on the
 // parsed module) and listed cheapest first (least recomputation and transfer time).
 //

@@ -25,7 +25,7 @@ namespace mlir {
 class OpPassManager;
 namespace bigc {
 
-/// The AdamW hyper-parameters of bigc-autodiff (CLI.md defaults).
+/// The AdamW hyper-parameters of bigc-autodiff (the defaults of `bigc compile`).
 struct AdamWConfig {
   double lr = 3e-4;
   double beta1 = 0.9;
