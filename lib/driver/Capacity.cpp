@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Capacity.h"
+#include "bigc/runtime/ops.h"
 #include "bigc/Dialect/BigcOps.h"
 #include "bigc/support/format.h"
 
@@ -157,9 +158,9 @@ std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &
     while (parent[x] != x) x = parent[x] = parent[parent[x]];
     return x;
   };
-  static const std::set<std::string> inPlace = {"add", "bias_add", "mul", "scale", "gelu", "gelu_grad", "reshape"};
   for (const auto &ins : p.instructions) {
-    if (!inPlace.count(ins.op)) continue;
+    const rt::OpSignature *sig = rt::findOpSignature(ins.op); // the format's in-place rule
+    if (!sig || !sig->inPlace) continue;
     for (int64_t o : ins.out)
       for (int64_t i : ins.in) {
         const auto &x = p.buffers[size_t(i)], &y = p.buffers[size_t(o)];
