@@ -14,12 +14,13 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "bigc/runtime/program.h"
 #include "bigc/support/cli.h"
+#include "bigc/support/error.h"
+#include "bigc/support/file.h"
 
 namespace bigc::gen {
 
-using rt::UserError;
+using bigc::UserError;
 
 namespace {
 
@@ -377,7 +378,7 @@ int genLlamaMain(int argc, char **argv, int first) {
   if (out == "-")
     std::fwrite(text.data(), 1, text.size(), stdout);
   else
-    rt::writeFileAtomic(out, text);
+    writeFileAtomic(out, text);
   return 0;
 }
 

@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bigc/runtime/program.h"
 #include "bigc/support/cli.h"
+#include "bigc/support/error.h"
 
 #ifndef BIGC_HARDWARE_DIR
 #define BIGC_HARDWARE_DIR "hardware"
@@ -31,7 +31,6 @@
 
 namespace bigc {
 
-using rt::UserError;
 using json = nlohmann::json;
 
 namespace {

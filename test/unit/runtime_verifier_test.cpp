@@ -1,4 +1,4 @@
-// The plan verifier (runtime/program/Verifier.cpp) on hand-built programs: valid ones pass; each
+// The plan verifier (format/Verifier.cpp) on hand-built programs: valid ones pass; each
 // injected fault (an offset moved into a live neighbour, a dropped wait, a shrunk arena, two
 // instructions swapped across a dependence, an in-place overwrite of a value still needed) is
 // found and named.

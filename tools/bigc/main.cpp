@@ -7,8 +7,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <exception>
-#include <new>
 #include <string>
 
 #include "bigc/Driver/Compile.h"
@@ -17,6 +15,7 @@
 #include "bigc/Inspect/Inspect.h"
 #include "bigc/runtime/program.h"
 #include "bigc/runtime/run_command.h"
+#include "bigc/support/command.h"
 
 #ifndef BIGC_VERSION
 #define BIGC_VERSION "0.1.0"
@@ -53,16 +52,6 @@ const char *kCommands = "gen, import, compile, inspect, verify, run, data";
 
 bool isHelp(const char *a) {
   return std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0;
-}
-
-// "bigc <label>: message", unless the message already names the command.
-void report(const std::string &label, const std::string &msg) {
-  std::string first = label.substr(0, label.find(' '));
-  if (msg.rfind(label + ":", 0) == 0 || msg.rfind(first + " ", 0) == 0 ||
-      msg.rfind(first + ":", 0) == 0)
-    std::fprintf(stderr, "bigc %s\n", msg.c_str());
-  else
-    std::fprintf(stderr, "bigc %s: %s\n", label.c_str(), msg.c_str());
 }
 
 int dispatch(int argc, char **argv, const std::string &cmd) {
@@ -104,24 +93,8 @@ int realMain(int argc, char **argv) {
     std::string label = cmd;
     if (cmd == "gen" && argc > 2 && !isHelp(argv[2]) && argv[2][0] != '-')
       label = "gen " + std::string(argv[2]);
-    try {
-      int rc = dispatch(argc, argv, cmd);
-      if (rc >= 0) return rc;
-    } catch (const bigc::rt::UserError &e) {
-      report(label, e.what());
-      return 1;
-    } catch (const std::bad_alloc &) {
-      std::fprintf(stderr, "bigc %s: internal error: out of memory\n", label.c_str());
-      return 2;
-    } catch (const std::exception &e) {
-      std::fprintf(stderr, "bigc %s: internal error: %s (please report it)\n", label.c_str(),
-                   e.what());
-      return 2;
-    } catch (...) {
-      std::fprintf(stderr, "bigc %s: internal error: unknown exception (please report it)\n",
-                   label.c_str());
-      return 2;
-    }
+    int rc = bigc::cli::runCommand(label, [&] { return dispatch(argc, argv, cmd); });
+    if (rc >= 0) return rc;
   }
   std::fprintf(stderr, "bigc: unknown command '%s'; commands: %s (see bigc --help)\n",
                cmd.c_str(), kCommands);

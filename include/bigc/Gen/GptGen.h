@@ -20,9 +20,9 @@ struct GptConfig {
 
 // Preset names in the order `--help` lists them.
 std::vector<std::string> gptPresetNames();
-// Throws rt::UserError listing the presets when the name is unknown.
+// Throws UserError listing the presets when the name is unknown.
 GptConfig gptPreset(const std::string &name);
-// All positive, heads divide hidden. Throws rt::UserError naming the option.
+// All positive, heads divide hidden. Throws UserError naming the option.
 void validateGptConfig(const GptConfig &c);
 // Parameter count (elements) of the model: 12LC^2 + 13LC + VC + TC + 2C.
 int64_t gptParameterCount(const GptConfig &c);
@@ -30,7 +30,7 @@ int64_t gptParameterCount(const GptConfig &c);
 std::string generateGptMlir(const GptConfig &c);
 
 // `bigc gen <what> ...`; argv[first] is the model kind ("gpt"). Returns the exit status;
-// throws rt::UserError on bad input.
+// throws UserError on bad input.
 int genMain(int argc, char **argv, int first);
 const char *genHelp();
 

@@ -18,7 +18,7 @@ struct LlamaConfig {
   int64_t window = 0;         // Mistral's sliding window (0: none)
 };
 
-// Throws rt::UserError listing the presets when the name is unknown.
+// Throws UserError listing the presets when the name is unknown.
 LlamaConfig llamaPreset(const std::string &name);
 void validateLlamaConfig(const LlamaConfig &c);
 int64_t llamaParameterCount(const LlamaConfig &c);

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "bigc/runtime/program.h" // UserError
+#include "bigc/support/error.h"
 
 namespace bigc::cli {
 
-using bigc::rt::UserError;
+using bigc::UserError;
 
 struct Args {
   std::vector<std::string> positional;

@@ -28,7 +28,7 @@ struct HardwareProfile {
 };
 
 // `nameOrFile`: a profile name (looked up as <dir>/<name>.json, dir = $BIGC_HARDWARE_DIR or the
-// source tree's hardware/) or a path to a .json file. Throws rt::UserError naming the file and
+// source tree's hardware/) or a path to a .json file. Throws UserError naming the file and
 // field, or listing the known profile names when the name is unknown.
 HardwareProfile loadHardware(const std::string &nameOrFile);
 // The reserve of a profile without `device_reserve`: CUDA context and libraries 512 MiB, workspaces

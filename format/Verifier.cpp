@@ -1,6 +1,7 @@
-// The plan verifier: see include/bigc/runtime/verifier.h for what it proves.
-#include "bigc/runtime/verifier.h"
-#include "bigc/runtime/ops.h"
+// The plan verifier: see include/bigc/format/verifier.h for what it proves.
+#include "bigc/format/verifier.h"
+#include "bigc/format/ops.h"
+#include "bigc/format/validator.h"
 
 #include <algorithm>
 #include <map>

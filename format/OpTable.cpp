@@ -1,0 +1,96 @@
+// The instruction set in one table (include/bigc/format/ops.h). No MLIR here.
+#include "bigc/format/ops.h"
+
+namespace bigc::rt {
+
+const std::vector<OpSignature> &opSignatures() {
+  // name, kind, minIn, maxIn, minOut, maxOut, i32 inputs (bits), in place
+  static const std::vector<OpSignature> table = {
+      {"embedding", OpKind::Embedding, 2, 2, 1, 1, 0b10, false},
+      {"embedding_grad", OpKind::EmbeddingGrad, 2, 2, 1, 1, 0b10, false},
+      {"matmul", OpKind::Matmul, 2, 2, 1, 1, 0, false},
+      {"add", OpKind::Add, 2, 2, 1, 1, 0, true},
+      {"bias_add", OpKind::BiasAdd, 2, 2, 1, 1, 0, true},
+      {"mul", OpKind::Mul, 2, 2, 1, 1, 0, true},
+      {"scale", OpKind::Scale, 1, 1, 1, 1, 0, true},
+      {"reduce_sum", OpKind::ReduceSum, 1, 1, 1, 1, 0, false},
+      {"fill", OpKind::Fill, 0, 0, 1, 1, 0, false},
+      {"layernorm", OpKind::Layernorm, 3, 3, 3, 3, 0, false},
+      {"layernorm_grad", OpKind::LayernormGrad, 5, 5, 3, 3, 0, false},
+      {"gelu", OpKind::Gelu, 1, 1, 1, 1, 0, true},
+      {"gelu_grad", OpKind::GeluGrad, 2, 2, 1, 1, 0, true},
+      {"attention", OpKind::Attention, 1, 1, 2, 2, 0, false},
+      {"attention_grad", OpKind::AttentionGrad, 4, 4, 1, 1, 0, false},
+      {"transpose", OpKind::Transpose, 1, 1, 1, 1, 0, false},
+      {"reshape", OpKind::Reshape, 1, 1, 1, 1, 0, true},
+      {"split", OpKind::Split, 1, 1, 1, -1, 0, false},
+      {"concat", OpKind::Concat, 1, -1, 1, 1, 0, false},
+      {"cross_entropy", OpKind::CrossEntropy, 2, 2, 1, 1, 0b10, false},
+      {"cross_entropy_grad", OpKind::CrossEntropyGrad, 3, 3, 1, 1, 0b10, false},
+      {"global_norm", OpKind::GlobalNorm, 1, -1, 1, 1, 0, false},
+      {"adamw", OpKind::AdamW, 4, 7, 3, 4, 0, false},
+      {"cast", OpKind::Cast, 1, 1, 1, 1, 0, false},
+      {"copy", OpKind::Copy, 1, 1, 1, 1, 0, false},
+      {"wait", OpKind::Wait, 0, 0, 0, 0, 0, false},
+      {"check_finite", OpKind::CheckFinite, 1, -1, 1, 1, 0, false},
+      {"loss_scale_update", OpKind::LossScaleUpdate, 3, 3, 2, 2, 0, false},
+      {"all_reduce", OpKind::AllReduce, 1, -1, 1, -1, 0, false},
+      {"reduce_scatter", OpKind::ReduceScatter, 1, -1, 1, -1, 0, false},
+      {"all_gather", OpKind::AllGather, 1, -1, 1, -1, 0, false},
+      {"tp_slice", OpKind::TpSlice, 1, 1, 1, 1, 0, false},
+      {"vocab_ce_stats", OpKind::VocabCeStats, 2, 2, 1, 1, 0b10, false},
+      {"vocab_ce_stats_grad", OpKind::VocabCeStatsGrad, 4, 4, 1, 1, 0b100, false},
+      {"vocab_ce_loss", OpKind::VocabCeLoss, 1, 1, 1, 1, 0, false},
+      {"vocab_ce_loss_grad", OpKind::VocabCeLossGrad, 2, 2, 1, 1, 0, false},
+      {"rmsnorm", OpKind::RmsNorm, 2, 2, 2, 2, 0, false},
+      {"rmsnorm_grad", OpKind::RmsNormGrad, 4, 4, 2, 2, 0, false},
+      {"rope", OpKind::Rope, 1, 1, 1, 1, 0, true},
+      {"silu", OpKind::Silu, 1, 1, 1, 1, 0, true},
+      {"silu_grad", OpKind::SiluGrad, 2, 2, 1, 1, 0, true},
+      {"swiglu", OpKind::Swiglu, 2, 2, 1, 1, 0, true},
+      {"swiglu_grad", OpKind::SwigluGrad, 3, 3, 2, 2, 0, false},
+      {"gqa_attention", OpKind::GqaAttention, 3, 3, 2, 2, 0, false},
+      {"gqa_attention_grad", OpKind::GqaAttentionGrad, 6, 6, 3, 3, 0, false},
+  };
+  return table;
+}
+
+const OpSignature *findOpSignature(const std::string &name) {
+  for (const auto &s : opSignatures())
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+// Which dtypes an operand may have (format doc, "Dtypes"): ids are i32; statistics (layernorm
+// mean/rstd, attention lse), scalars (loss, dloss, norms, flags, loss scale), AdamW's master weight,
+// moments and optional scalars are f32; other floating-point tensors f32, bf16 or f16.
+OperandType operandType(OpKind k, bool isIn, size_t j) {
+  using Want = OperandType;
+  switch (k) {
+  case OpKind::Embedding:
+  case OpKind::EmbeddingGrad: return isIn && j == 1 ? Want::I32 : Want::Float;
+  case OpKind::CrossEntropy: return isIn ? (j == 1 ? Want::I32 : Want::Float) : Want::F32;
+  case OpKind::CrossEntropyGrad: return isIn ? (j == 1 ? Want::I32 : j == 2 ? Want::F32 : Want::Float) : Want::Float;
+  case OpKind::Layernorm: return !isIn && j >= 1 ? Want::F32 : Want::Float;
+  case OpKind::LayernormGrad: return isIn && j >= 3 ? Want::F32 : Want::Float;
+  case OpKind::Attention: return !isIn && j == 1 ? Want::F32 : Want::Float;
+  case OpKind::AttentionGrad: return isIn && j == 3 ? Want::F32 : Want::Float;
+  case OpKind::RmsNorm: return !isIn && j == 1 ? Want::F32 : Want::Float;
+  case OpKind::RmsNormGrad: return isIn && j == 3 ? Want::F32 : Want::Float;
+  case OpKind::GqaAttention: return !isIn && j == 1 ? Want::F32 : Want::Float;
+  case OpKind::GqaAttentionGrad: return isIn && j == 5 ? Want::F32 : Want::Float;
+  case OpKind::GlobalNorm:
+  case OpKind::CheckFinite: return isIn ? Want::Float : Want::F32;
+  case OpKind::LossScaleUpdate: return Want::F32;
+  case OpKind::AdamW: return isIn ? (j == 1 ? Want::Float : Want::F32) : (j == 3 ? Want::Float : Want::F32);
+  case OpKind::Copy:
+  case OpKind::Reshape: return Want::Any;
+  case OpKind::VocabCeStats: return isIn ? (j == 1 ? Want::I32 : Want::Float) : Want::F32;
+  case OpKind::VocabCeStatsGrad: return isIn ? (j == 2 ? Want::I32 : j == 1 ? Want::Float : Want::F32) : Want::Float;
+  case OpKind::VocabCeLoss:
+  case OpKind::VocabCeLossGrad: return Want::F32;
+  default: return Want::Float;
+  }
+}
+
+} // namespace bigc::rt

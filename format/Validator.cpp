@@ -1,0 +1,372 @@
+// Validating a parsed program: config, spaces, every buffer, the inputs, and every instruction
+// (operand counts, streams, waits, dtypes, live intervals, shapes through ShapeRules.cpp, memory
+// overlaps) (docs/program-format.md). No MLIR here.
+#include "bigc/format/validator.h"
+#include "bigc/format/ops.h"
+#include "Checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <set>
+
+namespace bigc::rt {
+
+namespace detail {
+
+void InstructionCheck::overlaps(const OpSignature &sig) const {
+  auto intersect = [](const Buffer &a, const Buffer &b) {
+    return a.space == b.space && a.bytes > 0 && b.bytes > 0 && a.offset < b.offset + b.bytes &&
+           b.offset < a.offset + a.bytes;
+  };
+  for (size_t o = 0; o < ins->out.size(); ++o) {
+    const Buffer &y = out(o);
+    for (size_t o2 = o + 1; o2 < ins->out.size(); ++o2) {
+      if (ins->out[o2] == ins->out[o]) bad("output buffer " + std::to_string(y.id) + " appears twice");
+      if (intersect(y, out(o2)))
+        bad("outputs " + std::to_string(o) + " (" + desc(y) + ") and " + std::to_string(o2) + " (" +
+            desc(out(o2)) + ") overlap in memory");
+    }
+    for (size_t i = 0; i < ins->in.size(); ++i) {
+      const Buffer &x = in(i);
+      if (x.id == y.id || !intersect(x, y)) continue;
+      bool exact = x.offset == y.offset && x.bytes == y.bytes;
+      if (sig.inPlace && exact &&
+          (sig.kind == OpKind::Reshape || x.liveLast == int64_t(idx)))
+        continue;
+      std::string why = !sig.inPlace ? std::string(" (") + sig.name + " does not work in place)"
+                        : !exact     ? std::string(" (in place needs exactly the same offset and size)")
+                                     : std::string(" (in place needs this to be the input's last use, "
+                                                   "but it is live until instruction ") +
+                                           std::to_string(x.liveLast) + ")";
+      bad("output " + std::to_string(o) + " (" + desc(y) + " at offset " + std::to_string(y.offset) +
+          ") overlaps input " + std::to_string(i) + " (" + desc(x) + " at offset " +
+          std::to_string(x.offset) + ")" + why);
+    }
+  }
+}
+
+} // namespace detail
+
+using detail::fail;
+using detail::shapeStr;
+
+void validateProgram(const Program &p, const std::string &path) {
+  if (p.version < kOldestProgramVersion || p.version > kProgramVersion)
+    fail(path, "program format version " + std::to_string(p.version) + ", this runtime reads versions " +
+                   std::to_string(kOldestProgramVersion) + " to " + std::to_string(kProgramVersion));
+  if (p.batch <= 0 || p.seq <= 0 || p.vocab <= 0)
+    fail(path, "config: batch, seq and vocab must be positive (batch " + std::to_string(p.batch) + ", seq " +
+                   std::to_string(p.seq) + ", vocab " + std::to_string(p.vocab) + ")");
+  if (p.microBatches < 1 || p.ranks < 1) fail(path, "config: micro_batches and ranks must be >= 1");
+  if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.dp > 4096 || p.tp > 4096 || p.pp > 4096 || p.dp * p.tp * p.pp != p.ranks)
+    fail(path, "config: the mesh dp " + std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " +
+                   std::to_string(p.pp) + " must multiply to ranks " + std::to_string(p.ranks));
+  if (p.zero < 0 || p.zero > 3) fail(path, "config: zero must be 0, 1, 2 or 3, is " + std::to_string(p.zero));
+  if (p.pp != 1)
+    fail(path, "config: the mesh has pp " + std::to_string(p.pp) +
+                   "; this runtime runs data- and tensor-parallel meshes only (pp = 1)");
+  if (p.precision != "fp32" && p.precision != "bf16" && p.precision != "fp16")
+    fail(path, "config: unknown precision '" + p.precision + "' (fp32, bf16 or fp16)");
+  {
+    static const std::set<std::string> policies = {"none", "full", "selective", "auto"};
+    if (!policies.count(p.recompute.policy))
+      fail(path, "recompute: unknown policy '" + p.recompute.policy + "' (none, full, selective or auto)");
+    if (p.recompute.savedBytes < 0 || p.recompute.flopsAdded < 0 || p.recompute.forwardFlops < 0)
+      fail(path, "recompute: saved_bytes, flops_added and forward_flops must be >= 0");
+  }
+
+  std::set<std::string> spaceNames;
+  for (size_t i = 0; i < p.spaces.size(); ++i) {
+    const Space &s = p.spaces[i];
+    if (s.name.empty()) fail(path, "spaces[" + std::to_string(i) + "]: empty name");
+    if (s.name != "device" && s.name != "host")
+      fail(path, "spaces[" + std::to_string(i) + "]: unknown memory space '" + s.name +
+                     "' (version 2 knows device and host)");
+    if (!spaceNames.insert(s.name).second) fail(path, "space '" + s.name + "' appears twice");
+    if (s.arenaBytes < 0) fail(path, "space '" + s.name + "': arena_bytes is negative");
+  }
+
+  const int64_t nInst = int64_t(p.instructions.size());
+  std::set<std::string> persistentNames;
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    const Buffer &b = p.buffers[i];
+    std::string where = "buffer " + std::to_string(i) + " ('" + b.name + "')";
+    if (b.id != int64_t(i))
+      fail(path, where + ": id " + std::to_string(b.id) + " differs from its index " + std::to_string(i));
+    const Space *s = p.space(b.space);
+    if (!s) fail(path, where + ": unknown space '" + b.space + "' (not in 'spaces')");
+    for (int64_t d : b.shape)
+      if (d < 0) fail(path, where + ": negative dimension in shape " + shapeStr(b.shape));
+    int64_t numel = 1;
+    for (int64_t d : b.shape) {
+      if (d != 0 && numel > std::numeric_limits<int64_t>::max() / 8 / d)
+        fail(path, where + ": shape " + shapeStr(b.shape) + " is too large");
+      numel *= d;
+    }
+    if (b.bytes != numel * dtypeSize(b.dtype))
+      fail(path, where + ": bytes " + std::to_string(b.bytes) + " != " + std::to_string(numel) +
+                     " elements x " + std::to_string(dtypeSize(b.dtype)) + " (" + dtypeName(b.dtype) + ")");
+    if (b.shard) {
+      int64_t full = 1;
+      for (int64_t d : b.fullShape) {
+        if (d < 0 || (d != 0 && full > std::numeric_limits<int64_t>::max() / 8 / d))
+          fail(path, where + ": bad shard full_shape " + shapeStr(b.fullShape));
+        full *= d;
+      }
+      if (b.shape.size() != 1 || b.shape[0] != (full + p.dp - 1) / p.dp)
+        fail(path, where + ": a shard of " + shapeStr(b.fullShape) + " over dp " + std::to_string(p.dp) + " is [" +
+                       std::to_string((full + p.dp - 1) / p.dp) + "], the buffer is " + shapeStr(b.shape));
+    }
+    if (b.tpDim >= 0) { // a tensor-parallel chunk: the whole shape with dim divided by tp
+      const std::vector<int64_t> &local = b.shard ? b.fullShape : b.shape;
+      if (b.tpFullShape.size() != local.size() || b.tpDim >= int64_t(local.size()) || b.tpSegments < 1 ||
+          b.tpFullShape[size_t(b.tpDim)] % (p.tp * b.tpSegments) != 0)
+        fail(path, where + ": bad tensor-parallel split (dim " + std::to_string(b.tpDim) + ", segments " +
+                       std::to_string(b.tpSegments) + ") of " + shapeStr(b.tpFullShape) + " over tp " +
+                       std::to_string(p.tp));
+      for (size_t d = 0; d < local.size(); ++d)
+        if (local[d] != (int64_t(d) == b.tpDim ? b.tpFullShape[d] / p.tp : b.tpFullShape[d]))
+          fail(path, where + ": the chunk of " + shapeStr(b.tpFullShape) + " split on dim " + std::to_string(b.tpDim) +
+                         " over tp " + std::to_string(p.tp) + " is not " + shapeStr(local));
+    }
+    if (b.offset < 0 || b.offset % kAlignment != 0)
+      fail(path, where + ": offset " + std::to_string(b.offset) + " is not aligned to " +
+                     std::to_string(kAlignment) + " bytes");
+    if (b.offset > s->arenaBytes || b.bytes > s->arenaBytes - b.offset)
+      fail(path, where + ": offset " + std::to_string(b.offset) + " + bytes " + std::to_string(b.bytes) +
+                     " lies outside the '" + s->name + "' arena of " + std::to_string(s->arenaBytes) + " bytes");
+    static const std::set<std::string> roles = {"param",           "master", "optimizer", "grad",     "activation",
+                                                "activation_grad", "input",  "workspace", "transfer"};
+    if (!roles.count(b.role)) fail(path, where + ": unknown role '" + b.role + "'");
+    if (b.liveFirst > b.liveLast || b.liveFirst < 0 || (nInst > 0 && b.liveLast >= nInst))
+      fail(path, where + ": live interval [" + std::to_string(b.liveFirst) + ", " + std::to_string(b.liveLast) +
+                     "] is not within the " + std::to_string(nInst) + " instructions");
+    if (b.persistent()) {
+      if (!persistentNames.insert(b.name).second)
+        fail(path, where + ": the name '" + b.name + "' is used by two persistent buffers");
+      static const std::set<std::string> kinds = {"normal", "zeros", "ones", "copy", "fill"};
+      if (!kinds.count(b.init.kind))
+        fail(path, where + ": a " + b.role + " buffer needs an init of kind normal, zeros, ones, copy or fill" +
+                       (b.init.kind.empty() ? std::string(" (none given)") : ", not '" + b.init.kind + "'"));
+      if (b.init.kind == "normal" && !(b.init.std >= 0 && std::isfinite(b.init.std)))
+        fail(path, where + ": init std must be a non-negative number");
+      if (b.init.kind == "fill" && !std::isfinite(b.init.value))
+        fail(path, where + ": init value must be a finite number");
+      if (b.dtype == DType::I32) fail(path, where + ": a " + b.role + " buffer must be f32, bf16 or f16, not i32");
+      if (b.role != "param" && b.dtype != DType::F32)
+        fail(path, where + ": " + b.role + " buffers (fp32 weights of record, AdamW moments) must be f32, not " +
+                       dtypeName(b.dtype));
+    } else if (!b.init.kind.empty()) {
+      fail(path, where + ": only param, master and optimizer buffers take an init");
+    }
+  }
+
+  // init kind copy: the source is another persistent buffer of the same shape; no cycles.
+  for (const Buffer &b : p.buffers) {
+    if (!b.persistent() || b.init.kind != "copy") continue;
+    std::string where = "buffer " + std::to_string(b.id) + " ('" + b.name + "')";
+    const Buffer *cur = &b;
+    for (size_t hops = 0; cur->init.kind == "copy"; ++hops) {
+      const Buffer *src = nullptr;
+      for (const Buffer &c : p.buffers)
+        if (c.persistent() && c.name == cur->init.source) src = &c;
+      if (!src)
+        fail(path, where + ": init copies '" + cur->init.source + "', which is not a param, master or optimizer buffer");
+      auto logical = [](const Buffer *x) { return x->shard ? x->fullShape : x->shape; };
+      if (logical(src) != logical(cur))
+        fail(path, where + ": init copies '" + src->name + "' of shape " + shapeStr(logical(src)) + " into shape " +
+                       shapeStr(logical(cur)));
+      if (src == &b || hops > p.buffers.size()) fail(path, where + ": init copies form a cycle");
+      cur = src;
+    }
+  }
+
+  auto bufferRef = [&](int64_t id, const std::string &what) {
+    if (id < 0 || id >= int64_t(p.buffers.size()))
+      fail(path, what + ": buffer id " + std::to_string(id) + " is out of range (" +
+                     std::to_string(p.buffers.size()) + " buffers)");
+    return &p.buffers[size_t(id)];
+  };
+  std::vector<int64_t> bt{p.batch, p.seq};
+  std::vector<std::pair<std::string, const Buffer *>> inputBufs;
+  for (int which = 0; which < 2; ++which) {
+    const auto &ids = which ? p.targetInputs : p.tokenInputs;
+    const std::string list = which ? "inputs.targets" : "inputs.tokens";
+    if (int64_t(ids.size()) != p.microBatches)
+      fail(path, list + " has " + std::to_string(ids.size()) + " buffer(s); config.micro_batches is " +
+                     std::to_string(p.microBatches) + " (one [B,T] i32 buffer per micro-batch)");
+    for (size_t k = 0; k < ids.size(); ++k) {
+      std::string what = list + "[" + std::to_string(k) + "]";
+      const Buffer *b = bufferRef(ids[k], what);
+      if (b->dtype != DType::I32 || b->shape != bt)
+        fail(path, what + " (buffer " + std::to_string(b->id) + " '" + b->name + "') must be i32 " + shapeStr(bt) +
+                       ", is " + dtypeName(b->dtype) + " " + shapeStr(b->shape));
+      inputBufs.emplace_back(what, b);
+    }
+  }
+  for (size_t x = 0; x < inputBufs.size(); ++x)
+    for (size_t y = x + 1; y < inputBufs.size(); ++y) {
+      const Buffer *a = inputBufs[x].second, *b = inputBufs[y].second;
+      if (a == b) fail(path, inputBufs[x].first + " and " + inputBufs[y].first + " must be different buffers");
+      if (a->space == b->space && a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes)
+        fail(path, inputBufs[x].first + " and " + inputBufs[y].first + " overlap in memory");
+    }
+  if (p.lossScale >= 0 || p.foundInf >= 0) {
+    for (auto [id, what] : {std::make_pair(p.lossScale, "loss_scaling.scale"),
+                            std::make_pair(p.foundInf, "loss_scaling.found_inf")}) {
+      const Buffer *b = bufferRef(id, what);
+      if (b->dtype != DType::F32 || !b->shape.empty())
+        fail(path, std::string(what) + " (buffer " + std::to_string(b->id) + " '" + b->name +
+                       "') must be an f32 scalar [], is " + dtypeName(b->dtype) + " " + shapeStr(b->shape));
+    }
+  }
+  const Buffer *loss = bufferRef(p.loss, "loss");
+  if (loss->dtype != DType::F32 || !loss->shape.empty())
+    fail(path, "loss (buffer " + std::to_string(loss->id) + " '" + loss->name + "') must be an f32 scalar [], is " +
+                   dtypeName(loss->dtype) + " " + shapeStr(loss->shape));
+
+  detail::InstructionCheck v{p, path};
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    const Instruction &ins = p.instructions[i];
+    v.idx = i;
+    v.ins = &ins;
+    const OpSignature *sig = findOpSignature(ins.op);
+    if (!sig) v.bad("unknown op '" + ins.op + "'");
+    auto countOk = [](size_t n, int lo, int hi) { return int64_t(n) >= lo && (hi < 0 || int64_t(n) <= hi); };
+    auto countStr = [](int lo, int hi) {
+      if (lo == hi) return std::to_string(lo);
+      if (hi < 0) return "at least " + std::to_string(lo);
+      return std::to_string(lo) + " or " + std::to_string(hi);
+    };
+    if (sig->kind != OpKind::AdamW && !countOk(ins.in.size(), sig->minIn, sig->maxIn))
+      v.bad("expects " + countStr(sig->minIn, sig->maxIn) + " inputs, has " + std::to_string(ins.in.size()));
+    if (sig->kind != OpKind::AdamW && !countOk(ins.out.size(), sig->minOut, sig->maxOut))
+      v.bad("expects " + countStr(sig->minOut, sig->maxOut) + " outputs, has " + std::to_string(ins.out.size()));
+    if (sig->kind == OpKind::AdamW) {
+      // in = [param, grad, m, v] + norm (clip) + loss_scale (unscale) + found_inf (skip_on_overflow);
+      // out = [param, m, v] + half (write_half).
+      std::string names = "param, grad, m, v";
+      size_t nIn = 4;
+      for (auto [attr, operand] : {std::make_pair("clip", "norm"), std::make_pair("unscale", "loss_scale"),
+                                   std::make_pair("skip_on_overflow", "found_inf")})
+        if (ins.flag(attr)) ++nIn, names += std::string(", ") + operand + " (" + attr + ")";
+      if (ins.in.size() != nIn)
+        v.bad("expects " + std::to_string(nIn) + " inputs [" + names + "] by its attributes, has " +
+              std::to_string(ins.in.size()) + " (set clip, unscale, skip_on_overflow to match the optional operands)");
+      size_t nOut = ins.flag("write_half") ? 4 : 3;
+      if (ins.out.size() != nOut)
+        v.bad("expects " + std::to_string(nOut) + " outputs [param, m, v" + (nOut == 4 ? ", half (write_half)" : "") +
+              "] by its attributes, has " + std::to_string(ins.out.size()));
+    }
+    {
+      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host", "comm", "comm_tp"};
+      if (!streams.count(ins.stream))
+        v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host, comm or comm_tp)");
+      const bool collective = sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter ||
+                              sig->kind == OpKind::AllGather;
+      const bool commStream = ins.stream == "comm" || ins.stream == "comm_tp";
+      if (collective != commStream)
+        v.bad(collective ? "a collective runs on the comm or comm_tp stream, not '" + ins.stream + "'"
+                         : "only collectives run on the comm and comm_tp streams");
+      // comm_tp: the tensor-parallel axis (1) only; comm: any other axis.
+      if (collective && (ins.stream == "comm_tp") != (ins.num("axis", 0) == 1))
+        v.bad(ins.stream == "comm_tp" ? "the comm_tp stream runs collectives over the tensor axis (axis 1) only"
+                                      : "a collective over the tensor axis (axis 1) runs on the comm_tp stream");
+      static const std::set<std::string> phases = {"", "forward", "backward", "optimizer"};
+      if (!phases.count(ins.phase)) v.bad("unknown phase '" + ins.phase + "' (forward, backward or optimizer)");
+      for (int64_t w : ins.wait) {
+        if (w < 0 || w >= int64_t(i))
+          v.bad("waits for instruction " + std::to_string(w) + ", which is not an earlier instruction (wait indices must be in [0, " +
+                std::to_string(i) + "))");
+        if (p.instructions[size_t(w)].stream == ins.stream)
+          v.bad("waits for instruction " + std::to_string(w) + " on its own stream '" + ins.stream +
+                "' (a wait must name an instruction of another stream; one stream runs in order)");
+      }
+    }
+    for (size_t k = 0; k < ins.in.size() + ins.out.size(); ++k) {
+      bool isIn = k < ins.in.size();
+      size_t j = isIn ? k : k - ins.in.size();
+      int64_t id = isIn ? ins.in[j] : ins.out[j];
+      std::string what = std::string(isIn ? "input " : "output ") + std::to_string(j);
+      if (id < 0 || id >= int64_t(p.buffers.size()))
+        v.bad(what + ": buffer id " + std::to_string(id) + " is out of range (" + std::to_string(p.buffers.size()) +
+              " buffers)");
+      const Buffer &b = p.buffers[size_t(id)];
+      switch (operandType(sig->kind, isIn, j)) {
+      case OperandType::I32:
+        if (b.dtype != DType::I32) v.bad(what + " (" + v.desc(b) + ") must be i32, is " + dtypeName(b.dtype));
+        break;
+      case OperandType::F32:
+        if (b.dtype != DType::F32)
+          v.bad(what + " (" + v.desc(b) + ") must be f32 (statistics, scalars, master weights and moments are f32), is " +
+                dtypeName(b.dtype));
+        break;
+      case OperandType::Float:
+        if (b.dtype == DType::I32) v.bad(what + " (" + v.desc(b) + ") must be f32, bf16 or f16, is i32");
+        break;
+      case OperandType::Any: break;
+      }
+      if (int64_t(i) < b.liveFirst || int64_t(i) > b.liveLast)
+        v.bad(what + " (" + v.desc(b) + ") is used outside its live interval [" + std::to_string(b.liveFirst) +
+              ", " + std::to_string(b.liveLast) + "]");
+    }
+    v.shapes(*sig);
+    v.overlaps(*sig);
+  }
+
+  // A mesh of several ranks runs collectives; one rank has none.
+  // Buffers that share memory must not be live at the same time, except buffers joined by an
+  // allowed in-place alias (union-find over those pairs). Inputs are written before instruction 0
+  // and the loss is read after the last one, so their intervals are extended accordingly.
+  std::vector<size_t> group(p.buffers.size());
+  std::iota(group.begin(), group.end(), size_t(0));
+  std::function<size_t(size_t)> root = [&](size_t x) {
+    while (group[x] != x) x = group[x] = group[group[x]];
+    return x;
+  };
+  for (const auto &ins : p.instructions) {
+    const OpSignature *sig = findOpSignature(ins.op);
+    if (!sig->inPlace) continue;
+    for (int64_t o : ins.out)
+      for (int64_t i : ins.in) {
+        const Buffer &x = p.buffers[size_t(i)], &y = p.buffers[size_t(o)];
+        if (x.space == y.space && x.offset == y.offset && x.bytes == y.bytes) group[root(size_t(i))] = root(size_t(o));
+      }
+  }
+  auto interval = [&](const Buffer &b) {
+    int64_t first = b.liveFirst, last = b.liveLast;
+    for (int64_t id : p.tokenInputs) if (b.id == id) first = 0;
+    for (int64_t id : p.targetInputs) if (b.id == id) first = 0;
+    if (b.id == p.loss && nInst > 0) last = nInst - 1;
+    if (b.persistent() && nInst > 0) first = 0, last = nInst - 1;
+    return std::make_pair(first, last);
+  };
+  std::vector<const Buffer *> order;
+  for (const auto &b : p.buffers)
+    if (b.bytes > 0) order.push_back(&b);
+  std::sort(order.begin(), order.end(), [](const Buffer *a, const Buffer *b) {
+    return a->space != b->space ? a->space < b->space : a->offset < b->offset;
+  });
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Buffer &a = *order[i];
+    auto ia = interval(a);
+    for (size_t j = i + 1; j < order.size(); ++j) {
+      const Buffer &b = *order[j];
+      if (b.space != a.space || b.offset >= a.offset + a.bytes) break;
+      auto ib = interval(b);
+      if (ia.second < ib.first || ib.second < ia.first) continue;
+      if (root(size_t(a.id)) == root(size_t(b.id))) continue;
+      fail(path, "buffers " + std::to_string(a.id) + " ('" + a.name + "', bytes [" + std::to_string(a.offset) + ", " +
+                     std::to_string(a.offset + a.bytes) + ") live [" + std::to_string(ia.first) + ", " +
+                     std::to_string(ia.second) + "]) and " + std::to_string(b.id) + " ('" + b.name + "', bytes [" +
+                     std::to_string(b.offset) + ", " + std::to_string(b.offset + b.bytes) + ") live [" +
+                     std::to_string(ib.first) + ", " + std::to_string(ib.second) +
+                     "]) overlap in the '" + a.space + "' arena while both are live");
+    }
+  }
+}
+
+} // namespace bigc::rt

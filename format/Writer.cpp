@@ -1,0 +1,129 @@
+// Writing a program file: the JSON payload, one buffer or instruction per line, behind the container
+// line (docs/program-format.md). No MLIR here.
+#include "bigc/format/writer.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace bigc::rt {
+
+using json = nlohmann::json;
+
+std::string serializeProgram(const Program &p) {
+  json root = json::object();
+  root["version"] = p.version;
+  root["producer"] = p.producer;
+  root["source"] = p.source;
+  root["config"] = {{"batch", p.batch},          {"seq", p.seq},     {"vocab", p.vocab},
+                    {"precision", p.precision}, {"micro_batches", p.microBatches},
+                    {"ranks", p.ranks},          {"zero", p.zero},
+                    {"mesh", {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}}}};
+  if (p.tp > 1)
+    root["config"]["tensor_parallel"] = {{"sequence_parallel", p.sequenceParallel ? 1 : 0},
+                                         {"replicated", p.tpReplicated}};
+  root["optimizer"] = {{"kind", p.optimizer.kind},   {"lr", p.optimizer.lr},
+                       {"beta1", p.optimizer.beta1}, {"beta2", p.optimizer.beta2},
+                       {"eps", p.optimizer.eps},     {"weight_decay", p.optimizer.weightDecay},
+                       {"grad_clip", p.optimizer.gradClip}};
+  root["hardware"] = {{"name", p.hardwareName},
+                      {"device_capacity_bytes", p.deviceCapacityBytes},
+                      {"host_capacity_bytes", p.hostCapacityBytes},
+                      {"device_reserve_bytes", p.deviceReserveBytes},
+                      {"host_reserve_bytes", p.hostReserveBytes}};
+  if (!p.deviceReserveParts.empty()) {
+    json parts = json::object();
+    for (const auto &[name, b] : p.deviceReserveParts) parts[name] = b;
+    root["hardware"]["device_reserve"] = parts;
+  }
+  if (!p.initialWeights.empty())
+    root["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
+  json spaces = json::array();
+  for (const auto &s : p.spaces)
+    spaces.push_back({{"name", s.name},
+                      {"arena_bytes", s.arenaBytes},
+                      {"lower_bound_bytes", s.lowerBoundBytes},
+                      {"capacity_bytes", s.capacityBytes}});
+  root["spaces"] = spaces;
+  json bufs = json::array();
+  for (const auto &b : p.buffers) {
+    json jb = {{"id", b.id},         {"name", b.name},   {"space", b.space},
+               {"offset", b.offset}, {"bytes", b.bytes}, {"dtype", dtypeName(b.dtype)},
+               {"shape", b.shape},   {"role", b.role},   {"live", {b.liveFirst, b.liveLast}}};
+    if (!b.init.kind.empty()) {
+      json ji = {{"kind", b.init.kind}};
+      if (b.init.kind == "normal") ji["std"] = b.init.std;
+      if (b.init.kind == "copy") ji["source"] = b.init.source;
+      if (b.init.kind == "fill") ji["value"] = b.init.value;
+      jb["init"] = ji;
+    }
+    if (b.shard) jb["shard"] = {{"axis", "dp"}, {"full_shape", b.fullShape}};
+    if (b.tpDim >= 0) jb["tp"] = {{"dim", b.tpDim}, {"segments", b.tpSegments}, {"full_shape", b.tpFullShape}};
+    bufs.push_back(std::move(jb));
+  }
+  root["buffers"] = std::move(bufs);
+  root["inputs"] = {{"tokens", p.tokenInputs}, {"targets", p.targetInputs}};
+  root["loss"] = p.loss;
+  if (p.lossScale >= 0 || p.foundInf >= 0) root["loss_scaling"] = {{"scale", p.lossScale}, {"found_inf", p.foundInf}};
+  root["recompute"] = {{"policy", p.recompute.policy},
+                       {"saved_bytes", p.recompute.savedBytes},
+                       {"flops_added", p.recompute.flopsAdded},
+                       {"forward_flops", p.recompute.forwardFlops}};
+  if (p.estimate.present) {
+    json cs = json::array();
+    for (const auto &c : p.estimate.collectives)
+      cs.push_back({{"op", c.op}, {"count", c.count}, {"seconds", c.seconds}, {"hidden_seconds", c.hiddenSeconds},
+                    {"queued_seconds", c.queuedSeconds}});
+    root["estimate"] = {{"step_seconds", p.estimate.stepSeconds},
+                        {"compute_seconds", p.estimate.computeSeconds},
+                        {"collectives", cs}};
+  }
+  json insts = json::array();
+  for (const auto &ins : p.instructions) {
+    json attrs = json::object();
+    for (const auto &[k, a] : ins.attrs) {
+      if (a.isList) attrs[k] = a.list;
+      else if (a.isReals) {
+        json r = json::array();
+        for (double x : a.reals) r.push_back(x); // doubles: written with a fraction or exponent, read back as reals
+        attrs[k] = r;
+      }
+      else if (k == "transpose_a" || k == "transpose_b" || k == "clip" || k == "unscale" || k == "skip_on_overflow" ||
+               k == "write_half")
+        attrs[k] = a.num != 0.0;
+      else if (a.num == std::floor(a.num) && std::fabs(a.num) < 9007199254740992.0) attrs[k] = int64_t(a.num);
+      else attrs[k] = a.num;
+    }
+    json ji = {{"op", ins.op}, {"in", ins.in}, {"out", ins.out}, {"attrs", attrs}, {"loc", ins.loc}};
+    if (ins.stream != "compute") ji["stream"] = ins.stream;
+    if (!ins.wait.empty()) ji["wait"] = ins.wait;
+    if (!ins.phase.empty()) ji["phase"] = ins.phase;
+    if (ins.recompute) ji["recompute"] = true;
+    insts.push_back(std::move(ji));
+  }
+  root["instructions"] = std::move(insts);
+
+  // One buffer / instruction per line: compact, yet readable and diffable.
+  std::string payload = "{";
+  bool first = true;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    payload += first ? "\n" : ",\n";
+    first = false;
+    payload += json(it.key()).dump() + ": ";
+    if (it.value().is_array() && !it.value().empty() && it.value()[0].is_object()) {
+      payload += "[";
+      for (size_t i = 0; i < it.value().size(); ++i) payload += (i ? ",\n  " : "\n  ") + it.value()[i].dump();
+      payload += "\n]";
+    } else {
+      payload += it.value().dump();
+    }
+  }
+  payload += "\n}\n";
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a64(payload.data(), payload.size()));
+  return "BIGC-PROGRAM " + std::to_string(kProgramVersion) + " " + std::to_string(payload.size()) + " " + hash +
+         "\n" + payload;
+}
+
+} // namespace bigc::rt

@@ -1,0 +1,182 @@
+// The program file's data model (docs/program-format.md): what the compiler's emitter fills and
+// the runtime executes. Reading, validating and writing it: reader.h, validator.h, writer.h; the
+// op table: ops.h; the plan verifier: verifier.h (the format library, format/). No MLIR here.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bigc/support/error.h"
+
+namespace bigc::rt {
+
+using bigc::UserError; // include/bigc/support/error.h
+
+enum class DType { F32, BF16, F16, I32 };
+const char *dtypeName(DType d);
+int64_t dtypeSize(DType d);
+bool parseDType(const std::string &s, DType &out);
+
+struct Init {
+  std::string kind; // "normal", "zeros", "ones", "copy", "fill", "" (none)
+  double std = 0.0;
+  std::string source; // kind "copy": name of the persistent buffer cast into this one
+  double value = 0;   // kind "fill"
+};
+
+struct Buffer {
+  int64_t id = 0;
+  std::string name;
+  std::string space; // "device", "host", ...
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::string role; // param, master, optimizer, grad, activation, activation_grad, input, workspace, transfer
+  int64_t liveFirst = 0, liveLast = 0;
+  Init init;
+  // Version 3: a shard (over the mesh axis "dp") of a tensor of shape fullShape: the buffer is 1-D
+  // with ceil(numel(fullShape) / dp) elements, rank r holding elements [r*S, r*S+S) of the whole
+  // (the last shard padded with zeros).
+  bool shard = false;
+  std::vector<int64_t> fullShape;
+  // Tensor parallelism: a chunk of the tensor of shape tpFullShape split along tpDim over the mesh
+  // axis "tp" (rank t holds chunk t of each of tpSegments equal parts of that dimension, in order).
+  // The shape before any dp shard (fullShape when sharded, else shape) is tpFullShape with tpDim
+  // divided by tp. tpDim -1: not split.
+  int64_t tpDim = -1, tpSegments = 1;
+  std::vector<int64_t> tpFullShape;
+
+  bool sharded() const { return shard; }
+  int64_t fullNumel() const {
+    if (!shard) return numel();
+    int64_t n = 1;
+    for (int64_t d : fullShape) n *= d;
+    return n;
+  }
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  bool persistent() const { return role == "param" || role == "optimizer" || role == "master"; }
+};
+
+// Attribute values: numbers, bools, integer lists and (rope's inv_freq) lists of reals.
+struct Attr {
+  double num = 0.0;
+  bool isList = false;
+  std::vector<int64_t> list;
+  bool isReals = false;
+  std::vector<double> reals;
+};
+
+struct Instruction {
+  std::string op;
+  std::vector<int64_t> in, out;
+  std::map<std::string, Attr> attrs;
+  std::string loc;
+  std::string stream = "compute"; // compute, h2d, d2h, host
+  std::vector<int64_t> wait;      // indices of earlier instructions on other streams
+  std::string phase;              // forward, backward, optimizer ("" unknown)
+  bool recompute = false;         // forward work repeated in the backward
+
+  double num(const std::string &key, double dflt) const {
+    auto it = attrs.find(key);
+    return it == attrs.end() ? dflt : it->second.num;
+  }
+  bool flag(const std::string &key) const { return num(key, 0.0) != 0.0; }
+  std::vector<int64_t> ints(const std::string &key) const {
+    auto it = attrs.find(key);
+    return it == attrs.end() ? std::vector<int64_t>{} : it->second.list;
+  }
+  std::vector<double> reals(const std::string &key) const {
+    auto it = attrs.find(key);
+    return it == attrs.end() ? std::vector<double>{} : it->second.reals;
+  }
+};
+
+struct Space {
+  std::string name;
+  int64_t arenaBytes = 0, lowerBoundBytes = 0, capacityBytes = 0;
+};
+
+struct Optimizer {
+  std::string kind = "adamw";
+  double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1, gradClip = 0.0;
+};
+
+struct RecomputeInfo {
+  std::string policy = "none";
+  int64_t savedBytes = 0, flopsAdded = 0, forwardFlops = 0;
+};
+
+// Collective instructions (version 3): attribute `reduce` and `axis` codes.
+enum class Reduce { Sum = 0, Mean = 1, Max = 2, Norm = 3 };
+enum class MeshAxis { DP = 0, TP = 1, PP = 2 };
+
+// Version 3 (optional): the step played on the compile's hardware profile with the cost model
+// (bigc compile --hardware): its time, the compute stream's busy time, and per collective kind its
+// time and the part hidden behind compute.
+struct CollectiveEstimate {
+  std::string op;
+  int64_t count = 0;
+  double seconds = 0, hiddenSeconds = 0;
+  double queuedSeconds = 0; // behind earlier work of its stream after its input was ready
+};
+struct StepEstimate {
+  bool present = false;
+  double stepSeconds = 0, computeSeconds = 0;
+  std::vector<CollectiveEstimate> collectives;
+};
+
+struct Program {
+  int version = 3;
+  std::string producer, source;
+  int64_t batch = 0, seq = 0, vocab = 0, microBatches = 1, ranks = 1;
+  // Version 3: the device mesh (ranks = dp * tp * pp) and the ZeRO stage over dp.
+  int64_t dp = 1, tp = 1, pp = 1, zero = 0;
+  int64_t axisSize(int64_t axis) const { return axis == 0 ? dp : axis == 1 ? tp : pp; }
+  // Tensor parallelism: Megatron-SP, and the ops bigc-tensor-parallel left replicated (no rule).
+  bool sequenceParallel = false;
+  std::vector<std::string> tpReplicated;
+  std::string precision = "fp32";
+  Optimizer optimizer;
+  std::string hardwareName;
+  // What the plan may use per device and of the host (the memory less the reserves), and the
+  // reserves kept for what is not in the plan (CUDA context, workspaces, NCCL; the OS).
+  int64_t deviceCapacityBytes = 0, hostCapacityBytes = 0;
+  int64_t deviceReserveBytes = 0, hostReserveBytes = 0;
+  std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
+  // The model's own initial weights (an imported model's safetensors file, absolute path; "" when
+  // the inits of the buffers are the start): `bigc run` loads them before the first step.
+  std::string initialWeights;
+  int64_t initialWeightsBytes = 0;
+  std::vector<Space> spaces;
+  std::vector<Buffer> buffers;
+  std::vector<int64_t> tokenInputs, targetInputs; // one per micro-batch
+  int64_t loss = -1;
+  int64_t lossScale = -1, foundInf = -1; // loss_scaling object (fp16); -1 absent
+  RecomputeInfo recompute;
+  StepEstimate estimate;
+  std::vector<Instruction> instructions;
+  uint64_t checksum = 0; // FNV-1a 64 of the payload, as read (parseProgram); 0 when built in memory
+
+  const Space *space(const std::string &name) const {
+    for (auto &s : spaces)
+      if (s.name == name) return &s;
+    return nullptr;
+  }
+  int64_t parameterCount() const; // elements of role "param"
+};
+
+constexpr int kProgramVersion = 3;
+constexpr int kOldestProgramVersion = 2; // read too (no collectives, one rank)
+constexpr int64_t kAlignment = 64;
+
+uint64_t fnv1a64(const void *data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
+
+} // namespace bigc::rt

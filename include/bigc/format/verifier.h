@@ -1,0 +1,36 @@
+// The plan verifier (`bigc verify`; also run at the end of `bigc compile` and by the runtime's
+// loader unless --no-verify). validateProgram checks each buffer and instruction on its own
+// (bounds, sizes, dtypes, shapes, operand counts, waits naming earlier instructions of other
+// streams); verifyPlan proves what needs the whole step:
+//
+//  1. order: instructions of one stream run in program order; an instruction's `wait` list orders
+//     the instructions it names before it; nothing else orders two streams. "a happens before b"
+//     is the transitive closure (computed with one vector clock per instruction).
+//  2. every read of a buffer that is not persistent (param, master, optimizer) or a step input
+//     is preceded, in that order, by a write of it;
+//  3. two accesses of one buffer on different streams, at least one a write, are ordered;
+//  4. two buffers whose bytes overlap in an arena are never live at once: every access of one
+//     happens before every access of the other (the exact in-place aliasing that the format allows
+//     inside one instruction excepted); persistent buffers overlap nothing; the step's inputs are
+//     written before the first instruction and the loss (and fp16's found_inf) read after the last.
+//
+// Each problem is one line naming the buffers, instructions (index, op, stream, source location)
+// and what orders are missing. No MLIR here.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bigc/format/program.h"
+
+namespace bigc::rt {
+
+// Every problem found, at most `limit` (empty: the plan is proven free of these hazards). The
+// program must have passed validateProgram.
+std::vector<std::string> verifyPlan(const Program &p, size_t limit = 20);
+
+// validateProgram (skipped when `validated`: loadProgram has done it), then verifyPlan; throws
+// UserError("<path>: the plan is unsafe: ...") listing the first problems.
+void verifyProgram(const Program &p, const std::string &path, bool validated = false);
+
+} // namespace bigc::rt

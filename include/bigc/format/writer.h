@@ -1,0 +1,17 @@
+// Writing a program file (docs/program-format.md): the container line and the JSON payload, one
+// buffer or instruction per line. No MLIR here.
+#pragma once
+
+#include <string>
+
+#include "bigc/format/program.h"
+#include "bigc/support/file.h"
+
+namespace bigc::rt {
+
+// Serialize (container line + JSON payload). Used by the compiler's emitter and by tests.
+std::string serializeProgram(const Program &p);
+// Write atomically: to path + ".tmp", fsync, rename (include/bigc/support/file.h).
+using bigc::writeFileAtomic;
+
+} // namespace bigc::rt
