@@ -4,10 +4,67 @@
 #include "bigc/runtime/half.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 
 namespace bigc::rt {
+
+uint64_t splitmix64(uint64_t &state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+namespace {
+template <class Sink> void normalStream(int64_t n, double std, uint64_t seed, const std::string &name, Sink sink) {
+  uint64_t state = seed ^ fnv1a64(name.data(), name.size());
+  const double twoPi = 6.283185307179586476925286766559;
+  const double inv53 = 1.0 / 9007199254740992.0; // 2^-53
+  for (int64_t i = 0; i < n; i += 2) {
+    double u1 = double((splitmix64(state) >> 11) + 1) * inv53;
+    double u2 = double(splitmix64(state) >> 11) * inv53;
+    double r = std::sqrt(-2.0 * std::log(u1));
+    sink(i, std * r * std::cos(twoPi * u2));
+    if (i + 1 < n) sink(i + 1, std * r * std::sin(twoPi * u2));
+  }
+}
+} // namespace
+
+void initNormal(float *x, int64_t n, double std, uint64_t seed, const std::string &name) {
+  normalStream(n, std, seed, name, [&](int64_t i, double v) { x[i] = float(v); });
+}
+
+void initNormalAs(void *x, DType dtype, int64_t n, double std, uint64_t seed, const std::string &name) {
+  switch (dtype) {
+  case DType::BF16:
+    normalStream(n, std, seed, name,
+                 [&](int64_t i, double v) { static_cast<uint16_t *>(x)[i] = f32ToBf16(f64ToF32RoundOdd(v)); });
+    return;
+  case DType::F16:
+    normalStream(n, std, seed, name,
+                 [&](int64_t i, double v) { static_cast<uint16_t *>(x)[i] = f32ToF16(f64ToF32RoundOdd(v)); });
+    return;
+  default: initNormal(static_cast<float *>(x), n, std, seed, name);
+  }
+}
+
+std::vector<float> Engine::readF32(int64_t bufferId) const {
+  const Buffer &b = program().buffers.at(size_t(bufferId));
+  std::vector<unsigned char> raw(size_t(b.bytes));
+  readBytes(bufferId, raw.data());
+  std::vector<float> v(size_t(b.numel()));
+  toF32(raw.data(), b.dtype, v.data(), b.numel());
+  return v;
+}
+
+void Engine::writeF32(int64_t bufferId, const float *values) {
+  const Buffer &b = program().buffers.at(size_t(bufferId));
+  std::vector<unsigned char> raw(size_t(b.bytes));
+  fromF32(values, raw.data(), b.dtype, b.numel());
+  writeBytes(bufferId, raw.data());
+}
 
 const Buffer *Engine::findPersistent(const std::string &name) const {
   for (const auto &b : program().buffers)

@@ -245,4 +245,21 @@ bool runOptimizerOpOnHost(OpKind kind, const OpDims &d, const std::vector<void *
   }
 }
 
+bool handlesOwnDtypes(OpKind k) {
+  switch (k) {
+  case OpKind::Cast:
+  case OpKind::Copy:
+  case OpKind::Reshape:
+  case OpKind::Wait:
+  case OpKind::CheckFinite:
+  case OpKind::GlobalNorm:
+  case OpKind::AdamW:
+  case OpKind::LossScaleUpdate:
+  case OpKind::AllReduce:
+  case OpKind::ReduceScatter:
+  case OpKind::AllGather: return true;
+  default: return false;
+  }
+}
+
 } // namespace bigc::rt

@@ -1,5 +1,6 @@
 // The ranks of this process as one Engine (include/bigc/runtime/rank_group.h).
 #include "bigc/runtime/rank_group.h"
+#include "bigc/support/format.h"
 #include "bigc/runtime/executor.h"
 #include "bigc/runtime/half.h"
 
@@ -19,12 +20,6 @@
 namespace bigc::rt {
 
 namespace {
-
-std::string human(int64_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
 
 // The logical program: sharded buffers (ZeRO shards, tensor-parallel chunks) with their whole shape.
 Program logicalOf(const Program &p) {
@@ -89,9 +84,9 @@ RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicato
     if (deviceInHostMemory || s.name != "device") perRank += s.arenaBytes;
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
   if (pages > 0 && pageSize > 0 && perRank * local > int64_t(pages) * int64_t(pageSize))
-    throw UserError("the " + std::to_string(local) + " ranks of this process need " + human(perRank * local) +
-                    " of arenas together (" + human(perRank) + " per rank); this machine has " +
-                    human(int64_t(pages) * int64_t(pageSize)) +
+    throw UserError("the " + std::to_string(local) + " ranks of this process need " + humanBytes(perRank * local) +
+                    " of arenas together (" + humanBytes(perRank) + " per rank); this machine has " +
+                    humanBytes(int64_t(pages) * int64_t(pageSize)) +
                     ". Run fewer ranks per process (mpirun across machines), or compile with --zero 3, "
                     "--offload cpu or --recompute for less memory per rank");
   for (int l = 0; l < local; ++l) engines_.push_back(make(rankProgram_, l));
@@ -413,22 +408,6 @@ void RankGroup::writeBytes(int64_t id, const void *src) {
     if (len > 0) std::memcpy(shard.data(), local + begin * e, size_t(len * e));
     engines_[size_t(l)]->writeBytes(id, shard.data());
   }
-}
-
-std::vector<float> RankGroup::readF32(int64_t id) const {
-  const Buffer &b = logical_.buffers.at(size_t(id));
-  std::vector<char> raw(size_t(b.bytes));
-  readBytes(id, raw.data());
-  std::vector<float> v(size_t(b.numel()));
-  toF32(raw.data(), b.dtype, v.data(), b.numel());
-  return v;
-}
-
-void RankGroup::writeF32(int64_t id, const float *values) {
-  const Buffer &b = logical_.buffers.at(size_t(id));
-  std::vector<char> raw(size_t(b.bytes));
-  fromF32(values, raw.data(), b.dtype, b.numel());
-  writeBytes(id, raw.data());
 }
 
 void RankGroup::refreshCopies() {

@@ -43,9 +43,10 @@ public:
   virtual float lastLossScale() const = 0;
   virtual bool lastSkipped() const = 0;
 
-  // A buffer's values as f32 (converting 16-bit), and back (rounding to the buffer's dtype).
-  virtual std::vector<float> readF32(int64_t bufferId) const = 0;
-  virtual void writeF32(int64_t bufferId, const float *values) = 0;
+  // A buffer's values as f32 (converting 16-bit), and back (rounding to the buffer's dtype), through
+  // readBytes and writeBytes.
+  std::vector<float> readF32(int64_t bufferId) const;
+  void writeF32(int64_t bufferId, const float *values);
   // A buffer's bytes as stored (its dtype), and back.
   virtual void readBytes(int64_t bufferId, void *dst) const = 0;
   virtual void writeBytes(int64_t bufferId, const void *src) = 0;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "bigc/runtime/attention_geometry.h"
+
 namespace bigc::rt::cpu {
 
 // y[n, :] = table[ids[n], :] for n < N. Returns the index of the first id outside [0, V), or -1.
@@ -52,17 +54,8 @@ void rmsnormGrad(const float *dy, const float *x, const float *w, const float *r
 void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq, float scale,
           bool inverse);
 
-// Causal attention on strided rows: query row t of head h at q + (b*T + t)*sq + h*D, key/value
-// rows of head g at k/v + (b*T + t)*skv + g*D, output rows at out + (b*T + t)*so + h*D; lse
-// [B,H,T]. Query head h (of H here) reads kv head (headOffset + h) / group. window > 0: keys
-// t - window < j <= t only.
-struct AttentionGeometry {
-  int64_t B = 0, T = 0, H = 0, D = 0, Hkv = 0;
-  int64_t sq = 0, skv = 0, so = 0;
-  int64_t group = 1, headOffset = 0, window = 0;
-  float scale = 1.f;
-  int64_t kvHead(int64_t h) const { return (headOffset + h) / group; }
-};
+// Causal attention on strided rows (attention_geometry.h).
+using AttentionGeometry = rt::AttentionGeometry;
 void attention(const AttentionGeometry &g, const float *q, const float *k, const float *v, float *out, float *lse);
 // dq, dk, dv (same strides as q, k, v; overwritten).
 void attentionGrad(const AttentionGeometry &g, const float *dout, const float *q, const float *k, const float *v,

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "bigc/runtime/attention_geometry.h"
 #include "bigc/runtime/cpu_adam.h"
 #include "bigc/runtime/ops.h"
 #include "bigc/runtime/program.h"
@@ -51,6 +52,20 @@ struct OpDims {
 
 // `ins` must have passed validateProgram.
 OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind);
+
+// Ops whose kernels read and write each operand in its own stored dtype on every backend (no
+// uniform storage type, no fp32 staging): cast, copy, reshape, wait, the optimizer's instructions
+// and the collectives.
+bool handlesOwnDtypes(OpKind k);
+
+// gqa_attention(_grad): the strided rows of q [B,T,H*D] and k/v [B,T,Hkv*D] the kernels take.
+inline AttentionGeometry attentionGeometry(const OpDims &d) {
+  AttentionGeometry g;
+  g.B = d.B, g.T = d.T, g.H = d.H, g.D = d.headDim, g.Hkv = d.Hkv;
+  g.sq = g.so = d.H * d.headDim, g.skv = d.Hkv * d.headDim;
+  g.group = d.group, g.headOffset = d.headOffset, g.window = d.window, g.scale = d.scale;
+  return g;
+}
 
 // The offloaded optimizer's instructions on host memory (the CPU backend runs every instruction
 // this way; the CUDA backend its host stream): adamw, check_finite, global_norm,

@@ -73,8 +73,6 @@ public:
   float lastLossScale() const override { return engines_[0]->lastLossScale(); }
   bool lastSkipped() const override { return engines_[0]->lastSkipped(); }
 
-  std::vector<float> readF32(int64_t id) const override;
-  void writeF32(int64_t id, const float *values) override;
   void readBytes(int64_t id, void *dst) const override;
   void writeBytes(int64_t id, const void *src) override;
   void refreshCopies() override;

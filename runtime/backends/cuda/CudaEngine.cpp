@@ -5,62 +5,44 @@
 //   at load and reported, holds the workspace the kernels need (cuBLASLt's, reduction partials,
 //   the embedding backward's sort, fp32 staging for instructions whose operands mix dtypes) and
 //   the error slots. Nothing is allocated in step().
-// - Program streams map to CUDA streams (compute, h2d, d2h, ...) and the `host` stream to a CPU
-//   thread. Like the CPU backend, each stream has an issuing thread that walks its instructions in
-//   program order; a `wait` on an instruction of a GPU stream becomes cudaStreamWaitEvent on the
-//   event recorded after it (or, on the host stream, a wait for that event), a wait on a host
-//   instruction waits for it on the CPU. Waits time out instead of hanging.
+// - The CUDA device of the one executor (stream_executor.h), which binds the program, runs every
+//   stream on its issuing thread, counts, profiles and checks numerics. Program streams map to
+//   CUDA streams (compute, h2d, d2h, ...) and the `host` stream to a CPU thread; a `wait` on an
+//   instruction of a GPU stream becomes cudaStreamWaitEvent on the event recorded after it (or,
+//   on the host stream, a wait for that event), a wait on a host instruction waits for it on the
+//   CPU. Waits time out instead of hanging. The NCCL/MPI wiring of ranks is CudaRanks.cpp.
 // - GEMMs go through cuBLASLt (fp32 accumulation; fp32 GEMMs without TF32, so fp32 programs match
 //   the CPU backend), attention through the flash kernels of Attention.cu (grouped-query attention
 //   through its generic kernels on strided rows), the rest through Kernels.cu. Host instructions
 //   (the offloaded AdamW, its norms and checks) use the CPU backend's code on the pinned host arena.
 #include "bigc/runtime/cpu_adam.h"
-#include "bigc/runtime/engine.h"
-#include "bigc/runtime/executor.h"
+#include "bigc/runtime/cpu_adam.h"
 #include "bigc/runtime/half.h"
 #include "bigc/runtime/loss_scale.h"
 #include "bigc/runtime/op_dims.h"
 #include "bigc/runtime/ops.h"
-#include "bigc/runtime/rank_group.h"
+#include "bigc/runtime/stream_executor.h"
+#include "bigc/support/format.h"
+#include "cuda_engine.h"
 #include "kernels.h"
 
 #include <cublasLt.h>
-#if BIGC_HAVE_NCCL
-#include <nccl.h>
-#else
-// No NCCL in this CUDA toolkit: multi-rank programs are refused (makeCudaRankGroup).
-using ncclComm_t = void *;
-#endif
-#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <thread>
 #include <unistd.h>
 
-#include <omp.h>
-
 namespace bigc::rt {
 
 namespace {
 
-[[noreturn]] void cudaFail(cudaError_t e, const char *what) {
-  throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
-#define BIGC_CK(x)                                                                                        \
-  do {                                                                                                    \
-    cudaError_t e_ = (x);                                                                                 \
-    if (e_ != cudaSuccess) cudaFail(e_, #x);                                                              \
-  } while (0)
 #define BIGC_LT(x)                                                                                        \
   do {                                                                                                    \
     cublasStatus_t s_ = (x);                                                                              \
@@ -68,12 +50,7 @@ namespace {
       throw std::runtime_error(std::string("cuBLASLt error in ") + #x + ": status " + std::to_string(int(s_))); \
   } while (0)
 
-std::string human(int64_t bytes) {
-  char buf[64];
-  if (bytes >= (int64_t(1) << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(1 << 30));
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
-  return buf;
-}
+const auto human = humanBytes;
 
 std::string cudaVersion(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 
@@ -85,26 +62,7 @@ cudaDataType_t cudaType(DType t) {
   }
 }
 
-bool is16(DType d) { return d == DType::BF16 || d == DType::F16; }
 
-
-// Ops whose operands the engine handles one by one (no uniform storage type needed).
-bool special(OpKind k) {
-  switch (k) {
-  case OpKind::Cast:
-  case OpKind::Copy:
-  case OpKind::Reshape:
-  case OpKind::Wait:
-  case OpKind::CheckFinite:
-  case OpKind::GlobalNorm:
-  case OpKind::AdamW:
-  case OpKind::LossScaleUpdate:
-  case OpKind::AllReduce:
-  case OpKind::ReduceScatter:
-  case OpKind::AllGather: return true;
-  default: return false;
-  }
-}
 
 // What the host stream can run (the offloaded optimizer: AdamW, norms, checks, scaling).
 bool hostOp(OpKind k) {
@@ -128,8 +86,6 @@ uint32_t alignmentOf(const void *p, int64_t strideBytes) {
   while (a > 1 && (reinterpret_cast<uintptr_t>(p) % a != 0 || (strideBytes && strideBytes % int64_t(a) != 0))) a /= 2;
   return uint32_t(a);
 }
-
-struct Aborted {};
 
 } // namespace
 
@@ -161,70 +117,22 @@ bool cudaDeviceVisible(std::string *why) {
   return true;
 }
 
-#if BIGC_HAVE_NCCL
-#define BIGC_NCCL(x)                                                                                      \
-  do {                                                                                                     \
-    ncclResult_t r_ = (x);                                                                                 \
-    if (r_ != ncclSuccess)                                                                                 \
-      throw UserError(std::string("NCCL: ") + #x + ": " + ncclGetErrorString(r_));                        \
-  } while (0)
-#endif
 
-// One rank of a multi-rank program: its GPU, its NCCL communicator (the collectives of the data
-// axis, stream comm), and whether the engine initialises its buffers (a RankGroup does it for every
-// rank); with tensor parallelism, the communicator of its tensor-parallel group (stream comm_tp)
-// and its place in that group.
-struct CudaRank {
-  int device = 0;
-  ncclComm_t nccl = nullptr;
-  bool initialize = true;
-  ncclComm_t ncclTp = nullptr;
-  int tpRank = 0;
-};
-
-class CudaEngine final : public Engine {
+class CudaEngine final : public StreamExecutor {
 public:
   CudaEngine(Program program, uint64_t seed, CudaRank rank = {});
   ~CudaEngine() override;
 
   const char *backend() const override { return "cuda"; }
-  const Program &program() const override { return prog_; }
-  float step(const int32_t *tokens, const int32_t *targets) override;
-  int64_t stepCount() const override { return step_; }
-  int64_t updateCount() const override { return updates_; }
-  void setStepCount(int64_t t) override { step_ = t, updates_ = t; }
-  void setCounters(int64_t steps, int64_t updates) override {
-    step_ = steps, updates_ = updates;
-    lastScale_ = 1.0f, lastSkipped_ = false;
-  }
   void readBytes(int64_t id, void *dst) const override { download(id, dst); }
   void writeBytes(int64_t id, const void *src) override {
     upload(id, src);
     BIGC_CK(cudaDeviceSynchronize());
   }
-  float lastLossScale() const override { return lastScale_; }
-  bool lastSkipped() const override { return lastSkipped_; }
-  std::vector<float> readF32(int64_t id) const override;
-  void writeF32(int64_t id, const float *values) override;
-  void enableGradCapture() override;
-  const std::map<std::string, std::vector<float>> &capturedGrads() const override { return grads_; }
   std::string deviceInfo() const override { return info_; }
   std::map<std::string, int64_t> measuredBytes() const override;
-  void enableProfiling() override;
-  void enableNumericsCheck() override { checkNumerics_ = true; }
-  void resetProfile() override { opSeconds_.assign(ops_.size(), 0.0), profiled_ = 0; }
-  std::vector<double> instructionSeconds() const override { return opSeconds_; }
-  int64_t profiledSteps() const override { return profiled_; }
 
 private:
-  struct Conv {
-    void *arena = nullptr;
-    DType dtype = DType::F32;
-    int64_t n = 0;
-    int64_t stageOffset = 0; // bytes into the stream's staging
-    float *stage = nullptr;
-    int64_t id = -1;
-  };
   // One cuBLASLt call shape.
   struct MatmulShape {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -245,25 +153,36 @@ private:
     std::vector<MatmulShape> shapes; // [0]: chunks of mc rows (or the whole GEMM), [1]: the last chunk
     Staging st;
   };
-  struct Op : OpDims {
-    OpKind kind;
-    size_t index = 0, stream = 0;
-    const Instruction *ins = nullptr;
-    std::vector<void *> in, out, rawIn, rawOut;
-    std::vector<DType> inT, outT;
-    std::vector<int64_t> inN, outN;
+  struct Op : BoundOp {
     DType t = DType::F32; // storage type of the op's floating-point tensors (after staging)
-    std::vector<Conv> pre, post;
-    int64_t stageBytes = 0, scratchBytes = 0;
+    int64_t scratchBytes = 0;
     int mm = -1;
     const void *bias = nullptr; // matmul: bias of the next instruction, added by cuBLASLt's epilogue
     bool fusedAway = false;     // bias_add done by the matmul before it
     int flag = -1; // check_finite: index of its int flag
-    int64_t offset = 0; // vocabulary-parallel ops: the first id of this rank's rows
-    int64_t prevCollective = -1; // a collective: the one before it in program order when on another stream
     bool record = false;
     unsigned char *capture = nullptr; // pinned copy of the grad (grad capture)
   };
+  Op &cop(size_t i) { return static_cast<Op &>(op(i)); }
+  const Op &cop(size_t i) const { return static_cast<const Op &>(op(i)); }
+
+  // The device interface (stream_executor.h).
+  void *allocateArena(const Space &s, size_t bytes) override;
+  void freeArena(size_t space, void *arena, size_t bytes) override;
+  std::unique_ptr<BoundOp> makeOp() const override { return std::make_unique<Op>(); }
+  void planOp(BoundOp &op) override;
+  void launch(BoundOp &op) override;
+  void loadInputs(const int32_t *tokens, const int32_t *targets) override;
+  void waitDevice(const BoundOp &op, int64_t dep, std::chrono::steady_clock::time_point deadline) override;
+  bool timedOnHost(const BoundOp &op) const override { return onHost_[op.stream]; }
+  void enableDeviceProfiling() override;
+  void onStreamThread() override { cudaSetDevice(device_); }
+  void synchronize() override;
+  void collectProfile() override;
+  void checkDeviceErrors() override;
+  void captureGrad(BoundOp &op, std::vector<float> &dst) override;
+  void finishCapture() override;
+  const void *hostView(const BoundOp &op, int64_t id, const void *ptr, std::vector<unsigned char> &tmp) const override;
 
   void prepare();
   void planMatmul(Op &op);
@@ -276,30 +195,20 @@ private:
   void issue(Op &op);
   void issueCollective(Op &op, cudaStream_t s);
   void runHost(Op &op);
-  void runStream(size_t s);
-  void waitFor(const Op &op, int64_t dep, bool issuedOnly = false);
   void upload(int64_t id, const void *src);
   void download(int64_t id, void *dst) const;
   void release();
-  [[noreturn]] void opError(const Op &op, const std::string &msg) const;
   void *stagingBase(size_t stream) const { return static_cast<char *>(workspace_) + stageOffset_[stream]; }
   void *scratchBase(size_t stream) const { return static_cast<char *>(workspace_) + scratchOffset_[stream]; }
 
-  Program prog_;
   int device_ = 0;
   CudaRank rank_;
   void *pad_ = nullptr; // collectives over tensors whose size the ranks do not divide: padded copies
   int64_t padBytes_ = 0;
   std::vector<int64_t> padOffset_; // per stream: its part of pad_ (comm and comm_tp run at once)
   std::string info_;
-  std::vector<void *> arenas_;
-  std::vector<bool> hostSpace_;
-  std::vector<void *> ptrs_;
-  std::vector<std::string> names_;
   std::vector<bool> onHost_;
   std::vector<cudaStream_t> cu_;
-  std::vector<std::vector<size_t>> lists_;
-  std::vector<Op> ops_;
   std::vector<cudaEvent_t> events_;
   std::vector<MatmulPlan> plans_;
   cublasLtHandle_t lt_ = nullptr;
@@ -307,17 +216,14 @@ private:
   int64_t workspaceBytes_ = 0;
   int64_t usedBeforeArenas_ = 0; // GPU memory in use once the context exists, before the arenas
   std::vector<int64_t> ltOffset_, ltBytes_, scratchOffset_, stageOffset_;
+  // Planned per stream while binding (prepare): scratch, padded collective bytes, GEMMs.
+  std::vector<int64_t> scratch_, padOf_;
+  std::vector<bool> hasMatmul_;
+  std::set<int64_t> waitedOn_;
+  int flagCount_ = 0;
   int *err_ = nullptr;   // device: [0] instruction + 1, [1] position, [2] id
   int *flags_ = nullptr; // device: one int per check_finite
   int32_t *inputStage_ = nullptr; // pinned: K*B*T tokens then targets
-  // Streams and completion stamps (per instruction: the last step in which it was issued, for
-  // GPU streams with its event recorded; for the host stream, finished).
-  std::unique_ptr<std::atomic<int64_t>[]> stamp_;
-  std::mutex mu_, ctlMu_, errMu_;
-  std::condition_variable cv_, ctlCv_, doneCv_;
-  std::atomic<int> waiters_{0};
-  std::atomic<bool> abort_{false};
-  std::exception_ptr error_;
   struct IdCheck {
     size_t instruction; // the first instruction reading this input
     size_t micro;       // which micro-batch's tokens or targets
@@ -325,39 +231,13 @@ private:
     int64_t V;
   };
   std::vector<IdCheck> idChecks_;
-  std::vector<std::thread> threads_;
-  int64_t go_ = 0;
-  int pending_ = 0;
-  bool quit_ = false;
-  int ompThreads_ = 1;
-  double waitTimeout_ = 300.0;
-  int64_t step_ = 0, updates_ = 0;
-  int64_t run_ = 0; // steps run by this engine: the streams' stamps (never go back)
-  float lastScale_ = 1.0f;
-  bool lastSkipped_ = false;
-  bool capture_ = false;
-  std::map<std::string, std::vector<float>> grads_;
   std::vector<unsigned char *> capturePinned_;
-  bool profiling_ = false;
-  bool checkNumerics_ = false;
-  void checkNumerics(const Op &op, cudaStream_t s) const;
   std::vector<cudaEvent_t> profStart_, profEnd_;
-  std::vector<double> opSeconds_;
-  int64_t profiled_ = 0;
-
-  void fail(std::exception_ptr e) {
-    {
-      std::lock_guard<std::mutex> l(errMu_);
-      if (!error_) error_ = e;
-    }
-    abort_.store(true);
-    std::lock_guard<std::mutex> l(mu_);
-    cv_.notify_all();
-  }
 };
 
 CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
-    : prog_(std::move(program)), device_(rank.device), rank_(rank) {
+    : StreamExecutor(std::move(program), rank.tpRank), device_(rank.device), rank_(rank) {
+  stampWait_ = " to be issued";
   std::string why;
   if (!cudaDeviceVisible(&why)) throw UserError(why);
   if (prog_.ranks != 1 && (!rank_.nccl || (prog_.tp > 1 && !rank_.ncclTp)))
@@ -368,17 +248,13 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
   BIGC_CK(cudaGetDeviceProperties(&props, device_));
   try {
     // Spaces: "device" in GPU memory, "host" pinned.
-    int64_t hostTotal = 0, deviceArena = 0;
+    int64_t deviceArena = 0;
     for (const auto &s : prog_.spaces) {
-      if (s.name == "device") deviceArena = s.arenaBytes;
-      else if (s.name == "host") hostTotal += s.arenaBytes;
-      else
+      if (s.name != "device" && s.name != "host")
         throw UserError("memory space '" + s.name + "' is not supported by the CUDA backend (device and host are)");
+      if (s.name == "device") deviceArena = s.arenaBytes;
     }
-    long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && pageSize > 0 && hostTotal > int64_t(pages) * int64_t(pageSize))
-      throw UserError("the program's host arena needs " + human(hostTotal) + "; this machine has " +
-                      human(int64_t(pages) * int64_t(pageSize)) + " of physical memory");
+    checkPhysicalMemory([](const Space &s) { return s.name == "host"; });
 
     prepare(); // decides the workspace size
     size_t freeB = 0, totalB = 0;
@@ -397,32 +273,7 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
                       ". Compile for this GPU (--device-mem " + std::to_string(int64_t(freeB) >> 30) +
                       "G, or its --hardware profile) so the compiler recomputes, offloads or shrinks what it must");
 
-    for (const auto &s : prog_.spaces) {
-      size_t bytes = size_t((std::max<int64_t>(s.arenaBytes, 1) + kAlignment - 1) / kAlignment * kAlignment);
-      void *p = nullptr;
-      if (s.name == "device") {
-        cudaError_t e = cudaMalloc(&p, bytes);
-        if (e != cudaSuccess) {
-          cudaGetLastError();
-          throw UserError("cannot allocate the device arena of " + human(s.arenaBytes) + " on GPU " +
-                          std::to_string(device_) + ": " + cudaGetErrorString(e));
-        }
-        BIGC_CK(cudaMemset(p, 0, bytes));
-      } else {
-        cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
-        if (e != cudaSuccess) {
-          cudaGetLastError();
-          throw UserError("cannot pin the host arena of " + human(s.arenaBytes) + ": " + cudaGetErrorString(e));
-        }
-        std::memset(p, 0, bytes);
-      }
-      arenas_.push_back(p);
-      hostSpace_.push_back(s.name != "device");
-    }
-    ptrs_.resize(prog_.buffers.size());
-    for (const auto &b : prog_.buffers)
-      for (size_t i = 0; i < prog_.spaces.size(); ++i)
-        if (prog_.spaces[i].name == b.space) ptrs_[size_t(b.id)] = static_cast<char *>(arenas_[i]) + b.offset;
+    allocateArenas();
 
     cudaError_t e = cudaMalloc(&workspace_, size_t(workspaceBytes_));
     if (e != cudaSuccess) {
@@ -445,32 +296,18 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
                           cudaHostAllocPortable));
 
     // Final pointers: arena, or the stream's staging for operands converted to fp32.
-    for (Op &op : ops_) {
-      op.rawIn.clear(), op.rawOut.clear();
-      for (int64_t id : op.ins->in) op.rawIn.push_back(ptrs_[size_t(id)]);
-      for (int64_t id : op.ins->out) op.rawOut.push_back(ptrs_[size_t(id)]);
-      op.in = op.rawIn, op.out = op.rawOut;
-      char *base = static_cast<char *>(stagingBase(op.stream));
-      for (Conv &c : op.pre) c.arena = ptrs_[size_t(c.id)], c.stage = reinterpret_cast<float *>(base + c.stageOffset);
-      for (Conv &c : op.post) c.arena = ptrs_[size_t(c.id)], c.stage = reinterpret_cast<float *>(base + c.stageOffset);
-      for (size_t k = 0; k < op.in.size(); ++k)
-        for (const Conv &c : op.pre)
-          if (c.id == op.ins->in[k]) op.in[k] = c.stage;
-      for (size_t k = 0; k < op.out.size(); ++k)
-        for (const Conv &c : op.post)
-          if (c.id == op.ins->out[k]) op.out[k] = c.stage;
-    }
+    bindOperands([&](size_t s) { return stagingBase(s); });
     BIGC_LT(cublasLtCreate(&lt_));
     fuseBiases();
-    for (Op &op : ops_)
-      if (op.kind == OpKind::Matmul) planMatmul(op);
+    for (size_t i = 0; i < ops_.size(); ++i)
+      if (cop(i).kind == OpKind::Matmul) planMatmul(cop(i));
 
-    cu_.assign(names_.size(), nullptr);
-    for (size_t s = 0; s < names_.size(); ++s)
+    cu_.assign(streamNames_.size(), nullptr);
+    for (size_t s = 0; s < streamNames_.size(); ++s)
       if (!onHost_[s]) BIGC_CK(cudaStreamCreateWithFlags(&cu_[s], cudaStreamNonBlocking));
     events_.assign(ops_.size(), nullptr);
-    for (Op &op : ops_)
-      if (op.record) BIGC_CK(cudaEventCreateWithFlags(&events_[op.index], cudaEventDisableTiming));
+    for (size_t i = 0; i < ops_.size(); ++i)
+      if (cop(i).record) BIGC_CK(cudaEventCreateWithFlags(&events_[i], cudaEventDisableTiming));
 
     // What this process holds outside the plan: the context and libraries (in use before the
     // arenas, on a GPU nothing else uses), the workspace and padded collective buffers; the
@@ -493,28 +330,33 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
   }
 
   // Side streams: one issuing thread each, created once.
-  for (size_t s = 1; s < names_.size(); ++s)
-    threads_.emplace_back([this, s] {
-      cudaSetDevice(device_);
-      int64_t seen = 0;
-      for (;;) {
-        {
-          std::unique_lock<std::mutex> l(ctlMu_);
-          ctlCv_.wait(l, [&] { return quit_ || go_ > seen; });
-          if (quit_) return;
-          seen = go_;
-        }
-        omp_set_num_threads(ompThreads_);
-        try {
-          runStream(s);
-        } catch (const Aborted &) {
-        } catch (...) {
-          fail(std::current_exception());
-        }
-        std::lock_guard<std::mutex> l(ctlMu_);
-        if (--pending_ == 0) doneCv_.notify_all();
-      }
-    });
+  startStreams();
+}
+
+void *CudaEngine::allocateArena(const Space &s, size_t bytes) {
+  void *p = nullptr;
+  if (s.name == "device") {
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw UserError("cannot allocate the device arena of " + human(s.arenaBytes) + " on GPU " +
+                      std::to_string(device_) + ": " + cudaGetErrorString(e));
+    }
+    BIGC_CK(cudaMemset(p, 0, bytes));
+  } else {
+    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw UserError("cannot pin the host arena of " + human(s.arenaBytes) + ": " + cudaGetErrorString(e));
+    }
+    std::memset(p, 0, bytes);
+  }
+  return p;
+}
+
+void CudaEngine::freeArena(size_t space, void *arena, size_t) {
+  if (prog_.spaces[space].name == "device") cudaFree(arena);
+  else cudaFreeHost(arena);
 }
 
 std::map<std::string, int64_t> CudaEngine::measuredBytes() const {
@@ -528,12 +370,7 @@ std::map<std::string, int64_t> CudaEngine::measuredBytes() const {
 }
 
 CudaEngine::~CudaEngine() {
-  {
-    std::lock_guard<std::mutex> l(ctlMu_);
-    quit_ = true;
-  }
-  ctlCv_.notify_all();
-  for (auto &t : threads_) t.join();
+  stopStreams();
   release();
 }
 
@@ -559,12 +396,7 @@ void CudaEngine::release() {
   for (cudaStream_t s : cu_)
     if (s) cudaStreamDestroy(s);
   cu_.clear();
-  for (size_t i = 0; i < arenas_.size(); ++i) {
-    if (!arenas_[i]) continue;
-    if (hostSpace_[i]) cudaFreeHost(arenas_[i]);
-    else cudaFree(arenas_[i]);
-  }
-  arenas_.clear();
+  freeArenas();
   if (workspace_) cudaFree(workspace_), workspace_ = nullptr;
   if (pad_) cudaFree(pad_), pad_ = nullptr;
   if (inputStage_) cudaFreeHost(inputStage_), inputStage_ = nullptr;
@@ -574,177 +406,47 @@ void CudaEngine::release() {
   cudaGetLastError();
 }
 
-void CudaEngine::opError(const Op &op, const std::string &msg) const {
-  throw UserError("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" + op.ins->op +
-                  (op.ins->loc.empty() ? std::string() : " at " + op.ins->loc) + "): " + msg);
-}
-
+// Binds the program (the one executor's bindOps, with planOp below per instruction), then lays out
+// the workspace: it decides the workspace size.
 void CudaEngine::prepare() {
-  names_ = {"compute"};
+  // The streams as bindOps names them (compute first): which run on the host, what each plans.
+  std::vector<std::string> names = {"compute"};
   for (const auto &ins : prog_.instructions)
-    if (std::find(names_.begin(), names_.end(), ins.stream) == names_.end()) names_.push_back(ins.stream);
-  onHost_.assign(names_.size(), false);
-  for (size_t s = 0; s < names_.size(); ++s) onHost_[s] = names_[s] == "host";
-  lists_.assign(names_.size(), {});
-  stamp_ = std::make_unique<std::atomic<int64_t>[]>(prog_.instructions.size());
-  for (size_t i = 0; i < prog_.instructions.size(); ++i) stamp_[i].store(0);
-
-  std::vector<int64_t> scratch(names_.size(), 0), stage(names_.size(), 0), padOf(names_.size(), 0);
-  std::vector<bool> hasMatmul(names_.size(), false);
-  int flags = 0;
-  std::set<int64_t> waitedOn;
+    if (std::find(names.begin(), names.end(), ins.stream) == names.end()) names.push_back(ins.stream);
+  onHost_.assign(names.size(), false);
+  for (size_t s = 0; s < names.size(); ++s) onHost_[s] = names[s] == "host";
+  scratch_.assign(names.size(), 0), padOf_.assign(names.size(), 0);
+  hasMatmul_.assign(names.size(), false);
+  flagCount_ = 0;
+  waitedOn_.clear();
   for (const auto &ins : prog_.instructions)
-    for (int64_t w : ins.wait) waitedOn.insert(w);
+    for (int64_t w : ins.wait) waitedOn_.insert(w);
 
-  ops_.clear();
-  ops_.reserve(prog_.instructions.size());
-  for (size_t i = 0; i < prog_.instructions.size(); ++i) {
-    const Instruction &ins = prog_.instructions[i];
-    const OpSignature *sig = findOpSignature(ins.op);
-    if (!sig) throw UserError("instruction " + std::to_string(i) + ": unknown op '" + ins.op + "'");
-    Op op;
-    op.kind = sig->kind;
-    op.index = i;
-    op.ins = &ins;
-    op.stream = size_t(std::find(names_.begin(), names_.end(), ins.stream) - names_.begin());
-    op.record = waitedOn.count(int64_t(i)) > 0;
-    lists_[op.stream].push_back(i);
-    auto in = [&](size_t k) -> const Buffer & { return prog_.buffers[size_t(ins.in[k])]; };
-    auto out = [&](size_t k) -> const Buffer & { return prog_.buffers[size_t(ins.out[k])]; };
-    for (size_t k = 0; k < ins.in.size(); ++k) op.inT.push_back(in(k).dtype), op.inN.push_back(in(k).numel());
-    for (size_t k = 0; k < ins.out.size(); ++k) op.outT.push_back(out(k).dtype), op.outN.push_back(out(k).numel());
-    auto where = [&] {
-      return "instruction " + std::to_string(i) + " (" + ins.op + (ins.loc.empty() ? "" : " at " + ins.loc) + ")";
-    };
-
-    if (onHost_[op.stream]) {
-      if (!hostOp(op.kind))
-        throw UserError(where() + ": the CUDA backend runs only the optimizer's instructions (adamw, global_norm, "
-                                  "check_finite, loss_scale_update, cast, copy, fill, scale) on the host stream");
-      for (int64_t id : ins.in)
-        if (prog_.buffers[size_t(id)].space != "host")
-          throw UserError(where() + " runs on the host stream but reads buffer '" + prog_.buffers[size_t(id)].name +
-                          "' of space '" + prog_.buffers[size_t(id)].space + "'");
-      for (int64_t id : ins.out)
-        if (prog_.buffers[size_t(id)].space != "host")
-          throw UserError(where() + " runs on the host stream but writes buffer '" + prog_.buffers[size_t(id)].name +
-                          "' of space '" + prog_.buffers[size_t(id)].space + "'");
-    } else if (!special(op.kind)) {
-      // One storage type for the op's floating-point tensors; when they differ, every 16-bit one
-      // is converted into fp32 staging and the fp32 kernel runs (the CPU backend's way).
-      std::set<DType> types;
-      for (size_t k = 0; k < ins.in.size(); ++k)
-        if (operandType(op.kind, true, k) == OperandType::Float) types.insert(in(k).dtype);
-      for (size_t k = 0; k < ins.out.size(); ++k)
-        if (operandType(op.kind, false, k) == OperandType::Float) types.insert(out(k).dtype);
-      if (types.size() <= 1) {
-        op.t = types.empty() ? DType::F32 : *types.begin();
-      } else {
-        op.t = DType::F32;
-        std::map<int64_t, int64_t> at;
-        auto place = [&](int64_t id) {
-          auto it = at.find(id);
-          if (it != at.end()) return it->second;
-          int64_t off = op.stageBytes;
-          op.stageBytes += int64_t(cuda::align256(size_t(prog_.buffers[size_t(id)].numel()) * 4));
-          at[id] = off;
-          return off;
-        };
-        for (size_t k = 0; k < ins.in.size(); ++k)
-          if (operandType(op.kind, true, k) == OperandType::Float && is16(in(k).dtype)) {
-            bool seen = at.count(ins.in[k]);
-            int64_t off = place(ins.in[k]);
-            if (!seen) op.pre.push_back(Conv{nullptr, in(k).dtype, in(k).numel(), off, nullptr, ins.in[k]});
-          }
-        for (size_t k = 0; k < ins.out.size(); ++k)
-          if (operandType(op.kind, false, k) == OperandType::Float && is16(out(k).dtype))
-            op.post.push_back(Conv{nullptr, out(k).dtype, out(k).numel(), place(ins.out[k]), nullptr, ins.out[k]});
-      }
-    }
-
-    static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
-    if (op.vocabParallel) op.offset = int64_t(rank_.tpRank) * op.V; // this rank's rows of the vocabulary
-    if (op.tpHeads) op.headOffset = int64_t(rank_.tpRank) * op.H;   // this rank's query heads
-    switch (op.kind) { // the workspace each kernel needs
-    case OpKind::EmbeddingGrad: op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V)); break;
-    case OpKind::Matmul:
-      hasMatmul[op.stream] = true;
-      op.scratchBytes = matmulStagingBytes(op);
-      break;
-    case OpKind::ReduceSum: op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols)); break;
-    case OpKind::LayernormGrad: op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C)); break;
-    case OpKind::AttentionGrad: op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H)); break;
-    case OpKind::RmsNormGrad: op.scratchBytes = int64_t(cuda::rmsnormGradWorkspace(op.N, op.C)); break;
-    case OpKind::Rope:
-      if (op.headDim / 2 > cuda::kRopeMaxHalf || int64_t(op.invFreq.size()) < op.headDim / 2)
-        throw UserError(where() + ": rope with head_dim " + std::to_string(op.headDim) +
-                        " (the CUDA backend supports up to " + std::to_string(2 * cuda::kRopeMaxHalf) + ")");
-      break;
-    case OpKind::GqaAttention:
-    case OpKind::GqaAttentionGrad:
-      if (op.headDim > cuda::kGenericAttentionMaxHead)
-        throw UserError(where() + ": attention head size " + std::to_string(op.headDim) +
-                        " exceeds the CUDA backend's limit of " + std::to_string(cuda::kGenericAttentionMaxHead));
-      if (op.kind == OpKind::GqaAttentionGrad)
-        op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
-      break;
-    case OpKind::CrossEntropy: op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N)); break;
-    case OpKind::VocabCeLoss: op.scratchBytes = int64_t(cuda::vocabCeLossWorkspace(op.N)); break;
-    case OpKind::Transpose:
-      if (op.shape.size() > 8)
-        throw UserError(where() + ": transpose of rank " + std::to_string(op.shape.size()) +
-                        " (the CUDA backend supports up to 8)");
-      break;
-    case OpKind::GlobalNorm: {
-      int64_t slots = 0;
-      for (int64_t n : op.inN) slots += cuda::partialSlots(n);
-      op.scratchBytes = slots * 8;
-      break;
-    }
-    case OpKind::CheckFinite:
-      if (!onHost_[op.stream]) op.flag = flags++;
-      break;
-    case OpKind::AllReduce:
-    case OpKind::ReduceScatter:
-    case OpKind::AllGather: {
-      if (onHost_[op.stream] || (ins.stream != "comm" && ins.stream != "comm_tp"))
-        throw UserError(where() + ": collectives run on the comm or comm_tp stream");
-      const int64_t D = prog_.axisSize(int64_t(ins.num("axis", 0)));
-      int64_t pad = 0;
-      for (size_t k = 0; k < ins.in.size() && op.kind != OpKind::AllReduce; ++k) {
-        const int64_t whole = op.kind == OpKind::ReduceScatter ? op.inN[k] : op.outN[k];
-        const int64_t S = op.kind == OpKind::ReduceScatter ? op.outN[k] : op.inN[k];
-        if (whole != S * D) pad += int64_t(cuda::align256(size_t(S * D * dtypeSize(op.inT[k]))));
-      }
-      padOf[op.stream] = std::max(padOf[op.stream], pad);
-      break;
-    }
-    default: break;
-    }
-    scratch[op.stream] = std::max(scratch[op.stream], op.scratchBytes);
-    stage[op.stream] = std::max(stage[op.stream], op.stageBytes);
-    ops_.push_back(std::move(op));
-  }
+  bindOps();
 
   // Padded collective buffers: a part per comm stream (their collectives run at once).
-  padOffset_.assign(names_.size(), 0);
+  padOffset_.assign(streamNames_.size(), 0);
   padBytes_ = 0;
-  for (size_t st = 0; st < names_.size(); ++st) padOffset_[st] = padBytes_, padBytes_ += padOf[st];
+  for (size_t st = 0; st < streamNames_.size(); ++st) padOffset_[st] = padBytes_, padBytes_ += padOf_[st];
 
   // Collectives on more than one stream (the data and tensor axes): each after the previous one.
+  // NCCL calls on different communicators must be issued in the same order on every rank: a
+  // collective is issued after the one before it in program order (issued, not finished: the data
+  // and tensor axes' collectives still overlap on the GPU).
   int64_t lastCollective = -1;
-  for (Op &op : ops_) {
-    if (op.kind != OpKind::AllReduce && op.kind != OpKind::ReduceScatter && op.kind != OpKind::AllGather) continue;
-    if (lastCollective >= 0 && ops_[size_t(lastCollective)].stream != op.stream) op.prevCollective = lastCollective;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    Op &op = cop(i);
+    if (!op.isCollective()) continue;
+    if (lastCollective >= 0 && cop(size_t(lastCollective)).stream != op.stream) op.issuedAfter = lastCollective;
     lastCollective = int64_t(op.index);
   }
-
   // Host-side id checks: per token/target input, its first reader among the ops that index with it.
   idChecks_.clear();
   for (size_t k = 0; k < prog_.tokenInputs.size(); ++k)
     for (bool target : {false, true}) {
       const int64_t id = target ? prog_.targetInputs[k] : prog_.tokenInputs[k];
-      for (const Op &op : ops_) {
+      for (const auto &p : ops_) {
+        const BoundOp &op = *p;
         const bool reads = (op.kind == OpKind::Embedding || op.kind == OpKind::EmbeddingGrad ||
                             op.kind == OpKind::CrossEntropy || op.kind == OpKind::CrossEntropyGrad ||
                             op.kind == OpKind::VocabCeStats) &&
@@ -760,20 +462,119 @@ void CudaEngine::prepare() {
 
   // Workspace: error slots and check_finite flags, then per GPU stream its cuBLASLt workspace (32
   // MiB where it runs GEMMs), its scratch and its staging.
-  int64_t off = int64_t(cuda::align256(size_t(16 + flags) * 4));
-  ltOffset_.assign(names_.size(), 0), ltBytes_.assign(names_.size(), 0);
-  scratchOffset_.assign(names_.size(), 0), stageOffset_.assign(names_.size(), 0);
-  for (size_t s = 0; s < names_.size(); ++s) {
+  int64_t off = int64_t(cuda::align256(size_t(16 + flagCount_) * 4));
+  ltOffset_.assign(streamNames_.size(), 0), ltBytes_.assign(streamNames_.size(), 0);
+  scratchOffset_.assign(streamNames_.size(), 0), stageOffset_.assign(streamNames_.size(), 0);
+  for (size_t s = 0; s < streamNames_.size(); ++s) {
     if (onHost_[s]) continue;
     ltOffset_[s] = off;
-    ltBytes_[s] = hasMatmul[s] ? (int64_t(32) << 20) : 0;
+    ltBytes_[s] = hasMatmul_[s] ? (int64_t(32) << 20) : 0;
     off += ltBytes_[s];
     scratchOffset_[s] = off;
-    off += int64_t(cuda::align256(size_t(scratch[s])));
+    off += int64_t(cuda::align256(size_t(scratch_[s])));
     stageOffset_[s] = off;
-    off += int64_t(cuda::align256(size_t(stage[s])));
+    off += int64_t(cuda::align256(size_t(stagingBytes_[s])));
   }
   workspaceBytes_ = std::max<int64_t>(off, 256);
+}
+
+
+// Per instruction at bind time: what the host stream may run, the storage type and fp32 staging
+// of mixed-dtype ops, the workspace each kernel needs, what the CUDA backend cannot run.
+void CudaEngine::planOp(BoundOp &bound) {
+  Op &op = static_cast<Op &>(bound);
+  const Instruction &ins = *op.ins;
+  op.record = waitedOn_.count(int64_t(op.index)) > 0;
+  auto where = [&] {
+    return "instruction " + std::to_string(op.index) + " (" + ins.op + (ins.loc.empty() ? "" : " at " + ins.loc) + ")";
+  };
+
+  if (onHost_[op.stream]) {
+    if (!hostOp(op.kind))
+      throw UserError(where() + ": the CUDA backend runs only the optimizer's instructions (adamw, global_norm, "
+                                "check_finite, loss_scale_update, cast, copy, fill, scale) on the host stream");
+    for (int64_t id : ins.in)
+      if (prog_.buffers[size_t(id)].space != "host")
+        throw UserError(where() + " runs on the host stream but reads buffer '" + prog_.buffers[size_t(id)].name +
+                        "' of space '" + prog_.buffers[size_t(id)].space + "'");
+    for (int64_t id : ins.out)
+      if (prog_.buffers[size_t(id)].space != "host")
+        throw UserError(where() + " runs on the host stream but writes buffer '" + prog_.buffers[size_t(id)].name +
+                        "' of space '" + prog_.buffers[size_t(id)].space + "'");
+  } else if (!handlesOwnDtypes(op.kind)) {
+    // One storage type for the op's floating-point tensors; when they differ, every 16-bit one
+    // is converted into fp32 staging and the fp32 kernel runs (the CPU backend's way).
+    std::set<DType> types;
+    for (size_t k = 0; k < ins.in.size(); ++k)
+      if (operandType(op.kind, true, k) == OperandType::Float) types.insert(op.inType[k]);
+    for (size_t k = 0; k < ins.out.size(); ++k)
+      if (operandType(op.kind, false, k) == OperandType::Float) types.insert(op.outType[k]);
+    if (types.size() <= 1) {
+      op.t = types.empty() ? DType::F32 : *types.begin();
+    } else {
+      op.t = DType::F32;
+      stageOperands(
+          op, [&](bool input, size_t k) { return operandType(op.kind, input, k) == OperandType::Float; }, 256);
+    }
+  }
+
+  switch (op.kind) { // the workspace each kernel needs
+  case OpKind::EmbeddingGrad: op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V)); break;
+  case OpKind::Matmul:
+    hasMatmul_[op.stream] = true;
+    op.scratchBytes = matmulStagingBytes(op);
+    break;
+  case OpKind::ReduceSum: op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols)); break;
+  case OpKind::LayernormGrad: op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C)); break;
+  case OpKind::AttentionGrad: op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H)); break;
+  case OpKind::RmsNormGrad: op.scratchBytes = int64_t(cuda::rmsnormGradWorkspace(op.N, op.C)); break;
+  case OpKind::Rope:
+    if (op.headDim / 2 > cuda::kRopeMaxHalf || int64_t(op.invFreq.size()) < op.headDim / 2)
+      throw UserError(where() + ": rope with head_dim " + std::to_string(op.headDim) +
+                      " (the CUDA backend supports up to " + std::to_string(2 * cuda::kRopeMaxHalf) + ")");
+    break;
+  case OpKind::GqaAttention:
+  case OpKind::GqaAttentionGrad:
+    if (op.headDim > cuda::kGenericAttentionMaxHead)
+      throw UserError(where() + ": attention head size " + std::to_string(op.headDim) +
+                      " exceeds the CUDA backend's limit of " + std::to_string(cuda::kGenericAttentionMaxHead));
+    if (op.kind == OpKind::GqaAttentionGrad)
+      op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
+    break;
+  case OpKind::CrossEntropy: op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N)); break;
+  case OpKind::VocabCeLoss: op.scratchBytes = int64_t(cuda::vocabCeLossWorkspace(op.N)); break;
+  case OpKind::Transpose:
+    if (op.shape.size() > 8)
+      throw UserError(where() + ": transpose of rank " + std::to_string(op.shape.size()) +
+                      " (the CUDA backend supports up to 8)");
+    break;
+  case OpKind::GlobalNorm: {
+    int64_t slots = 0;
+    for (int64_t n : op.inNumel) slots += cuda::partialSlots(n);
+    op.scratchBytes = slots * 8;
+    break;
+  }
+  case OpKind::CheckFinite:
+    if (!onHost_[op.stream]) op.flag = flagCount_++;
+    break;
+  case OpKind::AllReduce:
+  case OpKind::ReduceScatter:
+  case OpKind::AllGather: {
+    if (onHost_[op.stream] || (ins.stream != "comm" && ins.stream != "comm_tp"))
+      throw UserError(where() + ": collectives run on the comm or comm_tp stream");
+    const int64_t D = prog_.axisSize(int64_t(ins.num("axis", 0)));
+    int64_t pad = 0;
+    for (size_t k = 0; k < ins.in.size() && op.kind != OpKind::AllReduce; ++k) {
+      const int64_t whole = op.kind == OpKind::ReduceScatter ? op.inNumel[k] : op.outNumel[k];
+      const int64_t S = op.kind == OpKind::ReduceScatter ? op.outNumel[k] : op.inNumel[k];
+      if (whole != S * D) pad += int64_t(cuda::align256(size_t(S * D * dtypeSize(op.inType[k]))));
+    }
+    padOf_[op.stream] = std::max(padOf_[op.stream], pad);
+    break;
+  }
+  default: break;
+  }
+  scratch_[op.stream] = std::max(scratch_[op.stream], op.scratchBytes);
 }
 
 // A bias_add right after the matmul that produces its input, in place (the program format's
@@ -784,7 +585,7 @@ void CudaEngine::fuseBiases() {
   const char *env = std::getenv("BIGC_FUSE");
   if (env && std::string(env) == "0") return;
   for (size_t i = 0; i + 1 < ops_.size(); ++i) {
-    Op &m = ops_[i], &b = ops_[i + 1];
+    Op &m = cop(i), &b = cop(i + 1);
     if (m.kind != OpKind::Matmul || b.kind != OpKind::BiasAdd || m.stream != b.stream || onHost_[m.stream]) continue;
     if (!b.ins->wait.empty() || b.ins->in[0] != m.ins->out[0] || b.out[0] != m.out[0]) continue;
     if (!m.pre.empty() || !m.post.empty() || !b.pre.empty() || !b.post.empty() || m.t != b.t) continue;
@@ -793,7 +594,6 @@ void CudaEngine::fuseBiases() {
     b.fusedAway = true;
   }
 }
-
 CudaEngine::Staging CudaEngine::matmulStaging(const Op &op) const {
   Staging st;
   if (!allowStaging_) return st;
@@ -907,7 +707,6 @@ void CudaEngine::planMatmul(Op &op) {
   op.mm = int(plans_.size());
   plans_.push_back(std::move(plan));
 }
-
 void CudaEngine::upload(int64_t id, const void *src) {
   BIGC_CK(cudaSetDevice(device_));
   const Buffer &b = prog_.buffers.at(size_t(id));
@@ -925,66 +724,31 @@ void CudaEngine::download(int64_t id, void *dst) const {
   else std::memcpy(dst, ptrs_[size_t(id)], size_t(b.bytes));
 }
 
-std::vector<float> CudaEngine::readF32(int64_t id) const {
-  const Buffer &b = prog_.buffers.at(size_t(id));
-  std::vector<unsigned char> raw(size_t(b.bytes));
-  download(id, raw.data());
-  std::vector<float> v(size_t(b.numel()));
-  toF32(raw.data(), b.dtype, v.data(), b.numel());
-  return v;
+void CudaEngine::captureGrad(BoundOp &bound, std::vector<float> &) {
+  Op &op = static_cast<Op &>(bound);
+  const Buffer &grad = prog_.buffers[size_t(op.ins->in[1])];
+  unsigned char *pinned = nullptr;
+  BIGC_CK(cudaHostAlloc(reinterpret_cast<void **>(&pinned), size_t(std::max<int64_t>(grad.bytes, 1)),
+                        cudaHostAllocPortable));
+  capturePinned_.push_back(pinned);
+  op.capture = pinned;
 }
 
-void CudaEngine::writeF32(int64_t id, const float *values) {
-  const Buffer &b = prog_.buffers.at(size_t(id));
-  std::vector<unsigned char> raw(size_t(b.bytes));
-  fromF32(values, raw.data(), b.dtype, b.numel());
-  upload(id, raw.data());
-  BIGC_CK(cudaDeviceSynchronize());
-}
-
-void CudaEngine::enableGradCapture() {
-  if (capture_) return;
-  capture_ = true;
-  for (Op &op : ops_) {
-    if (op.kind != OpKind::AdamW) continue;
-    const Buffer &param = prog_.buffers[size_t(op.ins->in[0])];
-    const Buffer &grad = prog_.buffers[size_t(op.ins->in[1])];
-    grads_[param.name].assign(size_t(param.numel()), 0.0f);
-    unsigned char *pinned = nullptr;
-    BIGC_CK(cudaHostAlloc(reinterpret_cast<void **>(&pinned), size_t(std::max<int64_t>(grad.bytes, 1)),
-                          cudaHostAllocPortable));
-    capturePinned_.push_back(pinned);
-    op.capture = pinned;
+void CudaEngine::finishCapture() {
+  if (!capture_) return;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const Op &op = cop(i);
+    if (op.kind != OpKind::AdamW || !op.capture) continue;
+    auto &dst = grads_[prog_.buffers[size_t(op.ins->in[0])].name];
+    toF32(op.capture, op.inType[1], dst.data(), op.n);
+    if (op.unscale)
+      for (float &x : dst) x = float(double(x) / double(lastScale_));
   }
 }
 
-// `issuedOnly`: until instruction `dep` has been issued in this step (no GPU-side wait).
-void CudaEngine::waitFor(const Op &op, int64_t dep, bool issuedOnly) {
-  std::atomic<int64_t> &d = stamp_[size_t(dep)];
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(waitTimeout_));
-  auto stuck = [&](const char *what) {
-    const Instruction &w = prog_.instructions[size_t(dep)];
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%g", waitTimeout_);
-    throw std::runtime_error("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
-                             op.ins->op + " on stream '" + op.ins->stream + "') waited " + secs + " s for instruction " +
-                             std::to_string(dep) + " (" + w.op + " on stream '" + w.stream + "'" +
-                             (w.loc.empty() ? std::string() : " at " + w.loc) + ") " + what + ": the streams are stuck");
-  };
-  if (d.load() < run_) {
-    waiters_.fetch_add(1);
-    bool ok;
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      ok = cv_.wait_until(l, deadline, [&] { return d.load() >= run_ || abort_.load(); });
-    }
-    waiters_.fetch_sub(1);
-    if (abort_.load()) throw Aborted{};
-    if (!ok) stuck("to be issued");
-  }
-  if (issuedOnly) return;
-  const Op &w = ops_[size_t(dep)];
+// After the executor's wait for `dep` to be issued: the GPU-side wait.
+void CudaEngine::waitDevice(const BoundOp &op, int64_t dep, std::chrono::steady_clock::time_point deadline) {
+  const Op &w = cop(size_t(dep));
   if (onHost_[w.stream]) return; // finished when stamped
   if (!onHost_[op.stream]) {
     BIGC_CK(cudaStreamWaitEvent(cu_[op.stream], events_[size_t(dep)], 0));
@@ -995,54 +759,31 @@ void CudaEngine::waitFor(const Op &op, int64_t dep, bool issuedOnly) {
     cudaError_t e = cudaEventQuery(events_[size_t(dep)]);
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) cudaFail(e, "cudaEventQuery");
-    if (abort_.load()) throw Aborted{};
-    if (std::chrono::steady_clock::now() > deadline) stuck("to finish on the GPU");
+    if (aborted()) throw Aborted{};
+    if (std::chrono::steady_clock::now() > deadline) stuck(op, dep, " to finish on the GPU");
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
-void CudaEngine::runStream(size_t s) {
-  for (size_t idx : lists_[s]) {
-    if (abort_.load()) return;
-    Op &op = ops_[idx];
-    for (int64_t w : op.ins->wait) waitFor(op, w);
-    // NCCL calls on different communicators must be issued in the same order on every rank: a
-    // collective is issued after the one before it in program order (issued, not finished: the
-    // data and tensor axes' collectives still overlap on the GPU).
-    if (op.prevCollective >= 0) waitFor(op, op.prevCollective, /*issuedOnly=*/true);
-    if (onHost_[s]) {
-      auto t0 = std::chrono::steady_clock::now();
-      runHost(op);
-      if (profiling_) opSeconds_[idx] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    } else {
-      issue(op);
-    }
-    stamp_[idx].store(run_);
-    if (waiters_.load() > 0) {
-      std::lock_guard<std::mutex> l(mu_);
-      cv_.notify_all();
-    }
+void CudaEngine::enableDeviceProfiling() {
+  profStart_.assign(ops_.size(), nullptr);
+  profEnd_.assign(ops_.size(), nullptr);
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (onHost_[cop(i).stream]) continue;
+    BIGC_CK(cudaEventCreate(&profStart_[i]));
+    BIGC_CK(cudaEventCreate(&profEnd_[i]));
   }
 }
 
-void CudaEngine::enableProfiling() {
-  if (!profiling_) {
-    profStart_.assign(ops_.size(), nullptr);
-    profEnd_.assign(ops_.size(), nullptr);
-    for (const Op &op : ops_) {
-      if (onHost_[op.stream]) continue;
-      BIGC_CK(cudaEventCreate(&profStart_[op.index]));
-      BIGC_CK(cudaEventCreate(&profEnd_[op.index]));
-    }
-    profiling_ = true;
-  }
-  resetProfile();
+void CudaEngine::launch(BoundOp &op) {
+  if (onHost_[op.stream]) runHost(static_cast<Op &>(op));
+  else issue(static_cast<Op &>(op));
 }
 
 void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
 #if !BIGC_HAVE_NCCL
   (void)s;
-  opError(op, "this build has no NCCL: collectives cannot run on the CUDA backend");
+  runtimeError(op, "this build has no NCCL: collectives cannot run on the CUDA backend");
 #else
   // NCCL on the comm stream (a bucket: one group). Sums of 16-bit tensors accumulate in their
   // dtype inside NCCL (the CPU backend's rings accumulate in f32); the mean is ncclAvg; the norm
@@ -1050,17 +791,17 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   const int64_t D = prog_.axisSize(int64_t(op.ins->num("axis", 0)));
   const Reduce red = Reduce(int(op.ins->num("reduce", 0)));
   ncclComm_t comm = op.ins->num("axis", 0) == 1 ? rank_.ncclTp : rank_.nccl; // the group of the op's mesh axis
-  if (!comm) opError(op, "no NCCL communicator for the collective's mesh axis (internal error)");
+  if (!comm) runtimeError(op, "no NCCL communicator for the collective's mesh axis (internal error)");
   auto type = [](DType t) { return t == DType::BF16 ? ncclBfloat16 : t == DType::F16 ? ncclFloat16 : ncclFloat32; };
   const ncclRedOp_t nop = red == Reduce::Mean ? ncclAvg : red == Reduce::Max ? ncclMax : ncclSum;
   if (op.kind == OpKind::AllReduce && red == Reduce::Norm) {
     for (size_t k = 0; k < op.rawIn.size(); ++k)
-      cuda::squareF32(static_cast<const float *>(op.rawIn[k]), static_cast<float *>(op.rawOut[k]), op.inN[k], s);
+      cuda::squareF32(static_cast<const float *>(op.rawIn[k]), static_cast<float *>(op.rawOut[k]), op.inNumel[k], s);
     BIGC_NCCL(ncclGroupStart());
     for (size_t k = 0; k < op.rawIn.size(); ++k)
-      BIGC_NCCL(ncclAllReduce(op.rawOut[k], op.rawOut[k], size_t(op.inN[k]), ncclFloat32, ncclSum, comm, s));
+      BIGC_NCCL(ncclAllReduce(op.rawOut[k], op.rawOut[k], size_t(op.inNumel[k]), ncclFloat32, ncclSum, comm, s));
     BIGC_NCCL(ncclGroupEnd());
-    for (size_t k = 0; k < op.rawIn.size(); ++k) cuda::sqrtF32(static_cast<float *>(op.rawOut[k]), op.inN[k], s);
+    for (size_t k = 0; k < op.rawIn.size(); ++k) cuda::sqrtF32(static_cast<float *>(op.rawOut[k]), op.inNumel[k], s);
     return;
   }
   struct CopyOut {
@@ -1080,28 +821,28 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   BIGC_NCCL(ncclGroupStart());
   group.open = true;
   for (size_t k = 0; k < op.rawIn.size(); ++k) {
-    const int64_t e = dtypeSize(op.inT[k]);
+    const int64_t e = dtypeSize(op.inType[k]);
     if (op.kind == OpKind::AllReduce) {
-      BIGC_NCCL(ncclAllReduce(op.rawIn[k], op.rawOut[k], size_t(op.inN[k]), type(op.inT[k]), nop, comm, s));
+      BIGC_NCCL(ncclAllReduce(op.rawIn[k], op.rawOut[k], size_t(op.inNumel[k]), type(op.inType[k]), nop, comm, s));
     } else if (op.kind == OpKind::ReduceScatter) {
-      const int64_t S = op.outN[k];
+      const int64_t S = op.outNumel[k];
       const void *src = op.rawIn[k];
-      if (op.inN[k] != S * D) { // zero-padded to S*D elements
-        BIGC_CK(cudaMemcpyAsync(pad, op.rawIn[k], size_t(op.inN[k] * e), cudaMemcpyDeviceToDevice, s));
-        BIGC_CK(cudaMemsetAsync(pad + op.inN[k] * e, 0, size_t((S * D - op.inN[k]) * e), s));
+      if (op.inNumel[k] != S * D) { // zero-padded to S*D elements
+        BIGC_CK(cudaMemcpyAsync(pad, op.rawIn[k], size_t(op.inNumel[k] * e), cudaMemcpyDeviceToDevice, s));
+        BIGC_CK(cudaMemsetAsync(pad + op.inNumel[k] * e, 0, size_t((S * D - op.inNumel[k]) * e), s));
         src = pad;
         pad += cuda::align256(size_t(S * D * e));
       }
-      BIGC_NCCL(ncclReduceScatter(src, op.rawOut[k], size_t(S), type(op.inT[k]), nop, comm, s));
+      BIGC_NCCL(ncclReduceScatter(src, op.rawOut[k], size_t(S), type(op.inType[k]), nop, comm, s));
     } else {
-      const int64_t S = op.inN[k];
+      const int64_t S = op.inNumel[k];
       void *dst = op.rawOut[k];
-      if (op.outN[k] != S * D) { // gathered into S*D elements, the padding dropped after
+      if (op.outNumel[k] != S * D) { // gathered into S*D elements, the padding dropped after
         dst = pad;
-        after.push_back({op.rawOut[k], pad, size_t(op.outN[k] * e)});
+        after.push_back({op.rawOut[k], pad, size_t(op.outNumel[k] * e)});
         pad += cuda::align256(size_t(S * D * e));
       }
-      BIGC_NCCL(ncclAllGather(op.rawIn[k], dst, size_t(S), type(op.inT[k]), comm, s));
+      BIGC_NCCL(ncclAllGather(op.rawIn[k], dst, size_t(S), type(op.inType[k]), comm, s));
     }
   }
   group.open = false;
@@ -1109,7 +850,6 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   for (const CopyOut &c : after) BIGC_CK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s));
 #endif
 }
-
 void CudaEngine::issue(Op &op) {
   cudaStream_t s = cu_[op.stream];
   if (profiling_) BIGC_CK(cudaEventRecord(profStart_[op.index], s));
@@ -1119,7 +859,7 @@ void CudaEngine::issue(Op &op) {
     if (op.record) BIGC_CK(cudaEventRecord(events_[op.index], s));
     return;
   }
-  for (const Conv &c : op.pre) cuda::cast(c.dtype, c.arena, DType::F32, c.stage, c.n, s);
+  for (const StagedOperand &c : op.pre) cuda::cast(c.dtype, c.arena, DType::F32, c.stage, c.n, s);
   void *scratch = scratchBase(op.stream);
   const cuda::ErrSlot es{err_, int(op.index)};
   auto ids = [&](size_t k) { return static_cast<const int32_t *>(op.in[k]); };
@@ -1242,10 +982,7 @@ void CudaEngine::issue(Op &op) {
     break;
   case OpKind::GqaAttention:
   case OpKind::GqaAttentionGrad: {
-    cuda::AttentionGeometry g;
-    g.B = op.B, g.T = op.T, g.H = op.H, g.D = op.headDim, g.Hkv = op.Hkv;
-    g.sq = g.so = op.H * op.headDim, g.skv = op.Hkv * op.headDim;
-    g.group = op.group, g.headOffset = op.headOffset, g.window = op.window, g.scale = op.scale;
+    const AttentionGeometry g = attentionGeometry(op);
     if (op.kind == OpKind::GqaAttention)
       cuda::gqaAttention(op.t, g, op.in[0], op.in[1], op.in[2], op.out[0], static_cast<float *>(op.out[1]), s);
     else
@@ -1299,18 +1036,19 @@ void CudaEngine::issue(Op &op) {
   case OpKind::GlobalNorm: {
     double *part = static_cast<double *>(scratch);
     int64_t slot = 0;
-    for (size_t k = 0; k < op.in.size(); ++k) cuda::sumSquaresPartial(op.inT[k], op.in[k], op.inN[k], part, &slot, s);
+    for (size_t k = 0; k < op.in.size(); ++k)
+      cuda::sumSquaresPartial(op.inType[k], op.in[k], op.inNumel[k], part, &slot, s);
     cuda::sqrtOfSum(part, slot, static_cast<float *>(op.out[0]), s);
     break;
   }
   case OpKind::CheckFinite: {
     int *flag = flags_ + op.flag;
     BIGC_CK(cudaMemsetAsync(flag, 0, sizeof(int), s));
-    for (size_t k = 0; k < op.in.size(); ++k) cuda::nonFiniteAny(op.inT[k], op.in[k], op.inN[k], flag, s);
+    for (size_t k = 0; k < op.in.size(); ++k) cuda::nonFiniteAny(op.inType[k], op.in[k], op.inNumel[k], flag, s);
     cuda::flagToFloat(flag, static_cast<float *>(op.out[0]), s);
     break;
   }
-  case OpKind::Cast: cuda::cast(op.inT[0], op.in[0], op.outT[0], op.out[0], op.n, s); break;
+  case OpKind::Cast: cuda::cast(op.inType[0], op.in[0], op.outType[0], op.out[0], op.n, s); break;
   case OpKind::Wait: break;
   case OpKind::LossScaleUpdate:
     cuda::lossScaleUpdate(f32in(0), static_cast<float *>(op.out[0]), static_cast<float *>(op.out[1]), op.backoff,
@@ -1323,75 +1061,57 @@ void CudaEngine::issue(Op &op) {
     CpuAdamArgs a = op.adam;
     a.step = updates_ + 1;
     const AdamWConsts c = adamWConsts(a);
-    cuda::adamw(c, static_cast<float *>(op.out[0]), op.in[1], op.inT[1], static_cast<float *>(op.out[1]),
+    cuda::adamw(c, static_cast<float *>(op.out[0]), op.in[1], op.inType[1], static_cast<float *>(op.out[1]),
                 static_cast<float *>(op.out[2]), op.writeHalf ? op.out[3] : nullptr,
-                op.writeHalf ? op.outT[3] : DType::F32, op.n, op.clip ? f32in(size_t(op.iNorm)) : nullptr, op.maxNorm,
+                op.writeHalf ? op.outType[3] : DType::F32, op.n, op.clip ? f32in(size_t(op.iNorm)) : nullptr, op.maxNorm,
                 op.unscale ? f32in(size_t(op.iScale)) : nullptr, op.skip ? f32in(size_t(op.iFound)) : nullptr, s);
     break;
   }
   }
-  for (const Conv &c : op.post) cuda::cast(DType::F32, c.stage, c.dtype, c.arena, c.n, s);
+  for (const StagedOperand &c : op.post) cuda::cast(DType::F32, c.stage, c.dtype, c.arena, c.n, s);
   if (profiling_) BIGC_CK(cudaEventRecord(profEnd_[op.index], s));
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     throw std::runtime_error("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
                              op.ins->op + "): CUDA launch failed: " + cudaGetErrorString(e));
-  if (checkNumerics_) checkNumerics(op, s);
   if (op.record) BIGC_CK(cudaEventRecord(events_[op.index], s));
 }
 
-// --check-numerics on the GPU: wait for the instruction, copy its outputs to the host, check there.
-void CudaEngine::checkNumerics(const Op &op, cudaStream_t s) const {
-  bool any = false;
-  for (size_t k = 0; k < op.rawOut.size(); ++k) any |= numericsChecked(op.index, k);
-  if (!any) return;
-  BIGC_CK(cudaStreamSynchronize(s));
-  auto fetch = [&](int64_t id, const void *ptr) {
-    std::vector<unsigned char> v(size_t(prog_.buffers[size_t(id)].bytes));
-    BIGC_CK(cudaMemcpy(v.data(), ptr, v.size(), cudaMemcpyDefault));
-    return v;
-  };
-  for (size_t k = 0; k < op.rawOut.size(); ++k) {
-    if (!numericsChecked(op.index, k)) continue;
-    std::vector<unsigned char> v = fetch(op.ins->out[k], op.rawOut[k]);
-    if (!anyNonFinite(v.data(), op.outT[k], op.outN[k])) continue;
-    int64_t first = 0;
-    while (first < op.outN[k] && std::isfinite(loadAs32(v.data(), op.outT[k], first))) ++first;
-    int64_t badInput = -1;
-    for (size_t j = 0; j < op.rawIn.size() && badInput < 0; ++j) {
-      if (op.inT[j] == DType::I32) continue;
-      std::vector<unsigned char> in = fetch(op.ins->in[j], op.rawIn[j]);
-      if (anyNonFinite(in.data(), op.inT[j], op.inN[j])) badInput = op.ins->in[j];
-    }
-    throw UserError(numericsMessage(step_, op.index, k, first, badInput));
-  }
+// --check-numerics on the GPU: the instruction's stream is waited for, device bytes copied to the
+// host (the executor checks them there).
+const void *CudaEngine::hostView(const BoundOp &op, int64_t id, const void *ptr,
+                                 std::vector<unsigned char> &tmp) const {
+  if (!onHost_[op.stream]) BIGC_CK(cudaStreamSynchronize(cu_[op.stream]));
+  const Buffer &b = prog_.buffers[size_t(id)];
+  if (b.space != "device") return ptr; // pinned host memory
+  tmp.resize(size_t(b.bytes));
+  BIGC_CK(cudaMemcpy(tmp.data(), ptr, tmp.size(), cudaMemcpyDefault));
+  return tmp.data();
 }
 
 void CudaEngine::runHost(Op &op) {
   if (op.kind == OpKind::AdamW && op.capture)
     std::memcpy(op.capture, op.rawIn[1], size_t(prog_.buffers[size_t(op.ins->in[1])].bytes));
-  if (runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inT, op.outT, op.inN, updates_)) return;
+  if (runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_)) return;
   switch (op.kind) {
-  case OpKind::Cast: convert(op.rawIn[0], op.inT[0], op.rawOut[0], op.outT[0], op.n); break;
+  case OpKind::Cast: convert(op.rawIn[0], op.inType[0], op.rawOut[0], op.outType[0], op.n); break;
   case OpKind::Copy:
   case OpKind::Reshape:
     if (op.rawIn[0] != op.rawOut[0]) std::memmove(op.rawOut[0], op.rawIn[0], size_t(op.n));
     break;
   case OpKind::Fill:
-    for (int64_t i = 0; i < op.n; ++i) storeFrom32(op.rawOut[0], op.outT[0], i, op.value);
+    for (int64_t i = 0; i < op.n; ++i) storeFrom32(op.rawOut[0], op.outType[0], i, op.value);
     break;
   case OpKind::Scale:
     for (int64_t i = 0; i < op.n; ++i)
-      storeFrom32(op.rawOut[0], op.outT[0], i, op.value * loadAs32(op.rawIn[0], op.inT[0], i));
+      storeFrom32(op.rawOut[0], op.outType[0], i, op.value * loadAs32(op.rawIn[0], op.inType[0], i));
     break;
   default: break; // wait
   }
 }
 
-float CudaEngine::step(const int32_t *tokens, const int32_t *targets) {
+void CudaEngine::loadInputs(const int32_t *tokens, const int32_t *targets) {
   BIGC_CK(cudaSetDevice(device_));
-  ++step_;
-  ++run_;
   const int64_t bt = prog_.batch * prog_.seq;
   const size_t K = prog_.tokenInputs.size();
   // Ids outside the table are refused before anything runs, as on the CPU backend (the kernels
@@ -1399,12 +1119,7 @@ float CudaEngine::step(const int32_t *tokens, const int32_t *targets) {
   for (const IdCheck &c : idChecks_) {
     const int32_t *ids = (c.target ? targets : tokens) + int64_t(c.micro) * bt;
     for (int64_t i = 0; i < bt; ++i)
-      if (ids[i] < 0 || ids[i] >= c.V) {
-        const Op &op = ops_[c.instruction];
-        opError(op, std::string(c.target ? "target id " : "token id ") + std::to_string(ids[i]) + " at position " +
-                        std::to_string(i) + " is outside the " + (c.target ? "vocabulary" : "embedding table") +
-                        " [0, " + std::to_string(c.V) + ")");
-      }
+      if (ids[i] < 0 || ids[i] >= c.V) badId(op(c.instruction), c.target, ids[i], i, c.V);
   }
   std::memcpy(inputStage_, tokens, size_t(bt) * K * 4);
   std::memcpy(inputStage_ + int64_t(K) * bt, targets, size_t(bt) * K * 4);
@@ -1414,182 +1129,45 @@ float CudaEngine::step(const int32_t *tokens, const int32_t *targets) {
     BIGC_CK(cudaMemcpyAsync(ptrs_[size_t(prog_.targetInputs[k])], inputStage_ + int64_t(K + k) * bt, size_t(bt) * 4,
                             cudaMemcpyDefault, cu_[0]));
   }
-  if (prog_.lossScale >= 0) download(prog_.lossScale, &lastScale_);
-  else lastScale_ = 1.0f;
+}
 
-  abort_.store(false);
-  error_ = nullptr;
-  if (!threads_.empty()) {
-    std::lock_guard<std::mutex> l(ctlMu_);
-    pending_ = int(threads_.size());
-    ompThreads_ = omp_get_max_threads();
-    go_ = run_;
-    ctlCv_.notify_all();
-  }
-  try {
-    runStream(0);
-  } catch (const Aborted &) {
-  } catch (...) {
-    fail(std::current_exception());
-  }
-  if (!threads_.empty()) {
-    std::unique_lock<std::mutex> l(ctlMu_);
-    doneCv_.wait(l, [&] { return pending_ == 0; });
-  }
+
+void CudaEngine::synchronize() {
   for (cudaStream_t s : cu_)
     if (s) {
       cudaError_t e = cudaStreamSynchronize(s);
-      if (e != cudaSuccess && !error_)
-        error_ = std::make_exception_ptr(std::runtime_error("step " + std::to_string(step_) +
-                                                            ": a CUDA kernel failed: " + cudaGetErrorString(e)));
+      if (e != cudaSuccess)
+        fail(std::make_exception_ptr(std::runtime_error("step " + std::to_string(step_) +
+                                                        ": a CUDA kernel failed: " + cudaGetErrorString(e))));
     }
-  if (error_) std::rethrow_exception(error_);
+}
 
-  if (profiling_) {
-    for (const Op &op : ops_) {
-      if (onHost_[op.stream]) continue;
-      float ms = 0.0f;
-      BIGC_CK(cudaEventElapsedTime(&ms, profStart_[op.index], profEnd_[op.index]));
-      opSeconds_[op.index] += double(ms) * 1e-3;
-    }
-    ++profiled_;
+void CudaEngine::collectProfile() {
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (onHost_[cop(i).stream]) continue;
+    float ms = 0.0f;
+    BIGC_CK(cudaEventElapsedTime(&ms, profStart_[i], profEnd_[i]));
+    opSeconds_[i] += double(ms) * 1e-3;
   }
+}
+
+void CudaEngine::checkDeviceErrors() {
   int err[3] = {0, 0, 0};
   BIGC_CK(cudaMemcpy(err, err_, sizeof err, cudaMemcpyDeviceToHost));
   if (err[0] != 0) {
     BIGC_CK(cudaMemset(err_, 0, sizeof err));
-    const Op &op = ops_[size_t(err[0] - 1)];
+    const BoundOp &op = this->op(size_t(err[0] - 1));
     const bool target = op.kind == OpKind::CrossEntropy || op.kind == OpKind::VocabCeStats;
-    opError(op, std::string(target ? "target id " : "token id ") + std::to_string(err[2]) + " at position " +
-                    std::to_string(err[1]) + " is outside the " + (target ? "vocabulary" : "embedding table") + " [0, " +
-                    std::to_string(op.vocab > 0 ? op.vocab : op.V) + ")");
+    badId(op, target, err[2], err[1], op.vocab > 0 ? op.vocab : op.V);
   }
-  float loss = 0.0f;
-  download(prog_.loss, &loss);
-  float found = 0.0f;
-  if (prog_.foundInf >= 0) download(prog_.foundInf, &found);
-  lastSkipped_ = found != 0.0f;
-  if (capture_)
-    for (const Op &op : ops_) {
-      if (op.kind != OpKind::AdamW || !op.capture) continue;
-      auto &dst = grads_[prog_.buffers[size_t(op.ins->in[0])].name];
-      toF32(op.capture, op.inT[1], dst.data(), op.n);
-      if (op.unscale)
-        for (float &x : dst) x = float(double(x) / double(lastScale_));
-    }
-  if (!lastSkipped_) ++updates_;
-  return loss;
 }
 
 std::unique_ptr<Engine> makeCudaEngine(Program program, uint64_t seed) {
   return std::make_unique<CudaEngine>(std::move(program), seed);
 }
 
-std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout) {
-#if !BIGC_HAVE_NCCL
-  (void)program, (void)seed, (void)commTimeout;
-  throw UserError("this build's CUDA toolkit has no NCCL: programs of several ranks run on the CPU backend only "
-                  "(--backend cpu)");
-#else
-  const auto [world, proc] = mpiWorld();
-  const int ranks = int(program.ranks);
-  if (world > 1 && ranks % world != 0)
-    throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " + std::to_string(world) +
-                    " processes, which do not divide them");
-  const int local = world > 1 ? ranks / world : ranks;
-  int devices = 0;
-  BIGC_CK(cudaGetDeviceCount(&devices));
-  if (devices < local)
-    throw UserError("the program runs " + std::to_string(local) + " ranks in this process, one GPU each, but " +
-                    std::to_string(devices) + " GPU(s) are visible; start them across machines with mpirun (" +
-                    std::to_string(local) + " GPUs per process), compile for --ranks " + std::to_string(devices) +
-                    ", or run with --backend cpu");
-  // One NCCL communicator per local rank, bootstrapped from process 0's id (over MPI under mpirun).
-  ncclUniqueId id{};
-  if (proc == 0) BIGC_NCCL(ncclGetUniqueId(&id));
-  if (world > 1) mpiBroadcast(&id, int64_t(sizeof id));
-  // The processes of one machine take consecutive GPUs: local rank l of the machine's process p
-  // (OpenMPI's node-local rank) uses GPU p*local + l.
-  int firstDevice = 0;
-  if (const char *lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); lr && *lr && world > 1) firstDevice = std::atoi(lr) * local;
-  if (firstDevice + local > devices)
-    throw UserError("this process runs ranks on GPUs " + std::to_string(firstDevice) + ".." +
-                    std::to_string(firstDevice + local - 1) + " of this machine, which has " + std::to_string(devices) +
-                    "; start fewer processes per machine (mpirun --npernode) or compile for fewer ranks");
-  struct Comms {
-    std::vector<ncclComm_t> c; // per local rank: the world's, then (tensor parallelism) dp and tp groups'
-    std::atomic<bool> aborted{false};
-  };
-  auto comms = std::shared_ptr<Comms>(new Comms, [](Comms *v) {
-    if (!v->aborted.load())
-      for (ncclComm_t c : v->c)
-        if (c) ncclCommDestroy(c);
-    delete v;
-  });
-  comms->c.assign(size_t(local), nullptr);
-  BIGC_NCCL(ncclGroupStart());
-  for (int l = 0; l < local; ++l) {
-    BIGC_CK(cudaSetDevice(firstDevice + l));
-    BIGC_NCCL(ncclCommInitRank(&comms->c[size_t(l)], ranks, id, proc * local + l));
-  }
-  BIGC_NCCL(ncclGroupEnd());
-  // Tensor parallelism (mesh dp x tp, rank = d * tp + t): each rank's data-parallel group (the
-  // ranks of its t) and tensor-parallel group (the ranks of its d), split from the world's.
-  const int tp = int(program.tp);
-  std::vector<ncclComm_t> dpComm(size_t(local), nullptr), tpComm(size_t(local), nullptr);
-  if (tp > 1) {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
-    auto split = [&](std::vector<ncclComm_t> &out, bool tensorGroup) {
-      BIGC_NCCL(ncclGroupStart());
-      for (int l = 0; l < local; ++l) {
-        const int g = proc * local + l;
-        BIGC_CK(cudaSetDevice(firstDevice + l));
-        BIGC_NCCL(ncclCommSplit(comms->c[size_t(l)], tensorGroup ? g / tp : g % tp, tensorGroup ? g % tp : g / tp,
-                                &out[size_t(l)], nullptr));
-      }
-      BIGC_NCCL(ncclGroupEnd());
-      for (ncclComm_t c : out) comms->c.push_back(c); // destroyed and aborted with the others
-    };
-    split(dpComm, false); // the ranks of one t
-    split(tpComm, true);  // the ranks of one d
-#else
-    throw UserError("this program is tensor-parallel (tp " + std::to_string(tp) + "); the CUDA backend needs NCCL 2.18 "
-                    "or newer (ncclCommSplit) for it, this build has " + std::to_string(NCCL_MAJOR) + "." +
-                    std::to_string(NCCL_MINOR) + " (run with --backend cpu)");
-#endif
-  }
-  std::shared_ptr<Communicator> host =
-      world > 1 ? makeMpiCommunicator(ranks, local) : makeInProcessCommunicator(ranks);
-  host->setTimeout(commTimeout);
-  // Host-side collectives of the mesh (initialising a whole copy from ZeRO shards gathers over the
-  // rank's data-parallel group only), as on the CPU backend.
-  auto mesh = tp > 1 && world == 1 ? std::make_shared<InProcessMesh>(int(program.dp), tp, commTimeout) : nullptr;
-  std::vector<MeshRank> mpiMesh; // under mpirun (makeMpiMesh: the same layout rules as the CPU backend's)
-  std::vector<std::shared_ptr<Communicator>> mpiAll;
-  if (tp > 1 && world > 1) mpiMesh = makeMpiMesh(int(program.dp), tp, local, commTimeout, &mpiAll);
-  auto group = std::make_unique<RankGroup>(
-      std::move(program), seed, host,
-      [comms, seed, firstDevice, tp, local, proc, dpComm, tpComm](const Program &p, int l) {
-        if (tp > 1)
-          return std::make_unique<CudaEngine>(
-              p, seed, CudaRank{firstDevice + l, dpComm[size_t(l)], false, tpComm[size_t(l)], (proc * local + l) % tp});
-        return std::make_unique<CudaEngine>(p, seed, CudaRank{firstDevice + l, comms->c[size_t(l)], false});
-      },
-      /*deviceInHostMemory=*/false, [&](RankGroup &g) {
-        if (mesh) mesh->install(g);
-        if (!mpiMesh.empty()) installMpiMesh(g, mpiMesh, mpiAll);
-      });
-  group->keepAlive(comms);
-  // A failed or stuck rank: abort every NCCL communicator, so that kernels waiting for a peer
-  // return (with an error) instead of spinning; aborted communicators are not destroyed again.
-  group->onAbort([comms] {
-    if (comms->aborted.exchange(true)) return;
-    for (ncclComm_t c : comms->c)
-      if (c) ncclCommAbort(c);
-  });
-  group->setStragglerTimeout(commTimeout);
-  return group;
-#endif
+std::unique_ptr<Engine> makeCudaRankEngine(const Program &program, uint64_t seed, CudaRank rank) {
+  return std::make_unique<CudaEngine>(program, seed, rank);
 }
 
 } // namespace bigc::rt

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bigc/runtime/attention_geometry.h"
 #include "bigc/runtime/cpu_adam.h"
 #include "bigc/runtime/program.h"
 
@@ -144,12 +145,7 @@ void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, 
 // The backward writes every element of dq, dk and dv: dk/dv of a kv head are summed over the
 // query heads of its group by one warp per key row (in head order, then query order: no atomics),
 // and are zero for a kv head none of this rank's query heads reads (tp_heads).
-struct AttentionGeometry {
-  int64_t B = 0, T = 0, H = 0, D = 0, Hkv = 0;
-  int64_t sq = 0, skv = 0, so = 0;
-  int64_t group = 1, headOffset = 0, window = 0;
-  float scale = 1.f;
-};
+using AttentionGeometry = rt::AttentionGeometry; // attention_geometry.h
 constexpr int64_t kGenericAttentionMaxHead = 256;
 void gqaAttention(DType t, const AttentionGeometry &g, const void *q, const void *k, const void *v, void *out,
                   float *lse, cudaStream_t s);

@@ -1,0 +1,121 @@
+// The CUDA backend's ranks: one GPU and NCCL communicator per rank of this process (bootstrapped
+// over MPI under mpirun), the tensor-parallel groups split from them, the host-side mesh, and the
+// RankGroup that runs them together and aborts NCCL when a rank fails or stalls.
+#include "bigc/runtime/comm.h"
+#include "bigc/runtime/rank_group.h"
+#include "cuda_engine.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <vector>
+
+namespace bigc::rt {
+
+std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout) {
+#if !BIGC_HAVE_NCCL
+  (void)program, (void)seed, (void)commTimeout;
+  throw UserError("this build's CUDA toolkit has no NCCL: programs of several ranks run on the CPU backend only "
+                  "(--backend cpu)");
+#else
+  const auto [world, proc] = mpiWorld();
+  const int ranks = int(program.ranks);
+  if (world > 1 && ranks % world != 0)
+    throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " + std::to_string(world) +
+                    " processes, which do not divide them");
+  const int local = world > 1 ? ranks / world : ranks;
+  int devices = 0;
+  BIGC_CK(cudaGetDeviceCount(&devices));
+  if (devices < local)
+    throw UserError("the program runs " + std::to_string(local) + " ranks in this process, one GPU each, but " +
+                    std::to_string(devices) + " GPU(s) are visible; start them across machines with mpirun (" +
+                    std::to_string(local) + " GPUs per process), compile for --ranks " + std::to_string(devices) +
+                    ", or run with --backend cpu");
+  // One NCCL communicator per local rank, bootstrapped from process 0's id (over MPI under mpirun).
+  ncclUniqueId id{};
+  if (proc == 0) BIGC_NCCL(ncclGetUniqueId(&id));
+  if (world > 1) mpiBroadcast(&id, int64_t(sizeof id));
+  // The processes of one machine take consecutive GPUs: local rank l of the machine's process p
+  // (OpenMPI's node-local rank) uses GPU p*local + l.
+  int firstDevice = 0;
+  if (const char *lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); lr && *lr && world > 1) firstDevice = std::atoi(lr) * local;
+  if (firstDevice + local > devices)
+    throw UserError("this process runs ranks on GPUs " + std::to_string(firstDevice) + ".." +
+                    std::to_string(firstDevice + local - 1) + " of this machine, which has " + std::to_string(devices) +
+                    "; start fewer processes per machine (mpirun --npernode) or compile for fewer ranks");
+  struct Comms {
+    std::vector<ncclComm_t> c; // per local rank: the world's, then (tensor parallelism) dp and tp groups'
+    std::atomic<bool> aborted{false};
+  };
+  auto comms = std::shared_ptr<Comms>(new Comms, [](Comms *v) {
+    if (!v->aborted.load())
+      for (ncclComm_t c : v->c)
+        if (c) ncclCommDestroy(c);
+    delete v;
+  });
+  comms->c.assign(size_t(local), nullptr);
+  BIGC_NCCL(ncclGroupStart());
+  for (int l = 0; l < local; ++l) {
+    BIGC_CK(cudaSetDevice(firstDevice + l));
+    BIGC_NCCL(ncclCommInitRank(&comms->c[size_t(l)], ranks, id, proc * local + l));
+  }
+  BIGC_NCCL(ncclGroupEnd());
+  // Tensor parallelism (mesh dp x tp, rank = d * tp + t): each rank's data-parallel group (the
+  // ranks of its t) and tensor-parallel group (the ranks of its d), split from the world's.
+  const int tp = int(program.tp);
+  std::vector<ncclComm_t> dpComm(size_t(local), nullptr), tpComm(size_t(local), nullptr);
+  if (tp > 1) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    auto split = [&](std::vector<ncclComm_t> &out, bool tensorGroup) {
+      BIGC_NCCL(ncclGroupStart());
+      for (int l = 0; l < local; ++l) {
+        const int g = proc * local + l;
+        BIGC_CK(cudaSetDevice(firstDevice + l));
+        BIGC_NCCL(ncclCommSplit(comms->c[size_t(l)], tensorGroup ? g / tp : g % tp, tensorGroup ? g % tp : g / tp,
+                                &out[size_t(l)], nullptr));
+      }
+      BIGC_NCCL(ncclGroupEnd());
+      for (ncclComm_t c : out) comms->c.push_back(c); // destroyed and aborted with the others
+    };
+    split(dpComm, false); // the ranks of one t
+    split(tpComm, true);  // the ranks of one d
+#else
+    throw UserError("this program is tensor-parallel (tp " + std::to_string(tp) + "); the CUDA backend needs NCCL 2.18 "
+                    "or newer (ncclCommSplit) for it, this build has " + std::to_string(NCCL_MAJOR) + "." +
+                    std::to_string(NCCL_MINOR) + " (run with --backend cpu)");
+#endif
+  }
+  std::shared_ptr<Communicator> host =
+      world > 1 ? makeMpiCommunicator(ranks, local) : makeInProcessCommunicator(ranks);
+  host->setTimeout(commTimeout);
+  // Host-side collectives of the mesh (initialising a whole copy from ZeRO shards gathers over the
+  // rank's data-parallel group only), as on the CPU backend.
+  auto mesh = tp > 1 && world == 1 ? std::make_shared<InProcessMesh>(int(program.dp), tp, commTimeout) : nullptr;
+  std::vector<MeshRank> mpiMesh; // under mpirun (makeMpiMesh: the same layout rules as the CPU backend's)
+  std::vector<std::shared_ptr<Communicator>> mpiAll;
+  if (tp > 1 && world > 1) mpiMesh = makeMpiMesh(int(program.dp), tp, local, commTimeout, &mpiAll);
+  auto group = std::make_unique<RankGroup>(
+      std::move(program), seed, host,
+      [comms, seed, firstDevice, tp, local, proc, dpComm, tpComm](const Program &p, int l) {
+        if (tp > 1)
+          return makeCudaRankEngine(
+              p, seed, CudaRank{firstDevice + l, dpComm[size_t(l)], false, tpComm[size_t(l)], (proc * local + l) % tp});
+        return makeCudaRankEngine(p, seed, CudaRank{firstDevice + l, comms->c[size_t(l)], false});
+      },
+      /*deviceInHostMemory=*/false, [&](RankGroup &g) {
+        if (mesh) mesh->install(g);
+        if (!mpiMesh.empty()) installMpiMesh(g, mpiMesh, mpiAll);
+      });
+  group->keepAlive(comms);
+  // A failed or stuck rank: abort every NCCL communicator, so that kernels waiting for a peer
+  // return (with an error) instead of spinning; aborted communicators are not destroyed again.
+  group->onAbort([comms] {
+    if (comms->aborted.exchange(true)) return;
+    for (ncclComm_t c : comms->c)
+      if (c) ncclCommAbort(c);
+  });
+  group->setStragglerTimeout(commTimeout);
+  return group;
+#endif
+}
+
+} // namespace bigc::rt

@@ -1,0 +1,373 @@
+// The one executor: binding, arenas, streams, waits, failure, counters, profiling, numerics
+// (stream_executor.h). Devices (backends/cpu: Executor; backends/cuda: CudaEngine) launch the ops.
+#include "bigc/runtime/stream_executor.h"
+#include "bigc/runtime/half.h"
+#include "bigc/runtime/ops.h"
+#include "bigc/support/format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+#include <unistd.h>
+
+#include <omp.h>
+
+namespace bigc::rt {
+
+StreamExecutor::StreamExecutor(Program program, int tpRank) : prog_(std::move(program)), tpRank_(tpRank) {}
+
+StreamExecutor::~StreamExecutor() { stopStreams(); }
+
+// ----- arenas
+
+void StreamExecutor::checkPhysicalMemory(const std::function<bool(const Space &)> &counts) const {
+  int64_t total = 0;
+  std::string list;
+  for (const auto &s : prog_.spaces) {
+    if (!counts(s)) continue;
+    total += s.arenaBytes;
+    list += (list.empty() ? "" : " + ") + s.name + " " + std::to_string(s.arenaBytes) + " bytes (" +
+            humanBytes(s.arenaBytes) + ")";
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && pageSize > 0) {
+    int64_t phys = int64_t(pages) * int64_t(pageSize);
+    if (total > phys)
+      throw UserError("the program's arenas need " + std::to_string(total) + " bytes (" + humanBytes(total) +
+                      ") together: " + list + "; this machine has " + std::to_string(phys) + " bytes (" +
+                      humanBytes(phys) + ") of physical memory. Compile for a smaller model or batch (or with "
+                      "--offload/--recompute), or run on a larger machine");
+  }
+}
+
+void StreamExecutor::allocateArenas() {
+  try {
+    for (const Space &s : prog_.spaces) {
+      size_t bytes = size_t((std::max<int64_t>(s.arenaBytes, 1) + kAlignment - 1) / kAlignment * kAlignment);
+      void *p = allocateArena(s, bytes);
+      arenas_.push_back(p);
+      arenaMapped_.push_back(bytes);
+    }
+  } catch (...) {
+    freeArenas();
+    throw;
+  }
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < prog_.spaces.size(); ++i) index[prog_.spaces[i].name] = i;
+  ptrs_.assign(prog_.buffers.size(), nullptr);
+  for (const auto &b : prog_.buffers) ptrs_[size_t(b.id)] = static_cast<char *>(arenas_[index.at(b.space)]) + b.offset;
+}
+
+void StreamExecutor::freeArenas() {
+  for (size_t i = 0; i < arenas_.size(); ++i)
+    if (arenas_[i]) freeArena(i, arenas_[i], arenaMapped_[i]);
+  arenas_.clear(), arenaMapped_.clear();
+}
+
+// ----- binding
+
+size_t StreamExecutor::streamOf(const std::string &name) const {
+  return size_t(std::find(streamNames_.begin(), streamNames_.end(), name) - streamNames_.begin());
+}
+
+void StreamExecutor::bindOps() {
+  streamNames_ = {"compute"};
+  for (const auto &ins : prog_.instructions)
+    if (std::find(streamNames_.begin(), streamNames_.end(), ins.stream) == streamNames_.end())
+      streamNames_.push_back(ins.stream);
+  streamOps_.assign(streamNames_.size(), {});
+  stagingBytes_.assign(streamNames_.size(), 0);
+  done_ = std::make_unique<std::atomic<int64_t>[]>(prog_.instructions.size());
+  for (size_t i = 0; i < prog_.instructions.size(); ++i) done_[i].store(0);
+
+  ops_.clear();
+  ops_.reserve(prog_.instructions.size());
+  for (size_t i = 0; i < prog_.instructions.size(); ++i) {
+    const Instruction &ins = prog_.instructions[i];
+    const OpSignature *sig = findOpSignature(ins.op);
+    if (!sig) throw UserError("instruction " + std::to_string(i) + ": unknown op '" + ins.op + "'");
+    std::unique_ptr<BoundOp> p = makeOp();
+    BoundOp &op = *p;
+    op.kind = sig->kind;
+    op.index = i;
+    op.ins = &ins;
+    op.stream = streamOf(ins.stream);
+    streamOps_[op.stream].push_back(i);
+    for (int64_t id : ins.in) {
+      const Buffer &b = prog_.buffers[size_t(id)];
+      op.inType.push_back(b.dtype), op.inNumel.push_back(b.numel());
+    }
+    for (int64_t id : ins.out) {
+      const Buffer &b = prog_.buffers[size_t(id)];
+      op.outType.push_back(b.dtype), op.outNumel.push_back(b.numel());
+    }
+    static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
+    if (op.vocabParallel) op.offset = int64_t(tpRank_) * op.V; // this rank's rows of the vocabulary
+    if (op.tpHeads) op.headOffset = int64_t(tpRank_) * op.H;   // this rank's query heads
+    if (op.isCollective()) {
+      op.axis = int(ins.num("axis", 0));
+      op.reduce = Reduce(int(ins.num("reduce", 0)));
+    }
+    planOp(op);
+    stagingBytes_[op.stream] = std::max(stagingBytes_[op.stream], op.stageBytes);
+    ops_.push_back(std::move(p));
+  }
+}
+
+void StreamExecutor::stageOperands(BoundOp &op, const std::function<bool(bool, size_t)> &want, int64_t align) const {
+  const Instruction &ins = *op.ins;
+  std::map<int64_t, int64_t> at; // buffer id -> offset in bytes: a buffer read and written shares one area
+  auto place = [&](int64_t id) {
+    auto it = at.find(id);
+    if (it != at.end()) return it->second;
+    int64_t off = op.stageBytes;
+    op.stageBytes += (prog_.buffers[size_t(id)].numel() * 4 + align - 1) / align * align;
+    at[id] = off;
+    return off;
+  };
+  auto is16 = [](DType d) { return d == DType::BF16 || d == DType::F16; };
+  for (size_t k = 0; k < ins.in.size(); ++k)
+    if (want(true, k) && is16(op.inType[k])) {
+      bool seen = at.count(ins.in[k]);
+      int64_t off = place(ins.in[k]);
+      if (!seen) op.pre.push_back(StagedOperand{ins.in[k], nullptr, op.inType[k], op.inNumel[k], off, nullptr});
+    }
+  for (size_t k = 0; k < ins.out.size(); ++k)
+    if (want(false, k) && is16(op.outType[k]))
+      op.post.push_back(StagedOperand{ins.out[k], nullptr, op.outType[k], op.outNumel[k], place(ins.out[k]), nullptr});
+}
+
+void StreamExecutor::bindOperands(const std::function<void *(size_t)> &stagingBase) {
+  for (auto &p : ops_) {
+    BoundOp &op = *p;
+    op.rawIn.clear(), op.rawOut.clear();
+    for (int64_t id : op.ins->in) op.rawIn.push_back(ptrs_[size_t(id)]);
+    for (int64_t id : op.ins->out) op.rawOut.push_back(ptrs_[size_t(id)]);
+    op.in = op.rawIn, op.out = op.rawOut;
+    if (op.pre.empty() && op.post.empty()) continue;
+    char *base = static_cast<char *>(stagingBase(op.stream));
+    for (auto *list : {&op.pre, &op.post})
+      for (StagedOperand &c : *list)
+        c.arena = ptrs_[size_t(c.id)], c.stage = reinterpret_cast<float *>(base + c.stageOffset);
+    for (size_t k = 0; k < op.in.size(); ++k)
+      for (const StagedOperand &c : op.pre)
+        if (c.id == op.ins->in[k]) op.in[k] = c.stage;
+    for (size_t k = 0; k < op.out.size(); ++k)
+      for (const StagedOperand &c : op.post)
+        if (c.id == op.ins->out[k]) op.out[k] = c.stage;
+  }
+}
+
+// ----- streams
+
+void StreamExecutor::startStreams() {
+  for (size_t s = 1; s < streamNames_.size(); ++s)
+    threads_.emplace_back([this, s] {
+      onStreamThread();
+      int64_t seen = 0;
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> l(ctlMu_);
+          ctlCv_.wait(l, [&] { return quit_ || go_ > seen; });
+          if (quit_) return;
+          seen = go_;
+        }
+        omp_set_num_threads(ompThreads_);
+        try {
+          runStream(s);
+        } catch (const Aborted &) {
+        } catch (...) {
+          fail(std::current_exception());
+        }
+        std::lock_guard<std::mutex> l(ctlMu_);
+        if (--pending_ == 0) doneCv_.notify_all();
+      }
+    });
+}
+
+void StreamExecutor::stopStreams() {
+  {
+    std::lock_guard<std::mutex> l(ctlMu_);
+    quit_ = true;
+  }
+  ctlCv_.notify_all();
+  for (auto &t : threads_) t.join();
+  threads_.clear();
+}
+
+void StreamExecutor::fail(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> l(errMu_);
+    if (!error_) error_ = e;
+  }
+  abort_.store(true);
+  std::lock_guard<std::mutex> l(mu_);
+  cv_.notify_all();
+}
+
+std::string StreamExecutor::where(const BoundOp &op) const {
+  return "step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" + op.ins->op +
+         (op.ins->loc.empty() ? std::string() : " at " + op.ins->loc) + ")";
+}
+
+void StreamExecutor::runtimeError(const BoundOp &op, const std::string &msg) const {
+  throw UserError(where(op) + ": " + msg);
+}
+
+void StreamExecutor::badId(const BoundOp &op, bool target, int64_t id, int64_t position, int64_t limit) const {
+  runtimeError(op, std::string(target ? "target id " : "token id ") + std::to_string(id) + " at position " +
+                       std::to_string(position) + " is outside the " + (target ? "vocabulary" : "embedding table") +
+                       " [0, " + std::to_string(limit) + ")");
+}
+
+void StreamExecutor::stuck(const BoundOp &op, int64_t dep, const std::string &what) const {
+  const Instruction &w = prog_.instructions[size_t(dep)];
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", waitTimeout_);
+  throw std::runtime_error("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
+                           op.ins->op + " on stream '" + op.ins->stream + "') waited " + secs + " s for instruction " +
+                           std::to_string(dep) + " (" + w.op + " on stream '" + w.stream + "'" +
+                           (w.loc.empty() ? std::string() : " at " + w.loc) + ")" + what +
+                           ": the streams are stuck");
+}
+
+// `issuedOnly`: until instruction `dep` has been stamped in this run, not what its device must do.
+void StreamExecutor::waitFor(const BoundOp &op, int64_t dep, bool issuedOnly) {
+  std::atomic<int64_t> &d = done_[size_t(dep)];
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(waitTimeout_));
+  bool ready = false;
+  for (int k = 0; k < 256 && !ready; ++k) {
+    if (d.load() >= run_) ready = true;
+    else if (abort_.load()) throw Aborted{};
+    else if (k >= 64) std::this_thread::yield();
+  }
+  if (!ready) {
+    waiters_.fetch_add(1);
+    bool ok;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      ok = cv_.wait_until(l, deadline, [&] { return d.load() >= run_ || abort_.load(); });
+    }
+    waiters_.fetch_sub(1);
+    if (abort_.load()) throw Aborted{};
+    if (!ok) stuck(op, dep, stampWait_);
+  }
+  if (!issuedOnly) waitDevice(op, dep, deadline);
+}
+
+const void *StreamExecutor::hostView(const BoundOp &, int64_t, const void *ptr, std::vector<unsigned char> &) const {
+  return ptr;
+}
+
+void StreamExecutor::checkNumerics(const BoundOp &op) const {
+  std::vector<unsigned char> outBytes, inBytes;
+  for (size_t k = 0; k < op.rawOut.size(); ++k) {
+    if (!numericsChecked(op.index, k)) continue;
+    const void *v = hostView(op, op.ins->out[k], op.rawOut[k], outBytes);
+    if (!anyNonFinite(v, op.outType[k], op.outNumel[k])) continue;
+    int64_t first = 0;
+    while (first < op.outNumel[k] && std::isfinite(loadAs32(v, op.outType[k], first))) ++first;
+    int64_t badInput = -1;
+    for (size_t j = 0; j < op.rawIn.size() && badInput < 0; ++j) {
+      if (op.inType[j] == DType::I32) continue;
+      if (anyNonFinite(hostView(op, op.ins->in[j], op.rawIn[j], inBytes), op.inType[j], op.inNumel[j]))
+        badInput = op.ins->in[j];
+    }
+    throw UserError(numericsMessage(step_, op.index, k, first, badInput));
+  }
+}
+
+void StreamExecutor::runStream(size_t s) {
+  for (size_t idx : streamOps_[s]) {
+    if (abort_.load()) return;
+    BoundOp &op = *ops_[idx];
+    for (int64_t w : op.ins->wait) waitFor(op, w, false);
+    if (op.issuedAfter >= 0) waitFor(op, op.issuedAfter, /*issuedOnly=*/true);
+    if (profiling_ && timedOnHost(op)) {
+      auto t0 = std::chrono::steady_clock::now();
+      launch(op);
+      opSeconds_[idx] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } else {
+      launch(op);
+    }
+    if (checkNumerics_) checkNumerics(op);
+    if (int64_t(idx) == neverFinish_) continue;
+    done_[idx].store(run_);
+    if (waiters_.load() > 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      cv_.notify_all();
+    }
+  }
+}
+
+float StreamExecutor::scalar(int64_t bufferId) const {
+  float v = 0.0f;
+  readBytes(bufferId, &v);
+  return v;
+}
+
+float StreamExecutor::step(const int32_t *tokens, const int32_t *targets) {
+  ++step_;
+  ++run_; // stamps and wake-ups count runs, which never go back (setStepCount may)
+  loadInputs(tokens, targets);
+  lastScale_ = prog_.lossScale >= 0 ? scalar(prog_.lossScale) : 1.0f;
+
+  abort_.store(false);
+  error_ = nullptr;
+  if (!threads_.empty()) {
+    std::lock_guard<std::mutex> l(ctlMu_);
+    pending_ = int(threads_.size());
+    ompThreads_ = omp_get_max_threads();
+    go_ = run_;
+    ctlCv_.notify_all();
+  }
+  try {
+    runStream(0);
+  } catch (const Aborted &) {
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  if (!threads_.empty()) {
+    std::unique_lock<std::mutex> l(ctlMu_);
+    doneCv_.wait(l, [&] { return pending_ == 0; });
+  }
+  synchronize();
+  if (error_) std::rethrow_exception(error_);
+
+  if (profiling_) {
+    collectProfile();
+    ++profiled_;
+  }
+  checkDeviceErrors();
+  const float loss = scalar(prog_.loss);
+  lastSkipped_ = prog_.foundInf >= 0 && scalar(prog_.foundInf) != 0.0f;
+  finishCapture();
+  if (!lastSkipped_) ++updates_;
+  return loss;
+}
+
+// ----- buffers, capture, profiling
+
+void StreamExecutor::enableGradCapture() {
+  if (capture_) return;
+  capture_ = true;
+  for (auto &p : ops_) {
+    if (p->kind != OpKind::AdamW) continue;
+    const Buffer &param = prog_.buffers[size_t(p->ins->in[0])];
+    auto &dst = grads_[param.name];
+    dst.assign(size_t(param.numel()), 0.0f);
+    captureGrad(*p, dst);
+  }
+}
+
+void StreamExecutor::enableProfiling() {
+  if (!profiling_) enableDeviceProfiling();
+  profiling_ = true;
+  resetProfile();
+}
+
+} // namespace bigc::rt
