@@ -369,7 +369,7 @@ int runBody(int argc, char **argv, int first) {
 
   // K micro-batches per step, in data order: micro-batch k of step s is batch s·K + k.
   const int64_t bt = B * T;
-  // The global batch: micro-batch k of data-parallel rank r is chunk k*DP + r (CLI.md's data order;
+  // The global batch: micro-batch k of data-parallel rank r is chunk k*DP + r (the data order of `bigc run --data`;
   // the tensor-parallel ranks of a group read the same chunk).
   const int64_t DP = R / std::max<int64_t>(1, tpSize);
   std::vector<int32_t> tokens(size_t(K * DP * bt)), targets(size_t(K * DP * bt));

@@ -1,4 +1,4 @@
-// Token data for `bigc run` (CLI contract: ../shared/CLI.md, "bigc run" and "bigc data").
+// Token data for `bigc run` (README: "Run" and `bigc data`).
 // Token files: nanoGPT (raw uint16) or llm.c (256 x int32 header, magic 20240520, header[2] =
 // token count, then uint16), told apart by the magic. No MLIR here.
 #pragma once

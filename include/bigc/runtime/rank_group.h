@@ -5,7 +5,7 @@
 // weights, checkpoints and --save-weights see whole tensors whatever the rank count (a sharded
 // checkpoint resumes on another number of ranks). Reading a sharded buffer gathers the shards of
 // every rank; writing one gives each rank its slice. step() takes the global batch: K micro-batches
-// x ranks x [B,T] ids, micro-batch m of rank r at chunk m*ranks + r (CLI.md's data order), and
+// x ranks x [B,T] ids, micro-batch m of rank r at chunk m*ranks + r (the data order of `bigc run --data`), and
 // returns the mean of the ranks' losses (the loss of the global batch).
 //
 // Failures: a rank that throws stops every other rank (the communicator is aborted); a rank that

@@ -1,4 +1,4 @@
-// `bigc run` / `bigc-run` (CLI contract: ../shared/CLI.md, "bigc run"). No MLIR here.
+// `bigc run` / `bigc-run` (README: "Run"). No MLIR here.
 #pragma once
 
 namespace bigc::rt {

@@ -1,4 +1,4 @@
-// Command-line parsing shared by every bigc tool (CLI contract: ../shared/CLI.md).
+// Command-line parsing shared by every bigc tool (the README documents the commands).
 // `--flag=value` and `--flag value` both work; sizes take K M G T suffixes (powers of 1024) and
 // may be fractional. Errors are UserError (exit status 1) naming the option and what to do.
 #pragma once

@@ -1,6 +1,6 @@
 // Running one command of a bigc tool (`bigc <command>`, `bigc-run <command>`): a UserError becomes
 // "bigc <command>: message" on stderr and exit status 1, anything else an internal error (exit
-// status 2); never a crash (CLI contract: ../shared/CLI.md). Header-only; no MLIR here.
+// status 2); never a crash (the README's "Errors"). Header-only; no MLIR here.
 #pragma once
 
 #include <cstdio>
