@@ -16,23 +16,19 @@ using namespace mlir::bigc;
 
 int64_t mlir::bigc::meshAxisSize(Operation *op, StringRef axis) {
   auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
-  if (!module)
-    return 1;
+  if (!module) return 1;
   auto mesh = module->getAttrOfType<DictionaryAttr>(kMeshAttrName);
-  if (!mesh)
-    return 1;
+  if (!mesh) return 1;
   auto a = mesh.getAs<IntegerAttr>(axis);
   return a ? a.getInt() : 1;
 }
 
 int64_t mlir::bigc::meshRanks(ModuleOp module) {
   auto mesh = module->getAttrOfType<DictionaryAttr>(kMeshAttrName);
-  if (!mesh)
-    return 1;
+  if (!mesh) return 1;
   int64_t n = 1;
   for (NamedAttribute na : mesh)
-    if (auto a = dyn_cast<IntegerAttr>(na.getValue()))
-      n *= a.getInt();
+    if (auto a = dyn_cast<IntegerAttr>(na.getValue())) n *= a.getInt();
   return n;
 }
 
@@ -49,14 +45,13 @@ namespace {
 
 LogicalResult verifyGroup(Operation *op, StringRef group) {
   if (group != "dp" && group != "tp" && group != "pp")
-    return op->emitOpError("group must be a mesh axis: \"dp\", \"tp\" or \"pp\", got \"")
-           << group << "\"";
+    return op->emitOpError("group must be a mesh axis: \"dp\", \"tp\" or \"pp\", got \"") << group << "\"";
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
     StringRef want = group == "tp" ? kTpCommStream : kCommStream;
     if (!s || s.getValue() != want)
-      return op->emitOpError("of group \"") << group << "\" runs on the \"" << want
-                                            << "\" stream, got bigc.stream = " << stream;
+      return op->emitOpError("of group \"")
+             << group << "\" runs on the \"" << want << "\" stream, got bigc.stream = " << stream;
   }
   return success();
 }
@@ -78,13 +73,12 @@ LogicalResult verifyShards(Operation *op, ValueRange fulls, TypeRange fullTypes,
     if (elementType(fullTypes[i]) != shard.getElementType())
       return op->emitOpError("tensor #") << i << ": shard and full tensor must have one element type, got "
                                          << shardTypes[i] << " and " << fullTypes[i];
-    if (shard.getRank() != 1)
-      return op->emitOpError("tensor #") << i << ": a shard is 1-D, got " << shardTypes[i];
+    if (shard.getRank() != 1) return op->emitOpError("tensor #") << i << ": a shard is 1-D, got " << shardTypes[i];
     int64_t n = numel(fullTypes[i]), s = shard.getDimSize(0);
     if (s != shardElements(n, ranks))
-      return op->emitOpError("tensor #")
-             << i << ": a tensor of " << n << " elements over " << ranks << " ranks of \"" << group
-             << "\" has shards of " << shardElements(n, ranks) << " elements, got " << s;
+      return op->emitOpError("tensor #") << i << ": a tensor of " << n << " elements over " << ranks << " ranks of \""
+                                         << group << "\" has shards of " << shardElements(n, ranks) << " elements, got "
+                                         << s;
   }
   return success();
 }
@@ -92,8 +86,7 @@ LogicalResult verifyShards(Operation *op, ValueRange fulls, TypeRange fullTypes,
 } // namespace
 
 LogicalResult AllReduceOp::verify() {
-  if (failed(verifyGroup(*this, getGroup())))
-    return failure();
+  if (failed(verifyGroup(*this, getGroup()))) return failure();
   StringRef r = getReduce();
   if (r != "sum" && r != "mean" && r != "max" && r != "norm")
     return emitOpError("reduce must be \"sum\", \"mean\", \"max\" or \"norm\", got \"") << r << "\"";
@@ -101,22 +94,20 @@ LogicalResult AllReduceOp::verify() {
     return emitOpError("needs one result per operand and at least one");
   for (size_t i = 0; i < getInputs().size(); ++i)
     if (getInputs()[i].getType() != getOutputs()[i].getType())
-      return emitOpError("result #") << i << " must have the type of its operand, "
-                                     << getInputs()[i].getType() << ", got " << getOutputs()[i].getType();
+      return emitOpError("result #") << i << " must have the type of its operand, " << getInputs()[i].getType()
+                                     << ", got " << getOutputs()[i].getType();
   return success();
 }
 
 LogicalResult ReduceScatterOp::verify() {
-  if (failed(verifyGroup(*this, getGroup())))
-    return failure();
+  if (failed(verifyGroup(*this, getGroup()))) return failure();
   if (getReduce() != "sum" && getReduce() != "mean")
     return emitOpError("reduce must be \"sum\" or \"mean\", got \"") << getReduce() << "\"";
   return verifyShards(*this, getInputs(), getInputs().getTypes(), getOutputs().getTypes(), getGroup());
 }
 
 LogicalResult AllGatherOp::verify() {
-  if (failed(verifyGroup(*this, getGroup())))
-    return failure();
+  if (failed(verifyGroup(*this, getGroup()))) return failure();
   return verifyShards(*this, getOutputs(), getOutputs().getTypes(), getInputs().getTypes(), getGroup());
 }
 
@@ -129,12 +120,9 @@ LogicalResult ParamAllGatherOp::verify() {
 LogicalResult ParamAllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
   auto from = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(), getFromAttr());
   auto to = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(), getToAttr());
-  if (!from)
-    return emitOpError("from ") << getFromAttr() << " does not name a bigc.param";
-  if (!to)
-    return emitOpError("to ") << getToAttr() << " does not name a bigc.param";
+  if (!from) return emitOpError("from ") << getFromAttr() << " does not name a bigc.param";
+  if (!to) return emitOpError("to ") << getToAttr() << " does not name a bigc.param";
   Type ft = from.getType(), tt = to.getType();
-  if (failed(verifyShards(*this, {}, TypeRange{tt}, TypeRange{ft}, getGroup())))
-    return failure();
+  if (failed(verifyShards(*this, {}, TypeRange{tt}, TypeRange{ft}, getGroup()))) return failure();
   return success();
 }

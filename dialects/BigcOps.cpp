@@ -26,9 +26,7 @@ using namespace mlir::bigc;
 // Helpers
 //===----------------------------------------------------------------------===//
 
-static RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
+static RankedTensorType tensorOf(Value v) { return cast<RankedTensorType>(v.getType()); }
 static ArrayRef<int64_t> shapeOf(Value v) { return tensorOf(v).getShape(); }
 static Type eltOf(Value v) { return tensorOf(v).getElementType(); }
 
@@ -42,16 +40,14 @@ static std::string str(ArrayRef<int64_t> shape) {
   return s;
 }
 
-static SmallVector<int64_t> concatShape(ArrayRef<int64_t> a,
-                                        ArrayRef<int64_t> b) {
+static SmallVector<int64_t> concatShape(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
   SmallVector<int64_t> r(a.begin(), a.end());
   r.append(b.begin(), b.end());
   return r;
 }
 
 static bool isSuffixOf(ArrayRef<int64_t> suffix, ArrayRef<int64_t> full) {
-  return suffix.size() <= full.size() &&
-         full.take_back(suffix.size()) == suffix;
+  return suffix.size() <= full.size() && full.take_back(suffix.size()) == suffix;
 }
 
 /// Checks that the element types of `values` are all equal.
@@ -69,11 +65,9 @@ static LogicalResult sameElementTypes(Operation *op, ValueRange values) {
   return success();
 }
 
-static LogicalResult expectShape(Operation *op, StringRef what, Value v,
-                                 ArrayRef<int64_t> expected) {
+static LogicalResult expectShape(Operation *op, StringRef what, Value v, ArrayRef<int64_t> expected) {
   if (shapeOf(v) != expected)
-    return op->emitOpError() << what << " must have shape " << str(expected)
-                             << ", got " << str(shapeOf(v));
+    return op->emitOpError() << what << " must have shape " << str(expected) << ", got " << str(shapeOf(v));
   return success();
 }
 
@@ -81,9 +75,8 @@ static LogicalResult expectShape(Operation *op, StringRef what, Value v,
 /// the precision of the data.
 static LogicalResult expectF32(Operation *op, StringRef what, Value v) {
   if (!eltOf(v).isF32())
-    return op->emitOpError()
-           << what << " must be f32 (statistics are kept in fp32 in every "
-           << "precision), got " << eltOf(v);
+    return op->emitOpError() << what << " must be f32 (statistics are kept in fp32 in every "
+                             << "precision), got " << eltOf(v);
   return success();
 }
 
@@ -91,11 +84,8 @@ static Value zerosLike(OpBuilder &b, Location loc, Type type) {
   return b.create<FillOp>(loc, type, b.getF64FloatAttr(0.0));
 }
 
-static Value makeMatmul(OpBuilder &b, Location loc, Type type, Value x, Value y,
-                        bool ta, bool tb) {
-  return b.create<MatmulOp>(loc, type, x, y,
-                            ta ? b.getUnitAttr() : UnitAttr(),
-                            tb ? b.getUnitAttr() : UnitAttr());
+static Value makeMatmul(OpBuilder &b, Location loc, Type type, Value x, Value y, bool ta, bool tb) {
+  return b.create<MatmulOp>(loc, type, x, y, ta ? b.getUnitAttr() : UnitAttr(), tb ? b.getUnitAttr() : UnitAttr());
 }
 
 //===----------------------------------------------------------------------===//
@@ -104,46 +94,34 @@ static Value makeMatmul(OpBuilder &b, Location loc, Type type, Value x, Value y,
 
 LogicalResult ParamOp::verify() {
   StringRef init = getInit();
-  if (init != "normal" && init != "zeros" && init != "ones" &&
-      init != "fill" && init != "copy")
+  if (init != "normal" && init != "zeros" && init != "ones" && init != "fill" && init != "copy")
     return emitOpError("init must be \"normal\", \"zeros\", \"ones\", "
                        "\"fill\" or \"copy\", got \"")
            << init << "\"";
   if (std::optional<APFloat> s = getStd()) {
-    if (init != "normal")
-      return emitOpError("std is only allowed with init = \"normal\"");
-    if (!(s->convertToDouble() > 0.0))
-      return emitOpError("std must be positive");
+    if (init != "normal") return emitOpError("std is only allowed with init = \"normal\"");
+    if (!(s->convertToDouble() > 0.0)) return emitOpError("std must be positive");
   }
-  if (init == "fill" && !getValue())
-    return emitOpError("init = \"fill\" requires a value attribute");
-  if (init != "fill" && getValue())
-    return emitOpError("value is only allowed with init = \"fill\"");
+  if (init == "fill" && !getValue()) return emitOpError("init = \"fill\" requires a value attribute");
+  if (init != "fill" && getValue()) return emitOpError("value is only allowed with init = \"fill\"");
   if (init == "copy" && (!getSource() || getSource()->empty()))
     return emitOpError("init = \"copy\" requires a source attribute naming "
                        "the persistent tensor it is a cast of");
-  if (init != "copy" && getSource())
-    return emitOpError("source is only allowed with init = \"copy\"");
+  if (init != "copy" && getSource()) return emitOpError("source is only allowed with init = \"copy\"");
   if (init == "copy") {
     auto module = (*this)->getParentOp();
-    auto src = module ? SymbolTable::lookupSymbolIn(module, *getSource())
-                      : nullptr;
+    auto src = module ? SymbolTable::lookupSymbolIn(module, *getSource()) : nullptr;
     auto srcParam = dyn_cast_or_null<ParamOp>(src);
-    if (!srcParam)
-      return emitOpError("source \"")
-             << *getSource() << "\" does not name a bigc.param";
+    if (!srcParam) return emitOpError("source \"") << *getSource() << "\" does not name a bigc.param";
     // The logical shapes (bigc.full_shape of a shard, bigc-shard) must
     // match: a copy of a sharded master may be whole, or a shard.
     auto logical = [](ParamOp p) {
-      if (auto f = p->getAttrOfType<DenseI64ArrayAttr>(kFullShapeAttrName))
-        return SmallVector<int64_t>(f.asArrayRef());
+      if (auto f = p->getAttrOfType<DenseI64ArrayAttr>(kFullShapeAttrName)) return SmallVector<int64_t>(f.asArrayRef());
       return SmallVector<int64_t>(p.getTensorType().getShape());
     };
     if (logical(srcParam) != logical(*this))
-      return emitOpError("source \"")
-             << *getSource() << "\" has shape "
-             << str(srcParam.getTensorType().getShape())
-             << ", this copy has shape " << str(getTensorType().getShape());
+      return emitOpError("source \"") << *getSource() << "\" has shape " << str(srcParam.getTensorType().getShape())
+                                      << ", this copy has shape " << str(getTensorType().getShape());
   }
   StringRef role = getRole();
   if (role != "param" && role != "optimizer" && role != "master" &&
@@ -151,56 +129,40 @@ LogicalResult ParamOp::verify() {
     return emitOpError("role must be \"param\", \"master\", "
                        "\"optimizer\" or \"transfer\", got \"")
            << role << "\"";
-  if ((role == "master" || role == "optimizer") &&
-      !getTensorType().getElementType().isF32())
-    return emitOpError("a parameter of role \"")
-           << role << "\" must be f32 (fp32 master weights and optimizer "
-           << "states), got " << getTensorType().getElementType();
+  if ((role == "master" || role == "optimizer") && !getTensorType().getElementType().isF32())
+    return emitOpError("a parameter of role \"") << role << "\" must be f32 (fp32 master weights and optimizer "
+                                                 << "states), got " << getTensorType().getElementType();
   return success();
 }
 
-static FailureOr<ParamOp> lookupParam(Operation *op,
-                                      SymbolTableCollection &symbols,
-                                      FlatSymbolRefAttr ref, StringRef what) {
+static FailureOr<ParamOp> lookupParam(Operation *op, SymbolTableCollection &symbols, FlatSymbolRefAttr ref,
+                                      StringRef what) {
   auto param = symbols.lookupNearestSymbolFrom<ParamOp>(op, ref);
-  if (!param)
-    return op->emitOpError() << what << " " << ref
-                             << " does not name a bigc.param";
+  if (!param) return op->emitOpError() << what << " " << ref << " does not name a bigc.param";
   return param;
 }
 
 LogicalResult GetParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  FailureOr<ParamOp> param =
-      lookupParam(getOperation(), symbols, getParamAttr(), "symbol");
-  if (failed(param))
-    return failure();
+  FailureOr<ParamOp> param = lookupParam(getOperation(), symbols, getParamAttr(), "symbol");
+  if (failed(param)) return failure();
   if (param->getType() != getType())
-    return emitOpError("result type ")
-           << getType() << " does not match the type " << param->getType()
-           << " of " << getParamAttr();
+    return emitOpError("result type ") << getType() << " does not match the type " << param->getType() << " of "
+                                       << getParamAttr();
   return success();
 }
 
 LogicalResult AdamWOp::verify() {
-  auto check = [&](StringRef name, double v, bool ok,
-                   StringRef rule) -> LogicalResult {
-    if (!ok)
-      return emitOpError() << name << " must be " << rule << ", got " << v;
+  auto check = [&](StringRef name, double v, bool ok, StringRef rule) -> LogicalResult {
+    if (!ok) return emitOpError() << name << " must be " << rule << ", got " << v;
     return success();
   };
-  double lr = getLr().convertToDouble(), b1 = getBeta1().convertToDouble(),
-         b2 = getBeta2().convertToDouble(), eps = getEps().convertToDouble(),
-         wd = getWeightDecay().convertToDouble(),
-         mn = getMaxNorm().convertToDouble();
-  if (failed(check("lr", lr, lr >= 0.0, ">= 0")) ||
-      failed(check("beta1", b1, b1 >= 0.0 && b1 < 1.0, "in [0, 1)")) ||
-      failed(check("beta2", b2, b2 >= 0.0 && b2 < 1.0, "in [0, 1)")) ||
-      failed(check("eps", eps, eps > 0.0, "> 0")) ||
-      failed(check("weight_decay", wd, wd >= 0.0, ">= 0")) ||
-      failed(check("max_norm", mn, mn >= 0.0, ">= 0")))
+  double lr = getLr().convertToDouble(), b1 = getBeta1().convertToDouble(), b2 = getBeta2().convertToDouble(),
+         eps = getEps().convertToDouble(), wd = getWeightDecay().convertToDouble(), mn = getMaxNorm().convertToDouble();
+  if (failed(check("lr", lr, lr >= 0.0, ">= 0")) || failed(check("beta1", b1, b1 >= 0.0 && b1 < 1.0, "in [0, 1)")) ||
+      failed(check("beta2", b2, b2 >= 0.0 && b2 < 1.0, "in [0, 1)")) || failed(check("eps", eps, eps > 0.0, "> 0")) ||
+      failed(check("weight_decay", wd, wd >= 0.0, ">= 0")) || failed(check("max_norm", mn, mn >= 0.0, ">= 0")))
     return failure();
-  if (getNorm() && !(mn > 0.0))
-    return emitOpError("a norm operand requires max_norm > 0");
+  if (getNorm() && !(mn > 0.0)) return emitOpError("a norm operand requires max_norm > 0");
   if (!getNorm() && mn > 0.0)
     return emitOpError("max_norm > 0 requires the norm operand (global_norm "
                        "of all gradients)");
@@ -208,59 +170,40 @@ LogicalResult AdamWOp::verify() {
 }
 
 /// Looks up a bigc.param that must be an f32 scalar (loss scale, counters).
-static LogicalResult checkScalarF32Param(Operation *op,
-                                         SymbolTableCollection &symbols,
-                                         FlatSymbolRefAttr ref,
+static LogicalResult checkScalarF32Param(Operation *op, SymbolTableCollection &symbols, FlatSymbolRefAttr ref,
                                          StringRef what) {
   auto param = symbols.lookupNearestSymbolFrom<ParamOp>(op, ref);
-  if (!param)
-    return op->emitOpError() << what << " " << ref
-                             << " does not name a bigc.param";
+  if (!param) return op->emitOpError() << what << " " << ref << " does not name a bigc.param";
   RankedTensorType t = param.getTensorType();
   if (t.getRank() != 0 || !t.getElementType().isF32())
-    return op->emitOpError()
-           << what << " " << ref << " must be an f32 scalar (tensor<f32>), got "
-           << t;
+    return op->emitOpError() << what << " " << ref << " must be an f32 scalar (tensor<f32>), got " << t;
   return success();
 }
 
 LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbols) {
   std::pair<FlatSymbolRefAttr, StringRef> refs[] = {
-      {getParamAttr(), "param"},
-      {getExpAvgAttr(), "exp_avg"},
-      {getExpAvgSqAttr(), "exp_avg_sq"}};
+      {getParamAttr(), "param"}, {getExpAvgAttr(), "exp_avg"}, {getExpAvgSqAttr(), "exp_avg_sq"}};
   for (auto [ref, what] : refs) {
     FailureOr<ParamOp> p = lookupParam(getOperation(), symbols, ref, what);
-    if (failed(p))
-      return failure();
+    if (failed(p)) return failure();
     if (p->getTensorType().getShape() != shapeOf(getGrad()))
-      return emitOpError() << what << " " << ref << " has shape "
-                           << str(p->getTensorType().getShape())
-                           << " but the gradient has shape "
-                           << str(shapeOf(getGrad()));
+      return emitOpError() << what << " " << ref << " has shape " << str(p->getTensorType().getShape())
+                           << " but the gradient has shape " << str(shapeOf(getGrad()));
     if (what != "param" && !p->getTensorType().getElementType().isF32())
-      return emitOpError() << what << " " << ref
-                           << " must be f32 (AdamW moments are kept in fp32), "
+      return emitOpError() << what << " " << ref << " must be f32 (AdamW moments are kept in fp32), "
                            << "got " << p->getTensorType().getElementType();
   }
   if (FlatSymbolRefAttr half = getHalfAttr()) {
     FailureOr<ParamOp> h = lookupParam(getOperation(), symbols, half, "half");
-    if (failed(h))
-      return failure();
+    if (failed(h)) return failure();
     if (h->getTensorType().getShape() != shapeOf(getGrad()))
-      return emitOpError() << "half " << half << " has shape "
-                           << str(h->getTensorType().getShape())
-                           << " but the gradient has shape "
-                           << str(shapeOf(getGrad()));
-    auto master = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(),
-                                                           getParamAttr());
+      return emitOpError() << "half " << half << " has shape " << str(h->getTensorType().getShape())
+                           << " but the gradient has shape " << str(shapeOf(getGrad()));
+    auto master = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(), getParamAttr());
     if (!master.getTensorType().getElementType().isF32())
-      return emitOpError() << "with half = " << half << ", param "
-                           << getParamAttr()
-                           << " must be the f32 master, got "
+      return emitOpError() << "with half = " << half << ", param " << getParamAttr() << " must be the f32 master, got "
                            << master.getTensorType().getElementType();
-    if (half == getParamAttr())
-      return emitOpError("half must name another parameter than param");
+    if (half == getParamAttr()) return emitOpError("half must name another parameter than param");
   }
   return success();
 }
@@ -270,39 +213,30 @@ LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbols) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult CheckFiniteOp::verify() {
-  if (getInputs().empty())
-    return emitOpError("requires at least one input");
+  if (getInputs().empty()) return emitOpError("requires at least one input");
   return success();
 }
 
 LogicalResult LossScaleUpdateOp::verify() {
-  if (getGrowthInterval() < 1)
-    return emitOpError("growth_interval must be >= 1, got ")
-           << getGrowthInterval();
-  double backoff = getBackoff().convertToDouble(),
-         growth = getGrowth().convertToDouble();
-  if (!(backoff > 0.0 && backoff < 1.0))
-    return emitOpError("backoff must be in (0, 1), got ") << backoff;
-  if (!(growth > 1.0))
-    return emitOpError("growth must be > 1, got ") << growth;
+  if (getGrowthInterval() < 1) return emitOpError("growth_interval must be >= 1, got ") << getGrowthInterval();
+  double backoff = getBackoff().convertToDouble(), growth = getGrowth().convertToDouble();
+  if (!(backoff > 0.0 && backoff < 1.0)) return emitOpError("backoff must be in (0, 1), got ") << backoff;
+  if (!(growth > 1.0)) return emitOpError("growth must be > 1, got ") << growth;
   return success();
 }
 
-LogicalResult
-LossScaleUpdateOp::verifySymbolUses(SymbolTableCollection &symbols) {
+LogicalResult LossScaleUpdateOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (failed(checkScalarF32Param(*this, symbols, getScaleAttr(), "scale")) ||
       failed(checkScalarF32Param(*this, symbols, getGoodAttr(), "good")))
     return failure();
-  if (getScaleAttr() == getGoodAttr())
-    return emitOpError("scale and good must be two different parameters");
+  if (getScaleAttr() == getGoodAttr()) return emitOpError("scale and good must be two different parameters");
   return success();
 }
 
 LogicalResult CastOp::verify() {
   if (shapeOf(getX()) != shapeOf(getY()))
-    return emitOpError("result shape ")
-           << str(shapeOf(getY())) << " must equal the input shape "
-           << str(shapeOf(getX()));
+    return emitOpError("result shape ") << str(shapeOf(getY())) << " must equal the input shape "
+                                        << str(shapeOf(getX()));
   return success();
 }
 
@@ -312,27 +246,20 @@ LogicalResult CastOp::verify() {
 
 LogicalResult EmbeddingOp::verify() {
   auto table = shapeOf(getTable());
-  if (table.size() != 2)
-    return emitOpError("table must have rank 2 [V,C], got ") << str(table);
-  if (failed(sameElementTypes(*this, {getTable(), getY()})))
-    return failure();
-  return expectShape(*this, "result", getY(),
-                     concatShape(shapeOf(getIds()), {table[1]}));
+  if (table.size() != 2) return emitOpError("table must have rank 2 [V,C], got ") << str(table);
+  if (failed(sameElementTypes(*this, {getTable(), getY()}))) return failure();
+  return expectShape(*this, "result", getY(), concatShape(shapeOf(getIds()), {table[1]}));
 }
 
 LogicalResult EmbeddingGradOp::verify() {
   auto dtable = shapeOf(getDtable());
-  if (dtable.size() != 2)
-    return emitOpError("result must have rank 2 [V,C], got ") << str(dtable);
-  if (failed(sameElementTypes(*this, {getDy(), getDtable()})))
-    return failure();
-  return expectShape(*this, "dy", getDy(),
-                     concatShape(shapeOf(getIds()), {dtable[1]}));
+  if (dtable.size() != 2) return emitOpError("result must have rank 2 [V,C], got ") << str(dtable);
+  if (failed(sameElementTypes(*this, {getDy(), getDtable()}))) return failure();
+  return expectShape(*this, "dy", getDy(), concatShape(shapeOf(getIds()), {dtable[1]}));
 }
 
 LogicalResult MatmulOp::verify() {
-  if (failed(sameElementTypes(*this, {getA(), getB(), getC()})))
-    return failure();
+  if (failed(sameElementTypes(*this, {getA(), getB(), getC()}))) return failure();
   auto a = shapeOf(getA()), b = shapeOf(getB());
   bool ta = getTransposeA(), tb = getTransposeB();
   size_t ra = a.size(), rb = b.size();
@@ -353,15 +280,13 @@ LogicalResult MatmulOp::verify() {
              << str(a) << " and " << str(b);
     batch = a.drop_back(2);
   } else {
-    return emitOpError("operand ranks ")
-           << ra << " and " << rb
-           << " match no matmul form (2 and 2; > 2 and 2; equal ranks > 2)";
+    return emitOpError("operand ranks ") << ra << " and " << rb
+                                         << " match no matmul form (2 and 2; > 2 and 2; equal ranks > 2)";
   }
   int64_t m = ta ? a[ra - 1] : a[ra - 2], k = ta ? a[ra - 2] : a[ra - 1];
   int64_t k2 = tb ? b[rb - 1] : b[rb - 2], n = tb ? b[rb - 2] : b[rb - 1];
   if (k != k2)
-    return emitOpError("contraction dimensions differ: op(a) is ")
-           << str({m, k}) << " and op(b) is " << str({k2, n});
+    return emitOpError("contraction dimensions differ: op(a) is ") << str({m, k}) << " and op(b) is " << str({k2, n});
   return expectShape(*this, "result", getC(), concatShape(batch, {m, n}));
 }
 
@@ -382,29 +307,23 @@ LogicalResult SwigluGradOp::verify() { return success(); }
 
 LogicalResult RmsNormOp::verify() {
   auto x = shapeOf(getX());
-  if (x.empty())
-    return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(*this, {getX(), getW(), getY()})) ||
-      failed(expectF32(*this, "result rstd", getRstd())))
+  if (x.empty()) return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(*this, {getX(), getW(), getY()})) || failed(expectF32(*this, "result rstd", getRstd())))
     return failure();
-  if (failed(expectShape(*this, "weight", getW(), {x.back()})) ||
-      failed(expectShape(*this, "result y", getY(), x)) ||
+  if (failed(expectShape(*this, "weight", getW(), {x.back()})) || failed(expectShape(*this, "result y", getY(), x)) ||
       failed(expectShape(*this, "result rstd", getRstd(), x.drop_back())))
     return failure();
-  if (!(getEps().convertToDouble() > 0.0))
-    return emitOpError("eps must be positive");
+  if (!(getEps().convertToDouble() > 0.0)) return emitOpError("eps must be positive");
   return success();
 }
 
 LogicalResult RmsNormGradOp::verify() {
   auto x = shapeOf(getX());
-  if (x.empty())
-    return emitOpError("input must have rank >= 1");
+  if (x.empty()) return emitOpError("input must have rank >= 1");
   if (failed(sameElementTypes(*this, {getDy(), getX(), getW(), getDx(), getDw()})) ||
       failed(expectF32(*this, "rstd", getRstd())))
     return failure();
-  if (failed(expectShape(*this, "dy", getDy(), x)) ||
-      failed(expectShape(*this, "weight", getW(), {x.back()})) ||
+  if (failed(expectShape(*this, "dy", getDy(), x)) || failed(expectShape(*this, "weight", getW(), {x.back()})) ||
       failed(expectShape(*this, "rstd", getRstd(), x.drop_back())) ||
       failed(expectShape(*this, "result dx", getDx(), x)) ||
       failed(expectShape(*this, "result dw", getDw(), {x.back()})))
@@ -415,20 +334,15 @@ LogicalResult RmsNormGradOp::verify() {
 LogicalResult RopeOp::verify() {
   auto x = shapeOf(getX());
   const int64_t d = getHeadDim();
-  if (x.size() != 3)
-    return emitOpError("input must have rank 3 [B,T,H*D], got ") << str(x);
+  if (x.size() != 3) return emitOpError("input must have rank 3 [B,T,H*D], got ") << str(x);
   if (d <= 0 || d % 2 != 0 || d > 1024)
     return emitOpError("head_dim must be positive, even and at most 1024, got ") << d;
-  if (x[2] % d != 0)
-    return emitOpError("the last dimension (") << x[2] << ") must be a multiple of head_dim = " << d;
+  if (x[2] % d != 0) return emitOpError("the last dimension (") << x[2] << ") must be a multiple of head_dim = " << d;
   if ((int64_t)getInvFreq().size() != d / 2)
-    return emitOpError("inv_freq must have head_dim / 2 = ")
-           << d / 2 << " values, got " << getInvFreq().size();
+    return emitOpError("inv_freq must have head_dim / 2 = ") << d / 2 << " values, got " << getInvFreq().size();
   for (double f : getInvFreq())
-    if (!std::isfinite(f))
-      return emitOpError("inv_freq must be finite");
-  if (!std::isfinite(getAttentionScaling().convertToDouble()))
-    return emitOpError("attention_scaling must be finite");
+    if (!std::isfinite(f)) return emitOpError("inv_freq must be finite");
+  if (!std::isfinite(getAttentionScaling().convertToDouble())) return emitOpError("attention_scaling must be finite");
   return success();
 }
 
@@ -436,8 +350,7 @@ LogicalResult RopeOp::verify() {
 static FailureOr<int64_t> verifyGqa(Operation *op, Value q, Value k, Value v, int64_t heads, int64_t kvHeads,
                                     int64_t window, double scale, bool tpHeads) {
   auto qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
-  if (qs.size() != 3)
-    return op->emitOpError("q must have rank 3 [B,T,H*D], got ") << str(qs);
+  if (qs.size() != 3) return op->emitOpError("q must have rank 3 [B,T,H*D], got ") << str(qs);
   if (heads <= 0 || kvHeads <= 0)
     return op->emitOpError("heads and kv_heads must be positive, got ") << heads << " and " << kvHeads;
   if (!tpHeads && heads % kvHeads != 0)
@@ -448,8 +361,7 @@ static FailureOr<int64_t> verifyGqa(Operation *op, Value q, Value k, Value v, in
   if (failed(expectShape(op, "k", k, {qs[0], qs[1], kvHeads * d})) ||
       failed(expectShape(op, "v", v, {qs[0], qs[1], kvHeads * d})))
     return failure();
-  if (window < 0)
-    return op->emitOpError("window must be >= 0 (0: none), got ") << window;
+  if (window < 0) return op->emitOpError("window must be >= 0 (0: none), got ") << window;
   if (!(scale >= 0.0) || !std::isfinite(scale))
     return op->emitOpError("scale must be >= 0 (0: 1/sqrt(head dim)), got ") << scale;
   (void)vs;
@@ -459,12 +371,10 @@ static FailureOr<int64_t> verifyGqa(Operation *op, Value q, Value k, Value v, in
 LogicalResult GqaAttentionOp::verify() {
   FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
                                    getScale().convertToDouble(), getTpHeads());
-  if (failed(d))
-    return failure();
+  if (failed(d)) return failure();
   auto qs = shapeOf(getQ());
   if (failed(sameElementTypes(*this, {getQ(), getK(), getV(), getOut()})) ||
-      failed(expectF32(*this, "result lse", getLse())) ||
-      failed(expectShape(*this, "result out", getOut(), qs)) ||
+      failed(expectF32(*this, "result lse", getLse())) || failed(expectShape(*this, "result out", getOut(), qs)) ||
       failed(expectShape(*this, "result lse", getLse(), {qs[0], (int64_t)getHeads(), qs[1]})))
     return failure();
   return success();
@@ -473,12 +383,10 @@ LogicalResult GqaAttentionOp::verify() {
 LogicalResult GqaAttentionGradOp::verify() {
   FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
                                    getScale().convertToDouble(), getTpHeads());
-  if (failed(d))
-    return failure();
+  if (failed(d)) return failure();
   auto qs = shapeOf(getQ());
   if (failed(sameElementTypes(*this, {getDout(), getQ(), getK(), getV(), getOut(), getDq(), getDk(), getDv()})) ||
-      failed(expectF32(*this, "lse", getLse())) ||
-      failed(expectShape(*this, "dout", getDout(), qs)) ||
+      failed(expectF32(*this, "lse", getLse())) || failed(expectShape(*this, "dout", getDout(), qs)) ||
       failed(expectShape(*this, "out", getOut(), qs)) ||
       failed(expectShape(*this, "lse", getLse(), {qs[0], (int64_t)getHeads(), qs[1]})) ||
       failed(expectShape(*this, "result dq", getDq(), qs)) ||
@@ -490,64 +398,47 @@ LogicalResult GqaAttentionGradOp::verify() {
 LogicalResult FillOp::verify() { return success(); }
 
 LogicalResult BiasAddOp::verify() {
-  if (failed(sameElementTypes(*this, {getX(), getB(), getY()})))
-    return failure();
+  if (failed(sameElementTypes(*this, {getX(), getB(), getY()}))) return failure();
   auto x = shapeOf(getX()), b = shapeOf(getB());
   if (b.empty() || !isSuffixOf(b, x))
-    return emitOpError("bias shape ")
-           << str(b) << " must be a non-empty suffix of the input shape "
-           << str(x);
+    return emitOpError("bias shape ") << str(b) << " must be a non-empty suffix of the input shape " << str(x);
   return expectShape(*this, "result", getY(), x);
 }
 
 LogicalResult ReduceSumOp::verify() {
-  if (failed(sameElementTypes(*this, {getX(), getY()})))
-    return failure();
+  if (failed(sameElementTypes(*this, {getX(), getY()}))) return failure();
   auto x = shapeOf(getX()), y = shapeOf(getY());
   if (!isSuffixOf(y, x))
-    return emitOpError("result shape ")
-           << str(y) << " must be a suffix of the input shape " << str(x);
+    return emitOpError("result shape ") << str(y) << " must be a suffix of the input shape " << str(x);
   return success();
 }
 
 LogicalResult LayerNormOp::verify() {
   auto x = shapeOf(getX());
-  if (x.empty())
-    return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(*this, {getX(), getW(), getB(), getY()})))
-    return failure();
-  if (failed(expectF32(*this, "result mean", getMean())) ||
-      failed(expectF32(*this, "result rstd", getRstd())))
+  if (x.empty()) return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(*this, {getX(), getW(), getB(), getY()}))) return failure();
+  if (failed(expectF32(*this, "result mean", getMean())) || failed(expectF32(*this, "result rstd", getRstd())))
     return failure();
   int64_t c = x.back();
-  if (failed(expectShape(*this, "weight", getW(), {c})) ||
-      failed(expectShape(*this, "bias", getB(), {c})) ||
+  if (failed(expectShape(*this, "weight", getW(), {c})) || failed(expectShape(*this, "bias", getB(), {c})) ||
       failed(expectShape(*this, "result y", getY(), x)) ||
       failed(expectShape(*this, "result mean", getMean(), x.drop_back())) ||
       failed(expectShape(*this, "result rstd", getRstd(), x.drop_back())))
     return failure();
-  if (!(getEps().convertToDouble() > 0.0))
-    return emitOpError("eps must be positive");
+  if (!(getEps().convertToDouble() > 0.0)) return emitOpError("eps must be positive");
   return success();
 }
 
 LogicalResult LayerNormGradOp::verify() {
   auto x = shapeOf(getX());
-  if (x.empty())
-    return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(
-          *this, {getDy(), getX(), getW(), getDx(), getDw(), getDb()})))
-    return failure();
-  if (failed(expectF32(*this, "mean", getMean())) ||
-      failed(expectF32(*this, "rstd", getRstd())))
-    return failure();
+  if (x.empty()) return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(*this, {getDy(), getX(), getW(), getDx(), getDw(), getDb()}))) return failure();
+  if (failed(expectF32(*this, "mean", getMean())) || failed(expectF32(*this, "rstd", getRstd()))) return failure();
   int64_t c = x.back();
-  if (failed(expectShape(*this, "dy", getDy(), x)) ||
-      failed(expectShape(*this, "weight", getW(), {c})) ||
+  if (failed(expectShape(*this, "dy", getDy(), x)) || failed(expectShape(*this, "weight", getW(), {c})) ||
       failed(expectShape(*this, "mean", getMean(), x.drop_back())) ||
       failed(expectShape(*this, "rstd", getRstd(), x.drop_back())) ||
-      failed(expectShape(*this, "result dx", getDx(), x)) ||
-      failed(expectShape(*this, "result dw", getDw(), {c})) ||
+      failed(expectShape(*this, "result dx", getDx(), x)) || failed(expectShape(*this, "result dw", getDw(), {c})) ||
       failed(expectShape(*this, "result db", getDb(), {c})))
     return failure();
   return success();
@@ -556,67 +447,52 @@ LogicalResult LayerNormGradOp::verify() {
 /// Checks qkv [B,T,3C] and `heads`; returns C.
 static FailureOr<int64_t> verifyQkv(Operation *op, Value qkv, int64_t heads) {
   auto s = shapeOf(qkv);
-  if (s.size() != 3)
-    return op->emitOpError("qkv must have rank 3 [B,T,3C], got ") << str(s);
-  if (s[2] % 3 != 0)
-    return op->emitOpError("the last dimension of qkv (")
-           << s[2] << ") must be 3C, a multiple of 3";
-  if (heads <= 0)
-    return op->emitOpError("heads must be positive, got ") << heads;
+  if (s.size() != 3) return op->emitOpError("qkv must have rank 3 [B,T,3C], got ") << str(s);
+  if (s[2] % 3 != 0) return op->emitOpError("the last dimension of qkv (") << s[2] << ") must be 3C, a multiple of 3";
+  if (heads <= 0) return op->emitOpError("heads must be positive, got ") << heads;
   int64_t c = s[2] / 3;
-  if (c % heads != 0)
-    return op->emitOpError("C = ")
-           << c << " must be divisible by heads = " << heads;
+  if (c % heads != 0) return op->emitOpError("C = ") << c << " must be divisible by heads = " << heads;
   return c;
 }
 
 LogicalResult AttentionOp::verify() {
   FailureOr<int64_t> c = verifyQkv(*this, getQkv(), getHeads());
-  if (failed(c))
-    return failure();
-  if (failed(sameElementTypes(*this, {getQkv(), getOut()})) ||
-      failed(expectF32(*this, "result lse", getLse())))
+  if (failed(c)) return failure();
+  if (failed(sameElementTypes(*this, {getQkv(), getOut()})) || failed(expectF32(*this, "result lse", getLse())))
     return failure();
   auto s = shapeOf(getQkv());
   if (failed(expectShape(*this, "result out", getOut(), {s[0], s[1], *c})) ||
-      failed(expectShape(*this, "result lse", getLse(),
-                         {s[0], (int64_t)getHeads(), s[1]})))
+      failed(expectShape(*this, "result lse", getLse(), {s[0], (int64_t)getHeads(), s[1]})))
     return failure();
   return success();
 }
 
 LogicalResult AttentionGradOp::verify() {
   FailureOr<int64_t> c = verifyQkv(*this, getQkv(), getHeads());
-  if (failed(c))
-    return failure();
-  if (failed(sameElementTypes(*this,
-                              {getDout(), getQkv(), getOut(), getDqkv()})) ||
+  if (failed(c)) return failure();
+  if (failed(sameElementTypes(*this, {getDout(), getQkv(), getOut(), getDqkv()})) ||
       failed(expectF32(*this, "lse", getLse())))
     return failure();
   auto s = shapeOf(getQkv());
   if (failed(expectShape(*this, "dout", getDout(), {s[0], s[1], *c})) ||
       failed(expectShape(*this, "out", getOut(), {s[0], s[1], *c})) ||
-      failed(expectShape(*this, "lse", getLse(),
-                         {s[0], (int64_t)getHeads(), s[1]})) ||
+      failed(expectShape(*this, "lse", getLse(), {s[0], (int64_t)getHeads(), s[1]})) ||
       failed(expectShape(*this, "result dqkv", getDqkv(), s)))
     return failure();
   return success();
 }
 
 LogicalResult TransposeOp::verify() {
-  if (eltOf(getX()) != eltOf(getY()))
-    return emitOpError("result element type must equal the input's");
+  if (eltOf(getX()) != eltOf(getY())) return emitOpError("result element type must equal the input's");
   auto x = shapeOf(getX());
   ArrayRef<int64_t> perm = getPerm();
   if (perm.size() != x.size())
-    return emitOpError("perm has ")
-           << perm.size() << " entries but the input has rank " << x.size();
+    return emitOpError("perm has ") << perm.size() << " entries but the input has rank " << x.size();
   SmallVector<bool> seen(x.size(), false);
   SmallVector<int64_t> expected;
   for (int64_t p : perm) {
     if (p < 0 || p >= (int64_t)x.size() || seen[p])
-      return emitOpError("perm ") << str(perm) << " is not a permutation of [0, "
-                                  << x.size() << ")";
+      return emitOpError("perm ") << str(perm) << " is not a permutation of [0, " << x.size() << ")";
     seen[p] = true;
     expected.push_back(x[p]);
   }
@@ -624,98 +500,78 @@ LogicalResult TransposeOp::verify() {
 }
 
 LogicalResult ReshapeOp::verify() {
-  if (eltOf(getX()) != eltOf(getY()))
-    return emitOpError("result element type must equal the input's");
+  if (eltOf(getX()) != eltOf(getY())) return emitOpError("result element type must equal the input's");
   if (tensorOf(getX()).getNumElements() != tensorOf(getY()).getNumElements())
     return emitOpError("cannot reshape ")
-           << str(shapeOf(getX())) << " (" << tensorOf(getX()).getNumElements()
-           << " elements) to " << str(shapeOf(getY())) << " ("
-           << tensorOf(getY()).getNumElements() << " elements)";
+           << str(shapeOf(getX())) << " (" << tensorOf(getX()).getNumElements() << " elements) to "
+           << str(shapeOf(getY())) << " (" << tensorOf(getY()).getNumElements() << " elements)";
   return success();
 }
 
 static LogicalResult verifyAxis(Operation *op, int64_t axis, size_t rank) {
   if (axis < 0 || axis >= (int64_t)rank)
-    return op->emitOpError("axis ")
-           << axis << " is out of range for rank " << rank;
+    return op->emitOpError("axis ") << axis << " is out of range for rank " << rank;
   return success();
 }
 
 LogicalResult SplitOp::verify() {
   auto x = shapeOf(getX());
   int64_t axis = getAxis();
-  if (failed(verifyAxis(*this, axis, x.size())))
-    return failure();
+  if (failed(verifyAxis(*this, axis, x.size()))) return failure();
   size_t n = getResults().size();
-  if (n == 0)
-    return emitOpError("requires at least one result");
+  if (n == 0) return emitOpError("requires at least one result");
   if (x[axis] % (int64_t)n != 0)
-    return emitOpError("dimension ")
-           << axis << " of size " << x[axis] << " cannot be split into " << n
-           << " equal parts";
+    return emitOpError("dimension ") << axis << " of size " << x[axis] << " cannot be split into " << n
+                                     << " equal parts";
   SmallVector<int64_t> part(x.begin(), x.end());
   part[axis] /= n;
   for (Value r : getResults()) {
-    if (eltOf(r) != eltOf(getX()))
-      return emitOpError("result element types must equal the input's");
-    if (failed(expectShape(*this, "every result", r, part)))
-      return failure();
+    if (eltOf(r) != eltOf(getX())) return emitOpError("result element types must equal the input's");
+    if (failed(expectShape(*this, "every result", r, part))) return failure();
   }
   return success();
 }
 
 LogicalResult ConcatOp::verify() {
-  if (getInputs().empty())
-    return emitOpError("requires at least one input");
+  if (getInputs().empty()) return emitOpError("requires at least one input");
   auto first = shapeOf(getInputs().front());
   int64_t axis = getAxis();
-  if (failed(verifyAxis(*this, axis, first.size())))
-    return failure();
+  if (failed(verifyAxis(*this, axis, first.size()))) return failure();
   SmallVector<Value> all(getInputs().begin(), getInputs().end());
   all.push_back(getY());
-  if (failed(sameElementTypes(*this, all)))
-    return failure();
+  if (failed(sameElementTypes(*this, all))) return failure();
   SmallVector<int64_t> expected(first.begin(), first.end());
   expected[axis] = 0;
   for (Value in : getInputs()) {
     auto s = shapeOf(in);
-    if (s.size() != first.size())
-      return emitOpError("all inputs must have the same rank");
+    if (s.size() != first.size()) return emitOpError("all inputs must have the same rank");
     for (size_t i = 0; i < s.size(); ++i)
       if ((int64_t)i != axis && s[i] != first[i])
-        return emitOpError("inputs ")
-               << str(first) << " and " << str(s)
-               << " differ outside the concatenation axis " << axis;
+        return emitOpError("inputs ") << str(first) << " and " << str(s) << " differ outside the concatenation axis "
+                                      << axis;
     expected[axis] += s[axis];
   }
   return expectShape(*this, "result", getY(), expected);
 }
 
-static LogicalResult verifyLogitsTargets(Operation *op, Value logits,
-                                         Value targets) {
+static LogicalResult verifyLogitsTargets(Operation *op, Value logits, Value targets) {
   auto l = shapeOf(logits);
-  if (l.empty())
-    return op->emitOpError("logits must have rank >= 1 [...,V]");
+  if (l.empty()) return op->emitOpError("logits must have rank >= 1 [...,V]");
   return expectShape(op, "targets", targets, l.drop_back());
 }
 
-LogicalResult CrossEntropyOp::verify() {
-  return verifyLogitsTargets(*this, getLogits(), getTargets());
-}
+LogicalResult CrossEntropyOp::verify() { return verifyLogitsTargets(*this, getLogits(), getTargets()); }
 
 LogicalResult CrossEntropyGradOp::verify() {
-  if (failed(verifyLogitsTargets(*this, getLogits(), getTargets())))
-    return failure();
+  if (failed(verifyLogitsTargets(*this, getLogits(), getTargets()))) return failure();
   if (getDlogits().getType() != getLogits().getType())
-    return emitOpError("result type ")
-           << getDlogits().getType() << " must equal the logits type "
-           << getLogits().getType();
+    return emitOpError("result type ") << getDlogits().getType() << " must equal the logits type "
+                                       << getLogits().getType();
   return success();
 }
 
 LogicalResult GlobalNormOp::verify() {
-  if (getInputs().empty())
-    return emitOpError("requires at least one input");
+  if (getInputs().empty()) return emitOpError("requires at least one input");
   return success();
 }
 
@@ -723,11 +579,9 @@ LogicalResult GlobalNormOp::verify() {
 // Gradients (DifferentiableOpInterface)
 //===----------------------------------------------------------------------===//
 
-LogicalResult EmbeddingOp::buildGradient(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads,
+LogicalResult EmbeddingOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  auto grad = b.create<EmbeddingGradOp>(getLoc(), getTable().getType(),
-                                        resultGrads[0], getIds());
+  auto grad = b.create<EmbeddingGradOp>(getLoc(), getTable().getType(), resultGrads[0], getIds());
   if (Attribute g = (*this)->getAttr(kVocabGroupAttrName)) // vocabulary-parallel
     grad->setAttr(kVocabGroupAttrName, g);
   Value dtable = grad;
@@ -735,8 +589,7 @@ LogicalResult EmbeddingOp::buildGradient(OpBuilder &b,
   return success();
 }
 
-LogicalResult MatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                      SmallVectorImpl<Value> &operandGrads) {
+LogicalResult MatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   Location loc = getLoc();
   Value a = getA(), bm = getB(), dc = resultGrads[0];
   Type aT = a.getType(), bT = bm.getType();
@@ -776,14 +629,12 @@ LogicalResult MatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
-LogicalResult AddOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                   SmallVectorImpl<Value> &operandGrads) {
+LogicalResult AddOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   operandGrads.assign({resultGrads[0], resultGrads[0]});
   return success();
 }
 
-LogicalResult BiasAddOp::buildGradient(OpBuilder &b,
-                                       ArrayRef<Value> resultGrads,
+LogicalResult BiasAddOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
   Value dy = resultGrads[0];
   Value db = b.create<ReduceSumOp>(getLoc(), getB().getType(), dy);
@@ -791,8 +642,7 @@ LogicalResult BiasAddOp::buildGradient(OpBuilder &b,
   return success();
 }
 
-LogicalResult MulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                   SmallVectorImpl<Value> &operandGrads) {
+LogicalResult MulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   Value dc = resultGrads[0];
   Value da = b.create<MulOp>(getLoc(), getA().getType(), dc, getB());
   Value db = b.create<MulOp>(getLoc(), getB().getType(), dc, getA());
@@ -800,61 +650,50 @@ LogicalResult MulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
-LogicalResult ScaleOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                     SmallVectorImpl<Value> &operandGrads) {
-  Value dx = b.create<ScaleOp>(getLoc(), getX().getType(), resultGrads[0],
-                               getFactorAttr());
+LogicalResult ScaleOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
+  Value dx = b.create<ScaleOp>(getLoc(), getX().getType(), resultGrads[0], getFactorAttr());
   operandGrads.assign({dx});
   return success();
 }
 
-LogicalResult ReduceSumOp::buildGradient(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads,
+LogicalResult ReduceSumOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
   // Broadcast dy back over the leading dims: 0 + dy.
   Value zeros = zerosLike(b, getLoc(), getX().getType());
-  Value dx = b.create<BiasAddOp>(getLoc(), getX().getType(), zeros,
-                                 resultGrads[0]);
+  Value dx = b.create<BiasAddOp>(getLoc(), getX().getType(), zeros, resultGrads[0]);
   operandGrads.assign({dx});
   return success();
 }
 
-LogicalResult FillOp::buildGradient(OpBuilder &, ArrayRef<Value>,
-                                    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult FillOp::buildGradient(OpBuilder &, ArrayRef<Value>, SmallVectorImpl<Value> &operandGrads) {
   operandGrads.clear();
   return success();
 }
 
-LogicalResult LayerNormOp::buildGradient(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads,
+LogicalResult LayerNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
   if (resultGrads[1] || resultGrads[2])
     return emitOpError("the mean and rstd results of layernorm have no "
                        "gradient; only y may be used by differentiable ops");
-  auto g = b.create<LayerNormGradOp>(
-      getLoc(), TypeRange{getX().getType(), getW().getType(), getB().getType()},
-      resultGrads[0], getX(), getW(), getMean(), getRstd());
+  auto g = b.create<LayerNormGradOp>(getLoc(), TypeRange{getX().getType(), getW().getType(), getB().getType()},
+                                     resultGrads[0], getX(), getW(), getMean(), getRstd());
   operandGrads.assign({g.getDx(), g.getDw(), g.getDb()});
   return success();
 }
 
-LogicalResult GeluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                    SmallVectorImpl<Value> &operandGrads) {
-  Value dx = b.create<GeluGradOp>(getLoc(), getX().getType(), getX(),
-                                  resultGrads[0], getApproximateAttr());
+LogicalResult GeluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
+  Value dx = b.create<GeluGradOp>(getLoc(), getX().getType(), getX(), resultGrads[0], getApproximateAttr());
   operandGrads.assign({dx});
   return success();
 }
 
-LogicalResult SiluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult SiluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   Value dx = b.create<SiluGradOp>(getLoc(), getX().getType(), getX(), resultGrads[0]);
   operandGrads.assign({dx});
   return success();
 }
 
-LogicalResult SwigluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                      SmallVectorImpl<Value> &operandGrads) {
+LogicalResult SwigluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   auto g = b.create<SwigluGradOp>(getLoc(), TypeRange{getGate().getType(), getUp().getType()}, getGate(), getUp(),
                                   resultGrads[0]);
   operandGrads.assign({g.getDgate(), g.getDup()});
@@ -871,8 +710,7 @@ LogicalResult RmsNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads
   return success();
 }
 
-LogicalResult RopeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult RopeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   // y = s R(a) x per pair: dx = s R(-a) dy.
   auto r = b.create<RopeOp>(getLoc(), getX().getType(), resultGrads[0], getHeadDimAttr(), getInvFreqAttr(),
                             getAttentionScalingAttr(), getInverse() ? UnitAttr() : b.getUnitAttr());
@@ -884,84 +722,68 @@ LogicalResult GqaAttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> result
                                             SmallVectorImpl<Value> &operandGrads) {
   if (resultGrads[1])
     return emitOpError("the lse result of gqa_attention has no gradient; only out may be used by differentiable ops");
-  auto g = b.create<GqaAttentionGradOp>(
-      getLoc(), TypeRange{getQ().getType(), getK().getType(), getV().getType()}, resultGrads[0], getQ(), getK(),
-      getV(), getOut(), getLse(), getHeadsAttr(), getKvHeadsAttr(), getWindowAttr(), getScaleAttr(),
-      getTpHeadsAttr());
+  auto g = b.create<GqaAttentionGradOp>(getLoc(), TypeRange{getQ().getType(), getK().getType(), getV().getType()},
+                                        resultGrads[0], getQ(), getK(), getV(), getOut(), getLse(), getHeadsAttr(),
+                                        getKvHeadsAttr(), getWindowAttr(), getScaleAttr(), getTpHeadsAttr());
   operandGrads.assign({g.getDq(), g.getDk(), g.getDv()});
   return success();
 }
 
-LogicalResult AttentionOp::buildGradient(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads,
+LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
   if (resultGrads[1])
     return emitOpError("the lse result of attention has no gradient; only "
                        "out may be used by differentiable ops");
-  Value dqkv = b.create<AttentionGradOp>(getLoc(), getQkv().getType(),
-                                         resultGrads[0], getQkv(), getOut(),
-                                         getLse(), getHeadsAttr());
+  Value dqkv = b.create<AttentionGradOp>(getLoc(), getQkv().getType(), resultGrads[0], getQkv(), getOut(), getLse(),
+                                         getHeadsAttr());
   operandGrads.assign({dqkv});
   return success();
 }
 
-LogicalResult TransposeOp::buildGradient(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads,
+LogicalResult TransposeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
   ArrayRef<int64_t> perm = getPerm();
   SmallVector<int64_t> inverse(perm.size());
-  for (auto [i, p] : llvm::enumerate(perm))
-    inverse[p] = i;
-  Value dx = b.create<TransposeOp>(getLoc(), getX().getType(), resultGrads[0],
-                                   b.getDenseI64ArrayAttr(inverse));
+  for (auto [i, p] : llvm::enumerate(perm)) inverse[p] = i;
+  Value dx = b.create<TransposeOp>(getLoc(), getX().getType(), resultGrads[0], b.getDenseI64ArrayAttr(inverse));
   operandGrads.assign({dx});
   return success();
 }
 
-LogicalResult ReshapeOp::buildGradient(OpBuilder &b,
-                                       ArrayRef<Value> resultGrads,
+LogicalResult ReshapeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
   Value dx = b.create<ReshapeOp>(getLoc(), getX().getType(), resultGrads[0]);
   operandGrads.assign({dx});
   return success();
 }
 
-LogicalResult SplitOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                     SmallVectorImpl<Value> &operandGrads) {
+LogicalResult SplitOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   SmallVector<Value> parts;
-  for (auto [r, g] : llvm::zip(getResults(), resultGrads))
-    parts.push_back(g ? g : zerosLike(b, getLoc(), r.getType()));
-  Value dx = b.create<ConcatOp>(getLoc(), getX().getType(), parts,
-                                getAxisAttr());
+  for (auto [r, g] : llvm::zip(getResults(), resultGrads)) parts.push_back(g ? g : zerosLike(b, getLoc(), r.getType()));
+  Value dx = b.create<ConcatOp>(getLoc(), getX().getType(), parts, getAxisAttr());
   operandGrads.assign({dx});
   return success();
 }
 
-LogicalResult ConcatOp::buildGradient(OpBuilder &b,
-                                      ArrayRef<Value> resultGrads,
-                                      SmallVectorImpl<Value> &operandGrads) {
+LogicalResult ConcatOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   for (Value in : getInputs())
     if (in.getType() != getInputs().front().getType())
       return emitOpError("has no gradient: its inputs are of unequal sizes "
                          "and bigc.split makes equal parts");
-  auto split = b.create<SplitOp>(getLoc(), getInputs().getTypes(),
-                                 resultGrads[0], getAxisAttr());
+  auto split = b.create<SplitOp>(getLoc(), getInputs().getTypes(), resultGrads[0], getAxisAttr());
   operandGrads.assign(split.getResults().begin(), split.getResults().end());
   return success();
 }
 
-LogicalResult CrossEntropyOp::buildGradient(
-    OpBuilder &b, ArrayRef<Value> resultGrads,
-    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                            SmallVectorImpl<Value> &operandGrads) {
   Value dlogits =
-      b.create<CrossEntropyGradOp>(getLoc(), getLogits().getType(), getLogits(),
-                                   getTargets(), resultGrads[0]);
+      b.create<CrossEntropyGradOp>(getLoc(), getLogits().getType(), getLogits(), getTargets(), resultGrads[0]);
   operandGrads.assign({dlogits, Value()});
   return success();
 }
 
-LogicalResult CastOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult CastOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   Value dx = b.create<CastOp>(getLoc(), getX().getType(), resultGrads[0]);
   operandGrads.assign({dx});
   return success();

@@ -24,18 +24,17 @@ std::string str(ArrayRef<int64_t> s) {
 }
 
 LogicalResult verifyTpGroup(Operation *op, StringRef group) {
-  if (group != "tp")
-    return op->emitOpError("group must be the tensor axis \"tp\", got \"") << group << "\"";
+  if (group != "tp") return op->emitOpError("group must be the tensor axis \"tp\", got \"") << group << "\"";
   return success();
 }
 
 /// y = x with dimension `dim` multiplied by T (gather) — checks the shapes of
 /// a chunk `part` and a whole `whole` along `dim`.
 LogicalResult verifyChunk(Operation *op, Value part, Value whole, int64_t dim, StringRef group) {
-  if (failed(verifyTpGroup(op, group)))
-    return failure();
+  if (failed(verifyTpGroup(op, group))) return failure();
   auto p = shapeOf(part), w = shapeOf(whole);
-  if (cast<RankedTensorType>(part.getType()).getElementType() != cast<RankedTensorType>(whole.getType()).getElementType())
+  if (cast<RankedTensorType>(part.getType()).getElementType() !=
+      cast<RankedTensorType>(whole.getType()).getElementType())
     return op->emitOpError("operand and result must have one element type");
   if (dim < 0 || dim >= int64_t(w.size()) || p.size() != w.size())
     return op->emitOpError("dim ") << dim << " is out of range for " << str(w) << " and " << str(p);
@@ -43,11 +42,11 @@ LogicalResult verifyChunk(Operation *op, Value part, Value whole, int64_t dim, S
   for (size_t i = 0; i < w.size(); ++i) {
     int64_t want = int64_t(i) == dim ? w[i] / T : w[i];
     if (int64_t(i) == dim && w[i] % T != 0)
-      return op->emitOpError("dimension ") << dim << " of " << str(w) << " does not divide into " << T
-                                           << " tensor ranks";
+      return op->emitOpError("dimension ")
+             << dim << " of " << str(w) << " does not divide into " << T << " tensor ranks";
     if (p[i] != want)
-      return op->emitOpError("the chunk must be ") << str(w) << " with dim " << dim << " divided by " << T
-                                                   << ", got " << str(p);
+      return op->emitOpError("the chunk must be ")
+             << str(w) << " with dim " << dim << " divided by " << T << ", got " << str(p);
   }
   return success();
 }
@@ -65,8 +64,7 @@ LogicalResult TpReduceScatterOp::verify() { return verifyChunk(*this, getY(), ge
 LogicalResult TpSliceOp::verify() { return verifyChunk(*this, getY(), getX(), getDim(), getGroup()); }
 
 LogicalResult VocabCeStatsOp::verify() {
-  if (failed(verifyTpGroup(*this, getGroup())))
-    return failure();
+  if (failed(verifyTpGroup(*this, getGroup()))) return failure();
   auto l = shapeOf(getLogits()), t = shapeOf(getTargets()), s = shapeOf(getStats());
   if (l.size() < 2 || ArrayRef<int64_t>(l).drop_back() != t)
     return emitOpError("logits ") << str(l) << " must be the targets' shape " << str(t) << " plus the vocabulary";
@@ -78,10 +76,8 @@ LogicalResult VocabCeStatsOp::verify() {
 }
 
 LogicalResult VocabCeStatsGradOp::verify() {
-  if (getDlogits().getType() != getLogits().getType())
-    return emitOpError("dlogits must have the logits' type");
-  if (getDstats().getType() != getStats().getType())
-    return emitOpError("dstats must have the stats' type");
+  if (getDlogits().getType() != getLogits().getType()) return emitOpError("dlogits must have the logits' type");
+  if (getDstats().getType() != getStats().getType()) return emitOpError("dstats must have the stats' type");
   return verifyTpGroup(*this, getGroup());
 }
 
@@ -93,8 +89,7 @@ LogicalResult VocabCeLossOp::verify() {
 }
 
 LogicalResult VocabCeLossGradOp::verify() {
-  if (getDstats().getType() != getStats().getType())
-    return emitOpError("dstats must have the stats' type");
+  if (getDstats().getType() != getStats().getType()) return emitOpError("dstats must have the stats' type");
   return success();
 }
 
@@ -102,8 +97,7 @@ LogicalResult VocabCeLossGradOp::verify() {
 // Gradients
 //===----------------------------------------------------------------------===//
 
-LogicalResult TpCopyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                      SmallVectorImpl<Value> &operandGrads) {
+LogicalResult TpCopyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   Value dx = b.create<TpAllReduceOp>(getLoc(), resultGrads[0].getType(), resultGrads[0], getGroupAttr());
   operandGrads.assign({dx});
   return success();
@@ -158,6 +152,5 @@ LogicalResult VocabCeLossOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultG
 
 void mlir::bigc::copyTpSplit(Operation *from, Operation *to) {
   for (StringRef name : {StringRef(kTpSplitAttrName), StringRef(kTpFullShapeAttrName)})
-    if (Attribute a = from->getAttr(name))
-      to->setAttr(name, a);
+    if (Attribute a = from->getAttr(name)) to->setAttr(name, a);
 }

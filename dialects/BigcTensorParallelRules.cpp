@@ -48,8 +48,7 @@ TpRule allReplicated(Operation *op, std::string note = "") {
 /// Partial sums are made whole before a per-token op: replicated, or this
 /// rank's part of the sequence (sequence parallelism).
 TpLayout whole(const TpLayout &l, int64_t rank, const TpContext &ctx) {
-  if (!l.isPartial())
-    return l;
+  if (!l.isPartial()) return l;
   return ctx.sequenceParallel && rank >= 2 ? TpLayout::split(seqDim(rank)) : TpLayout::rep();
 }
 
@@ -73,11 +72,9 @@ struct ElementwiseTp : TensorParallelOpInterface::ExternalModel<ElementwiseTp<Op
     } else {
       // Mixed: sequence-split wins under sequence parallelism, else replicated.
       bool seq = false;
-      for (const TpLayout &l : in)
-        seq |= l.isSplit(seqDim(r)) && l.segments == 1;
+      for (const TpLayout &l : in) seq |= l.isSplit(seqDim(r)) && l.segments == 1;
       out = ctx.sequenceParallel && seq ? TpLayout::split(seqDim(r)) : TpLayout::rep();
-      if (in.size() == 1)
-        out = whole(in[0], r, ctx);
+      if (in.size() == 1) out = whole(in[0], r, ctx);
     }
     rule.operands.assign(in.size(), out);
     rule.results.assign(op->getNumResults(), out);
@@ -128,8 +125,7 @@ struct AttentionTp : TensorParallelOpInterface::ExternalModel<AttentionTp, Atten
     auto att = cast<AttentionOp>(op);
     const int64_t r = rankOf(att.getQkv());
     TpRule rule = allReplicated(op);
-    if (!in[0].isSplit(r - 1))
-      return rule;
+    if (!in[0].isSplit(r - 1)) return rule;
     if (in[0].segments != 3) { // ask the producer for q, k and v split head-wise
       rule.demandOperand = 0, rule.demandSegments = 3;
       return rule;
@@ -187,8 +183,7 @@ struct GqaAttentionTp : TensorParallelOpInterface::ExternalModel<GqaAttentionTp,
   TpRule getTpRule(Operation *op, ArrayRef<TpLayout> in, const TpContext &ctx) const {
     auto att = cast<GqaAttentionOp>(op);
     TpRule rule = allReplicated(op);
-    if (!in[0].isSplit(2) || in[0].segments != 1)
-      return rule;
+    if (!in[0].isSplit(2) || in[0].segments != 1) return rule;
     const int64_t h = att.getHeads(), kv = att.getKvHeads();
     if (h % ctx.tp != 0) {
       rule.note = "error: the attention has " + std::to_string(h) + " query heads, which " + std::to_string(ctx.tp) +
@@ -211,8 +206,7 @@ struct MatmulTp : TensorParallelOpInterface::ExternalModel<MatmulTp, MatmulOp> {
   TpRule getTpRule(Operation *op, ArrayRef<TpLayout> in, const TpContext &ctx) const {
     auto mm = cast<MatmulOp>(op);
     const int64_t ra = rankOf(mm.getA()), rb = rankOf(mm.getB());
-    if (rb != 2 || mm.getTransposeA() || in[0].freeParam)
-      return allReplicated(op);
+    if (rb != 2 || mm.getTransposeA() || in[0].freeParam) return allReplicated(op);
     const int64_t colB = mm.getTransposeB() ? 0 : 1, rowB = 1 - colB;
     const TpLayout &a = in[0], &b = in[1];
     TpRule rule;
@@ -233,8 +227,7 @@ struct MatmulTp : TensorParallelOpInterface::ExternalModel<MatmulTp, MatmulOp> {
 
 struct EmbeddingTp : TensorParallelOpInterface::ExternalModel<EmbeddingTp, EmbeddingOp> {
   TpRule getTpRule(Operation *op, ArrayRef<TpLayout> in, const TpContext &) const {
-    if (!(in[0].freeParam || (in[0].isSplit(0) && in[0].segments == 1)))
-      return allReplicated(op);
+    if (!(in[0].freeParam || (in[0].isSplit(0) && in[0].segments == 1))) return allReplicated(op);
     TpRule rule;
     rule.operands = {TpLayout::split(0), TpLayout::rep()};
     rule.results = {TpLayout::partial()};
@@ -246,8 +239,7 @@ struct EmbeddingTp : TensorParallelOpInterface::ExternalModel<EmbeddingTp, Embed
 struct CrossEntropyTp : TensorParallelOpInterface::ExternalModel<CrossEntropyTp, CrossEntropyOp> {
   TpRule getTpRule(Operation *op, ArrayRef<TpLayout> in, const TpContext &) const {
     const int64_t r = rankOf(op->getOperand(0));
-    if (!(in[0].isSplit(r - 1) && in[0].segments == 1))
-      return allReplicated(op);
+    if (!(in[0].isSplit(r - 1) && in[0].segments == 1)) return allReplicated(op);
     TpRule rule;
     rule.operands = {in[0], TpLayout::rep()};
     rule.results = {TpLayout::rep()};

@@ -15,75 +15,63 @@
 using namespace mlir;
 using namespace mlir::bigc;
 
-bool mlir::bigc::isKnownSpace(StringRef space) {
-  return space == kDeviceSpace || space == kHostSpace;
-}
+bool mlir::bigc::isKnownSpace(StringRef space) { return space == kDeviceSpace || space == kHostSpace; }
 
 bool mlir::bigc::isKnownStream(StringRef stream) {
-  return stream == kComputeStream || stream == "h2d" || stream == "d2h" ||
-         stream == "host" || stream == "comm" || stream == "comm_tp";
+  return stream == kComputeStream || stream == "h2d" || stream == "d2h" || stream == "host" || stream == "comm" ||
+         stream == "comm_tp";
 }
 
 StringRef mlir::bigc::paramSpace(ParamOp param) {
-  if (auto s = param->getAttrOfType<StringAttr>(kSpaceAttrName))
-    return s.getValue();
+  if (auto s = param->getAttrOfType<StringAttr>(kSpaceAttrName)) return s.getValue();
   return kDeviceSpace;
 }
 
 StringRef mlir::bigc::opSpace(Operation *op) {
-  if (auto p = dyn_cast<ParamOp>(op))
-    return paramSpace(p);
-  if (auto s = op->getAttrOfType<StringAttr>(kSpaceAttrName))
-    return s.getValue();
+  if (auto p = dyn_cast<ParamOp>(op)) return paramSpace(p);
+  if (auto s = op->getAttrOfType<StringAttr>(kSpaceAttrName)) return s.getValue();
   return kDeviceSpace;
 }
 
 StringRef mlir::bigc::valueSpace(Value value) {
   Operation *def = value.getDefiningOp();
-  if (!def)
-    return kDeviceSpace;
+  if (!def) return kDeviceSpace;
   if (auto gp = dyn_cast<GetParamOp>(def)) {
-    if (auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(
-            def, gp.getParamAttr()))
-      return paramSpace(p);
+    if (auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(def, gp.getParamAttr())) return paramSpace(p);
     return kDeviceSpace;
   }
   return opSpace(def);
 }
 
 StringRef mlir::bigc::opStream(Operation *op) {
-  if (auto s = op->getAttrOfType<StringAttr>(kStreamAttrName))
-    return s.getValue();
+  if (auto s = op->getAttrOfType<StringAttr>(kStreamAttrName)) return s.getValue();
   return kComputeStream;
 }
 
 int64_t mlir::bigc::opEvent(Operation *op) {
-  if (auto e = op->getAttrOfType<IntegerAttr>(kEventAttrName))
-    return e.getInt();
+  if (auto e = op->getAttrOfType<IntegerAttr>(kEventAttrName)) return e.getInt();
   return -1;
 }
 
 int64_t mlir::bigc::opLayer(Operation *op) {
-  if (auto e = op->getAttrOfType<IntegerAttr>(kLayerAttrName))
-    return e.getInt();
+  if (auto e = op->getAttrOfType<IntegerAttr>(kLayerAttrName)) return e.getInt();
   return -1;
 }
 
 void mlir::bigc::copyPlacementTags(Operation *from, Operation *to) {
   for (StringRef name : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef(kMicroBatchAttrName)})
-    if (Attribute a = from->getAttr(name))
-      to->setAttr(name, a);
+    if (Attribute a = from->getAttr(name)) to->setAttr(name, a);
 }
 
-FailureOr<ParamOp> mlir::bigc::addParamAfter(ParamOp after, StringRef name, Type type, StringRef init,
-                                             StringRef role, StringRef source, StringRef pass) {
+FailureOr<ParamOp> mlir::bigc::addParamAfter(ParamOp after, StringRef name, Type type, StringRef init, StringRef role,
+                                             StringRef source, StringRef pass) {
   if (SymbolTable::lookupSymbolIn(after->getParentOp(), name))
     return after.emitError() << pass << ": cannot add the parameter @\"" << name << "\": the name is taken";
   OpBuilder b(after->getContext());
   b.setInsertionPointAfter(after);
-  auto p = b.create<ParamOp>(after.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr(init),
-                             FloatAttr(), b.getStringAttr(role), source.empty() ? StringAttr() : b.getStringAttr(source),
-                             FloatAttr());
+  auto p =
+      b.create<ParamOp>(after.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr(init), FloatAttr(),
+                        b.getStringAttr(role), source.empty() ? StringAttr() : b.getStringAttr(source), FloatAttr());
   copyTpSplit(after, p); // a state or copy of a tensor-parallel chunk is a chunk too
   return p;
 }
@@ -98,8 +86,7 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
   if (space) {
     auto s = dyn_cast<StringAttr>(space);
     if (!s || !isKnownSpace(s.getValue()))
-      return op->emitOpError("bigc.space must be \"device\" or \"host\", got ")
-             << space;
+      return op->emitOpError("bigc.space must be \"device\" or \"host\", got ") << space;
   }
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
@@ -113,56 +100,41 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
   }
   if (Attribute event = op->getAttr(kEventAttrName)) {
     auto e = dyn_cast<IntegerAttr>(event);
-    if (!e || e.getInt() < 0)
-      return op->emitOpError("bigc.event must be a non-negative integer, got ")
-             << event;
+    if (!e || e.getInt() < 0) return op->emitOpError("bigc.event must be a non-negative integer, got ") << event;
   }
   return success();
 }
 } // namespace
 
-LogicalResult CopyOp::verify() {
-  return verifyPlacementAttrs(getOperation(), /*spaceRequired=*/true);
-}
+LogicalResult CopyOp::verify() { return verifyPlacementAttrs(getOperation(), /*spaceRequired=*/true); }
 
 LogicalResult ParamCopyOp::verify() {
   if (getFrom() == getTo())
-    return emitOpError("from and to must be two different parameters, got @")
-           << getFrom() << " twice";
+    return emitOpError("from and to must be two different parameters, got @") << getFrom() << " twice";
   return verifyPlacementAttrs(getOperation(), /*spaceRequired=*/false);
 }
 
-LogicalResult
-ParamCopyOp::verifySymbolUses(SymbolTableCollection &symbols) {
+LogicalResult ParamCopyOp::verifySymbolUses(SymbolTableCollection &symbols) {
   ParamOp ends[2];
-  std::pair<FlatSymbolRefAttr, StringRef> refs[] = {{getFromAttr(), "from"},
-                                                    {getToAttr(), "to"}};
+  std::pair<FlatSymbolRefAttr, StringRef> refs[] = {{getFromAttr(), "from"}, {getToAttr(), "to"}};
   for (int k = 0; k < 2; ++k) {
-    auto p = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(),
-                                                      refs[k].first);
-    if (!p)
-      return emitOpError() << refs[k].second << " " << refs[k].first
-                           << " does not name a bigc.param";
+    auto p = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(), refs[k].first);
+    if (!p) return emitOpError() << refs[k].second << " " << refs[k].first << " does not name a bigc.param";
     ends[k] = p;
   }
   if (ends[0].getType() != ends[1].getType())
-    return emitOpError("from ")
-           << getFromAttr() << " has type " << ends[0].getType() << " but to "
-           << getToAttr() << " has type " << ends[1].getType()
-           << " (a copy does not convert; use the same type)";
+    return emitOpError("from ") << getFromAttr() << " has type " << ends[0].getType() << " but to " << getToAttr()
+                                << " has type " << ends[1].getType() << " (a copy does not convert; use the same type)";
   return success();
 }
 
 LogicalResult WaitOp::verify() {
   ArrayRef<int64_t> events = getEvents();
-  if (events.empty())
-    return emitOpError("needs at least one event");
+  if (events.empty()) return emitOpError("needs at least one event");
   llvm::DenseSet<int64_t> seen;
   for (int64_t e : events) {
-    if (e < 0)
-      return emitOpError("events must be non-negative, got ") << e;
-    if (!seen.insert(e).second)
-      return emitOpError("event ") << e << " is listed twice";
+    if (e < 0) return emitOpError("events must be non-negative, got ") << e;
+    if (!seen.insert(e).second) return emitOpError("event ") << e << " is listed twice";
   }
   return success();
 }

@@ -7,14 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "bigc/format/ops.h"
-#include "bigc/format/program.h"
+#include "bigc/Format/ops.h"
+#include "bigc/Format/program.h"
 
 namespace bigc::rt::detail {
 
-[[noreturn]] inline void fail(const std::string &path, const std::string &msg) {
-  throw UserError(path + ": " + msg);
-}
+[[noreturn]] inline void fail(const std::string &path, const std::string &msg) { throw UserError(path + ": " + msg); }
 
 inline std::string shapeStr(const std::vector<int64_t> &s) {
   std::string out = "[";
@@ -51,8 +49,7 @@ struct InstructionCheck {
     return "buffer " + std::to_string(b.id) + " '" + b.name + "' " + shapeStr(b.shape);
   }
   void sameShape(const Buffer &a, const Buffer &b, const char *what) const {
-    if (a.shape != b.shape)
-      bad(std::string(what) + ": shapes differ: " + desc(a) + " vs " + desc(b));
+    if (a.shape != b.shape) bad(std::string(what) + ": shapes differ: " + desc(a) + " vs " + desc(b));
   }
   void wantShape(const Buffer &b, const std::vector<int64_t> &s, const std::string &what) const {
     if (b.shape != s) bad(what + " must have shape " + shapeStr(s) + ", " + desc(b) + " has not");
@@ -62,9 +59,7 @@ struct InstructionCheck {
       bad(what + " must have rank >= " + std::to_string(r) + ", " + desc(b) + " has rank " +
           std::to_string(b.shape.size()));
   }
-  std::vector<int64_t> lead(const Buffer &b) const {
-    return std::vector<int64_t>(b.shape.begin(), b.shape.end() - 1);
-  }
+  std::vector<int64_t> lead(const Buffer &b) const { return std::vector<int64_t>(b.shape.begin(), b.shape.end() - 1); }
   int64_t axisAttr(size_t rank) const {
     auto it = ins->attrs.find("axis");
     if (it == ins->attrs.end() || it->second.isList) bad("attribute 'axis' (an integer) is required");

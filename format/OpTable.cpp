@@ -1,5 +1,5 @@
-// The instruction set in one table (include/bigc/format/ops.h). No MLIR here.
-#include "bigc/format/ops.h"
+// The instruction set in one table (include/bigc/Format/ops.h). No MLIR here.
+#include "bigc/Format/ops.h"
 
 namespace bigc::rt {
 

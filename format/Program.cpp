@@ -1,5 +1,5 @@
 // The program's data model: dtypes, the payload hash, counts (docs/program-format.md). No MLIR here.
-#include "bigc/format/program.h"
+#include "bigc/Format/program.h"
 
 namespace bigc::rt {
 
@@ -24,11 +24,16 @@ int64_t dtypeSize(DType d) {
 }
 
 bool parseDType(const std::string &s, DType &out) {
-  if (s == "f32") out = DType::F32;
-  else if (s == "bf16") out = DType::BF16;
-  else if (s == "f16") out = DType::F16;
-  else if (s == "i32") out = DType::I32;
-  else return false;
+  if (s == "f32")
+    out = DType::F32;
+  else if (s == "bf16")
+    out = DType::BF16;
+  else if (s == "f16")
+    out = DType::F16;
+  else if (s == "i32")
+    out = DType::I32;
+  else
+    return false;
   return true;
 }
 

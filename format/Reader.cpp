@@ -1,7 +1,7 @@
 // Reading a program file: the container line, the checksum, the JSON payload into a Program, then
 // the validator (docs/program-format.md). No MLIR here.
-#include "bigc/format/reader.h"
-#include "bigc/format/validator.h"
+#include "bigc/Format/reader.h"
+#include "bigc/Format/validator.h"
 #include "Checks.h"
 
 #include <algorithm>
@@ -40,8 +40,7 @@ struct Reader {
     if (it == obj.end()) fail(path, where + ": field '" + key + "' is missing");
     return *it;
   }
-  [[noreturn]] void mistyped(const char *key, const std::string &where, const char *want,
-                             const json &got) const {
+  [[noreturn]] void mistyped(const char *key, const std::string &where, const char *want, const json &got) const {
     fail(path, where + ": field '" + key + "' must be " + want + ", is " + typeName(got));
   }
   int64_t integer(const json &obj, const char *key, const std::string &where) const {
@@ -72,8 +71,7 @@ struct Reader {
     if (!j.is_string()) mistyped(key, where, "a string", j);
     return j.get<std::string>();
   }
-  std::string stringOr(const json &obj, const char *key, const std::string &where,
-                       const std::string &dflt) const {
+  std::string stringOr(const json &obj, const char *key, const std::string &where, const std::string &dflt) const {
     if (!obj.is_object() || !obj.contains(key)) return dflt;
     return string(obj, key, where);
   }
@@ -93,8 +91,8 @@ struct Reader {
     out.reserve(j.size());
     for (size_t i = 0; i < j.size(); ++i) {
       if (!j[i].is_number_integer())
-        fail(path, where + ": field '" + key + "' must be a list of integers; element " +
-                       std::to_string(i) + " is " + typeName(j[i]));
+        fail(path, where + ": field '" + key + "' must be a list of integers; element " + std::to_string(i) + " is " +
+                       typeName(j[i]));
       if (j[i].is_number_unsigned() && j[i].get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
         fail(path, where + ": field '" + key + "' element " + std::to_string(i) + " is too large");
       out.push_back(j[i].get<int64_t>());
@@ -105,8 +103,7 @@ struct Reader {
 
 std::string bufWhere(size_t i, const json &b) {
   std::string s = "buffer " + std::to_string(i);
-  if (b.is_object() && b.contains("name") && b["name"].is_string())
-    s += " ('" + b["name"].get<std::string>() + "')";
+  if (b.is_object() && b.contains("name") && b["name"].is_string()) s += " ('" + b["name"].get<std::string>() + "')";
   return s;
 }
 
@@ -127,9 +124,8 @@ Program fromJson(const json &root, const std::string &path) {
   if (!root.is_object()) fail(path, "the payload must be a JSON object, is " + typeName(root));
   p.version = int(r.integer(root, "version", "payload"));
   if (p.version < kOldestProgramVersion || p.version > kProgramVersion)
-    fail(path, "payload says program format version " + std::to_string(p.version) +
-                   ", this runtime reads versions " + std::to_string(kOldestProgramVersion) + " to " +
-                   std::to_string(kProgramVersion));
+    fail(path, "payload says program format version " + std::to_string(p.version) + ", this runtime reads versions " +
+                   std::to_string(kOldestProgramVersion) + " to " + std::to_string(kProgramVersion));
   p.producer = r.stringOr(root, "producer", "payload", "");
   p.source = r.stringOr(root, "source", "payload", "");
 
@@ -210,14 +206,12 @@ Program fromJson(const json &root, const std::string &path) {
     b.offset = r.integer(jb, "offset", where);
     b.bytes = r.integer(jb, "bytes", where);
     std::string dt = r.string(jb, "dtype", where);
-    if (!parseDType(dt, b.dtype))
-      fail(path, where + ": unknown dtype '" + dt + "' (known: f32, bf16, f16, i32)");
+    if (!parseDType(dt, b.dtype)) fail(path, where + ": unknown dtype '" + dt + "' (known: f32, bf16, f16, i32)");
     b.shape = r.ints(jb, "shape", where);
     b.role = r.string(jb, "role", where);
     std::vector<int64_t> live = r.ints(jb, "live", where);
     if (live.size() != 2)
-      fail(path, where + ": field 'live' must be [first, last], has " + std::to_string(live.size()) +
-                     " elements");
+      fail(path, where + ": field 'live' must be [first, last], has " + std::to_string(live.size()) + " elements");
     b.liveFirst = live[0];
     b.liveLast = live[1];
     if (jb.contains("init") && !jb["init"].is_null()) {
@@ -316,8 +310,10 @@ Program fromJson(const json &root, const std::string &path) {
           }
           (reals ? a.isReals : a.isList) = true;
           for (size_t k = 0; k < v.size(); ++k)
-            if (reals) a.reals.push_back(v[k].get<double>());
-            else a.list.push_back(v[k].get<int64_t>());
+            if (reals)
+              a.reals.push_back(v[k].get<double>());
+            else
+              a.list.push_back(v[k].get<int64_t>());
         } else {
           fail(path, where + ": attribute '" + it.key() + "' must be a number, a bool or a list of integers, is " +
                          typeName(v));
@@ -345,11 +341,9 @@ Program parseProgram(const std::string &bytes, const std::string &path) {
   std::string sVersion, sLen, sHash, extra;
   ls >> sVersion >> sLen >> sHash;
   if (sVersion.empty() || sLen.empty() || sHash.empty() || (ls >> extra))
-    fail(path, "bad container line '" + line +
-                   "' (expected 'BIGC-PROGRAM <version> <payload-bytes> <fnv1a64>')");
+    fail(path, "bad container line '" + line + "' (expected 'BIGC-PROGRAM <version> <payload-bytes> <fnv1a64>')");
   auto allDigits = [](const std::string &s) {
-    return !s.empty() && s.size() <= 18 &&
-           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
   if (!allDigits(sVersion)) fail(path, "bad version '" + sVersion + "' in the container line");
   long long version = std::stoll(sVersion);
@@ -366,8 +360,8 @@ Program parseProgram(const std::string &bytes, const std::string &path) {
   uint64_t want = std::stoull(sHash, nullptr, 16);
   uint64_t have = bytes.size() - (nl + 1);
   if (have < len)
-    fail(path, "truncated: the container line announces " + std::to_string(len) +
-                   " payload bytes, the file has " + std::to_string(have));
+    fail(path, "truncated: the container line announces " + std::to_string(len) + " payload bytes, the file has " +
+                   std::to_string(have));
   if (have > len)
     fail(path, std::to_string(have - len) + " trailing bytes after the " + std::to_string(len) +
                    "-byte payload (nothing may follow it)");

@@ -30,32 +30,31 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     const Buffer &a = in(0), &b = in(1), &c = out(0);
     bool ta = ins->flag("transpose_a"), tb = ins->flag("transpose_b");
     size_t ra = a.shape.size(), rb = b.shape.size();
-    if (ra < 2 || rb < 2)
-      bad("matmul operands must have rank >= 2: " + desc(a) + " @ " + desc(b));
+    if (ra < 2 || rb < 2) bad("matmul operands must have rank >= 2: " + desc(a) + " @ " + desc(b));
     std::vector<int64_t> want;
     if (ra == 2 && rb == 2) {
     } else if (ra > 2 && rb == 2) {
-      if (ta) bad("matmul shape: transpose_a is not allowed when a has rank > 2 and b rank 2 (" +
-                  desc(a) + " @ " + desc(b) + ")");
+      if (ta)
+        bad("matmul shape: transpose_a is not allowed when a has rank > 2 and b rank 2 (" + desc(a) + " @ " + desc(b) +
+            ")");
     } else if (ra == rb) {
       if (!std::equal(a.shape.begin(), a.shape.end() - 2, b.shape.begin()))
         bad("batched matmul shape mismatch: leading dimensions differ: " + desc(a) + " @ " + desc(b));
     } else {
-      bad("matmul shape: unsupported ranks " + std::to_string(ra) + " and " + std::to_string(rb) +
-          " (" + desc(a) + " @ " + desc(b) + "); allowed: 2@2, N@2, N@N with equal leading dims");
+      bad("matmul shape: unsupported ranks " + std::to_string(ra) + " and " + std::to_string(rb) + " (" + desc(a) +
+          " @ " + desc(b) + "); allowed: 2@2, N@2, N@N with equal leading dims");
     }
     int64_t M = ta ? a.shape[ra - 1] : a.shape[ra - 2];
     int64_t K = ta ? a.shape[ra - 2] : a.shape[ra - 1];
     int64_t K2 = tb ? b.shape[rb - 1] : b.shape[rb - 2];
     int64_t N = tb ? b.shape[rb - 2] : b.shape[rb - 1];
     if (K != K2)
-      bad("matmul shape mismatch: inner dimensions " + std::to_string(K) + " and " + std::to_string(K2) +
-          " differ (" + desc(a) + (ta ? "ᵀ" : "") + " @ " + desc(b) + (tb ? "ᵀ" : "") + ")");
+      bad("matmul shape mismatch: inner dimensions " + std::to_string(K) + " and " + std::to_string(K2) + " differ (" +
+          desc(a) + (ta ? "ᵀ" : "") + " @ " + desc(b) + (tb ? "ᵀ" : "") + ")");
     want.assign(a.shape.begin(), a.shape.end() - 2);
     want.push_back(M);
     want.push_back(N);
-    if (c.shape != want)
-      bad("matmul shape mismatch: output must be " + shapeStr(want) + ", " + desc(c) + " is not");
+    if (c.shape != want) bad("matmul shape mismatch: output must be " + shapeStr(want) + ", " + desc(c) + " is not");
     break;
   }
   case OpKind::Add:
@@ -64,15 +63,12 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     sameShape(in(0), out(0), "output");
     break;
   case OpKind::BiasAdd:
-    if (!isSuffix(in(1).shape, in(0).shape))
-      bad("bias " + desc(in(1)) + " must be a suffix of x " + desc(in(0)));
+    if (!isSuffix(in(1).shape, in(0).shape)) bad("bias " + desc(in(1)) + " must be a suffix of x " + desc(in(0)));
     sameShape(in(0), out(0), "output");
     break;
   case OpKind::Scale:
   case OpKind::Gelu:
-  case OpKind::Silu:
-    sameShape(in(0), out(0), "output");
-    break;
+  case OpKind::Silu: sameShape(in(0), out(0), "output"); break;
   case OpKind::GeluGrad:
   case OpKind::SiluGrad:
     sameShape(in(0), in(1), "x and dy");
@@ -134,9 +130,11 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     if (w < 0 || w != std::floor(w)) bad("attribute 'window' must be an integer >= 0");
     const int64_t H = int64_t(h), Hkv = int64_t(hk);
     const bool tpHeads = ins->flag("tp_heads");
-    if (!tpHeads && H % Hkv != 0) bad("kv_heads = " + std::to_string(Hkv) + " does not divide heads = " + std::to_string(H));
+    if (!tpHeads && H % Hkv != 0)
+      bad("kv_heads = " + std::to_string(Hkv) + " does not divide heads = " + std::to_string(H));
     if (tpHeads && (H * p.tp) % Hkv != 0)
-      bad("kv_heads = " + std::to_string(Hkv) + " does not divide the " + std::to_string(H * p.tp) + " heads of all tensor ranks");
+      bad("kv_heads = " + std::to_string(Hkv) + " does not divide the " + std::to_string(H * p.tp) +
+          " heads of all tensor ranks");
     if (q.shape[2] % H != 0) bad("the last dimension of q is not divisible by heads = " + std::to_string(H));
     const int64_t B = q.shape[0], T = q.shape[1], D = q.shape[2] / H;
     wantShape(k, {B, T, Hkv * D}, "k");
@@ -155,11 +153,9 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     break;
   }
   case OpKind::ReduceSum:
-    if (!isSuffix(out(0).shape, in(0).shape))
-      bad("output " + desc(out(0)) + " must be a suffix of x " + desc(in(0)));
+    if (!isSuffix(out(0).shape, in(0).shape)) bad("output " + desc(out(0)) + " must be a suffix of x " + desc(in(0)));
     break;
-  case OpKind::Fill:
-    break;
+  case OpKind::Fill: break;
   case OpKind::Layernorm: {
     const Buffer &x = in(0);
     minRank(x, 1, "x");
@@ -213,8 +209,8 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     std::vector<int64_t> iota(x.shape.size());
     std::iota(iota.begin(), iota.end(), 0);
     if (sorted != iota)
-      bad("attribute 'perm' " + shapeStr(perm) + " is not a permutation of the " +
-          std::to_string(x.shape.size()) + " dimensions of " + desc(x));
+      bad("attribute 'perm' " + shapeStr(perm) + " is not a permutation of the " + std::to_string(x.shape.size()) +
+          " dimensions of " + desc(x));
     std::vector<int64_t> want;
     for (int64_t d : perm) want.push_back(x.shape[size_t(d)]);
     wantShape(y, want, "output");
@@ -234,8 +230,8 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     minRank(whole, 1, split ? "x" : "y");
     int64_t ax = axisAttr(whole.shape.size());
     if (whole.shape[size_t(ax)] % int64_t(parts) != 0)
-      bad("dimension " + std::to_string(ax) + " of " + desc(whole) + " does not split into " +
-          std::to_string(parts) + " equal parts");
+      bad("dimension " + std::to_string(ax) + " of " + desc(whole) + " does not split into " + std::to_string(parts) +
+          " equal parts");
     auto part = whole.shape;
     part[size_t(ax)] /= int64_t(parts);
     for (size_t k = 0; k < parts; ++k)
@@ -255,12 +251,8 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     }
     break;
   }
-  case OpKind::GlobalNorm:
-    wantShape(out(0), {}, "norm");
-    break;
-  case OpKind::Cast:
-    sameShape(in(0), out(0), "output");
-    break;
+  case OpKind::GlobalNorm: wantShape(out(0), {}, "norm"); break;
+  case OpKind::Cast: sameShape(in(0), out(0), "output"); break;
   case OpKind::Copy:
     sameShape(in(0), out(0), "output");
     if (in(0).dtype != out(0).dtype)
@@ -268,11 +260,8 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
           " (use cast)");
     if (ins->in[0] == ins->out[0]) bad("copy onto itself");
     break;
-  case OpKind::Wait:
-    break;
-  case OpKind::CheckFinite:
-    wantShape(out(0), {}, "flag");
-    break;
+  case OpKind::Wait: break;
+  case OpKind::CheckFinite: wantShape(out(0), {}, "flag"); break;
   case OpKind::AllReduce:
   case OpKind::ReduceScatter:
   case OpKind::AllGather: {
@@ -286,12 +275,13 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     const int64_t n = p.axisSize(int64_t(axis));
     if (sig.kind != OpKind::AllGather) {
       double r = ins->num("reduce", -1);
-      if (r != 0 && r != 1 && r != 2 && r != 3) bad("attribute 'reduce' must be 0 (sum), 1 (mean), 2 (max) or 3 (norm)");
+      if (r != 0 && r != 1 && r != 2 && r != 3)
+        bad("attribute 'reduce' must be 0 (sum), 1 (mean), 2 (max) or 3 (norm)");
       if (sig.kind == OpKind::ReduceScatter && r > 1) bad("reduce_scatter reduces by sum (0) or mean (1)");
       if (r == 3)
         for (size_t k = 0; k < ins->in.size(); ++k)
-          if (in(k).dtype != DType::F32) bad("reduce 3 (norm) combines f32 norms; input " + std::to_string(k) + " is " +
-                                             dtypeName(in(k).dtype));
+          if (in(k).dtype != DType::F32)
+            bad("reduce 3 (norm) combines f32 norms; input " + std::to_string(k) + " is " + dtypeName(in(k).dtype));
     }
     for (size_t k = 0; k < ins->in.size(); ++k) {
       const Buffer &a = in(k), &b = out(k);
@@ -302,7 +292,8 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
         sameShape(a, b, "output");
         continue;
       }
-      const Buffer &whole = sig.kind == OpKind::ReduceScatter ? a : b, &part = sig.kind == OpKind::ReduceScatter ? b : a;
+      const Buffer &whole = sig.kind == OpKind::ReduceScatter ? a : b,
+                   &part = sig.kind == OpKind::ReduceScatter ? b : a;
       const int64_t s = (whole.numel() + n - 1) / n;
       if (part.shape.size() != 1 || part.shape[0] != s)
         bad("the shard of '" + whole.name + "' " + shapeStr(whole.shape) + " over " + std::to_string(n) +
@@ -382,13 +373,14 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     if (ins->out.size() == 4) {
       wantShape(out(3), param.shape, "half");
       for (size_t k = 0; k < ins->in.size(); ++k)
-        if (ins->in[k] == ins->out[3]) bad("half (output 3) must be a buffer of its own, not input " + std::to_string(k));
+        if (ins->in[k] == ins->out[3])
+          bad("half (output 3) must be a buffer of its own, not input " + std::to_string(k));
     }
     if (ins->out[0] != ins->in[0] || ins->out[1] != ins->in[2] || ins->out[2] != ins->in[3])
-      bad("outputs must be the param, m and v inputs (updated in place): in " + shapeStr(ins->in) +
-          ", out " + shapeStr(ins->out));
-    if (ins->in[0] == ins->in[2] || ins->in[0] == ins->in[3] || ins->in[2] == ins->in[3] ||
-        ins->in[1] == ins->in[0] || ins->in[1] == ins->in[2] || ins->in[1] == ins->in[3])
+      bad("outputs must be the param, m and v inputs (updated in place): in " + shapeStr(ins->in) + ", out " +
+          shapeStr(ins->out));
+    if (ins->in[0] == ins->in[2] || ins->in[0] == ins->in[3] || ins->in[2] == ins->in[3] || ins->in[1] == ins->in[0] ||
+        ins->in[1] == ins->in[2] || ins->in[1] == ins->in[3])
       bad("param, grad, m and v must be distinct buffers");
     break;
   }

@@ -1,8 +1,8 @@
 // Validating a parsed program: config, spaces, every buffer, the inputs, and every instruction
 // (operand counts, streams, waits, dtypes, live intervals, shapes through ShapeRules.cpp, memory
 // overlaps) (docs/program-format.md). No MLIR here.
-#include "bigc/format/validator.h"
-#include "bigc/format/ops.h"
+#include "bigc/Format/validator.h"
+#include "bigc/Format/ops.h"
 #include "Checks.h"
 
 #include <algorithm>
@@ -26,24 +26,22 @@ void InstructionCheck::overlaps(const OpSignature &sig) const {
     for (size_t o2 = o + 1; o2 < ins->out.size(); ++o2) {
       if (ins->out[o2] == ins->out[o]) bad("output buffer " + std::to_string(y.id) + " appears twice");
       if (intersect(y, out(o2)))
-        bad("outputs " + std::to_string(o) + " (" + desc(y) + ") and " + std::to_string(o2) + " (" +
-            desc(out(o2)) + ") overlap in memory");
+        bad("outputs " + std::to_string(o) + " (" + desc(y) + ") and " + std::to_string(o2) + " (" + desc(out(o2)) +
+            ") overlap in memory");
     }
     for (size_t i = 0; i < ins->in.size(); ++i) {
       const Buffer &x = in(i);
       if (x.id == y.id || !intersect(x, y)) continue;
       bool exact = x.offset == y.offset && x.bytes == y.bytes;
-      if (sig.inPlace && exact &&
-          (sig.kind == OpKind::Reshape || x.liveLast == int64_t(idx)))
-        continue;
+      if (sig.inPlace && exact && (sig.kind == OpKind::Reshape || x.liveLast == int64_t(idx))) continue;
       std::string why = !sig.inPlace ? std::string(" (") + sig.name + " does not work in place)"
                         : !exact     ? std::string(" (in place needs exactly the same offset and size)")
                                      : std::string(" (in place needs this to be the input's last use, "
-                                                   "but it is live until instruction ") +
-                                           std::to_string(x.liveLast) + ")";
+                                                       "but it is live until instruction ") +
+                                       std::to_string(x.liveLast) + ")";
       bad("output " + std::to_string(o) + " (" + desc(y) + " at offset " + std::to_string(y.offset) +
-          ") overlaps input " + std::to_string(i) + " (" + desc(x) + " at offset " +
-          std::to_string(x.offset) + ")" + why);
+          ") overlaps input " + std::to_string(i) + " (" + desc(x) + " at offset " + std::to_string(x.offset) + ")" +
+          why);
     }
   }
 }
@@ -107,8 +105,8 @@ void validateProgram(const Program &p, const std::string &path) {
       numel *= d;
     }
     if (b.bytes != numel * dtypeSize(b.dtype))
-      fail(path, where + ": bytes " + std::to_string(b.bytes) + " != " + std::to_string(numel) +
-                     " elements x " + std::to_string(dtypeSize(b.dtype)) + " (" + dtypeName(b.dtype) + ")");
+      fail(path, where + ": bytes " + std::to_string(b.bytes) + " != " + std::to_string(numel) + " elements x " +
+                     std::to_string(dtypeSize(b.dtype)) + " (" + dtypeName(b.dtype) + ")");
     if (b.shard) {
       int64_t full = 1;
       for (int64_t d : b.fullShape) {
@@ -133,12 +131,12 @@ void validateProgram(const Program &p, const std::string &path) {
                          " over tp " + std::to_string(p.tp) + " is not " + shapeStr(local));
     }
     if (b.offset < 0 || b.offset % kAlignment != 0)
-      fail(path, where + ": offset " + std::to_string(b.offset) + " is not aligned to " +
-                     std::to_string(kAlignment) + " bytes");
+      fail(path, where + ": offset " + std::to_string(b.offset) + " is not aligned to " + std::to_string(kAlignment) +
+                     " bytes");
     if (b.offset > s->arenaBytes || b.bytes > s->arenaBytes - b.offset)
       fail(path, where + ": offset " + std::to_string(b.offset) + " + bytes " + std::to_string(b.bytes) +
                      " lies outside the '" + s->name + "' arena of " + std::to_string(s->arenaBytes) + " bytes");
-    static const std::set<std::string> roles = {"param",           "master", "optimizer", "grad",     "activation",
+    static const std::set<std::string> roles = {"param",           "master", "optimizer", "grad",    "activation",
                                                 "activation_grad", "input",  "workspace", "transfer"};
     if (!roles.count(b.role)) fail(path, where + ": unknown role '" + b.role + "'");
     if (b.liveFirst > b.liveLast || b.liveFirst < 0 || (nInst > 0 && b.liveLast >= nInst))
@@ -174,7 +172,8 @@ void validateProgram(const Program &p, const std::string &path) {
       for (const Buffer &c : p.buffers)
         if (c.persistent() && c.name == cur->init.source) src = &c;
       if (!src)
-        fail(path, where + ": init copies '" + cur->init.source + "', which is not a param, master or optimizer buffer");
+        fail(path,
+             where + ": init copies '" + cur->init.source + "', which is not a param, master or optimizer buffer");
       auto logical = [](const Buffer *x) { return x->shard ? x->fullShape : x->shape; };
       if (logical(src) != logical(cur))
         fail(path, where + ": init copies '" + src->name + "' of shape " + shapeStr(logical(src)) + " into shape " +
@@ -186,8 +185,8 @@ void validateProgram(const Program &p, const std::string &path) {
 
   auto bufferRef = [&](int64_t id, const std::string &what) {
     if (id < 0 || id >= int64_t(p.buffers.size()))
-      fail(path, what + ": buffer id " + std::to_string(id) + " is out of range (" +
-                     std::to_string(p.buffers.size()) + " buffers)");
+      fail(path, what + ": buffer id " + std::to_string(id) + " is out of range (" + std::to_string(p.buffers.size()) +
+                     " buffers)");
     return &p.buffers[size_t(id)];
   };
   std::vector<int64_t> bt{p.batch, p.seq};
@@ -215,8 +214,8 @@ void validateProgram(const Program &p, const std::string &path) {
         fail(path, inputBufs[x].first + " and " + inputBufs[y].first + " overlap in memory");
     }
   if (p.lossScale >= 0 || p.foundInf >= 0) {
-    for (auto [id, what] : {std::make_pair(p.lossScale, "loss_scaling.scale"),
-                            std::make_pair(p.foundInf, "loss_scaling.found_inf")}) {
+    for (auto [id, what] :
+         {std::make_pair(p.lossScale, "loss_scaling.scale"), std::make_pair(p.foundInf, "loss_scaling.found_inf")}) {
       const Buffer *b = bufferRef(id, what);
       if (b->dtype != DType::F32 || !b->shape.empty())
         fail(path, std::string(what) + " (buffer " + std::to_string(b->id) + " '" + b->name +
@@ -265,8 +264,8 @@ void validateProgram(const Program &p, const std::string &path) {
       static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host", "comm", "comm_tp"};
       if (!streams.count(ins.stream))
         v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host, comm or comm_tp)");
-      const bool collective = sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter ||
-                              sig->kind == OpKind::AllGather;
+      const bool collective =
+          sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter || sig->kind == OpKind::AllGather;
       const bool commStream = ins.stream == "comm" || ins.stream == "comm_tp";
       if (collective != commStream)
         v.bad(collective ? "a collective runs on the comm or comm_tp stream, not '" + ins.stream + "'"
@@ -279,8 +278,8 @@ void validateProgram(const Program &p, const std::string &path) {
       if (!phases.count(ins.phase)) v.bad("unknown phase '" + ins.phase + "' (forward, backward or optimizer)");
       for (int64_t w : ins.wait) {
         if (w < 0 || w >= int64_t(i))
-          v.bad("waits for instruction " + std::to_string(w) + ", which is not an earlier instruction (wait indices must be in [0, " +
-                std::to_string(i) + "))");
+          v.bad("waits for instruction " + std::to_string(w) +
+                ", which is not an earlier instruction (wait indices must be in [0, " + std::to_string(i) + "))");
         if (p.instructions[size_t(w)].stream == ins.stream)
           v.bad("waits for instruction " + std::to_string(w) + " on its own stream '" + ins.stream +
                 "' (a wait must name an instruction of another stream; one stream runs in order)");
@@ -301,8 +300,8 @@ void validateProgram(const Program &p, const std::string &path) {
         break;
       case OperandType::F32:
         if (b.dtype != DType::F32)
-          v.bad(what + " (" + v.desc(b) + ") must be f32 (statistics, scalars, master weights and moments are f32), is " +
-                dtypeName(b.dtype));
+          v.bad(what + " (" + v.desc(b) +
+                ") must be f32 (statistics, scalars, master weights and moments are f32), is " + dtypeName(b.dtype));
         break;
       case OperandType::Float:
         if (b.dtype == DType::I32) v.bad(what + " (" + v.desc(b) + ") must be f32, bf16 or f16, is i32");
@@ -310,8 +309,8 @@ void validateProgram(const Program &p, const std::string &path) {
       case OperandType::Any: break;
       }
       if (int64_t(i) < b.liveFirst || int64_t(i) > b.liveLast)
-        v.bad(what + " (" + v.desc(b) + ") is used outside its live interval [" + std::to_string(b.liveFirst) +
-              ", " + std::to_string(b.liveLast) + "]");
+        v.bad(what + " (" + v.desc(b) + ") is used outside its live interval [" + std::to_string(b.liveFirst) + ", " +
+              std::to_string(b.liveLast) + "]");
     }
     v.shapes(*sig);
     v.overlaps(*sig);
@@ -338,8 +337,10 @@ void validateProgram(const Program &p, const std::string &path) {
   }
   auto interval = [&](const Buffer &b) {
     int64_t first = b.liveFirst, last = b.liveLast;
-    for (int64_t id : p.tokenInputs) if (b.id == id) first = 0;
-    for (int64_t id : p.targetInputs) if (b.id == id) first = 0;
+    for (int64_t id : p.tokenInputs)
+      if (b.id == id) first = 0;
+    for (int64_t id : p.targetInputs)
+      if (b.id == id) first = 0;
     if (b.id == p.loss && nInst > 0) last = nInst - 1;
     if (b.persistent() && nInst > 0) first = 0, last = nInst - 1;
     return std::make_pair(first, last);
@@ -363,8 +364,8 @@ void validateProgram(const Program &p, const std::string &path) {
                      std::to_string(a.offset + a.bytes) + ") live [" + std::to_string(ia.first) + ", " +
                      std::to_string(ia.second) + "]) and " + std::to_string(b.id) + " ('" + b.name + "', bytes [" +
                      std::to_string(b.offset) + ", " + std::to_string(b.offset + b.bytes) + ") live [" +
-                     std::to_string(ib.first) + ", " + std::to_string(ib.second) +
-                     "]) overlap in the '" + a.space + "' arena while both are live");
+                     std::to_string(ib.first) + ", " + std::to_string(ib.second) + "]) overlap in the '" + a.space +
+                     "' arena while both are live");
     }
   }
 }

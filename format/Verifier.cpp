@@ -1,7 +1,7 @@
-// The plan verifier: see include/bigc/format/verifier.h for what it proves.
-#include "bigc/format/verifier.h"
-#include "bigc/format/ops.h"
-#include "bigc/format/validator.h"
+// The plan verifier: see include/bigc/Format/verifier.h for what it proves.
+#include "bigc/Format/verifier.h"
+#include "bigc/Format/ops.h"
+#include "bigc/Format/validator.h"
 
 #include <algorithm>
 #include <map>
@@ -38,9 +38,9 @@ private:
   const int64_t n_;
   const size_t limit_;
   std::vector<std::string> issues_;
-  std::vector<int> sid_, pos_;            // stream id and position in it, per instruction
-  std::vector<std::vector<int>> clock_;   // per instruction: per stream, the last position ordered before or at it
-  std::vector<std::vector<Access>> acc_;  // per buffer
+  std::vector<int> sid_, pos_;           // stream id and position in it, per instruction
+  std::vector<std::vector<int>> clock_;  // per instruction: per stream, the last position ordered before or at it
+  std::vector<std::vector<Access>> acc_; // per buffer
   std::vector<std::string> streams_;
   // Buffers at the same place by design: a reshape's output at its input's place is a view (same
   // value); an in-place elementwise output replaces its input's value. mem_: one group per shared
@@ -76,7 +76,8 @@ private:
       const int s = it->second;
       sid_[size_t(i)] = s;
       pos_[size_t(i)] = count[size_t(s)]++;
-      std::vector<int> c = last[size_t(s)] >= 0 ? clock_[size_t(last[size_t(s)])] : std::vector<int>(streams_.size(), -1);
+      std::vector<int> c =
+          last[size_t(s)] >= 0 ? clock_[size_t(last[size_t(s)])] : std::vector<int>(streams_.size(), -1);
       c.resize(streams_.size(), -1);
       for (int64_t w : ins.wait) {
         const std::vector<int> &cw = clock_[size_t(w)];
@@ -149,8 +150,10 @@ private:
           const Buffer &bo = p_.buffers[size_t(o)], &bx = p_.buffers[size_t(x)];
           if (o == x || bo.space != bx.space || bo.offset != bx.offset || bo.bytes != bx.bytes) continue;
           mem_[find(mem_, size_t(o))] = find(mem_, size_t(x));
-          if (ins.op == "reshape") val_[find(val_, size_t(o))] = find(val_, size_t(x));
-          else overwrites_.push_back({i, x, o});
+          if (ins.op == "reshape")
+            val_[find(val_, size_t(o))] = find(val_, size_t(x));
+          else
+            overwrites_.push_back({i, x, o});
         }
     }
     members_.assign(nb, {});
@@ -222,7 +225,8 @@ private:
           if (u.ins == v.ins || !(u.write || v.write)) continue;
           if (hb(u.ins, v.ins) || hb(v.ins, u.ins)) continue;
           add(where(u.ins) + (u.write ? " writes " : " reads ") + name(ga[x].second) + " and " + where(v.ins) +
-              (v.write ? " writes " : " reads ") + (ga[x].second == ga[y].second ? std::string("it") : name(ga[y].second)) +
+              (v.write ? " writes " : " reads ") +
+              (ga[x].second == ga[y].second ? std::string("it") : name(ga[y].second)) +
               (ga[x].second == ga[y].second ? "" : " at the same place") + ", and no wait orders the two");
           reported = true;
         }
@@ -234,8 +238,8 @@ private:
   void overlapPair(size_t gx, size_t gy, int64_t x, int64_t y) {
     const Buffer &bx = p_.buffers[size_t(x)], &by = p_.buffers[size_t(y)];
     const int64_t lo = std::max(bx.offset, by.offset), hi = std::min(bx.offset + bx.bytes, by.offset + by.bytes);
-    const std::string shared = "share bytes [" + std::to_string(lo) + ", " + std::to_string(hi) + ") of the '" + bx.space +
-                               "' arena";
+    const std::string shared =
+        "share bytes [" + std::to_string(lo) + ", " + std::to_string(hi) + ") of the '" + bx.space + "' arena";
     for (int64_t id : {x, y})
       if (p_.buffers[size_t(id)].persistent()) {
         add(name(x) + " and " + name(y) + " " + shared + ", but " + name(id) + " is persistent (live across steps)");
@@ -275,9 +279,8 @@ private:
       if (b.bytes > 0) bySpace[b.space].push_back(b.id);
     std::set<uint64_t> checked; // group pairs
     for (auto &[space, ids] : bySpace) {
-      std::sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) {
-        return p_.buffers[size_t(a)].offset < p_.buffers[size_t(b)].offset;
-      });
+      std::sort(ids.begin(), ids.end(),
+                [&](int64_t a, int64_t b) { return p_.buffers[size_t(a)].offset < p_.buffers[size_t(b)].offset; });
       for (size_t i = 0; i < ids.size() && !full(); ++i) {
         const Buffer &bi = p_.buffers[size_t(ids[i])];
         for (size_t j = i + 1; j < ids.size() && !full(); ++j) {

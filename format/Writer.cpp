@@ -1,6 +1,6 @@
 // Writing a program file: the JSON payload, one buffer or instruction per line, behind the container
 // line (docs/program-format.md). No MLIR here.
-#include "bigc/format/writer.h"
+#include "bigc/Format/writer.h"
 
 #include <cmath>
 #include <cstdio>
@@ -16,16 +16,20 @@ std::string serializeProgram(const Program &p) {
   root["version"] = p.version;
   root["producer"] = p.producer;
   root["source"] = p.source;
-  root["config"] = {{"batch", p.batch},          {"seq", p.seq},     {"vocab", p.vocab},
-                    {"precision", p.precision}, {"micro_batches", p.microBatches},
-                    {"ranks", p.ranks},          {"zero", p.zero},
+  root["config"] = {{"batch", p.batch},
+                    {"seq", p.seq},
+                    {"vocab", p.vocab},
+                    {"precision", p.precision},
+                    {"micro_batches", p.microBatches},
+                    {"ranks", p.ranks},
+                    {"zero", p.zero},
                     {"mesh", {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}}}};
   if (p.tp > 1)
     root["config"]["tensor_parallel"] = {{"sequence_parallel", p.sequenceParallel ? 1 : 0},
                                          {"replicated", p.tpReplicated}};
-  root["optimizer"] = {{"kind", p.optimizer.kind},   {"lr", p.optimizer.lr},
-                       {"beta1", p.optimizer.beta1}, {"beta2", p.optimizer.beta2},
-                       {"eps", p.optimizer.eps},     {"weight_decay", p.optimizer.weightDecay},
+  root["optimizer"] = {{"kind", p.optimizer.kind},         {"lr", p.optimizer.lr},
+                       {"beta1", p.optimizer.beta1},       {"beta2", p.optimizer.beta2},
+                       {"eps", p.optimizer.eps},           {"weight_decay", p.optimizer.weightDecay},
                        {"grad_clip", p.optimizer.gradClip}};
   root["hardware"] = {{"name", p.hardwareName},
                       {"device_capacity_bytes", p.deviceCapacityBytes},
@@ -73,27 +77,31 @@ std::string serializeProgram(const Program &p) {
   if (p.estimate.present) {
     json cs = json::array();
     for (const auto &c : p.estimate.collectives)
-      cs.push_back({{"op", c.op}, {"count", c.count}, {"seconds", c.seconds}, {"hidden_seconds", c.hiddenSeconds},
+      cs.push_back({{"op", c.op},
+                    {"count", c.count},
+                    {"seconds", c.seconds},
+                    {"hidden_seconds", c.hiddenSeconds},
                     {"queued_seconds", c.queuedSeconds}});
-    root["estimate"] = {{"step_seconds", p.estimate.stepSeconds},
-                        {"compute_seconds", p.estimate.computeSeconds},
-                        {"collectives", cs}};
+    root["estimate"] = {
+        {"step_seconds", p.estimate.stepSeconds}, {"compute_seconds", p.estimate.computeSeconds}, {"collectives", cs}};
   }
   json insts = json::array();
   for (const auto &ins : p.instructions) {
     json attrs = json::object();
     for (const auto &[k, a] : ins.attrs) {
-      if (a.isList) attrs[k] = a.list;
+      if (a.isList)
+        attrs[k] = a.list;
       else if (a.isReals) {
         json r = json::array();
         for (double x : a.reals) r.push_back(x); // doubles: written with a fraction or exponent, read back as reals
         attrs[k] = r;
-      }
-      else if (k == "transpose_a" || k == "transpose_b" || k == "clip" || k == "unscale" || k == "skip_on_overflow" ||
-               k == "write_half")
+      } else if (k == "transpose_a" || k == "transpose_b" || k == "clip" || k == "unscale" || k == "skip_on_overflow" ||
+                 k == "write_half")
         attrs[k] = a.num != 0.0;
-      else if (a.num == std::floor(a.num) && std::fabs(a.num) < 9007199254740992.0) attrs[k] = int64_t(a.num);
-      else attrs[k] = a.num;
+      else if (a.num == std::floor(a.num) && std::fabs(a.num) < 9007199254740992.0)
+        attrs[k] = int64_t(a.num);
+      else
+        attrs[k] = a.num;
     }
     json ji = {{"op", ins.op}, {"in", ins.in}, {"out", ins.out}, {"attrs", attrs}, {"loc", ins.loc}};
     if (ins.stream != "compute") ji["stream"] = ins.stream;
@@ -122,8 +130,8 @@ std::string serializeProgram(const Program &p) {
   payload += "\n}\n";
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a64(payload.data(), payload.size()));
-  return "BIGC-PROGRAM " + std::to_string(kProgramVersion) + " " + std::to_string(payload.size()) + " " + hash +
-         "\n" + payload;
+  return "BIGC-PROGRAM " + std::to_string(kProgramVersion) + " " + std::to_string(payload.size()) + " " + hash + "\n" +
+         payload;
 }
 
 } // namespace bigc::rt

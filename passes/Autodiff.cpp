@@ -30,8 +30,7 @@ using namespace mlir::bigc;
 
 /// Adds `g` to the gradient accumulated for `v` (a bigc.add where `v` already
 /// has one).
-static void accumulate(OpBuilder &b, Location loc,
-                       llvm::DenseMap<Value, Value> &grads, Value v, Value g) {
+static void accumulate(OpBuilder &b, Location loc, llvm::DenseMap<Value, Value> &grads, Value v, Value g) {
   Value &slot = grads[v];
   if (!slot)
     slot = g;
@@ -39,12 +38,10 @@ static void accumulate(OpBuilder &b, Location loc,
     slot = b.create<AddOp>(loc, v.getType(), slot, g);
 }
 
-LogicalResult mlir::bigc::buildBackward(OpBuilder &b, Block &block,
-                                        llvm::DenseMap<Value, Value> &grads) {
+LogicalResult mlir::bigc::buildBackward(OpBuilder &b, Block &block, llvm::DenseMap<Value, Value> &grads) {
   // Snapshot the ops first: the backward is appended to the same block.
   SmallVector<Operation *> forward;
-  for (Operation &op : block.without_terminator())
-    forward.push_back(&op);
+  for (Operation &op : block.without_terminator()) forward.push_back(&op);
 
   for (Operation *op : llvm::reverse(forward)) {
     SmallVector<Value> resultGrads;
@@ -53,39 +50,30 @@ LogicalResult mlir::bigc::buildBackward(OpBuilder &b, Block &block,
       resultGrads.push_back(grads.lookup(r));
       any |= static_cast<bool>(resultGrads.back());
     }
-    if (!any)
-      continue; // does not contribute to the loss
-    if (isa<GetParamOp>(op))
-      continue; // a leaf: its gradient goes to the optimizer
+    if (!any) continue;                // does not contribute to the loss
+    if (isa<GetParamOp>(op)) continue; // a leaf: its gradient goes to the optimizer
     auto diff = dyn_cast<DifferentiableOpInterface>(op);
     if (!diff)
-      return op->emitOpError(
-          "is not differentiable: bigc-autodiff cannot compute the gradient "
-          "of the loss through it");
+      return op->emitOpError("is not differentiable: bigc-autodiff cannot compute the gradient "
+                             "of the loss through it");
     // The ops built for `op` (its gradient, the accumulation of its operands'
     // gradients) are those between `before` and the insertion point.
     Block *insBlock = b.getInsertionBlock();
     Block::iterator ip = b.getInsertionPoint();
     Operation *before = ip == insBlock->begin() ? nullptr : &*std::prev(ip);
     SmallVector<Value> operandGrads;
-    if (failed(diff.buildGradient(b, resultGrads, operandGrads)))
-      return failure();
+    if (failed(diff.buildGradient(b, resultGrads, operandGrads))) return failure();
     if (operandGrads.size() != op->getNumOperands())
       return op->emitOpError("buildGradient returned ")
-             << operandGrads.size() << " gradients for "
-             << op->getNumOperands() << " operands";
+             << operandGrads.size() << " gradients for " << op->getNumOperands() << " operands";
     for (auto [operand, g] : llvm::zip(op->getOperands(), operandGrads))
-      if (g)
-        accumulate(b, op->getLoc(), grads, operand, g);
+      if (g) accumulate(b, op->getLoc(), grads, operand, g);
     // Backward ops of transformer block i carry `bigc.layer = i` like the
     // forward op they differentiate (recompute, offload and the schedule
     // work by layer).
     if (Attribute layer = op->getAttr(kLayerAttrName))
-      for (auto it = before ? std::next(before->getIterator())
-                            : insBlock->begin();
-           it != b.getInsertionPoint(); ++it)
-        if (!it->hasAttr(kLayerAttrName))
-          it->setAttr(kLayerAttrName, layer);
+      for (auto it = before ? std::next(before->getIterator()) : insBlock->begin(); it != b.getInsertionPoint(); ++it)
+        if (!it->hasAttr(kLayerAttrName)) it->setAttr(kLayerAttrName, layer);
   }
   return success();
 }
@@ -95,18 +83,15 @@ static void markPhase(Operation *after, Operation *before, StringRef phase) {
   Block *block = before->getBlock();
   auto it = after ? std::next(after->getIterator()) : block->begin();
   for (; it != before->getIterator(); ++it)
-    if (!it->hasAttr(kPhaseAttrName))
-      it->setAttr(kPhaseAttrName, StringAttr::get(it->getContext(), phase));
+    if (!it->hasAttr(kPhaseAttrName)) it->setAttr(kPhaseAttrName, StringAttr::get(it->getContext(), phase));
 }
 
-LogicalResult mlir::bigc::buildTrainStep(ModuleOp module,
-                                         const AdamWConfig &config) {
+LogicalResult mlir::bigc::buildTrainStep(ModuleOp module, const AdamWConfig &config) {
   MLIRContext *ctx = module.getContext();
   auto fwd = module.lookupSymbol<func::FuncOp>("forward");
   if (!fwd)
-    return module.emitError(
-        "bigc-autodiff: the module has no func.func @forward (the forward "
-        "function returning the loss)");
+    return module.emitError("bigc-autodiff: the module has no func.func @forward (the forward "
+                            "function returning the loss)");
   if (Operation *clash = module.lookupSymbol("train_step"))
     return clash->emitError("bigc-autodiff: the module already has a "
                             "symbol @train_step");
@@ -121,35 +106,28 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module,
                          "block");
   Block &block = fwd.front();
   auto ret = dyn_cast<func::ReturnOp>(block.getTerminator());
-  if (!ret)
-    return fwd.emitError("bigc-autodiff: @forward must end with func.return");
+  if (!ret) return fwd.emitError("bigc-autodiff: @forward must end with func.return");
   Value loss = ret.getOperand(0);
 
   SmallVector<GetParamOp> reads;
   for (Operation &op : block.without_terminator()) {
-    if (!op.hasAttr(kPhaseAttrName))
-      op.setAttr(kPhaseAttrName, StringAttr::get(ctx, "forward"));
-    if (auto gp = dyn_cast<GetParamOp>(op))
-      reads.push_back(gp);
+    if (!op.hasAttr(kPhaseAttrName)) op.setAttr(kPhaseAttrName, StringAttr::get(ctx, "forward"));
+    if (auto gp = dyn_cast<GetParamOp>(op)) reads.push_back(gp);
   }
   Operation *lastForward = ret->getPrevNode();
 
   // Backward: seed dloss = 1, then every op in reverse order.
   OpBuilder b(ret);
   llvm::DenseMap<Value, Value> grads;
-  grads[loss] = b.create<FillOp>(loss.getLoc(), scalarF32,
-                                 b.getF64FloatAttr(1.0));
-  if (failed(buildBackward(b, block, grads)))
-    return failure();
+  grads[loss] = b.create<FillOp>(loss.getLoc(), scalarF32, b.getF64FloatAttr(1.0));
+  if (failed(buildBackward(b, block, grads))) return failure();
 
   // Total gradient per parameter (several reads of one parameter add up).
   llvm::MapVector<StringAttr, Value> paramGrads;
   for (GetParamOp gp : reads)
     if (Value g = grads.lookup(gp.getResult())) {
       Value &slot = paramGrads[gp.getParamAttr().getAttr()];
-      slot = slot ? b.create<AddOp>(gp.getLoc(), g.getType(), slot, g)
-                        .getResult()
-                  : g;
+      slot = slot ? b.create<AddOp>(gp.getLoc(), g.getType(), slot, g).getResult() : g;
     }
   markPhase(lastForward, ret, "backward");
   Operation *lastBackward = ret->getPrevNode();
@@ -158,8 +136,7 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module,
   // the order of the parameter declarations.
   SmallVector<std::pair<ParamOp, Value>> updates;
   for (ParamOp p : llvm::to_vector(module.getOps<ParamOp>())) {
-    if (p.getRole() != "param")
-      continue;
+    if (p.getRole() != "param") continue;
     Value g = paramGrads.lookup(p.getSymNameAttr());
     if (!g) {
       p.emitWarning("parameter does not contribute to the loss; it gets no "
@@ -172,8 +149,7 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module,
   Value norm;
   if (config.gradClip > 0.0 && !updates.empty()) {
     SmallVector<Value> all;
-    for (auto &u : updates)
-      all.push_back(u.second);
+    for (auto &u : updates) all.push_back(u.second);
     norm = b.create<GlobalNormOp>(ret.getLoc(), scalarF32, all);
   }
 
@@ -183,19 +159,15 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module,
     std::string v = (p.getSymName() + ".exp_avg_sq").str();
     for (const std::string &name : {m, v})
       if (Operation *clash = module.lookupSymbol(name))
-        return clash->emitError("bigc-autodiff: the optimizer state symbol @\"")
-               << name << "\" already exists";
+        return clash->emitError("bigc-autodiff: the optimizer state symbol @\"") << name << "\" already exists";
     RankedTensorType pt = p.getTensorType();
-    auto stateType =
-        RankedTensorType::get(pt.getShape(), Float32Type::get(ctx));
+    auto stateType = RankedTensorType::get(pt.getShape(), Float32Type::get(ctx));
     mb.setInsertionPointAfter(p);
     const Location ploc = p.getLoc(); // (a structured binding cannot be captured before C++20)
     ParamOp param = p;
     auto declare = [&](StringRef name) {
-      auto state = mb.create<ParamOp>(ploc, mb.getStringAttr(name),
-                                      TypeAttr::get(stateType),
-                                      mb.getStringAttr("zeros"), FloatAttr(),
-                                      mb.getStringAttr("optimizer"));
+      auto state = mb.create<ParamOp>(ploc, mb.getStringAttr(name), TypeAttr::get(stateType), mb.getStringAttr("zeros"),
+                                      FloatAttr(), mb.getStringAttr("optimizer"));
       copyTpSplit(param, state);
       return state;
     };
@@ -204,14 +176,9 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module,
     declare(v);
 
     double wd = pt.getRank() >= 2 ? config.weightDecay : 0.0;
-    b.create<AdamWOp>(p.getLoc(), g, norm,
-                      FlatSymbolRefAttr::get(p.getSymNameAttr()),
-                      FlatSymbolRefAttr::get(ctx, m),
-                      FlatSymbolRefAttr::get(ctx, v),
-                      b.getF64FloatAttr(config.lr),
-                      b.getF64FloatAttr(config.beta1),
-                      b.getF64FloatAttr(config.beta2),
-                      b.getF64FloatAttr(config.eps), b.getF64FloatAttr(wd),
+    b.create<AdamWOp>(p.getLoc(), g, norm, FlatSymbolRefAttr::get(p.getSymNameAttr()), FlatSymbolRefAttr::get(ctx, m),
+                      FlatSymbolRefAttr::get(ctx, v), b.getF64FloatAttr(config.lr), b.getF64FloatAttr(config.beta1),
+                      b.getF64FloatAttr(config.beta2), b.getF64FloatAttr(config.eps), b.getF64FloatAttr(wd),
                       b.getF64FloatAttr(norm ? config.gradClip : 0.0));
   }
   markPhase(lastBackward, ret, "optimizer");
@@ -221,8 +188,7 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module,
 }
 
 namespace {
-struct BigcAutodiffPass
-    : public mlir::bigc::impl::BigcAutodiffBase<BigcAutodiffPass> {
+struct BigcAutodiffPass : public mlir::bigc::impl::BigcAutodiffBase<BigcAutodiffPass> {
   using Base::Base;
   void runOnOperation() override {
     AdamWConfig config;
@@ -232,8 +198,7 @@ struct BigcAutodiffPass
     config.eps = eps;
     config.weightDecay = weightDecay;
     config.gradClip = gradClip;
-    if (failed(buildTrainStep(getOperation(), config)))
-      signalPassFailure();
+    if (failed(buildTrainStep(getOperation(), config))) signalPassFailure();
   }
 };
 } // namespace

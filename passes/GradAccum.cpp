@@ -30,13 +30,11 @@ using namespace mlir::bigc;
 
 namespace {
 
-struct BigcGradAccumPass
-    : public mlir::bigc::impl::BigcGradAccumBase<BigcGradAccumPass> {
+struct BigcGradAccumPass : public mlir::bigc::impl::BigcGradAccumBase<BigcGradAccumPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (failed(run()))
-      signalPassFailure();
+    if (failed(run())) signalPassFailure();
   }
 
   LogicalResult run() {
@@ -47,8 +45,7 @@ struct BigcGradAccumPass
       return module.emitError("bigc-grad-accum: micro-batches must be at "
                               "least 1, got ")
              << k;
-    if (k == 1)
-      return success();
+    if (k == 1) return success();
     if (module->hasAttr(kMicroBatchesAttrName))
       return module.emitError("bigc-grad-accum: already applied (the module "
                               "has bigc.micro_batches)");
@@ -74,14 +71,11 @@ struct BigcGradAccumPass
     for (Operation &op : block.without_terminator()) {
       StringRef phase = phaseOf(&op);
       if (phase == "forward" || phase == "backward") {
-        if (firstOpt)
-          return op.emitError("bigc-grad-accum: a ")
-                 << phase << " op after the optimizer began";
+        if (firstOpt) return op.emitError("bigc-grad-accum: a ") << phase << " op after the optimizer began";
         body.push_back(&op);
         inBody.insert(&op);
       } else if (phase == "optimizer") {
-        if (!firstOpt)
-          firstOpt = &op;
+        if (!firstOpt) firstOpt = &op;
       } else {
         return op.emitError("bigc-grad-accum: op without bigc.phase "
                             "(forward, backward or optimizer)");
@@ -100,8 +94,7 @@ struct BigcGradAccumPass
       auto t = dyn_cast<RankedTensorType>(v.getType());
       return t && t.getRank() == 0 && t.getElementType().isF32();
     };
-    if (!seed || !isa<FillOp, GetParamOp>(seed) ||
-        !isScalar(seed->getResult(0)))
+    if (!seed || !isa<FillOp, GetParamOp>(seed) || !isScalar(seed->getResult(0)))
       return func.emitError("bigc-grad-accum: no loss seed (a scalar f32 "
                             "bigc.fill or bigc.get_param opening the "
                             "backward)");
@@ -114,12 +107,10 @@ struct BigcGradAccumPass
     // Values of the body the optimizer reads: the gradients to accumulate.
     llvm::SetVector<Value> grads;
     for (Operation &op : block.without_terminator()) {
-      if (inBody.count(&op))
-        continue;
+      if (inBody.count(&op)) continue;
       for (Value v : op.getOperands()) {
         Operation *d = v.getDefiningOp();
-        if (!d || !inBody.count(d))
-          continue;
+        if (!d || !inBody.count(d)) continue;
         auto t = dyn_cast<RankedTensorType>(v.getType());
         if (isa<GetParamOp>(d))
           return op.emitError("bigc-grad-accum: the optimizer reads a "
@@ -138,27 +129,22 @@ struct BigcGradAccumPass
 
     // Micro-batch 0 is the original body; its seed is scaled by 1/K.
     b.setInsertionPointAfter(seed);
-    auto scaled = b.create<ScaleOp>(seed->getLoc(), seed->getResult(0).getType(),
-                                    seed->getResult(0), b.getF64FloatAttr(inv));
+    auto scaled =
+        b.create<ScaleOp>(seed->getLoc(), seed->getResult(0).getType(), seed->getResult(0), b.getF64FloatAttr(inv));
     scaled->setAttr(kPhaseAttrName, b.getStringAttr("backward"));
-    seed->getResult(0).replaceAllUsesExcept(scaled.getResult(),
-                                            scaled.getOperation());
+    seed->getResult(0).replaceAllUsesExcept(scaled.getResult(), scaled.getOperation());
     body.insert(llvm::find(body, seed) + 1, scaled.getOperation());
-    for (Operation *op : body)
-      op->setAttr(kMicroBatchAttrName, mbAttr(0));
+    for (Operation *op : body) op->setAttr(kMicroBatchAttrName, mbAttr(0));
 
     // Arguments: (tokens_0, targets_0, ..., tokens_{K-1}, targets_{K-1}).
-    Type tokT = block.getArgument(0).getType(),
-         tgtT = block.getArgument(1).getType();
-    SmallVector<std::pair<Value, Value>> args = {
-        {block.getArgument(0), block.getArgument(1)}};
+    Type tokT = block.getArgument(0).getType(), tgtT = block.getArgument(1).getType();
+    SmallVector<std::pair<Value, Value>> args = {{block.getArgument(0), block.getArgument(1)}};
     for (int64_t i = 1; i < k; ++i) {
       Value t = block.addArgument(tokT, func.getLoc());
       Value g = block.addArgument(tgtT, func.getLoc());
       args.push_back({t, g});
     }
-    func.setType(FunctionType::get(ctx, block.getArgumentTypes(),
-                                   func.getFunctionType().getResults()));
+    func.setType(FunctionType::get(ctx, block.getArgumentTypes(), func.getFunctionType().getResults()));
 
     auto f32Of = [&](Type t) {
       auto rt = cast<RankedTensorType>(t);
@@ -219,8 +205,7 @@ struct BigcGradAccumPass
       lossSum = s;
     }
     b.setInsertionPointAfterValue(lossSum);
-    auto mean = b.create<ScaleOp>(loss.getLoc(), loss.getType(), lossSum,
-                                  b.getF64FloatAttr(inv));
+    auto mean = b.create<ScaleOp>(loss.getLoc(), loss.getType(), lossSum, b.getF64FloatAttr(inv));
     mark(mean, "forward", k - 1);
 
     // The optimizer reads the accumulated gradients; the step returns the
@@ -231,8 +216,7 @@ struct BigcGradAccumPass
         return !inBody.count(owner) && !owner->hasAttr(kMicroBatchAttrName);
       });
     ret.setOperand(0, mean.getResult());
-    module->setAttr(kMicroBatchesAttrName,
-                    IntegerAttr::get(IntegerType::get(ctx, 64), k));
+    module->setAttr(kMicroBatchesAttrName, IntegerAttr::get(IntegerType::get(ctx, 64), k));
     return success();
   }
 };

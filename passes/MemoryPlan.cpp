@@ -35,8 +35,7 @@ using namespace mlir::bigc;
 
 int64_t mlir::bigc::tensorBytes(Type type) {
   auto t = dyn_cast<RankedTensorType>(type);
-  if (!t || !t.hasStaticShape())
-    return -1;
+  if (!t || !t.hasStaticShape()) return -1;
   Type e = t.getElementType();
   int64_t size = 0;
   if (e.isF32() || e.isInteger(32))
@@ -52,14 +51,11 @@ bool mlir::bigc::isInPlaceElementwise(Operation *op) {
   return isa<AddOp, BiasAddOp, MulOp, ScaleOp, GeluOp, GeluGradOp, SiluOp, SiluGradOp, SwigluOp, RopeOp>(op);
 }
 
-func::FuncOp mlir::bigc::getTrainStep(ModuleOp module) {
-  return module.lookupSymbol<func::FuncOp>("train_step");
-}
+func::FuncOp mlir::bigc::getTrainStep(ModuleOp module) { return module.lookupSymbol<func::FuncOp>("train_step"); }
 
 int64_t MemoryPlan::offsetOf(Value v) const {
   auto it = valueId.find(v);
-  if (it == valueId.end())
-    return -1;
+  if (it == valueId.end()) return -1;
   return groups[values[it->second].group].offset;
 }
 
@@ -69,17 +65,14 @@ struct Groups {
   std::vector<unsigned> parent;
   std::vector<AliasGroup> data;
   unsigned find(unsigned x) {
-    while (parent[x] != x)
-      x = parent[x] = parent[parent[x]];
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
     return x;
   }
   void unite(unsigned a, unsigned b) {
     a = find(a);
     b = find(b);
-    if (a == b)
-      return;
-    if (b < a)
-      std::swap(a, b);
+    if (a == b) return;
+    if (b < a) std::swap(a, b);
     parent[b] = a;
     AliasGroup &x = data[a], &y = data[b];
     x.bytes = std::max(x.bytes, y.bytes);
@@ -93,22 +86,18 @@ struct Groups {
 };
 } // namespace
 
-FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
-                                                     func::FuncOp func,
-                                                     int64_t alignment) {
+FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncOp func, int64_t alignment) {
   MemoryPlan mp;
   mp.func = func;
   mp.alignment = alignment;
   if (func.isExternal() || !func.getBody().hasOneBlock())
-    return func.emitError("bigc-memory-plan: @")
-           << func.getSymName() << " must have a body of one block";
+    return func.emitError("bigc-memory-plan: @") << func.getSymName() << " must have a body of one block";
   Block &block = func.front();
 
   // Instruction indices.
   int64_t n = 0;
   for (Operation &op : block.without_terminator())
-    if (!isa<GetParamOp>(op))
-      mp.index[&op] = n++;
+    if (!isa<GetParamOp>(op)) mp.index[&op] = n++;
   mp.numInstructions = n;
   const int64_t end = std::max<int64_t>(n - 1, 0);
 
@@ -125,9 +114,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
     pv.param = p;
     pv.space = paramSpace(p).str();
     pv.bytes = tensorBytes(p.getType());
-    if (pv.bytes < 0)
-      return p.emitError("bigc-memory-plan: cannot size parameter type ")
-             << p.getType();
+    if (pv.bytes < 0) return p.emitError("bigc-memory-plan: cannot size parameter type ") << p.getType();
     bool transient = p.getRole() == "transfer";
     pv.first = transient ? n : 0;
     pv.last = transient ? -1 : end;
@@ -151,9 +138,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
   for (Operation &op : block.without_terminator()) {
     if (auto gp = dyn_cast<GetParamOp>(op)) {
       auto it = mp.paramByName.find(gp.getParam());
-      if (it == mp.paramByName.end())
-        return gp.emitError("bigc-memory-plan: unknown parameter @")
-               << gp.getParam();
+      if (it == mp.paramByName.end()) return gp.emitError("bigc-memory-plan: unknown parameter @") << gp.getParam();
       mp.valueId[gp.getResult()] = it->second;
       continue;
     }
@@ -161,22 +146,18 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
     for (Value operand : op.getOperands()) {
       auto it = mp.valueId.find(operand);
       if (it == mp.valueId.end())
-        return op.emitError("bigc-memory-plan: operand not defined in @")
-               << func.getSymName();
+        return op.emitError("bigc-memory-plan: operand not defined in @") << func.getSymName();
       PlanValue &pv = mp.values[it->second];
       pv.last = std::max(pv.last, i);
-      if (pv.kind == PlanValue::Param && pv.param.getRole() == "transfer")
-        pv.first = std::min(pv.first, i);
+      if (pv.kind == PlanValue::Param && pv.param.getRole() == "transfer") pv.first = std::min(pv.first, i);
     }
     // Parameters named by symbol (adamw, param_copy, loss_scale_update):
     // what a transfer parameter's interval is made of.
     for (NamedAttribute na : op.getAttrs()) {
       auto ref = dyn_cast<FlatSymbolRefAttr>(na.getValue());
-      if (!ref)
-        continue;
+      if (!ref) continue;
       auto it = mp.paramByName.find(ref.getValue());
-      if (it == mp.paramByName.end())
-        continue;
+      if (it == mp.paramByName.end()) continue;
       PlanValue &pv = mp.values[it->second];
       if (pv.param.getRole() == "transfer") {
         pv.first = std::min(pv.first, i);
@@ -189,17 +170,14 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
       pv.value = r;
       pv.space = opSpace(&op).str();
       pv.bytes = tensorBytes(r.getType());
-      if (pv.bytes < 0)
-        return op.emitError("bigc-memory-plan: cannot size result type ")
-               << r.getType();
+      if (pv.bytes < 0) return op.emitError("bigc-memory-plan: cannot size result type ") << r.getType();
       pv.first = pv.last = i;
       mp.valueId[r] = addValue(pv);
     }
   }
   // A transfer parameter nothing touches: one instruction.
   for (PlanValue &pv : mp.values)
-    if (pv.kind == PlanValue::Param && pv.first > pv.last)
-      pv.first = pv.last = 0;
+    if (pv.kind == PlanValue::Param && pv.first > pv.last) pv.first = pv.last = 0;
 
   // Side-stream ops: what they touch stays live until the bigc.wait that
   // names their event (the compute stream may reuse the memory only after
@@ -209,12 +187,11 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
   // an op is joined at the first wait naming it or a later op of its stream.
   llvm::DenseMap<int64_t, int64_t> joinedAt; // event -> index of its wait
   {
-    llvm::StringMap<SmallVector<int64_t>> order; // stream -> its events in order
+    llvm::StringMap<SmallVector<int64_t>> order;                 // stream -> its events in order
     llvm::DenseMap<int64_t, std::pair<StringRef, size_t>> where; // event -> (stream, position)
     for (Operation &op : block.without_terminator()) {
       int64_t e = opEvent(&op);
-      if (e < 0 || isa<GetParamOp>(op))
-        continue;
+      if (e < 0 || isa<GetParamOp>(op)) continue;
       auto &list = order[opStream(&op)];
       where[e] = {opStream(&op), list.size()};
       list.push_back(e);
@@ -224,33 +201,27 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
       if (auto w = dyn_cast<WaitOp>(op))
         for (int64_t e : w.getEvents()) {
           auto it = where.find(e);
-          if (it == where.end())
-            continue;
+          if (it == where.end()) continue;
           auto &list = order[it->second.first];
           size_t &k = done[it->second.first];
-          for (; k <= it->second.second; ++k)
-            joinedAt.try_emplace(list[k], mp.index[&op]);
+          for (; k <= it->second.second; ++k) joinedAt.try_emplace(list[k], mp.index[&op]);
         }
   }
   for (Operation &op : block.without_terminator()) {
     int64_t e = opEvent(&op);
-    if (e < 0 || isa<GetParamOp>(op))
-      continue;
+    if (e < 0 || isa<GetParamOp>(op)) continue;
     auto jt = joinedAt.find(e);
     int64_t until = jt == joinedAt.end() ? end : std::max(jt->second, mp.index[&op]);
     auto extend = [&](unsigned id) {
       PlanValue &pv = mp.values[id];
       pv.last = std::max(pv.last, until);
     };
-    for (Value v : op.getOperands())
-      extend(mp.valueId[v]);
-    for (Value r : op.getResults())
-      extend(mp.valueId[r]);
+    for (Value v : op.getOperands()) extend(mp.valueId[v]);
+    for (Value r : op.getResults()) extend(mp.valueId[r]);
     for (NamedAttribute na : op.getAttrs())
       if (auto ref = dyn_cast<FlatSymbolRefAttr>(na.getValue())) {
         auto it = mp.paramByName.find(ref.getValue());
-        if (it != mp.paramByName.end())
-          extend(it->second);
+        if (it != mp.paramByName.end()) extend(it->second);
       }
   }
 
@@ -260,15 +231,13 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
   llvm::DenseSet<unsigned> returned;
   SmallVector<Value> readAfterStep(block.getTerminator()->getOperands());
   for (Operation &op : block.without_terminator()) {
-    if (isa<CheckFiniteOp>(op))
-      readAfterStep.push_back(op.getResult(0));
+    if (isa<CheckFiniteOp>(op)) readAfterStep.push_back(op.getResult(0));
     if (auto u = dyn_cast<LossScaleUpdateOp>(op)) // the flag as reduced over the ranks (bigc-shard)
       readAfterStep.push_back(u.getFoundInf());
   }
   for (Value operand : readAfterStep) {
     auto it = mp.valueId.find(operand);
-    if (it == mp.valueId.end())
-      continue;
+    if (it == mp.valueId.end()) continue;
     mp.values[it->second].last = end;
     returned.insert(it->second);
   }
@@ -285,35 +254,28 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
     d.bytes = pv.bytes;
     d.first = pv.first;
     d.last = pv.last;
-    d.persistent =
-        pv.kind == PlanValue::Param && ParamOp(pv.param).getRole() != "transfer";
-    d.pinned = pv.kind == PlanValue::Arg || returned.count(k) ||
-               pv.kind == PlanValue::Param; // never reused in place
+    d.persistent = pv.kind == PlanValue::Param && ParamOp(pv.param).getRole() != "transfer";
+    d.pinned = pv.kind == PlanValue::Arg || returned.count(k) || pv.kind == PlanValue::Param; // never reused in place
   }
   for (Operation &op : block.without_terminator()) {
-    if (isa<GetParamOp>(op))
-      continue;
+    if (isa<GetParamOp>(op)) continue;
     int64_t i = mp.index[&op];
     if (auto rs = dyn_cast<ReshapeOp>(op)) {
       // Same elements, same bytes: the result is the operand, seen anew.
       g.unite(mp.valueId[rs.getX()], mp.valueId[rs.getY()]);
       continue;
     }
-    if (!isInPlaceElementwise(&op) || op.getNumResults() != 1)
-      continue;
+    if (!isInPlaceElementwise(&op) || op.getNumResults() != 1) continue;
     Value r = op.getResult(0);
     unsigned rid = mp.valueId[r];
     for (Value operand : op.getOperands()) {
-      if (operand.getType() != r.getType())
-        continue;
+      if (operand.getType() != r.getType()) continue;
       unsigned root = g.find(mp.valueId[operand]);
       const AliasGroup &d = g.data[root];
-      if (d.space != mp.values[rid].space)
-        continue;
+      if (d.space != mp.values[rid].space) continue;
       // Reuse only a buffer that nothing reads after this op: not a
       // parameter, an argument or the result, and dead after instruction i.
-      if (d.persistent || d.pinned || d.last != i || d.bytes != mp.values[rid].bytes)
-        continue;
+      if (d.persistent || d.pinned || d.last != i || d.bytes != mp.values[rid].bytes) continue;
       g.unite(root, rid);
       break;
     }
@@ -342,20 +304,17 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
   }
   std::map<std::string, std::vector<size_t>> bySpace;
   bySpace["device"]; // always planned, possibly empty
-  for (size_t k = 0; k < mp.groups.size(); ++k)
-    bySpace[mp.groups[k].space].push_back(k);
+  for (size_t k = 0; k < mp.groups.size(); ++k) bySpace[mp.groups[k].space].push_back(k);
   for (auto &[space, members] : bySpace) {
     std::vector<::bigc::plan::Interval> ivs;
-    for (size_t k : members)
-      ivs.push_back(intervals[k]);
+    for (size_t k : members) ivs.push_back(intervals[k]);
     ::bigc::plan::ArenaPlan plan = ::bigc::plan::planArena(ivs, alignment);
     std::string problem = ::bigc::plan::checkPlan(ivs, plan, alignment);
     if (!problem.empty())
       return func.emitError("bigc-memory-plan: internal error, the plan of "
                             "the ")
              << space << " space is invalid: " << problem;
-    for (size_t j = 0; j < members.size(); ++j)
-      mp.groups[members[j]].offset = plan.offsets[j];
+    for (size_t j = 0; j < members.size(); ++j) mp.groups[members[j]].offset = plan.offsets[j];
     mp.arenas[space] = std::move(plan);
   }
   mp.arena = mp.arenas["device"];
@@ -363,8 +322,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module,
 }
 
 namespace {
-struct BigcMemoryPlanPass
-    : public mlir::bigc::impl::BigcMemoryPlanBase<BigcMemoryPlanPass> {
+struct BigcMemoryPlanPass : public mlir::bigc::impl::BigcMemoryPlanBase<BigcMemoryPlanPass> {
   using Base::Base;
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -375,8 +333,7 @@ struct BigcMemoryPlanPass
       return signalPassFailure();
     }
     FailureOr<MemoryPlan> mp = computeMemoryPlan(module, func);
-    if (failed(mp))
-      return signalPassFailure();
+    if (failed(mp)) return signalPassFailure();
 
     Builder b(module.getContext());
     for (ParamOp p : module.getOps<ParamOp>()) {
@@ -385,28 +342,22 @@ struct BigcMemoryPlanPass
     }
     Block &block = func.front();
     SmallVector<int64_t> argOffsets;
-    for (BlockArgument a : block.getArguments())
-      argOffsets.push_back(mp->offsetOf(a));
+    for (BlockArgument a : block.getArguments()) argOffsets.push_back(mp->offsetOf(a));
     for (Operation &op : block.without_terminator()) {
-      if (op.getNumResults() == 0)
-        continue;
+      if (op.getNumResults() == 0) continue;
       SmallVector<int64_t> offsets;
-      for (Value r : op.getResults())
-        offsets.push_back(mp->offsetOf(r));
+      for (Value r : op.getResults()) offsets.push_back(mp->offsetOf(r));
       op.setAttr(kOffsetsAttrName, b.getDenseI64ArrayAttr(offsets));
     }
     func->setAttr(kArgOffsetsAttrName, b.getDenseI64ArrayAttr(argOffsets));
     func->setAttr(kArenaBytesAttrName, b.getI64IntegerAttr(mp->arena.arenaBytes));
-    func->setAttr(kLowerBoundBytesAttrName,
-                  b.getI64IntegerAttr(mp->arena.lowerBoundBytes));
+    func->setAttr(kLowerBoundBytesAttrName, b.getI64IntegerAttr(mp->arena.lowerBoundBytes));
     func->removeAttr(kHostArenaBytesAttrName);
     func->removeAttr(kHostLowerBoundBytesAttrName);
     auto host = mp->arenas.find("host");
     if (host != mp->arenas.end()) {
-      func->setAttr(kHostArenaBytesAttrName,
-                    b.getI64IntegerAttr(host->second.arenaBytes));
-      func->setAttr(kHostLowerBoundBytesAttrName,
-                    b.getI64IntegerAttr(host->second.lowerBoundBytes));
+      func->setAttr(kHostArenaBytesAttrName, b.getI64IntegerAttr(host->second.arenaBytes));
+      func->setAttr(kHostLowerBoundBytesAttrName, b.getI64IntegerAttr(host->second.lowerBoundBytes));
     }
   }
 };

@@ -9,7 +9,7 @@
 #define BIGC_PASSES_MEMORYPLANANALYSIS_H
 
 #include "bigc/Dialect/BigcOps.h"
-#include "bigc/plan/arena_planner.h"
+#include "bigc/Plan/arena_planner.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -29,12 +29,12 @@ int64_t tensorBytes(Type type);
 /// result (bigc.get_param results are not buffers: they are the parameter).
 struct PlanValue {
   enum Kind { Param, Arg, Result } kind = Result;
-  Value value;              ///< null for Param
-  ParamOp param;            ///< for Param
+  Value value;                  ///< null for Param
+  ParamOp param;                ///< for Param
   std::string space = "device"; ///< the arena it is placed in
   int64_t bytes = 0;
   int64_t first = 0, last = 0; ///< own live interval (instruction indices)
-  unsigned group = 0;       ///< alias group (index into MemoryPlan::groups)
+  unsigned group = 0;          ///< alias group (index into MemoryPlan::groups)
 };
 
 /// Buffers that share one place: a value and its reshapes, an elementwise
@@ -54,8 +54,8 @@ struct MemoryPlan {
   /// Instruction index of each op of the function that becomes an
   /// instruction (everything but bigc.get_param and the terminator).
   llvm::DenseMap<Operation *, int64_t> index;
-  std::vector<PlanValue> values; ///< params, then args, then results in order
-  llvm::DenseMap<Value, unsigned> valueId;  ///< args and results -> values[]
+  std::vector<PlanValue> values;                 ///< params, then args, then results in order
+  llvm::DenseMap<Value, unsigned> valueId;       ///< args and results -> values[]
   llvm::DenseMap<Operation *, unsigned> paramId; ///< bigc.param -> values[]
   llvm::StringMap<unsigned> paramByName;
   std::vector<AliasGroup> groups;
@@ -76,8 +76,7 @@ struct MemoryPlan {
 /// in-place reuse of elementwise operands, and offsets from plan::planArena,
 /// one arena per space (bigc.space of params and ops; arguments on the
 /// device). Emits a located error and fails on a type it cannot size.
-FailureOr<MemoryPlan> computeMemoryPlan(ModuleOp module, func::FuncOp func,
-                                        int64_t alignment = 64);
+FailureOr<MemoryPlan> computeMemoryPlan(ModuleOp module, func::FuncOp func, int64_t alignment = 64);
 
 /// The function the memory passes work on: @train_step.
 func::FuncOp getTrainStep(ModuleOp module);

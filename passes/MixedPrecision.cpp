@@ -31,17 +31,13 @@ namespace {
 /// flags).
 bool staysF32(OpResult r) {
   Operation *op = r.getOwner();
-  if (isa<LayerNormOp>(op) && r.getResultNumber() > 0)
-    return true;
-  if (isa<AttentionOp, GqaAttentionOp, RmsNormOp>(op) && r.getResultNumber() == 1)
-    return true;
+  if (isa<LayerNormOp>(op) && r.getResultNumber() > 0) return true;
+  if (isa<AttentionOp, GqaAttentionOp, RmsNormOp>(op) && r.getResultNumber() == 1) return true;
   // The vocabulary-parallel loss's statistics, and the tensor-parallel moves
   // and slices of values that stay f32.
-  if (isa<VocabCeStatsOp, VocabCeLossGradOp>(op))
-    return true;
+  if (isa<VocabCeStatsOp, VocabCeLossGradOp>(op)) return true;
   if (isa<TpAllGatherOp, TpSliceOp, TpAllReduceOp, TpCopyOp, TpReduceScatterOp>(op))
-    if (auto d = dyn_cast<OpResult>(op->getOperand(0)))
-      return staysF32(d);
+    if (auto d = dyn_cast<OpResult>(op->getOperand(0))) return staysF32(d);
   auto t = dyn_cast<RankedTensorType>(r.getType());
   return !t || t.getRank() == 0;
 }
@@ -50,11 +46,9 @@ bool staysF32(OpResult r) {
 /// scalar f32 bigc.fill written by bigc-autodiff.
 Operation *findLossSeed(Block &block) {
   for (Operation &op : block.without_terminator()) {
-    if (phaseOf(&op) != "backward")
-      continue;
+    if (phaseOf(&op) != "backward") continue;
     if (auto f = dyn_cast<FillOp>(op))
-      if (cast<RankedTensorType>(f.getType()).getRank() == 0)
-        return &op;
+      if (cast<RankedTensorType>(f.getType()).getRank() == 0) return &op;
     return nullptr;
   }
   return nullptr;
@@ -62,28 +56,22 @@ Operation *findLossSeed(Block &block) {
 
 /// Rebuilds `a` with the extra operands / half symbol, keeping every
 /// discardable attribute (phase, layer, ...).
-AdamWOp rebuildAdamW(OpBuilder &b, AdamWOp a, Value scale, Value found,
-                     FlatSymbolRefAttr half) {
+AdamWOp rebuildAdamW(OpBuilder &b, AdamWOp a, Value scale, Value found, FlatSymbolRefAttr half) {
   b.setInsertionPoint(a);
-  auto n = b.create<AdamWOp>(
-      a.getLoc(), a.getGrad(), a.getNorm(), scale ? scale : a.getLossScale(),
-      found ? found : a.getFoundInf(), a.getParamAttr(), a.getExpAvgAttr(),
-      a.getExpAvgSqAttr(), a.getLrAttr(), a.getBeta1Attr(), a.getBeta2Attr(),
-      a.getEpsAttr(), a.getWeightDecayAttr(), a.getMaxNormAttr(),
-      half ? half : a.getHalfAttr());
-  for (NamedAttribute na : a->getDiscardableAttrs())
-    n->setAttr(na.getName(), na.getValue());
+  auto n = b.create<AdamWOp>(a.getLoc(), a.getGrad(), a.getNorm(), scale ? scale : a.getLossScale(),
+                             found ? found : a.getFoundInf(), a.getParamAttr(), a.getExpAvgAttr(), a.getExpAvgSqAttr(),
+                             a.getLrAttr(), a.getBeta1Attr(), a.getBeta2Attr(), a.getEpsAttr(), a.getWeightDecayAttr(),
+                             a.getMaxNormAttr(), half ? half : a.getHalfAttr());
+  for (NamedAttribute na : a->getDiscardableAttrs()) n->setAttr(na.getName(), na.getValue());
   a.erase();
   return n;
 }
 
-struct BigcMixedPrecisionPass
-    : public mlir::bigc::impl::BigcMixedPrecisionBase<BigcMixedPrecisionPass> {
+struct BigcMixedPrecisionPass : public mlir::bigc::impl::BigcMixedPrecisionBase<BigcMixedPrecisionPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (failed(run()))
-      signalPassFailure();
+    if (failed(run())) signalPassFailure();
   }
 
   LogicalResult run() {
@@ -121,8 +109,7 @@ struct BigcMixedPrecisionPass
     OpBuilder mb(ctx);
     llvm::StringMap<FlatSymbolRefAttr> halfOf;
     for (ParamOp p : llvm::to_vector(module.getOps<ParamOp>())) {
-      if (p.getRole() != "param")
-        continue;
+      if (p.getRole() != "param") continue;
       if (!p.getTensorType().getElementType().isF32())
         return p.emitError("bigc-mixed-precision: weight @")
                << p.getSymName() << " must be f32 (its fp32 master is what "
@@ -130,15 +117,12 @@ struct BigcMixedPrecisionPass
       std::string name = (p.getSymName() + ".half").str();
       if (Operation *clash = module.lookupSymbol(name))
         return clash->emitError("bigc-mixed-precision: the symbol @\"")
-               << name << "\" (compute copy of @" << p.getSymName()
-               << ") already exists";
+               << name << "\" (compute copy of @" << p.getSymName() << ") already exists";
       p.setRole("master");
       mb.setInsertionPointAfter(p);
-      auto h = mb.create<ParamOp>(
-          p.getLoc(), mb.getStringAttr(name),
-          TypeAttr::get(to16(p.getType())), mb.getStringAttr("copy"),
-          FloatAttr(), mb.getStringAttr("param"), p.getSymNameAttr(),
-          FloatAttr());
+      auto h = mb.create<ParamOp>(p.getLoc(), mb.getStringAttr(name), TypeAttr::get(to16(p.getType())),
+                                  mb.getStringAttr("copy"), FloatAttr(), mb.getStringAttr("param"), p.getSymNameAttr(),
+                                  FloatAttr());
       copyTpSplit(p, h);
       halfOf[p.getSymName()] = FlatSymbolRefAttr::get(h.getSymNameAttr());
     }
@@ -160,15 +144,13 @@ struct BigcMixedPrecisionPass
       }
       for (OpResult r : op.getResults()) {
         auto t = dyn_cast<RankedTensorType>(r.getType());
-        if (!t || !t.getElementType().isF32() || staysF32(r))
-          continue;
+        if (!t || !t.getElementType().isF32() || staysF32(r)) continue;
         r.setType(to16(t));
       }
     }
     for (AdamWOp &a : updates) {
       auto it = halfOf.find(a.getParam());
-      if (it != halfOf.end())
-        a = rebuildAdamW(mb, a, Value(), Value(), it->second);
+      if (it != halfOf.end()) a = rebuildAdamW(mb, a, Value(), Value(), it->second);
     }
 
     // 3. fp16: dynamic loss scaling.
@@ -185,14 +167,10 @@ struct BigcMixedPrecisionPass
       mb.setInsertionPointToEnd(module.getBody());
       Location loc = func.getLoc();
       mb.setInsertionPoint(func);
-      mb.create<ParamOp>(loc, mb.getStringAttr("loss_scale"),
-                         TypeAttr::get(scalar), mb.getStringAttr("fill"),
-                         FloatAttr(), mb.getStringAttr("optimizer"),
-                         StringAttr(), mb.getF64FloatAttr(lossScale));
-      mb.create<ParamOp>(loc, mb.getStringAttr("loss_scale_good"),
-                         TypeAttr::get(scalar), mb.getStringAttr("zeros"),
-                         FloatAttr(), mb.getStringAttr("optimizer"),
-                         StringAttr(), FloatAttr());
+      mb.create<ParamOp>(loc, mb.getStringAttr("loss_scale"), TypeAttr::get(scalar), mb.getStringAttr("fill"),
+                         FloatAttr(), mb.getStringAttr("optimizer"), StringAttr(), mb.getF64FloatAttr(lossScale));
+      mb.create<ParamOp>(loc, mb.getStringAttr("loss_scale_good"), TypeAttr::get(scalar), mb.getStringAttr("zeros"),
+                         FloatAttr(), mb.getStringAttr("optimizer"), StringAttr(), FloatAttr());
       auto scaleRef = FlatSymbolRefAttr::get(ctx, "loss_scale");
       auto goodRef = FlatSymbolRefAttr::get(ctx, "loss_scale_good");
 
@@ -212,27 +190,22 @@ struct BigcMixedPrecisionPass
             break;
           }
         }
-        if (!firstOpt)
-          firstOpt = updates.front();
+        if (!firstOpt) firstOpt = updates.front();
         b.setInsertionPoint(firstOpt);
         SmallVector<Value> grads;
         for (AdamWOp a : updates)
-          if (!llvm::is_contained(grads, a.getGrad()))
-            grads.push_back(a.getGrad());
+          if (!llvm::is_contained(grads, a.getGrad())) grads.push_back(a.getGrad());
         Location oloc = updates.front().getLoc();
         auto found = b.create<CheckFiniteOp>(oloc, scalar, grads);
         auto cur = b.create<GetParamOp>(oloc, scalar, scaleRef);
         for (Operation *op : {found.getOperation(), cur.getOperation()})
           op->setAttr(kPhaseAttrName, b.getStringAttr("optimizer"));
-        for (AdamWOp &a : updates)
-          a = rebuildAdamW(b, a, cur.getResult(), found.getResult(),
-                           FlatSymbolRefAttr());
+        for (AdamWOp &a : updates) a = rebuildAdamW(b, a, cur.getResult(), found.getResult(), FlatSymbolRefAttr());
         // The step ends with the scale update.
         b.setInsertionPoint(block.getTerminator());
-        auto upd = b.create<LossScaleUpdateOp>(
-            oloc, found.getResult(), scaleRef, goodRef,
-            b.getI64IntegerAttr(growthInterval), b.getF64FloatAttr(0.5),
-            b.getF64FloatAttr(2.0));
+        auto upd =
+            b.create<LossScaleUpdateOp>(oloc, found.getResult(), scaleRef, goodRef, b.getI64IntegerAttr(growthInterval),
+                                        b.getF64FloatAttr(0.5), b.getF64FloatAttr(2.0));
         upd->setAttr(kPhaseAttrName, b.getStringAttr("optimizer"));
       }
     }

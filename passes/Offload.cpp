@@ -35,19 +35,15 @@ using namespace mlir::bigc;
 
 namespace {
 
-void setSpace(Operation *op, StringRef space) {
-  op->setAttr(kSpaceAttrName, StringAttr::get(op->getContext(), space));
-}
+void setSpace(Operation *op, StringRef space) { op->setAttr(kSpaceAttrName, StringAttr::get(op->getContext(), space)); }
 
-struct BigcOffloadPass
-    : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPass> {
+struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPass> {
   using Base::Base;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (offload != "cpu") {
-      module.emitError("bigc-offload: offload must be \"cpu\", got \"")
-          << offload << "\"";
+      module.emitError("bigc-offload: offload must be \"cpu\", got \"") << offload << "\"";
       return signalPassFailure();
     }
     if (params != "device" && params != "host") {
@@ -67,8 +63,8 @@ struct BigcOffloadPass
                      "block");
       return signalPassFailure();
     }
-    if (failed(offloadOptimizer(module, func)) ||
-        failed(placeHostOperands(func)) || failed(fetchHostParams(module, func)))
+    if (failed(offloadOptimizer(module, func)) || failed(placeHostOperands(func)) ||
+        failed(fetchHostParams(module, func)))
       return signalPassFailure();
     Builder b(module.getContext());
     module->setAttr(kOffloadAttrName, b.getStringAttr(offload));
@@ -82,37 +78,29 @@ struct BigcOffloadPass
     Block &block = func.front();
     SmallVector<AdamWOp> updates;
     for (Operation &op : block.without_terminator())
-      if (auto a = dyn_cast<AdamWOp>(op))
-        updates.push_back(a);
+      if (auto a = dyn_cast<AdamWOp>(op)) updates.push_back(a);
     for (AdamWOp a : updates) {
       auto master = module.lookupSymbol<ParamOp>(a.getParamAttr());
-      if (!master)
-        return a.emitError("bigc-offload: unknown parameter @")
-               << a.getParam();
+      if (!master) return a.emitError("bigc-offload: unknown parameter @") << a.getParam();
       StringRef name = master.getSymName();
       // fp32 run: @N becomes the master, @"N.half" the device compute copy.
       if (!a.getHalfAttr()) {
         std::string halfName = (name + ".half").str();
         FailureOr<ParamOp> half =
-            addParamAfter(master, halfName, master.getType(), "copy",
-                          "param", name, "bigc-offload");
-        if (failed(half))
-          return failure();
+            addParamAfter(master, halfName, master.getType(), "copy", "param", name, "bigc-offload");
+        if (failed(half)) return failure();
         master.setRole("master");
         auto halfRef = FlatSymbolRefAttr::get(module.getContext(), halfName);
         func.walk([&](GetParamOp gp) {
-          if (gp.getParam() == name)
-            gp.setParamAttr(halfRef);
+          if (gp.getParam() == name) gp.setParamAttr(halfRef);
         });
         a.setHalfAttr(halfRef);
       }
       auto half = module.lookupSymbol<ParamOp>(*a.getHalf());
-      if (!half)
-        return a.emitError("bigc-offload: unknown parameter @") << *a.getHalf();
+      if (!half) return a.emitError("bigc-offload: unknown parameter @") << *a.getHalf();
       setSpace(master, kHostSpace);
       for (FlatSymbolRefAttr moment : {a.getExpAvgAttr(), a.getExpAvgSqAttr()})
-        if (auto m = module.lookupSymbol<ParamOp>(moment))
-          setSpace(m, kHostSpace);
+        if (auto m = module.lookupSymbol<ParamOp>(moment)) setSpace(m, kHostSpace);
       setSpace(a, kHostSpace);
       // ZeRO-3-Offload: the compute copy lives on the host; the host AdamW
       // writes it directly. (An update skipped on fp16 overflow still writes
@@ -127,31 +115,27 @@ struct BigcOffloadPass
       std::string stageName = (name + ".stage").str();
       FailureOr<ParamOp> stage =
           addParamAfter(half, stageName, half.getType(), "zeros", "transfer", "", "bigc-offload");
-      if (failed(stage))
-        return failure();
+      if (failed(stage)) return failure();
       setSpace(*stage, kHostSpace);
       auto stageRef = FlatSymbolRefAttr::get(module.getContext(), stageName);
       a.setHalfAttr(stageRef);
       OpBuilder b(a);
       b.setInsertionPointAfter(a);
-      auto pc = b.create<ParamCopyOp>(
-          a.getLoc(), stageRef,
-          FlatSymbolRefAttr::get(module.getContext(), half.getSymName()));
+      auto pc =
+          b.create<ParamCopyOp>(a.getLoc(), stageRef, FlatSymbolRefAttr::get(module.getContext(), half.getSymName()));
       copyPlacementTags(a, pc);
       setSpace(pc, kDeviceSpace);
     }
     // Every other optimizer-role tensor (the loss scale and its counter) and
     // the op that updates them go to the host with the moments.
     for (ParamOp p : module.getOps<ParamOp>())
-      if (p.getRole() == "optimizer")
-        setSpace(p, kHostSpace);
+      if (p.getRole() == "optimizer") setSpace(p, kHostSpace);
     func.walk([&](LossScaleUpdateOp op) { setSpace(op, kHostSpace); });
     // The reductions over every gradient (fp16's overflow check, the norm
     // for clipping) read the host copies: on the device they would keep
     // every gradient alive until the end of the backward.
     func.walk([&](Operation *op) {
-      if (isa<CheckFiniteOp, GlobalNormOp>(op))
-        setSpace(op, kHostSpace);
+      if (isa<CheckFiniteOp, GlobalNormOp>(op)) setSpace(op, kHostSpace);
     });
     return success();
   }
@@ -163,13 +147,11 @@ struct BigcOffloadPass
     llvm::DenseMap<Value, Value> hostCopy;
     SmallVector<Operation *> hostOps;
     for (Operation &op : block.without_terminator())
-      if (!isa<CopyOp>(op) && opSpace(&op) == kHostSpace)
-        hostOps.push_back(&op);
+      if (!isa<CopyOp>(op) && opSpace(&op) == kHostSpace) hostOps.push_back(&op);
     for (Operation *op : hostOps) {
       for (OpOperand &use : op->getOpOperands()) {
         Value v = use.get();
-        if (valueSpace(v) == kHostSpace)
-          continue;
+        if (valueSpace(v) == kHostSpace) continue;
         Value &copy = hostCopy[v];
         if (!copy) {
           OpBuilder b(func.getContext());
@@ -180,8 +162,7 @@ struct BigcOffloadPass
             b.setInsertionPointToStart(&block);
           auto c = b.create<CopyOp>(def ? def->getLoc() : func.getLoc(), v);
           setSpace(c, kHostSpace);
-          if (def)
-            copyPlacementTags(def, c);
+          if (def) copyPlacementTags(def, c);
           c->setAttr(kPhaseAttrName, b.getStringAttr("optimizer"));
           copy = c.getY();
         }
@@ -198,19 +179,16 @@ struct BigcOffloadPass
     SmallVector<GetParamOp> reads;
     for (Operation &op : block.without_terminator())
       if (auto gp = dyn_cast<GetParamOp>(op))
-        if (valueSpace(gp.getResult()) == kHostSpace)
-          reads.push_back(gp);
+        if (valueSpace(gp.getResult()) == kHostSpace) reads.push_back(gp);
     for (GetParamOp gp : reads) {
       // Device users, each once, in order.
       SmallVector<Operation *> users;
       llvm::SmallPtrSet<Operation *, 8> seen;
       for (Operation *u : gp->getUsers())
-        if (opSpace(u) != kHostSpace && seen.insert(u).second)
-          users.push_back(u);
+        if (opSpace(u) != kHostSpace && seen.insert(u).second) users.push_back(u);
       for (Operation *u : users) {
         if (u->getBlock() != &block)
-          return u->emitError("bigc-offload: a use of @")
-                 << gp.getParam() << " outside the body of @train_step";
+          return u->emitError("bigc-offload: a use of @") << gp.getParam() << " outside the body of @train_step";
         OpBuilder b(u);
         // A get_param of its own, so that the schedule can move the pair
         // (prefetch) without touching the other uses.
@@ -221,8 +199,7 @@ struct BigcOffloadPass
         copyPlacementTags(u, c);
         u->replaceUsesOfWith(gp.getResult(), c.getY());
       }
-      if (gp->use_empty())
-        gp->erase();
+      if (gp->use_empty()) gp->erase();
     }
     (void)module;
     return success();

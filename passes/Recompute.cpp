@@ -53,16 +53,13 @@ using namespace mlir::bigc;
 
 namespace {
 
-bool isForwardOp(Operation *op) {
-  return op && !isa<GetParamOp>(op) && phaseOf(op) == "forward" &&
-         !isRecomputed(op);
-}
+bool isForwardOp(Operation *op) { return op && !isa<GetParamOp>(op) && phaseOf(op) == "forward" && !isRecomputed(op); }
 
 /// Elementwise and normalisation ops: cheap to recompute (a few FLOPs per
 /// element) and large (their results have the activations' size).
 bool isCheapOp(Operation *op) {
-  return isa<LayerNormOp, GeluOp, BiasAddOp, AddOp, ScaleOp, MulOp, ReshapeOp,
-             TransposeOp, RmsNormOp, SiluOp, SwigluOp, RopeOp>(op) ||
+  return isa<LayerNormOp, GeluOp, BiasAddOp, AddOp, ScaleOp, MulOp, ReshapeOp, TransposeOp, RmsNormOp, SiluOp, SwigluOp,
+             RopeOp>(op) ||
          op->getName().getStringRef() == "bigc.cast";
 }
 
@@ -81,8 +78,7 @@ public:
   void analyse() {
     int64_t order = 0;
     for (Operation &op : block.without_terminator()) {
-      if (!isForwardOp(&op))
-        continue;
+      if (!isForwardOp(&op)) continue;
       int64_t bytes = 0;
       bool usedByBackward = false;
       for (Value r : op.getResults()) {
@@ -90,13 +86,11 @@ public:
           Operation *top = block.findAncestorOpInBlock(*u);
           return top && phaseOf(top) == "backward";
         });
-        if (used)
-          bytes += typeBytes(r.getType());
+        if (used) bytes += typeBytes(r.getType());
         usedByBackward |= used;
       }
       ++order;
-      if (!usedByBackward)
-        continue;
+      if (!usedByBackward) continue;
       SavedOp s;
       s.op = &op;
       s.bytes = bytes;
@@ -126,8 +120,7 @@ public:
   /// leaving it, i.e. the next block's input); ops outside blocks are kept.
   void chooseFull() {
     for (SavedOp &s : saved)
-      if (insideBlock(s.op))
-        dropped.insert(s.op);
+      if (insideBlock(s.op)) dropped.insert(s.op);
   }
 
   /// selective: drop the saved results of cheap ops whose inputs are kept
@@ -135,8 +128,7 @@ public:
   /// extra bytes stay alive, only a few FLOPs per element are added.
   void chooseSelective() {
     for (SavedOp &s : saved)
-      if (isCheapOp(s.op) &&
-          llvm::all_of(s.op->getOperands(), [&](Value v) { return cheaplyAvailable(v); }))
+      if (isCheapOp(s.op) && llvm::all_of(s.op->getOperands(), [&](Value v) { return cheaplyAvailable(v); }))
         dropped.insert(s.op);
   }
 
@@ -148,37 +140,30 @@ public:
   void chooseAuto(int64_t n) {
     SmallVector<SavedOp *> ranked;
     for (SavedOp &s : saved)
-      if (s.bytes > 0 && insideBlock(s.op) && !regathered.count(s.op))
-        ranked.push_back(&s);
+      if (s.bytes > 0 && insideBlock(s.op) && !regathered.count(s.op)) ranked.push_back(&s);
     std::stable_sort(ranked.begin(), ranked.end(), [](SavedOp *a, SavedOp *b) {
       // a.bytes / a.flops > b.bytes / b.flops, without dividing by zero.
       __int128 l = (__int128)a->bytes * std::max<int64_t>(b->chainFlops, 1);
       __int128 r = (__int128)b->bytes * std::max<int64_t>(a->chainFlops, 1);
-      if (l != r)
-        return l > r;
+      if (l != r) return l > r;
       return a->bytes > b->bytes;
     });
     candidates = int64_t(ranked.size());
-    if (n < 0 || n > candidates)
-      n = candidates;
-    for (int64_t i = 0; i < n; ++i)
-      dropped.insert(ranked[size_t(i)]->op);
+    if (n < 0 || n > candidates) n = candidates;
+    for (int64_t i = 0; i < n; ++i) dropped.insert(ranked[size_t(i)]->op);
   }
 
   /// Rewires every backward use of a dropped value to its recomputation.
   void rewrite() {
     SmallVector<Operation *> backward;
     for (Operation &op : block.without_terminator())
-      if (phaseOf(&op) == "backward" && !isRecomputed(&op))
-        backward.push_back(&op);
+      if (phaseOf(&op) == "backward" && !isRecomputed(&op)) backward.push_back(&op);
     for (Operation *user : backward)
       for (OpOperand &use : user->getOpOperands()) {
         Operation *def = use.get().getDefiningOp();
-        if (def && dropped.count(def))
-          use.set(materialize(use.get(), user));
+        if (def && dropped.count(def)) use.set(materialize(use.get(), user));
       }
-    for (Operation *op : dropped)
-      savedBytes += saved[savedIndex[op]].bytes;
+    for (Operation *op : dropped) savedBytes += saved[savedIndex[op]].bytes;
     // The parts the re-gathers read stay alive when nothing else kept them.
     for (Value v : regatherInputs)
       if (Operation *def = v.getDefiningOp(); isForwardOp(def) && !isSaved(def) && !dropped.count(def))
@@ -189,14 +174,11 @@ public:
   int64_t phaseFlops(StringRef phase) const {
     int64_t f = 0;
     for (Operation &op : block.without_terminator())
-      if (phaseOf(&op) == phase && !isRecomputed(&op))
-        f += opCost(&op).flops;
+      if (phaseOf(&op) == phase && !isRecomputed(&op)) f += opCost(&op).flops;
     return f;
   }
 
-  int64_t numCandidates() const {
-    return candidates >= 0 ? candidates : int64_t(saved.size());
-  }
+  int64_t numCandidates() const { return candidates >= 0 ? candidates : int64_t(saved.size()); }
 
   Block &block;
   std::vector<SavedOp> saved;
@@ -217,13 +199,11 @@ private:
   /// outside its block reads: not the residual stream the block passes on.
   bool insideBlock(Operation *op) const {
     Attribute layer = op->getAttr(kLayerAttrName);
-    if (!layer)
-      return false;
+    if (!layer) return false;
     for (Value r : op->getResults())
       for (Operation *u : r.getUsers()) {
         Operation *top = block.findAncestorOpInBlock(*u);
-        if (top && isForwardOp(top) && top->getAttr(kLayerAttrName) != layer)
-          return false;
+        if (top && isForwardOp(top) && top->getAttr(kLayerAttrName) != layer) return false;
       }
     return true;
   }
@@ -233,15 +213,11 @@ private:
   /// result of a cheap op of such values.
   bool cheaplyAvailable(Value v) {
     Operation *def = v.getDefiningOp();
-    if (!isForwardOp(def))
-      return true;
-    if (isSaved(def) && !dropped.count(def))
-      return true;
+    if (!isForwardOp(def)) return true;
+    if (isSaved(def) && !dropped.count(def)) return true;
     auto it = cheapMemo.find(v);
-    if (it != cheapMemo.end())
-      return it->second;
-    bool ok = isCheapOp(def) &&
-              llvm::all_of(def->getOperands(), [&](Value o) { return cheaplyAvailable(o); });
+    if (it != cheapMemo.end()) return it->second;
+    bool ok = isCheapOp(def) && llvm::all_of(def->getOperands(), [&](Value o) { return cheaplyAvailable(o); });
     cheapMemo[v] = ok;
     return ok;
   }
@@ -249,13 +225,11 @@ private:
   /// FLOPs of recomputing `op` and the forward values it needs that are not
   /// saved (saved values are assumed kept).
   int64_t chainFlops(Operation *op, llvm::DenseSet<Operation *> &visited) {
-    if (!visited.insert(op).second)
-      return 0;
+    if (!visited.insert(op).second) return 0;
     int64_t f = opCost(op).flops;
     for (Value v : op->getOperands()) {
       Operation *def = v.getDefiningOp();
-      if (isForwardOp(def) && !isSaved(def))
-        f += chainFlops(def, visited);
+      if (isForwardOp(def) && !isSaved(def)) f += chainFlops(def, visited);
     }
     return f;
   }
@@ -265,43 +239,36 @@ private:
   /// input) whose op is not dropped.
   bool isKept(Value v) const {
     Operation *def = v.getDefiningOp();
-    if (!isForwardOp(def))
-      return true;
+    if (!isForwardOp(def)) return true;
     return (isSaved(def) || regatherInputs.count(v)) && !dropped.count(def);
   }
 
   /// `v` in the backward at `before`: itself when kept, else a clone of its
   /// defining op (made once, before the first user that needs it).
   Value materialize(Value v, Operation *before) {
-    if (isKept(v))
-      return v;
-    if (Value c = recomputed.lookup(v))
-      return c;
+    if (isKept(v)) return v;
+    if (Value c = recomputed.lookup(v)) return c;
     Operation *def = v.getDefiningOp();
     IRMapping map;
-    for (Value o : def->getOperands())
-      map.map(o, materialize(o, before));
+    for (Value o : def->getOperands()) map.map(o, materialize(o, before));
     OpBuilder b(before);
     Operation *clone = b.clone(*def, map);
     clone->setAttr(kRecomputeAttrName, b.getUnitAttr());
     clone->setAttr(kPhaseAttrName, b.getStringAttr("backward"));
-    for (auto [orig, copy] : llvm::zip(def->getResults(), clone->getResults()))
-      recomputed[orig] = copy;
+    for (auto [orig, copy] : llvm::zip(def->getResults(), clone->getResults())) recomputed[orig] = copy;
     flopsAdded += opCost(clone).flops;
     ++clones;
     return recomputed.lookup(v);
   }
 };
 
-struct BigcRecomputePass
-    : public mlir::bigc::impl::BigcRecomputeBase<BigcRecomputePass> {
+struct BigcRecomputePass : public mlir::bigc::impl::BigcRecomputeBase<BigcRecomputePass> {
   using Base::Base;
   void runOnOperation() override {
     ModuleOp module = getOperation();
     std::string p = policy;
     if (p != "none" && p != "full" && p != "selective" && p != "auto") {
-      module.emitError("bigc-recompute: unknown policy '")
-          << p << "' (expected none, full, selective or auto)";
+      module.emitError("bigc-recompute: unknown policy '") << p << "' (expected none, full, selective or auto)";
       return signalPassFailure();
     }
     if (drop < -1) {

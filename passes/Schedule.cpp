@@ -37,18 +37,15 @@ using namespace mlir::bigc;
 namespace {
 
 /// The op of `block` that holds `op` (itself, or its ancestor in `block`).
-Operation *inBlock(Block &block, Operation *op) {
-  return block.findAncestorOpInBlock(*op);
-}
+Operation *inBlock(Block &block, Operation *op) { return block.findAncestorOpInBlock(*op); }
 
 /// The earliest op of `block` holding a user of `op` (and `accept`ing it), or `first` when that
 /// is earlier; null when there is none.
 Operation *firstUser(Block &block, Operation *op, Operation *first = nullptr,
-                    llvm::function_ref<bool(Operation *)> accept = nullptr) {
+                     llvm::function_ref<bool(Operation *)> accept = nullptr) {
   for (Operation *user : op->getUsers()) {
     Operation *u = inBlock(block, user);
-    if (u && (!accept || accept(u)) && (!first || u->isBeforeInBlock(first)))
-      first = u;
+    if (u && (!accept || accept(u)) && (!first || u->isBeforeInBlock(first))) first = u;
   }
   return first;
 }
@@ -58,21 +55,17 @@ Operation *firstUser(Block &block, Operation *op, Operation *first = nullptr,
 void sinkToFirstUse(Block &block) {
   SmallVector<Operation *> candidates;
   for (Operation &op : block.without_terminator())
-    if (isa<GetParamOp, FillOp>(op))
-      candidates.push_back(&op);
+    if (isa<GetParamOp, FillOp>(op)) candidates.push_back(&op);
   for (Operation *op : candidates) {
     Operation *first = firstUser(block, op);
-    if (first && first != op->getNextNode())
-      op->moveBefore(first);
+    if (first && first != op->getNextNode()) op->moveBefore(first);
   }
 }
 
 /// The key of the "layer segment" of a compute op: its phase and its
 /// bigc.layer. Consecutive compute ops with one key form a segment (the
 /// forward of block i, the backward of block i, ...).
-std::pair<StringRef, int64_t> segmentKey(Operation *op) {
-  return {phaseOf(op), opLayer(op)};
-}
+std::pair<StringRef, int64_t> segmentKey(Operation *op) { return {phaseOf(op), opLayer(op)}; }
 
 /// Compute-stream instructions in order (not get_param, not wait, not a
 /// transfer or host op) and, for each, the index of its segment.
@@ -87,11 +80,10 @@ Segments computeSegments(Block &block, bool skipOptimizer = false) {
   Segments s;
   std::pair<StringRef, int64_t> key;
   for (Operation &op : block.without_terminator()) {
-    if (isa<GetParamOp, WaitOp, CopyOp, ParamCopyOp>(op) || isCollective(&op) ||
-        isSideStream(&op) || opSpace(&op) == kHostSpace)
+    if (isa<GetParamOp, WaitOp, CopyOp, ParamCopyOp>(op) || isCollective(&op) || isSideStream(&op) ||
+        opSpace(&op) == kHostSpace)
       continue;
-    if (skipOptimizer && (isa<AdamWOp, LossScaleUpdateOp>(op) || segmentKey(&op).first == "optimizer"))
-      continue;
+    if (skipOptimizer && (isa<AdamWOp, LossScaleUpdateOp>(op) || segmentKey(&op).first == "optimizer")) continue;
     auto k = segmentKey(&op);
     if (s.ops.empty() || k != key) {
       s.firstOp.push_back(s.ops.size());
@@ -109,13 +101,10 @@ Segments computeSegments(Block &block, bool skipOptimizer = false) {
 /// is issued in (the end of the step when there is none).
 Operation *afterCollective(Block &block, const Segments &seg, Operation *collective) {
   Operation *next = collective->getNextNode();
-  while (next && !seg.position.count(next))
-    next = next->getNextNode();
-  if (!next)
-    return nullptr;
+  while (next && !seg.position.count(next)) next = next->getNextNode();
+  if (!next) return nullptr;
   unsigned target = seg.segment[seg.position.lookup(next)] + 1;
-  if (target >= seg.firstOp.size())
-    return seg.ops.back();
+  if (target >= seg.firstOp.size()) return seg.ops.back();
   return seg.ops[seg.firstOp[target]]->getPrevNode();
 }
 
@@ -136,8 +125,7 @@ void hoistOptimizer(Block &block) {
       auto &list = readers[gp.getParam()];
       list.push_back(&op);
       for (Operation *user : gp->getUsers())
-        if (Operation *u = inBlock(block, user))
-          list.push_back(u);
+        if (Operation *u = inBlock(block, user)) list.push_back(u);
     } else if (auto a = dyn_cast<AdamWOp>(op)) {
       updates.push_back(a);
     } else if (auto pc = dyn_cast<ParamCopyOp>(op)) {
@@ -176,25 +164,20 @@ void hoistOptimizer(Block &block) {
   for (AdamWOp a : updates) {
     Operation *after = nullptr;
     auto later = [&](Operation *op) {
-      if (op && (!after || after->isBeforeInBlock(op)))
-        after = op;
+      if (op && (!after || after->isBeforeInBlock(op))) after = op;
     };
     for (Value operand : a->getOperands())
       if (Operation *d = operand.getDefiningOp()) {
         later(inBlock(block, d));
         // A gradient reduced by a collective: the update waits for it a layer later, so that
         // the collective overlaps the backward of the layer before instead of stalling it.
-        if (isa<AllReduceOp, ReduceScatterOp>(d))
-          later(afterCollective(block, seg, d));
+        if (isa<AllReduceOp, ReduceScatterOp>(d)) later(afterCollective(block, seg, d));
       }
-    for (std::optional<StringRef> sym :
-         {std::optional<StringRef>(a.getParam()), a.getHalf()}) {
-      if (!sym)
-        continue;
+    for (std::optional<StringRef> sym : {std::optional<StringRef>(a.getParam()), a.getHalf()}) {
+      if (!sym) continue;
       auto it = readers.find(*sym);
       if (it != readers.end())
-        for (Operation *r : it->second)
-          later(r);
+        for (Operation *r : it->second) later(r);
     }
     moves.push_back({a, after});
   }
@@ -210,30 +193,25 @@ void hoistOptimizer(Block &block) {
   // reads) likewise, after the update or host-to-device copy of its shard.
   llvm::StringMap<Operation *> writerOf;
   for (AdamWOp a : updates)
-    if (std::optional<StringRef> half = a.getHalf())
-      writerOf[*half] = a;
+    if (std::optional<StringRef> half = a.getHalf()) writerOf[*half] = a;
   auto placeAfterWriterAndReaders = [&](auto ops) {
     SmallVector<std::pair<Operation *, Operation *>> toMove;
     for (auto op : ops) {
       Operation *after = nullptr;
       auto later = [&](Operation *x) {
-        if (x && x != op.getOperation() && (!after || after->isBeforeInBlock(x)))
-          after = x;
+        if (x && x != op.getOperation() && (!after || after->isBeforeInBlock(x))) after = x;
       };
       later(writerOf.lookup(op.getFrom()));
       auto it = readers.find(op.getTo());
       if (it != readers.end())
-        for (Operation *r : it->second)
-          later(r);
+        for (Operation *r : it->second) later(r);
       toMove.push_back({op, after});
     }
     for (auto &[op, after] : llvm::reverse(toMove))
-      if (after)
-        op->moveAfter(after);
+      if (after) op->moveAfter(after);
   };
   placeAfterWriterAndReaders(paramCopies);
-  for (ParamCopyOp pc : paramCopies)
-    writerOf[pc.getTo()] = pc;
+  for (ParamCopyOp pc : paramCopies) writerOf[pc.getTo()] = pc;
   placeAfterWriterAndReaders(paramGathers);
 }
 
@@ -247,45 +225,37 @@ void accumulateShardsEarly(Block &block) {
   llvm::DenseSet<Operation *> fromShard; // accumulation ops that read a reduce-scatter's shard
   SmallVector<std::pair<Operation *, Operation *>> moves;
   for (Operation &op : block.without_terminator()) {
-    if (!isGradAccum(&op) || !isa<CastOp, AddOp>(op))
-      continue;
+    if (!isGradAccum(&op) || !isa<CastOp, AddOp>(op)) continue;
     Operation *after = nullptr;
     bool shard = false;
     for (Value v : op.getOperands()) {
       Operation *d = v.getDefiningOp() ? inBlock(block, v.getDefiningOp()) : nullptr;
-      if (!d)
-        continue;
+      if (!d) continue;
       Operation *at = d;
       if (isa<ReduceScatterOp>(d)) {
         shard = true;
-        if (Operation *a = afterCollective(block, seg, d))
-          at = a->isBeforeInBlock(d) ? d : a;
+        if (Operation *a = afterCollective(block, seg, d)) at = a->isBeforeInBlock(d) ? d : a;
       }
       shard |= fromShard.count(d) > 0;
-      if (!after || after->isBeforeInBlock(at))
-        after = at;
+      if (!after || after->isBeforeInBlock(at)) after = at;
     }
-    if (!shard || !after)
-      continue;
+    if (!shard || !after) continue;
     fromShard.insert(&op);
     if (after->isBeforeInBlock(&op))
       moves.push_back({&op, after}); // (an add right after its cast still follows the cast's move)
   }
   // In order: an add moves after the cast it reads, which moved before it.
   for (auto &[op, after] : moves)
-    if (after->isBeforeInBlock(op))
-      op->moveAfter(after);
+    if (after->isBeforeInBlock(op)) op->moveAfter(after);
 }
 
 /// A device copy of a parameter (bigc-offload with params=host) and the
 /// bigc.get_param it reads.
 GetParamOp fetchedParam(Operation *op) {
   auto c = dyn_cast<CopyOp>(op);
-  if (!c || opSpace(c) != kDeviceSpace)
-    return {};
+  if (!c || opSpace(c) != kDeviceSpace) return {};
   auto gp = c.getX().getDefiningOp<GetParamOp>();
-  if (!gp || valueSpace(gp.getResult()) != kHostSpace)
-    return {};
+  if (!gp || valueSpace(gp.getResult()) != kHostSpace) return {};
   return gp;
 }
 
@@ -297,23 +267,19 @@ void prefetchParams(Block &block) {
   SmallVector<std::pair<Operation *, Operation *>> moves;
   for (Operation &op : block.without_terminator()) {
     GetParamOp gp = fetchedParam(&op);
-    if (!gp)
-      continue;
+    if (!gp) continue;
     Operation *first = firstUser(block, &op);
     auto it = first ? seg.position.find(first) : seg.position.end();
-    if (it == seg.position.end())
-      continue;
+    if (it == seg.position.end()) continue;
     unsigned s = seg.segment[it->second];
-    if (s == 0)
-      continue;
+    if (s == 0) continue;
     moves.push_back({&op, seg.ops[seg.firstOp[s - 1]]});
   }
   for (auto &[copy, target] : moves) {
     if (!copy->isBeforeInBlock(target)) {
       auto gp = cast<CopyOp>(copy).getX().getDefiningOp();
       copy->moveBefore(target);
-      if (gp->getBlock() == &block && copy->isBeforeInBlock(gp))
-        gp->moveBefore(copy);
+      if (gp->getBlock() == &block && copy->isBeforeInBlock(gp)) gp->moveBefore(copy);
     }
   }
 }
@@ -333,8 +299,7 @@ void moveDefsBefore(Block &block, Operation *op) {
 /// of its first user, so that it overlaps the compute of the layers before
 /// (0: it stays just before its first user).
 void prefetchGathers(Block &block, int64_t ahead) {
-  if (ahead <= 0)
-    return;
+  if (ahead <= 0) return;
   Segments seg = computeSegments(block);
   SmallVector<std::pair<Operation *, Operation *>> moves;
   // The first reader of each persistent tensor (a ZeRO-1/2 gather's users read it by symbol).
@@ -342,32 +307,26 @@ void prefetchGathers(Block &block, int64_t ahead) {
   for (Operation &op : block.without_terminator())
     if (auto gp = dyn_cast<GetParamOp>(op))
       for (Operation *user : gp->getUsers())
-        if (Operation *u = inBlock(block, user); u && (!firstReader.lookup(gp.getParam()) ||
-                                                        u->isBeforeInBlock(firstReader[gp.getParam()])))
+        if (Operation *u = inBlock(block, user);
+            u && (!firstReader.lookup(gp.getParam()) || u->isBeforeInBlock(firstReader[gp.getParam()])))
           firstReader[gp.getParam()] = u;
   for (Operation &op : block.without_terminator()) {
-    if (!isa<AllGatherOp, ParamAllGatherOp>(op))
-      continue;
+    if (!isa<AllGatherOp, ParamAllGatherOp>(op)) continue;
     // Weights only (ZeRO over "dp"): a tensor-parallel gather of activations is on the critical
     // path of the very computation that produces its input; it runs where it is.
-    if (auto g = op.getAttrOfType<StringAttr>("group"); g && g.getValue() != "dp")
-      continue;
+    if (auto g = op.getAttrOfType<StringAttr>("group"); g && g.getValue() != "dp") continue;
     Operation *first = nullptr;
-    if (auto pg = dyn_cast<ParamAllGatherOp>(op))
-      first = firstReader.lookup(pg.getTo());
+    if (auto pg = dyn_cast<ParamAllGatherOp>(op)) first = firstReader.lookup(pg.getTo());
     first = firstUser(block, &op, first);
     auto it = first ? seg.position.find(first) : seg.position.end();
-    if (it == seg.position.end())
-      continue;
+    if (it == seg.position.end()) continue;
     unsigned s = seg.segment[it->second];
     unsigned target = s >= unsigned(ahead) ? s - unsigned(ahead) : 0;
-    if (target == s)
-      continue;
+    if (target == s) continue;
     moves.push_back({&op, seg.ops[seg.firstOp[target]]});
   }
   for (auto &[gather, target] : moves) {
-    if (gather->isBeforeInBlock(target))
-      continue;
+    if (gather->isBeforeInBlock(target)) continue;
     gather->moveBefore(target);
     moveDefsBefore(block, gather);
   }
@@ -378,21 +337,19 @@ void prefetchGathers(Block &block, int64_t ahead) {
 /// op that produces it (bringing along the reshapes and transposes bigc-shard put in between).
 /// One whose input comes from an earlier phase than its first compute reader (a backward
 /// re-gather of a forward activation) is issued one matmul or attention ahead of that reader
-/// (within the reader's segment), so that the whole tensor is not kept alive longer than that. The compute that does not read it
-/// runs while it is in flight: the column-parallel backward's re-gather overlaps the
-/// input-gradient matmul, whose reduction overlaps the weight-gradient matmul, as in Megatron-LM.
+/// (within the reader's segment), so that the whole tensor is not kept alive longer than that. The compute that does
+/// not read it runs while it is in flight: the column-parallel backward's re-gather overlaps the input-gradient matmul,
+/// whose reduction overlaps the weight-gradient matmul, as in Megatron-LM.
 void hoistTpCollectives(Block &block) {
   Segments seg = computeSegments(block);
   SmallVector<Operation *> colls;
   for (Operation &op : block.without_terminator())
-    if (isCollective(&op) && collectiveStream(&op) == kTpCommStream)
-      colls.push_back(&op);
+    if (isCollective(&op) && collectiveStream(&op) == kTpCommStream) colls.push_back(&op);
   auto layoutOnly = [](Operation *op) { return isa<ReshapeOp, TransposeOp>(op) && op->hasOneUse(); };
   auto heavy = [](Operation *op) { return isa<MatmulOp, AttentionOp, AttentionGradOp>(op); };
   for (Operation *c : colls) {
     Operation *first = firstUser(block, c, nullptr, [&](Operation *u) { return seg.position.count(u) > 0; });
-    if (!first)
-      continue;
+    if (!first) continue;
     const unsigned at = seg.position.lookup(first);
     const unsigned segStart = seg.firstOp[seg.segment[at]];
     // The op after the latest producer of an input (through layout-only ops), and whether every
@@ -403,21 +360,17 @@ void hoistTpCollectives(Block &block) {
       Operation *d = v.getDefiningOp();
       while (d && d->getBlock() == &block && layoutOnly(d) && d->getOperand(0).getDefiningOp())
         d = d->getOperand(0).getDefiningOp();
-      if (!d || d->getBlock() != &block)
-        continue;
+      if (!d || d->getBlock() != &block) continue;
       earlierPhase &= segmentKey(d).first != segmentKey(first).first;
-      if (Operation *next = d->getNextNode(); next && (!ready || ready->isBeforeInBlock(next)))
-        ready = next;
+      if (Operation *next = d->getNextNode(); next && (!ready || ready->isBeforeInBlock(next))) ready = next;
     }
     Operation *target = ready;
     if (!ready || earlierPhase) {
       unsigned k = at;
-      while (k > segStart && !heavy(seg.ops[k - 1]))
-        --k;
+      while (k > segStart && !heavy(seg.ops[k - 1])) --k;
       target = seg.ops[k > segStart ? k - 1 : segStart];
     }
-    if (target == c || !target->isBeforeInBlock(c))
-      continue;
+    if (target == c || !target->isBeforeInBlock(c)) continue;
     c->moveBefore(target);
     moveDefsBefore(block, c);
   }
@@ -425,23 +378,18 @@ void hoistTpCollectives(Block &block) {
 
 /// The stream of a transfer-aware op from the spaces it connects.
 StringRef streamOf(Operation *op, ModuleOp module) {
-  if (isCollective(op))
-    return collectiveStream(op);
+  if (isCollective(op)) return collectiveStream(op);
   auto between = [](StringRef from, StringRef to) -> StringRef {
-    if (from == to)
-      return from == kHostSpace ? StringRef("host") : StringRef(kComputeStream);
+    if (from == to) return from == kHostSpace ? StringRef("host") : StringRef(kComputeStream);
     return to == kHostSpace ? StringRef("d2h") : StringRef("h2d");
   };
-  if (auto c = dyn_cast<CopyOp>(op))
-    return between(valueSpace(c.getX()), opSpace(op));
+  if (auto c = dyn_cast<CopyOp>(op)) return between(valueSpace(c.getX()), opSpace(op));
   if (auto pc = dyn_cast<ParamCopyOp>(op)) {
     auto from = module.lookupSymbol<ParamOp>(pc.getFromAttr());
     auto to = module.lookupSymbol<ParamOp>(pc.getToAttr());
-    return between(from ? paramSpace(from) : StringRef(kDeviceSpace),
-                   to ? paramSpace(to) : StringRef(kDeviceSpace));
+    return between(from ? paramSpace(from) : StringRef(kDeviceSpace), to ? paramSpace(to) : StringRef(kDeviceSpace));
   }
-  if (opSpace(op) == kHostSpace)
-    return "host";
+  if (opSpace(op) == kHostSpace) return "host";
   return kComputeStream;
 }
 
@@ -451,8 +399,7 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
   // Streams and events.
   int64_t events = 0;
   for (Operation &op : block.without_terminator()) {
-    if (isa<GetParamOp>(op))
-      continue;
+    if (isa<GetParamOp>(op)) continue;
     op.removeAttr(kEventAttrName);
     StringRef stream = streamOf(&op, module);
     if (stream == kComputeStream) {
@@ -460,11 +407,9 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
       continue;
     }
     op.setAttr(kStreamAttrName, StringAttr::get(ctx, stream));
-    op.setAttr(kEventAttrName,
-               IntegerAttr::get(IntegerType::get(ctx, 64), events++));
+    op.setAttr(kEventAttrName, IntegerAttr::get(IntegerType::get(ctx, 64), events++));
   }
-  if (events == 0)
-    return 0;
+  if (events == 0) return 0;
 
   // Data waits: before the first compute op that reads a side-stream
   // result (or a parameter a side-stream op wrote earlier in this step).
@@ -475,8 +420,7 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     SmallVector<StringRef> out;
     if (auto a = dyn_cast<AdamWOp>(op)) {
       out.push_back(a.getParam());
-      if (auto h = a.getHalf())
-        out.push_back(*h);
+      if (auto h = a.getHalf()) out.push_back(*h);
     } else if (auto pc = dyn_cast<ParamCopyOp>(op)) {
       out.push_back(pc.getTo());
     } else if (auto lsu = dyn_cast<LossScaleUpdateOp>(op)) {
@@ -489,11 +433,9 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
   };
   llvm::DenseMap<Operation *, Operation *> dataWaiter; // side op -> the compute op that joins it
   for (Operation &op : block.without_terminator()) {
-    if (isa<GetParamOp, WaitOp>(op))
-      continue;
+    if (isa<GetParamOp, WaitOp>(op)) continue;
     if (isSideStream(&op)) {
-      for (StringRef sym : symbolsWritten(&op))
-        sideWriter[sym] = &op;
+      for (StringRef sym : symbolsWritten(&op)) sideWriter[sym] = &op;
       continue;
     }
     SmallVector<int64_t> need;
@@ -505,15 +447,13 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     };
     for (Value v : op.getOperands()) {
       Operation *d = v.getDefiningOp();
-      if (!d)
-        continue;
+      if (!d) continue;
       if (auto gp = dyn_cast<GetParamOp>(d))
         require(sideWriter.lookup(gp.getParam()));
       else
         require(inBlock(block, d));
     }
-    if (!need.empty())
-      waitBefore[&op] = need;
+    if (!need.empty()) waitBefore[&op] = need;
   }
 
   // Memory waits: every other side-stream op is joined at a layer boundary
@@ -528,16 +468,14 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
   // The segment of a compute op (or of the first segment op after it).
   auto segmentAt = [&](Operation *op) -> unsigned {
     for (Operation *o = op; o; o = o->getNextNode())
-      if (auto it = seg.position.find(o); it != seg.position.end())
-        return seg.segment[it->second];
+      if (auto it = seg.position.find(o); it != seg.position.end()) return seg.segment[it->second];
     return unsigned(seg.firstOp.size());
   };
   auto moveDataWait = [&](Operation *side, Operation *target) {
     auto it = dataWaiter.find(side);
     auto &list = waitBefore[it->second];
     list.erase(std::remove(list.begin(), list.end(), opEvent(side)), list.end());
-    if (list.empty())
-      waitBefore.erase(it->second);
+    if (list.empty()) waitBefore.erase(it->second);
     waitBefore[target].push_back(opEvent(side));
   };
   // Side ops after the last layer boundary (the optimizer's tail: host updates, copies back):
@@ -546,17 +484,14 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
   llvm::StringMap<SmallVector<Operation *>> tail;
   llvm::DenseMap<Operation *, SmallVector<int64_t>> tailWaitBefore;
   for (Operation &op : block.without_terminator()) {
-    if (!isSideStream(&op))
-      continue;
+    if (!isSideStream(&op)) continue;
     // A gather into a persistent weight frees nothing: the end of the step joins it (the next
     // step's reads of the weight come after that).
-    if (isa<ParamAllGatherOp>(op))
-      continue;
+    if (isa<ParamAllGatherOp>(op)) continue;
     unsigned boundaries = opStream(&op) == "d2h" || opStream(&op) == kCommStream ? 1 : 2;
     // The first compute op after `op`.
     Operation *next = op.getNextNode();
-    while (next && !seg.position.count(next))
-      next = next->getNextNode();
+    while (next && !seg.position.count(next)) next = next->getNextNode();
     // The start of the `boundaries`-th segment after the one `next` is in
     // (at least one compute op runs alongside the transfer).
     unsigned target = next ? seg.segment[seg.position[next]] + boundaries : unsigned(seg.firstOp.size());
@@ -579,22 +514,19 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     joined.insert(&op);
   }
   for (auto &[op, list] : tailWaitBefore)
-    for (int64_t e : list)
-      waitBefore[op].push_back(e);
+    for (int64_t e : list) waitBefore[op].push_back(e);
 
   OpBuilder b(ctx);
   for (auto &[op, list] : waitBefore) {
     llvm::sort(list);
     b.setInsertionPoint(op);
     auto w = b.create<WaitOp>(op->getLoc(), b.getDenseI64ArrayAttr(list));
-    if (Attribute phase = op->getAttr(kPhaseAttrName))
-      w->setAttr(kPhaseAttrName, phase);
+    if (Attribute phase = op->getAttr(kPhaseAttrName)) w->setAttr(kPhaseAttrName, phase);
   }
   return events;
 }
 
-struct BigcSchedulePass
-    : public mlir::bigc::impl::BigcScheduleBase<BigcSchedulePass> {
+struct BigcSchedulePass : public mlir::bigc::impl::BigcScheduleBase<BigcSchedulePass> {
   using Base::Base;
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -612,8 +544,7 @@ struct BigcSchedulePass
     Block &block = func.front();
     // Idempotent: waits and events of an earlier run are recomputed.
     for (Operation &op : llvm::make_early_inc_range(block))
-      if (isa<WaitOp>(op))
-        op.erase();
+      if (isa<WaitOp>(op)) op.erase();
     sinkToFirstUse(block);
     hoistOptimizer(block);
     accumulateShardsEarly(block);

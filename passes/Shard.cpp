@@ -53,8 +53,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (failed(run()))
-      signalPassFailure();
+    if (failed(run())) signalPassFailure();
   }
 
   ModuleOp module;
@@ -78,8 +77,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   /// (before the first optimizer-side op).
   Operation *endOfBackward() {
     for (Operation &op : block->without_terminator())
-      if (isa<AdamWOp, GlobalNormOp, CheckFiniteOp, LossScaleUpdateOp>(op))
-        return &op;
+      if (isa<AdamWOp, GlobalNormOp, CheckFiniteOp, LossScaleUpdateOp>(op)) return &op;
     return block->getTerminator();
   }
 
@@ -87,16 +85,14 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   Operation *startOfMicroBatch(int64_t k) {
     for (Operation &op : block->without_terminator()) {
       std::optional<int64_t> m = microBatchOf(&op);
-      if (m && *m == k && !isa<GetParamOp>(op))
-        return &op;
+      if (m && *m == k && !isa<GetParamOp>(op)) return &op;
     }
     return endOfBackward();
   }
 
   int64_t microOf(Value v) {
     if (Operation *d = v.getDefiningOp())
-      if (std::optional<int64_t> m = microBatchOf(d))
-        return *m;
+      if (std::optional<int64_t> m = microBatchOf(d)) return *m;
     return 0;
   }
 
@@ -107,8 +103,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     Value cur = g;
     while (true) {
       auto add = cur.getDefiningOp<AddOp>();
-      if (!add || !add->hasAttr(kGradAccumAttrName))
-        break;
+      if (!add || !add->hasAttr(kGradAccumAttrName)) break;
       chain.push_back(add);
       terms.push_back(add.getB());
       cur = add.getA();
@@ -125,30 +120,25 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     return terms;
   }
 
-  template <typename OpT>
-  OpT createCollective(OpBuilder &b, Location loc, Value x, Type resultType, StringRef reduce) {
+  template <typename OpT> OpT createCollective(OpBuilder &b, Location loc, Value x, Type resultType, StringRef reduce) {
     if constexpr (std::is_same_v<OpT, AllGatherOp>)
       return b.create<AllGatherOp>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDp));
     else
-      return b.create<OpT>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDp),
-                           b.getStringAttr(reduce));
+      return b.create<OpT>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDp), b.getStringAttr(reduce));
   }
 
   /// Merges consecutive collectives of one kind (and reduction) into buckets
   /// of at most `bucketMb` MiB: a bucket closes before a collective when a
   /// result of the bucket is used before it. The merged op sits where the
   /// bucket's last member was.
-  template <typename OpT>
-  void bucketize() {
+  template <typename OpT> void bucketize() {
     const double cap = bucketMb * 1024.0 * 1024.0;
     SmallVector<OpT> all;
     for (Operation &op : block->without_terminator())
-      if (auto c = dyn_cast<OpT>(op))
-        all.push_back(c);
+      if (auto c = dyn_cast<OpT>(op)) all.push_back(c);
     auto attrsOf = [](OpT c) {
       std::string r;
-      if constexpr (!std::is_same_v<OpT, AllGatherOp>)
-        r = c.getReduce().str();
+      if constexpr (!std::is_same_v<OpT, AllGatherOp>) r = c.getReduce().str();
       return c.getGroup().str() + "/" + r;
     };
     auto flush = [&](SmallVector<OpT> &bucket) {
@@ -168,8 +158,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         Operation *m = b.create(st);
         unsigned k = 0;
         for (OpT c : bucket) {
-          for (Value r : c.getOutputs())
-            r.replaceAllUsesWith(m->getResult(k++));
+          for (Value r : c.getOutputs()) r.replaceAllUsesWith(m->getResult(k++));
           c->erase();
         }
       }
@@ -179,15 +168,13 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     double bytes = 0;
     for (OpT c : all) {
       double cb = 0;
-      for (Value v : c.getInputs())
-        cb += double(bytesOf(v.getType()));
+      for (Value v : c.getInputs()) cb += double(bytesOf(v.getType()));
       bool fits = !bucket.empty() && cap > 0 && bytes + cb <= cap && attrsOf(bucket.front()) == attrsOf(c);
       if (fits)
         for (OpT m : bucket)
           for (Value r : m.getOutputs())
             for (Operation *u : r.getUsers())
-              if (Operation *ub = inBlock(*block, u); ub && !c->isBeforeInBlock(ub))
-                fits = false;
+              if (Operation *ub = inBlock(*block, u); ub && !c->isBeforeInBlock(ub)) fits = false;
       if (!fits) {
         flush(bucket);
         bytes = 0;
@@ -201,15 +188,12 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   LogicalResult run() {
     module = getOperation();
     MLIRContext *ctx = module.getContext();
-    if (ranks < 1)
-      return module.emitError("bigc-shard: ranks must be at least 1, got ") << ranks;
-    if (zero < 0 || zero > 3)
-      return module.emitError("bigc-shard: zero must be 0, 1, 2 or 3, got ") << zero;
+    if (ranks < 1) return module.emitError("bigc-shard: ranks must be at least 1, got ") << ranks;
+    if (zero < 0 || zero > 3) return module.emitError("bigc-shard: zero must be 0, 1, 2 or 3, got ") << zero;
     if (module->hasAttr(kZeroAttrName))
       return module.emitError("bigc-shard: already applied (the module has bigc.zero)");
     auto func = module.lookupSymbol<func::FuncOp>("train_step");
-    if (!func)
-      return module.emitError("bigc-shard: the module has no func.func @train_step (run bigc-autodiff first)");
+    if (!func) return module.emitError("bigc-shard: the module has no func.func @train_step (run bigc-autodiff first)");
     if (func.isExternal() || !func.getBody().hasOneBlock())
       return func.emitError("bigc-shard: @train_step must have a body of one block");
     block = &func.front();
@@ -227,8 +211,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
                                      }));
     }
     module->setAttr(kZeroAttrName, attrs.getI64IntegerAttr(R == 1 ? 0 : zero));
-    if (meshAxisSize(module, "tp") > 1 && failed(lowerTensorParallel()))
-      return failure();
+    if (meshAxisSize(module, "tp") > 1 && failed(lowerTensorParallel())) return failure();
     if (R == 1) {
       reduceOverflowOverTp();
       return reduceNormOverTp(); // one data-parallel rank: nothing to reduce or to shard
@@ -238,28 +221,24 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
 
     SmallVector<AdamWOp> updates;
     for (Operation &op : block->without_terminator())
-      if (auto a = dyn_cast<AdamWOp>(op))
-        updates.push_back(a);
+      if (auto a = dyn_cast<AdamWOp>(op)) updates.push_back(a);
 
     // ZeRO >= 1 in fp32: @N becomes the fp32 master (a shard), @"N.half"
     // the f32 compute copy every rank reads.
     if (zero >= 1)
       for (AdamWOp a : updates) {
-        if (a.getHalfAttr())
-          continue;
+        if (a.getHalfAttr()) continue;
         auto p = module.lookupSymbol<ParamOp>(a.getParamAttr());
-        if (!p)
-          return a.emitError("bigc-shard: unknown parameter @") << a.getParam();
+        if (!p) return a.emitError("bigc-shard: unknown parameter @") << a.getParam();
         std::string halfName = (p.getSymName() + ".half").str();
-        FailureOr<ParamOp> half = addParamAfter(p, halfName, p.getType(), "copy", "param", p.getSymName(), "bigc-shard");
-        if (failed(half))
-          return failure();
+        FailureOr<ParamOp> half =
+            addParamAfter(p, halfName, p.getType(), "copy", "param", p.getSymName(), "bigc-shard");
+        if (failed(half)) return failure();
         StringRef name = p.getSymName();
         p.setRole("master");
         auto ref = FlatSymbolRefAttr::get(ctx, halfName);
         func.walk([&](GetParamOp gp) {
-          if (gp.getParam() == name)
-            gp.setParamAttr(ref);
+          if (gp.getParam() == name) gp.setParamAttr(ref);
         });
         a.setHalfAttr(ref);
       }
@@ -271,8 +250,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       if (zero == 0) {
         b.setInsertionPointAfterValue(g);
         auto ar = createCollective<AllReduceOp>(b, g.getLoc(), g, g.getType(), "sum");
-        if (Operation *d = g.getDefiningOp())
-          copyPlacementTags(d, ar);
+        if (Operation *d = g.getDefiningOp()) copyPlacementTags(d, ar);
         g.replaceAllUsesExcept(ar.getResult(0), ar);
         continue;
       }
@@ -292,8 +270,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         else
           b.setInsertionPointAfterValue(t);
         auto rs = createCollective<ReduceScatterOp>(b, t.getLoc(), t, shardType(t.getType()), "sum");
-        if (Operation *d = t.getDefiningOp())
-          copyPlacementTags(d, rs);
+        if (Operation *d = t.getDefiningOp()) copyPlacementTags(d, rs);
         made.insert(rs);
         Value s = rs.getResult(0);
         if (nTerms == 1) {
@@ -321,27 +298,22 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       }
       g.replaceUsesWithIf(acc, [&](OpOperand &use) { return !made.count(use.getOwner()); });
       for (Operation *op : chain)
-        if (op->use_empty())
-          op->erase();
+        if (op->use_empty()) op->erase();
     }
 
     if (zero >= 1) {
       // The norm and the overflow flag: over the shards, then over the ranks.
       for (Operation &op : llvm::make_early_inc_range(block->without_terminator())) {
-        if (!isa<GlobalNormOp, CheckFiniteOp>(op))
-          continue;
+        if (!isa<GlobalNormOp, CheckFiniteOp>(op)) continue;
         Operation *latest = nullptr;
         for (Value v : op.getOperands())
           if (Operation *d = v.getDefiningOp())
-            if (!latest || latest->isBeforeInBlock(d))
-              latest = d;
-        if (latest && op.isBeforeInBlock(latest))
-          op.moveAfter(latest);
+            if (!latest || latest->isBeforeInBlock(d)) latest = d;
+        if (latest && op.isBeforeInBlock(latest)) op.moveAfter(latest);
         OpBuilder b(ctx);
         b.setInsertionPointAfter(&op);
         Value r = op.getResult(0);
-        auto ar = createCollective<AllReduceOp>(b, op.getLoc(), r, r.getType(),
-                                                isa<GlobalNormOp>(op) ? "norm" : "max");
+        auto ar = createCollective<AllReduceOp>(b, op.getLoc(), r, r.getType(), isa<GlobalNormOp>(op) ? "norm" : "max");
         copyPlacementTags(&op, ar);
         r.replaceAllUsesExcept(ar.getResult(0), ar);
       }
@@ -349,14 +321,11 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       for (AdamWOp a : updates) {
         for (FlatSymbolRefAttr ref : {a.getParamAttr(), a.getExpAvgAttr(), a.getExpAvgSqAttr()}) {
           auto p = module.lookupSymbol<ParamOp>(ref);
-          if (!p)
-            return a.emitError("bigc-shard: unknown parameter ") << ref;
-          if (!p->hasAttr(kFullShapeAttrName))
-            shardParam(p);
+          if (!p) return a.emitError("bigc-shard: unknown parameter ") << ref;
+          if (!p->hasAttr(kFullShapeAttrName)) shardParam(p);
         }
         auto half = module.lookupSymbol<ParamOp>(a.getHalfAttr());
-        if (!half)
-          return a.emitError("bigc-shard: unknown compute copy ") << a.getHalfAttr();
+        if (!half) return a.emitError("bigc-shard: unknown compute copy ") << a.getHalfAttr();
         if (zero == 3) {
           shardParam(half); // the weight itself is a shard; gathered before each use below
           continue;
@@ -366,8 +335,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         std::string shardName = (half.getSymName() + ".shard").str();
         FailureOr<ParamOp> sh =
             addParamAfter(half, shardName, shardType(half.getType()), "copy", "param", a.getParam(), "bigc-shard");
-        if (failed(sh))
-          return failure();
+        if (failed(sh)) return failure();
         (*sh)->setAttr(kFullShapeAttrName, OpBuilder(ctx).getDenseI64ArrayAttr(half.getTensorType().getShape()));
         a.setHalfAttr(FlatSymbolRefAttr::get(ctx, shardName));
         OpBuilder b(a);
@@ -378,14 +346,12 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       }
     }
 
-    if (zero == 3 && failed(gatherWeights()))
-      return failure();
+    if (zero == 3 && failed(gatherWeights())) return failure();
 
     bucketize<AllReduceOp>();
     bucketize<ReduceScatterOp>();
     reduceOverflowOverTp();
-    if (failed(reduceNormOverTp()))
-      return failure();
+    if (failed(reduceNormOverTp())) return failure();
     return success();
   }
 
@@ -398,13 +364,11 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   void prescaleLossSeeds() {
     SmallVector<Operation *> grads;
     for (Operation &op : block->without_terminator())
-      if (isa<CrossEntropyGradOp, VocabCeLossGradOp>(op))
-        grads.push_back(&op);
+      if (isa<CrossEntropyGradOp, VocabCeLossGradOp>(op)) grads.push_back(&op);
     for (Operation *op : grads) {
       OpOperand &seed = isa<CrossEntropyGradOp>(op) ? op->getOpOperand(2) : op->getOpOperand(1);
       OpBuilder b(op);
-      auto sc = b.create<ScaleOp>(op->getLoc(), seed.get().getType(), seed.get(),
-                                  b.getF64FloatAttr(1.0 / double(R)));
+      auto sc = b.create<ScaleOp>(op->getLoc(), seed.get().getType(), seed.get(), b.getF64FloatAttr(1.0 / double(R)));
       copyPlacementTags(op, sc);
       seed.set(sc.getResult());
     }
@@ -420,8 +384,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     const int64_t T = meshAxisSize(module, "tp");
     SmallVector<Operation *> ops;
     for (Operation &op : block->without_terminator())
-      if (isa<TpCopyOp, TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp>(op))
-        ops.push_back(&op);
+      if (isa<TpCopyOp, TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp>(op)) ops.push_back(&op);
     auto tp = StringAttr::get(module.getContext(), "tp");
     for (Operation *op : ops) {
       OpBuilder b(op);
@@ -442,8 +405,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       // [pre, d, post] of a tensor split along `dim`.
       auto around = [](RankedTensorType t, int64_t dim) {
         int64_t pre = 1, post = 1;
-        for (int64_t i = 0; i < t.getRank(); ++i)
-          (i < dim ? pre : post) *= i == dim ? 1 : t.getShape()[size_t(i)];
+        for (int64_t i = 0; i < t.getRank(); ++i) (i < dim ? pre : post) *= i == dim ? 1 : t.getShape()[size_t(i)];
         return std::make_tuple(pre, t.getShape()[size_t(dim)], post);
       };
       if (auto c = dyn_cast<TpCopyOp>(op)) {
@@ -469,8 +431,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         auto xt = tensorOf(rs.getX().getType()), yt = tensorOf(rs.getY().getType());
         auto [pre, d, post] = around(xt, rs.getDim());
         Value in = rs.getX();
-        if (pre != 1)
-          in = swap01(reshape(in, {pre, T, d / T * post}));
+        if (pre != 1) in = swap01(reshape(in, {pre, T, d / T * post}));
         in = reshape(in, {xt.getNumElements()});
         auto st = RankedTensorType::get({yt.getNumElements()}, yt.getElementType());
         Value s = tag(b.create<ReduceScatterOp>(loc, TypeRange{st}, ValueRange{in}, tp, b.getStringAttr("sum")));
@@ -485,17 +446,14 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   /// over the tensor ranks too: each sees only its chunks of the gradients,
   /// and every rank must skip the same steps.
   void reduceOverflowOverTp() {
-    if (meshAxisSize(module, "tp") <= 1)
-      return;
+    if (meshAxisSize(module, "tp") <= 1) return;
     SmallVector<CheckFiniteOp> flags;
     for (Operation &op : block->without_terminator())
-      if (auto cf = dyn_cast<CheckFiniteOp>(op))
-        flags.push_back(cf);
+      if (auto cf = dyn_cast<CheckFiniteOp>(op)) flags.push_back(cf);
     for (CheckFiniteOp cf : flags) {
       Value r = cf.getResult();
       if (r.hasOneUse())
-        if (auto ar = dyn_cast<AllReduceOp>(*r.getUsers().begin()))
-          r = ar.getResult(0);
+        if (auto ar = dyn_cast<AllReduceOp>(*r.getUsers().begin())) r = ar.getResult(0);
       OpBuilder b(cf);
       b.setInsertionPointAfterValue(r);
       auto m = b.create<AllReduceOp>(cf.getLoc(), TypeRange{r.getType()}, ValueRange{r}, b.getStringAttr("tp"),
@@ -513,27 +471,23 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   /// counted once. Over ZeRO shards, the data-parallel norm reduction that
   /// already follows then combines the shards.
   LogicalResult reduceNormOverTp() {
-    if (meshAxisSize(module, "tp") <= 1)
-      return success();
+    if (meshAxisSize(module, "tp") <= 1) return success();
     SmallVector<GlobalNormOp> norms;
     for (Operation &op : block->without_terminator())
-      if (auto gn = dyn_cast<GlobalNormOp>(op))
-        norms.push_back(gn);
+      if (auto gn = dyn_cast<GlobalNormOp>(op)) norms.push_back(gn);
     for (GlobalNormOp gn : norms) {
       SmallVector<Value> split, replicated;
       for (Value g : gn.getInputs()) {
         AdamWOp update;
         for (Operation *u : g.getUsers())
-          if (auto a = dyn_cast<AdamWOp>(u); a && a.getGrad() == g)
-            update = a;
+          if (auto a = dyn_cast<AdamWOp>(u); a && a.getGrad() == g) update = a;
         auto p = update ? module.lookupSymbol<ParamOp>(update.getParamAttr()) : ParamOp();
         if (!p)
           return gn.emitError("bigc-shard: a gradient of the global norm updates no parameter; cannot tell "
                               "whether it is split over the tensor ranks");
         (p->hasAttr(kTpSplitAttrName) ? split : replicated).push_back(g);
       }
-      if (split.empty())
-        continue; // every gradient whole on every tensor rank: the local norm is the norm
+      if (split.empty()) continue; // every gradient whole on every tensor rank: the local norm is the norm
       OpBuilder b(gn);
       Type scalar = gn.getResult().getType();
       auto tag = [&](Operation *made) {
@@ -564,12 +518,10 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     unsigned n = 0;
     bool first = true;
     for (Operation &op : block->without_terminator()) {
-      if (isa<GetParamOp>(op))
-        continue;
+      if (isa<GetParamOp>(op)) continue;
       bool fwd = phaseOf(&op) == "forward" && !isRecomputed(&op);
       std::tuple<bool, int64_t, int64_t> k{fwd, microBatchOf(&op).value_or(0), opLayer(&op)};
-      if (first || k != key)
-        ++n;
+      if (first || k != key) ++n;
       first = false;
       key = k;
       segment[&op] = n;
@@ -583,8 +535,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     SmallVector<GetParamOp> reads;
     for (Operation &op : block->without_terminator()) {
       auto gp = dyn_cast<GetParamOp>(op);
-      if (!gp)
-        continue;
+      if (!gp) continue;
       auto p = module.lookupSymbol<ParamOp>(gp.getParamAttr());
       if (!p || !p->hasAttr(kFullShapeAttrName) || p.getType() == gp.getType())
         continue; // not a sharded weight (or already a shard read)
@@ -596,8 +547,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
           return u->emitError("bigc-shard: a read of the sharded weight @")
                  << gp.getParam() << " outside the step's ops";
         Need &nd = needs[it->second];
-        if (!nd.firstUser || u->isBeforeInBlock(nd.firstUser))
-          nd.firstUser = u;
+        if (!nd.firstUser || u->isBeforeInBlock(nd.firstUser)) nd.firstUser = u;
         nd.uses[gp].push_back(&use);
       }
     }
@@ -610,13 +560,11 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         copyPlacementTags(nd.firstUser, shardRead);
         auto ag = createCollective<AllGatherOp>(b, gp.getLoc(), shardRead, gp.getType(), "");
         copyPlacementTags(nd.firstUser, ag);
-        for (OpOperand *use : uses)
-          use->set(ag.getResult(0));
+        for (OpOperand *use : uses) use->set(ag.getResult(0));
       }
     }
     for (GetParamOp gp : reads)
-      if (gp->use_empty())
-        gp->erase();
+      if (gp->use_empty()) gp->erase();
     (void)ctx;
     bucketize<AllGatherOp>();
     return success();

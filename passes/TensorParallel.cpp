@@ -69,8 +69,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
   using Base::Base;
 
   void runOnOperation() override {
-    if (failed(run()))
-      signalPassFailure();
+    if (failed(run())) signalPassFailure();
   }
 
   ModuleOp module;
@@ -80,8 +79,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
   TpLayout layoutOf(const Analysis &a, Value v) const {
     if (auto gp = v.getDefiningOp<GetParamOp>()) {
       auto it = a.params.find(gp.getParam());
-      if (it != a.params.end())
-        return it->second;
+      if (it != a.params.end()) return it->second;
       TpLayout free;
       free.freeParam = true;
       return free;
@@ -99,14 +97,15 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
       const int64_t n = shape[size_t(l.dim)];
       if (n % (T * l.segments) != 0) {
         std::string name = gp.getParam().str();
-        if (isa<EmbeddingOp>(reader) || (isa<MatmulOp>(reader) && cast<MatmulOp>(reader).getTransposeB() && l.dim == 0)) {
+        if (isa<EmbeddingOp>(reader) ||
+            (isa<MatmulOp>(reader) && cast<MatmulOp>(reader).getTransposeB() && l.dim == 0)) {
           const int64_t padded = (n + T - 1) / T * T, mega = (n + 128 * T - 1) / (128 * T) * (128 * T);
           return reader->emitError("--tp ")
                  << T << " does not divide the vocabulary (" << n << " rows of @\"" << name
                  << "\"), which the vocabulary-parallel embedding and loss split over the tensor ranks; pad the "
                     "vocabulary to a multiple of "
-                 << T << " (`bigc gen gpt --vocab " << padded << "`; Megatron pads to a multiple of 128 x tp: "
-                 << mega << ")";
+                 << T << " (`bigc gen gpt --vocab " << padded << "`; Megatron pads to a multiple of 128 x tp: " << mega
+                 << ")";
         }
         return reader->emitError("--tp ")
                << T << " does not divide dimension " << l.dim << " (" << n << (l.segments > 1 ? " in " : "")
@@ -129,23 +128,19 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
     ctx.tp = T;
     ctx.sequenceParallel = sequenceParallel;
     for (Operation &op : func.front()) {
-      if (isa<GetParamOp>(op))
-        continue;
+      if (isa<GetParamOp>(op)) continue;
       if (isa<TpCopyOp, TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp, TpSliceOp, VocabCeStatsOp, VocabCeLossOp>(op))
         return op.emitError("bigc-tensor-parallel: the model is tensor-parallel already");
       SmallVector<TpLayout> in;
-      for (Value v : op.getOperands())
-        in.push_back(layoutOf(a, v));
+      for (Value v : op.getOperands()) in.push_back(layoutOf(a, v));
       TpRule rule;
       if (isa<func::ReturnOp>(op)) {
         rule.operands.assign(op.getNumOperands(), TpLayout::rep());
       } else if (auto iface = dyn_cast<TensorParallelOpInterface>(op)) {
         ctx.resultSegments = op.getNumResults() ? demands.lookup(op.getResult(0)) : 0;
-        if (ctx.resultSegments < 1)
-          ctx.resultSegments = 1;
+        if (ctx.resultSegments < 1) ctx.resultSegments = 1;
         rule = iface.getTpRule(in, ctx);
-        if (StringRef(rule.note).starts_with("error: "))
-          return op.emitError(StringRef(rule.note).drop_front(7));
+        if (StringRef(rule.note).starts_with("error: ")) return op.emitError(StringRef(rule.note).drop_front(7));
       } else {
         rule.operands.assign(op.getNumOperands(), TpLayout::rep());
         rule.results.assign(op.getNumResults(), TpLayout::rep());
@@ -156,12 +151,10 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
       for (unsigned i = 0; i < op.getNumOperands(); ++i) {
         TpLayout want = rule.operands[i], cur = in[i];
         if (cur.freeParam) {
-          if (failed(place(a, op.getOperand(i).getDefiningOp<GetParamOp>(), want, &op)))
-            return failure();
+          if (failed(place(a, op.getOperand(i).getDefiningOp<GetParamOp>(), want, &op))) return failure();
           cur = layoutOf(a, op.getOperand(i));
         }
-        if (!cur.sameAs(want) || want.gradPartial)
-          a.conversions.push_back({&op, i, want});
+        if (!cur.sameAs(want) || want.gradPartial) a.conversions.push_back({&op, i, want});
       }
       for (unsigned j = 0; j < op.getNumResults(); ++j) {
         TpLayout r = rule.results[j];
@@ -180,17 +173,14 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
 
   /// Asks the producers of `v` (through ops that keep a layout) for `s` segments.
   void demand(llvm::DenseMap<Value, int64_t> &d, Value v, int64_t s, int depth = 0) {
-    if (depth > 64)
-      return;
+    if (depth > 64) return;
     d[v] = s;
     Operation *p = v.getDefiningOp();
-    if (!p || isa<MatmulOp>(p))
-      return;
+    if (!p || isa<MatmulOp>(p)) return;
     if (isa<BiasAddOp, GeluOp, ScaleOp, CastOp, SiluOp, RopeOp>(p))
       demand(d, p->getOperand(0), s, depth + 1);
     else if (isa<AddOp, MulOp, SwigluOp>(p))
-      for (Value o : p->getOperands())
-        demand(d, o, s, depth + 1);
+      for (Value o : p->getOperands()) demand(d, o, s, depth + 1);
   }
 
   RankedTensorType chunkType(RankedTensorType t, int64_t dim) {
@@ -206,8 +196,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
 
   LogicalResult checkDivides(Operation *at, Value v, int64_t dim) {
     auto t = tensorOf(v);
-    if (t.getShape()[size_t(dim)] % T == 0)
-      return success();
+    if (t.getShape()[size_t(dim)] % T == 0) return success();
     return at->emitError("--tp ") << T << " does not divide dimension " << dim << " (" << t.getShape()[size_t(dim)]
                                   << ") of " << shapeStr(t.getShape())
                                   << (sequenceParallel ? ", which --sequence-parallel splits over the tensor ranks "
@@ -230,8 +219,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
         return want.gradPartial ? tag(b.create<TpCopyOp>(loc, t, y, group)) : y;
       }
       if (want.kind == TpLayout::Split && want.segments == 1) {
-        if (failed(checkDivides(at, v, want.dim)))
-          return failure();
+        if (failed(checkDivides(at, v, want.dim))) return failure();
         return tag(b.create<TpReduceScatterOp>(loc, chunkType(t, want.dim), v, group, b.getI64IntegerAttr(want.dim)));
       }
     }
@@ -241,16 +229,13 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
                << cur.segments << " segments for this " << at->getName().getStringRef();
       Value whole = tag(b.create<TpAllGatherOp>(loc, wholeType(t, cur.dim), v, group, b.getI64IntegerAttr(cur.dim),
                                                 b.getStringAttr(want.gradPartial ? "reduce_scatter" : "slice")));
-      if (want.isRep())
-        return whole;
+      if (want.isRep()) return whole;
       cur = TpLayout::rep(), v = whole, t = tensorOf(v);
     }
     if (cur.isRep()) {
-      if (want.isRep())
-        return tag(b.create<TpCopyOp>(loc, t, v, group)); // gradPartial
+      if (want.isRep()) return tag(b.create<TpCopyOp>(loc, t, v, group)); // gradPartial
       if (want.kind == TpLayout::Split && want.segments == 1) {
-        if (failed(checkDivides(at, v, want.dim)))
-          return failure();
+        if (failed(checkDivides(at, v, want.dim))) return failure();
         Value y = tag(b.create<TpSliceOp>(loc, chunkType(t, want.dim), v, group, b.getI64IntegerAttr(want.dim)));
         return want.gradPartial ? tag(b.create<TpCopyOp>(loc, tensorOf(y), y, group)) : y;
       }
@@ -265,11 +250,9 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
     // Weights: the rank's chunk.
     for (auto &entry : a.params) {
       const TpLayout &l = entry.second;
-      if (l.kind != TpLayout::Split)
-        continue;
+      if (l.kind != TpLayout::Split) continue;
       auto p = module.lookupSymbol<ParamOp>(entry.first());
-      if (!p)
-        return module.emitError("bigc-tensor-parallel: unknown parameter @") << entry.first();
+      if (!p) return module.emitError("bigc-tensor-parallel: unknown parameter @") << entry.first();
       auto full = p.getTensorType();
       p->setAttr(kTpSplitAttrName, b.getDenseI64ArrayAttr({l.dim, l.segments}));
       p->setAttr(kTpFullShapeAttrName, b.getDenseI64ArrayAttr(full.getShape()));
@@ -281,24 +264,21 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
         gp.getResult().setType(chunkType(tensorOf(gp.getResult()), it->second.dim));
     });
     llvm::DenseMap<Operation *, SmallVector<Conversion>> byOp;
-    for (const Conversion &c : a.conversions)
-      byOp[c.op].push_back(c);
+    for (const Conversion &c : a.conversions) byOp[c.op].push_back(c);
     std::map<std::tuple<void *, int, int64_t, int64_t, bool>, Value> made;
     SmallVector<Operation *> ops;
     for (Operation &op : func.front())
-      if (!isa<GetParamOp>(op))
-        ops.push_back(&op);
+      if (!isa<GetParamOp>(op)) ops.push_back(&op);
     for (Operation *op : ops) {
       b.setInsertionPoint(op);
       for (const Conversion &c : byOp.lookup(op)) {
         Value v = op->getOperand(c.operand);
-        auto key = std::make_tuple(v.getAsOpaquePointer(), int(c.want.kind), c.want.dim, c.want.segments,
-                                   c.want.gradPartial);
+        auto key =
+            std::make_tuple(v.getAsOpaquePointer(), int(c.want.kind), c.want.dim, c.want.segments, c.want.gradPartial);
         auto it = made.find(key);
         if (it == made.end()) {
           FailureOr<Value> y = convert(b, op, v, layoutOf(a, v), c.want);
-          if (failed(y))
-            return failure();
+          if (failed(y)) return failure();
           it = made.emplace(key, *y).first;
         }
         op->setOperand(c.operand, it->second);
@@ -306,12 +286,10 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
       const TpRule &rule = a.rules[op];
       for (unsigned j = 0; j < op->getNumResults(); ++j) {
         const TpLayout &l = rule.results[j];
-        if (l.kind == TpLayout::Split)
-          op->getResult(j).setType(chunkType(tensorOf(op->getResult(j)), l.dim));
+        if (l.kind == TpLayout::Split) op->getResult(j).setType(chunkType(tensorOf(op->getResult(j)), l.dim));
       }
       if (rule.divideHeads) {
-        if (auto att = dyn_cast<AttentionOp>(op))
-          att.setHeads(att.getHeads() / T);
+        if (auto att = dyn_cast<AttentionOp>(op)) att.setHeads(att.getHeads() / T);
         if (auto g = dyn_cast<GqaAttentionOp>(op)) {
           g.setHeads(g.getHeads() / T);
           if (rule.operands[1].kind == TpLayout::Split)
@@ -320,19 +298,20 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
             g.setTpHeads(true); // q: this rank's heads; k, v: all of them
         }
       }
-      if (rule.vocabParallel)
-        op->setAttr(kVocabGroupAttrName, b.getStringAttr(kTp));
+      if (rule.vocabParallel) op->setAttr(kVocabGroupAttrName, b.getStringAttr(kTp));
       if (rule.vocabParallelLoss) {
         auto ce = cast<CrossEntropyOp>(op);
         SmallVector<int64_t> s(tensorOf(ce.getTargets()).getShape());
         s.push_back(2);
         auto statsT = RankedTensorType::get(s, Float32Type::get(ctx));
-        auto stats = b.create<VocabCeStatsOp>(ce.getLoc(), statsT, ce.getLogits(), ce.getTargets(), b.getStringAttr(kTp));
+        auto stats =
+            b.create<VocabCeStatsOp>(ce.getLoc(), statsT, ce.getLogits(), ce.getTargets(), b.getStringAttr(kTp));
         copyPlacementTags(op, stats);
         auto all = b.create<TpAllGatherOp>(ce.getLoc(), wholeType(statsT, 0), stats.getResult(), b.getStringAttr(kTp),
                                            b.getI64IntegerAttr(0), b.getStringAttr("slice"));
         copyPlacementTags(op, all);
-        auto loss = b.create<VocabCeLossOp>(ce.getLoc(), ce.getLoss().getType(), all.getResult(), b.getI64IntegerAttr(T));
+        auto loss =
+            b.create<VocabCeLossOp>(ce.getLoc(), ce.getLoss().getType(), all.getResult(), b.getI64IntegerAttr(T));
         copyPlacementTags(op, loss);
         ce.getLoss().replaceAllUsesWith(loss.getResult());
         ce->erase();
@@ -340,8 +319,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
     }
     if (!a.replicated.empty()) {
       SmallVector<Attribute> notes;
-      for (const std::string &n : a.replicated)
-        notes.push_back(b.getStringAttr(n));
+      for (const std::string &n : a.replicated) notes.push_back(b.getStringAttr(n));
       module->setAttr(kTpReplicatedAttrName, b.getArrayAttr(notes));
     }
     return success();
@@ -350,8 +328,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
   LogicalResult run() {
     module = getOperation();
     MLIRContext *ctx = module.getContext();
-    if (tp < 1)
-      return module.emitError("--tp must be at least 1, got ") << tp;
+    if (tp < 1) return module.emitError("--tp must be at least 1, got ") << tp;
     if (ranks < 1 || ranks % tp != 0)
       return module.emitError("--tp ") << tp << " does not divide --ranks " << ranks
                                        << ": the mesh is dp x tp x pp = ranks, so the ranks must be a multiple of "
@@ -369,23 +346,19 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
                                        attrs.getNamedAttr("pp", attrs.getI64IntegerAttr(1)),
                                        attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(tp)),
                                    }));
-    if (sequenceParallel)
-      module->setAttr(kSequenceParallelAttrName, attrs.getUnitAttr());
-    if (T == 1)
-      return success();
+    if (sequenceParallel) module->setAttr(kSequenceParallelAttrName, attrs.getUnitAttr());
+    if (T == 1) return success();
     llvm::DenseMap<Value, int64_t> demands;
     for (int round = 0; round < 4; ++round) {
       FailureOr<Analysis> a = analyze(demands);
-      if (failed(a))
-        return failure();
+      if (failed(a)) return failure();
       bool more = false;
       for (auto &[v, s] : a->demands)
         if (demands.lookup(v) != s) {
           demand(demands, v, s);
           more = true;
         }
-      if (!more || round == 3)
-        return apply(*a);
+      if (!more || round == 3) return apply(*a);
     }
     return success();
   }

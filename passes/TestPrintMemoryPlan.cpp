@@ -34,9 +34,7 @@ using namespace mlir;
 using namespace mlir::bigc;
 
 namespace {
-struct BigcTestPrintMemoryPlanPass
-    : public mlir::bigc::impl::BigcTestPrintMemoryPlanBase<
-          BigcTestPrintMemoryPlanPass> {
+struct BigcTestPrintMemoryPlanPass : public mlir::bigc::impl::BigcTestPrintMemoryPlanBase<BigcTestPrintMemoryPlanPass> {
   using Base::Base;
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -47,25 +45,20 @@ struct BigcTestPrintMemoryPlanPass
       return signalPassFailure();
     }
     FailureOr<MemoryPlan> mp = computeMemoryPlan(module, func);
-    if (failed(mp))
-      return signalPassFailure();
+    if (failed(mp)) return signalPassFailure();
 
     llvm::raw_ostream &os = llvm::errs();
-    os << "memory-plan @" << func.getSymName()
-       << ": instructions=" << mp->numInstructions
+    os << "memory-plan @" << func.getSymName() << ": instructions=" << mp->numInstructions
        << " buffers=" << mp->values.size() << " arena=" << mp->arena.arenaBytes
        << " lower_bound=" << mp->arena.lowerBoundBytes;
     auto host = mp->arenas.find("host");
     if (host != mp->arenas.end())
-      os << " host_arena=" << host->second.arenaBytes
-         << " host_lower_bound=" << host->second.lowerBoundBytes;
+      os << " host_arena=" << host->second.arenaBytes << " host_lower_bound=" << host->second.lowerBoundBytes;
     os << "\n";
     AsmState state(func);
     for (PlanValue pv : mp->values) {
       switch (pv.kind) {
-      case PlanValue::Param:
-        os << "@" << pv.param.getSymName() << " " << pv.param.getRole();
-        break;
+      case PlanValue::Param: os << "@" << pv.param.getSymName() << " " << pv.param.getRole(); break;
       case PlanValue::Arg:
         pv.value.printAsOperand(os, state);
         os << " arg";
@@ -75,10 +68,9 @@ struct BigcTestPrintMemoryPlanPass
         os << " " << pv.value.getDefiningOp()->getName();
         break;
       }
-      os << " : offset=" << mp->groups[pv.group].offset << " size=" << pv.bytes
-         << " live=[" << pv.first << "," << pv.last << "]";
-      if (pv.space != "device")
-        os << " space=" << pv.space;
+      os << " : offset=" << mp->groups[pv.group].offset << " size=" << pv.bytes << " live=[" << pv.first << ","
+         << pv.last << "]";
+      if (pv.space != "device") os << " space=" << pv.space;
       os << "\n";
     }
     markAllAnalysesPreserved();

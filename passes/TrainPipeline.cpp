@@ -16,29 +16,24 @@
 namespace mlir {
 namespace bigc {
 
-template <>
-const std::vector<std::pair<Precision, const char *>> &choiceNames<Precision>() {
+template <> const std::vector<std::pair<Precision, const char *>> &choiceNames<Precision>() {
   static const std::vector<std::pair<Precision, const char *>> names = {
       {Precision::FP32, "fp32"}, {Precision::BF16, "bf16"}, {Precision::FP16, "fp16"}};
   return names;
 }
-template <>
-const std::vector<std::pair<RecomputePolicy, const char *>> &choiceNames<RecomputePolicy>() {
-  static const std::vector<std::pair<RecomputePolicy, const char *>> names = {
-      {RecomputePolicy::None, "none"},
-      {RecomputePolicy::Full, "full"},
-      {RecomputePolicy::Selective, "selective"},
-      {RecomputePolicy::Auto, "auto"}};
+template <> const std::vector<std::pair<RecomputePolicy, const char *>> &choiceNames<RecomputePolicy>() {
+  static const std::vector<std::pair<RecomputePolicy, const char *>> names = {{RecomputePolicy::None, "none"},
+                                                                              {RecomputePolicy::Full, "full"},
+                                                                              {RecomputePolicy::Selective, "selective"},
+                                                                              {RecomputePolicy::Auto, "auto"}};
   return names;
 }
-template <>
-const std::vector<std::pair<Offload, const char *>> &choiceNames<Offload>() {
+template <> const std::vector<std::pair<Offload, const char *>> &choiceNames<Offload>() {
   static const std::vector<std::pair<Offload, const char *>> names = {
       {Offload::None, "none"}, {Offload::CPU, "cpu"}, {Offload::NVMe, "nvme"}};
   return names;
 }
-template <>
-const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>() {
+template <> const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>() {
   static const std::vector<std::pair<OffloadParams, const char *>> names = {
       {OffloadParams::Auto, "auto"}, {OffloadParams::Device, "device"}, {OffloadParams::Host, "host"}};
   return names;
@@ -115,8 +110,7 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
 }
 
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &c) {
-  for (TrainStage s : {TrainStage::Model, TrainStage::Techniques, TrainStage::Plan})
-    buildTrainPipeline(pm, c, s);
+  for (TrainStage s : {TrainStage::Model, TrainStage::Techniques, TrainStage::Plan}) buildTrainPipeline(pm, c, s);
 }
 
 namespace {
@@ -126,16 +120,12 @@ namespace {
 /// --recompute auto, offload-params for --offload cpu) are explicit here.
 struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<int64_t> ranks{*this, "ranks", llvm::cl::desc("All ranks (dp x tp)"), llvm::cl::init(1)};
-  Option<int64_t> zero{*this, "zero", llvm::cl::desc("ZeRO stage over the data-parallel ranks"),
-                       llvm::cl::init(0)};
+  Option<int64_t> zero{*this, "zero", llvm::cl::desc("ZeRO stage over the data-parallel ranks"), llvm::cl::init(0)};
   Option<int64_t> tp{*this, "tp", llvm::cl::desc("Tensor-parallel ranks"), llvm::cl::init(1)};
-  Option<bool> sequenceParallel{*this, "sequence-parallel",
-                                llvm::cl::desc("With tp: Megatron sequence parallelism"),
+  Option<bool> sequenceParallel{*this, "sequence-parallel", llvm::cl::desc("With tp: Megatron sequence parallelism"),
                                 llvm::cl::init(false)};
-  Option<double> bucketMb{*this, "bucket-mb", llvm::cl::desc("Largest merged collective in MiB"),
-                          llvm::cl::init(25)};
-  Option<Precision> precision{*this, "precision", llvm::cl::desc("Compute precision"),
-                              llvm::cl::init(Precision::FP32),
+  Option<double> bucketMb{*this, "bucket-mb", llvm::cl::desc("Largest merged collective in MiB"), llvm::cl::init(25)};
+  Option<Precision> precision{*this, "precision", llvm::cl::desc("Compute precision"), llvm::cl::init(Precision::FP32),
                               llvm::cl::values(clEnumValN(Precision::FP32, "fp32", "fp32"),
                                                clEnumValN(Precision::BF16, "bf16", "bf16"),
                                                clEnumValN(Precision::FP16, "fp16", "fp16"))};
@@ -144,33 +134,31 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<int64_t> lossScaleWindow{*this, "loss-scale-window",
                                   llvm::cl::desc("fp16: clean steps before the loss scale doubles"),
                                   llvm::cl::init(2000)};
-  Option<int64_t> microBatches{*this, "micro-batches", llvm::cl::desc("Micro-batches per update"),
-                               llvm::cl::init(1)};
-  Option<RecomputePolicy> recompute{
-      *this, "recompute", llvm::cl::desc("Recomputation policy"), llvm::cl::init(RecomputePolicy::None),
-      llvm::cl::values(clEnumValN(RecomputePolicy::None, "none", "none"),
-                       clEnumValN(RecomputePolicy::Full, "full", "full"),
-                       clEnumValN(RecomputePolicy::Selective, "selective", "selective"),
-                       clEnumValN(RecomputePolicy::Auto, "auto", "auto"))};
+  Option<int64_t> microBatches{*this, "micro-batches", llvm::cl::desc("Micro-batches per update"), llvm::cl::init(1)};
+  Option<RecomputePolicy> recompute{*this, "recompute", llvm::cl::desc("Recomputation policy"),
+                                    llvm::cl::init(RecomputePolicy::None),
+                                    llvm::cl::values(clEnumValN(RecomputePolicy::None, "none", "none"),
+                                                     clEnumValN(RecomputePolicy::Full, "full", "full"),
+                                                     clEnumValN(RecomputePolicy::Selective, "selective", "selective"),
+                                                     clEnumValN(RecomputePolicy::Auto, "auto", "auto"))};
   Option<int64_t> recomputeDrop{*this, "recompute-drop",
                                 llvm::cl::desc("recompute=auto: ranked candidates recomputed (-1: all)"),
                                 llvm::cl::init(-1)};
-  Option<Offload> offload{*this, "offload", llvm::cl::desc("Offload"), llvm::cl::init(Offload::None),
-                          llvm::cl::values(clEnumValN(Offload::None, "none", "none"),
-                                           clEnumValN(Offload::CPU, "cpu", "cpu"))};
-  Option<OffloadParams> offloadParams{
-      *this, "offload-params", llvm::cl::desc("offload=cpu: where the weights live between uses"),
-      llvm::cl::init(OffloadParams::Device),
-      llvm::cl::values(clEnumValN(OffloadParams::Device, "device", "device"),
-                       clEnumValN(OffloadParams::Host, "host", "host"))};
+  Option<Offload> offload{
+      *this, "offload", llvm::cl::desc("Offload"), llvm::cl::init(Offload::None),
+      llvm::cl::values(clEnumValN(Offload::None, "none", "none"), clEnumValN(Offload::CPU, "cpu", "cpu"))};
+  Option<OffloadParams> offloadParams{*this, "offload-params",
+                                      llvm::cl::desc("offload=cpu: where the weights live between uses"),
+                                      llvm::cl::init(OffloadParams::Device),
+                                      llvm::cl::values(clEnumValN(OffloadParams::Device, "device", "device"),
+                                                       clEnumValN(OffloadParams::Host, "host", "host"))};
   Option<int64_t> prefetch{*this, "prefetch", llvm::cl::desc("ZeRO-3: layers an all-gather runs ahead"),
                            llvm::cl::init(1)};
   Option<double> lr{*this, "lr", llvm::cl::desc("AdamW learning rate"), llvm::cl::init(3e-4)};
   Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"), llvm::cl::init(0.9)};
   Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"), llvm::cl::init(0.95)};
   Option<double> eps{*this, "eps", llvm::cl::desc("AdamW epsilon"), llvm::cl::init(1e-8)};
-  Option<double> weightDecay{*this, "weight-decay", llvm::cl::desc("AdamW weight decay"),
-                             llvm::cl::init(0.1)};
+  Option<double> weightDecay{*this, "weight-decay", llvm::cl::desc("AdamW weight decay"), llvm::cl::init(0.1)};
   Option<double> gradClip{*this, "grad-clip", llvm::cl::desc("Global gradient norm clip (0: none)"),
                           llvm::cl::init(0.0)};
 
@@ -199,8 +187,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
 
 void registerBigcTrainPipeline() {
   PassPipelineRegistration<TrainPipelineOptions>(
-      "bigc-train-pipeline",
-      "What `bigc compile` runs between the model and the emitter (options named as its flags)",
+      "bigc-train-pipeline", "What `bigc compile` runs between the model and the emitter (options named as its flags)",
       [](OpPassManager &pm, const TrainPipelineOptions &o) { buildTrainPipeline(pm, o.config()); });
 }
 

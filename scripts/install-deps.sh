@@ -3,7 +3,7 @@
 set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-pkgs=(cmake ninja-build ccache g++ pkg-config lld
+pkgs=(cmake ninja-build ccache g++ pkg-config lld clang-format-14
       llvm-19-dev libmlir-19-dev mlir-19-tools llvm-19-tools
       nlohmann-json3-dev libopenblas-dev libopenblas0-openmp libgtest-dev
       python3-torch python3-numpy python3-venv libopenmpi-dev openmpi-bin)

@@ -1,7 +1,7 @@
 // C entry point to bigc's CPU AdamW for the Python benchmark (ctypes): the same kernel the
 // runtime links, timed on the same torch tensors as torch.optim.AdamW and DeepSpeedCPUAdam, and
 // checked against torch.optim.AdamW's numbers. Built by bench/cpu_adam/run.sh into a .so.
-#include "bigc/runtime/cpu_adam.h"
+#include "bigc/Runtime/cpu_adam.h"
 
 #include <omp.h>
 

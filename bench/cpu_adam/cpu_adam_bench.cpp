@@ -10,7 +10,7 @@
 // (0, 4 or 2); f32 grads, no half: 16 read + 12 written = 28 bytes. The triad a = b + s*c counts
 // 12 bytes per element (STREAM's convention: the write-allocate read of `a` is not counted).
 // Built by bench/cpu_adam/run.sh (g++ -O3 -march=native -fopenmp with the library's source).
-#include "bigc/runtime/cpu_adam.h"
+#include "bigc/Runtime/cpu_adam.h"
 
 #include <omp.h>
 #include <sys/mman.h>
@@ -27,9 +27,7 @@ using bigc::rt::DType;
 
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -52,17 +50,23 @@ void *alloc(size_t bytes) {
 }
 
 bool parseType(const std::string &s, DType &t) {
-  if (s == "f32") t = DType::F32;
-  else if (s == "bf16") t = DType::BF16;
-  else if (s == "f16") t = DType::F16;
-  else return false;
+  if (s == "f32")
+    t = DType::F32;
+  else if (s == "bf16")
+    t = DType::BF16;
+  else if (s == "f16")
+    t = DType::F16;
+  else
+    return false;
   return true;
 }
 
 [[noreturn]] void usage(const char *msg) {
-  std::fprintf(stderr, "cpu_adam_bench: %s\nusage: cpu_adam_bench [--n N] [--threads T] [--steps S] [--warmup W] "
-                       "[--grad f32|bf16|f16] [--half none|f32|bf16|f16] [--isa auto|avx512|avx2|scalar] [--no-triad] [--huge-pages]\n",
-               msg);
+  std::fprintf(
+      stderr,
+      "cpu_adam_bench: %s\nusage: cpu_adam_bench [--n N] [--threads T] [--steps S] [--warmup W] "
+      "[--grad f32|bf16|f16] [--half none|f32|bf16|f16] [--isa auto|avx512|avx2|scalar] [--no-triad] [--huge-pages]\n",
+      msg);
   std::exit(1);
 }
 
@@ -80,16 +84,26 @@ int main(int argc, char **argv) {
       return argv[++i];
     };
     try {
-      if (a == "--n") n = std::stoll(next());
-      else if (a == "--threads") threads = std::stoi(next());
-      else if (a == "--steps") steps = std::stoi(next());
-      else if (a == "--warmup") warmup = std::stoi(next());
-      else if (a == "--grad") gradName = next();
-      else if (a == "--half") halfName = next();
-      else if (a == "--isa") isa = next();
-      else if (a == "--no-triad") triad = false;
-      else if (a == "--huge-pages") hugePages = true;
-      else usage(("unknown option " + a).c_str());
+      if (a == "--n")
+        n = std::stoll(next());
+      else if (a == "--threads")
+        threads = std::stoi(next());
+      else if (a == "--steps")
+        steps = std::stoi(next());
+      else if (a == "--warmup")
+        warmup = std::stoi(next());
+      else if (a == "--grad")
+        gradName = next();
+      else if (a == "--half")
+        halfName = next();
+      else if (a == "--isa")
+        isa = next();
+      else if (a == "--no-triad")
+        triad = false;
+      else if (a == "--huge-pages")
+        hugePages = true;
+      else
+        usage(("unknown option " + a).c_str());
     } catch (const std::logic_error &) {
       usage(("bad number for " + a).c_str());
     }
@@ -116,8 +130,10 @@ int main(int argc, char **argv) {
     m[i] = 0.0f;
     v[i] = 0.0f;
     float gv = 1e-3f * float(int((i * 7919) % 1999) - 999) / 999.0f;
-    if (gt == DType::F32) static_cast<float *>(g)[i] = gv;
-    else static_cast<uint16_t *>(g)[i] = gt == DType::BF16 ? 0x3a83 : 0x1419; // ~1e-3
+    if (gt == DType::F32)
+      static_cast<float *>(g)[i] = gv;
+    else
+      static_cast<uint16_t *>(g)[i] = gt == DType::BF16 ? 0x3a83 : 0x1419; // ~1e-3
     if (writeHalf) std::memset(static_cast<char *>(h) + i * hsz, 0, hsz);
   }
 
@@ -191,13 +207,15 @@ int main(int argc, char **argv) {
   double checksum = 0;
   for (int64_t i = 0; i < n; i += 4099) checksum += p[i];
 
-  std::printf("{\"impl\": \"bigc cpuAdamW (%s)\", \"isa\": \"%s\", \"n\": %lld, \"threads\": %d, \"grad\": \"%s\", "
-              "\"half\": \"%s\", \"huge_pages\": %s, \"step_ms\": %.3f, \"params_per_s\": %.4g, \"bytes_per_param\": %.0f, "
-              "\"adam_GBps\": %.2f, \"triad_GBps\": %.2f, \"triad_with_write_allocate_GBps\": %.2f, \"rmw_GBps\": %.2f, \"adam_streams_GBps\": %.2f, "
-              "\"fraction_of_best_bandwidth\": %.3f, \"checksum\": %.6g}\n",
-              bigc::rt::cpuAdamIsa(), bigc::rt::cpuAdamIsa(), (long long)n, threads, gradName.c_str(),
-              halfName.c_str(), hugePages ? "true" : "false", tAdam * 1e3, double(n) / tAdam, bytesPerParam, adamGBs, triadGBs, triadRealGBs,
-              rmwGBs, sameGBs, triad ? adamGBs / bestGBs : 0.0, checksum);
+  std::printf(
+      "{\"impl\": \"bigc cpuAdamW (%s)\", \"isa\": \"%s\", \"n\": %lld, \"threads\": %d, \"grad\": \"%s\", "
+      "\"half\": \"%s\", \"huge_pages\": %s, \"step_ms\": %.3f, \"params_per_s\": %.4g, \"bytes_per_param\": %.0f, "
+      "\"adam_GBps\": %.2f, \"triad_GBps\": %.2f, \"triad_with_write_allocate_GBps\": %.2f, \"rmw_GBps\": %.2f, "
+      "\"adam_streams_GBps\": %.2f, "
+      "\"fraction_of_best_bandwidth\": %.3f, \"checksum\": %.6g}\n",
+      bigc::rt::cpuAdamIsa(), bigc::rt::cpuAdamIsa(), (long long)n, threads, gradName.c_str(), halfName.c_str(),
+      hugePages ? "true" : "false", tAdam * 1e3, double(n) / tAdam, bytesPerParam, adamGBs, triadGBs, triadRealGBs,
+      rmwGBs, sameGBs, triad ? adamGBs / bestGBs : 0.0, checksum);
   std::free(p);
   std::free(m);
   std::free(v);

@@ -81,9 +81,15 @@ check(len(ref) == len(rows) and worst < 2.5e-3,
 # resident memory of `bigc-run --help`, which loads the same libraries: with the CUDA backend built
 # in, cuBLASLt and NCCL), plus 16 MiB for what the CPU backend allocates outside the plan (fp32
 # staging of 16-bit operands, the program, the data, thread stacks).
+# Under AddressSanitizer the resident memory also holds its shadow memory and the quarantine of
+# freed blocks (hundreds of MiB), which no plan describes: the check is made, and means something,
+# in the normal build only (the touched arenas above are checked in both).
+asan = b"__asan_init" in open(f"{sys.argv[8]}/bigc-run", "rb").read()
 rss = max(r["rss_peak_bytes"] for r in rows)
 allowed = dev + sp["host"]["arena_bytes"] + base_rss + 16 * 2**20
-check(rss <= allowed, f"the process's peak resident memory {rss / 2**20:.1f} MiB <= arenas "
+if asan:
+    print(f"note the process's peak resident memory {rss / 2**20:.1f} MiB is not checked in an AddressSanitizer build")
+check(asan or rss <= allowed, f"the process's peak resident memory {rss / 2**20:.1f} MiB <= arenas "
       f"{(dev + sp['host']['arena_bytes']) / 2**20:.1f} MiB + libraries {base_rss / 2**20:.1f} MiB + 16 MiB "
       f"(outside the arenas and libraries: {(rss - dev - sp['host']['arena_bytes'] - base_rss) / 2**20:+.1f} MiB)")
 r = j.get("recompute", {})

@@ -46,8 +46,7 @@ using namespace mlir::bigc;
 
 int64_t mlir::bigc::typeBytes(Type type) {
   auto t = dyn_cast<RankedTensorType>(type);
-  if (!t || !t.hasStaticShape())
-    return 0;
+  if (!t || !t.hasStaticShape()) return 0;
   Type e = t.getElementType();
   int64_t size = (e.isF32() || e.isInteger(32)) ? 4 : (e.isBF16() || e.isF16()) ? 2 : 0;
   return t.getNumElements() * size;
@@ -67,21 +66,17 @@ static ArrayRef<int64_t> shape(Value v) {
 /// `fallback` when it cannot be found.
 static int64_t symbolBytes(Operation *op, StringRef attr, int64_t fallback) {
   auto ref = op->getAttrOfType<FlatSymbolRefAttr>(attr);
-  if (!ref)
-    return 0;
+  if (!ref) return 0;
   if (Operation *sym = SymbolTable::lookupNearestSymbolFrom(op, ref))
-    if (auto t = sym->getAttrOfType<TypeAttr>("type"))
-      return typeBytes(t.getValue());
+    if (auto t = sym->getAttrOfType<TypeAttr>("type")) return typeBytes(t.getValue());
   return fallback;
 }
 
 /// Causal (query, key) pairs and head size of an attention over qkv [B,T,3C].
-static void attentionShape(Value qkv, int64_t heads, int64_t &pairs,
-                           int64_t &headDim, int64_t &btc) {
+static void attentionShape(Value qkv, int64_t heads, int64_t &pairs, int64_t &headDim, int64_t &btc) {
   ArrayRef<int64_t> s = shape(qkv);
   pairs = headDim = btc = 0;
-  if (s.size() != 3 || heads <= 0)
-    return;
+  if (s.size() != 3 || heads <= 0) return;
   int64_t b = s[0], t = s[1], c = s[2] / 3;
   pairs = b * heads * (t * (t + 1) / 2);
   headDim = c / heads;
@@ -95,22 +90,17 @@ OpCost mlir::bigc::opCost(Operation *op) {
     c.known = false;
     return c;
   }
-  if (name == "get_param" || name == "param" || name == "wait")
-    return c;
-  for (Value v : op->getOperands())
-    c.bytesRead += typeBytes(v.getType());
-  for (Value r : op->getResults())
-    c.bytesWritten += typeBytes(r.getType());
+  if (name == "get_param" || name == "param" || name == "wait") return c;
+  for (Value v : op->getOperands()) c.bytesRead += typeBytes(v.getType());
+  for (Value r : op->getResults()) c.bytesWritten += typeBytes(r.getType());
   auto operandElements = [&] {
     int64_t n = 0;
-    for (Value v : op->getOperands())
-      n += elements(v);
+    for (Value v : op->getOperands()) n += elements(v);
     return n;
   };
   int64_t n0 = op->getNumResults() ? elements(op->getResult(0)) : 0;
   int64_t heads = 0;
-  if (auto h = op->getAttrOfType<IntegerAttr>("heads"))
-    heads = h.getInt();
+  if (auto h = op->getAttrOfType<IntegerAttr>("heads")) heads = h.getInt();
 
   if (name == "matmul") {
     Value a = op->getOperand(0);
@@ -118,8 +108,7 @@ OpCost mlir::bigc::opCost(Operation *op) {
     bool ta = op->hasAttr("transpose_a");
     int64_t k = as.size() >= 2 ? (ta ? as[as.size() - 2] : as.back()) : 0;
     c.flops = 2 * n0 * k;
-  } else if (name == "add" || name == "mul" || name == "bias_add" ||
-             name == "scale") {
+  } else if (name == "add" || name == "mul" || name == "bias_add" || name == "scale") {
     c.flops = n0;
   } else if (name == "reduce_sum") {
     c.flops = elements(op->getOperand(0));
@@ -159,13 +148,11 @@ OpCost mlir::bigc::opCost(Operation *op) {
     const bool grad = name == "gqa_attention_grad";
     ArrayRef<int64_t> q = shape(op->getOperand(grad ? 1 : 0));
     int64_t window = 0;
-    if (auto w = op->getAttrOfType<IntegerAttr>("window"))
-      window = w.getInt();
+    if (auto w = op->getAttrOfType<IntegerAttr>("window")) window = w.getInt();
     if (q.size() == 3 && heads > 0) {
       const int64_t b = q[0], t = q[1], d = q[2] / heads;
       int64_t perRow = t * (t + 1) / 2; // causal pairs of one head
-      if (window > 0 && window < t)
-        perRow = window * (window + 1) / 2 + (t - window) * window;
+      if (window > 0 && window < t) perRow = window * (window + 1) / 2 + (t - window) * window;
       const int64_t pairs = b * heads * perRow;
       c.flops = grad ? 10 * pairs * d + 8 * pairs + 2 * b * t * heads * d : 4 * pairs * d + 6 * pairs;
     }
@@ -176,8 +163,7 @@ OpCost mlir::bigc::opCost(Operation *op) {
     c.flops = elements(op->getOperand(0));
   } else if (name == "reshape") {
     c.bytesRead = c.bytesWritten = 0; // an alias of its operand
-  } else if (name == "transpose" || name == "split" || name == "concat" ||
-             name == "cast" || name == "copy") {
+  } else if (name == "transpose" || name == "split" || name == "concat" || name == "cast" || name == "copy") {
     c.flops = 0;
   } else if (name == "cross_entropy") {
     c.flops = 6 * elements(op->getOperand(0));
@@ -200,8 +186,7 @@ OpCost mlir::bigc::opCost(Operation *op) {
   } else if (name == "adamw") {
     Value g = op->getOperand(0);
     int64_t fallback = elements(g) * 4;
-    int64_t p = symbolBytes(op, "param", fallback),
-            m = symbolBytes(op, "exp_avg", fallback),
+    int64_t p = symbolBytes(op, "param", fallback), m = symbolBytes(op, "exp_avg", fallback),
             v = symbolBytes(op, "exp_avg_sq", fallback);
     c.flops = 16 * elements(g);
     c.bytesRead += p + m + v;
@@ -214,12 +199,10 @@ OpCost mlir::bigc::opCost(Operation *op) {
 
 FunctionCost mlir::bigc::functionCost(func::FuncOp func) {
   FunctionCost fc;
-  if (func.isExternal())
-    return fc;
+  if (func.isExternal()) return fc;
   for (Block &block : func.getBody())
     for (Operation &op : block) {
-      if (op.hasTrait<OpTrait::IsTerminator>())
-        continue;
+      if (op.hasTrait<OpTrait::IsTerminator>()) continue;
       OpCost c = opCost(&op);
       StringRef p = bigc::phaseOf(&op);
       if (bigc::isRecomputed(&op))
@@ -236,12 +219,9 @@ FunctionCost mlir::bigc::functionCost(func::FuncOp func) {
   return fc;
 }
 
-double mlir::bigc::rooflineSeconds(const OpCost &c, double flopsPerS,
-                                   double bytesPerS) {
+double mlir::bigc::rooflineSeconds(const OpCost &c, double flopsPerS, double bytesPerS) {
   double t = 0;
-  if (flopsPerS > 0)
-    t = std::max(t, double(c.flops) / flopsPerS);
-  if (bytesPerS > 0)
-    t = std::max(t, double(c.bytes()) / bytesPerS);
+  if (flopsPerS > 0) t = std::max(t, double(c.flops) / flopsPerS);
+  if (bytesPerS > 0) t = std::max(t, double(c.bytes()) / bytesPerS);
   return t;
 }

@@ -26,8 +26,7 @@ int64_t symbolBytes(ModuleOp m, FlatSymbolRefAttr ref) {
 StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwareProfile &hw) {
   StepEstimate est;
   auto func = module.lookupSymbol<func::FuncOp>("train_step");
-  if (!func || func.isExternal())
-    return est;
+  if (!func || func.isExternal()) return est;
   Block &block = func.front();
   llvm::DenseMap<Operation *, double> endOf;
   llvm::DenseMap<int64_t, Operation *> eventOp;
@@ -42,36 +41,28 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
   std::vector<Coll> colls;
 
   for (Operation &op : block.without_terminator()) {
-    if (isa<GetParamOp>(op))
-      continue;
-    if (int64_t e = opEvent(&op); e >= 0)
-      eventOp[e] = &op;
+    if (isa<GetParamOp>(op)) continue;
+    if (int64_t e = opEvent(&op); e >= 0) eventOp[e] = &op;
     const std::string stream = opStream(&op).str();
     // `start` first gathers when the op could start (what it waits for); its stream's queue after.
     double start = 0;
-    if (stream != "compute")
-      start = lastComputeEnd; // issued when the compute stream reaches it
+    if (stream != "compute") start = lastComputeEnd; // issued when the compute stream reaches it
     for (Value v : op.getOperands())
       if (Operation *d = v.getDefiningOp()) {
         if (auto gp = dyn_cast<GetParamOp>(d)) {
-          if (Operation *w = lastWriter.lookup(gp.getParam()))
-            start = std::max(start, endOf.lookup(w));
+          if (Operation *w = lastWriter.lookup(gp.getParam())) start = std::max(start, endOf.lookup(w));
         } else {
           start = std::max(start, endOf.lookup(d));
         }
       }
     auto readsSym = [&](FlatSymbolRefAttr r) {
-      if (Operation *w = lastWriter.lookup(r.getValue()))
-        start = std::max(start, endOf.lookup(w));
+      if (Operation *w = lastWriter.lookup(r.getValue())) start = std::max(start, endOf.lookup(w));
     };
     if (auto w = dyn_cast<WaitOp>(op))
       for (int64_t e : w.getEvents())
-        if (Operation *x = eventOp.lookup(e))
-          start = std::max(start, endOf.lookup(x));
-    if (auto pc = dyn_cast<ParamCopyOp>(op))
-      readsSym(pc.getFromAttr());
-    if (auto pg = dyn_cast<ParamAllGatherOp>(op))
-      readsSym(pg.getFromAttr());
+        if (Operation *x = eventOp.lookup(e)) start = std::max(start, endOf.lookup(x));
+    if (auto pc = dyn_cast<ParamCopyOp>(op)) readsSym(pc.getFromAttr());
+    if (auto pg = dyn_cast<ParamAllGatherOp>(op)) readsSym(pg.getFromAttr());
 
     const double ready = start;
     start = std::max(start, streamFree[stream]);
@@ -96,8 +87,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       if (auto pc = dyn_cast<ParamCopyOp>(op))
         bytes = double(symbolBytes(module, pc.getToAttr()));
       else
-        for (Value r : op.getResults())
-          bytes += double(typeBytes(r.getType()));
+        for (Value r : op.getResults()) bytes += double(typeBytes(r.getType()));
       double bw = stream == "h2d" ? hw.h2dBytesPerS : hw.d2hBytesPerS;
       dur = bw > 0 ? bytes / bw : 0;
     } else if (stream == "host") {
@@ -126,8 +116,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     // Persistent tensors written.
     if (auto a = dyn_cast<AdamWOp>(op)) {
       lastWriter[a.getParam()] = &op;
-      if (auto h = a.getHalf())
-        lastWriter[*h] = &op;
+      if (auto h = a.getHalf()) lastWriter[*h] = &op;
     } else if (auto pc = dyn_cast<ParamCopyOp>(op)) {
       lastWriter[pc.getTo()] = &op;
     } else if (auto pg = dyn_cast<ParamAllGatherOp>(op)) {
@@ -147,7 +136,6 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     for (; it != busy.end() && it->first < c.end; ++it)
       t.hiddenSeconds += std::max(0.0, std::min(c.end, it->second) - std::max(c.start, it->first));
   }
-  for (auto &[k, v] : by)
-    est.collectives.push_back(v);
+  for (auto &[k, v] : by) est.collectives.push_back(v);
   return est;
 }

@@ -7,9 +7,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Capacity.h"
-#include "bigc/runtime/ops.h"
+#include "bigc/Runtime/ops.h"
 #include "bigc/Dialect/BigcOps.h"
-#include "bigc/support/format.h"
+#include "bigc/Support/format.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -38,8 +38,8 @@ using rt::UserError;
 
 namespace {
 
-const char *kRoleOrder[] = {"param", "master", "optimizer", "grad", "input", "activation", "activation_grad",
-                            "workspace", "transfer"};
+const char *kRoleOrder[] = {"param",      "master",          "optimizer", "grad",    "input",
+                            "activation", "activation_grad", "workspace", "transfer"};
 
 int roleRank(const std::string &r) {
   const int n = int(sizeof kRoleOrder / sizeof kRoleOrder[0]);
@@ -118,9 +118,11 @@ std::string secs(double s) {
 std::string workStr(const ExtraWork &w) {
   std::string s;
   if (w.flopsAdded > 0)
-    s += "recomputes " + (w.forwardFlops > 0 ? pct(double(w.flopsAdded) / double(w.forwardFlops)) + " of the forward FLOPs"
-                                             : withCommas(w.flopsAdded) + " FLOPs");
-  if (w.transferBytes > 0) s += (s.empty() ? "" : ", ") + std::string("moves ") + humanBytes(w.transferBytes) + " host<->device";
+    s += "recomputes " + (w.forwardFlops > 0
+                              ? pct(double(w.flopsAdded) / double(w.forwardFlops)) + " of the forward FLOPs"
+                              : withCommas(w.flopsAdded) + " FLOPs");
+  if (w.transferBytes > 0)
+    s += (s.empty() ? "" : ", ") + std::string("moves ") + humanBytes(w.transferBytes) + " host<->device";
   if (w.commExposedSeconds > 0)
     s += (s.empty() ? "" : ", ") + std::string("collectives not hidden behind compute ") + secs(w.commExposedSeconds);
   if (s.empty()) return "no extra work";
@@ -241,14 +243,15 @@ void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
 void chooseRecompute(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHardware) {
   int64_t budget = o.memoryBudget > 0 ? o.memoryBudget : o.deviceCapacity;
   if (budget <= 0) throw UserError("--recompute auto needs --memory-budget or --hardware/--device-mem");
-  std::string budgetName = o.memoryBudget > 0 ? "--memory-budget " + humanBytes(budget)
+  std::string budgetName = o.memoryBudget > 0   ? "--memory-budget " + humanBytes(budget)
                            : budgetFromHardware ? "the device memory of " + o.hardware.name + ", " + humanBytes(budget)
                                                 : "--device-mem " + humanBytes(budget);
   // Every candidate is a forward op of a transformer block (per micro-batch): their count bounds N.
   int64_t upper = 0;
   if (auto fwd = parsed.lookupSymbol<mlir::func::FuncOp>("forward"))
     fwd.walk([&](mlir::Operation *op) {
-      if (!llvm::isa<mlir::bigc::GetParamOp>(op) && op->getNumResults() > 0 && op->hasAttr(mlir::bigc::kLayerAttrName)) ++upper;
+      if (!llvm::isa<mlir::bigc::GetParamOp>(op) && op->getNumResults() > 0 && op->hasAttr(mlir::bigc::kLayerAttrName))
+        ++upper;
     });
   upper *= std::max<int64_t>(1, o.microBatches);
   std::map<int64_t, int64_t> arenas; // N -> planned device arena
@@ -263,7 +266,7 @@ void chooseRecompute(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHa
     arenas[n] = arena;
     if (!o.quiet) {
       std::string what = n == upper ? std::string("everything recomputed")
-                                     : "the first " + std::to_string(n) + " candidates recomputed";
+                                    : "the first " + std::to_string(n) + " candidates recomputed";
       std::printf("bigc compile: recompute auto: %s: device arena %s, %s the budget\n", what.c_str(),
                   humanBytes(arena).c_str(), arena <= budget ? "within" : "over");
       std::fflush(stdout);
@@ -280,10 +283,10 @@ void chooseRecompute(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHa
                                   [](const auto &a, const auto &b) { return a.second < b.second; });
     if (arenas[upper] == least->second) least = arenas.find(upper); // name the simplest schedule
     std::string how = least->first == upper ? std::string("with everything recomputed")
-                      : least->first == 0   ? std::string("with nothing recomputed")
-                                            : "recomputing the first " + std::to_string(least->first) +
-                                                " ranked candidates; everything recomputed: " +
-                                                humanBytes(arenas[upper]);
+                      : least->first == 0
+                          ? std::string("with nothing recomputed")
+                          : "recomputing the first " + std::to_string(least->first) +
+                                " ranked candidates; everything recomputed: " + humanBytes(arenas[upper]);
     throw UserError("the memory budget (" + budgetName +
                     ") is smaller than any recomputation schedule reaches: the minimum is " +
                     humanBytes(least->second) + " (" + how +
@@ -298,8 +301,8 @@ void chooseRecompute(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHa
   }
   o.recomputeDrop = hi;
   if (!o.quiet) {
-    std::printf("bigc compile: recompute auto: recomputing the first %lld ranked candidates fits %s\n",
-                (long long)hi, budgetName.c_str());
+    std::printf("bigc compile: recompute auto: recomputing the first %lld ranked candidates fits %s\n", (long long)hi,
+                budgetName.c_str());
     std::fflush(stdout);
   }
 }
@@ -385,8 +388,8 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
     std::optional<Precision> precision; // none: as the user gave it
     std::optional<RecomputePolicy> recompute;
     std::optional<Offload> offload;
-    int zero = -1;                               // -1: as the user gave it
-    int tp = 0;                                  // 0: as the user gave it
+    int zero = -1; // -1: as the user gave it
+    int tp = 0;    // 0: as the user gave it
     bool sequenceParallel = false;
   };
   const std::nullopt_t any = std::nullopt;
@@ -397,15 +400,14 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
   // costs a few percent, full recompute a forward pass, offload transfers and host updates).
   const Set sets[] = {
       // Only when the user offloads (and the host is what does not fit): everything on the device.
-      {any, any, none},    {h, any, none},
-      {h, any, any},       {any, R::Selective, any}, {h, R::Selective, any},
-      {h, R::Full, any},   {h, any, cpu},            {fp16, R::Auto, cpu},
-      {any, R::Full, any}, {any, any, cpu},          {h, R::Auto, any},
+      {any, any, none},       {h, any, none},    {h, any, any},     {any, R::Selective, any},
+      {h, R::Selective, any}, {h, R::Full, any}, {h, any, cpu},     {fp16, R::Auto, cpu},
+      {any, R::Full, any},    {any, any, cpu},   {h, R::Auto, any},
   };
   // Several ranks: sharding over them is the first thing to try (ZeRO-3 divides the model state).
   const Set zeroSets[] = {
-      {any, any, any, 3},     {h, any, any, 3},       {h, R::Selective, any, 3},
-      {h, R::Auto, any, 3},   {fp16, R::Auto, cpu, 3}, {any, any, any, 1},
+      {any, any, any, 3},   {h, any, any, 3},        {h, R::Selective, any, 3},
+      {h, R::Auto, any, 3}, {fp16, R::Auto, cpu, 3}, {any, any, any, 1},
   };
   std::vector<Set> all;
   if (o.ranks > 1)
@@ -459,8 +461,8 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   bool firstOver = true;
   for (const auto &f : fits) {
     if (f.fits) continue;
-    os << (firstOver ? "" : "; and ") << humanBytes(f.needed) << " of " << f.space << " memory, " << humanBytes(f.capacity)
-       << " available (" << capacitySource(o, f.space) << ")";
+    os << (firstOver ? "" : "; and ") << humanBytes(f.needed) << " of " << f.space << " memory, "
+       << humanBytes(f.capacity) << " available (" << capacitySource(o, f.space) << ")";
     firstOver = false;
   }
   os << "; nothing written\n\n";
@@ -582,8 +584,7 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   std::stable_sort(bad.begin(), bad.end(), [&](const Candidate *a, const Candidate *b) { return worst(a) < worst(b); });
 
   char triedStr[96];
-  std::snprintf(triedStr, sizeof triedStr, "tried %d option set%s in %.2f s", compiled, compiled == 1 ? "" : "s",
-                took);
+  std::snprintf(triedStr, sizeof triedStr, "tried %d option set%s in %.2f s", compiled, compiled == 1 ? "" : "s", took);
   os << "\n  options that would make it fit:\n";
   size_t fw = 10;
   for (const auto *c : good) fw = std::max(fw, c->flags.size() + 2);
@@ -591,7 +592,8 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   if (!good.empty()) {
     for (const auto *c : good)
       os << "    " << padRight(c->flags, fw) << bytesBySpace(c->spaces) << "; " << workStr(c->work) << "\n";
-    os << "    (" << triedStr << ", cheapest first: least recomputation, transfer, host and exposed communication time)\n";
+    os << "    (" << triedStr
+       << ", cheapest first: least recomputation, transfer, host and exposed communication time)\n";
     for (const auto *c : good)
       if (c->options.tp > o.tp) {
         os << "    (--tp " << c->options.tp << ": the " << c->options.tp
@@ -611,9 +613,8 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
     if (f.space == "host") hostNeeded = f.needed;
   }
   if (devOver && persistentDev >= devCap) {
-    os << "    - fewer parameters: with these options the weights and AdamW states alone need " << humanBytes(persistentDev)
-       << " of device memory ("
-       << withCommas(p.parameterCount())
+    os << "    - fewer parameters: with these options the weights and AdamW states alone need "
+       << humanBytes(persistentDev) << " of device memory (" << withCommas(p.parameterCount())
        << " parameters); use fewer layers or a smaller hidden size (bigc gen gpt --layers/--hidden)\n";
   } else if (devOver) {
     os << "    - a smaller batch (bigc gen gpt --batch) or a shorter sequence (--seq): activations and their "
@@ -628,9 +629,10 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   }
   if (hostOver) {
     char per[32];
-    std::snprintf(per, sizeof per, "%.1f", p.parameterCount() > 0 ? double(hostNeeded) / double(p.parameterCount()) : 0.0);
-    os << "    - fewer parameters: the host holds " << humanBytes(hostNeeded) << " for " << withCommas(p.parameterCount())
-       << " parameters (" << per
+    std::snprintf(per, sizeof per, "%.1f",
+                  p.parameterCount() > 0 ? double(hostNeeded) / double(p.parameterCount()) : 0.0);
+    os << "    - fewer parameters: the host holds " << humanBytes(hostNeeded) << " for "
+       << withCommas(p.parameterCount()) << " parameters (" << per
        << " bytes each: fp32 master weights, AdamW moments, gradients); use fewer layers or a smaller hidden size\n";
   }
   if (devOver) os << "    - a device with more memory (--hardware, --device-mem)\n";

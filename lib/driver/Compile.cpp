@@ -13,11 +13,11 @@
 
 #include "bigc/Dialect/BigcDialect.h"
 #include "bigc/Dialect/BigcOps.h"
-#include "bigc/runtime/program.h"
-#include "bigc/runtime/safetensors.h"
-#include "bigc/support/cli.h"
-#include "bigc/support/format.h"
-#include "bigc/support/hardware.h"
+#include "bigc/Runtime/program.h"
+#include "bigc/Runtime/safetensors.h"
+#include "bigc/Support/cli.h"
+#include "bigc/Support/format.h"
+#include "bigc/Support/hardware.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -154,8 +154,7 @@ struct Value {
   int64_t integer() const { return args.integer(flag, 0); }
   double number() const { return args.number(flag, 0); }
   int64_t size() const { return args.size(flag, 0); }
-  template <typename E>
-  E choice() const {
+  template <typename E> E choice() const {
     if (std::optional<E> e = mlir::bigc::parseChoice<E>(text())) return *e;
     std::set<std::string> names; // listed in alphabetical order
     for (const auto &[e, name] : mlir::bigc::choiceNames<E>()) names.insert(name);
@@ -163,7 +162,9 @@ struct Value {
     for (const auto &n : names) list += (list.empty() ? "" : ", ") + n;
     fail("unknown value '" + text() + "' (expected one of " + list + ")");
   }
-  [[noreturn]] void fail(const std::string &what) const { throw UserError(std::string("option ") + flag + ": " + what); }
+  [[noreturn]] void fail(const std::string &what) const {
+    throw UserError(std::string("option ") + flag + ": " + what);
+  }
   // A later version's option: anything but its default (`value`) is refused.
   [[noreturn]] void later(const std::string &value, const std::string &what) const {
     throw UserError(std::string("option ") + flag + " " + value + " is not supported by this version yet (" + what +
@@ -389,7 +390,8 @@ CompileOptions parseOptions(const cli::Args &args) {
     if (mem <= 0) return 0;
     if (reserve >= mem)
       throw UserError(std::string("the ") + what + " reserve (" + humanBytes(reserve) + ") leaves nothing of the " +
-                      humanBytes(mem) + " of " + what + " memory for the plan; lower " + resOpt + " or raise " + memOpt);
+                      humanBytes(mem) + " of " + what + " memory for the plan; lower " + resOpt + " or raise " +
+                      memOpt);
     return mem - reserve;
   };
   o.deviceCapacity = usable(o.deviceMemory, o.deviceReserve, "device", "--device-mem", "--device-reserve");
@@ -403,17 +405,20 @@ CompileOptions parseOptions(const cli::Args &args) {
                       toString(o.precision) + ")");
   if (o.memoryBudget > 0 && o.recompute != RecomputePolicy::Auto)
     throw UserError("option --memory-budget: only with --recompute auto (it is the device memory the recompute "
-                    "search must fit; got --recompute " + toString(o.recompute) + "); to check a plan against a size, use "
+                    "search must fit; got --recompute " +
+                    toString(o.recompute) +
+                    "); to check a plan against a size, use "
                     "--device-mem");
   if (o.recompute == RecomputePolicy::Auto && o.memoryBudget <= 0 && o.deviceCapacity <= 0)
     throw UserError("--recompute auto needs --memory-budget or --hardware/--device-mem");
   if (o.tp > 1 && o.ranks % o.tp != 0)
     throw UserError("option --tp " + std::to_string(o.tp) + " does not divide --ranks " + std::to_string(o.ranks) +
                     ": the mesh is dp x tp x pp = ranks (use --ranks " +
-                    std::to_string(o.tp * std::max<int64_t>(1, (o.ranks + o.tp - 1) / o.tp)) + " or a --tp that divides " +
-                    std::to_string(o.ranks) + ")");
+                    std::to_string(o.tp * std::max<int64_t>(1, (o.ranks + o.tp - 1) / o.tp)) +
+                    " or a --tp that divides " + std::to_string(o.ranks) + ")");
   if (o.sequenceParallel && o.tp == 1)
-    throw UserError("option --sequence-parallel needs --tp N with N > 1 (it splits the sequence over the tensor ranks)");
+    throw UserError(
+        "option --sequence-parallel needs --tp N with N > 1 (it splits the sequence over the tensor ranks)");
   if (o.offload == Offload::CPU && o.zero >= 1 && o.offloadParams == OffloadParams::Host)
     throw UserError("option --offload-params host: not with --zero " + std::to_string(o.zero) +
                     " in this version (ZeRO shards the weights over the ranks' devices; use --zero 3 to hold "
@@ -594,8 +599,8 @@ int compileMain(int argc, char **argv, int first) {
     os << "bigc compile: " << input << " -> " << output << "\n";
     os << "  parameters    " << withCommas(nParams) << " (" << humanBytes(nParams * 4) << " fp32)\n";
     os << "  program       " << withCommas(int64_t(program.instructions.size())) << " instructions, "
-       << withCommas(int64_t(program.buffers.size())) << " buffers, batch " << program.batch << " x seq "
-       << program.seq << "\n";
+       << withCommas(int64_t(program.buffers.size())) << " buffers, batch " << program.batch << " x seq " << program.seq
+       << "\n";
     os << "  device arena  " << humanBytes(dev.arenaBytes) << " (lower bound " << humanBytes(dev.lowerBoundBytes)
        << ", ratio " << ratio << ")";
     if (deviceCap > 0) {

@@ -6,7 +6,7 @@
 //   (scripts/setup-python.sh makes it: PyTorch and transformers from PyPI).
 #include "bigc/Driver/Import.h"
 
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/program.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -56,13 +56,14 @@ int importMain(int argc, char **argv, int first) {
   std::string python;
   if (const char *env = std::getenv("BIGC_PYTHON"); env && *env) {
     python = env;
-    if (!executable(python))
-      throw UserError("BIGC_PYTHON=" + python + " is not an executable Python interpreter");
+    if (!executable(python)) throw UserError("BIGC_PYTHON=" + python + " is not an executable Python interpreter");
   } else {
     python = std::string(BIGC_SOURCE_DIR) + "/.venv/bin/python";
     if (!executable(python))
       throw UserError("PyTorch (2.15) and transformers are needed, in a Python environment, and there is none "
-                      "at " + std::string(BIGC_SOURCE_DIR) + "/.venv: run scripts/setup-python.sh (about 2 minutes, "
+                      "at " +
+                      std::string(BIGC_SOURCE_DIR) +
+                      "/.venv: run scripts/setup-python.sh (about 2 minutes, "
                       "from PyPI), or set BIGC_PYTHON to an interpreter that has them");
   }
   std::string pythonPath = std::string(BIGC_SOURCE_DIR) + "/python";
@@ -83,8 +84,7 @@ int importMain(int argc, char **argv, int first) {
     std::_Exit(2);
   }
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-  }
+  while (::waitpid(pid, &status, 0) < 0) {}
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   std::fprintf(stderr, "bigc import: the importer (%s) was killed by signal %d\n", python.c_str(),
                WIFSIGNALED(status) ? WTERMSIG(status) : 0);

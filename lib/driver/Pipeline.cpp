@@ -14,7 +14,7 @@
 #include "bigc/Analysis/StepSimulation.h"
 #include "bigc/Emit/Emitter.h"
 #include "bigc/Passes/TrainPipeline.h"
-#include "bigc/runtime/verifier.h"
+#include "bigc/Runtime/verifier.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"

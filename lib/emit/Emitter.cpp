@@ -64,8 +64,8 @@ TensorInfo tensorInfo(Type type, Location loc) {
 }
 
 bool isInPlaceOp(Operation *op) {
-  return isa<bigcd::AddOp, bigcd::BiasAddOp, bigcd::MulOp, bigcd::ScaleOp, bigcd::GeluOp,
-             bigcd::GeluGradOp, bigcd::ReshapeOp>(op);
+  return isa<bigcd::AddOp, bigcd::BiasAddOp, bigcd::MulOp, bigcd::ScaleOp, bigcd::GeluOp, bigcd::GeluGradOp,
+             bigcd::ReshapeOp>(op);
 }
 
 // Inherent attributes of an op as instruction attributes (numbers, flags, integer lists).
@@ -103,8 +103,9 @@ std::map<std::string, rt::Attr> instructionAttrs(Operation *op) {
 
 int64_t i64Attr(Operation *op, llvm::StringRef name) {
   auto a = op->getAttrOfType<IntegerAttr>(name);
-  if (!a) fail(str(op->getLoc()) + ": '" + op->getName().getStringRef().str() + "' has no " + name.str() +
-               " attribute (run bigc-memory-plan before emitting)");
+  if (!a)
+    fail(str(op->getLoc()) + ": '" + op->getName().getStringRef().str() + "' has no " + name.str() +
+         " attribute (run bigc-memory-plan before emitting)");
   return a.getInt();
 }
 
@@ -116,8 +117,8 @@ int64_t i64Attr(Operation *op, llvm::StringRef name) {
 //   compute stream reaches it); the compute stream skips what an earlier wait already joined;
 // - a buffer an asynchronous instruction touches is live until the first compute instruction
 //   that waits for it (or the end of the step), as bigc-memory-plan planned it.
-void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation *, int64_t> &index,
-                   func::FuncOp func, const EmitOptions &options) {
+void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation *, int64_t> &index, func::FuncOp func,
+                   const EmitOptions &options) {
   const int64_t n = int64_t(p.instructions.size());
   const int64_t end = std::max<int64_t>(n - 1, 0);
   std::map<int64_t, int64_t> eventInstr;
@@ -126,8 +127,8 @@ void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation 
     int64_t e = bigcd::opEvent(&op);
     if (it == index.end() || e < 0) continue;
     if (!bigcd::isSideStream(&op))
-      fail(str(op.getLoc()) + ": '" + op.getName().getStringRef().str() + "' has bigc.event " +
-           std::to_string(e) + " but runs on the compute stream");
+      fail(str(op.getLoc()) + ": '" + op.getName().getStringRef().str() + "' has bigc.event " + std::to_string(e) +
+           " but runs on the compute stream");
     if (!eventInstr.emplace(e, it->second).second)
       fail(str(op.getLoc()) + ": bigc.event " + std::to_string(e) + " is carried by two ops");
   }
@@ -137,20 +138,23 @@ void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation 
     int64_t self = index.lookup(&op);
     for (int64_t e : w.getEvents()) {
       auto it = eventInstr.find(e);
-      if (it == eventInstr.end()) fail(str(op.getLoc()) + ": bigc.wait names event " + std::to_string(e) + ", which no op carries");
-      if (it->second >= self) fail(str(op.getLoc()) + ": bigc.wait names event " + std::to_string(e) + " of a later op");
+      if (it == eventInstr.end())
+        fail(str(op.getLoc()) + ": bigc.wait names event " + std::to_string(e) + ", which no op carries");
+      if (it->second >= self)
+        fail(str(op.getLoc()) + ": bigc.wait names event " + std::to_string(e) + " of a later op");
       p.instructions[size_t(self)].wait.push_back(it->second);
     }
   }
   if (eventInstr.empty()) {
     for (auto &ins : p.instructions)
-      if (ins.stream != "compute") fail("instruction '" + ins.op + "' on stream " + ins.stream + " has no bigc.event (run bigc-schedule)");
+      if (ins.stream != "compute")
+        fail("instruction '" + ins.op + "' on stream " + ins.stream + " has no bigc.event (run bigc-schedule)");
   }
 
   // Hazards between streams, per buffer: the latest reader and writer on each stream.
   const size_t nb = p.buffers.size();
   std::vector<std::map<std::string, int64_t>> readBy(nb), writtenBy(nb);
-  std::map<std::string, int64_t> joined; // compute: latest instruction of each side stream known done
+  std::map<std::string, int64_t> joined;                 // compute: latest instruction of each side stream known done
   std::map<std::string, std::vector<int64_t>> sideOrder; // side stream -> its instructions in order
   std::vector<int64_t> joinAt(size_t(n), -1);
   std::map<std::string, size_t> joinedPos; // per side stream: how many of sideOrder have joinAt
@@ -229,7 +233,6 @@ void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation 
   }
 }
 
-
 } // namespace
 
 std::string locString(Location loc) {
@@ -304,7 +307,8 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     }
     if (auto split = param->getAttrOfType<DenseI64ArrayAttr>(bigcd::kTpSplitAttrName); split && b.persistent()) {
       auto whole = param->getAttrOfType<DenseI64ArrayAttr>(bigcd::kTpFullShapeAttrName); // bigc-tensor-parallel
-      if (!whole || split.size() != 2) fail(str(param.getLoc()) + ": bigc.tp_split needs [dim, segments] and bigc.tp_full_shape");
+      if (!whole || split.size() != 2)
+        fail(str(param.getLoc()) + ": bigc.tp_split needs [dim, segments] and bigc.tp_full_shape");
       b.tpDim = split[0];
       b.tpSegments = split[1];
       b.tpFullShape.assign(whole.asArrayRef().begin(), whole.asArrayRef().end());
@@ -409,8 +413,7 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
     const rt::Buffer &y = p.buffers[size_t(bufferOf[op.getResult(0)])];
     for (Value x : op.getOperands()) {
       const rt::Buffer &xb = p.buffers[size_t(bufferOf[x])];
-      if (!xb.persistent() && xb.role != "input" && xb.offset == y.offset && xb.bytes == y.bytes)
-        grads.insert(x);
+      if (!xb.persistent() && xb.role != "input" && xb.offset == y.offset && xb.bytes == y.bytes) grads.insert(x);
     }
   }
   for (Value v : grads) {
@@ -491,7 +494,10 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
       llvm::StringRef g = group ? group.getValue() : "dp";
       ins.attrs["axis"].num = g == "dp" ? 0.0 : g == "tp" ? 1.0 : 2.0;
       if (auto r = op.getAttrOfType<StringAttr>("reduce"))
-        ins.attrs["reduce"].num = r.getValue() == "sum" ? 0.0 : r.getValue() == "mean" ? 1.0 : r.getValue() == "max" ? 2.0 : 3.0;
+        ins.attrs["reduce"].num = r.getValue() == "sum"    ? 0.0
+                                  : r.getValue() == "mean" ? 1.0
+                                  : r.getValue() == "max"  ? 2.0
+                                                           : 3.0;
     }
     if (isa<bigcd::TpSliceOp, bigcd::VocabCeStatsOp, bigcd::VocabCeStatsGradOp>(op))
       ins.attrs["axis"].num = 1.0; // the mesh axis whose rank picks the chunk

@@ -1,4 +1,4 @@
-// Hardware profiles (hardware/*.json). See include/bigc/support/hardware.h.
+// Hardware profiles (hardware/*.json). See include/bigc/Support/hardware.h.
 //
 // A profile is one JSON object:
 //   {"name": "v100-16g-x8", "description": "...", "devices": 8,
@@ -7,7 +7,7 @@
 //    "d2h_bytes_per_s": 12e9, "interconnect_bytes_per_s": 12e9, "sources": ["..."]}
 // Byte fields take a number of bytes or a size string with K M G T suffixes (powers of 1024).
 // Rates are numbers (per second). `sources`, `notes` and keys starting with `_` are ignored.
-#include "bigc/support/hardware.h"
+#include "bigc/Support/hardware.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bigc/support/cli.h"
-#include "bigc/support/error.h"
+#include "bigc/Support/cli.h"
+#include "bigc/Support/error.h"
 
 #ifndef BIGC_HARDWARE_DIR
 #define BIGC_HARDWARE_DIR "hardware"
@@ -127,14 +127,16 @@ struct Reader {
   void range(const std::string &field, double value, double lo, double hi, const std::string &unit,
              const std::string &why) const {
     if (value < lo || value > hi)
-      fail(field, "absurd value " + human(value) + unit + ": expected " + human(lo) + unit + " to " +
-                      human(hi) + unit + " (" + why + ")");
+      fail(field, "absurd value " + human(value) + unit + ": expected " + human(lo) + unit + " to " + human(hi) + unit +
+                      " (" + why + ")");
   }
 
   static std::string human(double v) {
     char buf[64];
-    if (v >= 1e3 || (v > 0 && v < 1e-2)) std::snprintf(buf, sizeof buf, "%.3g", v);
-    else std::snprintf(buf, sizeof buf, "%g", v);
+    if (v >= 1e3 || (v > 0 && v < 1e-2))
+      std::snprintf(buf, sizeof buf, "%.3g", v);
+    else
+      std::snprintf(buf, sizeof buf, "%g", v);
     return buf;
   }
 };
@@ -152,13 +154,13 @@ std::string bytesStr(double b) {
 // an error of a factor of 1000 (a missing exponent) or 8 (bits for bytes, in a few cases) is not.
 constexpr int64_t kMaxDevices = 1024;
 constexpr double kMaxDeviceMem = 10.0 * 1099511627776.0; // 10 TiB per device (H200: 141 GB)
-constexpr double kMinDeviceMem = 64.0 * 1048576.0;        // 64 MiB
-constexpr double kMaxHostMem = 1024.0 * 1099511627776.0;  // 1 PiB per machine
-constexpr double kMaxDeviceFlops = 1e17;                  // 100 PFLOP/s (H100: 0.99 PFLOP/s dense)
-constexpr double kMinFlops = 1e6;                         // 1 MFLOP/s
-constexpr double kMaxHostFlops = 1e16;                    // 10 PFLOP/s
-constexpr double kMaxBandwidth = 1e13;                    // 10 TB/s (NVLink 5: 0.9 TB/s each way)
-constexpr double kMinBandwidth = 1e6;                     // 1 MB/s
+constexpr double kMinDeviceMem = 64.0 * 1048576.0;       // 64 MiB
+constexpr double kMaxHostMem = 1024.0 * 1099511627776.0; // 1 PiB per machine
+constexpr double kMaxDeviceFlops = 1e17;                 // 100 PFLOP/s (H100: 0.99 PFLOP/s dense)
+constexpr double kMinFlops = 1e6;                        // 1 MFLOP/s
+constexpr double kMaxHostFlops = 1e16;                   // 10 PFLOP/s
+constexpr double kMaxBandwidth = 1e13;                   // 10 TB/s (NVLink 5: 0.9 TB/s each way)
+constexpr double kMinBandwidth = 1e6;                    // 1 MB/s
 
 HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   json j;
@@ -168,11 +170,21 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
     throw UserError(file + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw UserError(file + ": expected a JSON object");
-  static const std::set<std::string> known = {
-      "name", "description", "devices", "device_memory_bytes", "host_memory_bytes",
-      "device_flops", "host_flops", "h2d_bytes_per_s", "d2h_bytes_per_s",
-      "interconnect_bytes_per_s", "device_bytes_per_s", "device_reserve", "host_reserve_bytes",
-      "sources", "notes"};
+  static const std::set<std::string> known = {"name",
+                                              "description",
+                                              "devices",
+                                              "device_memory_bytes",
+                                              "host_memory_bytes",
+                                              "device_flops",
+                                              "host_flops",
+                                              "h2d_bytes_per_s",
+                                              "d2h_bytes_per_s",
+                                              "interconnect_bytes_per_s",
+                                              "device_bytes_per_s",
+                                              "device_reserve",
+                                              "host_reserve_bytes",
+                                              "sources",
+                                              "notes"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string &k = it.key();
     if (!known.count(k) && (k.empty() || k[0] != '_')) {
@@ -194,35 +206,32 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   p.description = r.str("description", false);
   p.devices = r.integer("devices", true, 1);
   if (p.devices > kMaxDevices)
-    r.fail("devices", "absurd value " + std::to_string(p.devices) + ": expected 1 to " +
-                          std::to_string(kMaxDevices) + " devices per machine");
+    r.fail("devices", "absurd value " + std::to_string(p.devices) + ": expected 1 to " + std::to_string(kMaxDevices) +
+                          " devices per machine");
   p.deviceMemBytes = r.bytes("device_memory_bytes", true, 0);
   p.hostMemBytes = r.bytes("host_memory_bytes", true, 0);
   p.deviceFlops = r.rate("device_flops", true, 0);
   p.hostFlops = r.rate("host_flops", true, 0);
   p.h2dBytesPerS = r.rate("h2d_bytes_per_s", true, 0);
   p.d2hBytesPerS = r.rate("d2h_bytes_per_s", false, p.h2dBytesPerS);
-  p.interconnectBytesPerS =
-      r.rate("interconnect_bytes_per_s", p.devices > 1, p.h2dBytesPerS);
+  p.interconnectBytesPerS = r.rate("interconnect_bytes_per_s", p.devices > 1, p.h2dBytesPerS);
   p.deviceBytesPerS = r.rate("device_bytes_per_s", false, 0);
 
   // Absurd values: each names the field, the value and the accepted range.
   r.range("device_memory_bytes", double(p.deviceMemBytes), kMinDeviceMem, kMaxDeviceMem, " bytes",
           "64 MiB to 10 TiB per device; sizes take K M G T suffixes, e.g. \"16G\"");
-  r.range("host_memory_bytes", double(p.hostMemBytes), 1.0, kMaxHostMem, " bytes",
-          "at most 1 PiB per machine");
+  r.range("host_memory_bytes", double(p.hostMemBytes), 1.0, kMaxHostMem, " bytes", "at most 1 PiB per machine");
   // Host memory far below the devices' memory is a unit mistake (MB for GB, a value per device
   // for the machine read the other way): a real machine has at least a few percent of it.
   double minHost = double(p.deviceMemBytes) * double(p.devices) / 100.0;
   if (double(p.hostMemBytes) < minHost)
-    r.fail("host_memory_bytes",
-           "absurd value " + bytesStr(double(p.hostMemBytes)) + ": less than 1/100 of the devices' memory (" +
-               std::to_string(p.devices) + " x " + bytesStr(double(p.deviceMemBytes)) +
-               "); host_memory_bytes is the RAM of the whole machine, e.g. \"330G\"");
+    r.fail("host_memory_bytes", "absurd value " + bytesStr(double(p.hostMemBytes)) +
+                                    ": less than 1/100 of the devices' memory (" + std::to_string(p.devices) + " x " +
+                                    bytesStr(double(p.deviceMemBytes)) +
+                                    "); host_memory_bytes is the RAM of the whole machine, e.g. \"330G\"");
   r.range("device_flops", p.deviceFlops, kMinFlops, kMaxDeviceFlops, " FLOP/s",
           "peak dense FLOP/s of one device, e.g. 125e12");
-  r.range("host_flops", p.hostFlops, kMinFlops, kMaxHostFlops, " FLOP/s",
-          "sustained FLOP/s of the host, e.g. 1.5e12");
+  r.range("host_flops", p.hostFlops, kMinFlops, kMaxHostFlops, " FLOP/s", "sustained FLOP/s of the host, e.g. 1.5e12");
   r.range("h2d_bytes_per_s", p.h2dBytesPerS, kMinBandwidth, kMaxBandwidth, " B/s", "e.g. 12e9 for PCIe 3.0 x16");
   r.range("d2h_bytes_per_s", p.d2hBytesPerS, kMinBandwidth, kMaxBandwidth, " B/s", "e.g. 12e9 for PCIe 3.0 x16");
   r.range("interconnect_bytes_per_s", p.interconnectBytesPerS, kMinBandwidth, kMaxBandwidth, " B/s",
@@ -235,7 +244,8 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   if (const json *res = r.get("device_reserve", false)) {
     if (!res->is_object())
       r.fail("device_reserve", "expected an object of sizes by part, e.g. {\"cuda_context\": \"512M\", "
-                               "\"workspace\": \"256M\"}, got " + res->dump());
+                               "\"workspace\": \"256M\"}, got " +
+                                   res->dump());
     for (auto it = res->begin(); it != res->end(); ++it) {
       const std::string field = "device_reserve." + it.key();
       double b = -1;
@@ -261,14 +271,17 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
                                  "); it is what one device keeps outside the plan, e.g. 1.5 GiB");
   if (r.get("host_reserve_bytes", false)) {
     const json &v = j["host_reserve_bytes"];
-    if (v.is_number() && v.get<double>() == 0) p.hostReserveBytes = 0;
-    else p.hostReserveBytes = r.bytes("host_reserve_bytes", false, 0);
+    if (v.is_number() && v.get<double>() == 0)
+      p.hostReserveBytes = 0;
+    else
+      p.hostReserveBytes = r.bytes("host_reserve_bytes", false, 0);
   } else {
     p.hostReserveBytes = defaultHostReserve(p.hostMemBytes);
   }
   if (p.hostReserveBytes * 2 > p.hostMemBytes)
     r.fail("host_reserve_bytes", "absurd value " + bytesStr(double(p.hostReserveBytes)) +
-                                     ": more than half of host_memory_bytes (" + bytesStr(double(p.hostMemBytes)) + ")");
+                                     ": more than half of host_memory_bytes (" + bytesStr(double(p.hostMemBytes)) +
+                                     ")");
   return p;
 }
 
@@ -287,9 +300,7 @@ std::vector<std::pair<std::string, int64_t>> defaultDeviceReserve(int64_t device
   return parts;
 }
 
-int64_t defaultHostReserve(int64_t hostMemBytes) {
-  return std::min<int64_t>(int64_t(4) << 30, hostMemBytes / 8);
-}
+int64_t defaultHostReserve(int64_t hostMemBytes) { return std::min<int64_t>(int64_t(4) << 30, hostMemBytes / 8); }
 
 std::vector<std::string> knownHardwareNames() {
   std::vector<std::string> names;
@@ -306,21 +317,22 @@ std::vector<std::string> knownHardwareNames() {
 }
 
 HardwareProfile loadHardware(const std::string &nameOrFile) {
-  if (nameOrFile.empty())
-    throw UserError("--hardware: empty name; known profiles: " + knownList());
+  if (nameOrFile.empty()) throw UserError("--hardware: empty name; known profiles: " + knownList());
   std::string file;
   bool looksLikePath = nameOrFile.find('/') != std::string::npos || endsWith(nameOrFile, ".json");
   if (looksLikePath) {
     file = nameOrFile;
     if (!isFile(file))
-      throw UserError(file + ": hardware profile not found (a profile name or a .json file; "
-                             "known profiles: " + knownList() + ")");
+      throw UserError(file +
+                      ": hardware profile not found (a profile name or a .json file; "
+                      "known profiles: " +
+                      knownList() + ")");
   } else {
     file = hardwareDir() + "/" + nameOrFile + ".json";
     if (!isFile(file))
-      throw UserError("unknown hardware profile '" + nameOrFile + "'; known profiles: " +
-                      knownList() + " (or give a path to a .json file; profiles are read from " +
-                      hardwareDir() + ", set BIGC_HARDWARE_DIR to change)");
+      throw UserError("unknown hardware profile '" + nameOrFile + "'; known profiles: " + knownList() +
+                      " (or give a path to a .json file; profiles are read from " + hardwareDir() +
+                      ", set BIGC_HARDWARE_DIR to change)");
   }
   std::ifstream in(file, std::ios::binary);
   if (!in) throw UserError(file + ": cannot read the hardware profile");

@@ -1,6 +1,6 @@
 // `bigc inspect`: reports on a program file's memory plan. See include/bigc/Inspect/Inspect.h.
 #include "bigc/Inspect/Inspect.h"
-#include "bigc/support/format.h"
+#include "bigc/Support/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bigc/support/cli.h"
+#include "bigc/Support/cli.h"
 
 namespace bigc::inspect {
 
@@ -21,9 +21,8 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-const std::vector<std::string> kRoleOrder = {"param",          "master",    "optimizer", "grad",
-                                             "input",          "activation", "activation_grad",
-                                             "workspace",      "transfer"};
+const std::vector<std::string> kRoleOrder = {"param",      "master",          "optimizer", "grad",    "input",
+                                             "activation", "activation_grad", "workspace", "transfer"};
 
 int roleRank(const std::string &r) {
   auto it = std::find(kRoleOrder.begin(), kRoleOrder.end(), r);
@@ -37,13 +36,12 @@ bool roleLess(const std::string &a, const std::string &b) {
 
 const char *roleColor(const std::string &r) {
   static const std::map<std::string, const char *> colors = {
-      {"param", "#4e79a7"},      {"master", "#a0cbe8"},    {"optimizer", "#76b7b2"}, {"grad", "#f28e2b"},
-      {"input", "#bab0ac"},      {"activation", "#59a14f"}, {"activation_grad", "#e15759"},
-      {"workspace", "#b07aa1"},  {"transfer", "#edc948"}};
+      {"param", "#4e79a7"},   {"master", "#a0cbe8"},     {"optimizer", "#76b7b2"},       {"grad", "#f28e2b"},
+      {"input", "#bab0ac"},   {"activation", "#59a14f"}, {"activation_grad", "#e15759"}, {"workspace", "#b07aa1"},
+      {"transfer", "#edc948"}};
   auto it = colors.find(r);
   return it == colors.end() ? "#9c755f" : it->second;
 }
-
 
 std::string shapeStr(const std::vector<int64_t> &shape) {
   std::string s = "[";
@@ -57,12 +55,8 @@ std::string fmt(const char *f, double v) {
   return buf;
 }
 
-std::string pad(const std::string &s, size_t w) {
-  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
-}
-std::string lpad(const std::string &s, size_t w) {
-  return s.size() >= w ? s : std::string(w - s.size(), ' ') + s;
-}
+std::string pad(const std::string &s, size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
+std::string lpad(const std::string &s, size_t w) { return s.size() >= w ? s : std::string(w - s.size(), ' ') + s; }
 
 std::string xmlEscape(const std::string &s) {
   std::string o;
@@ -128,8 +122,7 @@ std::vector<Phase> inferPhases(const rt::Program &p) {
     out.push_back({firstNonF, lastB + 1, mixed ? "backward + optimizer" : "backward"});
     tail = lastB + 1;
   }
-  if (tail < n && std::count(cls.begin() + tail, cls.end(), 'O') > 0)
-    out.push_back({tail, n, "optimizer"});
+  if (tail < n && std::count(cls.begin() + tail, cls.end(), 'O') > 0) out.push_back({tail, n, "optimizer"});
   return out;
 }
 
@@ -312,8 +305,7 @@ ModelState modelState(const rt::Program &p) {
 void checkRank(const rt::Program &p, int64_t rank) {
   if (rank < 0 || rank >= std::max<int64_t>(1, p.ranks))
     throw UserError("--rank " + std::to_string(rank) + " is out of range: the program has " +
-                    std::to_string(std::max<int64_t>(1, p.ranks)) + " rank" +
-                    (p.ranks == 1 ? "" : "s") + " (0.." +
+                    std::to_string(std::max<int64_t>(1, p.ranks)) + " rank" + (p.ranks == 1 ? "" : "s") + " (0.." +
                     std::to_string(std::max<int64_t>(1, p.ranks) - 1) + ")");
 }
 
@@ -329,16 +321,13 @@ std::vector<SpaceSummary> summarizeAll(const rt::Program &p) {
   return v;
 }
 
-std::string bufName(const rt::Buffer &b) {
-  return b.name.empty() ? "#" + std::to_string(b.id) : b.name;
-}
+std::string bufName(const rt::Buffer &b) { return b.name.empty() ? "#" + std::to_string(b.id) : b.name; }
 
 std::string liveStr(const rt::Buffer &b) {
   return "[" + std::to_string(b.liveFirst) + ", " + std::to_string(b.liveLast) + "]";
 }
 
 } // namespace
-
 
 int64_t spaceCapacity(const rt::Program &p, const rt::Space &s) {
   if (s.capacityBytes > 0) return s.capacityBytes;
@@ -430,20 +419,20 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   if (!p.producer.empty()) o << ", produced by " << p.producer;
   if (!p.source.empty()) o << " from " << p.source;
   o << "\n";
-  o << "config: batch " << p.batch << ", seq " << p.seq << ", vocab " << p.vocab << ", precision "
-    << p.precision << ", micro-batches " << p.microBatches << ", ranks " << p.ranks;
+  o << "config: batch " << p.batch << ", seq " << p.seq << ", vocab " << p.vocab << ", precision " << p.precision
+    << ", micro-batches " << p.microBatches << ", ranks " << p.ranks;
   if (p.ranks > 1) o << " (showing rank " << rank << ")";
   o << "\n";
   if (p.ranks > 1) {
     ModelState ms = modelState(p);
     o << "mesh: dp " << p.dp << " x tp " << p.tp << " x pp " << p.pp << ", ZeRO " << p.zero
-      << "; every rank runs this plan on its slice of the global batch (" << p.ranks << " x " << p.microBatches
-      << " x " << p.batch << " sequences per step)\n";
+      << "; every rank runs this plan on its slice of the global batch (" << p.ranks << " x " << p.microBatches << " x "
+      << p.batch << " sequences per step)\n";
     o << "model state: " << humanBytes(ms.perRank) << " on rank " << rank << " of " << humanBytes(ms.whole)
       << " whole (" << fmt("%.3f", ms.whole > 0 ? double(ms.perRank) / double(ms.whole) : 1.0) << ")";
     if (ms.shardedTensors > 0)
-      o << "; " << ms.shardedTensors << " tensors sharded: rank " << rank << " holds elements [" << rank
-        << "*S, " << rank << "*S+S) of each (S = ceil(elements / " << p.dp << "))";
+      o << "; " << ms.shardedTensors << " tensors sharded: rank " << rank << " holds elements [" << rank << "*S, "
+        << rank << "*S+S) of each (S = ceil(elements / " << p.dp << "))";
     o << "\n";
     if (p.estimate.present) {
       o << "estimate (cost model on " << p.hardwareName << "): " << durationStr(p.estimate.stepSeconds)
@@ -461,8 +450,8 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       int64_t splitCount = 0;
       for (const auto &b : p.buffers) splitCount += isWeight(b) ? 1 : 0;
       o << "tensor parallel: tp " << p.tp << (p.sequenceParallel ? " with sequence parallelism" : "") << "; rank "
-        << rank << " is tensor rank " << rank % p.tp << " of data-parallel group " << rank / p.tp << "; "
-        << splitCount << " weights split (Megatron column/row, vocabulary-parallel embedding and loss)";
+        << rank << " is tensor rank " << rank % p.tp << " of data-parallel group " << rank / p.tp << "; " << splitCount
+        << " weights split (Megatron column/row, vocabulary-parallel embedding and loss)";
       int shown = 0;
       for (const auto &b : p.buffers)
         if (isWeight(b) && shown++ < 6)
@@ -495,8 +484,8 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   }
   o << "hardware: " << (p.hardwareName.empty() ? std::string("(none)") : p.hardwareName);
   if (p.deviceCapacityBytes || p.hostCapacityBytes)
-    o << " (device " << humanBytes(p.deviceCapacityBytes) << ", host "
-      << humanBytes(p.hostCapacityBytes) << " for the plan)";
+    o << " (device " << humanBytes(p.deviceCapacityBytes) << ", host " << humanBytes(p.hostCapacityBytes)
+      << " for the plan)";
   o << "\n";
   if (!p.initialWeights.empty())
     o << "initial weights: " << p.initialWeights << " (" << humanBytes(p.initialWeightsBytes)
@@ -512,13 +501,12 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     o << ", host " << humanBytes(p.hostReserveBytes)
       << "; kept out of the plan for what it does not hold (CUDA context, workspaces, NCCL; the OS)\n";
   }
-  o << "optimizer: " << p.optimizer.kind << " lr " << p.optimizer.lr << ", betas "
-    << p.optimizer.beta1 << "/" << p.optimizer.beta2 << ", eps " << p.optimizer.eps
-    << ", weight decay " << p.optimizer.weightDecay << ", grad clip " << p.optimizer.gradClip
-    << "\n";
+  o << "optimizer: " << p.optimizer.kind << " lr " << p.optimizer.lr << ", betas " << p.optimizer.beta1 << "/"
+    << p.optimizer.beta2 << ", eps " << p.optimizer.eps << ", weight decay " << p.optimizer.weightDecay
+    << ", grad clip " << p.optimizer.gradClip << "\n";
   o << "parameters: " << withCommas(params) << "\n";
-  o << "instructions: " << withCommas(int64_t(p.instructions.size())) << ", buffers: "
-    << withCommas(int64_t(p.buffers.size())) << "\n";
+  o << "instructions: " << withCommas(int64_t(p.instructions.size()))
+    << ", buffers: " << withCommas(int64_t(p.buffers.size())) << "\n";
   o << "fits: " << (allFit(sums) ? "yes" : "NO") << "\n";
   {
     std::vector<StreamStat> st = streamStats(p);
@@ -540,10 +528,9 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       << " of activations not kept for the backward; +" << flopsStr(rc.flopsAdded) << " per step in "
       << withCommas(recomputedInstructions(p)) << " recomputed instructions";
     if (rc.forwardFlops > 0)
-      o << " (" << fmt("%.1f", 100.0 * double(rc.flopsAdded) / double(rc.forwardFlops))
-        << "% of the forward's " << flopsStr(rc.forwardFlops) << ", ~"
-        << fmt("%.1f", 100.0 * double(rc.flopsAdded) / (3.0 * double(rc.forwardFlops)))
-        << "% of forward + backward)";
+      o << " (" << fmt("%.1f", 100.0 * double(rc.flopsAdded) / double(rc.forwardFlops)) << "% of the forward's "
+        << flopsStr(rc.forwardFlops) << ", ~"
+        << fmt("%.1f", 100.0 * double(rc.flopsAdded) / (3.0 * double(rc.forwardFlops))) << "% of forward + backward)";
     o << "\n";
   }
 
@@ -555,29 +542,25 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   for (const auto &s : sums) {
     const rt::Space &sp = *s.space;
     o << "\nspace " << sp.name << " (" << s.buffers << " buffers)\n";
-    o << "  arena        " << lpad(humanBytes(sp.arenaBytes), 12) << "  ("
-      << withCommas(sp.arenaBytes) << " bytes)\n";
+    o << "  arena        " << lpad(humanBytes(sp.arenaBytes), 12) << "  (" << withCommas(sp.arenaBytes) << " bytes)\n";
     o << "  lower bound  " << lpad(humanBytes(sp.lowerBoundBytes), 12);
     if (sp.lowerBoundBytes > 0)
       o << "  (arena / lower bound = " << fmt("%.3f", double(sp.arenaBytes) / double(sp.lowerBoundBytes)) << ")";
     o << "\n";
     o << "  capacity     ";
     if (s.capacity > 0) {
-      o << lpad(humanBytes(s.capacity), 12) << "  "
-        << (s.fits ? "fits" : "DOES NOT FIT") << " ("
+      o << lpad(humanBytes(s.capacity), 12) << "  " << (s.fits ? "fits" : "DOES NOT FIT") << " ("
         << fmt("%.1f", 100.0 * double(sp.arenaBytes) / double(s.capacity)) << "% used)";
       const int64_t reserve = sp.name == "device" ? p.deviceReserveBytes : sp.name == "host" ? p.hostReserveBytes : 0;
       if (reserve > 0) o << "; the memory less a reserve of " << humanBytes(reserve);
       o << "\n";
-    }
-    else
+    } else
       o << lpad("unknown", 12) << "  (no capacity recorded)\n";
     o << "  by role:\n";
     std::vector<std::string> roles;
     for (const auto &kv : s.byRole) roles.push_back(kv.first);
     std::sort(roles.begin(), roles.end(), roleLess);
-    for (const auto &r : roles)
-      o << "    " << pad(r, 16) << lpad(humanBytes(s.byRole.at(r)), 12) << "\n";
+    for (const auto &r : roles) o << "    " << pad(r, 16) << lpad(humanBytes(s.byRole.at(r)), 12) << "\n";
     o << "  largest buffers:\n";
     size_t nameW = 6, roleW = 6, shapeW = 7;
     for (const rt::Buffer *b : s.largest) {
@@ -585,16 +568,14 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       roleW = std::max(roleW, b->role.size() + 2);
       shapeW = std::max(shapeW, shapeStr(b->shape).size() + 2);
     }
-    o << "    " << pad("name", nameW) << pad("role", roleW) << pad("shape", shapeW)
-      << lpad("bytes", 11) << "  live\n";
+    o << "    " << pad("name", nameW) << pad("role", roleW) << pad("shape", shapeW) << lpad("bytes", 11) << "  live\n";
     for (const rt::Buffer *b : s.largest)
       o << "    " << pad(bufName(*b), nameW) << pad(b->role, roleW) << pad(shapeStr(b->shape), shapeW)
         << lpad(humanBytes(b->bytes), 11) << "  " << liveStr(*b) << "\n";
 
     if (memory) {
       o << "  per role (count, total bytes, live at the peak):\n";
-      o << "    " << pad("role", 16) << lpad("count", 8) << lpad("total", 14) << lpad("at peak", 14)
-        << "\n";
+      o << "    " << pad("role", 16) << lpad("count", 8) << lpad("total", 14) << lpad("at peak", 14) << "\n";
       const auto &tl = s.tl;
       std::vector<int64_t> atPeak(tl.roles.size(), 0);
       if (!tl.live.empty()) atPeak = tl.live[size_t(tl.peakInstruction)];
@@ -620,8 +601,8 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       // The largest buffers live at the peak.
       std::vector<const rt::Buffer *> live;
       for (const auto &b : p.buffers)
-        if (b.space == sp.name && b.liveFirst <= tl.peakInstruction &&
-            tl.peakInstruction <= b.liveLast && !b.persistent())
+        if (b.space == sp.name && b.liveFirst <= tl.peakInstruction && tl.peakInstruction <= b.liveLast &&
+            !b.persistent())
           live.push_back(&b);
       std::stable_sort(live.begin(), live.end(),
                        [](const rt::Buffer *a, const rt::Buffer *b) { return a->bytes > b->bytes; });
@@ -634,8 +615,8 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
         }
         o << "  largest non-persistent buffers live at the peak:\n";
         for (const rt::Buffer *b : live)
-          o << "    " << pad(bufName(*b), nw) << pad(b->role, rw) << lpad(humanBytes(b->bytes), 11)
-            << "  " << liveStr(*b) << "\n";
+          o << "    " << pad(bufName(*b), nw) << pad(b->role, rw) << lpad(humanBytes(b->bytes), 11) << "  "
+            << liveStr(*b) << "\n";
       }
     }
   }
@@ -681,15 +662,15 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
             if (name.size() > strlen(suffix) && name.compare(name.size() - strlen(suffix), strlen(suffix), suffix) == 0)
               name.resize(name.size() - strlen(suffix));
           if (!seen.insert(name).second) continue;
-          splits.push_back({{"name", name}, {"dim", b.tpDim}, {"segments", b.tpSegments}, {"full_shape", b.tpFullShape},
+          splits.push_back({{"name", name},
+                            {"dim", b.tpDim},
+                            {"segments", b.tpSegments},
+                            {"full_shape", b.tpFullShape},
                             {"shape", b.shard ? b.fullShape : b.shape}});
         }
-      j["tensor_parallel"] = {{"tp", p.tp},
-                              {"tensor_rank", rank % p.tp},
-                              {"sequence_parallel", p.sequenceParallel},
-                              {"collectives", tc},
-                              {"splits", splits},
-                              {"replicated", p.tpReplicated}};
+      j["tensor_parallel"] = {
+          {"tp", p.tp},        {"tensor_rank", rank % p.tp}, {"sequence_parallel", p.sequenceParallel},
+          {"collectives", tc}, {"splits", splits},           {"replicated", p.tpReplicated}};
     }
   }
   if (p.estimate.present) {
@@ -701,16 +682,18 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
                     {"hidden_seconds", c.hiddenSeconds},
                     {"queued_seconds", c.queuedSeconds},
                     {"hidden_fraction", c.seconds > 0 ? c.hiddenSeconds / c.seconds : 1.0}});
-    j["estimate"] = {{"step_seconds", p.estimate.stepSeconds},
-                     {"compute_seconds", p.estimate.computeSeconds},
-                     {"collectives", ec}};
+    j["estimate"] = {
+        {"step_seconds", p.estimate.stepSeconds}, {"compute_seconds", p.estimate.computeSeconds}, {"collectives", ec}};
   }
   j["fits"] = allFit(sums);
   j["instructions"] = int64_t(p.instructions.size());
   j["buffers"] = int64_t(p.buffers.size());
-  j["config"] = {{"batch", p.batch},           {"seq", p.seq},
-                 {"vocab", p.vocab},           {"precision", p.precision},
-                 {"micro_batches", p.microBatches}, {"ranks", p.ranks}};
+  j["config"] = {{"batch", p.batch},
+                 {"seq", p.seq},
+                 {"vocab", p.vocab},
+                 {"precision", p.precision},
+                 {"micro_batches", p.microBatches},
+                 {"ranks", p.ranks}};
   if (!p.initialWeights.empty()) j["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
   j["hardware"] = {{"name", p.hardwareName},
                    {"device_capacity_bytes", p.deviceCapacityBytes},
@@ -723,22 +706,21 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
     j["hardware"]["device_reserve"] = parts;
   }
   json phases = json::array();
-  for (const auto &ph : inferPhases(p))
-    phases.push_back({{"name", ph.name}, {"begin", ph.begin}, {"end", ph.end}});
+  for (const auto &ph : inferPhases(p)) phases.push_back({{"name", ph.name}, {"begin", ph.begin}, {"end", ph.end}});
   j["phases"] = phases;
   j["activations_kept_bytes"] = activationsKeptForBackward(p);
   json streams = json::object();
   for (const auto &st : streamStats(p))
     streams[st.name] = {{"instructions", st.instructions}, {"copies", st.copies}, {"bytes", st.bytes}};
   j["streams"] = streams;
-  j["recompute"] = {{"policy", p.recompute.policy},
-                    {"saved_bytes", p.recompute.savedBytes},
-                    {"flops_added", p.recompute.flopsAdded},
-                    {"forward_flops", p.recompute.forwardFlops},
-                    {"flops_added_fraction_of_forward",
-                     p.recompute.forwardFlops > 0 ? double(p.recompute.flopsAdded) / double(p.recompute.forwardFlops)
-                                                  : 0.0},
-                    {"instructions", recomputedInstructions(p)}};
+  j["recompute"] = {
+      {"policy", p.recompute.policy},
+      {"saved_bytes", p.recompute.savedBytes},
+      {"flops_added", p.recompute.flopsAdded},
+      {"forward_flops", p.recompute.forwardFlops},
+      {"flops_added_fraction_of_forward",
+       p.recompute.forwardFlops > 0 ? double(p.recompute.flopsAdded) / double(p.recompute.forwardFlops) : 0.0},
+      {"instructions", recomputedInstructions(p)}};
   json spaces = json::object();
   std::vector<const rt::Buffer *> all;
   for (const auto &s : sums) {
@@ -747,9 +729,7 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
     sj["lower_bound_bytes"] = s.space->lowerBoundBytes;
     sj["capacity_bytes"] = s.capacity;
     sj["fits"] = s.fits;
-    sj["ratio"] = s.space->lowerBoundBytes > 0
-                      ? double(s.space->arenaBytes) / double(s.space->lowerBoundBytes)
-                      : 0.0;
+    sj["ratio"] = s.space->lowerBoundBytes > 0 ? double(s.space->arenaBytes) / double(s.space->lowerBoundBytes) : 0.0;
     sj["buffers"] = s.buffers;
     json byRole = json::object(), counts = json::object(), atPeak = json::object();
     std::vector<std::string> roles;
@@ -760,8 +740,7 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
       counts[r] = s.countByRole.at(r);
     }
     for (size_t r = 0; r < s.tl.roles.size(); ++r)
-      atPeak[s.tl.roles[r]] =
-          s.tl.live.empty() ? int64_t(0) : s.tl.live[size_t(s.tl.peakInstruction)][r];
+      atPeak[s.tl.roles[r]] = s.tl.live.empty() ? int64_t(0) : s.tl.live[size_t(s.tl.peakInstruction)][r];
     sj["by_role"] = byRole;
     sj["count_by_role"] = counts;
     sj["peak_live_bytes"] = s.tl.peakBytes;
@@ -823,8 +802,10 @@ std::string num(double v) {
 
 std::string tickLabel(double v) {
   char buf[32];
-  if (std::fabs(v - std::round(v)) < 1e-9) std::snprintf(buf, sizeof buf, "%.0f", v);
-  else std::snprintf(buf, sizeof buf, "%.2g", v);
+  if (std::fabs(v - std::round(v)) < 1e-9)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.2g", v);
   return buf;
 }
 
@@ -844,15 +825,14 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
 
   std::ostringstream o;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << num(H)
-    << "\" viewBox=\"0 0 " << W << " " << num(H)
-    << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << num(H) << "\" viewBox=\"0 0 " << W
+    << " " << num(H) << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
   o << "<rect x=\"0\" y=\"0\" width=\"" << W << "\" height=\"" << num(H) << "\" fill=\"white\"/>\n";
-  o << "<text x=\"" << left << "\" y=\"22\" font-size=\"16\" font-weight=\"bold\">Memory over one step: "
-    << xmlEscape(path) << "</text>\n";
-  o << "<text x=\"" << left << "\" y=\"40\" fill=\"#555\">" << withCommas(p.parameterCount())
-    << " parameters, " << withCommas(int64_t(p.instructions.size())) << " instructions, precision "
-    << xmlEscape(p.precision) << ", ranks " << p.ranks << (p.ranks > 1 ? " (rank " + std::to_string(rank) + ")" : "")
+  o << "<text x=\"" << left
+    << "\" y=\"22\" font-size=\"16\" font-weight=\"bold\">Memory over one step: " << xmlEscape(path) << "</text>\n";
+  o << "<text x=\"" << left << "\" y=\"40\" fill=\"#555\">" << withCommas(p.parameterCount()) << " parameters, "
+    << withCommas(int64_t(p.instructions.size())) << " instructions, precision " << xmlEscape(p.precision) << ", ranks "
+    << p.ranks << (p.ranks > 1 ? " (rank " + std::to_string(rank) + ")" : "")
     << (p.hardwareName.empty() ? "" : ", hardware " + xmlEscape(p.hardwareName)) << "</text>\n";
 
   double y0 = top;
@@ -872,13 +852,10 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
     auto Y = [&](double bytes) { return pb - (pb - pt) * bytes / yMax; };
 
     o << "<g id=\"space-" << xmlEscape(sp.name) << "\">\n";
-    o << "<text x=\"" << left << "\" y=\"" << num(y0 + 14)
-      << "\" font-size=\"14\" font-weight=\"bold\" fill=\"" << (cap > 0 && sp.arenaBytes > cap ? "#c00" : "#000")
-      << "\">space "
-      << xmlEscape(sp.name) << ": arena " << humanBytes(sp.arenaBytes) << ", lower bound "
-      << humanBytes(sp.lowerBoundBytes) << ", capacity "
-      << (cap > 0 ? humanBytes(cap) + (sp.arenaBytes <= cap ? " (fits)" : " (DOES NOT FIT)")
-                  : std::string("unknown"))
+    o << "<text x=\"" << left << "\" y=\"" << num(y0 + 14) << "\" font-size=\"14\" font-weight=\"bold\" fill=\""
+      << (cap > 0 && sp.arenaBytes > cap ? "#c00" : "#000") << "\">space " << xmlEscape(sp.name) << ": arena "
+      << humanBytes(sp.arenaBytes) << ", lower bound " << humanBytes(sp.lowerBoundBytes) << ", capacity "
+      << (cap > 0 ? humanBytes(cap) + (sp.arenaBytes <= cap ? " (fits)" : " (DOES NOT FIT)") : std::string("unknown"))
       << "</text>\n";
     // Phases.
     auto bandColor = [](const std::string &name) {
@@ -889,21 +866,19 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
     for (const auto &bd : ph) {
       if (bd.end <= bd.begin) continue;
       o << "<rect x=\"" << num(X(double(bd.begin))) << "\" y=\"" << num(pt) << "\" width=\""
-        << num(X(double(bd.end)) - X(double(bd.begin))) << "\" height=\"" << num(pb - pt)
-        << "\" fill=\"" << bandColor(bd.name) << "\"><title>" << bd.name << " [" << bd.begin
-        << ", " << bd.end << ")</title></rect>\n";
+        << num(X(double(bd.end)) - X(double(bd.begin))) << "\" height=\"" << num(pb - pt) << "\" fill=\""
+        << bandColor(bd.name) << "\"><title>" << bd.name << " [" << bd.begin << ", " << bd.end << ")</title></rect>\n";
       if (X(double(bd.end)) - X(double(bd.begin)) < 40) continue; // too narrow to label
-      o << "<text x=\"" << num((X(double(bd.begin)) + X(double(bd.end))) / 2) << "\" y=\""
-        << num(pt - 5) << "\" text-anchor=\"middle\" fill=\"#777\">" << xmlEscape(bd.name)
-        << "</text>\n";
+      o << "<text x=\"" << num((X(double(bd.begin)) + X(double(bd.end))) / 2) << "\" y=\"" << num(pt - 5)
+        << "\" text-anchor=\"middle\" fill=\"#777\">" << xmlEscape(bd.name) << "</text>\n";
     }
     // Grid and y axis.
     for (double v = 0; v <= yMax / u.div + step * 1e-6; v += step) {
       double yy = Y(v * u.div);
-      o << "<line x1=\"" << left << "\" y1=\"" << num(yy) << "\" x2=\"" << num(left + plotW)
-        << "\" y2=\"" << num(yy) << "\" stroke=\"#ddd\" stroke-width=\"0.5\"/>\n";
-      o << "<text x=\"" << num(left - 6) << "\" y=\"" << num(yy + 4) << "\" text-anchor=\"end\">"
-        << tickLabel(v) << "</text>\n";
+      o << "<line x1=\"" << left << "\" y1=\"" << num(yy) << "\" x2=\"" << num(left + plotW) << "\" y2=\"" << num(yy)
+        << "\" stroke=\"#ddd\" stroke-width=\"0.5\"/>\n";
+      o << "<text x=\"" << num(left - 6) << "\" y=\"" << num(yy + 4) << "\" text-anchor=\"end\">" << tickLabel(v)
+        << "</text>\n";
     }
     o << "<text transform=\"translate(" << num(left - 55) << "," << num((pt + pb) / 2)
       << ") rotate(-90)\" text-anchor=\"middle\">live bytes (" << u.name << ")</text>\n";
@@ -928,24 +903,21 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
     std::vector<double> below(pts.size(), 0.0);
     for (size_t r = 0; r < tl.roles.size(); ++r) {
       std::vector<double> above(pts.size());
-      for (size_t k = 0; k < pts.size(); ++k)
-        above[k] = below[k] + double(tl.live[size_t(pts[k])][r]);
+      for (size_t k = 0; k < pts.size(); ++k) above[k] = below[k] + double(tl.live[size_t(pts[k])][r]);
       std::ostringstream d;
       // Steps: each instruction occupies [i, i+1).
       for (size_t k = 0; k < pts.size(); ++k) {
         double xa = X(double(pts[k])), xb = X(double(k + 1 < pts.size() ? pts[k + 1] : n));
-        d << (k == 0 ? "M" : "L") << num(xa) << "," << num(Y(above[k])) << " L" << num(xb) << ","
-          << num(Y(above[k])) << " ";
+        d << (k == 0 ? "M" : "L") << num(xa) << "," << num(Y(above[k])) << " L" << num(xb) << "," << num(Y(above[k]))
+          << " ";
       }
       for (size_t k = pts.size(); k-- > 0;) {
         double xa = X(double(pts[k])), xb = X(double(k + 1 < pts.size() ? pts[k + 1] : n));
-        d << "L" << num(xb) << "," << num(Y(below[k])) << " L" << num(xa) << ","
-          << num(Y(below[k])) << " ";
+        d << "L" << num(xb) << "," << num(Y(below[k])) << " L" << num(xa) << "," << num(Y(below[k])) << " ";
       }
       d << "Z";
       o << "<path d=\"" << d.str() << "\" fill=\"" << roleColor(tl.roles[r])
-        << "\" fill-opacity=\"0.85\" stroke=\"none\"><title>" << xmlEscape(tl.roles[r])
-        << "</title></path>\n";
+        << "\" fill-opacity=\"0.85\" stroke=\"none\"><title>" << xmlEscape(tl.roles[r]) << "</title></path>\n";
       below = above;
     }
     // Held bytes: the top `held` bytes of the stack, hatched.
@@ -958,8 +930,8 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
       std::ostringstream d;
       for (size_t k = 0; k < pts.size(); ++k) {
         double xa = X(double(pts[k])), xb = X(double(k + 1 < pts.size() ? pts[k + 1] : n));
-        d << (k == 0 ? "M" : "L") << num(xa) << "," << num(Y(below[k])) << " L" << num(xb) << ","
-          << num(Y(below[k])) << " ";
+        d << (k == 0 ? "M" : "L") << num(xa) << "," << num(Y(below[k])) << " L" << num(xb) << "," << num(Y(below[k]))
+          << " ";
       }
       for (size_t k = pts.size(); k-- > 0;) {
         double xa = X(double(pts[k])), xb = X(double(k + 1 < pts.size() ? pts[k + 1] : n));
@@ -974,17 +946,16 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
     // Arena and capacity lines.
     auto hline = [&](double bytes, const char *color, const std::string &label, const char *dash) {
       double yy = Y(bytes);
-      o << "<line x1=\"" << left << "\" y1=\"" << num(yy) << "\" x2=\"" << num(left + plotW)
-        << "\" y2=\"" << num(yy) << "\" stroke=\"" << color << "\" stroke-width=\"1.2\" stroke-dasharray=\""
-        << dash << "\"/>\n";
-      o << "<text x=\"" << num(left + plotW - 4) << "\" y=\"" << num(yy - 4)
-        << "\" text-anchor=\"end\" fill=\"" << color << "\">" << xmlEscape(label) << "</text>\n";
+      o << "<line x1=\"" << left << "\" y1=\"" << num(yy) << "\" x2=\"" << num(left + plotW) << "\" y2=\"" << num(yy)
+        << "\" stroke=\"" << color << "\" stroke-width=\"1.2\" stroke-dasharray=\"" << dash << "\"/>\n";
+      o << "<text x=\"" << num(left + plotW - 4) << "\" y=\"" << num(yy - 4) << "\" text-anchor=\"end\" fill=\""
+        << color << "\">" << xmlEscape(label) << "</text>\n";
     };
     hline(double(sp.arenaBytes), "#333", "arena " + humanBytes(sp.arenaBytes), "6,3");
     if (showCap) hline(double(cap), "#c00", "capacity " + humanBytes(cap), "2,2");
     // Peak marker.
-    o << "<line x1=\"" << num(X(double(tl.peakInstruction) + 0.5)) << "\" y1=\"" << num(pt)
-      << "\" x2=\"" << num(X(double(tl.peakInstruction) + 0.5)) << "\" y2=\"" << num(pb)
+    o << "<line x1=\"" << num(X(double(tl.peakInstruction) + 0.5)) << "\" y1=\"" << num(pt) << "\" x2=\""
+      << num(X(double(tl.peakInstruction) + 0.5)) << "\" y2=\"" << num(pb)
       << "\" stroke=\"#555\" stroke-width=\"0.8\" stroke-dasharray=\"1,3\"/>\n";
     {
       // Near the right edge the label goes to the left of the marker (it would overflow the plot).
@@ -995,16 +966,16 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
         << tl.peakInstruction << "</text>\n";
     }
     // X axis.
-    o << "<line x1=\"" << left << "\" y1=\"" << num(pb) << "\" x2=\"" << num(left + plotW)
-      << "\" y2=\"" << num(pb) << "\" stroke=\"#333\"/>\n";
-    o << "<line x1=\"" << left << "\" y1=\"" << num(pt) << "\" x2=\"" << left << "\" y2=\""
-      << num(pb) << "\" stroke=\"#333\"/>\n";
+    o << "<line x1=\"" << left << "\" y1=\"" << num(pb) << "\" x2=\"" << num(left + plotW) << "\" y2=\"" << num(pb)
+      << "\" stroke=\"#333\"/>\n";
+    o << "<line x1=\"" << left << "\" y1=\"" << num(pt) << "\" x2=\"" << left << "\" y2=\"" << num(pb)
+      << "\" stroke=\"#333\"/>\n";
     double xs = niceStep(double(n), 8);
     for (double v = 0; v <= double(n) + 1e-9; v += xs) {
-      o << "<line x1=\"" << num(X(v)) << "\" y1=\"" << num(pb) << "\" x2=\"" << num(X(v))
-        << "\" y2=\"" << num(pb + 4) << "\" stroke=\"#333\"/>\n";
-      o << "<text x=\"" << num(X(v)) << "\" y=\"" << num(pb + 16) << "\" text-anchor=\"middle\">"
-        << tickLabel(v) << "</text>\n";
+      o << "<line x1=\"" << num(X(v)) << "\" y1=\"" << num(pb) << "\" x2=\"" << num(X(v)) << "\" y2=\"" << num(pb + 4)
+        << "\" stroke=\"#333\"/>\n";
+      o << "<text x=\"" << num(X(v)) << "\" y=\"" << num(pb + 16) << "\" text-anchor=\"middle\">" << tickLabel(v)
+        << "</text>\n";
     }
     o << "<text x=\"" << num(left + plotW / 2) << "\" y=\"" << num(pb + 34)
       << "\" text-anchor=\"middle\">instruction index</text>\n";
@@ -1014,13 +985,13 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
       int64_t peakR = tl.live.empty() ? 0 : tl.live[size_t(tl.peakInstruction)][r];
       o << "<rect x=\"" << num(left + plotW + 16) << "\" y=\"" << num(ly) << "\" width=\"12\" height=\"12\" fill=\""
         << roleColor(tl.roles[r]) << "\"/>\n";
-      o << "<text x=\"" << num(left + plotW + 34) << "\" y=\"" << num(ly + 10) << "\">"
-        << xmlEscape(tl.roles[r]) << " (" << humanBytes(peakR) << ")</text>\n";
+      o << "<text x=\"" << num(left + plotW + 34) << "\" y=\"" << num(ly + 10) << "\">" << xmlEscape(tl.roles[r])
+        << " (" << humanBytes(peakR) << ")</text>\n";
       ly += 18;
     }
     if (anyHeld) {
-      o << "<rect x=\"" << num(left + plotW + 16) << "\" y=\"" << num(ly) << "\" width=\"12\" height=\"12\" fill=\"url(#held-"
-        << xmlEscape(sp.name) << ")\"/>\n";
+      o << "<rect x=\"" << num(left + plotW + 16) << "\" y=\"" << num(ly)
+        << "\" width=\"12\" height=\"12\" fill=\"url(#held-" << xmlEscape(sp.name) << ")\"/>\n";
       o << "<text x=\"" << num(left + plotW + 34) << "\" y=\"" << num(ly + 10) << "\">held for a stream ("
         << humanBytes(tl.held[size_t(tl.peakInstruction)]) << ")</text>\n";
       ly += 18;
@@ -1034,8 +1005,8 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
       if (l.bytes > 0) desc += ", " + humanBytes(l.bytes);
       o << "<g class=\"lane\" id=\"lane-" << xmlEscape(sp.name) << "-" << xmlEscape(l.name) << "\">\n";
       o << "<title>" << xmlEscape(l.name) << ": " << xmlEscape(l.what) << " (" << desc << ")</title>\n";
-      o << "<text x=\"" << num(left - 6) << "\" y=\"" << num(lyy + 10) << "\" text-anchor=\"end\" fill=\""
-        << l.color << "\">" << xmlEscape(l.name) << "</text>\n";
+      o << "<text x=\"" << num(left - 6) << "\" y=\"" << num(lyy + 10) << "\" text-anchor=\"end\" fill=\"" << l.color
+        << "\">" << xmlEscape(l.name) << "</text>\n";
       o << "<rect x=\"" << left << "\" y=\"" << num(lyy) << "\" width=\"" << num(plotW) << "\" height=\""
         << num(laneH - 4) << "\" fill=\"#f6f6f6\"/>\n";
       double runA = -1, runB = -1;
@@ -1054,8 +1025,8 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
         runA = a, runB = b;
       }
       flush();
-      o << "<text x=\"" << num(left + plotW + 16) << "\" y=\"" << num(lyy + 10) << "\" fill=\"" << l.color
-        << "\">" << xmlEscape(l.name) << ": " << desc << "</text>\n";
+      o << "<text x=\"" << num(left + plotW + 16) << "\" y=\"" << num(lyy + 10) << "\" fill=\"" << l.color << "\">"
+        << xmlEscape(l.name) << ": " << desc << "</text>\n";
       o << "</g>\n";
       lyy += laneH;
     }
@@ -1091,21 +1062,18 @@ int inspectMain(int argc, char **argv, int first) {
       std::fputs(inspectHelp(), stdout);
       return 0;
     }
-  cli::Args a = cli::parse(argc, argv, first, {"--timeline", "--rank"}, {"--memory", "--json"},
-                           "inspect");
+  cli::Args a = cli::parse(argc, argv, first, {"--timeline", "--rank"}, {"--memory", "--json"}, "inspect");
   if (a.positional.empty()) throw UserError("missing the program file (usage: bigc inspect model.bigc)");
   if (a.positional.size() > 1)
     throw UserError("unexpected argument '" + a.positional[1] + "' (one program file; see --help)");
   if (a.has("-o")) throw UserError("unknown option '-o' (use --timeline FILE.svg; see --help)");
   const std::string path = a.positional[0];
   int64_t rank = a.integer("--rank", 0);
-  if (a.has("--timeline") && a.str("--timeline").empty())
-    throw UserError("--timeline: empty file name");
+  if (a.has("--timeline") && a.str("--timeline").empty()) throw UserError("--timeline: empty file name");
   rt::Program p = rt::loadProgram(path);
   checkRank(p, rank);
   // Build everything before writing anything.
-  std::string report = a.has("--json") ? jsonReport(p, path, rank)
-                                        : textReport(p, path, rank, a.has("--memory"));
+  std::string report = a.has("--json") ? jsonReport(p, path, rank) : textReport(p, path, rank, a.has("--memory"));
   if (a.has("--timeline")) rt::writeFileAtomic(a.str("--timeline"), timelineSvg(p, path, rank));
   std::fwrite(report.data(), 1, report.size(), stdout);
   return 0;

@@ -1,4 +1,4 @@
-// Offsets in one arena from liveness intervals (see include/bigc/plan/arena_planner.h).
+// Offsets in one arena from liveness intervals (see include/bigc/Plan/arena_planner.h).
 //
 // The algorithm is the "greedy by size" strategy of TFLite's arena planner and XLA's heap
 // simulator: buffers are placed largest first; each goes into the smallest gap, among the buffers
@@ -8,7 +8,7 @@
 // Cost: placed buffers are kept sorted by offset, so each placement is one linear scan over them
 // (filtering on time overlap yields the overlapping buffers already in offset order): O(n^2) time
 // overall, O(n) memory; a few thousand buffers take milliseconds.
-#include "bigc/plan/arena_planner.h"
+#include "bigc/Plan/arena_planner.h"
 
 #include <algorithm>
 #include <numeric>
@@ -28,8 +28,8 @@ static void validate(const std::vector<Interval> &intervals, int64_t alignment) 
     const Interval &iv = intervals[i];
     if (iv.bytes < 0 || iv.last < iv.first) {
       std::ostringstream os;
-      os << "arena planner: interval " << i << " is invalid (first " << iv.first << ", last "
-         << iv.last << ", bytes " << iv.bytes << ")";
+      os << "arena planner: interval " << i << " is invalid (first " << iv.first << ", last " << iv.last << ", bytes "
+         << iv.bytes << ")";
       throw std::invalid_argument(os.str());
     }
   }
@@ -56,9 +56,7 @@ int64_t lowerBound(const std::vector<Interval> &intervals, int64_t alignment) {
   return best;
 }
 
-static bool timeOverlap(const Interval &a, const Interval &b) {
-  return a.first <= b.last && b.first <= a.last;
-}
+static bool timeOverlap(const Interval &a, const Interval &b) { return a.first <= b.last && b.first <= a.last; }
 
 ArenaPlan planArena(const std::vector<Interval> &intervals, int64_t alignment) {
   validate(intervals, alignment);
@@ -135,13 +133,11 @@ std::string checkPlan(const std::vector<Interval> &intervals, const ArenaPlan &p
   for (size_t i = 0; i < n; ++i) {
     const Interval &iv = intervals[i];
     if (iv.bytes < 0 || iv.last < iv.first) {
-      os << "buffer " << i << " has an invalid interval [" << iv.first << ", " << iv.last
-         << "] or size " << iv.bytes;
+      os << "buffer " << i << " has an invalid interval [" << iv.first << ", " << iv.last << "] or size " << iv.bytes;
       return os.str();
     }
     if (plan.offsets[i] < 0 || plan.offsets[i] % alignment != 0) {
-      os << "buffer " << i << " offset " << plan.offsets[i] << " is not a non-negative multiple of "
-         << alignment;
+      os << "buffer " << i << " offset " << plan.offsets[i] << " is not a non-negative multiple of " << alignment;
       return os.str();
     }
     if (plan.offsets[i] + iv.bytes > plan.arenaBytes && iv.bytes > 0) {
@@ -164,19 +160,17 @@ std::string checkPlan(const std::vector<Interval> &intervals, const ArenaPlan &p
   for (size_t i : order) {
     const Interval &iv = intervals[i];
     // Drop buffers that died before this one starts.
-    active.erase(std::remove_if(active.begin(), active.end(),
-                                [&](size_t j) { return intervals[j].last < iv.first; }),
+    active.erase(std::remove_if(active.begin(), active.end(), [&](size_t j) { return intervals[j].last < iv.first; }),
                  active.end());
     int64_t lo = plan.offsets[i], hi = lo + iv.bytes;
     for (size_t j : active) {
       int64_t lo2 = plan.offsets[j], hi2 = lo2 + intervals[j].bytes;
       if (lo < hi2 && lo2 < hi) {
         size_t a = std::min(i, j), b = std::max(i, j);
-        os << "buffers " << a << " (live [" << intervals[a].first << ", " << intervals[a].last
-           << "], bytes [" << plan.offsets[a] << ", " << plan.offsets[a] + intervals[a].bytes
-           << ")) and " << b << " (live [" << intervals[b].first << ", " << intervals[b].last
-           << "], bytes [" << plan.offsets[b] << ", " << plan.offsets[b] + intervals[b].bytes
-           << ")) are live at the same time and overlap in memory";
+        os << "buffers " << a << " (live [" << intervals[a].first << ", " << intervals[a].last << "], bytes ["
+           << plan.offsets[a] << ", " << plan.offsets[a] + intervals[a].bytes << ")) and " << b << " (live ["
+           << intervals[b].first << ", " << intervals[b].last << "], bytes [" << plan.offsets[b] << ", "
+           << plan.offsets[b] + intervals[b].bytes << ")) are live at the same time and overlap in memory";
         return os.str();
       }
     }

@@ -1,6 +1,6 @@
-// Checkpoints: see include/bigc/runtime/checkpoint.h.
-#include "bigc/runtime/checkpoint.h"
-#include "bigc/runtime/safetensors.h"
+// Checkpoints: see include/bigc/Runtime/checkpoint.h.
+#include "bigc/Runtime/checkpoint.h"
+#include "bigc/Runtime/safetensors.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -63,7 +63,8 @@ void mkdirs(const std::string &dir) {
   while (std::getline(ss, part, '/')) {
     if (part.empty()) continue;
     cur += (cur.empty() || cur.back() == '/' ? "" : "/") + part;
-    if (::mkdir(cur.c_str(), 0777) != 0 && errno != EEXIST) fail(cur, std::string("cannot create: ") + std::strerror(errno));
+    if (::mkdir(cur.c_str(), 0777) != 0 && errno != EEXIST)
+      fail(cur, std::string("cannot create: ") + std::strerror(errno));
   }
 }
 
@@ -74,8 +75,10 @@ void removeTree(const std::string &path) {
       if (n == "." || n == "..") continue;
       std::string p = path + "/" + n;
       struct stat st {};
-      if (::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) removeTree(p);
-      else ::unlink(p.c_str());
+      if (::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        removeTree(p);
+      else
+        ::unlink(p.c_str());
     }
     ::closedir(d);
   }
@@ -204,9 +207,9 @@ Info save(const std::string &dir, const Engine &ex, const data::TokenSource &sou
     for (const Buffer &b : p.buffers)
       if (b.persistent()) ps.push_back(&b), ts.push_back({b.name, b.dtype, b.shape, b.bytes});
     record("state.safetensors",
-           safetensors::writeStreaming(tmp + "/state.safetensors",
-                          {{"format", "pt"}, {"producer", "bigc"}, {"content", "training state"}}, ts,
-                          [&](size_t i, std::vector<uint8_t> &buf) { ex.readBytes(ps[i]->id, buf.data()); }));
+           safetensors::writeStreaming(
+               tmp + "/state.safetensors", {{"format", "pt"}, {"producer", "bigc"}, {"content", "training state"}}, ts,
+               [&](size_t i, std::vector<uint8_t> &buf) { ex.readBytes(ps[i]->id, buf.data()); }));
   }
 
   json m;
@@ -239,7 +242,8 @@ Info save(const std::string &dir, const Engine &ex, const data::TokenSource &sou
   if (::access(final.c_str(), F_OK) == 0) {
     const std::string old = dir + "/.old-" + name + "." + std::to_string(::getpid());
     if (::rename(final.c_str(), old.c_str()) != 0) fail(final, std::string("cannot replace: ") + std::strerror(errno));
-    if (::rename(tmp.c_str(), final.c_str()) != 0) fail(final, std::string("cannot rename into place: ") + std::strerror(errno));
+    if (::rename(tmp.c_str(), final.c_str()) != 0)
+      fail(final, std::string("cannot rename into place: ") + std::strerror(errno));
     removeTree(old);
   } else if (::rename(tmp.c_str(), final.c_str()) != 0) {
     int e = errno;
@@ -276,7 +280,8 @@ Info latest(const std::string &dir, std::vector<std::string> *skipped) {
   std::vector<std::pair<int64_t, std::string>> all;
   for (const std::string &n : entries(dir)) {
     int64_t s = 0;
-    if (isStepName(n, &s)) all.push_back({s, n});
+    if (isStepName(n, &s))
+      all.push_back({s, n});
     else if (skipped && (n.rfind(".step-", 0) == 0 || n.rfind(".old-", 0) == 0))
       skipped->push_back(dir + "/" + n + ": an incomplete checkpoint (a run stopped while writing it)");
   }
@@ -301,11 +306,12 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
   // offload, schedule) resumes it too: the state is stored whole, each rank takes its shards.
   const bool sameProgram = got == want;
   if (!sameProgram && m["program"].value("state_signature", "") != stateSignature(p))
-    fail(path, "written by another program (checksum " + got + ", this program's is " + want + ", compiled from " +
-                   m["program"].value("source", std::string("?")) +
-                   ") whose training state differs (other tensors, precision or optimizer settings); resume with a "
-                   "program of the same model, precision and optimizer, or start from its weights with --load-weights " +
-                   path + "/model.safetensors");
+    fail(path,
+         "written by another program (checksum " + got + ", this program's is " + want + ", compiled from " +
+             m["program"].value("source", std::string("?")) +
+             ") whose training state differs (other tensors, precision or optimizer settings); resume with a "
+             "program of the same model, precision and optimizer, or start from its weights with --load-weights " +
+             path + "/model.safetensors");
   if (m["data"].value("kind", "") != source.kind())
     fail(path, "taken reading " + m["data"].value("kind", std::string("?")) + " data; this run reads " + source.kind() +
                    " data (resume with the same --data or --synthetic)");
@@ -321,13 +327,13 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
     names.insert(b.name);
     const safetensors::Tensor *t = state.find(b.name);
     if (!sameProgram && b.init.kind == "copy") { // compute copies: made again from the masters (the
-      refresh = true;                             // other program's may lag them, e.g. ZeRO-1/2's
-      continue;                                   // whole copies gathered at the next step's start)
+      refresh = true;                            // other program's may lag them, e.g. ZeRO-1/2's
+      continue;                                  // whole copies gathered at the next step's start)
     }
     if (!t) fail(spath, "has no tensor '" + b.name + "'");
     if (t->dtype != b.dtype || t->shape != b.shape)
-      fail(spath, "tensor '" + b.name + "' is " + safetensors::dtypeTag(t->dtype) + " of another shape or dtype than the program's " +
-                      safetensors::dtypeTag(b.dtype) + " buffer");
+      fail(spath, "tensor '" + b.name + "' is " + safetensors::dtypeTag(t->dtype) +
+                      " of another shape or dtype than the program's " + safetensors::dtypeTag(b.dtype) + " buffer");
     buf.resize(size_t(b.bytes));
     in.seekg(std::streamoff(t->fileOffset));
     in.read(buf.data(), std::streamsize(buf.size()));

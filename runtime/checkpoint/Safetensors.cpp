@@ -1,6 +1,6 @@
 // safetensors reader/writer and weight load/save for the executor.
-#include "bigc/runtime/safetensors.h"
-#include "bigc/runtime/engine.h"
+#include "bigc/Runtime/safetensors.h"
+#include "bigc/Runtime/engine.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -62,11 +62,16 @@ const char *dtypeTag(DType d) {
 }
 
 bool parseDTypeTag(const std::string &tag, DType &out) {
-  if (tag == "F32") out = DType::F32;
-  else if (tag == "BF16") out = DType::BF16;
-  else if (tag == "F16") out = DType::F16;
-  else if (tag == "I32") out = DType::I32;
-  else return false;
+  if (tag == "F32")
+    out = DType::F32;
+  else if (tag == "BF16")
+    out = DType::BF16;
+  else if (tag == "F16")
+    out = DType::F16;
+  else if (tag == "I32")
+    out = DType::I32;
+  else
+    return false;
   return true;
 }
 
@@ -128,7 +133,8 @@ File parseImpl(const char *head, uint64_t avail, uint64_t fileSize, const std::s
   if (n > fileSize - 8)
     fail(path, "not a safetensors file or truncated: header length " + std::to_string(n) + " exceeds the " +
                    std::to_string(fileSize - 8) + " bytes that follow it");
-  if (n > (uint64_t(100) << 20)) fail(path, "safetensors header of " + std::to_string(n) + " bytes is too large (max 100 MB)");
+  if (n > (uint64_t(100) << 20))
+    fail(path, "safetensors header of " + std::to_string(n) + " bytes is too large (max 100 MB)");
   json header;
   try {
     if (avail < 8 + n) fail(path, "internal error: header not read");
@@ -165,7 +171,8 @@ File parseImpl(const char *head, uint64_t avail, uint64_t fileSize, const std::s
     Tensor t;
     t.name = name;
     std::string tag = v["dtype"].get<std::string>();
-    if (!parseDTypeTag(tag, t.dtype)) fail(path, where + ": dtype '" + tag + "' is not one bigc reads (F32, BF16, F16, I32)");
+    if (!parseDTypeTag(tag, t.dtype))
+      fail(path, where + ": dtype '" + tag + "' is not one bigc reads (F32, BF16, F16, I32)");
     uint64_t numel = 1;
     for (const auto &d : v["shape"]) {
       if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
@@ -180,14 +187,15 @@ File parseImpl(const char *head, uint64_t avail, uint64_t fileSize, const std::s
       if (!o.is_number_unsigned() && !(o.is_number_integer() && o.get<int64_t>() >= 0))
         fail(path, where + ": data_offsets must be non-negative integers");
     uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    if (e < b) fail(path, where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + ") end before they begin");
+    if (e < b)
+      fail(path, where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + ") end before they begin");
     if (e > dataSize)
       fail(path, where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + ") run past the " +
                      std::to_string(dataSize) + " data bytes (truncated file?)");
     uint64_t want = numel * uint64_t(dtypeSize(t.dtype));
     if (e - b != want)
-      fail(path, where + ": data_offsets span " + std::to_string(e - b) + " bytes, but shape " + shapeStr(t.shape) + " of " +
-                     tag + " needs " + std::to_string(want));
+      fail(path, where + ": data_offsets span " + std::to_string(e - b) + " bytes, but shape " + shapeStr(t.shape) +
+                     " of " + tag + " needs " + std::to_string(want));
     t.fileOffset = dataStart + b;
     if (data) t.data.assign(head + dataStart + b, head + dataStart + e);
     spans.push_back({b, e, file.tensors.size()});
@@ -253,7 +261,8 @@ std::string serialize(const File &file) {
     if (t.data.size() != uint64_t(t.numel()) * uint64_t(dtypeSize(t.dtype)))
       throw UserError("safetensors: tensor '" + t.name + "' has " + std::to_string(t.data.size()) +
                       " bytes of data for shape " + shapeStr(t.shape));
-    header[t.name] = {{"dtype", dtypeTag(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+    header[t.name] = {
+        {"dtype", dtypeTag(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
   std::string h = header.dump();
@@ -276,8 +285,8 @@ std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t off = 0;
   for (const OutTensor &t : ts) {
-    header[t.name] = {{"dtype", dtypeTag(t.dtype)}, {"shape", t.shape},
-                      {"data_offsets", {off, off + uint64_t(t.bytes)}}};
+    header[t.name] = {
+        {"dtype", dtypeTag(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + uint64_t(t.bytes)}}};
     off += uint64_t(t.bytes);
   }
   std::string h = header.dump();
@@ -359,8 +368,10 @@ void loadWeights(Engine &ex, const File &file, const std::string &path) {
   for (const auto &t : file.tensors) {
     std::string name = t.name;
     if (!params.count(name)) {
-      if (name.rfind("transformer.", 0) == 0 && params.count(name.substr(12))) name = name.substr(12);
-      else if (endsWith(name, ".attn.bias") || endsWith(name, ".attn.masked_bias")) continue;
+      if (name.rfind("transformer.", 0) == 0 && params.count(name.substr(12)))
+        name = name.substr(12);
+      else if (endsWith(name, ".attn.bias") || endsWith(name, ".attn.masked_bias"))
+        continue;
     }
     if (!byName.emplace(name, &t).second) fail(path, "tensor '" + name + "' appears twice");
   }

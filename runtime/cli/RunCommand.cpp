@@ -1,13 +1,13 @@
 // `bigc run` / `bigc-run`: load a program, train for N steps, log, save weights.
-#include "bigc/runtime/run_command.h"
-#include "bigc/runtime/checkpoint.h"
-#include "bigc/runtime/data.h"
-#include "bigc/runtime/executor.h"
-#include "bigc/runtime/program.h"
-#include "bigc/runtime/rank_group.h"
-#include "bigc/runtime/safetensors.h"
-#include "bigc/runtime/verifier.h"
-#include "bigc/support/cli.h"
+#include "bigc/Runtime/run_command.h"
+#include "bigc/Runtime/checkpoint.h"
+#include "bigc/Runtime/data.h"
+#include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/program.h"
+#include "bigc/Runtime/rank_group.h"
+#include "bigc/Runtime/safetensors.h"
+#include "bigc/Runtime/verifier.h"
+#include "bigc/Support/cli.h"
 
 #include <algorithm>
 #include <atomic>
@@ -158,8 +158,9 @@ void printProfile(const Engine &ex, double wall) {
   }
   std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(byOp.begin(), byOp.end());
   std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.second.second > b.second.second; });
-  std::fprintf(stderr, "\nprofile (%s backend): %lld steps after the first; wall %.2f ms per step; instructions %.2f ms "
-                       "per step (summed over streams)\n",
+  std::fprintf(stderr,
+               "\nprofile (%s backend): %lld steps after the first; wall %.2f ms per step; instructions %.2f ms "
+               "per step (summed over streams)\n",
                ex.backend(), (long long)n, 1e3 * wall / double(n), 1e3 * total / double(n));
   std::fprintf(stderr, "  %-28s %12s %12s %8s\n", "op [stream]", "instructions", "ms/step", "share");
   for (const auto &[op, v] : rows)
@@ -203,12 +204,21 @@ void restoreStopHandlers() {
 }
 
 int runBody(int argc, char **argv, int first) {
-  const std::set<std::string> valued = {"--backend",      "--steps",       "--data",         "--seed",
-                                        "--log",          "--save-weights", "--load-weights", "--threads",
-                                        "--dump-grads",   "--checkpoint-dir", "--checkpoint-every",
-                                        "--keep-checkpoints", "--comm-timeout"};
-  const std::set<std::string> switches = {"--synthetic", "--quiet", "--resume", "--help", "--profile", "--no-verify",
-                                          "--check-numerics"};
+  const std::set<std::string> valued = {"--backend",
+                                        "--steps",
+                                        "--data",
+                                        "--seed",
+                                        "--log",
+                                        "--save-weights",
+                                        "--load-weights",
+                                        "--threads",
+                                        "--dump-grads",
+                                        "--checkpoint-dir",
+                                        "--checkpoint-every",
+                                        "--keep-checkpoints",
+                                        "--comm-timeout"};
+  const std::set<std::string> switches = {"--synthetic", "--quiet",     "--resume",        "--help",
+                                          "--profile",   "--no-verify", "--check-numerics"};
   cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
   if (args.has("--help")) {
     std::cout << kRunUsage;
@@ -252,10 +262,8 @@ int runBody(int argc, char **argv, int first) {
     throw UserError("--data and --synthetic exclude each other; pick one");
   uint64_t seed = uint64_t(args.integer("--seed", 1337));
   int64_t threads = args.integer("--threads", 0);
-  if (args.has("--threads") && threads < 1)
-    throw UserError("--threads must be >= 1, got " + std::to_string(threads));
-  if (args.has("--dump-grads") && steps < 1)
-    throw UserError("--dump-grads needs at least one step (--steps >= 1)");
+  if (args.has("--threads") && threads < 1) throw UserError("--threads must be >= 1, got " + std::to_string(threads));
+  if (args.has("--dump-grads") && steps < 1) throw UserError("--dump-grads needs at least one step (--steps >= 1)");
   bool quiet = args.has("--quiet");
   for (const char *opt : {"--log", "--save-weights", "--dump-grads"})
     if (args.has(opt)) checkWritable(args.str(opt), opt);
@@ -273,9 +281,11 @@ int runBody(int argc, char **argv, int first) {
   const auto [world, proc] = mpiWorld();
   if (world > 1 && R == 1)
     throw UserError(programPath + " is a program of one rank, but mpirun started " + std::to_string(world) +
-                    " processes; compile with --ranks " + std::to_string(world) + " (or a multiple) or run without mpirun");
+                    " processes; compile with --ranks " + std::to_string(world) +
+                    " (or a multiple) or run without mpirun");
   if (world > 1 && args.has("--dump-grads"))
-    throw UserError("--dump-grads: not under mpirun (the gradients are in every process); run all ranks in one process");
+    throw UserError(
+        "--dump-grads: not under mpirun (the gradients are in every process); run all ranks in one process");
   const bool leader = proc == 0;
   if (args.has("--dump-grads") && R > 1 && prog.zero >= 1)
     throw UserError("--dump-grads: the gradients of this program are sharded over its " + std::to_string(R) +
@@ -289,10 +299,14 @@ int runBody(int argc, char **argv, int first) {
 
   if (!leader) quiet = true;
   std::unique_ptr<Engine> engine;
-  if (backend == "cuda" && R > 1) engine = makeCudaRankGroup(std::move(prog), seed, commTimeout);
-  else if (backend == "cuda") engine = makeCudaEngine(std::move(prog), seed);
-  else if (R > 1) engine = makeCpuRankGroup(std::move(prog), seed, commTimeout);
-  else engine = std::make_unique<Executor>(std::move(prog), seed);
+  if (backend == "cuda" && R > 1)
+    engine = makeCudaRankGroup(std::move(prog), seed, commTimeout);
+  else if (backend == "cuda")
+    engine = makeCudaEngine(std::move(prog), seed);
+  else if (R > 1)
+    engine = makeCpuRankGroup(std::move(prog), seed, commTimeout);
+  else
+    engine = std::make_unique<Executor>(std::move(prog), seed);
   Engine &ex = *engine;
   if (args.has("--load-weights")) {
     std::string path = args.str("--load-weights");
@@ -355,15 +369,18 @@ int runBody(int argc, char **argv, int first) {
     for (const auto &[name, bytes] : arenas) spaces += (spaces.empty() ? "" : ", ") + name + " " + humanBytes(bytes);
     std::string streams;
     for (const auto &s : ex.streams()) streams += (streams.empty() ? "" : ", ") + s;
-    std::fprintf(stderr,
-                 "bigc run: %s: %s backend, %lld parameters, %s, batch %s%lld x %lldx%lld, arenas: %s%s; streams: %s; "
-                 "data: %s; %lld steps\n",
-                 programPath.c_str(), ex.backend(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
-                 R > 1 ? (std::to_string(R) + " ranks" +
-                          (tpSize > 1 ? " (dp " + std::to_string(R / tpSize) + " x tp " + std::to_string(tpSize) + ")" : "") +
-                          " x ").c_str() : "", (long long)K, (long long)B, (long long)T,
-                 spaces.c_str(), R > 1 ? " per rank" : "", streams.c_str(),
-                 source->describe().c_str(), (long long)steps);
+    std::fprintf(
+        stderr,
+        "bigc run: %s: %s backend, %lld parameters, %s, batch %s%lld x %lldx%lld, arenas: %s%s; streams: %s; "
+        "data: %s; %lld steps\n",
+        programPath.c_str(), ex.backend(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
+        R > 1 ? (std::to_string(R) + " ranks" +
+                 (tpSize > 1 ? " (dp " + std::to_string(R / tpSize) + " x tp " + std::to_string(tpSize) + ")" : "") +
+                 " x ")
+                    .c_str()
+              : "",
+        (long long)K, (long long)B, (long long)T, spaces.c_str(), R > 1 ? " per rank" : "", streams.c_str(),
+        source->describe().c_str(), (long long)steps);
     if (!ex.deviceInfo().empty()) std::fprintf(stderr, "bigc run: %s\n", ex.deviceInfo().c_str());
   }
 
@@ -411,9 +428,10 @@ int runBody(int argc, char **argv, int first) {
         extra = buf;
       }
       std::string mem;
-      for (const auto &[name, bytes] : ex.measuredBytes()) mem += (mem.empty() ? " | " : ", ") + name + " " + humanBytes(bytes);
-      std::fprintf(stderr, "step %lld/%lld | loss %.4f%s | %.1f ms | %.0f tok/s%s\n", (long long)s,
-                   (long long)steps, double(loss), extra.c_str(), dt * 1e3, tps, mem.c_str());
+      for (const auto &[name, bytes] : ex.measuredBytes())
+        mem += (mem.empty() ? " | " : ", ") + name + " " + humanBytes(bytes);
+      std::fprintf(stderr, "step %lld/%lld | loss %.4f%s | %.1f ms | %.0f tok/s%s\n", (long long)s, (long long)steps,
+                   double(loss), extra.c_str(), dt * 1e3, tps, mem.c_str());
     }
     if (log) {
       nlohmann::ordered_json j;
@@ -442,9 +460,9 @@ int runBody(int argc, char **argv, int first) {
       if (!ckptDir.empty() && lastSaved != s) saveCheckpoint(loss);
       if (leader)
         std::fprintf(stderr, "bigc run: stopped by %s after step %lld%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                   (long long)s,
-                   ckptDir.empty() ? " (no --checkpoint-dir: nothing saved)"
-                                   : "; continue with the same command and --resume");
+                     (long long)s,
+                     ckptDir.empty() ? " (no --checkpoint-dir: nothing saved)"
+                                     : "; continue with the same command and --resume");
       steps = s;
       break;
     }
@@ -454,8 +472,10 @@ int runBody(int argc, char **argv, int first) {
 
   if (profile) printProfile(ex, profiledWall);
   if (args.has("--save-weights")) {
-    if (leader) safetensors::writeWeights(args.str("--save-weights"), ex);
-    else checkpoint::follow(ex, /*weightsOnly=*/true);
+    if (leader)
+      safetensors::writeWeights(args.str("--save-weights"), ex);
+    else
+      checkpoint::follow(ex, /*weightsOnly=*/true);
   }
   if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
   if (log) log->commit();

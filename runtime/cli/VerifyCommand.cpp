@@ -1,8 +1,8 @@
 // `bigc verify model.bigc`: the plan verifier on a program file.
-#include "bigc/runtime/program.h"
-#include "bigc/runtime/run_command.h"
-#include "bigc/runtime/verifier.h"
-#include "bigc/support/cli.h"
+#include "bigc/Runtime/program.h"
+#include "bigc/Runtime/run_command.h"
+#include "bigc/Runtime/verifier.h"
+#include "bigc/Support/cli.h"
 
 #include <cstdio>
 #include <iostream>

@@ -1,7 +1,7 @@
 // The in-process communicator: ranks are threads of one process; collectives are rings over shared
 // memory (see comm.h). Reductions accumulate in f32 and round once into the output's dtype.
-#include "bigc/runtime/comm.h"
-#include "bigc/runtime/half.h"
+#include "bigc/Runtime/comm.h"
+#include "bigc/Runtime/half.h"
 
 #include "local_group.h"
 
@@ -129,9 +129,7 @@ void runLocal(LocalGroup &g, int r, CollectiveKind kind, Reduce red, const std::
     }
   };
   switch (kind) {
-  case CollectiveKind::ReduceScatter:
-    writeReduced(true);
-    break;
+  case CollectiveKind::ReduceScatter: writeReduced(true); break;
   case CollectiveKind::AllReduce:
     writeReduced(false);
     g.barrier(r, what);
@@ -141,8 +139,7 @@ void runLocal(LocalGroup &g, int r, CollectiveKind kind, Reduce red, const std::
     for (const auto &t : ts) {
       Chunk ch = chunkOf(t.outNumel, n, r);
       const int64_t e = dtypeSize(t.dtype);
-      if (ch.len > 0)
-        std::memcpy(static_cast<char *>(t.out) + ch.begin * e, t.in, size_t(ch.len * e));
+      if (ch.len > 0) std::memcpy(static_cast<char *>(t.out) + ch.begin * e, t.in, size_t(ch.len * e));
     }
     g.barrier(r, what);
     ringAllGather(g, r, ts, what);

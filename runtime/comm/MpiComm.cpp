@@ -6,8 +6,8 @@
 //     processes, then each rank takes the whole (all-reduce) or its shard (reduce-scatter);
 //   all-gather: the process's shards side by side (its ranks are consecutive), MPI_Iallgather of
 //     those blocks, each rank copies the whole.
-#include "bigc/runtime/comm.h"
-#include "bigc/runtime/half.h"
+#include "bigc/Runtime/comm.h"
+#include "bigc/Runtime/half.h"
 
 #include "local_group.h"
 
@@ -129,10 +129,11 @@ public:
       }
       g_.barrier(l, what);
       if (blockBytes > int64_t(INT32_MAX)) tooLarge(what, blockBytes);
-      if (l == 0) leader(what, [&](MPI_Request *req) {
-        return MPI_Iallgather(block_.data(), int(blockBytes), MPI_BYTE, whole_.data(), int(blockBytes), MPI_BYTE,
-                              comm_, req);
-      });
+      if (l == 0)
+        leader(what, [&](MPI_Request *req) {
+          return MPI_Iallgather(block_.data(), int(blockBytes), MPI_BYTE, whole_.data(), int(blockBytes), MPI_BYTE,
+                                comm_, req);
+        });
       g_.barrier(l, what, 2.0);
       // whole_ = [proc 0: tensor 0 shards of its ranks, tensor 1 ...][proc 1: ...]
       int64_t toff = 0;
@@ -196,7 +197,8 @@ public:
 
 private:
   [[noreturn]] void tooLarge(const std::string &what, int64_t n) {
-    std::string msg = what + ": " + std::to_string(n) + " elements in one MPI collective (more than 2^31): use a "
+    std::string msg = what + ": " + std::to_string(n) +
+                      " elements in one MPI collective (more than 2^31): use a "
                       "smaller --bucket-mb";
     g_.abort(msg);
     throw CommError(msg);
@@ -265,7 +267,8 @@ std::vector<MeshRank> makeMpiMesh(int dp, int tp, int localRanks, double timeout
   if (tp % L != 0 && L % tp != 0)
     throw UserError("the tensor size " + std::to_string(tp) + " and the " + std::to_string(L) +
                     " ranks of each process: one must divide the other (tensor groups inside a process, or spanning "
-                    "whole processes); start " + std::to_string(dp * tp / std::max(1, std::min(L, tp))) +
+                    "whole processes); start " +
+                    std::to_string(dp * tp / std::max(1, std::min(L, tp))) +
                     " processes (mpirun -np) or compile for another --tp");
   int proc = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &proc);

@@ -1,5 +1,5 @@
 // Without MPI (CMake found no MPI): one process runs every rank (the in-process communicator).
-#include "bigc/runtime/comm.h"
+#include "bigc/Runtime/comm.h"
 
 #include <cstdlib>
 

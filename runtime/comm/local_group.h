@@ -3,7 +3,7 @@
 // ranks) and by the MPI communicator (the ranks of each process). Internal to runtime/comm.
 #pragma once
 
-#include "bigc/runtime/comm.h"
+#include "bigc/Runtime/comm.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -39,8 +39,8 @@ public:
       cv_.notify_all();
       return;
     }
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_ * scale));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                           std::chrono::duration<double>(timeout_ * scale));
     bool ok = cv_.wait_until(l, deadline, [&] { return gen_ != g || aborted_; });
     if (aborted_ && gen_ == g) {
       --count_;
@@ -54,7 +54,8 @@ public:
       char secs[32];
       std::snprintf(secs, sizeof secs, "%g", timeout_ * scale);
       why_ = what + ": rank " + std::to_string(global_(local)) + " waited " + secs + " s for rank" +
-             (count > 1 ? "s " : " ") + missing + ", which did not reach this collective (stuck or failed); "
+             (count > 1 ? "s " : " ") + missing +
+             ", which did not reach this collective (stuck or failed); "
              "every rank stops";
       aborted_ = true;
       cv_.notify_all();

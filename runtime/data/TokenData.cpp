@@ -1,10 +1,10 @@
 // Token files (nanoGPT, llm.c), batches in llm.c order, synthetic data, `bigc data`.
-#include "bigc/runtime/data.h"
+#include "bigc/Runtime/data.h"
 
 #include <algorithm>
-#include "bigc/runtime/program.h"
-#include "bigc/runtime/run_command.h"
-#include "bigc/support/cli.h"
+#include "bigc/Runtime/program.h"
+#include "bigc/Runtime/run_command.h"
+#include "bigc/Support/cli.h"
 
 #include <cerrno>
 #include <cmath>
@@ -69,11 +69,10 @@ TokenFile::TokenFile(const std::string &path) : path_(path) {
     llmc_ = true;
     const size_t headerBytes = size_t(kLlmcHeaderInts) * 4;
     if (mapBytes_ < headerBytes)
-      fail(path, "llm.c token file (magic 20240520) shorter than its 1024-byte header (" +
-                     std::to_string(mapBytes_) + " bytes)");
+      fail(path, "llm.c token file (magic 20240520) shorter than its 1024-byte header (" + std::to_string(mapBytes_) +
+                     " bytes)");
     if (header[1] != 1)
-      fail(path, "llm.c token file version " + std::to_string(header[1]) +
-                     "; bigc reads version 1 (uint16 tokens)");
+      fail(path, "llm.c token file version " + std::to_string(header[1]) + "; bigc reads version 1 (uint16 tokens)");
     if (header[2] < 0) fail(path, "llm.c header announces a negative token count");
     int64_t want = int64_t(headerBytes) + 2 * int64_t(header[2]);
     if (int64_t(mapBytes_) < want)
@@ -103,8 +102,8 @@ FileTokenSource::FileTokenSource(const std::string &path, int64_t B, int64_t T, 
     : file_(path), B_(B), T_(T), vocab_(vocab) {
   int64_t need = B * T + 1;
   if (file_.size() < need)
-    throw UserError("data file " + path + " has " + std::to_string(file_.size()) + " tokens; one batch of " + std::to_string(B) + "×" +
-                   std::to_string(T) + " needs B·T+1 = " + std::to_string(need));
+    throw UserError("data file " + path + " has " + std::to_string(file_.size()) + " tokens; one batch of " +
+                    std::to_string(B) + "×" + std::to_string(T) + " needs B·T+1 = " + std::to_string(need));
   // Small files are checked whole up front, so a bad token fails before the first step.
   if (file_.size() <= (int64_t(64) << 20)) {
     for (int64_t i = 0; i < file_.size(); ++i)
@@ -274,8 +273,8 @@ int dataBody(int argc, char **argv, int first) {
   std::vector<uint16_t> tokens(text.size());
   for (size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<unsigned char>(text[i]);
   data::writeLlmcTokens(out, tokens);
-  std::cerr << "bigc data: wrote " << tokens.size() << " tokens (byte-level, vocabulary 256, llm.c format) to "
-            << out << "\n";
+  std::cerr << "bigc data: wrote " << tokens.size() << " tokens (byte-level, vocabulary 256, llm.c format) to " << out
+            << "\n";
   return 0;
 }
 } // namespace

@@ -1,7 +1,7 @@
 // Engine: what every backend shares (docs/program-format.md names, roles and streams).
-#include "bigc/runtime/engine.h"
-#include "bigc/runtime/executor.h"
-#include "bigc/runtime/half.h"
+#include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/half.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,13 +1,13 @@
 // The CPU device of the one executor (stream_executor.h): mapped arenas, fp32 staging per
 // stream, the CPU kernels and the communicators' collectives.
-#include "bigc/runtime/executor.h"
-#include "bigc/runtime/cpu_adam.h"
-#include "bigc/runtime/half.h"
-#include "bigc/runtime/kernels.h"
-#include "bigc/runtime/loss_scale.h"
-#include "bigc/runtime/ops.h"
-#include "bigc/runtime/op_dims.h"
-#include "bigc/support/format.h"
+#include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/cpu_adam.h"
+#include "bigc/Runtime/half.h"
+#include "bigc/Runtime/kernels.h"
+#include "bigc/Runtime/loss_scale.h"
+#include "bigc/Runtime/ops.h"
+#include "bigc/Runtime/op_dims.h"
+#include "bigc/Support/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -36,7 +36,8 @@ Executor::Executor(Program program, uint64_t seed, RankContext rank)
     : StreamExecutor(std::move(program), rank.tpRank), rank_(std::move(rank)) {
   if ((prog_.dp != 1 && (!rank_.comm || rank_.comm->size() != prog_.dp)) ||
       (prog_.tp != 1 && (!rank_.tpComm || rank_.tpComm->size() != prog_.tp)))
-    throw UserError("this program has " + std::to_string(prog_.ranks) + " ranks: run it with `bigc run`, which "
+    throw UserError("this program has " + std::to_string(prog_.ranks) +
+                    " ranks: run it with `bigc run`, which "
                     "starts every rank with a communicator (one executor runs one rank)");
   checkPhysicalMemory([](const Space &) { return true; });
   allocateArenas();
@@ -142,11 +143,15 @@ void Executor::captureGrad(BoundOp &op, std::vector<float> &dst) { static_cast<O
 
 void Executor::planOp(BoundOp &op) {
   // fp32 staging for the 16-bit operands of the ops that compute in fp32 on f32 pointers.
-  if (!direct(op.kind)) stageOperands(op, [](bool, size_t) { return true; }, 64);
+  if (!direct(op.kind))
+    stageOperands(
+        op, [](bool, size_t) { return true; }, 64);
   if (op.isCollective()) {
     Communicator *c = op.axis == 1 ? rank_.tpComm.get() : rank_.comm.get();
-    if (!c) throw UserError("instruction " + std::to_string(op.index) + " (" + op.ins->op + ") is a collective, but "
-                            "this executor runs one rank without a communicator for its axis");
+    if (!c)
+      throw UserError("instruction " + std::to_string(op.index) + " (" + op.ins->op +
+                      ") is a collective, but "
+                      "this executor runs one rank without a communicator for its axis");
     int64_t scratch = 0;
     const int64_t n = prog_.axisSize(int64_t(op.axis));
     for (int64_t numel : op.inNumel) scratch += (numel + n - 1) / n;
@@ -174,8 +179,7 @@ void Executor::launch(BoundOp &bound) {
     const int32_t *ids = ii(1);
     const int64_t vocab = op.vocab;
     for (int64_t k = 0; k < op.n; ++k)
-      if (ids[k] < 0 || ids[k] >= vocab)
-        badId(op, false, ids[k], k, vocab);
+      if (ids[k] < 0 || ids[k] >= vocab) badId(op, false, ids[k], k, vocab);
     if (vocab != op.V) { // vocabulary-parallel: this rank's rows; other ids give zeros
       const int64_t C = op.C, e = dtypeSize(op.outType[0]);
       for (int64_t k = 0; k < op.n; ++k) {
@@ -212,8 +216,7 @@ void Executor::launch(BoundOp &bound) {
   case OpKind::EmbeddingGrad: {
     const int64_t vocab = op.vocab;
     for (int64_t k = 0; k < op.n; ++k)
-      if (ii(1)[k] < 0 || ii(1)[k] >= vocab)
-        badId(op, false, ii(1)[k], k, vocab);
+      if (ii(1)[k] < 0 || ii(1)[k] >= vocab) badId(op, false, ii(1)[k], k, vocab);
     if (vocab != op.V)
       cpu::embeddingGradRows(fi(0), ii(1), fo(0), op.n, op.V, op.C, op.offset);
     else
@@ -233,15 +236,9 @@ void Executor::launch(BoundOp &bound) {
     if (bad >= 0) badId(op, true, ii(1)[bad], bad, op.vocab);
     break;
   }
-  case OpKind::VocabCeStatsGrad:
-    cpu::vocabCeStatsGrad(fi(0), fi(1), ii(2), fi(3), fo(0), op.N, op.V, op.offset);
-    break;
-  case OpKind::VocabCeLoss:
-    *fo(0) = cpu::vocabCeLoss(fi(0), op.N, op.n);
-    break;
-  case OpKind::VocabCeLossGrad:
-    cpu::vocabCeLossGrad(fi(0), *fi(1), fo(0), op.N, op.n);
-    break;
+  case OpKind::VocabCeStatsGrad: cpu::vocabCeStatsGrad(fi(0), fi(1), ii(2), fi(3), fo(0), op.N, op.V, op.offset); break;
+  case OpKind::VocabCeLoss: *fo(0) = cpu::vocabCeLoss(fi(0), op.N, op.n); break;
+  case OpKind::VocabCeLossGrad: cpu::vocabCeLossGrad(fi(0), *fi(1), fo(0), op.N, op.n); break;
   case OpKind::Matmul:
     if (multi_) {
       std::lock_guard<std::mutex> l(blasMu_);
@@ -256,9 +253,7 @@ void Executor::launch(BoundOp &bound) {
   case OpKind::Scale: cpu::scale(fi(0), fo(0), op.value, op.n); break;
   case OpKind::ReduceSum: cpu::reduceSum(fi(0), fo(0), op.rows, op.cols); break;
   case OpKind::Fill: cpu::fill(fo(0), op.value, op.n); break;
-  case OpKind::Layernorm:
-    cpu::layernorm(fi(0), fi(1), fi(2), fo(0), fo(1), fo(2), op.N, op.C, op.value);
-    break;
+  case OpKind::Layernorm: cpu::layernorm(fi(0), fi(1), fi(2), fo(0), fo(1), fo(2), op.N, op.C, op.value); break;
   case OpKind::LayernormGrad:
     cpu::layernormGrad(fi(0), fi(1), fi(2), fi(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C);
     break;
@@ -283,12 +278,8 @@ void Executor::launch(BoundOp &bound) {
     break;
   }
   case OpKind::Attention: cpu::attention(fi(0), fo(0), fo(1), op.B, op.T, op.C, op.H); break;
-  case OpKind::AttentionGrad:
-    cpu::attentionGrad(fi(0), fi(1), fi(2), fi(3), fo(0), op.B, op.T, op.C, op.H);
-    break;
-  case OpKind::Transpose:
-    cpu::transpose(fi(0), fo(0), op.shape.data(), op.perm.data(), int(op.shape.size()));
-    break;
+  case OpKind::AttentionGrad: cpu::attentionGrad(fi(0), fi(1), fi(2), fi(3), fo(0), op.B, op.T, op.C, op.H); break;
+  case OpKind::Transpose: cpu::transpose(fi(0), fo(0), op.shape.data(), op.perm.data(), int(op.shape.size())); break;
   case OpKind::Reshape:
   case OpKind::Copy:
     if (op.rawIn[0] != op.rawOut[0]) std::memmove(op.rawOut[0], op.rawIn[0], size_t(op.n));
@@ -302,9 +293,7 @@ void Executor::launch(BoundOp &bound) {
     *fo(0) = loss;
     break;
   }
-  case OpKind::CrossEntropyGrad:
-    cpu::crossEntropyGrad(fi(0), ii(1), *fi(2), fo(0), op.N, op.V);
-    break;
+  case OpKind::CrossEntropyGrad: cpu::crossEntropyGrad(fi(0), ii(1), *fi(2), fo(0), op.N, op.V); break;
   case OpKind::GlobalNorm:
     runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_);
     break;
@@ -316,8 +305,8 @@ void Executor::launch(BoundOp &bound) {
     const CollectiveKind k = op.kind == OpKind::AllReduce       ? CollectiveKind::AllReduce
                              : op.kind == OpKind::ReduceScatter ? CollectiveKind::ReduceScatter
                                                                 : CollectiveKind::AllGather;
-    (op.axis == 1 ? rank_.tpComm : rank_.comm)->run(op.axis == 1 ? rank_.tpLocal : rank_.local, k, op.reduce, op.coll,
-                                                    where(op));
+    (op.axis == 1 ? rank_.tpComm : rank_.comm)
+        ->run(op.axis == 1 ? rank_.tpLocal : rank_.local, k, op.reduce, op.coll, where(op));
     break;
   }
   case OpKind::CheckFinite:

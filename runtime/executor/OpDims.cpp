@@ -1,8 +1,8 @@
 // Decoding of instructions into kernel sizes, and the optimizer's instructions on host memory.
-#include "bigc/runtime/op_dims.h"
-#include "bigc/runtime/half.h"
-#include "bigc/runtime/kernels.h"
-#include "bigc/runtime/loss_scale.h"
+#include "bigc/Runtime/op_dims.h"
+#include "bigc/Runtime/half.h"
+#include "bigc/Runtime/kernels.h"
+#include "bigc/Runtime/loss_scale.h"
 
 #include <algorithm>
 #include <cmath>
@@ -119,9 +119,7 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
     d.perm = ins.ints("perm");
     break;
   case OpKind::Reshape:
-  case OpKind::Copy:
-    d.n = in(0).bytes;
-    break;
+  case OpKind::Copy: d.n = in(0).bytes; break;
   case OpKind::Split:
   case OpKind::Concat: {
     bool split = kind == OpKind::Split;
@@ -156,8 +154,10 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
     const int64_t dim = int64_t(ins.num("dim", 0));
     d.sliceRun = int64_t(dtypeSize(in(0).dtype));
     for (int64_t k = 0; k < int64_t(x.size()); ++k)
-      if (k < dim) d.slicePre *= x[size_t(k)];
-      else if (k > dim) d.sliceRun *= x[size_t(k)];
+      if (k < dim)
+        d.slicePre *= x[size_t(k)];
+      else if (k > dim)
+        d.sliceRun *= x[size_t(k)];
     d.rows = x[size_t(dim)] / std::max<int64_t>(1, p.tp); // rows of the chunk
     d.cols = x[size_t(dim)];
     break;
@@ -167,11 +167,8 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
   case OpKind::Wait:
   case OpKind::AllReduce:
   case OpKind::ReduceScatter:
-  case OpKind::AllGather:
-    break;
-  case OpKind::Cast:
-    d.n = in(0).numel();
-    break;
+  case OpKind::AllGather: break;
+  case OpKind::Cast: d.n = in(0).numel(); break;
   case OpKind::AdamW: {
     const Optimizer &o = p.optimizer;
     d.n = in(0).numel();

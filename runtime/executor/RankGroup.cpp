@@ -1,8 +1,8 @@
-// The ranks of this process as one Engine (include/bigc/runtime/rank_group.h).
-#include "bigc/runtime/rank_group.h"
-#include "bigc/support/format.h"
-#include "bigc/runtime/executor.h"
-#include "bigc/runtime/half.h"
+// The ranks of this process as one Engine (include/bigc/Runtime/rank_group.h).
+#include "bigc/Runtime/rank_group.h"
+#include "bigc/Support/format.h"
+#include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/half.h"
 
 #include <algorithm>
 #include <chrono>
@@ -48,8 +48,10 @@ struct TpChunking {
   int64_t pre = 1, D = 0, post = 1, segments = 1, T = 1, e = 4;
   TpChunking(const Buffer &b, int64_t tp) : segments(b.tpSegments), T(tp), e(dtypeSize(b.dtype)) {
     for (int64_t k = 0; k < int64_t(b.tpFullShape.size()); ++k)
-      if (k < b.tpDim) pre *= b.tpFullShape[size_t(k)];
-      else if (k > b.tpDim) post *= b.tpFullShape[size_t(k)];
+      if (k < b.tpDim)
+        pre *= b.tpFullShape[size_t(k)];
+      else if (k > b.tpDim)
+        post *= b.tpFullShape[size_t(k)];
     D = b.tpFullShape[size_t(b.tpDim)];
   }
   template <bool ToChunk> void move(const char *src, char *dst, int64_t t) const {
@@ -58,8 +60,10 @@ struct TpChunking {
       for (int64_t seg = 0; seg < segments; ++seg) {
         const int64_t wholeAt = ((p * D) + seg * (D / segments) + t * c) * post * e;
         const int64_t chunkAt = ((p * (D / T)) + seg * c) * post * e;
-        if (ToChunk) std::memcpy(dst + chunkAt, src + wholeAt, size_t(run));
-        else std::memcpy(dst + wholeAt, src + chunkAt, size_t(run));
+        if (ToChunk)
+          std::memcpy(dst + chunkAt, src + wholeAt, size_t(run));
+        else
+          std::memcpy(dst + wholeAt, src + chunkAt, size_t(run));
       }
   }
 };
@@ -233,8 +237,7 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
       const auto now = clock::now();
       if (sh->finished > 0 && !haveFirst) firstDone = now, haveFirst = true;
       // A straggler: every other rank finished (or failed) long ago; declare it stuck.
-      if (haveFirst && !comm_->aborted() &&
-          std::chrono::duration<double>(now - firstDone).count() > straggler_) {
+      if (haveFirst && !comm_->aborted() && std::chrono::duration<double>(now - firstDone).count() > straggler_) {
         std::string which;
         for (int l = 0; l < local; ++l)
           if (!sh->done[size_t(l)]) which += (which.empty() ? "" : ", ") + std::to_string(comm_->globalRank(l));
@@ -251,10 +254,11 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
         std::string which;
         for (int l = 0; l < local; ++l)
           if (!sh->done[size_t(l)]) which += (which.empty() ? "" : ", ") + std::to_string(comm_->globalRank(l));
-        std::fprintf(stderr,
-                     "bigc run: step %lld: the run was stopped (%s) and rank(s) %s did not stop within 30 s (stuck in a "
-                     "kernel or a collective); the process exits\n",
-                     (long long)stepNo, comm_->aborted() ? "a rank failed or timed out" : "", which.c_str());
+        std::fprintf(
+            stderr,
+            "bigc run: step %lld: the run was stopped (%s) and rank(s) %s did not stop within 30 s (stuck in a "
+            "kernel or a collective); the process exits\n",
+            (long long)stepNo, comm_->aborted() ? "a rank failed or timed out" : "", which.c_str());
         std::fflush(stderr);
         std::_Exit(1);
       }
@@ -363,8 +367,10 @@ void RankGroup::readBytes(int64_t id, void *dst) const {
     std::vector<char> all;
     if (comm_->localSize() != comm_->size()) all = allRanks(id);
     auto rank = [&](int64_t r, void *out) {
-      if (all.empty()) engines_[size_t(r)]->readBytes(id, out);
-      else std::memcpy(out, all.data() + r * b.bytes, size_t(b.bytes));
+      if (all.empty())
+        engines_[size_t(r)]->readBytes(id, out);
+      else
+        std::memcpy(out, all.data() + r * b.bytes, size_t(b.bytes));
     };
     if (b.tpDim < 0) {
       tpLocal(id, 0, rank, dst);
@@ -378,8 +384,10 @@ void RankGroup::readBytes(int64_t id, void *dst) const {
     }
     return;
   }
-  if (b.shard) gather(id, dst);
-  else engines_[0]->readBytes(id, dst);
+  if (b.shard)
+    gather(id, dst);
+  else
+    engines_[0]->readBytes(id, dst);
 }
 
 void RankGroup::writeBytes(int64_t id, const void *src) {
@@ -481,7 +489,8 @@ void InProcessMesh::install(RankGroup &g) const {
   g.setMeshCommunicators(all, dpOf, dpLocal);
 }
 
-void installMpiMesh(RankGroup &g, const std::vector<MeshRank> &mesh, const std::vector<std::shared_ptr<Communicator>> &all) {
+void installMpiMesh(RankGroup &g, const std::vector<MeshRank> &mesh,
+                    const std::vector<std::shared_ptr<Communicator>> &all) {
   std::vector<std::shared_ptr<Communicator>> dpOf;
   std::vector<int> dpLocal;
   for (const MeshRank &m : mesh) dpOf.push_back(m.dp), dpLocal.push_back(m.dpLocal);
@@ -495,9 +504,10 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   if (world > 1) {
     if (ranks % world != 0)
       throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " +
-                      std::to_string(world) + " processes, which do not divide them (start a number of processes "
-                      "that divides " + std::to_string(ranks) + ", e.g. mpirun -np 2 for 2 x " +
-                      std::to_string(ranks / 2) + " ranks)");
+                      std::to_string(world) +
+                      " processes, which do not divide them (start a number of processes "
+                      "that divides " +
+                      std::to_string(ranks) + ", e.g. mpirun -np 2 for 2 x " + std::to_string(ranks / 2) + " ranks)");
     comm = makeMpiCommunicator(ranks, ranks / world);
   } else {
     comm = makeInProcessCommunicator(ranks);
@@ -532,7 +542,8 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
         e->setWaitTimeoutForTesting(streamWait);
         return e;
       },
-      true, [&](RankGroup &g) {
+      true,
+      [&](RankGroup &g) {
         if (mesh) mesh->install(g);
         if (!mpiMesh.empty()) installMpiMesh(g, mpiMesh, mpiAll);
       });

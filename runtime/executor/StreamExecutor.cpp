@@ -1,9 +1,9 @@
 // The one executor: binding, arenas, streams, waits, failure, counters, profiling, numerics
 // (stream_executor.h). Devices (backends/cpu: Executor; backends/cuda: CudaEngine) launch the ops.
-#include "bigc/runtime/stream_executor.h"
-#include "bigc/runtime/half.h"
-#include "bigc/runtime/ops.h"
-#include "bigc/support/format.h"
+#include "bigc/Runtime/stream_executor.h"
+#include "bigc/Runtime/half.h"
+#include "bigc/Runtime/ops.h"
+#include "bigc/Support/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,7 +37,8 @@ void StreamExecutor::checkPhysicalMemory(const std::function<bool(const Space &)
     if (total > phys)
       throw UserError("the program's arenas need " + std::to_string(total) + " bytes (" + humanBytes(total) +
                       ") together: " + list + "; this machine has " + std::to_string(phys) + " bytes (" +
-                      humanBytes(phys) + ") of physical memory. Compile for a smaller model or batch (or with "
+                      humanBytes(phys) +
+                      ") of physical memory. Compile for a smaller model or batch (or with "
                       "--offload/--recompute), or run on a larger machine");
   }
 }
@@ -229,8 +230,7 @@ void StreamExecutor::stuck(const BoundOp &op, int64_t dep, const std::string &wh
   throw std::runtime_error("step " + std::to_string(step_) + ": instruction " + std::to_string(op.index) + " (" +
                            op.ins->op + " on stream '" + op.ins->stream + "') waited " + secs + " s for instruction " +
                            std::to_string(dep) + " (" + w.op + " on stream '" + w.stream + "'" +
-                           (w.loc.empty() ? std::string() : " at " + w.loc) + ")" + what +
-                           ": the streams are stuck");
+                           (w.loc.empty() ? std::string() : " at " + w.loc) + ")" + what + ": the streams are stuck");
 }
 
 // `issuedOnly`: until instruction `dep` has been stamped in this run, not what its device must do.
@@ -241,9 +241,12 @@ void StreamExecutor::waitFor(const BoundOp &op, int64_t dep, bool issuedOnly) {
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(waitTimeout_));
   bool ready = false;
   for (int k = 0; k < 256 && !ready; ++k) {
-    if (d.load() >= run_) ready = true;
-    else if (abort_.load()) throw Aborted{};
-    else if (k >= 64) std::this_thread::yield();
+    if (d.load() >= run_)
+      ready = true;
+    else if (abort_.load())
+      throw Aborted{};
+    else if (k >= 64)
+      std::this_thread::yield();
   }
   if (!ready) {
     waiters_.fetch_add(1);

@@ -1,4 +1,4 @@
-// Fast CPU AdamW: see include/bigc/runtime/cpu_adam.h for the semantics.
+// Fast CPU AdamW: see include/bigc/Runtime/cpu_adam.h for the semantics.
 //
 // One pass over memory per element (read param, grad, m, v; write param, m, v, half), OpenMP
 // threads on contiguous, cache-line-aligned ranges, and vector code chosen at run time:
@@ -7,8 +7,8 @@
 // multiply-adds are explicit, division and square root are correctly rounded everywhere), so
 // the paths agree bit for bit; the tests check them against each other and against a double
 // reference.
-#include "bigc/runtime/cpu_adam.h"
-#include "bigc/runtime/half.h"
+#include "bigc/Runtime/cpu_adam.h"
+#include "bigc/Runtime/half.h"
 
 #include <algorithm>
 #include <atomic>
@@ -33,7 +33,7 @@ namespace {
 
 using Consts = AdamWConsts;
 
-// Scalar conversions: include/bigc/runtime/half.h (round to nearest even, inf/nan/subnormals exact).
+// Scalar conversions: include/bigc/Runtime/half.h (round to nearest even, inf/nan/subnormals exact).
 
 // ---- scalar update (the reference every vector path matches bit for bit) --------------------
 
@@ -52,20 +52,25 @@ inline float adamScalar(float &p, float g, float &m, float &v, const Consts &c) 
 }
 
 template <DType GT> inline float loadGradScalar(const void *g, int64_t i) {
-  if constexpr (GT == DType::F32) return static_cast<const float *>(g)[i];
-  else if constexpr (GT == DType::BF16) return bf16ToF32(static_cast<const uint16_t *>(g)[i]);
-  else return f16ToF32(static_cast<const uint16_t *>(g)[i]);
+  if constexpr (GT == DType::F32)
+    return static_cast<const float *>(g)[i];
+  else if constexpr (GT == DType::BF16)
+    return bf16ToF32(static_cast<const uint16_t *>(g)[i]);
+  else
+    return f16ToF32(static_cast<const uint16_t *>(g)[i]);
 }
 
 template <DType HT> inline void storeHalfScalar(void *h, int64_t i, float p) {
-  if constexpr (HT == DType::F32) static_cast<float *>(h)[i] = p;
-  else if constexpr (HT == DType::BF16) static_cast<uint16_t *>(h)[i] = f32ToBf16(p);
-  else static_cast<uint16_t *>(h)[i] = f32ToF16(p);
+  if constexpr (HT == DType::F32)
+    static_cast<float *>(h)[i] = p;
+  else if constexpr (HT == DType::BF16)
+    static_cast<uint16_t *>(h)[i] = f32ToBf16(p);
+  else
+    static_cast<uint16_t *>(h)[i] = f32ToF16(p);
 }
 
 template <DType GT, DType HT, bool WriteHalf>
-void rangeScalar(float *p, const void *g, float *m, float *v, void *h, int64_t lo, int64_t hi,
-                 const Consts &c) {
+void rangeScalar(float *p, const void *g, float *m, float *v, void *h, int64_t lo, int64_t hi, const Consts &c) {
   for (int64_t i = lo; i < hi; ++i) {
     float np = adamScalar(p[i], loadGradScalar<GT>(g, i), m[i], v[i], c);
     if constexpr (WriteHalf) storeHalfScalar<HT>(h, i, np);
@@ -89,8 +94,7 @@ template <DType GT> BIGC_AVX512 inline __m512 loadGrad512(const void *g, int64_t
   }
 }
 
-template <DType HT>
-BIGC_AVX512 inline void storeHalf512(void *h, int64_t i, __m512 p, __mmask16 k) {
+template <DType HT> BIGC_AVX512 inline void storeHalf512(void *h, int64_t i, __m512 p, __mmask16 k) {
   if constexpr (HT == DType::F32) {
     _mm512_mask_storeu_ps(static_cast<float *>(h) + i, k, p);
   } else {
@@ -112,8 +116,8 @@ BIGC_AVX512 inline void storeHalf512(void *h, int64_t i, __m512 p, __mmask16 k) 
 }
 
 template <DType GT, DType HT, bool WriteHalf>
-BIGC_AVX512 inline void step512(float *p, const void *g, float *m, float *v, void *h, int64_t i,
-                                __mmask16 k, const Consts &c) {
+BIGC_AVX512 inline void step512(float *p, const void *g, float *m, float *v, void *h, int64_t i, __mmask16 k,
+                                const Consts &c) {
   __m512 gv = _mm512_mul_ps(loadGrad512<GT>(g, i, k), _mm512_set1_ps(c.gradScale));
   __m512 pv = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + i), _mm512_set1_ps(c.decay));
   __m512 mv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, m + i), _mm512_set1_ps(c.beta1),
@@ -185,8 +189,7 @@ template <DType HT> BIGC_AVX2 inline void storeHalf256(void *h, int64_t i, __m25
 }
 
 template <DType GT, DType HT, bool WriteHalf>
-BIGC_AVX2 inline void step256(float *p, const void *g, float *m, float *v, void *h, int64_t i,
-                              const Consts &c) {
+BIGC_AVX2 inline void step256(float *p, const void *g, float *m, float *v, void *h, int64_t i, const Consts &c) {
   __m256 gv = _mm256_mul_ps(loadGrad256<GT>(g, i), _mm256_set1_ps(c.gradScale));
   __m256 pv = _mm256_mul_ps(_mm256_loadu_ps(p + i), _mm256_set1_ps(c.decay));
   __m256 mv = _mm256_fmadd_ps(_mm256_loadu_ps(m + i), _mm256_set1_ps(c.beta1),
@@ -203,8 +206,7 @@ BIGC_AVX2 inline void step256(float *p, const void *g, float *m, float *v, void 
 }
 
 template <DType GT, DType HT, bool WriteHalf>
-BIGC_AVX2 void range256(float *p, const void *g, float *m, float *v, void *h, int64_t lo, int64_t hi,
-                        const Consts &c) {
+BIGC_AVX2 void range256(float *p, const void *g, float *m, float *v, void *h, int64_t lo, int64_t hi, const Consts &c) {
   int64_t i = lo;
   for (; i + 16 <= hi; i += 16) {
     step256<GT, HT, WriteHalf>(p, g, m, v, h, i, c);
@@ -247,8 +249,8 @@ bool machineHas(Isa isa) {
   __builtin_cpu_init();
   if (isa == kAvx512)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("fma") && hasF16c();
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma") &&
+           hasF16c();
   if (isa == kAvx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && hasF16c();
 #endif
   return isa == kScalar;
@@ -341,8 +343,8 @@ AdamWConsts adamWConsts(const CpuAdamArgs &a) {
   return c;
 }
 
-void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v, void *half,
-              DType halfType, int64_t n, const CpuAdamArgs &a) {
+void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v, void *half, DType halfType, int64_t n,
+              const CpuAdamArgs &a) {
   if (n < 0) throw UserError("cpu adamw: negative element count " + std::to_string(n));
   if (a.step < 1) throw UserError("cpu adamw: step counter must be >= 1, got " + std::to_string(a.step));
   RangeFn fn = pick(currentIsa(), gradType, half != nullptr, halfType);
@@ -388,10 +390,14 @@ bool cpuAdamForceIsa(const char *isa) {
     return true;
   }
   Isa want;
-  if (s == "avx512") want = kAvx512;
-  else if (s == "avx2") want = kAvx2;
-  else if (s == "scalar") want = kScalar;
-  else return false;
+  if (s == "avx512")
+    want = kAvx512;
+  else if (s == "avx2")
+    want = kAvx2;
+  else if (s == "scalar")
+    want = kScalar;
+  else
+    return false;
   if (!machineHas(want)) return false;
   forcedIsa.store(int(want));
   return true;

@@ -8,10 +8,13 @@
 #     near 5, on 2026-11-24);
 #   - step-1 parameter gradients (--dump-grads: the accumulated fp32 gradients vs the one-batch
 #     gradients) equal to 3e-6 of the largest element of each tensor (measured 6.7e-7);
-#   - final weights within 2.5e-5 of each other (measured 5.8e-6). An element whose exact
-#     gradient is 0 (the attention key bias: softmax ignores it) or ~eps could move by up to lr on
-#     rounding noise alone (AdamW divides by the root of the second moment), differently in two
-#     summation orders; none does here, and a change that made one do so would show;
+#   - final weights: ||w_K - w_1|| / ||w_1 - w_0|| over all tensors (the difference relative to
+#     what training moved them, as runlog.compare measures the equivalence tests) within 2.5e-4
+#     (measured 1.3e-5 in the Release build, 6.0e-5 under ASan+UBSan, whose code rounds
+#     differently). A max-element bound does not serve: an element whose exact gradient is ~0
+#     (the attention key bias) moves by up to lr on rounding noise alone (AdamW divides by the
+#     root of the second moment), differently in two summation orders and two builds (one element
+#     of mlp.c_proj: 5.8e-6 Release, 9.9e-5 under ASan);
 #   - memory: the K = 4 plan holds one micro-batch's activations: its device arena exceeds the
 #     K = 1 plan of batch B by no more than the fp32 accumulators (4 bytes per parameter) plus the
 #     extra token buffers, and is smaller than the K = 1 plan of batch 4B.
@@ -38,6 +41,7 @@ for p in accum global accum_bf16; do
   "$BIN/bigc" run "$d/$p.bigc" --data "$d/tokens.bin" --steps $STEPS --seed 3 --log "$d/$p.jsonl" \
       --save-weights "$d/$p.safetensors" --quiet
 done
+"$BIN/bigc" run "$d/global.bigc" --steps 0 --seed 3 --save-weights "$d/init.safetensors" --quiet
 for p in accum global; do
   "$BIN/bigc" run "$d/$p.bigc" --data "$d/tokens.bin" --steps 1 --seed 3 --dump-grads "$d/$p.grads.safetensors" --quiet
 done
@@ -95,15 +99,20 @@ print(f"step-1 gradients: {len(gg)} tensors, worst max-difference / max-element 
 wa, wg = weights("accum"), weights("global")
 if sorted(wa) != sorted(wg):
     fail.append(f"weight names differ: {sorted(set(wa) ^ set(wg))}")
-worstw, tolw = 0.0, 2.5e-5
+w0 = weights("init")
+num = den = 0.0
+worstw = 0.0
 for k in sorted(wg):
     if k not in wa:
         continue
-    diff = float(np.abs(wa[k] - wg[k]).max())
-    worstw = max(worstw, diff)
-    if diff > tolw:
-        fail.append(f"final weight {k}: max difference {diff:.2e} (tolerance {tolw:.1e})")
-print(f"final weights: {len(wg)} tensors, worst max difference {worstw:.2e} (tolerance {tolw:.1e})")
+    num += float(np.sum((wa[k].astype(np.float64) - wg[k]) ** 2))
+    den += float(np.sum((wg[k].astype(np.float64) - w0[k]) ** 2))
+    worstw = max(worstw, float(np.abs(wa[k] - wg[k]).max()))
+relw, tolw = (num ** 0.5) / (den ** 0.5), 2.5e-4
+if not relw <= tolw:
+    fail.append(f"final weights: ||w_K - w_1|| / ||w_1 - w_0|| = {relw:.2e} (tolerance {tolw:.0e})")
+print(f"final weights: {len(wg)} tensors, difference relative to the update {relw:.2e} (tolerance {tolw:.0e}); "
+      f"largest element difference {worstw:.2e}")
 
 # Memory: one micro-batch's activations plus the fp32 accumulators.
 ins = {p: json.load(open(f"{d}/{p}.json")) for p in ("accum", "one", "global")}

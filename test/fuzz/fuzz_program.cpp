@@ -2,8 +2,8 @@
 // verifier on arbitrary bytes. Any input may be rejected with a UserError; nothing may crash,
 // hang, leak or trip a sanitizer. Inputs whose container checksum is wrong are re-wrapped with the
 // right one half of the time, so the fuzzer also reaches the JSON and the validator.
-#include "bigc/runtime/program.h"
-#include "bigc/runtime/verifier.h"
+#include "bigc/Runtime/program.h"
+#include "bigc/Runtime/verifier.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -20,7 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   try {
     bigc::rt::Program p = bigc::rt::parseProgram(bytes, "fuzz.bigc");
     (void)bigc::rt::verifyPlan(p, 5);
-  } catch (const bigc::rt::UserError &) {
-  }
+  } catch (const bigc::rt::UserError &) {}
   return 0;
 }

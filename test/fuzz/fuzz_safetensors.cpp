@@ -1,6 +1,6 @@
 // libFuzzer target: the safetensors reader (header length, JSON header, dtypes, offsets) and the
 // conversion of every tensor it accepts.
-#include "bigc/runtime/safetensors.h"
+#include "bigc/Runtime/safetensors.h"
 
 #include <cstdint>
 #include <string>
@@ -11,7 +11,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         bigc::rt::safetensors::parse(std::string(reinterpret_cast<const char *>(data), size), "fuzz.safetensors");
     for (const auto &t : f.tensors) (void)t.toF32();
     (void)bigc::rt::safetensors::serialize(f);
-  } catch (const bigc::rt::UserError &) {
-  }
+  } catch (const bigc::rt::UserError &) {}
   return 0;
 }

@@ -1,7 +1,7 @@
 // libFuzzer target: the token-file reader (nanoGPT raw uint16 or llm.c header + uint16) and the
 // batch reader on top of it, on arbitrary file contents.
-#include "bigc/runtime/data.h"
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/data.h"
+#include "bigc/Runtime/program.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -20,7 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     std::vector<int32_t> in(16), out(16);
     for (int i = 0; i < 4; ++i) src.next(in.data(), out.data());
     src.restore(src.state());
-  } catch (const bigc::rt::UserError &) {
-  }
+  } catch (const bigc::rt::UserError &) {}
   return 0;
 }

@@ -25,10 +25,10 @@
 #include <functional>
 #include <string>
 
-#include "bigc/runtime/engine.h"
-#include "bigc/runtime/executor.h"
-#include "bigc/runtime/half.h"
-#include "bigc/runtime/kernels.h"
+#include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/half.h"
+#include "bigc/Runtime/kernels.h"
 #include "runtime_test_programs.h"
 
 #include "../../runtime/backends/cuda/kernels.h"
@@ -40,10 +40,10 @@ using namespace bigc::rt::testing;
 
 namespace {
 
-#define REQUIRE_GPU()                                                                                     \
-  do {                                                                                                    \
-    std::string why_;                                                                                     \
-    if (!cudaDeviceVisible(&why_)) GTEST_SKIP() << "skipped: no GPU (" << why_ << ")";                    \
+#define REQUIRE_GPU()                                                                                                  \
+  do {                                                                                                                 \
+    std::string why_;                                                                                                  \
+    if (!cudaDeviceVisible(&why_)) GTEST_SKIP() << "skipped: no GPU (" << why_ << ")";                                 \
   } while (0)
 
 double relErr(const std::vector<float> &got, const std::vector<float> &want) {
@@ -293,7 +293,8 @@ TEST(CudaKernels, CrossEntropyAndItsGradient) {
   for (DType t : kTypes) {
     SCOPED_TRACE(dtypeName(t));
     ProgramBuilder b(2, 33, 300);
-    int64_t tok = b.buffer("tokens", {2, 33}, "input", DType::I32), tgt = b.buffer("targets", {2, 33}, "input", DType::I32);
+    int64_t tok = b.buffer("tokens", {2, 33}, "input", DType::I32),
+            tgt = b.buffer("targets", {2, 33}, "input", DType::I32);
     int64_t logits = b.buffer("logits", {2, 33, 300}, "param", t, Init{"normal", 3.0});
     int64_t loss = b.buffer("loss", {}, "activation"), dloss = b.buffer("dloss", {}, "activation_grad");
     int64_t dl = b.buffer("dlogits", {2, 33, 300}, "activation_grad", t);
@@ -322,7 +323,8 @@ TEST(CudaKernels, VocabularyParallelLoss) {
   for (DType t : kTypes) {
     SCOPED_TRACE(dtypeName(t));
     ProgramBuilder b(2, 33, 300);
-    int64_t tok = b.buffer("tokens", {2, 33}, "input", DType::I32), tgt = b.buffer("targets", {2, 33}, "input", DType::I32);
+    int64_t tok = b.buffer("tokens", {2, 33}, "input", DType::I32),
+            tgt = b.buffer("targets", {2, 33}, "input", DType::I32);
     int64_t logits = b.buffer("logits", {2, 33, 300}, "param", t, Init{"normal", 3.0});
     int64_t dstatsIn = b.buffer("dstats_in", {2, 33, 2}, "param", DType::F32, Init{"normal", 1.0});
     int64_t parts = b.buffer("parts", {6, 33, 2}, "param", DType::F32, Init{"normal", 2.0}); // 3 parts of [2, 33]
@@ -412,7 +414,8 @@ TEST(CudaKernels, LlamaElementwise) {
   // both tails of the sigmoid and of erf.
   for (DType t : kTypes)
     for (std::vector<int64_t> shape : {std::vector<int64_t>{3, 5, 67}, std::vector<int64_t>{4, 64}}) {
-      SCOPED_TRACE(std::string(dtypeName(t)) + " n=" + std::to_string(shape[0] * shape[1] * (shape.size() > 2 ? shape[2] : 1)));
+      SCOPED_TRACE(std::string(dtypeName(t)) +
+                   " n=" + std::to_string(shape[0] * shape[1] * (shape.size() > 2 ? shape[2] : 1)));
       OneOp o;
       int64_t x = o.input("x", shape, t, 3.0), u = o.input("u", shape, t), dy = o.input("dy", shape, t);
       int64_t si = o.output("silu", shape, t), sg = o.output("silu_grad", shape, t);
@@ -483,8 +486,9 @@ TEST(CudaKernels, Rope) {
       const int64_t C = c.H * c.D;
       int64_t x = o.input("x", {c.B, c.T, C}, t);
       int64_t y = o.output("y", {c.B, c.T, C}, t), dx = o.output("inverse", {c.B, c.T, C}, t);
-      std::map<std::string, Attr> at = {
-          {"head_dim", num(double(c.D))}, {"inv_freq", reals(invFreq(c.D, c.theta))}, {"attention_scaling", num(c.scale)}};
+      std::map<std::string, Attr> at = {{"head_dim", num(double(c.D))},
+                                        {"inv_freq", reals(invFreq(c.D, c.theta))},
+                                        {"attention_scaling", num(c.scale)}};
       o.b.inst("rope", {x}, {y}, at);
       at["inverse"] = num(1);
       o.b.inst("rope", {x}, {dx}, at);
@@ -511,7 +515,8 @@ TEST(CudaKernels, GqaAttention) {
                    std::to_string(s.window));
       OneOp o;
       const int64_t C = s.H * s.D, Ckv = s.Hkv * s.D;
-      int64_t q = o.input("q", {s.B, s.T, C}, t), k = o.input("k", {s.B, s.T, Ckv}, t), v = o.input("v", {s.B, s.T, Ckv}, t);
+      int64_t q = o.input("q", {s.B, s.T, C}, t), k = o.input("k", {s.B, s.T, Ckv}, t),
+              v = o.input("v", {s.B, s.T, Ckv}, t);
       int64_t dout = o.input("dout", {s.B, s.T, C}, t);
       int64_t out = o.output("out", {s.B, s.T, C}, t), lse = o.output("lse", {s.B, s.H, s.T});
       int64_t dq = o.output("dq", {s.B, s.T, C}, t), dk = o.output("dk", {s.B, s.T, Ckv}, t),
@@ -535,7 +540,9 @@ TEST(CudaKernels, GqaAttention) {
 // not read are zeros.
 template <class T> struct DevBuf {
   T *p = nullptr;
-  explicit DevBuf(size_t n) { EXPECT_EQ(cudaMalloc(reinterpret_cast<void **>(&p), std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
+  explicit DevBuf(size_t n) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void **>(&p), std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+  }
   ~DevBuf() { cudaFree(p); }
   DevBuf(const DevBuf &) = delete;
   DevBuf &operator=(const DevBuf &) = delete;

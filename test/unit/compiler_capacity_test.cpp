@@ -77,16 +77,22 @@ TEST(Capacity, BytesByRoleAtThePeakAreABruteForceSweeps) {
   // Six instructions; an in-place silu (output at its input's offset) must count once.
   bigc::rt::Program p;
   p.spaces = {{"device", 4096, 0, 0}};
-  p.buffers = {buffer(0, "device", 0, 256, "param", 0, 5),        buffer(1, "device", 256, 512, "activation", 0, 2),
-               buffer(2, "device", 768, 1024, "activation", 1, 3), buffer(3, "device", 768, 1024, "activation", 3, 4),
-               buffer(4, "device", 1792, 128, "activation_grad", 2, 5), buffer(5, "device", 256, 64, "grad", 4, 5)};
+  p.buffers = {buffer(0, "device", 0, 256, "param", 0, 5),
+               buffer(1, "device", 256, 512, "activation", 0, 2),
+               buffer(2, "device", 768, 1024, "activation", 1, 3),
+               buffer(3, "device", 768, 1024, "activation", 3, 4),
+               buffer(4, "device", 1792, 128, "activation_grad", 2, 5),
+               buffer(5, "device", 256, 64, "grad", 4, 5)};
   p.buffers[0].init.kind = "normal";
   p.instructions.resize(6);
   p.instructions[3].op = "silu", p.instructions[3].in = {2}, p.instructions[3].out = {3};
   // Brute force: bytes live per instruction, the in-place pair (2, 3) as one buffer live over [1, 4].
   std::vector<int64_t> live(6, 0);
   std::vector<std::map<std::string, int64_t>> byRole(6);
-  struct Span { int64_t first, last, bytes; std::string role; };
+  struct Span {
+    int64_t first, last, bytes;
+    std::string role;
+  };
   for (const Span &s : {Span{0, 5, 256, "param"}, Span{0, 2, 512, "activation"}, Span{1, 4, 1024, "activation"},
                         Span{2, 5, 128, "activation_grad"}, Span{4, 5, 64, "grad"}})
     for (int64_t i = s.first; i <= s.last; ++i) live[size_t(i)] += s.bytes, byRole[size_t(i)][s.role] += s.bytes;

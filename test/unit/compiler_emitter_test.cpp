@@ -45,8 +45,8 @@ int lineOf(const std::string &text, const std::string &needle) {
 TEST(Emitter, ParametersAreTheModelsByNameShapeAndCount) {
   const auto c = smallGpt();
   const int64_t C = c.hidden;
-  std::map<std::string, Shape> want = {{"wte.weight", {c.vocab, C}}, {"wpe.weight", {c.seq, C}},
-                                       {"ln_f.weight", {C}},         {"ln_f.bias", {C}}};
+  std::map<std::string, Shape> want = {
+      {"wte.weight", {c.vocab, C}}, {"wpe.weight", {c.seq, C}}, {"ln_f.weight", {C}}, {"ln_f.bias", {C}}};
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     want[h + "ln_1.weight"] = {C}, want[h + "ln_1.bias"] = {C};

@@ -1,11 +1,11 @@
-// Tests of the arena planner (include/bigc/plan/arena_planner.h), in the style of TFLite's
+// Tests of the arena planner (include/bigc/Plan/arena_planner.h), in the style of TFLite's
 // arena planner and XLA's heap simulator tests: tiny literal interval sets with the expected
 // offsets written out and the placement trace explained, then a randomized stress test.
 //
 // Reminder of the algorithm: buffers are placed by decreasing aligned size (ties: earlier first,
 // then longer, then lower index). Each goes into the smallest free gap among the already placed
 // buffers whose live intervals intersect its own, or above the highest of them.
-#include "bigc/plan/arena_planner.h"
+#include "bigc/Plan/arena_planner.h"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // against naive reductions, for rank counts that do and do not divide the tensors (padded shards),
 // f32 and bf16 (f32 accumulation), buckets of several tensors; a rank that never arrives makes the
 // others fail with a message naming it; an abort stops everyone.
-#include "bigc/runtime/comm.h"
-#include "bigc/runtime/half.h"
+#include "bigc/Runtime/comm.h"
+#include "bigc/Runtime/half.h"
 
 #include <gtest/gtest.h>
 
@@ -48,37 +48,53 @@ TEST(Comm, AllReduceReduceScatterAllGatherMatchNaive) {
       auto comm = makeInProcessCommunicator(n);
       const int64_t S = (N + n - 1) / n;
       comm->reserve(2 * S + 8);
-      std::vector<std::vector<float>> in(static_cast<size_t>(n)), in2(static_cast<size_t>(n)), ar(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(N))),
-          rs(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(S))), ag(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(N))),
+      std::vector<std::vector<float>> in(static_cast<size_t>(n)), in2(static_cast<size_t>(n)),
+          ar(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(N))),
+          rs(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(S))),
+          ag(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(N))),
           mx(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(N)));
-      for (int r = 0; r < n; ++r) in[static_cast<size_t>(r)] = randomVec(N, 100 * r + int(N)), in2[static_cast<size_t>(r)] = randomVec(N, 7 + r);
+      for (int r = 0; r < n; ++r)
+        in[static_cast<size_t>(r)] = randomVec(N, 100 * r + int(N)), in2[static_cast<size_t>(r)] = randomVec(N, 7 + r);
       auto errors = onRanks(n, [&](int r) {
         // A bucket of two tensors: the mean of `in` and the sum of `in2`... one reduction per call.
-        comm->run(r, CollectiveKind::AllReduce, Reduce::Mean,
-                  {CollectiveTensor{in[static_cast<size_t>(r)].data(), ar[static_cast<size_t>(r)].data(), DType::F32, N, N}}, "ar");
-        comm->run(r, CollectiveKind::ReduceScatter, Reduce::Sum,
-                  {CollectiveTensor{in[static_cast<size_t>(r)].data(), rs[static_cast<size_t>(r)].data(), DType::F32, N, S}}, "rs");
-        comm->run(r, CollectiveKind::AllGather, Reduce::Sum,
-                  {CollectiveTensor{in[static_cast<size_t>(r)].data(), ag[static_cast<size_t>(r)].data(), DType::F32, S, N}}, "ag");
-        comm->run(r, CollectiveKind::AllReduce, Reduce::Max,
-                  {CollectiveTensor{in2[static_cast<size_t>(r)].data(), mx[static_cast<size_t>(r)].data(), DType::F32, N, N}}, "max");
+        comm->run(
+            r, CollectiveKind::AllReduce, Reduce::Mean,
+            {CollectiveTensor{in[static_cast<size_t>(r)].data(), ar[static_cast<size_t>(r)].data(), DType::F32, N, N}},
+            "ar");
+        comm->run(
+            r, CollectiveKind::ReduceScatter, Reduce::Sum,
+            {CollectiveTensor{in[static_cast<size_t>(r)].data(), rs[static_cast<size_t>(r)].data(), DType::F32, N, S}},
+            "rs");
+        comm->run(
+            r, CollectiveKind::AllGather, Reduce::Sum,
+            {CollectiveTensor{in[static_cast<size_t>(r)].data(), ag[static_cast<size_t>(r)].data(), DType::F32, S, N}},
+            "ag");
+        comm->run(
+            r, CollectiveKind::AllReduce, Reduce::Max,
+            {CollectiveTensor{in2[static_cast<size_t>(r)].data(), mx[static_cast<size_t>(r)].data(), DType::F32, N, N}},
+            "max");
       });
       for (int r = 0; r < n; ++r) ASSERT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
       for (int r = 0; r < n; ++r) {
         for (int64_t i = 0; i < N; ++i) {
           double sum = 0, mxv = -1e30;
-          for (int q = 0; q < n; ++q) sum += in[static_cast<size_t>(q)][static_cast<size_t>(i)], mxv = std::max<double>(mxv, in2[static_cast<size_t>(q)][static_cast<size_t>(i)]);
-          ASSERT_NEAR(ar[static_cast<size_t>(r)][static_cast<size_t>(i)], sum / n, 1e-5) << "all-reduce n=" << n << " N=" << N << " r=" << r;
+          for (int q = 0; q < n; ++q)
+            sum += in[static_cast<size_t>(q)][static_cast<size_t>(i)],
+                mxv = std::max<double>(mxv, in2[static_cast<size_t>(q)][static_cast<size_t>(i)]);
+          ASSERT_NEAR(ar[static_cast<size_t>(r)][static_cast<size_t>(i)], sum / n, 1e-5)
+              << "all-reduce n=" << n << " N=" << N << " r=" << r;
           ASSERT_EQ(mx[static_cast<size_t>(r)][static_cast<size_t>(i)], float(mxv)) << "max n=" << n << " N=" << N;
           // all-gather: element i comes from rank i / S, its element i % S
-          ASSERT_EQ(ag[static_cast<size_t>(r)][static_cast<size_t>(i)], in[static_cast<size_t>(i / S)][size_t(i % S)]) << "all-gather n=" << n << " N=" << N;
+          ASSERT_EQ(ag[static_cast<size_t>(r)][static_cast<size_t>(i)], in[static_cast<size_t>(i / S)][size_t(i % S)])
+              << "all-gather n=" << n << " N=" << N;
         }
         for (int64_t i = 0; i < S; ++i) {
           const int64_t g = int64_t(r) * S + i;
           double sum = 0;
           if (g < N)
             for (int q = 0; q < n; ++q) sum += in[static_cast<size_t>(q)][static_cast<size_t>(g)];
-          ASSERT_NEAR(rs[static_cast<size_t>(r)][static_cast<size_t>(i)], sum, 1e-4) << "reduce-scatter n=" << n << " N=" << N << " r=" << r;
+          ASSERT_NEAR(rs[static_cast<size_t>(r)][static_cast<size_t>(i)], sum, 1e-4)
+              << "reduce-scatter n=" << n << " N=" << N << " r=" << r;
           if (g >= N) {
             ASSERT_EQ(rs[static_cast<size_t>(r)][static_cast<size_t>(i)], 0.0f) << "padding is zero";
           }
@@ -106,7 +122,8 @@ TEST(Comm, Bf16BucketAndNorm) {
               {CollectiveTensor{a[r].data(), sa[r].data(), DType::BF16, A, (A + n - 1) / n},
                CollectiveTensor{b[r].data(), sb[r].data(), DType::BF16, B, B / n}},
               "bucket");
-    comm->run(r, CollectiveKind::AllReduce, Reduce::Norm, {CollectiveTensor{&norms[static_cast<size_t>(r)], &total[static_cast<size_t>(r)], DType::F32, 1, 1}},
+    comm->run(r, CollectiveKind::AllReduce, Reduce::Norm,
+              {CollectiveTensor{&norms[static_cast<size_t>(r)], &total[static_cast<size_t>(r)], DType::F32, 1, 1}},
               "norm");
   });
   for (int r = 0; r < n; ++r) ASSERT_EQ(errors[static_cast<size_t>(r)], "");
@@ -117,7 +134,8 @@ TEST(Comm, Bf16BucketAndNorm) {
       float want = 0;
       if (g < A)
         for (int q = 0; q < n; ++q) want += bf16ToF32(f32ToBf16(0.01f * float(g + q))) / n;
-      EXPECT_EQ(sa[r][static_cast<size_t>(i)], f32ToBf16(want)) << "rank " << r << " element " << i; // f32 sums, one rounding
+      EXPECT_EQ(sa[r][static_cast<size_t>(i)], f32ToBf16(want))
+          << "rank " << r << " element " << i; // f32 sums, one rounding
     }
     for (int64_t i = 0; i < B / n; ++i) EXPECT_EQ(bf16ToF32(sb[r][static_cast<size_t>(i)]), 1.5f); // mean of 0..3
     EXPECT_NEAR(total[static_cast<size_t>(r)], std::sqrt(1.0 + 4 + 9 + 16), 1e-5); // the norm of the norms
@@ -141,9 +159,11 @@ TEST(Comm, MissingRankTimesOutNamingIt) {
   EXPECT_EQ(errors[2], "");
   int named = 0;
   for (int r : {0, 1, 3}) {
-    EXPECT_NE(errors[static_cast<size_t>(r)].find("step 7: instruction 12 (all_reduce at model.mlir:3:4)"), std::string::npos)
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("step 7: instruction 12 (all_reduce at model.mlir:3:4)"),
+              std::string::npos)
         << errors[static_cast<size_t>(r)];
-    named += errors[static_cast<size_t>(r)].find("for rank 2, which did not reach this collective") != std::string::npos;
+    named +=
+        errors[static_cast<size_t>(r)].find("for rank 2, which did not reach this collective") != std::string::npos;
   }
   EXPECT_GE(named, 1); // the rank that timed out names rank 2; the others were stopped by it
   EXPECT_TRUE(comm->aborted());
@@ -164,7 +184,8 @@ TEST(Comm, AbortStopsWaitingRanks) {
               "step 3: instruction 5 (all_gather)");
   });
   for (int r : {1, 2}) {
-    EXPECT_NE(errors[static_cast<size_t>(r)].find("rank 0 failed in step 3"), std::string::npos) << errors[static_cast<size_t>(r)];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("rank 0 failed in step 3"), std::string::npos)
+        << errors[static_cast<size_t>(r)];
     EXPECT_NE(errors[static_cast<size_t>(r)].find("stopped in step 3: instruction 5 (all_gather)"), std::string::npos);
   }
 }

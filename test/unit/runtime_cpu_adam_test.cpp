@@ -4,7 +4,7 @@
 // OpenMP paths, and every instruction set the machine has (each must agree with the scalar code
 // to within 1 ulp). The 16-bit half copies are checked against an independent round-to-nearest-
 // even written in double.
-#include "bigc/runtime/cpu_adam.h"
+#include "bigc/Runtime/cpu_adam.h"
 
 #include <gtest/gtest.h>
 
@@ -170,15 +170,15 @@ Result runAndCheck(const std::string &isa, const Case &cs, size_t n, int steps, 
   r.v.assign(n, 0.0f);
   for (auto &x : r.p) x = ud(rng);
   r.half.assign(n * dsize(cs.half), 0xAB);
-  RefState ref{std::vector<double>(r.p.begin(), r.p.end()), std::vector<double>(n, 0.0),
-               std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  RefState ref{std::vector<double>(r.p.begin(), r.p.end()), std::vector<double>(n, 0.0), std::vector<double>(n, 0.0),
+               std::vector<double>(n, 0.0)};
   for (int s = 1; s <= steps; ++s) {
     rt::CpuAdamArgs a = hp.args();
     a.step = s;
     std::vector<uint8_t> gbytes;
     std::vector<float> g = makeGrad(rng, n, cs.grad, 0.5f / a.gradScale, gbytes);
-    rt::cpuAdamW(r.p.data(), gbytes.data(), cs.grad, r.m.data(), r.v.data(),
-                 cs.writeHalf ? r.half.data() : nullptr, cs.half, int64_t(n), a);
+    rt::cpuAdamW(r.p.data(), gbytes.data(), cs.grad, r.m.data(), r.v.data(), cs.writeHalf ? r.half.data() : nullptr,
+                 cs.half, int64_t(n), a);
     refStep(ref, g, hp, s);
   }
   rt::cpuAdamForceIsa("");
@@ -191,9 +191,8 @@ Result runAndCheck(const std::string &isa, const Case &cs, size_t n, int steps, 
     if (std::fabs(r.p[i] - ref.p[i]) > tolP || std::fabs(r.m[i] - ref.m[i]) > tolM ||
         std::fabs(r.v[i] - ref.v[i]) > tolV) {
       ++bad;
-      ADD_FAILURE() << isa << " grad=" << name(cs.grad) << " n=" << n << " i=" << i << ": p " << r.p[i]
-                    << " vs " << ref.p[i] << ", m " << r.m[i] << " vs " << ref.m[i] << ", v " << r.v[i]
-                    << " vs " << ref.v[i];
+      ADD_FAILURE() << isa << " grad=" << name(cs.grad) << " n=" << n << " i=" << i << ": p " << r.p[i] << " vs "
+                    << ref.p[i] << ", m " << r.m[i] << " vs " << ref.m[i] << ", v " << r.v[i] << " vs " << ref.v[i];
     }
   }
   if (cs.writeHalf) {
@@ -261,8 +260,8 @@ TEST(CpuAdam, MatchesDoubleReferenceAllDtypesAllIsas) {
             Result r = runAndCheck(isa, cs, n, 5, base, seed);
             int64_t worst = 0;
             for (size_t i = 0; i < n; ++i) {
-              worst = std::max({worst, ulpDist(r.p[i], scalar.p[i]), ulpDist(r.m[i], scalar.m[i]),
-                                ulpDist(r.v[i], scalar.v[i])});
+              worst = std::max(
+                  {worst, ulpDist(r.p[i], scalar.p[i]), ulpDist(r.m[i], scalar.m[i]), ulpDist(r.v[i], scalar.v[i])});
             }
             EXPECT_LE(worst, 1) << isa << " vs scalar, grad " << name(g) << " n=" << n;
             if (writeHalf && h != DType::F32) {
@@ -300,8 +299,8 @@ TEST(CpuAdam, HalfCastRoundsToNearestEvenEverywhere) {
     uint32_t u = rng();
     if (i % 4 == 0) u = (u & 0x8000ffffu) | (uint32_t(103 + (i / 4) % 40) << 23); // around f16 range ends
     if (i % 8 == 1) u = (u & 0x80000000u) | 0x38000000u | (u & 0x7fffffu);        // f16 subnormals
-    if (i % 16 == 3) u = (u & 0xffff0000u) | 0x8000u;                              // exact bf16 ties
-    if (i % 16 == 5) u = (u & 0xffffe000u) | 0x1000u;                              // exact f16 ties
+    if (i % 16 == 3) u = (u & 0xffff0000u) | 0x8000u;                             // exact bf16 ties
+    if (i % 16 == 5) u = (u & 0xffffe000u) | 0x1000u;                             // exact f16 ties
     std::memcpy(&p0[i], &u, 4);
   }
   p0[0] = INFINITY;

@@ -6,9 +6,9 @@
 #include <map>
 #include <set>
 
-#include "bigc/runtime/data.h"
-#include "bigc/runtime/program.h"
-#include "bigc/runtime/run_command.h"
+#include "bigc/Runtime/data.h"
+#include "bigc/Runtime/program.h"
+#include "bigc/Runtime/run_command.h"
 #include "runtime_test_programs.h"
 
 using namespace bigc::rt;
@@ -80,8 +80,7 @@ TEST(RuntimeData, Errors) {
   std::string dir = bigc::rt::testing::tempDir();
   writeNanoGptTokens(dir + "/short.bin", iota(6));
   std::string m = errorOf([&] { FileTokenSource s(dir + "/short.bin", 2, 3, 256); });
-  EXPECT_NE(m.find("data file " + dir + "/short.bin has 6 tokens; one batch of 2×3 needs B·T+1 = 7"),
-            std::string::npos)
+  EXPECT_NE(m.find("data file " + dir + "/short.bin has 6 tokens; one batch of 2×3 needs B·T+1 = 7"), std::string::npos)
       << m;
 
   auto toks = iota(40);

@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bigc/runtime/data.h"
-#include "bigc/runtime/executor.h"
-#include "bigc/runtime/run_command.h"
-#include "bigc/runtime/safetensors.h"
+#include "bigc/Runtime/data.h"
+#include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/run_command.h"
+#include "bigc/Runtime/safetensors.h"
 #include "runtime_test_programs.h"
 
 using namespace bigc::rt;
@@ -304,9 +304,9 @@ TEST(RuntimeRun, TrainsLogsSavesAndLoads) {
   EXPECT_EQ(0, std::memcmp(v.data(), ex.f32(TM::WTE), v.size() * 4));
 
   // Load the trained weights and continue: the loss starts near where it ended.
-  ASSERT_EQ(run({model, "--steps", "1", "--load-weights", dir + "/w.safetensors", "--log", dir + "/log2.jsonl",
-                 "--quiet"}),
-            0);
+  ASSERT_EQ(
+      run({model, "--steps", "1", "--load-weights", dir + "/w.safetensors", "--log", dir + "/log2.jsonl", "--quiet"}),
+      0);
   auto j2 = nlohmann::json::parse(slurp(dir + "/log2.jsonl"));
   EXPECT_LT(j2["loss"].get<double>(), losses.front());
 

@@ -3,7 +3,7 @@
 // kernels against central finite differences of a double-precision reference forward with the
 // loss L = sum(r * f(x)) for a random r. Sizes are chosen so that both the serial and the OpenMP
 // paths of the kernels run (the kernels go parallel above 2^14 elements).
-#include "bigc/runtime/kernels.h"
+#include "bigc/Runtime/kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -26,8 +26,7 @@ using VecD = std::vector<double>;
 VecF randVec(std::mt19937 &rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> d(lo, hi);
   VecF v(n);
-  for (auto &x : v)
-    x = d(rng);
+  for (auto &x : v) x = d(rng);
   return v;
 }
 
@@ -36,27 +35,23 @@ VecD toD(const VecF &v) { return VecD(v.begin(), v.end()); }
 // |got - want| <= atol + rtol * |want| element by element; reports the first few mismatches.
 template <typename A, typename B>
 ::testing::AssertionResult allClose(const A &got, const B &want, double rtol, double atol) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
   int bad = 0;
   ::testing::AssertionResult res = ::testing::AssertionFailure();
   for (size_t i = 0; i < got.size(); ++i) {
     const double g = got[i], w = want[i];
     if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
-      if (bad < 5)
-        res << "[" << i << "] got " << g << " want " << w << "; ";
+      if (bad < 5) res << "[" << i << "] got " << g << " want " << w << "; ";
       ++bad;
     }
   }
-  if (bad == 0)
-    return ::testing::AssertionSuccess();
+  if (bad == 0) return ::testing::AssertionSuccess();
   return res << bad << " of " << got.size() << " elements differ";
 }
 
 double maxAbs(const VecD &v) {
   double m = 0.0;
-  for (double x : v)
-    m = std::max(m, std::fabs(x));
+  for (double x : v) m = std::max(m, std::fabs(x));
   return m;
 }
 
@@ -77,8 +72,7 @@ VecD numericGrad(const std::function<double(const VecD &)> &f, VecD x, double h 
 
 double dotD(const VecD &a, const VecD &b) {
   double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i)
-    s += a[i] * b[i];
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
   return s;
 }
 
@@ -112,23 +106,20 @@ void matmulRef(const T *a, const T *b, T *c, int64_t batch, int64_t M, int64_t N
   }
 }
 
-void layernormRef(const VecD &x, const VecD &w, const VecD &b, VecD &y, VecD &mean, VecD &rstd, int64_t N,
-                  int64_t C, double eps) {
+void layernormRef(const VecD &x, const VecD &w, const VecD &b, VecD &y, VecD &mean, VecD &rstd, int64_t N, int64_t C,
+                  double eps) {
   y.assign(N * C, 0.0);
   mean.assign(N, 0.0);
   rstd.assign(N, 0.0);
   for (int64_t n = 0; n < N; ++n) {
     double m = 0.0;
-    for (int64_t j = 0; j < C; ++j)
-      m += x[n * C + j];
+    for (int64_t j = 0; j < C; ++j) m += x[n * C + j];
     m /= C;
     double v = 0.0;
-    for (int64_t j = 0; j < C; ++j)
-      v += (x[n * C + j] - m) * (x[n * C + j] - m);
+    for (int64_t j = 0; j < C; ++j) v += (x[n * C + j] - m) * (x[n * C + j] - m);
     v /= C;
     const double rs = 1.0 / std::sqrt(v + eps);
-    for (int64_t j = 0; j < C; ++j)
-      y[n * C + j] = (x[n * C + j] - m) * rs * w[j] + b[j];
+    for (int64_t j = 0; j < C; ++j) y[n * C + j] = (x[n * C + j] - m) * rs * w[j] + b[j];
     mean[n] = m;
     rstd[n] = rs;
   }
@@ -157,18 +148,14 @@ void attentionRef(const VecD &qkv, VecD &out, VecD &lse, int64_t B, int64_t T, i
         }
       for (int64_t t = 0; t < T; ++t) {
         double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < T; ++j)
-          mx = std::max(mx, S[t * T + j]);
+        for (int64_t j = 0; j < T; ++j) mx = std::max(mx, S[t * T + j]);
         double sum = 0.0;
-        for (int64_t j = 0; j < T; ++j)
-          sum += std::exp(S[t * T + j] - mx);
-        for (int64_t j = 0; j < T; ++j)
-          P[t * T + j] = std::exp(S[t * T + j] - mx) / sum;
+        for (int64_t j = 0; j < T; ++j) sum += std::exp(S[t * T + j] - mx);
+        for (int64_t j = 0; j < T; ++j) P[t * T + j] = std::exp(S[t * T + j] - mx) / sum;
         lse[(b * H + h) * T + t] = mx + std::log(sum);
         for (int64_t d = 0; d < hs; ++d) {
           double o = 0.0;
-          for (int64_t j = 0; j < T; ++j)
-            o += P[t * T + j] * qkv[(b * T + j) * 3 * C + 2 * C + h * hs + d];
+          for (int64_t j = 0; j < T; ++j) o += P[t * T + j] * qkv[(b * T + j) * 3 * C + 2 * C + h * hs + d];
           out[(b * T + t) * C + h * hs + d] = o;
         }
       }
@@ -190,8 +177,7 @@ VecD attentionGradRef(const VecD &dout, const VecD &qkv, int64_t B, int64_t T, i
       for (int64_t t = 0; t < T; ++t)
         for (int64_t j = 0; j < T; ++j) {
           double s = 0.0;
-          for (int64_t d = 0; d < hs; ++d)
-            s += qkv[at(b, t, 0, h, d)] * qkv[at(b, j, 1, h, d)];
+          for (int64_t d = 0; d < hs; ++d) s += qkv[at(b, t, 0, h, d)] * qkv[at(b, j, 1, h, d)];
           P[t * T + j] = j > t ? 0.0 : std::exp(s * sc - lse[(b * H + h) * T + t]);
         }
       for (int64_t t = 0; t < T; ++t) {
@@ -199,13 +185,11 @@ VecD attentionGradRef(const VecD &dout, const VecD &qkv, int64_t B, int64_t T, i
         double rowSum = 0.0;
         for (int64_t j = 0; j < T; ++j) {
           double dp = 0.0;
-          for (int64_t d = 0; d < hs; ++d)
-            dp += dout[(b * T + t) * C + h * hs + d] * qkv[at(b, j, 2, h, d)];
+          for (int64_t d = 0; d < hs; ++d) dp += dout[(b * T + t) * C + h * hs + d] * qkv[at(b, j, 2, h, d)];
           dS[t * T + j] = dp;
           rowSum += P[t * T + j] * dp;
         }
-        for (int64_t j = 0; j < T; ++j)
-          dS[t * T + j] = P[t * T + j] * (dS[t * T + j] - rowSum);
+        for (int64_t j = 0; j < T; ++j) dS[t * T + j] = P[t * T + j] * (dS[t * T + j] - rowSum);
       }
       for (int64_t t = 0; t < T; ++t)
         for (int64_t j = 0; j < T; ++j)
@@ -222,11 +206,9 @@ double crossEntropyRef(const VecD &logits, const std::vector<int32_t> &tg, int64
   double total = 0.0;
   for (int64_t n = 0; n < N; ++n) {
     double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < V; ++j)
-      mx = std::max(mx, logits[n * V + j]);
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, logits[n * V + j]);
     double s = 0.0;
-    for (int64_t j = 0; j < V; ++j)
-      s += std::exp(logits[n * V + j] - mx);
+    for (int64_t j = 0; j < V; ++j) s += std::exp(logits[n * V + j] - mx);
     total += std::log(s) + mx - logits[n * V + tg[n]];
   }
   return total / N;
@@ -235,8 +217,7 @@ double crossEntropyRef(const VecD &logits, const std::vector<int32_t> &tg, int64
 std::vector<int32_t> randIds(std::mt19937 &rng, size_t n, int32_t V) {
   std::uniform_int_distribution<int32_t> d(0, V - 1);
   std::vector<int32_t> ids(n);
-  for (auto &i : ids)
-    i = d(rng);
+  for (auto &i : ids) i = d(rng);
   return ids;
 }
 
@@ -256,8 +237,7 @@ TEST(KernelEmbedding, ForwardMatchesReference) {
   EXPECT_EQ(k::embedding(table.data(), ids.data(), y.data(), N, V, C), -1);
   VecF ref(N * C);
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < C; ++j)
-      ref[n * C + j] = table[ids[n] * C + j];
+    for (int64_t j = 0; j < C; ++j) ref[n * C + j] = table[ids[n] * C + j];
   EXPECT_TRUE(allClose(y, ref, 0.0, 0.0));
 }
 
@@ -284,8 +264,7 @@ TEST(KernelEmbedding, GradMatchesReferenceAndOverwrites) {
   k::embeddingGrad(dy.data(), ids.data(), dtable.data(), N, V, C);
   VecD ref(V * C, 0.0);
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < C; ++j)
-      ref[ids[n] * C + j] += dy[n * C + j];
+    for (int64_t j = 0; j < C; ++j) ref[ids[n] * C + j] += dy[n * C + j];
   EXPECT_TRUE(allClose(dtable, ref, 1e-5, 1e-5));
 }
 
@@ -302,8 +281,7 @@ TEST(KernelEmbedding, GradFiniteDifference) {
   auto loss = [&](const VecD &t) {
     double L = 0.0;
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t j = 0; j < C; ++j)
-        L += rD[n * C + j] * t[ids[n] * C + j];
+      for (int64_t j = 0; j < C; ++j) L += rD[n * C + j] * t[ids[n] * C + j];
     return L;
   };
   EXPECT_TRUE(gradClose(dtable, numericGrad(loss, toD(table))));
@@ -407,16 +385,13 @@ TEST(KernelElementwise, AddMulScaleFill) {
   for (int64_t n : {int64_t(13), int64_t(40000)}) {
     VecF a = randVec(rng, n), b = randVec(rng, n), c(n), ref(n);
     k::add(a.data(), b.data(), c.data(), n);
-    for (int64_t i = 0; i < n; ++i)
-      ref[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; ++i) ref[i] = a[i] + b[i];
     EXPECT_TRUE(allClose(c, ref, 0.0, 0.0)) << "add n=" << n;
     k::mul(a.data(), b.data(), c.data(), n);
-    for (int64_t i = 0; i < n; ++i)
-      ref[i] = a[i] * b[i];
+    for (int64_t i = 0; i < n; ++i) ref[i] = a[i] * b[i];
     EXPECT_TRUE(allClose(c, ref, 0.0, 0.0)) << "mul n=" << n;
     k::scale(a.data(), c.data(), -2.5f, n);
-    for (int64_t i = 0; i < n; ++i)
-      ref[i] = -2.5f * a[i];
+    for (int64_t i = 0; i < n; ++i) ref[i] = -2.5f * a[i];
     EXPECT_TRUE(allClose(c, ref, 0.0, 0.0)) << "scale n=" << n;
     k::fill(c.data(), 3.25f, n);
     EXPECT_TRUE(allClose(c, VecF(n, 3.25f), 0.0, 0.0)) << "fill n=" << n;
@@ -429,15 +404,13 @@ TEST(KernelElementwise, BiasAddAndReduceSum) {
     VecF x = randVec(rng, rows * cols), b = randVec(rng, cols), y(rows * cols), ref(rows * cols);
     k::biasAdd(x.data(), b.data(), y.data(), rows, cols);
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j)
-        ref[i * cols + j] = x[i * cols + j] + b[j];
+      for (int64_t j = 0; j < cols; ++j) ref[i * cols + j] = x[i * cols + j] + b[j];
     EXPECT_TRUE(allClose(y, ref, 0.0, 0.0)) << rows << "x" << cols;
     VecF s(cols, 77.0f);
     VecD sref(cols, 0.0);
     k::reduceSum(x.data(), s.data(), rows, cols);
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j)
-        sref[j] += x[i * cols + j];
+      for (int64_t j = 0; j < cols; ++j) sref[j] += x[i * cols + j];
     EXPECT_TRUE(allClose(s, sref, 1e-5, 1e-5)) << rows << "x" << cols;
   }
 }
@@ -448,8 +421,7 @@ TEST(KernelElementwise, InPlaceAliasing) {
     const VecF a0 = randVec(rng, n, -3.0f, 3.0f), b0 = randVec(rng, n, -3.0f, 3.0f);
     VecF ref(n), a, b;
     // add: c == a, c == b
-    for (int64_t i = 0; i < n; ++i)
-      ref[i] = a0[i] + b0[i];
+    for (int64_t i = 0; i < n; ++i) ref[i] = a0[i] + b0[i];
     a = a0, b = b0;
     k::add(a.data(), b.data(), a.data(), n);
     EXPECT_TRUE(allClose(a, ref, 0.0, 0.0)) << "add c==a";
@@ -457,8 +429,7 @@ TEST(KernelElementwise, InPlaceAliasing) {
     k::add(a.data(), b.data(), b.data(), n);
     EXPECT_TRUE(allClose(b, ref, 0.0, 0.0)) << "add c==b";
     // mul
-    for (int64_t i = 0; i < n; ++i)
-      ref[i] = a0[i] * b0[i];
+    for (int64_t i = 0; i < n; ++i) ref[i] = a0[i] * b0[i];
     a = a0, b = b0;
     k::mul(a.data(), b.data(), a.data(), n);
     EXPECT_TRUE(allClose(a, ref, 0.0, 0.0)) << "mul c==a";
@@ -466,8 +437,7 @@ TEST(KernelElementwise, InPlaceAliasing) {
     k::mul(a.data(), b.data(), b.data(), n);
     EXPECT_TRUE(allClose(b, ref, 0.0, 0.0)) << "mul c==b";
     // scale
-    for (int64_t i = 0; i < n; ++i)
-      ref[i] = 0.125f * a0[i];
+    for (int64_t i = 0; i < n; ++i) ref[i] = 0.125f * a0[i];
     a = a0;
     k::scale(a.data(), a.data(), 0.125f, n);
     EXPECT_TRUE(allClose(a, ref, 0.0, 0.0)) << "scale y==x";
@@ -491,8 +461,7 @@ TEST(KernelElementwise, InPlaceAliasing) {
   const int64_t rows = 300, cols = 70;
   VecF x = randVec(rng, rows * cols), bias = randVec(rng, cols), ref(rows * cols);
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      ref[i * cols + j] = x[i * cols + j] + bias[j];
+    for (int64_t j = 0; j < cols; ++j) ref[i * cols + j] = x[i * cols + j] + bias[j];
   k::biasAdd(x.data(), bias.data(), x.data(), rows, cols);
   EXPECT_TRUE(allClose(x, ref, 0.0, 0.0)) << "biasAdd y==x";
 }
@@ -585,8 +554,7 @@ TEST(KernelGelu, ForwardMatchesReference) {
   x[0] = 0.0f;
   k::gelu(x.data(), y.data(), n);
   VecD ref(n);
-  for (int64_t i = 0; i < n; ++i)
-    ref[i] = geluRef(x[i]);
+  for (int64_t i = 0; i < n; ++i) ref[i] = geluRef(x[i]);
   EXPECT_TRUE(allClose(y, ref, 1e-5, 1e-6));
   EXPECT_EQ(y[0], 0.0f);
 }
@@ -599,8 +567,7 @@ TEST(KernelGelu, GradFiniteDifference) {
   VecD rD = toD(r);
   auto loss = [&](const VecD &xx) {
     double L = 0.0;
-    for (int64_t i = 0; i < n; ++i)
-      L += rD[i] * geluRef(xx[i]);
+    for (int64_t i = 0; i < n; ++i) L += rD[i] * geluRef(xx[i]);
     return L;
   };
   EXPECT_TRUE(gradClose(dx, numericGrad(loss, toD(x))));
@@ -691,20 +658,16 @@ namespace {
 VecF transposeRef(const VecF &x, const std::vector<int64_t> &shape, const std::vector<int64_t> &perm) {
   const int rank = int(shape.size());
   std::vector<int64_t> yshape(rank), xstride(rank, 1);
-  for (int d = rank - 2; d >= 0; --d)
-    xstride[d] = xstride[d + 1] * shape[d + 1];
-  for (int d = 0; d < rank; ++d)
-    yshape[d] = shape[perm[d]];
+  for (int d = rank - 2; d >= 0; --d) xstride[d] = xstride[d + 1] * shape[d + 1];
+  for (int d = 0; d < rank; ++d) yshape[d] = shape[perm[d]];
   VecF y(x.size());
   std::vector<int64_t> j(rank, 0);
   for (size_t flat = 0; flat < y.size(); ++flat) {
     int64_t off = 0;
-    for (int d = 0; d < rank; ++d)
-      off += j[d] * xstride[perm[d]];
+    for (int d = 0; d < rank; ++d) off += j[d] * xstride[perm[d]];
     y[flat] = x[off];
     for (int d = rank - 1; d >= 0; --d) {
-      if (++j[d] < yshape[d])
-        break;
+      if (++j[d] < yshape[d]) break;
       j[d] = 0;
     }
   }
@@ -754,14 +717,12 @@ TEST(KernelSplitConcat, MatchesReferenceAndRoundTrips) {
     VecF x = randVec(rng, outer * inner * parts);
     std::vector<VecF> ys(parts, VecF(outer * inner, 0.0f));
     std::vector<float *> yp;
-    for (auto &y : ys)
-      yp.push_back(y.data());
+    for (auto &y : ys) yp.push_back(y.data());
     k::split(x.data(), yp.data(), outer, inner, parts);
     for (int64_t p = 0; p < parts; ++p) {
       VecF ref(outer * inner);
       for (int64_t o = 0; o < outer; ++o)
-        for (int64_t i = 0; i < inner; ++i)
-          ref[o * inner + i] = x[o * parts * inner + p * inner + i];
+        for (int64_t i = 0; i < inner; ++i) ref[o * inner + i] = x[o * parts * inner + p * inner + i];
       EXPECT_TRUE(allClose(ys[p], ref, 0.0, 0.0)) << "part " << p;
     }
     std::vector<const float *> xp(yp.begin(), yp.end());
@@ -799,8 +760,7 @@ TEST(KernelCrossEntropy, StableForLargeLogits) {
   EXPECT_NEAR(L, (l0 + l1) / 2, 1e-5);
   VecF d(N * V);
   k::crossEntropyGrad(logits.data(), tg.data(), 1.0f, d.data(), N, V);
-  for (float v : d)
-    EXPECT_TRUE(std::isfinite(v));
+  for (float v : d) EXPECT_TRUE(std::isfinite(v));
 }
 
 TEST(KernelCrossEntropy, BadTargetReported) {
@@ -841,10 +801,8 @@ TEST(KernelCrossEntropy, GradLargeMatchesFormula) {
   VecD ref(N * V);
   for (int64_t n = 0; n < N; ++n) {
     double mx = -1e30, s = 0.0;
-    for (int64_t j = 0; j < V; ++j)
-      mx = std::max(mx, double(logits[n * V + j]));
-    for (int64_t j = 0; j < V; ++j)
-      s += std::exp(logits[n * V + j] - mx);
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, double(logits[n * V + j]));
+    for (int64_t j = 0; j < V; ++j) s += std::exp(logits[n * V + j] - mx);
     for (int64_t j = 0; j < V; ++j)
       ref[n * V + j] = (std::exp(logits[n * V + j] - mx) / s - (j == tg[n] ? 1.0 : 0.0)) * 0.5 / N;
   }
@@ -859,8 +817,7 @@ TEST(KernelSumSquares, MatchesReference) {
   for (int64_t n : {int64_t(1), int64_t(100), int64_t(100000)}) {
     VecF x = randVec(rng, n, -2.0f, 2.0f);
     double ref = 0.0;
-    for (float v : x)
-      ref += double(v) * v;
+    for (float v : x) ref += double(v) * v;
     EXPECT_NEAR(k::sumSquares(x.data(), n), ref, 1e-10 * ref) << "n=" << n;
   }
   VecF x = {3.0f, 4.0f};

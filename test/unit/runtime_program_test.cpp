@@ -5,8 +5,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "bigc/runtime/ops.h"
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/ops.h"
+#include "bigc/Runtime/program.h"
 #include "runtime_test_programs.h"
 
 using namespace bigc::rt;
@@ -42,10 +42,10 @@ std::string editPayload(const std::function<void(json &)> &edit) {
   return bigc::rt::testing::wrapPayload(j.dump());
 }
 
-#define EXPECT_ERROR_HAS(msg, ...)                                                                         \
-  do {                                                                                                     \
-    std::string m_ = (msg);                                                                                \
-    EXPECT_FALSE(m_.empty()) << "expected an error";                                                      \
+#define EXPECT_ERROR_HAS(msg, ...)                                                                                     \
+  do {                                                                                                                 \
+    std::string m_ = (msg);                                                                                            \
+    EXPECT_FALSE(m_.empty()) << "expected an error";                                                                   \
     for (const char *k_ : {__VA_ARGS__}) EXPECT_NE(m_.find(k_), std::string::npos) << "'" << k_ << "' not in: " << m_; \
   } while (0)
 
@@ -70,8 +70,8 @@ TEST(RuntimeProgram, DTypes) {
 
 TEST(RuntimeProgram, OpTableCoversTheFormat) {
   EXPECT_EQ(opSignatures().size(), 45u);
-  for (const char *l : {"rmsnorm", "rmsnorm_grad", "rope", "silu", "silu_grad", "swiglu", "swiglu_grad", "gqa_attention",
-                        "gqa_attention_grad"})
+  for (const char *l : {"rmsnorm", "rmsnorm_grad", "rope", "silu", "silu_grad", "swiglu", "swiglu_grad",
+                        "gqa_attention", "gqa_attention_grad"})
     EXPECT_NE(findOpSignature(l), nullptr) << l;
   for (const char *tp : {"tp_slice", "vocab_ce_stats", "vocab_ce_stats_grad", "vocab_ce_loss", "vocab_ce_loss_grad"})
     EXPECT_NE(findOpSignature(tp), nullptr) << tp;
@@ -175,7 +175,9 @@ TEST(RuntimeProgram, MissingAndMistypedFields) {
                    "'offset'", "missing");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["buffers"][2]["shape"] = "2x4"; })), "buffer 2", "'shape'",
                    "must be a list");
-  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["instructions"][4]["in"] = {5, "x", 7}; })),
+  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) {
+                     j["instructions"][4]["in"] = {5, "x", 7};
+                   })),
                    "instruction 4 (cross_entropy_grad", "'in'", "integers");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j.erase("config"); })), "'config'", "missing");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["config"]["batch"] = 2.5; })), "config", "'batch'",

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "bigc/runtime/executor.h"
-#include "bigc/runtime/safetensors.h"
+#include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/safetensors.h"
 #include "runtime_test_programs.h"
 
 using namespace bigc::rt;
@@ -112,7 +112,8 @@ TEST(RuntimeSafetensors, CorruptFilesAreRejected) {
   std::string m = parseError(good.substr(0, good.size() - 3));
   EXPECT_NE(m.find("past"), std::string::npos) << m;
 
-  m = parseError(handMade("{\"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", std::string(8, '\0')));
+  m = parseError(
+      handMade("{\"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", std::string(8, '\0')));
   EXPECT_NE(m.find("tensor 'x'"), std::string::npos) << m;
   EXPECT_NE(m.find("needs 8"), std::string::npos) << m;
 
@@ -121,7 +122,8 @@ TEST(RuntimeSafetensors, CorruptFilesAreRejected) {
                           std::string(12, '\0')));
   EXPECT_NE(m.find("overlap"), std::string::npos) << m;
 
-  m = parseError(handMade("{\"x\": {\"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", std::string(8, '\0')));
+  m = parseError(
+      handMade("{\"x\": {\"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", std::string(8, '\0')));
   EXPECT_NE(m.find("dtype 'F64'"), std::string::npos) << m;
 
   m = parseError(handMade("{\"x\": {\"dtype\": \"F32\", \"shape\": [1]", std::string(4, '\0')));

@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/program.h"
 
 namespace bigc::rt::testing {
 
@@ -24,8 +24,8 @@ struct ProgramBuilder {
     p.source = "test.mlir";
     p.batch = B, p.seq = T, p.vocab = V;
   }
-  int64_t buffer(const std::string &name, std::vector<int64_t> shape, const std::string &role,
-                 DType dt = DType::F32, Init init = {}, const std::string &space = "device") {
+  int64_t buffer(const std::string &name, std::vector<int64_t> shape, const std::string &role, DType dt = DType::F32,
+                 Init init = {}, const std::string &space = "device") {
     Buffer b;
     b.id = int64_t(p.buffers.size());
     b.name = name;
@@ -111,31 +111,49 @@ struct ProgramBuilder {
 // Buffer ids are fixed (see the comments) so tests can reach in.
 struct TinyModel {
   static constexpr int64_t B = 2, T = 4, V = 8, C = 4;
-  enum : int64_t { WTE = 0, W = 1, TOKENS = 2, TARGETS = 3, X = 4, LOGITS = 5, LOSS = 6, DLOSS = 7,
-                   DLOGITS = 8, X2 = 9, DL2 = 10, DW = 11, DX = 12, DWTE = 13, NORM = 14,
-                   M0 = 15, V0 = 16, M1 = 17, V1 = 18 };
+  enum : int64_t {
+    WTE = 0,
+    W = 1,
+    TOKENS = 2,
+    TARGETS = 3,
+    X = 4,
+    LOGITS = 5,
+    LOSS = 6,
+    DLOSS = 7,
+    DLOGITS = 8,
+    X2 = 9,
+    DL2 = 10,
+    DW = 11,
+    DX = 12,
+    DWTE = 13,
+    NORM = 14,
+    M0 = 15,
+    V0 = 16,
+    M1 = 17,
+    V1 = 18
+  };
 
   static Program build(double lr = 0.05, double maxNorm = 0.0, double wd = 0.0) {
     ProgramBuilder b(B, T, V);
-    b.param("wte.weight", {V, C}, 0.5);                          // 0
-    b.param("head.weight", {C, V}, 0.5);                         // 1
-    b.buffer("tokens", {B, T}, "input", DType::I32);             // 2
-    b.buffer("targets", {B, T}, "input", DType::I32);            // 3
-    b.buffer("x", {B, T, C}, "activation");                      // 4
-    b.buffer("logits", {B, T, V}, "activation");                 // 5
-    b.buffer("loss", {}, "activation");                          // 6
-    b.buffer("dloss", {}, "activation_grad");                    // 7
-    b.buffer("dlogits", {B, T, V}, "activation_grad");           // 8
-    b.buffer("x2", {B * T, C}, "activation");                    // 9
-    b.buffer("dl2", {B * T, V}, "activation_grad");              // 10
-    b.buffer("head.weight.grad", {C, V}, "grad");                // 11
-    b.buffer("dx", {B, T, C}, "activation_grad");                // 12
-    b.buffer("wte.weight.grad", {V, C}, "grad");                 // 13
-    b.buffer("grad_norm", {}, "workspace");                      // 14
-    b.zeros("wte.weight.m", {V, C});                             // 15
-    b.zeros("wte.weight.v", {V, C});                             // 16
-    b.zeros("head.weight.m", {C, V});                            // 17
-    b.zeros("head.weight.v", {C, V});                            // 18
+    b.param("wte.weight", {V, C}, 0.5);                // 0
+    b.param("head.weight", {C, V}, 0.5);               // 1
+    b.buffer("tokens", {B, T}, "input", DType::I32);   // 2
+    b.buffer("targets", {B, T}, "input", DType::I32);  // 3
+    b.buffer("x", {B, T, C}, "activation");            // 4
+    b.buffer("logits", {B, T, V}, "activation");       // 5
+    b.buffer("loss", {}, "activation");                // 6
+    b.buffer("dloss", {}, "activation_grad");          // 7
+    b.buffer("dlogits", {B, T, V}, "activation_grad"); // 8
+    b.buffer("x2", {B * T, C}, "activation");          // 9
+    b.buffer("dl2", {B * T, V}, "activation_grad");    // 10
+    b.buffer("head.weight.grad", {C, V}, "grad");      // 11
+    b.buffer("dx", {B, T, C}, "activation_grad");      // 12
+    b.buffer("wte.weight.grad", {V, C}, "grad");       // 13
+    b.buffer("grad_norm", {}, "workspace");            // 14
+    b.zeros("wte.weight.m", {V, C});                   // 15
+    b.zeros("wte.weight.v", {V, C});                   // 16
+    b.zeros("head.weight.m", {C, V});                  // 17
+    b.zeros("head.weight.v", {C, V});                  // 18
     b.p.tokenInputs = {TOKENS}, b.p.targetInputs = {TARGETS}, b.p.loss = LOSS;
     b.p.optimizer.lr = lr;
     b.inst("embedding", {WTE, TOKENS}, {X});
@@ -149,10 +167,11 @@ struct TinyModel {
     b.inst("matmul", {DLOGITS, W}, {DX}, {{"transpose_b", ProgramBuilder::num(1)}});
     b.inst("embedding_grad", {DX, TOKENS}, {DWTE});
     b.inst("global_norm", {DWTE, DW}, {NORM});
-    std::map<std::string, Attr> adam = {{"lr", ProgramBuilder::num(lr)},       {"beta1", ProgramBuilder::num(0.9)},
-                                        {"beta2", ProgramBuilder::num(0.95)},   {"eps", ProgramBuilder::num(1e-8)},
-                                        {"weight_decay", ProgramBuilder::num(wd)}, {"max_norm", ProgramBuilder::num(maxNorm)},
-                                        {"clip", ProgramBuilder::num(1)}};
+    std::map<std::string, Attr> adam = {
+        {"lr", ProgramBuilder::num(lr)},           {"beta1", ProgramBuilder::num(0.9)},
+        {"beta2", ProgramBuilder::num(0.95)},      {"eps", ProgramBuilder::num(1e-8)},
+        {"weight_decay", ProgramBuilder::num(wd)}, {"max_norm", ProgramBuilder::num(maxNorm)},
+        {"clip", ProgramBuilder::num(1)}};
     b.inst("adamw", {WTE, DWTE, M0, V0, NORM}, {WTE, M0, V0}, adam);
     b.inst("adamw", {W, DW, M1, V1, NORM}, {W, M1, V1}, adam);
     return b.finish();
@@ -175,7 +194,7 @@ inline Batch batch(int64_t seed, int64_t n = TM::B * TM::T) {
 }
 
 inline std::map<std::string, Attr> adamAttrs(double lr, double maxNorm, double wd) {
-  return {{"lr", num(lr)}, {"beta1", num(0.9)},        {"beta2", num(0.95)},
+  return {{"lr", num(lr)},    {"beta1", num(0.9)},       {"beta2", num(0.95)},
           {"eps", num(1e-8)}, {"weight_decay", num(wd)}, {"max_norm", num(maxNorm)}};
 }
 
@@ -184,8 +203,34 @@ inline std::map<std::string, Attr> adamAttrs(double lr, double maxNorm, double w
 // update on the host stream, the new weights copied back on the h2d stream, joined by a wait.
 inline Program offloadTiny(double lr, double maxNorm, double wd) {
   ProgramBuilder b(TM::B, TM::T, TM::V);
-  enum : int64_t { WTE_M, W_M, WTE_H, W_H, TOK, TGT, X, LOGITS, LOSS, DLOSS, DLOGITS, X2, DL2, DW, DX, DWTE, NORM,
-                   M0, V0, M1, V1, DW_h, DWTE_h, NORM_h, WTE_T, W_T };
+  enum : int64_t {
+    WTE_M,
+    W_M,
+    WTE_H,
+    W_H,
+    TOK,
+    TGT,
+    X,
+    LOGITS,
+    LOSS,
+    DLOSS,
+    DLOGITS,
+    X2,
+    DL2,
+    DW,
+    DX,
+    DWTE,
+    NORM,
+    M0,
+    V0,
+    M1,
+    V1,
+    DW_h,
+    DWTE_h,
+    NORM_h,
+    WTE_T,
+    W_T
+  };
   b.buffer("wte.weight", {TM::V, TM::C}, "master", DType::F32, Init{"normal", 0.5}, "host");
   b.buffer("head.weight", {TM::C, TM::V}, "master", DType::F32, Init{"normal", 0.5}, "host");
   b.buffer("wte.weight.half", {TM::V, TM::C}, "param", DType::F32, Init{"copy", 0, "wte.weight"});
@@ -218,28 +263,28 @@ inline Program offloadTiny(double lr, double maxNorm, double wd) {
     i.wait = std::move(wait);
     return i;
   };
-  b.inst("embedding", {WTE_H, TOK}, {X});                                       // 0
-  b.inst("matmul", {X, W_H}, {LOGITS});                                         // 1
-  b.inst("cross_entropy", {LOGITS, TGT}, {LOSS});                               // 2
-  b.inst("fill", {}, {DLOSS}, {{"value", num(1.0)}});                           // 3
-  b.inst("cross_entropy_grad", {LOGITS, TGT, DLOSS}, {DLOGITS});                // 4
-  b.inst("reshape", {X}, {X2});                                                 // 5
-  b.inst("reshape", {DLOGITS}, {DL2});                                          // 6
-  b.inst("matmul", {X2, DL2}, {DW}, {{"transpose_a", num(1)}});                 // 7
-  side(b.inst("copy", {DW}, {DW_h}), "d2h", {7});                               // 8
-  b.inst("matmul", {DLOGITS, W_H}, {DX}, {{"transpose_b", num(1)}});            // 9
-  b.inst("embedding_grad", {DX, TOK}, {DWTE});                                  // 10
-  side(b.inst("copy", {DWTE}, {DWTE_h}), "d2h", {10});                          // 11
-  b.inst("global_norm", {DWTE, DW}, {NORM});                                    // 12
-  side(b.inst("copy", {NORM}, {NORM_h}), "d2h", {12});                          // 13
+  b.inst("embedding", {WTE_H, TOK}, {X});                            // 0
+  b.inst("matmul", {X, W_H}, {LOGITS});                              // 1
+  b.inst("cross_entropy", {LOGITS, TGT}, {LOSS});                    // 2
+  b.inst("fill", {}, {DLOSS}, {{"value", num(1.0)}});                // 3
+  b.inst("cross_entropy_grad", {LOGITS, TGT, DLOSS}, {DLOGITS});     // 4
+  b.inst("reshape", {X}, {X2});                                      // 5
+  b.inst("reshape", {DLOGITS}, {DL2});                               // 6
+  b.inst("matmul", {X2, DL2}, {DW}, {{"transpose_a", num(1)}});      // 7
+  side(b.inst("copy", {DW}, {DW_h}), "d2h", {7});                    // 8
+  b.inst("matmul", {DLOGITS, W_H}, {DX}, {{"transpose_b", num(1)}}); // 9
+  b.inst("embedding_grad", {DX, TOK}, {DWTE});                       // 10
+  side(b.inst("copy", {DWTE}, {DWTE_h}), "d2h", {10});               // 11
+  b.inst("global_norm", {DWTE, DW}, {NORM});                         // 12
+  side(b.inst("copy", {NORM}, {NORM_h}), "d2h", {12});               // 13
   auto adam = adamAttrs(lr, maxNorm, wd);
   adam["clip"] = num(1);
   adam["write_half"] = num(1);
   side(b.inst("adamw", {WTE_M, DWTE_h, M0, V0, NORM_h}, {WTE_M, M0, V0, WTE_T}, adam), "host", {11, 13}); // 14
-  side(b.inst("adamw", {W_M, DW_h, M1, V1, NORM_h}, {W_M, M1, V1, W_T}, adam), "host", {8, 13});        // 15
-  side(b.inst("copy", {WTE_T}, {WTE_H}), "h2d", {14, 0});                       // 16
-  side(b.inst("copy", {W_T}, {W_H}), "h2d", {15, 9});                           // 17
-  side(b.inst("wait", {}, {}), "compute", {16, 17});                            // 18
+  side(b.inst("adamw", {W_M, DW_h, M1, V1, NORM_h}, {W_M, M1, V1, W_T}, adam), "host", {8, 13});          // 15
+  side(b.inst("copy", {WTE_T}, {WTE_H}), "h2d", {14, 0});                                                 // 16
+  side(b.inst("copy", {W_T}, {W_H}), "h2d", {15, 9});                                                     // 17
+  side(b.inst("wait", {}, {}), "compute", {16, 17});                                                      // 18
   return b.finish();
 }
 
@@ -247,8 +292,31 @@ inline Program offloadTiny(double lr, double maxNorm, double wd) {
 // activations and grads, dloss = the loss scale, check_finite, AdamW unscaling, clipping,
 // skipping on overflow and writing the f16 copies, loss_scale_update at the end.
 namespace f16ids {
-enum F16Ids : int64_t { F_WTE_M, F_W_M, F_WTE_H, F_W_H, F_TOK, F_TGT, F_X, F_LOGITS, F_LOSS, F_SCALE, F_GOOD, F_DLOGITS,
-                        F_X2, F_DL2, F_DW, F_DX, F_DWTE, F_FOUND, F_NORM, F_M0, F_V0, F_M1, F_V1 };
+enum F16Ids : int64_t {
+  F_WTE_M,
+  F_W_M,
+  F_WTE_H,
+  F_W_H,
+  F_TOK,
+  F_TGT,
+  F_X,
+  F_LOGITS,
+  F_LOSS,
+  F_SCALE,
+  F_GOOD,
+  F_DLOGITS,
+  F_X2,
+  F_DL2,
+  F_DW,
+  F_DX,
+  F_DWTE,
+  F_FOUND,
+  F_NORM,
+  F_M0,
+  F_V0,
+  F_M1,
+  F_V1
+};
 } // namespace f16ids
 using namespace f16ids;
 inline Program fp16Tiny(double lr, double scale0, double growthInterval = 2, DType half = DType::F16) {
@@ -313,8 +381,7 @@ inline std::string tempDir() {
 inline std::string wrapPayload(const std::string &payload, int version = 2) {
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a64(payload.data(), payload.size()));
-  return "BIGC-PROGRAM " + std::to_string(version) + " " + std::to_string(payload.size()) + " " + hash + "\n" +
-         payload;
+  return "BIGC-PROGRAM " + std::to_string(version) + " " + std::to_string(payload.size()) + " " + hash + "\n" + payload;
 }
 
 inline std::string payloadOf(const std::string &file) { return file.substr(file.find('\n') + 1); }

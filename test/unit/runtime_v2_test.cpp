@@ -12,12 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bigc/runtime/data.h"
-#include "bigc/runtime/executor.h"
-#include "bigc/runtime/half.h"
-#include "bigc/runtime/program.h"
-#include "bigc/runtime/run_command.h"
-#include "bigc/runtime/safetensors.h"
+#include "bigc/Runtime/data.h"
+#include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/half.h"
+#include "bigc/Runtime/program.h"
+#include "bigc/Runtime/run_command.h"
+#include "bigc/Runtime/safetensors.h"
 #include "runtime_test_programs.h"
 
 using namespace bigc::rt;
@@ -39,10 +39,10 @@ std::string validateError(const Program &p) {
   return "";
 }
 
-#define EXPECT_ERROR_HAS(msg, ...)                                                                         \
-  do {                                                                                                     \
-    std::string m_ = (msg);                                                                                \
-    EXPECT_FALSE(m_.empty()) << "expected an error";                                                      \
+#define EXPECT_ERROR_HAS(msg, ...)                                                                                     \
+  do {                                                                                                                 \
+    std::string m_ = (msg);                                                                                            \
+    EXPECT_FALSE(m_.empty()) << "expected an error";                                                                   \
     for (const char *k_ : {__VA_ARGS__}) EXPECT_NE(m_.find(k_), std::string::npos) << "'" << k_ << "' not in: " << m_; \
   } while (0)
 
@@ -81,8 +81,8 @@ TEST(RuntimeHalf, Bf16RoundTripAndRounding) {
     }
   }
   // Ties go to even; just above a tie rounds up.
-  EXPECT_EQ(f32ToBf16(1.0f + 0x1p-8f), f32ToBf16(1.0f));                  // 1 + half an ulp -> 1
-  EXPECT_EQ(f32ToBf16(1.0f + 3 * 0x1p-8f), f32ToBf16(1.0f + 0x1p-6f));    // 1.5 ulp -> 2 ulp
+  EXPECT_EQ(f32ToBf16(1.0f + 0x1p-8f), f32ToBf16(1.0f));               // 1 + half an ulp -> 1
+  EXPECT_EQ(f32ToBf16(1.0f + 3 * 0x1p-8f), f32ToBf16(1.0f + 0x1p-6f)); // 1.5 ulp -> 2 ulp
   EXPECT_EQ(f32ToBf16(std::nextafter(1.0f + 0x1p-8f, 2.0f)), f32ToBf16(1.0f + 0x1p-7f));
   EXPECT_EQ(f32ToBf16(-1.0f - 0x1p-8f), f32ToBf16(-1.0f));
   EXPECT_EQ(f32ToBf16(std::numeric_limits<float>::infinity()), 0x7f80);
@@ -173,17 +173,32 @@ TEST(RuntimeHalf, BulkConversionsAndChecks) {
   toF32(all.data(), DType::F16, allF.data(), 65536);
   for (uint32_t k = 0; k < 65536; ++k) {
     float want = f16ToF32(uint16_t(k));
-    if (std::isnan(want)) ASSERT_TRUE(std::isnan(allF[k])) << k;
-    else ASSERT_EQ(floatBits(allF[k]), floatBits(want)) << k;
+    if (std::isnan(want))
+      ASSERT_TRUE(std::isnan(allF[k])) << k;
+    else
+      ASSERT_EQ(floatBits(allF[k]), floatBits(want)) << k;
   }
-  std::vector<float> cases = {0x1p-25f, 3 * 0x1p-25f, 0x1p-14f - 0x1p-26f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
-                              65519.f, 65520.f, -65520.f, INFINITY, -INFINITY, -0.0f, 1e-10f, -0x1p-24f};
+  std::vector<float> cases = {0x1p-25f,
+                              3 * 0x1p-25f,
+                              0x1p-14f - 0x1p-26f,
+                              1.0f + 0x1p-11f,
+                              1.0f + 3 * 0x1p-11f,
+                              65519.f,
+                              65520.f,
+                              -65520.f,
+                              INFINITY,
+                              -INFINITY,
+                              -0.0f,
+                              1e-10f,
+                              -0x1p-24f};
   for (uint32_t k = 0; k < 65536; ++k) cases.push_back(bitsFloat(k * 65537u + 12345u)); // spread over all floats
   std::vector<uint16_t> got(cases.size());
   fromF32(cases.data(), got.data(), DType::F16, int64_t(cases.size()));
   for (size_t k = 0; k < cases.size(); ++k) {
-    if (std::isnan(cases[k])) ASSERT_TRUE(std::isnan(f16ToF32(got[k]))) << k;
-    else ASSERT_EQ(got[k], f32ToF16(cases[k])) << cases[k];
+    if (std::isnan(cases[k]))
+      ASSERT_TRUE(std::isnan(f16ToF32(got[k]))) << k;
+    else
+      ASSERT_EQ(got[k], f32ToF16(cases[k])) << cases[k];
   }
 
   EXPECT_FALSE(anyNonFinite(x.data(), DType::F32, int64_t(x.size())));
@@ -273,9 +288,11 @@ TEST(RuntimeV2Validation, Errors) {
   {
     // Statistics are f32: layernorm mean in bf16 is rejected.
     ProgramBuilder b(1, 2, 4);
-    int64_t tok = b.buffer("tokens", {1, 2}, "input", DType::I32), tgt = b.buffer("targets", {1, 2}, "input", DType::I32);
+    int64_t tok = b.buffer("tokens", {1, 2}, "input", DType::I32),
+            tgt = b.buffer("targets", {1, 2}, "input", DType::I32);
     int64_t x = b.buffer("x", {2, 4}, "activation", DType::BF16);
-    int64_t w = b.buffer("w", {4}, "param", DType::BF16, Init{"ones"}), bb = b.buffer("b", {4}, "param", DType::BF16, Init{"zeros"});
+    int64_t w = b.buffer("w", {4}, "param", DType::BF16, Init{"ones"}),
+            bb = b.buffer("b", {4}, "param", DType::BF16, Init{"zeros"});
     int64_t y = b.buffer("y", {2, 4}, "activation", DType::BF16);
     int64_t mean = b.buffer("mean", {2}, "activation", DType::BF16), rstd = b.buffer("rstd", {2}, "activation");
     int64_t loss = b.buffer("loss", {}, "activation");
@@ -563,7 +580,8 @@ TEST(RuntimeV2Executor, Bf16OpsComputeInFp32AndRound) {
   // values within bf16 rounding at each step; stats stay f32; gelu works in place on bf16.
   auto build = [](DType t) {
     ProgramBuilder b(1, 1, 2);
-    int64_t tok = b.buffer("tokens", {1, 1}, "input", DType::I32), tgt = b.buffer("targets", {1, 1}, "input", DType::I32);
+    int64_t tok = b.buffer("tokens", {1, 1}, "input", DType::I32),
+            tgt = b.buffer("targets", {1, 1}, "input", DType::I32);
     int64_t a = b.buffer("a", {2, 3, 8}, "param", t, Init{"normal", 1.0});
     int64_t w = b.buffer("w", {8, 16}, "param", t, Init{"normal", 0.5});
     int64_t lw = b.buffer("ln.w", {16}, "param", t, Init{"normal", 1.0});
@@ -711,8 +729,7 @@ TEST(RuntimeV2Run, LogsLossScaleSkippedAndSavesMasters) {
   safetensors::loadWeights(ex, w, dir + "/w.safetensors");
   auto wm = w.find("wte.weight")->toF32();
   EXPECT_EQ(ex.readF32(F_WTE_M), wm);
-  for (size_t k = 0; k < wm.size(); ++k)
-    ASSERT_EQ(static_cast<const uint16_t *>(ex.data(F_WTE_H))[k], f32ToF16(wm[k]));
+  for (size_t k = 0; k < wm.size(); ++k) ASSERT_EQ(static_cast<const uint16_t *>(ex.data(F_WTE_H))[k], f32ToF16(wm[k]));
   // Progress lines with the loss scale (without --quiet; smoke).
   EXPECT_EQ(run({model, "--steps", "1"}), 0);
 }

@@ -4,7 +4,7 @@
 // found and named.
 #include <gtest/gtest.h>
 
-#include "bigc/runtime/verifier.h"
+#include "bigc/Runtime/verifier.h"
 #include "runtime_test_programs.h"
 
 using namespace bigc::rt;
@@ -18,7 +18,8 @@ std::string joined(const std::vector<std::string> &v) {
   return s;
 }
 
-#define EXPECT_HAS(text, needle) EXPECT_NE((text).find(needle), std::string::npos) << "'" << (needle) << "' not in:\n" << (text)
+#define EXPECT_HAS(text, needle)                                                                                       \
+  EXPECT_NE((text).find(needle), std::string::npos) << "'" << (needle) << "' not in:\n" << (text)
 
 TEST(PlanVerifier, CompiledShapesPass) {
   for (const Program &p : {TinyModel::build(), offloadTiny(0.05, 1.0, 0.1), fp16Tiny(0.05, 1024)}) {
@@ -97,7 +98,7 @@ TEST(PlanVerifier, InPlaceOverwriteOfALiveValue) {
   int64_t z = b.buffer("z", {8}, "activation"), loss = b.buffer("loss", {}, "activation");
   b.p.tokenInputs = {tok}, b.p.targetInputs = {tgt}, b.p.loss = loss;
   b.inst("scale", {w}, {x}, {{"factor", num(2)}});
-  b.inst("gelu", {x}, {y}); // in place over x ...
+  b.inst("gelu", {x}, {y});   // in place over x ...
   b.inst("add", {x, y}, {z}); // ... but x is still read here
   b.inst("global_norm", {z}, {loss});
   Program p = b.finish({{y, x}});

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "bigc/Inspect/Inspect.h"
-#include "bigc/runtime/run_command.h"
-#include "bigc/support/command.h"
+#include "bigc/Runtime/run_command.h"
+#include "bigc/Support/command.h"
 
 int main(int argc, char **argv) {
   if (argc > 1 && std::strcmp(argv[1], "inspect") == 0)

@@ -13,9 +13,9 @@
 #include "bigc/Driver/Import.h"
 #include "bigc/Gen/GptGen.h"
 #include "bigc/Inspect/Inspect.h"
-#include "bigc/runtime/program.h"
-#include "bigc/runtime/run_command.h"
-#include "bigc/support/command.h"
+#include "bigc/Runtime/program.h"
+#include "bigc/Runtime/run_command.h"
+#include "bigc/Support/command.h"
 
 #ifndef BIGC_VERSION
 #define BIGC_VERSION "0.1.0"
@@ -23,36 +23,33 @@
 
 namespace {
 
-const char *kUsage =
-    "usage: bigc <command> [options]\n"
-    "\n"
-    "bigc compiles a model graph (MLIR, bigc dialect) into a memory-planned training program\n"
-    "and runs it.\n"
-    "\n"
-    "commands:\n"
-    "  gen gpt      write a GPT-2-architecture model as MLIR (presets tiny, gpt2 ... 175b)\n"
-    "  gen llama    write a LLaMA-family model as MLIR (llama3-8b, llama3-70b, mistral-7b, ...)\n"
-    "  import       a PyTorch model (Hugging Face config, or your nn.Module) as MLIR\n"
-    "  compile      model.mlir -> model.bigc: backward, optimizer, schedule, memory plan\n"
-    "  inspect      show a program's memory plan (--memory, --json, --timeline FILE.svg)\n"
-    "  verify       prove a program's plan free of hazards (also done by compile and run)\n"
-    "  run          train: run a program on the CPU or CUDA backend\n"
-    "  data encode  turn a text file into byte-level tokens (vocabulary 256)\n"
-    "\n"
-    "  bigc <command> --help   options of one command\n"
-    "  bigc --version          the version\n"
-    "\n"
-    "example:\n"
-    "  bigc gen gpt --preset tiny -o model.mlir\n"
-    "  bigc compile model.mlir -o model.bigc\n"
-    "  bigc inspect model.bigc --memory --timeline plan.svg\n"
-    "  bigc run model.bigc --synthetic --steps 100\n";
+const char *kUsage = "usage: bigc <command> [options]\n"
+                     "\n"
+                     "bigc compiles a model graph (MLIR, bigc dialect) into a memory-planned training program\n"
+                     "and runs it.\n"
+                     "\n"
+                     "commands:\n"
+                     "  gen gpt      write a GPT-2-architecture model as MLIR (presets tiny, gpt2 ... 175b)\n"
+                     "  gen llama    write a LLaMA-family model as MLIR (llama3-8b, llama3-70b, mistral-7b, ...)\n"
+                     "  import       a PyTorch model (Hugging Face config, or your nn.Module) as MLIR\n"
+                     "  compile      model.mlir -> model.bigc: backward, optimizer, schedule, memory plan\n"
+                     "  inspect      show a program's memory plan (--memory, --json, --timeline FILE.svg)\n"
+                     "  verify       prove a program's plan free of hazards (also done by compile and run)\n"
+                     "  run          train: run a program on the CPU or CUDA backend\n"
+                     "  data encode  turn a text file into byte-level tokens (vocabulary 256)\n"
+                     "\n"
+                     "  bigc <command> --help   options of one command\n"
+                     "  bigc --version          the version\n"
+                     "\n"
+                     "example:\n"
+                     "  bigc gen gpt --preset tiny -o model.mlir\n"
+                     "  bigc compile model.mlir -o model.bigc\n"
+                     "  bigc inspect model.bigc --memory --timeline plan.svg\n"
+                     "  bigc run model.bigc --synthetic --steps 100\n";
 
 const char *kCommands = "gen, import, compile, inspect, verify, run, data";
 
-bool isHelp(const char *a) {
-  return std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0;
-}
+bool isHelp(const char *a) { return std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0; }
 
 int dispatch(int argc, char **argv, const std::string &cmd) {
   if (cmd == "gen") return bigc::gen::genMain(argc, argv, 2);
@@ -76,8 +73,7 @@ int realMain(int argc, char **argv) {
     return 0;
   }
   if (cmd == "--version" || cmd == "version") {
-    std::printf("bigc %s (MLIR 19, program format version %d)\n", BIGC_VERSION,
-                bigc::rt::kProgramVersion);
+    std::printf("bigc %s (MLIR 19, program format version %d)\n", BIGC_VERSION, bigc::rt::kProgramVersion);
     return 0;
   }
   if (cmd == "help") {
@@ -91,13 +87,11 @@ int realMain(int argc, char **argv) {
     return realMain(3, args);
   } else {
     std::string label = cmd;
-    if (cmd == "gen" && argc > 2 && !isHelp(argv[2]) && argv[2][0] != '-')
-      label = "gen " + std::string(argv[2]);
+    if (cmd == "gen" && argc > 2 && !isHelp(argv[2]) && argv[2][0] != '-') label = "gen " + std::string(argv[2]);
     int rc = bigc::cli::runCommand(label, [&] { return dispatch(argc, argv, cmd); });
     if (rc >= 0) return rc;
   }
-  std::fprintf(stderr, "bigc: unknown command '%s'; commands: %s (see bigc --help)\n",
-               cmd.c_str(), kCommands);
+  std::fprintf(stderr, "bigc: unknown command '%s'; commands: %s (see bigc --help)\n", cmd.c_str(), kCommands);
   return 1;
 }
 

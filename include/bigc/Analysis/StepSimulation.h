@@ -20,7 +20,7 @@
 #ifndef BIGC_ANALYSIS_STEPSIMULATION_H
 #define BIGC_ANALYSIS_STEPSIMULATION_H
 
-#include "bigc/support/hardware.h"
+#include "bigc/Support/hardware.h"
 
 #include <string>
 #include <vector>

@@ -100,8 +100,7 @@ inline StringRef phaseOf(Operation *op) {
 
 /// The micro-batch of `op` (none outside the accumulation loop).
 inline std::optional<int64_t> microBatchOf(Operation *op) {
-  if (auto m = op->getAttrOfType<IntegerAttr>(kMicroBatchAttrName))
-    return m.getInt();
+  if (auto m = op->getAttrOfType<IntegerAttr>(kMicroBatchAttrName)) return m.getInt();
   return std::nullopt;
 }
 

@@ -29,9 +29,7 @@ int64_t meshAxisSize(Operation *op, StringRef axis);
 /// The number of ranks of the module (the product of the mesh's axes).
 int64_t meshRanks(ModuleOp module);
 /// Elements per shard of a tensor of `numel` elements over `ranks` ranks.
-inline int64_t shardElements(int64_t numel, int64_t ranks) {
-  return ranks <= 1 ? numel : (numel + ranks - 1) / ranks;
-}
+inline int64_t shardElements(int64_t numel, int64_t ranks) { return ranks <= 1 ? numel : (numel + ranks - 1) / ranks; }
 /// A collective op (all_reduce, reduce_scatter, all_gather, param_all_gather).
 bool isCollective(Operation *op);
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "bigc/Driver/Compile.h"
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/program.h"
 
 namespace mlir {
 class ModuleOp;
@@ -81,13 +81,13 @@ rt::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o);
 
 // One option set that was tried by notFitReport().
 struct Candidate {
-  std::string flags;        // "--precision bf16 --recompute selective"
+  std::string flags; // "--precision bf16 --recompute selective"
   CompileOptions options;
-  bool compiled = false;    // false: the options are refused (not supported yet, budget, ...)
+  bool compiled = false; // false: the options are refused (not supported yet, budget, ...)
   bool fits = false;
   std::vector<SpaceFit> spaces;
   ExtraWork work;
-  std::string why;          // when it was not compiled: the first line of the error
+  std::string why; // when it was not compiled: the first line of the error
 };
 
 // Candidate option sets derived from `o` (at most `maxCandidates`, none equal to `o`), in the

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "bigc/Passes/TrainPipeline.h"
-#include "bigc/runtime/program.h"
-#include "bigc/support/hardware.h"
+#include "bigc/Runtime/program.h"
+#include "bigc/Support/hardware.h"
 
 namespace mlir {
 class ModuleOp;
@@ -46,7 +46,7 @@ struct CompileOptions : mlir::bigc::TrainPipelineConfig {
   int64_t deviceMemory = 0, hostMemory = 0, deviceReserve = 0, hostReserve = 0;
   std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
   int64_t deviceCapacity = 0, hostCapacity = 0;
-  int64_t memoryBudget = 0; // --recompute auto: bytes; 0: the device capacity
+  int64_t memoryBudget = 0;           // --recompute auto: bytes; 0: the device capacity
   std::optional<int64_t> globalBatch; // --global-batch: checked against the model
 };
 
@@ -67,8 +67,7 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std
 // auto choices included). Diagnostics go to `diagnostics` (located, as `bigc compile` prints
 // them). Throws rt::UserError for a bad model or options, std::runtime_error for internal errors.
 // Used by the MLIR front end's fuzz target.
-rt::Program compileSource(const std::string &text, const std::string &name, CompileOptions o,
-                          std::string *diagnostics);
+rt::Program compileSource(const std::string &text, const std::string &name, CompileOptions o, std::string *diagnostics);
 
 // Entry point of `bigc compile`; argv[first] is the first argument after `compile`. Returns
 // the exit status: 0 written; 1 bad input (file, syntax, verifier, option) or the plan does not

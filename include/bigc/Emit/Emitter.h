@@ -13,17 +13,17 @@
 #include <stdexcept>
 #include <string>
 
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/program.h"
 #include "mlir/IR/BuiltinOps.h"
 
 namespace bigc::emit {
 
 struct EmitOptions {
-  std::string source;                 // the model file, as given (payload "source")
+  std::string source; // the model file, as given (payload "source")
   std::string producer = "bigc 0.1.0";
-  rt::Optimizer optimizer;            // defaults shown in the program ("optimizer")
-  std::string hardwareName;           // "" -> "none"
-  int64_t deviceCapacityBytes = 0;    // 0: unknown
+  rt::Optimizer optimizer;         // defaults shown in the program ("optimizer")
+  std::string hardwareName;        // "" -> "none"
+  int64_t deviceCapacityBytes = 0; // 0: unknown
   int64_t hostCapacityBytes = 0;
   // What the capacities leave out of the memory (recorded for bigc inspect and the runtime).
   int64_t deviceReserveBytes = 0, hostReserveBytes = 0;

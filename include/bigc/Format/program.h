@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "bigc/support/error.h"
+#include "bigc/Support/error.h"
 
 namespace bigc::rt {
 
-using bigc::UserError; // include/bigc/support/error.h
+using bigc::UserError; // include/bigc/Support/error.h
 
 enum class DType { F32, BF16, F16, I32 };
 const char *dtypeName(DType d);

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "bigc/format/program.h"
+#include "bigc/Format/program.h"
 
 namespace bigc::rt {
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "bigc/format/program.h"
+#include "bigc/Format/program.h"
 
 namespace bigc::rt {
 

@@ -4,14 +4,14 @@
 
 #include <string>
 
-#include "bigc/format/program.h"
-#include "bigc/support/file.h"
+#include "bigc/Format/program.h"
+#include "bigc/Support/file.h"
 
 namespace bigc::rt {
 
 // Serialize (container line + JSON payload). Used by the compiler's emitter and by tests.
 std::string serializeProgram(const Program &p);
-// Write atomically: to path + ".tmp", fsync, rename (include/bigc/support/file.h).
+// Write atomically: to path + ".tmp", fsync, rename (include/bigc/Support/file.h).
 using bigc::writeFileAtomic;
 
 } // namespace bigc::rt

@@ -9,13 +9,13 @@
 namespace bigc::gen {
 
 struct GptConfig {
-  std::string preset;  // name of the preset the values came from ("" when none)
-  int64_t layers = 0;  // L
-  int64_t hidden = 0;  // C
-  int64_t heads = 0;   // H
-  int64_t vocab = 0;   // V
-  int64_t seq = 0;     // T (also the size of the position table)
-  int64_t batch = 0;   // B (one micro-batch)
+  std::string preset; // name of the preset the values came from ("" when none)
+  int64_t layers = 0; // L
+  int64_t hidden = 0; // C
+  int64_t heads = 0;  // H
+  int64_t vocab = 0;  // V
+  int64_t seq = 0;    // T (also the size of the position table)
+  int64_t batch = 0;  // B (one micro-batch)
 };
 
 // Preset names in the order `--help` lists them.

@@ -9,7 +9,7 @@
 namespace bigc::gen {
 
 struct LlamaConfig {
-  std::string preset;       // the preset the values came from ("" when none)
+  std::string preset; // the preset the values came from ("" when none)
   int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, ffn = 0, vocab = 0, seq = 0, batch = 0;
   double ropeTheta = 10000.0, eps = 1e-5;
   bool llama3Scaling = false; // Llama 3's rope_scaling (factor 8, low 1, high 4, original 8192)

@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/program.h"
 
-#include "bigc/support/format.h"
+#include "bigc/Support/format.h"
 
 namespace bigc::inspect {
 
-using bigc::humanBytes; // include/bigc/support/format.h
+using bigc::humanBytes; // include/bigc/Support/format.h
 
 // Bytes live at each instruction in one memory space, per role (from each buffer's `live`
 // interval, inclusive). `roles` is sorted by the canonical order (param, optimizer, grad,
@@ -22,8 +22,8 @@ struct SpaceTimeline {
   std::string space;
   std::vector<std::string> roles;
   std::vector<std::vector<int64_t>> live;
-  int64_t peakBytes = 0;        // max over i of the sum over roles
-  int64_t peakInstruction = 0;  // first instruction where the peak is reached
+  int64_t peakBytes = 0;       // max over i of the sum over roles
+  int64_t peakInstruction = 0; // first instruction where the peak is reached
   // Per instruction: bytes (of the total) held past their buffer's last touch because an
   // instruction of another stream touched them and the compute stream has not joined it yet.
   std::vector<int64_t> held;

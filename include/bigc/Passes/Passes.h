@@ -44,8 +44,7 @@ LogicalResult buildTrainStep(ModuleOp module, const AdamWConfig &config);
 /// ops of `block` (everything but its terminator) with respect to `seeds`
 /// (value -> gradient). On success `grads` maps every value that received a
 /// gradient to its total gradient (summed over uses with bigc.add).
-LogicalResult buildBackward(OpBuilder &b, Block &block,
-                            llvm::DenseMap<Value, Value> &grads);
+LogicalResult buildBackward(OpBuilder &b, Block &block, llvm::DenseMap<Value, Value> &grads);
 
 } // namespace bigc
 } // namespace mlir

@@ -41,31 +41,22 @@ enum class Offload { None, CPU, NVMe };
 enum class OffloadParams { Auto, Device, Host };
 
 /// The names of an enum's values, as the options spell them.
-template <typename E>
-const std::vector<std::pair<E, const char *>> &choiceNames();
-template <>
-const std::vector<std::pair<Precision, const char *>> &choiceNames<Precision>();
-template <>
-const std::vector<std::pair<RecomputePolicy, const char *>> &choiceNames<RecomputePolicy>();
-template <>
-const std::vector<std::pair<Offload, const char *>> &choiceNames<Offload>();
-template <>
-const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>();
+template <typename E> const std::vector<std::pair<E, const char *>> &choiceNames();
+template <> const std::vector<std::pair<Precision, const char *>> &choiceNames<Precision>();
+template <> const std::vector<std::pair<RecomputePolicy, const char *>> &choiceNames<RecomputePolicy>();
+template <> const std::vector<std::pair<Offload, const char *>> &choiceNames<Offload>();
+template <> const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>();
 
 /// "fp32", "auto", ...: the name of `value`.
-template <typename E>
-std::string toString(E value) {
+template <typename E> std::string toString(E value) {
   for (const auto &[v, name] : choiceNames<E>())
-    if (v == value)
-      return name;
+    if (v == value) return name;
   return "?";
 }
 /// The value named `name` (none when no value has that name).
-template <typename E>
-std::optional<E> parseChoice(const std::string &name) {
+template <typename E> std::optional<E> parseChoice(const std::string &name) {
   for (const auto &[v, n] : choiceNames<E>())
-    if (name == n)
-      return v;
+    if (name == n) return v;
   return std::nullopt;
 }
 

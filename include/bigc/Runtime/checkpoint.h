@@ -22,16 +22,16 @@
 #include <string>
 #include <vector>
 
-#include "bigc/runtime/data.h"
-#include "bigc/runtime/engine.h"
+#include "bigc/Runtime/data.h"
+#include "bigc/Runtime/engine.h"
 
 namespace bigc::rt::checkpoint {
 
 struct Info {
-  std::string path;   // the checkpoint's directory
-  int64_t step = 0;   // steps completed
+  std::string path; // the checkpoint's directory
+  int64_t step = 0; // steps completed
   int64_t updates = 0;
-  double loss = 0.0;  // the loss of its last step
+  double loss = 0.0; // the loss of its last step
 };
 
 // Writes the checkpoint of `step` into dir (created if missing). Throws UserError on I/O failure

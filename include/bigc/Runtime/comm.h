@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/program.h"
 
 namespace bigc::rt {
 

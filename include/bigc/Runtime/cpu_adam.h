@@ -20,7 +20,7 @@
 // scalar code to within 1 ulp. `half` may alias nothing else; param/m/v must not overlap.
 #pragma once
 
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/program.h"
 
 #include <cstdint>
 
@@ -44,8 +44,8 @@ struct CpuAdamArgs {
 //   v' = fma(v, beta2, (oneMinusBeta2 * g) * g); p' = fma(-stepSize, m' / fma(sqrt(v'), invBc2Sqrt, eps), p')
 // (the CUDA backend's fused AdamW evaluates the same expression, so both agree bit for bit).
 struct AdamWConsts {
-  float gradScale;  // g = grad * gradScale
-  float decay;      // p *= 1 - lr * wd
+  float gradScale; // g = grad * gradScale
+  float decay;     // p *= 1 - lr * wd
   float beta1, oneMinusBeta1;
   float beta2, oneMinusBeta2;
   float stepSize;   // lr / (1 - beta1^t)
@@ -56,8 +56,8 @@ AdamWConsts adamWConsts(const CpuAdamArgs &a);
 
 // One AdamW step over n elements. gradType and halfType are F32, BF16 or F16 (anything else, or
 // step < 1, or n < 0 throws UserError). half may be null (then halfType is ignored).
-void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v, void *half,
-              DType halfType, int64_t n, const CpuAdamArgs &a);
+void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v, void *half, DType halfType, int64_t n,
+              const CpuAdamArgs &a);
 
 // Which vector code cpuAdamW uses on this machine: "avx512", "avx2" or "scalar".
 const char *cpuAdamIsa();

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "bigc/runtime/comm.h"
-#include "bigc/runtime/engine.h"
-#include "bigc/runtime/program.h"
-#include "bigc/runtime/stream_executor.h"
+#include "bigc/Runtime/comm.h"
+#include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/program.h"
+#include "bigc/Runtime/stream_executor.h"
 
 namespace bigc::rt {
 

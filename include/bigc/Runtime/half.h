@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/program.h"
 
 namespace bigc::rt {
 
@@ -25,7 +25,7 @@ inline float bf16ToF32(uint16_t h) { return bitsFloat(uint32_t(h) << 16); }
 inline uint16_t f32ToBf16(float f) {
   uint32_t x = floatBits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u); // nan stays a (quiet) nan
-  x += 0x7fffu + ((x >> 16) & 1u);                                          // round to nearest even
+  x += 0x7fffu + ((x >> 16) & 1u);                                         // round to nearest even
   return uint16_t(x >> 16);
 }
 
@@ -48,8 +48,8 @@ inline uint16_t f32ToF16(float f) {
   if (ax >= 0x7f800000u) // inf, nan (keep a quiet nan)
     return uint16_t(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
   if (ax >= 0x477ff000u) return uint16_t(sign | 0x7c00u); // >= 65520 rounds to inf
-  if (ax >= 0x38800000u) {                                 // normal fp16 (>= 2⁻¹⁴)
-    uint32_t r = ax - 0x38000000u;                         // rebias the exponent 127 -> 15
+  if (ax >= 0x38800000u) {                                // normal fp16 (>= 2⁻¹⁴)
+    uint32_t r = ax - 0x38000000u;                        // rebias the exponent 127 -> 15
     r += 0xfffu + ((r >> 13) & 1u);
     return uint16_t(sign | (r >> 13));
   }

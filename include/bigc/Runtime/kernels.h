@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "bigc/runtime/attention_geometry.h"
+#include "bigc/Runtime/attention_geometry.h"
 
 namespace bigc::rt::cpu {
 
@@ -17,8 +17,8 @@ void embeddingGrad(const float *dy, const int32_t *ids, float *dtable, int64_t N
 // c[batch][M,N] = op(a)[M,K] @ op(b)[K,N] for each of `batch` products, row-major.
 // a is op(a) stored as [K,M] when transA, b stored as [N,K] when transB.
 // strideA/strideB/strideC: elements between consecutive batch entries (0 = broadcast).
-void matmul(const float *a, const float *b, float *c, int64_t batch, int64_t M, int64_t N, int64_t K,
-            bool transA, bool transB, int64_t strideA, int64_t strideB, int64_t strideC);
+void matmul(const float *a, const float *b, float *c, int64_t batch, int64_t M, int64_t N, int64_t K, bool transA,
+            bool transB, int64_t strideA, int64_t strideB, int64_t strideC);
 
 void add(const float *a, const float *b, float *c, int64_t n);
 // y[i, j] = x[i, j] + b[j] for i < rows, j < cols.
@@ -29,10 +29,10 @@ void scale(const float *x, float *y, float factor, int64_t n);
 void reduceSum(const float *x, float *y, int64_t rows, int64_t cols);
 void fill(float *y, float value, int64_t n);
 
-void layernorm(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
-               int64_t N, int64_t C, float eps);
-void layernormGrad(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
-                   float *dx, float *dw, float *db, int64_t N, int64_t C);
+void layernorm(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd, int64_t N, int64_t C,
+               float eps);
+void layernormGrad(const float *dy, const float *x, const float *w, const float *mean, const float *rstd, float *dx,
+                   float *dw, float *db, int64_t N, int64_t C);
 
 // GELU, tanh approximation; `exact`: x * Phi(x) (erf).
 void gelu(const float *x, float *y, int64_t n, bool exact = false);
@@ -63,8 +63,8 @@ void attentionGrad(const AttentionGeometry &g, const float *dout, const float *q
 
 // qkv [B,T,3C] -> out [B,T,C], lse [B,H,T]; causal.
 void attention(const float *qkv, float *out, float *lse, int64_t B, int64_t T, int64_t C, int64_t H);
-void attentionGrad(const float *dout, const float *qkv, const float *out, const float *lse, float *dqkv,
-                   int64_t B, int64_t T, int64_t C, int64_t H);
+void attentionGrad(const float *dout, const float *qkv, const float *out, const float *lse, float *dqkv, int64_t B,
+                   int64_t T, int64_t C, int64_t H);
 
 // y = transpose(x, perm) for a tensor of `rank` dims with shape `shape` (of x).
 void transpose(const float *x, float *y, const int64_t *shape, const int64_t *perm, int rank);
@@ -87,8 +87,7 @@ void vocabCeLossGrad(const float *stats, float dloss, float *dstats, int64_t N, 
 // embeddingGrad for the rows [offset, offset + V) of the table (ids elsewhere contribute nothing).
 void embeddingGradRows(const float *dy, const int32_t *ids, float *dtable, int64_t N, int64_t V, int64_t C,
                        int64_t offset);
-void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N,
-                      int64_t V);
+void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N, int64_t V);
 
 // Sum of squares of n elements (accumulated in double).
 double sumSquares(const float *x, int64_t n);

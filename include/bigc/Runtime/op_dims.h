@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "bigc/runtime/attention_geometry.h"
-#include "bigc/runtime/cpu_adam.h"
-#include "bigc/runtime/ops.h"
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/attention_geometry.h"
+#include "bigc/Runtime/cpu_adam.h"
+#include "bigc/Runtime/ops.h"
+#include "bigc/Runtime/program.h"
 
 namespace bigc::rt {
 
@@ -18,7 +18,7 @@ struct OpDims {
   // matmul: c[batch][M,N] = op(a)[M,K] @ op(b)[K,N]; strides between batch entries (elements)
   int64_t batch = 1, M = 0, N = 0, K = 0, sA = 0, sB = 0, sC = 0;
   bool ta = false, tb = false;
-  float value = 0.f; // scale: factor; fill: value; layernorm: eps
+  float value = 0.f;                // scale: factor; fill: value; layernorm: eps
   std::vector<int64_t> shape, perm; // transpose
   // adamw: hyperparameters (step and gradScale set per call), and where its optional inputs are
   CpuAdamArgs adam{};

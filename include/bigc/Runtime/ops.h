@@ -1,4 +1,4 @@
-// The instruction set of the program format: include/bigc/format/ops.h.
+// The instruction set of the program format: include/bigc/Format/ops.h.
 #pragma once
 
-#include "bigc/format/ops.h"
+#include "bigc/Format/ops.h"

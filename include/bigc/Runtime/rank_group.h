@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "bigc/runtime/comm.h"
-#include "bigc/runtime/engine.h"
+#include "bigc/Runtime/comm.h"
+#include "bigc/Runtime/engine.h"
 
 namespace bigc::rt {
 
@@ -131,7 +131,8 @@ struct InProcessMesh {
 };
 
 // Under mpirun: gives the group the host-side mesh communicators of makeMpiMesh (`configure`).
-void installMpiMesh(RankGroup &g, const std::vector<MeshRank> &mesh, const std::vector<std::shared_ptr<Communicator>> &all);
+void installMpiMesh(RankGroup &g, const std::vector<MeshRank> &mesh,
+                    const std::vector<std::shared_ptr<Communicator>> &all);
 
 // All ranks of `program` on the CPU backend in this process (in-process communicator), or this
 // process's share of them under mpirun (MPI communicator). `commTimeout` seconds per collective.

@@ -16,7 +16,7 @@ int dataMain(int argc, char **argv, int first);
 int dataMain(int argc, char **argv);
 
 // `bigc verify model.bigc [--limit N]`: validate the program and prove its plan free of hazards
-// (include/bigc/format/verifier.h). Exit 0 proven, 1 problems found (listed) or bad input.
+// (include/bigc/Format/verifier.h). Exit 0 proven, 1 problems found (listed) or bad input.
 int verifyMain(int argc, char **argv, int first);
 
 } // namespace bigc::rt

@@ -10,7 +10,7 @@
 #include <functional>
 #include <vector>
 
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/program.h"
 
 namespace bigc::rt {
 class Engine;

@@ -24,10 +24,10 @@
 #include <thread>
 #include <vector>
 
-#include "bigc/runtime/comm.h"
-#include "bigc/runtime/engine.h"
-#include "bigc/runtime/op_dims.h"
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/comm.h"
+#include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/op_dims.h"
+#include "bigc/Runtime/program.h"
 
 namespace bigc::rt {
 
@@ -54,8 +54,8 @@ struct BoundOp : OpDims {
   std::vector<int64_t> inNumel, outNumel;
   std::vector<StagedOperand> pre, post;
   int64_t stageBytes = 0;
-  int64_t offset = 0;       // vocabulary-parallel ops: the first id of this rank's rows
-  int axis = 0;             // collectives: the mesh axis
+  int64_t offset = 0; // vocabulary-parallel ops: the first id of this rank's rows
+  int axis = 0;       // collectives: the mesh axis
   Reduce reduce = Reduce::Sum;
   int64_t issuedAfter = -1; // an instruction this one is issued after (not waited for), or -1
   bool isCollective() const {
@@ -175,9 +175,9 @@ protected:
 
   Program prog_;
   int tpRank_ = 0;
-  std::vector<void *> arenas_;   // per space
+  std::vector<void *> arenas_;      // per space
   std::vector<size_t> arenaMapped_; // bytes allocated per arena
-  std::vector<void *> ptrs_;     // per buffer
+  std::vector<void *> ptrs_;        // per buffer
   std::vector<std::unique_ptr<BoundOp>> ops_;
   std::vector<std::string> streamNames_;       // [0] = compute
   std::vector<std::vector<size_t>> streamOps_; // op indices per stream, program order

@@ -1,4 +1,4 @@
-// The plan verifier: include/bigc/format/verifier.h.
+// The plan verifier: include/bigc/Format/verifier.h.
 #pragma once
 
-#include "bigc/format/verifier.h"
+#include "bigc/Format/verifier.h"

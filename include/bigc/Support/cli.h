@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "bigc/support/error.h"
+#include "bigc/Support/error.h"
 
 namespace bigc::cli {
 
@@ -37,8 +37,8 @@ struct Args {
 
 // `valued`: options that take a value; `switches`: options that take none. Anything else that
 // starts with "--" is an unknown flag: UserError naming it (and a close match when there is one).
-Args parse(int argc, char **argv, int first, const std::set<std::string> &valued,
-           const std::set<std::string> &switches, const std::string &command);
+Args parse(int argc, char **argv, int first, const std::set<std::string> &valued, const std::set<std::string> &switches,
+           const std::string &command);
 
 int64_t parseSize(const std::string &text, const std::string &what);
 int64_t parseInt(const std::string &text, const std::string &what);
@@ -50,8 +50,7 @@ inline int64_t parseInt(const std::string &text, const std::string &what) {
   char *end = nullptr;
   errno = 0;
   long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0)
-    throw UserError(what + ": expected an integer, got '" + text + "'");
+  if (text.empty() || *end != '\0' || errno != 0) throw UserError(what + ": expected an integer, got '" + text + "'");
   return v;
 }
 
@@ -127,8 +126,7 @@ inline Args parse(int argc, char **argv, int first, const std::set<std::string> 
             if (d < bestD) bestD = d, best = c;
           }
         throw UserError(command + ": unknown option '" + name + "'" +
-                        (best.empty() ? std::string() : "; did you mean '" + best + "'?") +
-                        " (see --help)");
+                        (best.empty() ? std::string() : "; did you mean '" + best + "'?") + " (see --help)");
       }
     } else if (a == "-o") {
       if (i + 1 >= argc) throw UserError(command + ": option -o needs a file name");

@@ -8,15 +8,14 @@
 #include <new>
 #include <string>
 
-#include "bigc/support/error.h"
+#include "bigc/Support/error.h"
 
 namespace bigc::cli {
 
 // "bigc <label>: message", unless the message already names the command.
 inline void reportError(const std::string &label, const std::string &msg) {
   std::string first = label.substr(0, label.find(' '));
-  if (msg.rfind(label + ":", 0) == 0 || msg.rfind(first + " ", 0) == 0 ||
-      msg.rfind(first + ":", 0) == 0)
+  if (msg.rfind(label + ":", 0) == 0 || msg.rfind(first + " ", 0) == 0 || msg.rfind(first + ":", 0) == 0)
     std::fprintf(stderr, "bigc %s\n", msg.c_str());
   else
     std::fprintf(stderr, "bigc %s: %s\n", label.c_str(), msg.c_str());

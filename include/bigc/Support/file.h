@@ -10,7 +10,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "bigc/support/error.h"
+#include "bigc/Support/error.h"
 
 namespace bigc {
 

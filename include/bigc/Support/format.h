@@ -39,9 +39,12 @@ inline std::string durationStr(double seconds) {
   const char *unit = "s";
   double v = seconds;
   if (a == 0) return "0 s";
-  if (a < 1e-6) v = seconds * 1e9, unit = "ns";
-  else if (a < 1e-3) v = seconds * 1e6, unit = "us";
-  else if (a < 1) v = seconds * 1e3, unit = "ms";
+  if (a < 1e-6)
+    v = seconds * 1e9, unit = "ns";
+  else if (a < 1e-3)
+    v = seconds * 1e6, unit = "us";
+  else if (a < 1)
+    v = seconds * 1e3, unit = "ms";
   char buf[48];
   const double av = v < 0 ? -v : v;
   std::snprintf(buf, sizeof buf, av >= 100 ? "%.0f %s" : av >= 10 ? "%.1f %s" : "%.2f %s", v, unit);

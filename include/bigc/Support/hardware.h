@@ -10,21 +10,21 @@ namespace bigc {
 struct HardwareProfile {
   std::string name;
   std::string description;
-  int64_t devices = 1;           // devices (ranks) per machine
-  int64_t deviceMemBytes = 0;    // per device: what the device offers (nvidia-smi's total)
+  int64_t devices = 1;        // devices (ranks) per machine
+  int64_t deviceMemBytes = 0; // per device: what the device offers (nvidia-smi's total)
   // Kept back from each device's memory for what is not in the plan (CUDA context and libraries,
   // cuBLASLt and kernel workspaces, NCCL buffers), by part; the plan must fit the rest.
   std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
-  int64_t deviceReserveBytes = 0; // their sum
-  int64_t hostReserveBytes = 0;   // kept back from the host memory (the OS, the process itself)
-  int64_t hostMemBytes = 0;      // per machine, shared by its devices
-  double deviceFlops = 0;        // peak dense FLOP/s per device for the training precision
-  double hostFlops = 0;          // FLOP/s of the host (CPU Adam etc.)
-  double h2dBytesPerS = 0;       // host -> device bandwidth per device
-  double d2hBytesPerS = 0;       // device -> host
+  int64_t deviceReserveBytes = 0;   // their sum
+  int64_t hostReserveBytes = 0;     // kept back from the host memory (the OS, the process itself)
+  int64_t hostMemBytes = 0;         // per machine, shared by its devices
+  double deviceFlops = 0;           // peak dense FLOP/s per device for the training precision
+  double hostFlops = 0;             // FLOP/s of the host (CPU Adam etc.)
+  double h2dBytesPerS = 0;          // host -> device bandwidth per device
+  double d2hBytesPerS = 0;          // device -> host
   double interconnectBytesPerS = 0; // device <-> device (NVLink/PCIe) per device
-  double deviceBytesPerS = 0;    // device memory bandwidth (0: unknown; the cost model then counts FLOPs only)
-  std::string path;              // file it was read from
+  double deviceBytesPerS = 0;       // device memory bandwidth (0: unknown; the cost model then counts FLOPs only)
+  std::string path;                 // file it was read from
 };
 
 // `nameOrFile`: a profile name (looked up as <dir>/<name>.json, dir = $BIGC_HARDWARE_DIR or the

@@ -1,5 +1,5 @@
-// bf16 / fp16 <-> fp32 bulk conversions for the CPU backend (include/bigc/runtime/half.h).
-#include "bigc/runtime/half.h"
+// bf16 / fp16 <-> fp32 bulk conversions for the CPU backend (include/bigc/Runtime/half.h).
+#include "bigc/Runtime/half.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // CPU backend kernels (fp32). Semantics: docs/program-format.md, "Instructions"; signatures and
-// contracts: include/bigc/runtime/kernels.h.
+// contracts: include/bigc/Runtime/kernels.h.
 //
 // - GEMMs go through OpenBLAS (cblas_sgemm), one call per batch entry.
 // - Everything else is plain C++ with OpenMP over rows (or over column blocks where a reduction
@@ -11,7 +11,7 @@
 //   is never stored.
 // - Elementwise kernels read element i before writing element i, so the output may alias one
 //   input exactly.
-#include "bigc/runtime/kernels.h"
+#include "bigc/Runtime/kernels.h"
 
 #include <algorithm>
 #include <cblas.h>
@@ -35,22 +35,19 @@ constexpr int64_t kKeyBlock = 128;
 inline float dot(const float *a, const float *b, int64_t n) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i)
-    s += a[i] * b[i];
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
 // y += alpha * x
 inline void axpy(float alpha, const float *x, float *y, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    y[i] += alpha * x[i];
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
 inline void scaleInPlace(float *y, float alpha, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    y[i] *= alpha;
+  for (int64_t i = 0; i < n; ++i) y[i] *= alpha;
 }
 
 constexpr float kGeluS = 0.7978845608028654f; // sqrt(2/pi)
@@ -66,11 +63,9 @@ constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 int64_t embedding(const float *table, const int32_t *ids, float *y, int64_t N, int64_t V, int64_t C) {
   // Check first so that nothing is written on bad input.
   for (int64_t n = 0; n < N; ++n)
-    if (ids[n] < 0 || ids[n] >= V)
-      return n;
+    if (ids[n] < 0 || ids[n] >= V) return n;
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
-  for (int64_t n = 0; n < N; ++n)
-    std::memcpy(y + n * C, table + static_cast<int64_t>(ids[n]) * C, sizeof(float) * C);
+  for (int64_t n = 0; n < N; ++n) std::memcpy(y + n * C, table + static_cast<int64_t>(ids[n]) * C, sizeof(float) * C);
   return -1;
 }
 
@@ -81,17 +76,14 @@ void embeddingGrad(const float *dy, const int32_t *ids, float *dtable, int64_t N
 #pragma omp parallel for schedule(static) if ((N + V) * C >= kParallelMin)
   for (int64_t blk = 0; blk < nBlocks; ++blk) {
     const int64_t c0 = blk * kColBlock, c1 = std::min(C, c0 + kColBlock), w = c1 - c0;
-    for (int64_t v = 0; v < V; ++v)
-      std::memset(dtable + v * C + c0, 0, sizeof(float) * w);
+    for (int64_t v = 0; v < V; ++v) std::memset(dtable + v * C + c0, 0, sizeof(float) * w);
     for (int64_t n = 0; n < N; ++n) {
       const int64_t id = ids[n];
-      if (id < 0 || id >= V)
-        continue; // rejected by the forward; never write outside the table
+      if (id < 0 || id >= V) continue; // rejected by the forward; never write outside the table
       float *dst = dtable + id * C + c0;
       const float *src = dy + n * C + c0;
 #pragma omp simd
-      for (int64_t j = 0; j < w; ++j)
-        dst[j] += src[j];
+      for (int64_t j = 0; j < w; ++j) dst[j] += src[j];
     }
   }
 }
@@ -99,13 +91,11 @@ void embeddingGrad(const float *dy, const int32_t *ids, float *dtable, int64_t N
 // ---------------------------------------------------------------------------------------------
 // Matmul
 
-void matmul(const float *a, const float *b, float *c, int64_t batch, int64_t M, int64_t N, int64_t K,
-            bool transA, bool transB, int64_t strideA, int64_t strideB, int64_t strideC) {
-  if (batch <= 0 || M <= 0 || N <= 0)
-    return;
+void matmul(const float *a, const float *b, float *c, int64_t batch, int64_t M, int64_t N, int64_t K, bool transA,
+            bool transB, int64_t strideA, int64_t strideB, int64_t strideC) {
+  if (batch <= 0 || M <= 0 || N <= 0) return;
   if (K <= 0) {
-    for (int64_t i = 0; i < batch; ++i)
-      std::memset(c + i * strideC, 0, sizeof(float) * M * N);
+    for (int64_t i = 0; i < batch; ++i) std::memset(c + i * strideC, 0, sizeof(float) * M * N);
     return;
   }
   const blasint lda = static_cast<blasint>(transA ? M : K);
@@ -113,8 +103,8 @@ void matmul(const float *a, const float *b, float *c, int64_t batch, int64_t M, 
   const blasint ldc = static_cast<blasint>(N);
   for (int64_t i = 0; i < batch; ++i)
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-                static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), 1.0f,
-                a + i * strideA, lda, b + i * strideB, ldb, 0.0f, c + i * strideC, ldc);
+                static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), 1.0f, a + i * strideA, lda,
+                b + i * strideB, ldb, 0.0f, c + i * strideC, ldc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -122,8 +112,7 @@ void matmul(const float *a, const float *b, float *c, int64_t batch, int64_t M, 
 
 void add(const float *a, const float *b, float *c, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    c[i] = a[i] + b[i];
+  for (int64_t i = 0; i < n; ++i) c[i] = a[i] + b[i];
 }
 
 void biasAdd(const float *x, const float *b, float *y, int64_t rows, int64_t cols) {
@@ -132,21 +121,18 @@ void biasAdd(const float *x, const float *b, float *y, int64_t rows, int64_t col
     const float *xr = x + r * cols;
     float *yr = y + r * cols;
 #pragma omp simd
-    for (int64_t j = 0; j < cols; ++j)
-      yr[j] = xr[j] + b[j];
+    for (int64_t j = 0; j < cols; ++j) yr[j] = xr[j] + b[j];
   }
 }
 
 void mul(const float *a, const float *b, float *c, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    c[i] = a[i] * b[i];
+  for (int64_t i = 0; i < n; ++i) c[i] = a[i] * b[i];
 }
 
 void scale(const float *x, float *y, float factor, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = factor * x[i];
+  for (int64_t i = 0; i < n; ++i) y[i] = factor * x[i];
 }
 
 void reduceSum(const float *x, float *y, int64_t rows, int64_t cols) {
@@ -155,38 +141,33 @@ void reduceSum(const float *x, float *y, int64_t rows, int64_t cols) {
   for (int64_t blk = 0; blk < nBlocks; ++blk) {
     const int64_t c0 = blk * kColBlock, w = std::min(cols, c0 + kColBlock) - c0;
     float acc[kColBlock];
-    for (int64_t j = 0; j < w; ++j)
-      acc[j] = 0.0f;
+    for (int64_t j = 0; j < w; ++j) acc[j] = 0.0f;
     for (int64_t r = 0; r < rows; ++r) {
       const float *xr = x + r * cols + c0;
 #pragma omp simd
-      for (int64_t j = 0; j < w; ++j)
-        acc[j] += xr[j];
+      for (int64_t j = 0; j < w; ++j) acc[j] += xr[j];
     }
-    for (int64_t j = 0; j < w; ++j)
-      y[c0 + j] = acc[j];
+    for (int64_t j = 0; j < w; ++j) y[c0 + j] = acc[j];
   }
 }
 
 void fill(float *y, float value, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = value;
+  for (int64_t i = 0; i < n; ++i) y[i] = value;
 }
 
 // ---------------------------------------------------------------------------------------------
 // LayerNorm
 
-void layernorm(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
-               int64_t N, int64_t C, float eps) {
+void layernorm(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd, int64_t N, int64_t C,
+               float eps) {
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float *xr = x + n * C;
     float *yr = y + n * C;
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < C; ++j)
-      s += xr[j];
+    for (int64_t j = 0; j < C; ++j) s += xr[j];
     const float m = s / static_cast<float>(C);
     float v = 0.0f;
 #pragma omp simd reduction(+ : v)
@@ -197,17 +178,14 @@ void layernorm(const float *x, const float *w, const float *b, float *y, float *
     v /= static_cast<float>(C);
     const float rs = 1.0f / std::sqrt(v + eps);
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j)
-      yr[j] = (xr[j] - m) * rs * w[j] + b[j];
-    if (mean)
-      mean[n] = m;
-    if (rstd)
-      rstd[n] = rs;
+    for (int64_t j = 0; j < C; ++j) yr[j] = (xr[j] - m) * rs * w[j] + b[j];
+    if (mean) mean[n] = m;
+    if (rstd) rstd[n] = rs;
   }
 }
 
-void layernormGrad(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
-                   float *dx, float *dw, float *db, int64_t N, int64_t C) {
+void layernormGrad(const float *dy, const float *x, const float *w, const float *mean, const float *rstd, float *dx,
+                   float *dw, float *db, int64_t N, int64_t C) {
   // dw, db first (each thread owns a block of columns; overwritten, not accumulated), so that
   // dy and x are fully read before dx is written.
   const int64_t nBlocks = (C + kColBlock - 1) / kColBlock;
@@ -215,8 +193,7 @@ void layernormGrad(const float *dy, const float *x, const float *w, const float 
   for (int64_t blk = 0; blk < nBlocks; ++blk) {
     const int64_t c0 = blk * kColBlock, wdt = std::min(C, c0 + kColBlock) - c0;
     float accW[kColBlock], accB[kColBlock];
-    for (int64_t j = 0; j < wdt; ++j)
-      accW[j] = accB[j] = 0.0f;
+    for (int64_t j = 0; j < wdt; ++j) accW[j] = accB[j] = 0.0f;
     for (int64_t n = 0; n < N; ++n) {
       const float *dyr = dy + n * C + c0;
       const float *xr = x + n * C + c0;
@@ -261,8 +238,7 @@ void layernormGrad(const float *dy, const float *x, const float *w, const float 
 void gelu(const float *x, float *y, int64_t n, bool exact) {
   if (exact) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i)
-      y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
     return;
   }
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
@@ -301,8 +277,7 @@ void geluGrad(const float *x, const float *dy, float *dx, int64_t n, bool exact)
 
 void silu(const float *x, float *y, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = x[i] / (1.0f + std::exp(-x[i]));
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
 // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
@@ -340,14 +315,11 @@ void rmsnorm(const float *x, const float *w, float *y, float *rstd, int64_t N, i
     float *yr = y + n * C;
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < C; ++j)
-      s += xr[j] * xr[j];
+    for (int64_t j = 0; j < C; ++j) s += xr[j] * xr[j];
     const float rs = 1.0f / std::sqrt(s / static_cast<float>(C) + eps);
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j)
-      yr[j] = w[j] * (xr[j] * rs);
-    if (rstd)
-      rstd[n] = rs;
+    for (int64_t j = 0; j < C; ++j) yr[j] = w[j] * (xr[j] * rs);
+    if (rstd) rstd[n] = rs;
   }
 }
 
@@ -359,17 +331,14 @@ void rmsnormGrad(const float *dy, const float *x, const float *w, const float *r
   for (int64_t blk = 0; blk < nBlocks; ++blk) {
     const int64_t c0 = blk * kColBlock, wdt = std::min(C, c0 + kColBlock) - c0;
     float acc[kColBlock];
-    for (int64_t j = 0; j < wdt; ++j)
-      acc[j] = 0.0f;
+    for (int64_t j = 0; j < wdt; ++j) acc[j] = 0.0f;
     for (int64_t n = 0; n < N; ++n) {
       const float *dyr = dy + n * C + c0, *xr = x + n * C + c0;
       const float rs = rstd[n];
 #pragma omp simd
-      for (int64_t j = 0; j < wdt; ++j)
-        acc[j] += dyr[j] * (xr[j] * rs);
+      for (int64_t j = 0; j < wdt; ++j) acc[j] += dyr[j] * (xr[j] * rs);
     }
-    for (int64_t j = 0; j < wdt; ++j)
-      dw[c0 + j] = acc[j];
+    for (int64_t j = 0; j < wdt; ++j) dw[c0 + j] = acc[j];
   }
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
@@ -378,12 +347,10 @@ void rmsnormGrad(const float *dy, const float *x, const float *w, const float *r
     const float rs = rstd[n];
     float sDN = 0.0f;
 #pragma omp simd reduction(+ : sDN)
-    for (int64_t j = 0; j < C; ++j)
-      sDN += (dyr[j] * w[j]) * (xr[j] * rs);
+    for (int64_t j = 0; j < C; ++j) sDN += (dyr[j] * w[j]) * (xr[j] * rs);
     const float mDN = sDN / static_cast<float>(C);
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j)
-      dxr[j] = rs * (dyr[j] * w[j] - (xr[j] * rs) * mDN);
+    for (int64_t j = 0; j < C; ++j) dxr[j] = rs * (dyr[j] * w[j] - (xr[j] * rs) * mDN);
   }
 }
 
@@ -422,8 +389,7 @@ void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, 
 //
 // lse[b,h,t] = log sum_j exp(scale * q_t . k_j) over the keys row t sees.
 
-void attention(const AttentionGeometry &g, const float *qp, const float *kp, const float *vp, float *out,
-               float *lse) {
+void attention(const AttentionGeometry &g, const float *qp, const float *kp, const float *vp, float *out, float *lse) {
   const int64_t B = g.B, T = g.T, H = g.H, hs = g.D;
   const float sc = g.scale;
 #pragma omp parallel for collapse(3) schedule(dynamic, 16) if (B * H * T * T * hs >= kParallelMin)
@@ -434,8 +400,7 @@ void attention(const AttentionGeometry &g, const float *qp, const float *kp, con
         const float *q = qp + (b * T + t) * g.sq + h * hs;
         const float *kb = kp + b * T * g.skv + kh * hs, *vb = vp + b * T * g.skv + kh * hs;
         float *o = out + (b * T + t) * g.so + h * hs;
-        for (int64_t d = 0; d < hs; ++d)
-          o[d] = 0.0f;
+        for (int64_t d = 0; d < hs; ++d) o[d] = 0.0f;
         float m = -std::numeric_limits<float>::infinity();
         float l = 0.0f;
         float s[kKeyBlock];
@@ -483,10 +448,8 @@ void attentionGrad(const AttentionGeometry &g, const float *dout, const float *q
         std::memset(dvp + (b * T + t) * g.skv + kh * hs, 0, sizeof(float) * hs);
       }
       for (int64_t h = 0; h < H; ++h) {
-        if (g.kvHead(h) != kh)
-          continue;
-        for (int64_t t = 0; t < T; ++t)
-          std::memset(dqp + (b * T + t) * g.sq + h * hs, 0, sizeof(float) * hs);
+        if (g.kvHead(h) != kh) continue;
+        for (int64_t t = 0; t < T; ++t) std::memset(dqp + (b * T + t) * g.sq + h * hs, 0, sizeof(float) * hs);
         for (int64_t t = 0; t < T; ++t) {
           const float *q = qp + (b * T + t) * g.sq + h * hs;
           float *dq = dqp + (b * T + t) * g.sq + h * hs;
@@ -520,8 +483,8 @@ void attention(const float *qkv, float *out, float *lse, int64_t B, int64_t T, i
   attention(g, qkv, qkv + C, qkv + 2 * C, out, lse);
 }
 
-void attentionGrad(const float *dout, const float *qkv, const float *out, const float *lse, float *dqkv,
-                   int64_t B, int64_t T, int64_t C, int64_t H) {
+void attentionGrad(const float *dout, const float *qkv, const float *out, const float *lse, float *dqkv, int64_t B,
+                   int64_t T, int64_t C, int64_t H) {
   AttentionGeometry g;
   g.B = B, g.T = T, g.H = H, g.D = C / H, g.Hkv = H, g.sq = g.skv = 3 * C, g.so = C;
   g.scale = 1.0f / std::sqrt(static_cast<float>(g.D));
@@ -534,8 +497,7 @@ void attentionGrad(const float *dout, const float *qkv, const float *out, const 
 void transpose(const float *x, float *y, const int64_t *shape, const int64_t *perm, int rank) {
   constexpr int kMaxRank = 16;
   if (rank < 0 || rank > kMaxRank) {
-    std::fprintf(stderr, "bigc: internal error: transpose of rank %d (at most %d supported)\n", rank,
-                 kMaxRank);
+    std::fprintf(stderr, "bigc: internal error: transpose of rank %d (at most %d supported)\n", rank, kMaxRank);
     std::abort();
   }
   if (rank == 0) {
@@ -552,8 +514,7 @@ void transpose(const float *x, float *y, const int64_t *shape, const int64_t *pe
     yshape[d] = shape[perm[d]];
     ystride[d] = xstride[perm[d]]; // x stride of y's dim d
   }
-  if (total == 0)
-    return;
+  if (total == 0) return;
   const int64_t inner = yshape[rank - 1];
   const int64_t innerStride = ystride[rank - 1];
   const int64_t rows = total / inner;
@@ -570,8 +531,7 @@ void transpose(const float *x, float *y, const int64_t *shape, const int64_t *pe
     if (innerStride == 1)
       std::memcpy(dst, src, sizeof(float) * inner);
     else
-      for (int64_t i = 0; i < inner; ++i)
-        dst[i] = src[i * innerStride];
+      for (int64_t i = 0; i < inner; ++i) dst[i] = src[i * innerStride];
   }
 }
 
@@ -596,12 +556,10 @@ namespace {
 // log Σ_j exp(row[j]), stable (the row's max taken out), summed in double.
 double rowLogSumExp(const float *row, int64_t V) {
   float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < V; ++j)
-    mx = std::max(mx, row[j]);
+  for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
   double s = 0.0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < V; ++j)
-    s += static_cast<double>(std::exp(row[j] - mx));
+  for (int64_t j = 0; j < V; ++j) s += static_cast<double>(std::exp(row[j] - mx));
   return std::log(s) + static_cast<double>(mx);
 }
 } // namespace
@@ -609,14 +567,11 @@ double rowLogSumExp(const float *row, int64_t V) {
 float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64_t V, int64_t *badIndex) {
   for (int64_t n = 0; n < N; ++n)
     if (targets[n] < 0 || targets[n] >= V) {
-      if (badIndex)
-        *badIndex = n;
+      if (badIndex) *badIndex = n;
       return 0.0f;
     }
-  if (badIndex)
-    *badIndex = -1;
-  if (N <= 0)
-    return 0.0f;
+  if (badIndex) *badIndex = -1;
+  if (N <= 0) return 0.0f;
   double total = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : total) if (N * V >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
@@ -626,29 +581,23 @@ float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64
   return static_cast<float>(total / static_cast<double>(N));
 }
 
-void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N,
-                      int64_t V) {
-  if (N <= 0)
-    return;
+void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N, int64_t V) {
+  if (N <= 0) return;
   const float g = dloss / static_cast<float>(N);
 #pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float *row = logits + n * V;
     float *drow = dlogits + n * V;
     float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < V; ++j)
-      mx = std::max(mx, row[j]);
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
     double s = 0.0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < V; ++j)
-      s += static_cast<double>(std::exp(row[j] - mx));
+    for (int64_t j = 0; j < V; ++j) s += static_cast<double>(std::exp(row[j] - mx));
     const float f = g / static_cast<float>(s);
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j)
-      drow[j] = std::exp(row[j] - mx) * f;
+    for (int64_t j = 0; j < V; ++j) drow[j] = std::exp(row[j] - mx) * f;
     const int64_t tgt = targets[n];
-    if (tgt >= 0 && tgt < V)
-      drow[tgt] -= g;
+    if (tgt >= 0 && tgt < V) drow[tgt] -= g;
   }
 }
 
@@ -679,11 +628,9 @@ void vocabCeStatsGrad(const float *dstats, const float *logits, const int32_t *t
     float *drow = dlogits + n * V;
     const float lse = stats[2 * n], g = dstats[2 * n];
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j)
-      drow[j] = g * std::exp(row[j] - lse);
+    for (int64_t j = 0; j < V; ++j) drow[j] = g * std::exp(row[j] - lse);
     const int64_t t = int64_t(targets[n]) - offset;
-    if (t >= 0 && t < V)
-      drow[t] += dstats[2 * n + 1];
+    if (t >= 0 && t < V) drow[t] += dstats[2 * n + 1];
   }
 }
 
@@ -691,31 +638,26 @@ namespace {
 // log Σ_r exp(stats[r, n, 0]) over the P parts.
 double partsLse(const float *stats, int64_t N, int64_t P, int64_t n) {
   double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t r = 0; r < P; ++r)
-    mx = std::max(mx, double(stats[2 * (r * N + n)]));
+  for (int64_t r = 0; r < P; ++r) mx = std::max(mx, double(stats[2 * (r * N + n)]));
   double s = 0.0;
-  for (int64_t r = 0; r < P; ++r)
-    s += std::exp(double(stats[2 * (r * N + n)]) - mx);
+  for (int64_t r = 0; r < P; ++r) s += std::exp(double(stats[2 * (r * N + n)]) - mx);
   return std::log(s) + mx;
 }
 } // namespace
 
 float vocabCeLoss(const float *stats, int64_t N, int64_t P) {
-  if (N <= 0)
-    return 0.0f;
+  if (N <= 0) return 0.0f;
   double total = 0.0;
   for (int64_t n = 0; n < N; ++n) {
     double target = 0.0;
-    for (int64_t r = 0; r < P; ++r)
-      target += double(stats[2 * (r * N + n) + 1]);
+    for (int64_t r = 0; r < P; ++r) target += double(stats[2 * (r * N + n) + 1]);
     total += partsLse(stats, N, P, n) - target;
   }
   return static_cast<float>(total / static_cast<double>(N));
 }
 
 void vocabCeLossGrad(const float *stats, float dloss, float *dstats, int64_t N, int64_t P) {
-  if (N <= 0)
-    return;
+  if (N <= 0) return;
   const double g = double(dloss) / double(N);
   for (int64_t n = 0; n < N; ++n) {
     const double lse = partsLse(stats, N, P, n);
@@ -731,13 +673,11 @@ void embeddingGradRows(const float *dy, const int32_t *ids, float *dtable, int64
   std::memset(dtable, 0, sizeof(float) * size_t(V * C));
   for (int64_t n = 0; n < N; ++n) {
     const int64_t id = int64_t(ids[n]) - offset;
-    if (id < 0 || id >= V)
-      continue; // another rank's row
+    if (id < 0 || id >= V) continue; // another rank's row
     float *dst = dtable + id * C;
     const float *src = dy + n * C;
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j)
-      dst[j] += src[j];
+    for (int64_t j = 0; j < C; ++j) dst[j] += src[j];
   }
 }
 
@@ -747,8 +687,7 @@ void embeddingGradRows(const float *dy, const int32_t *ids, float *dtable, int64
 double sumSquares(const float *x, int64_t n) {
   double s = 0.0;
 #pragma omp parallel for simd schedule(static) reduction(+ : s) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return s;
 }
 

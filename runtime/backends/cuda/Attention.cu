@@ -72,8 +72,7 @@ static_assert(32 * kMaxPerLane == kGenericAttentionMaxHead, "the generic kernels
 
 // Forward: one warp per (b, h, t). Lanes take keys 32 at a time (from the window's first key); the
 // output row is spread over the lanes (dimension d at lane d % 32).
-template <class T>
-__global__ void attnFwdGenericK(const T *qp, const T *kp, const T *vp, T *out, float *lse, Geo g) {
+template <class T> __global__ void attnFwdGenericK(const T *qp, const T *kp, const T *vp, T *out, float *lse, Geo g) {
   extern __shared__ float shq[]; // per warp: D floats of q
   const int warpsPer = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * warpsPer + w;
@@ -194,8 +193,8 @@ __global__ void attnDqGenericK(const T *dout, const T *qp, const T *kp, const T 
 // dv = Σ p_tj dout_t. Each warp writes its rows once: race-free, no atomics, deterministic; a kv
 // head no query head here reads gets zeros.
 template <class T>
-__global__ void attnDkvGenericK(const T *dout, const T *qp, const T *kp, const T *vp, const float *lse,
-                                const float *Dv, T *dkp, T *dvp, Geo g) {
+__global__ void attnDkvGenericK(const T *dout, const T *qp, const T *kp, const T *vp, const float *lse, const float *Dv,
+                                T *dkp, T *dvp, Geo g) {
   extern __shared__ float sh[]; // per warp: k (D), v (D)
   const int warpsPer = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * warpsPer + w;
@@ -264,8 +263,8 @@ __global__ void attnDkvGenericK(const T *dout, const T *qp, const T *kp, const T
 
 // ---- tensor-core path --------------------------------------------------------------------------
 
-constexpr int kTile = 64;  // queries and keys per tile
-constexpr int kWarps = 4;  // 16 rows each
+constexpr int kTile = 64;       // queries and keys per tile
+constexpr int kWarps = 4;       // 16 rows each
 constexpr int kPLd = kTile + 8; // leading dimension (elements) of the 16-bit 16 x 64 tiles
 
 template <int D> struct TileGeom {
@@ -292,8 +291,7 @@ template <class T, int D> size_t fwdSmem() {
 }
 
 template <class T, int D>
-__global__ void __launch_bounds__(128) flashFwdK(const T *qkv, T *out, float *lse, int T_, int C, int H,
-                                                 float scLog2) {
+__global__ void __launch_bounds__(128) flashFwdK(const T *qkv, T *out, float *lse, int T_, int C, int H, float scLog2) {
   constexpr int LD = TileGeom<D>::LD, SW = TileGeom<D>::SW, HALF = D / 2;
   extern __shared__ __align__(128) unsigned char smem[];
   T *sQ = reinterpret_cast<T *>(smem);
@@ -417,8 +415,8 @@ template <class T, int D> size_t bwdSmem() {
 
 // One block per (key tile, b·h): dK and dV of its 64 keys over the query tiles at or after it.
 template <class T, int D>
-__global__ void __launch_bounds__(128) flashDkvK(const T *dout, const T *qkv, const float *lse, const float *Dv,
-                                                 T *dqkv, int T_, int C, int H, float sc) {
+__global__ void __launch_bounds__(128)
+    flashDkvK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int T_, int C, int H, float sc) {
   constexpr int LD = TileGeom<D>::LD, SW = TileGeom<D>::SW;
   extern __shared__ __align__(128) unsigned char smem[];
   T *sK = reinterpret_cast<T *>(smem);
@@ -427,8 +425,8 @@ __global__ void __launch_bounds__(128) flashDkvK(const T *dout, const T *qkv, co
   T *sO = sQ + kTile * LD; // dout tile
   float *sL = reinterpret_cast<float *>(sO + kTile * LD);
   float *sD = sL + kTile;
-  float *sS = sD + kTile;                // per warp 16 x SW: S^T
-  float *sT = sS + kWarps * 16 * SW;     // per warp 16 x SW: dP^T
+  float *sS = sD + kTile;                               // per warp 16 x SW: S^T
+  float *sT = sS + kWarps * 16 * SW;                    // per warp 16 x SW: dP^T
   T *sP = reinterpret_cast<T *>(sT + kWarps * 16 * SW); // per warp 16 x kPLd: P^T
   T *sG = sP + kWarps * 16 * kPLd;                      // per warp 16 x kPLd: dS^T
 
@@ -535,8 +533,8 @@ __global__ void __launch_bounds__(128) flashDkvK(const T *dout, const T *qkv, co
 
 // One block per (query tile, b·h): dQ of its 64 queries over the key tiles at or before it.
 template <class T, int D>
-__global__ void __launch_bounds__(128) flashDqK(const T *dout, const T *qkv, const float *lse, const float *Dv,
-                                                T *dqkv, int T_, int C, int H, float sc) {
+__global__ void __launch_bounds__(128)
+    flashDqK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int T_, int C, int H, float sc) {
   constexpr int LD = TileGeom<D>::LD, SW = TileGeom<D>::SW;
   extern __shared__ __align__(128) unsigned char smem[];
   T *sQ = reinterpret_cast<T *>(smem);
@@ -659,7 +657,8 @@ __device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], const void *p) {
                : "r"(a));
 }
 
-template <class T> __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same<T, bf16>::value)
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
@@ -726,7 +725,9 @@ __device__ __forceinline__ void mmaPV(float (&acc)[DT][4], const float (&p)[8][4
   }
 }
 
-template <class T, int D> size_t fa2Smem(int tiles) { return size_t(tiles * kTile * TileGeom<D>::LD) * sizeof(T) + 2 * kTile * 4; }
+template <class T, int D> size_t fa2Smem(int tiles) {
+  return size_t(tiles * kTile * TileGeom<D>::LD) * sizeof(T) + 2 * kTile * 4;
+}
 
 template <class T, int D>
 __global__ void __launch_bounds__(128) fa2FwdK(const T *qkv, T *out, float *lse, int T_, int C, int H, float scLog2) {
@@ -815,8 +816,8 @@ __global__ void __launch_bounds__(128) fa2FwdK(const T *qkv, T *out, float *lse,
 
 // dK, dV of one tile of 64 keys (each warp 16 keys) over the query tiles at or after it.
 template <class T, int D>
-__global__ void __launch_bounds__(128) fa2DkvK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv,
-                                               int T_, int C, int H, float sc) {
+__global__ void __launch_bounds__(128)
+    fa2DkvK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int T_, int C, int H, float sc) {
   constexpr int LD = TileGeom<D>::LD, DT = D / 8, KD = D / 16;
   extern __shared__ __align__(128) unsigned char smem[];
   T *sK = reinterpret_cast<T *>(smem);
@@ -896,8 +897,8 @@ __global__ void __launch_bounds__(128) fa2DkvK(const T *dout, const T *qkv, cons
 
 // dQ of one tile of 64 queries (each warp 16) over the key tiles at or before it.
 template <class T, int D>
-__global__ void __launch_bounds__(128) fa2DqK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv,
-                                              int T_, int C, int H, float sc) {
+__global__ void __launch_bounds__(128)
+    fa2DqK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int T_, int C, int H, float sc) {
   constexpr int LD = TileGeom<D>::LD, DT = D / 8, KD = D / 16;
   extern __shared__ __align__(128) unsigned char smem[];
   T *sQ = reinterpret_cast<T *>(smem);
@@ -990,8 +991,8 @@ void flashForward(const T *qkv, T *out, float *lse, int B, int T_, int C, int H,
 }
 
 template <class T, int D>
-void flashBackward(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int B, int T_, int C,
-                   int H, cudaStream_t s) {
+void flashBackward(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int B, int T_, int C, int H,
+                   cudaStream_t s) {
   if constexpr (D <= 64) {
     const size_t smem = fa2Smem<T, D>(4);
     static bool once = (allowSmem(fa2DkvK<T, D>, smem), allowSmem(fa2DqK<T, D>, smem), true);
@@ -1068,9 +1069,9 @@ void genericForward(DType t, const Geo &g, const void *q, const void *k, const v
   if (rows == 0) return;
   const unsigned grid = unsigned((rows + kGenericWarps - 1) / kGenericWarps);
   const size_t smem = size_t(kGenericWarps * g.D) * 4;
-  BIGC_DISPATCH(t, attnFwdGenericK<T><<<grid, kGenericWarps * 32, smem, s>>>(
-                       static_cast<const T *>(q), static_cast<const T *>(k), static_cast<const T *>(v),
-                       static_cast<T *>(out), lse, g));
+  BIGC_DISPATCH(t, attnFwdGenericK<T>
+                <<<grid, kGenericWarps * 32, smem, s>>>(static_cast<const T *>(q), static_cast<const T *>(k),
+                                                        static_cast<const T *>(v), static_cast<T *>(out), lse, g));
 }
 
 void rowDot(DType t, const Geo &g, const void *dout, const void *out, float *Dv, cudaStream_t s) {
@@ -1120,16 +1121,18 @@ void attention(DType t, const void *qkv, void *out, float *lse, int64_t B, int64
       default: flashForward<TT, 128>(q, o, lse, int(B), int(T), int(C), int(H), s); break;
       }
     };
-    if (t == DType::BF16) run(bf16{});
-    else run(f16{});
+    if (t == DType::BF16)
+      run(bf16{});
+    else
+      run(f16{});
     return;
   }
   const Geo g = geoOf(packedGeometry(B, T, C, H));
   genericForward(t, g, qkv, at(qkv, C, t), at(qkv, 2 * C, t), out, lse, s);
 }
 
-void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, const float *lse, void *dqkv,
-                   int64_t B, int64_t T, int64_t C, int64_t H, void *ws, cudaStream_t s) {
+void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, const float *lse, void *dqkv, int64_t B,
+                   int64_t T, int64_t C, int64_t H, void *ws, cudaStream_t s) {
   if (B * T == 0) return;
   const int64_t D = C / H;
   float *Dv = static_cast<float *>(ws);
@@ -1149,12 +1152,14 @@ void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, 
       default: flashBackward<TT, 128>(dO, q, lse, Dv, dq, int(B), int(T), int(C), int(H), s); break;
       }
     };
-    if (t == DType::BF16) run(bf16{});
-    else run(f16{});
+    if (t == DType::BF16)
+      run(bf16{});
+    else
+      run(f16{});
     return;
   }
-  genericBackward(t, g, dout, qkv, at(qkv, C, t), at(qkv, 2 * C, t), lse, Dv, dqkv, at(dqkv, C, t),
-                  at(dqkv, 2 * C, t), s);
+  genericBackward(t, g, dout, qkv, at(qkv, C, t), at(qkv, 2 * C, t), lse, Dv, dqkv, at(dqkv, C, t), at(dqkv, 2 * C, t),
+                  s);
 }
 
 void gqaAttention(DType t, const AttentionGeometry &a, const void *q, const void *k, const void *v, void *out,

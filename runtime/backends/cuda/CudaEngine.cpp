@@ -15,14 +15,14 @@
 //   the CPU backend), attention through the flash kernels of Attention.cu (grouped-query attention
 //   through its generic kernels on strided rows), the rest through Kernels.cu. Host instructions
 //   (the offloaded AdamW, its norms and checks) use the CPU backend's code on the pinned host arena.
-#include "bigc/runtime/cpu_adam.h"
-#include "bigc/runtime/cpu_adam.h"
-#include "bigc/runtime/half.h"
-#include "bigc/runtime/loss_scale.h"
-#include "bigc/runtime/op_dims.h"
-#include "bigc/runtime/ops.h"
-#include "bigc/runtime/stream_executor.h"
-#include "bigc/support/format.h"
+#include "bigc/Runtime/cpu_adam.h"
+#include "bigc/Runtime/cpu_adam.h"
+#include "bigc/Runtime/half.h"
+#include "bigc/Runtime/loss_scale.h"
+#include "bigc/Runtime/op_dims.h"
+#include "bigc/Runtime/ops.h"
+#include "bigc/Runtime/stream_executor.h"
+#include "bigc/Support/format.h"
 #include "cuda_engine.h"
 #include "kernels.h"
 
@@ -43,11 +43,11 @@ namespace bigc::rt {
 
 namespace {
 
-#define BIGC_LT(x)                                                                                        \
-  do {                                                                                                    \
-    cublasStatus_t s_ = (x);                                                                              \
-    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                      \
-      throw std::runtime_error(std::string("cuBLASLt error in ") + #x + ": status " + std::to_string(int(s_))); \
+#define BIGC_LT(x)                                                                                                     \
+  do {                                                                                                                 \
+    cublasStatus_t s_ = (x);                                                                                           \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                                   \
+      throw std::runtime_error(std::string("cuBLASLt error in ") + #x + ": status " + std::to_string(int(s_)));        \
   } while (0)
 
 const auto human = humanBytes;
@@ -61,8 +61,6 @@ cudaDataType_t cudaType(DType t) {
   default: return CUDA_R_32F;
   }
 }
-
-
 
 // What the host stream can run (the offloaded optimizer: AdamW, norms, checks, scaling).
 bool hostOp(OpKind k) {
@@ -117,7 +115,6 @@ bool cudaDeviceVisible(std::string *why) {
   return true;
 }
 
-
 class CudaEngine final : public StreamExecutor {
 public:
   CudaEngine(Program program, uint64_t seed, CudaRank rank = {});
@@ -159,7 +156,7 @@ private:
     int mm = -1;
     const void *bias = nullptr; // matmul: bias of the next instruction, added by cuBLASLt's epilogue
     bool fusedAway = false;     // bias_add done by the matmul before it
-    int flag = -1; // check_finite: index of its int flag
+    int flag = -1;              // check_finite: index of its int flag
     bool record = false;
     unsigned char *capture = nullptr; // pinned copy of the grad (grad capture)
   };
@@ -221,8 +218,8 @@ private:
   std::vector<bool> hasMatmul_;
   std::set<int64_t> waitedOn_;
   int flagCount_ = 0;
-  int *err_ = nullptr;   // device: [0] instruction + 1, [1] position, [2] id
-  int *flags_ = nullptr; // device: one int per check_finite
+  int *err_ = nullptr;            // device: [0] instruction + 1, [1] position, [2] id
+  int *flags_ = nullptr;          // device: one int per check_finite
   int32_t *inputStage_ = nullptr; // pinned: K*B*T tokens then targets
   struct IdCheck {
     size_t instruction; // the first instruction reading this input
@@ -241,7 +238,8 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
   std::string why;
   if (!cudaDeviceVisible(&why)) throw UserError(why);
   if (prog_.ranks != 1 && (!rank_.nccl || (prog_.tp > 1 && !rank_.ncclTp)))
-    throw UserError("this program has " + std::to_string(prog_.ranks) + " ranks: run it with `bigc run`, which starts "
+    throw UserError("this program has " + std::to_string(prog_.ranks) +
+                    " ranks: run it with `bigc run`, which starts "
                     "every rank with its GPU and NCCL communicators");
   BIGC_CK(cudaSetDevice(device_));
   cudaDeviceProp props{};
@@ -285,8 +283,8 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
       e = cudaMalloc(&pad_, size_t(padBytes_));
       if (e != cudaSuccess) {
         cudaGetLastError();
-        throw UserError("cannot allocate the " + human(padBytes_) + " of padded collective buffers: " +
-                        cudaGetErrorString(e));
+        throw UserError("cannot allocate the " + human(padBytes_) +
+                        " of padded collective buffers: " + cudaGetErrorString(e));
       }
     }
     err_ = static_cast<int *>(workspace_);
@@ -355,8 +353,10 @@ void *CudaEngine::allocateArena(const Space &s, size_t bytes) {
 }
 
 void CudaEngine::freeArena(size_t space, void *arena, size_t) {
-  if (prog_.spaces[space].name == "device") cudaFree(arena);
-  else cudaFreeHost(arena);
+  if (prog_.spaces[space].name == "device")
+    cudaFree(arena);
+  else
+    cudaFreeHost(arena);
 }
 
 std::map<std::string, int64_t> CudaEngine::measuredBytes() const {
@@ -447,10 +447,10 @@ void CudaEngine::prepare() {
       const int64_t id = target ? prog_.targetInputs[k] : prog_.tokenInputs[k];
       for (const auto &p : ops_) {
         const BoundOp &op = *p;
-        const bool reads = (op.kind == OpKind::Embedding || op.kind == OpKind::EmbeddingGrad ||
-                            op.kind == OpKind::CrossEntropy || op.kind == OpKind::CrossEntropyGrad ||
-                            op.kind == OpKind::VocabCeStats) &&
-                           op.ins->in.size() > 1 && op.ins->in[1] == id;
+        const bool reads =
+            (op.kind == OpKind::Embedding || op.kind == OpKind::EmbeddingGrad || op.kind == OpKind::CrossEntropy ||
+             op.kind == OpKind::CrossEntropyGrad || op.kind == OpKind::VocabCeStats) &&
+            op.ins->in.size() > 1 && op.ins->in[1] == id;
         if (reads) {
           idChecks_.push_back({op.index, k, target, op.vocab > 0 ? op.vocab : op.V}); // the whole vocabulary
           break;
@@ -477,7 +477,6 @@ void CudaEngine::prepare() {
   }
   workspaceBytes_ = std::max<int64_t>(off, 256);
 }
-
 
 // Per instruction at bind time: what the host stream may run, the storage type and fp32 staging
 // of mixed-dtype ops, the workspace each kernel needs, what the CUDA backend cannot run.
@@ -538,8 +537,7 @@ void CudaEngine::planOp(BoundOp &bound) {
     if (op.headDim > cuda::kGenericAttentionMaxHead)
       throw UserError(where() + ": attention head size " + std::to_string(op.headDim) +
                       " exceeds the CUDA backend's limit of " + std::to_string(cuda::kGenericAttentionMaxHead));
-    if (op.kind == OpKind::GqaAttentionGrad)
-      op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
+    if (op.kind == OpKind::GqaAttentionGrad) op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
     break;
   case OpKind::CrossEntropy: op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N)); break;
   case OpKind::VocabCeLoss: op.scratchBytes = int64_t(cuda::vocabCeLossWorkspace(op.N)); break;
@@ -624,9 +622,8 @@ CudaEngine::Staging CudaEngine::matmulStaging(const Op &op) const {
   return st;
 }
 
-CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t n, int64_t k, int64_t lda,
-                                               int64_t ldb, int64_t ldc, const void *aPtr, const void *bPtr,
-                                               const void *cPtr) {
+CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                              int64_t ldc, const void *aPtr, const void *bPtr, const void *cPtr) {
   MatmulShape p;
   const cudaDataType_t ty = cudaType(op.t);
   BIGC_LT(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -676,9 +673,9 @@ CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t n
     keep.shapes.push_back(p);
     plans_.push_back(keep); // destroyed with the others
     throw std::runtime_error("cuBLASLt has no algorithm for instruction " + std::to_string(op.index) + " (matmul " +
-                             std::to_string(op.batch) + " x [" + std::to_string(m) + "," + std::to_string(k) +
-                             "] @ [" + std::to_string(k) + "," + std::to_string(n) + "], " + dtypeName(op.t) +
-                             ", status " + std::to_string(int(st)) + ")");
+                             std::to_string(op.batch) + " x [" + std::to_string(m) + "," + std::to_string(k) + "] @ [" +
+                             std::to_string(k) + "," + std::to_string(n) + "], " + dtypeName(op.t) + ", status " +
+                             std::to_string(int(st)) + ")");
   }
   p.algo = res.algo;
   return p;
@@ -700,8 +697,8 @@ void CudaEngine::planMatmul(Op &op) {
       if (m == 0) continue;
       const int64_t ldA = st.stageA ? (op.ta ? m : st.Kp) : lda;
       const int64_t ldB = st.stageB ? (op.tb ? st.Kp : st.Np) : ldb;
-      plan.shapes.push_back(makeShape(op, m, st.stageC ? st.Np : op.N, st.Kp, ldA, ldB, st.stageC ? st.Np : op.N,
-                                      aPtr, bPtr, cPtr));
+      plan.shapes.push_back(
+          makeShape(op, m, st.stageC ? st.Np : op.N, st.Kp, ldA, ldB, st.stageC ? st.Np : op.N, aPtr, bPtr, cPtr));
     }
   }
   op.mm = int(plans_.size());
@@ -720,8 +717,10 @@ void CudaEngine::upload(int64_t id, const void *src) {
 void CudaEngine::download(int64_t id, void *dst) const {
   BIGC_CK(cudaSetDevice(device_));
   const Buffer &b = prog_.buffers.at(size_t(id));
-  if (b.space == "device") BIGC_CK(cudaMemcpy(dst, ptrs_[size_t(id)], size_t(b.bytes), cudaMemcpyDeviceToHost));
-  else std::memcpy(dst, ptrs_[size_t(id)], size_t(b.bytes));
+  if (b.space == "device")
+    BIGC_CK(cudaMemcpy(dst, ptrs_[size_t(id)], size_t(b.bytes), cudaMemcpyDeviceToHost));
+  else
+    std::memcpy(dst, ptrs_[size_t(id)], size_t(b.bytes));
 }
 
 void CudaEngine::captureGrad(BoundOp &bound, std::vector<float> &) {
@@ -776,8 +775,10 @@ void CudaEngine::enableDeviceProfiling() {
 }
 
 void CudaEngine::launch(BoundOp &op) {
-  if (onHost_[op.stream]) runHost(static_cast<Op &>(op));
-  else issue(static_cast<Op &>(op));
+  if (onHost_[op.stream])
+    runHost(static_cast<Op &>(op));
+  else
+    issue(static_cast<Op &>(op));
 }
 
 void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
@@ -887,9 +888,7 @@ void CudaEngine::issue(Op &op) {
   case OpKind::VocabCeStatsGrad:
     cuda::vocabCeStatsGrad(op.t, f32in(0), op.in[1], ids(2), f32in(3), op.out[0], op.N, op.V, op.offset, s);
     break;
-  case OpKind::VocabCeLoss:
-    cuda::vocabCeLoss(f32in(0), static_cast<float *>(op.out[0]), op.N, op.n, scratch, s);
-    break;
+  case OpKind::VocabCeLoss: cuda::vocabCeLoss(f32in(0), static_cast<float *>(op.out[0]), op.N, op.n, scratch, s); break;
   case OpKind::VocabCeLossGrad:
     cuda::vocabCeLossGrad(f32in(0), f32in(1), static_cast<float *>(op.out[0]), op.N, op.n, s);
     break;
@@ -916,13 +915,14 @@ void CudaEngine::issue(Op &op) {
       BIGC_CK(cudaMemcpy2DAsync(dst, size_t(dpitch * es), src, size_t(spitch * es), size_t(cols * es), size_t(rows),
                                 cudaMemcpyDeviceToDevice, s));
       if (padCols > cols)
-        BIGC_CK(cudaMemset2DAsync(dst + cols * es, size_t(dpitch * es), 0, size_t((padCols - cols) * es), size_t(rows), s));
+        BIGC_CK(
+            cudaMemset2DAsync(dst + cols * es, size_t(dpitch * es), 0, size_t((padCols - cols) * es), size_t(rows), s));
     };
     auto zeroRows = [&](char *dst, int64_t pitch, int64_t from, int64_t to) {
       if (to > from) BIGC_CK(cudaMemsetAsync(dst + from * pitch * es, 0, size_t((to - from) * pitch * es), s));
     };
     if (st.stageB) { // b with N and K padded by zeros
-      if (op.tb) { // [N, K] -> [Np, Kp]
+      if (op.tb) {   // [N, K] -> [Np, Kp]
         copyPad(Bs, st.Kp, b, op.K, op.N, op.K, st.Kp);
         zeroRows(Bs, st.Kp, op.N, st.Np);
       } else { // [K, N] -> [Kp, Np]
@@ -951,8 +951,8 @@ void CudaEngine::issue(Op &op) {
       BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, bPtr, p.a, aPtr, p.b, &beta, cPtr, p.c, cPtr, p.c, &p.algo, ltws,
                              size_t(ltBytes_[op.stream]), s));
       if (st.stageC)
-        BIGC_CK(cudaMemcpy2DAsync(c + m0 * op.N * es, size_t(op.N * es), Cs, size_t(n * es), size_t(op.N * es), size_t(m),
-                                  cudaMemcpyDeviceToDevice, s));
+        BIGC_CK(cudaMemcpy2DAsync(c + m0 * op.N * es, size_t(op.N * es), Cs, size_t(n * es), size_t(op.N * es),
+                                  size_t(m), cudaMemcpyDeviceToDevice, s));
     }
     break;
   }
@@ -968,9 +968,7 @@ void CudaEngine::issue(Op &op) {
   case OpKind::Silu: cuda::silu(op.t, op.in[0], op.out[0], op.n, s); break;
   case OpKind::SiluGrad: cuda::siluGrad(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
   case OpKind::Swiglu: cuda::swiglu(op.t, op.in[0], op.in[1], op.out[0], op.n, s); break;
-  case OpKind::SwigluGrad:
-    cuda::swigluGrad(op.t, op.in[0], op.in[1], op.in[2], op.out[0], op.out[1], op.n, s);
-    break;
+  case OpKind::SwigluGrad: cuda::swigluGrad(op.t, op.in[0], op.in[1], op.in[2], op.out[0], op.out[1], op.n, s); break;
   case OpKind::RmsNorm:
     cuda::rmsnorm(op.t, op.in[0], op.in[1], op.out[0], static_cast<float *>(op.out[1]), op.N, op.C, op.value, s);
     break;
@@ -986,8 +984,8 @@ void CudaEngine::issue(Op &op) {
     if (op.kind == OpKind::GqaAttention)
       cuda::gqaAttention(op.t, g, op.in[0], op.in[1], op.in[2], op.out[0], static_cast<float *>(op.out[1]), s);
     else
-      cuda::gqaAttentionGrad(op.t, g, op.in[0], op.in[1], op.in[2], op.in[3], op.in[4], f32in(5), op.out[0],
-                             op.out[1], op.out[2], scratch, s);
+      cuda::gqaAttentionGrad(op.t, g, op.in[0], op.in[1], op.in[2], op.in[3], op.in[4], f32in(5), op.out[0], op.out[1],
+                             op.out[2], scratch, s);
     break;
   }
   case OpKind::ReduceSum: cuda::reduceSum(op.t, op.in[0], op.out[0], op.rows, op.cols, scratch, s); break;
@@ -1056,15 +1054,16 @@ void CudaEngine::issue(Op &op) {
     break;
   case OpKind::AdamW: {
     if (op.capture)
-      BIGC_CK(cudaMemcpyAsync(op.capture, op.in[1],
-                              size_t(prog_.buffers[size_t(op.ins->in[1])].bytes), cudaMemcpyDefault, s));
+      BIGC_CK(cudaMemcpyAsync(op.capture, op.in[1], size_t(prog_.buffers[size_t(op.ins->in[1])].bytes),
+                              cudaMemcpyDefault, s));
     CpuAdamArgs a = op.adam;
     a.step = updates_ + 1;
     const AdamWConsts c = adamWConsts(a);
     cuda::adamw(c, static_cast<float *>(op.out[0]), op.in[1], op.inType[1], static_cast<float *>(op.out[1]),
                 static_cast<float *>(op.out[2]), op.writeHalf ? op.out[3] : nullptr,
-                op.writeHalf ? op.outType[3] : DType::F32, op.n, op.clip ? f32in(size_t(op.iNorm)) : nullptr, op.maxNorm,
-                op.unscale ? f32in(size_t(op.iScale)) : nullptr, op.skip ? f32in(size_t(op.iFound)) : nullptr, s);
+                op.writeHalf ? op.outType[3] : DType::F32, op.n, op.clip ? f32in(size_t(op.iNorm)) : nullptr,
+                op.maxNorm, op.unscale ? f32in(size_t(op.iScale)) : nullptr,
+                op.skip ? f32in(size_t(op.iFound)) : nullptr, s);
     break;
   }
   }
@@ -1131,14 +1130,13 @@ void CudaEngine::loadInputs(const int32_t *tokens, const int32_t *targets) {
   }
 }
 
-
 void CudaEngine::synchronize() {
   for (cudaStream_t s : cu_)
     if (s) {
       cudaError_t e = cudaStreamSynchronize(s);
       if (e != cudaSuccess)
-        fail(std::make_exception_ptr(std::runtime_error("step " + std::to_string(step_) +
-                                                        ": a CUDA kernel failed: " + cudaGetErrorString(e))));
+        fail(std::make_exception_ptr(
+            std::runtime_error("step " + std::to_string(step_) + ": a CUDA kernel failed: " + cudaGetErrorString(e))));
     }
 }
 

@@ -1,8 +1,8 @@
 // The CUDA backend's ranks: one GPU and NCCL communicator per rank of this process (bootstrapped
 // over MPI under mpirun), the tensor-parallel groups split from them, the host-side mesh, and the
 // RankGroup that runs them together and aborts NCCL when a rank fails or stalls.
-#include "bigc/runtime/comm.h"
-#include "bigc/runtime/rank_group.h"
+#include "bigc/Runtime/comm.h"
+#include "bigc/Runtime/rank_group.h"
 #include "cuda_engine.h"
 
 #include <atomic>
@@ -37,7 +37,8 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   // The processes of one machine take consecutive GPUs: local rank l of the machine's process p
   // (OpenMPI's node-local rank) uses GPU p*local + l.
   int firstDevice = 0;
-  if (const char *lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); lr && *lr && world > 1) firstDevice = std::atoi(lr) * local;
+  if (const char *lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); lr && *lr && world > 1)
+    firstDevice = std::atoi(lr) * local;
   if (firstDevice + local > devices)
     throw UserError("this process runs ranks on GPUs " + std::to_string(firstDevice) + ".." +
                     std::to_string(firstDevice + local - 1) + " of this machine, which has " + std::to_string(devices) +
@@ -79,13 +80,13 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
     split(dpComm, false); // the ranks of one t
     split(tpComm, true);  // the ranks of one d
 #else
-    throw UserError("this program is tensor-parallel (tp " + std::to_string(tp) + "); the CUDA backend needs NCCL 2.18 "
-                    "or newer (ncclCommSplit) for it, this build has " + std::to_string(NCCL_MAJOR) + "." +
-                    std::to_string(NCCL_MINOR) + " (run with --backend cpu)");
+    throw UserError("this program is tensor-parallel (tp " + std::to_string(tp) +
+                    "); the CUDA backend needs NCCL 2.18 "
+                    "or newer (ncclCommSplit) for it, this build has " +
+                    std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + " (run with --backend cpu)");
 #endif
   }
-  std::shared_ptr<Communicator> host =
-      world > 1 ? makeMpiCommunicator(ranks, local) : makeInProcessCommunicator(ranks);
+  std::shared_ptr<Communicator> host = world > 1 ? makeMpiCommunicator(ranks, local) : makeInProcessCommunicator(ranks);
   host->setTimeout(commTimeout);
   // Host-side collectives of the mesh (initialising a whole copy from ZeRO shards gathers over the
   // rank's data-parallel group only), as on the CPU backend.
@@ -101,7 +102,8 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
               p, seed, CudaRank{firstDevice + l, dpComm[size_t(l)], false, tpComm[size_t(l)], (proc * local + l) % tp});
         return makeCudaRankEngine(p, seed, CudaRank{firstDevice + l, comms->c[size_t(l)], false});
       },
-      /*deviceInHostMemory=*/false, [&](RankGroup &g) {
+      /*deviceInHostMemory=*/false,
+      [&](RankGroup &g) {
         if (mesh) mesh->install(g);
         if (!mpiMesh.empty()) installMpiMesh(g, mpiMesh, mpiAll);
       });

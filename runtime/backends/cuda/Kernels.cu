@@ -23,7 +23,7 @@ int blocksFor(int64_t n, int threads = kThreads) {
   return int(std::max<int64_t>(1, std::min<int64_t>(b, 4 * 65535)));
 }
 
-#define BIGC_GRID_LOOP(i, n)                                                                              \
+#define BIGC_GRID_LOOP(i, n)                                                                                           \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 __device__ __forceinline__ void report(ErrSlot e, int64_t pos, int value) {
@@ -38,8 +38,8 @@ __device__ __forceinline__ void report(ErrSlot e, int64_t pos, int value) {
 // The table holds rows [offset, offset + V) of a vocabulary of `vocab` ids (offset 0, vocab V
 // unless vocabulary-parallel): ids outside the vocabulary are reported, ids of other rows give zeros.
 template <class T>
-__global__ void embeddingK(const T *table, const int32_t *ids, T *y, int64_t N, int64_t V, int64_t C,
-                           int64_t offset, int64_t vocab, ErrSlot e) {
+__global__ void embeddingK(const T *table, const int32_t *ids, T *y, int64_t N, int64_t V, int64_t C, int64_t offset,
+                           int64_t vocab, ErrSlot e) {
   BIGC_GRID_LOOP(i, N * C) {
     int64_t n = i / C, c = i - n * C;
     int32_t id = ids[n];
@@ -117,15 +117,9 @@ template <class T> __global__ void biasAddK(const T *x, const T *b, T *y, int64_
 template <class T> __global__ void scaleK(const T *x, T *y, float f, int64_t n) {
   BIGC_GRID_LOOP(i, n) st(y, i, f * ld(x, i));
 }
-template <class T> __global__ void fillK(T *y, float v, int64_t n) {
-  BIGC_GRID_LOOP(i, n) st(y, i, v);
-}
-__global__ void squareK(const float *x, float *y, int64_t n) {
-  BIGC_GRID_LOOP(i, n) y[i] = x[i] * x[i];
-}
-__global__ void sqrtK(float *x, int64_t n) {
-  BIGC_GRID_LOOP(i, n) x[i] = sqrtf(x[i]);
-}
+template <class T> __global__ void fillK(T *y, float v, int64_t n) { BIGC_GRID_LOOP(i, n) st(y, i, v); }
+__global__ void squareK(const float *x, float *y, int64_t n) { BIGC_GRID_LOOP(i, n) y[i] = x[i] * x[i]; }
+__global__ void sqrtK(float *x, int64_t n) { BIGC_GRID_LOOP(i, n) x[i] = sqrtf(x[i]); }
 
 constexpr float kGeluS = 0.7978845608028654f; // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
@@ -189,13 +183,13 @@ struct GeluGradF { // (x, dy)
 };
 // y = f(a, b) elementwise; b == nullptr for unary ops; `bcols` > 0: b is a row vector of bcols
 // elements broadcast over the rows (bias_add).
-template <class T, class F>
-__global__ void mapVK(const T *a, const T *b, T *y, int64_t nv, int64_t bcols, F f) {
+template <class T, class F> __global__ void mapVK(const T *a, const T *b, T *y, int64_t nv, int64_t bcols, F f) {
   constexpr int W = kVec<T>;
   BIGC_GRID_LOOP(v, nv) {
     float fa[W], fb[W], fy[W];
     load16(a + v * W, fa);
-    if (b) load16(b + (bcols > 0 ? (v * W) % bcols : v * W), fb);
+    if (b)
+      load16(b + (bcols > 0 ? (v * W) % bcols : v * W), fb);
     else
 #pragma unroll
       for (int k = 0; k < W; ++k) fb[k] = 0.0f;
@@ -210,8 +204,8 @@ bool vecOk(int64_t n, int width, std::initializer_list<const void *> ptrs) {
     if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   return true;
 }
-template <class T, class F> bool tryVec(const void *a, const void *b, void *y, int64_t n, int64_t bcols, F f,
-                                        cudaStream_t s) {
+template <class T, class F>
+bool tryVec(const void *a, const void *b, void *y, int64_t n, int64_t bcols, F f, cudaStream_t s) {
   constexpr int W = kVec<T>;
   if (!vecOk(n, W, {a, b, y}) || (bcols > 0 && bcols % W != 0)) return false;
   const int64_t nv = n / W;
@@ -264,8 +258,7 @@ template <class T, class F> void mapAny(const void *a, const void *b, void *y, i
                                                static_cast<T *>(y), n, f);
 }
 
-template <class T>
-__global__ void swigluGradK(const T *g, const T *u, const T *dy, T *dg, T *du, int64_t n) {
+template <class T> __global__ void swigluGradK(const T *g, const T *u, const T *dy, T *dg, T *du, int64_t n) {
   BIGC_GRID_LOOP(i, n) {
     float a, b;
     swigluGradOne(ld(g, i), ld(u, i), ld(dy, i), a, b);
@@ -273,8 +266,7 @@ __global__ void swigluGradK(const T *g, const T *u, const T *dy, T *dg, T *du, i
     st(du, i, b);
   }
 }
-template <class T>
-__global__ void swigluGradVK(const T *g, const T *u, const T *dy, T *dg, T *du, int64_t nv) {
+template <class T> __global__ void swigluGradVK(const T *g, const T *u, const T *dy, T *dg, T *du, int64_t nv) {
   constexpr int W = kVec<T>;
   BIGC_GRID_LOOP(v, nv) {
     float fg[W], fu[W], fd[W], og[W], ou[W];
@@ -509,8 +501,7 @@ template <class E> __global__ void transposeK(const E *x, E *y, TShape sh, int64
 
 // ---- 2-D copies (staging of GEMM operands) -------------------------------------------------------
 
-template <class E>
-__global__ void copy2dK(const E *src, int64_t sp, E *dst, int64_t dp, int64_t rows, int64_t cols) {
+template <class E> __global__ void copy2dK(const E *src, int64_t sp, E *dst, int64_t dp, int64_t rows, int64_t cols) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
     for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x)
       dst[r * dp + c] = src[r * sp + c];
@@ -653,8 +644,7 @@ __global__ void meanK(const float *x, int64_t n, float *out) {
 }
 
 template <class T>
-__global__ void ceGradK(const T *logits, const int32_t *targets, const float *dloss, T *dlogits, int64_t N,
-                        int64_t V) {
+__global__ void ceGradK(const T *logits, const int32_t *targets, const float *dloss, T *dlogits, int64_t N, int64_t V) {
   const int64_t n = blockIdx.x;
   const T *row = logits + n * V;
   float M, S;
@@ -765,8 +755,8 @@ size_t embeddingGradWorkspace(int64_t N, int64_t V) {
   return align256(cubSortBytes(N, V)) + 4 * align256(size_t(N) * 4) + 2 * align256(size_t(V + 1) * 4);
 }
 
-void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, int64_t N, int64_t V, int64_t C,
-                   void *ws, size_t wsBytes, ErrSlot e, cudaStream_t s, int64_t offset, int64_t vocab) {
+void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, int64_t N, int64_t V, int64_t C, void *ws,
+                   size_t wsBytes, ErrSlot e, cudaStream_t s, int64_t offset, int64_t vocab) {
   if (vocab < 0) vocab = V;
   char *w = static_cast<char *>(ws);
   size_t sortBytes = cubSortBytes(N, V);
@@ -799,24 +789,24 @@ void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, in
 }
 
 void add(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t s) {
-  BIGC_DISPATCH(t, if (tryVec<T>(a, b, c, n, 0, AddF{}, s)) return);
+  BIGC_DISPATCH(t, if (tryVec<T>(a, b, c, n, 0, AddF{}, s)) return );
   BIGC_DISPATCH(t, addK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(a), static_cast<const T *>(b),
                                                              static_cast<T *>(c), n));
 }
 void mul(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t s) {
-  BIGC_DISPATCH(t, if (tryVec<T>(a, b, c, n, 0, MulF{}, s)) return);
+  BIGC_DISPATCH(t, if (tryVec<T>(a, b, c, n, 0, MulF{}, s)) return );
   BIGC_DISPATCH(t, mulK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(a), static_cast<const T *>(b),
                                                              static_cast<T *>(c), n));
 }
 void biasAdd(DType t, const void *x, const void *b, void *y, int64_t rows, int64_t cols, cudaStream_t s) {
-  if (cols > 0) BIGC_DISPATCH(t, if (tryVec<T>(x, b, y, rows * cols, cols, AddF{}, s)) return);
+  if (cols > 0) BIGC_DISPATCH(t, if (tryVec<T>(x, b, y, rows * cols, cols, AddF{}, s)) return );
   BIGC_DISPATCH(t, biasAddK<T><<<blocksFor(rows * cols), kThreads, 0, s>>>(
                        static_cast<const T *>(x), static_cast<const T *>(b), static_cast<T *>(y), rows, cols));
 }
 void scale(DType t, const void *x, void *y, float factor, int64_t n, cudaStream_t s) {
-  BIGC_DISPATCH(t, if (tryVec<T>(x, nullptr, y, n, 0, ScaleF{factor}, s)) return);
-  BIGC_DISPATCH(t, scaleK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(x), static_cast<T *>(y),
-                                                               factor, n));
+  BIGC_DISPATCH(t, if (tryVec<T>(x, nullptr, y, n, 0, ScaleF{factor}, s)) return );
+  BIGC_DISPATCH(t,
+                scaleK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(x), static_cast<T *>(y), factor, n));
 }
 void squareF32(const float *x, float *y, int64_t n, cudaStream_t s) {
   squareK<<<blocksFor(n), kThreads, 0, s>>>(x, y, n);
@@ -830,7 +820,7 @@ void gelu(DType t, const void *x, void *y, int64_t n, cudaStream_t s, bool exact
     BIGC_DISPATCH(t, mapAny<T>(x, nullptr, y, n, GeluExactF{}, s));
     return;
   }
-  BIGC_DISPATCH(t, if (tryVec<T>(x, nullptr, y, n, 0, GeluF{}, s)) return);
+  BIGC_DISPATCH(t, if (tryVec<T>(x, nullptr, y, n, 0, GeluF{}, s)) return );
   BIGC_DISPATCH(t, geluK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(x), static_cast<T *>(y), n));
 }
 void geluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s, bool exact) {
@@ -838,9 +828,9 @@ void geluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaS
     BIGC_DISPATCH(t, mapAny<T>(x, dy, dx, n, GeluExactGradF{}, s));
     return;
   }
-  BIGC_DISPATCH(t, if (tryVec<T>(x, dy, dx, n, 0, GeluGradF{}, s)) return);
-  BIGC_DISPATCH(t, geluGradK<T><<<blocksFor(n), kThreads, 0, s>>>(
-                       static_cast<const T *>(x), static_cast<const T *>(dy), static_cast<T *>(dx), n));
+  BIGC_DISPATCH(t, if (tryVec<T>(x, dy, dx, n, 0, GeluGradF{}, s)) return );
+  BIGC_DISPATCH(t, geluGradK<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(x), static_cast<const T *>(dy),
+                                                                  static_cast<T *>(dx), n));
 }
 void silu(DType t, const void *x, void *y, int64_t n, cudaStream_t s) {
   BIGC_DISPATCH(t, mapAny<T>(x, nullptr, y, n, SiluF{}, s));
@@ -966,12 +956,13 @@ void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int6
   const unsigned rows = unsigned(B * T);
   const int64_t seq = T;
   BIGC_DISPATCH(t, ropeK<T><<<rows, threads, smem, s>>>(static_cast<const T *>(x), static_cast<T *>(y), seq, C,
-                                                          int(half), fr, scale, inverse));
+                                                        int(half), fr, scale, inverse));
 }
 
 void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, const int64_t *perm, int rank,
                cudaStream_t s) {
-  if (rank > 8) throw std::runtime_error("transpose of rank " + std::to_string(rank) + " (the CUDA backend supports 8)");
+  if (rank > 8)
+    throw std::runtime_error("transpose of rank " + std::to_string(rank) + " (the CUDA backend supports 8)");
   TShape sh{};
   sh.rank = rank;
   int64_t xstride[8], total = 1;
@@ -989,17 +980,18 @@ void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, cons
   }
   if (total == 0) return;
   if (elemBytes == 4)
-    transposeK<uint32_t><<<blocksFor(total), kThreads, 0, s>>>(static_cast<const uint32_t *>(x),
-                                                               static_cast<uint32_t *>(y), sh, total);
+    transposeK<uint32_t>
+        <<<blocksFor(total), kThreads, 0, s>>>(static_cast<const uint32_t *>(x), static_cast<uint32_t *>(y), sh, total);
   else
-    transposeK<uint16_t><<<blocksFor(total), kThreads, 0, s>>>(static_cast<const uint16_t *>(x),
-                                                               static_cast<uint16_t *>(y), sh, total);
+    transposeK<uint16_t>
+        <<<blocksFor(total), kThreads, 0, s>>>(static_cast<const uint16_t *>(x), static_cast<uint16_t *>(y), sh, total);
 }
 
 void copy2d(int elemBytes, const void *src, int64_t srcPitch, void *dst, int64_t dstPitch, int64_t rows, int64_t cols,
             cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
-  dim3 grid(unsigned(std::min<int64_t>((cols + kThreads - 1) / kThreads, 64)), unsigned(std::min<int64_t>(rows, 65535)));
+  dim3 grid(unsigned(std::min<int64_t>((cols + kThreads - 1) / kThreads, 64)),
+            unsigned(std::min<int64_t>(rows, 65535)));
   if (elemBytes == 4)
     copy2dK<uint32_t><<<grid, kThreads, 0, s>>>(static_cast<const uint32_t *>(src), srcPitch,
                                                 static_cast<uint32_t *>(dst), dstPitch, rows, cols);
@@ -1014,12 +1006,13 @@ void crossEntropy(DType t, const void *logits, const int32_t *targets, float *lo
                   ErrSlot e, cudaStream_t s) {
   float *rows = static_cast<float *>(ws);
   if (N > 0)
-    BIGC_DISPATCH(t, ceRowK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, rows, N, V, e));
+    BIGC_DISPATCH(t,
+                  ceRowK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, rows, N, V, e));
   meanK<<<1, kThreads, 0, s>>>(rows, N, loss);
 }
 
-void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const float *dloss, void *dlogits,
-                      int64_t N, int64_t V, cudaStream_t s) {
+void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const float *dloss, void *dlogits, int64_t N,
+                      int64_t V, cudaStream_t s) {
   if (N <= 0) return;
   BIGC_DISPATCH(t, ceGradK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, dloss,
                                                                static_cast<T *>(dlogits), N, V));
@@ -1028,16 +1021,15 @@ void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const
 void vocabCeStats(DType t, const void *logits, const int32_t *targets, float *stats, int64_t N, int64_t V,
                   int64_t offset, int64_t vocab, ErrSlot e, cudaStream_t s) {
   if (N <= 0) return;
-  BIGC_DISPATCH(t, vocabStatsK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, stats, V,
-                                                                   offset, vocab, e));
+  BIGC_DISPATCH(t, vocabStatsK<T>
+                <<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, stats, V, offset, vocab, e));
 }
 
 void vocabCeStatsGrad(DType t, const float *dstats, const void *logits, const int32_t *targets, const float *stats,
                       void *dlogits, int64_t N, int64_t V, int64_t offset, cudaStream_t s) {
   if (N <= 0) return;
-  BIGC_DISPATCH(t, vocabStatsGradK<T><<<unsigned(N), kThreads, 0, s>>>(dstats, static_cast<const T *>(logits),
-                                                                       targets, stats, static_cast<T *>(dlogits), V,
-                                                                       offset));
+  BIGC_DISPATCH(t, vocabStatsGradK<T><<<unsigned(N), kThreads, 0, s>>>(dstats, static_cast<const T *>(logits), targets,
+                                                                       stats, static_cast<T *>(dlogits), V, offset));
 }
 
 size_t vocabCeLossWorkspace(int64_t N) { return crossEntropyWorkspace(N); }
@@ -1073,8 +1065,8 @@ void nonFiniteAny(DType t, const void *x, int64_t n, int *flag, cudaStream_t s) 
 void flagToFloat(const int *flag, float *out, cudaStream_t s) { flagToFloatK<<<1, 1, 0, s>>>(flag, out); }
 
 void adamw(const AdamWConsts &c, float *param, const void *grad, DType gradType, float *m, float *v, void *half,
-           DType halfType, int64_t n, const float *norm, double maxNorm, const float *lossScale,
-           const float *foundInf, cudaStream_t s) {
+           DType halfType, int64_t n, const float *norm, double maxNorm, const float *lossScale, const float *foundInf,
+           cudaStream_t s) {
   if (n <= 0) return;
   const int blocks = blocksFor(n);
   BIGC_DISPATCH(gradType, {

@@ -1,6 +1,6 @@
 // A build without a CUDA toolkit: the CUDA backend is absent, and says so.
-#include "bigc/runtime/engine.h"
-#include "bigc/runtime/rank_group.h"
+#include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/rank_group.h"
 
 namespace bigc::rt {
 

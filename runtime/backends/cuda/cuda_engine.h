@@ -3,8 +3,8 @@
 // (CudaRanks.cpp) starts. Not a public header.
 #pragma once
 
-#include "bigc/runtime/engine.h"
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/program.h"
 
 #if BIGC_HAVE_NCCL
 #include <nccl.h>
@@ -23,18 +23,17 @@ namespace bigc::rt {
 [[noreturn]] inline void cudaFail(cudaError_t e, const char *what) {
   throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
-#define BIGC_CK(x)                                                                                        \
-  do {                                                                                                    \
-    cudaError_t e_ = (x);                                                                                 \
-    if (e_ != cudaSuccess) cudaFail(e_, #x);                                                              \
+#define BIGC_CK(x)                                                                                                     \
+  do {                                                                                                                 \
+    cudaError_t e_ = (x);                                                                                              \
+    if (e_ != cudaSuccess) cudaFail(e_, #x);                                                                           \
   } while (0)
 
 #if BIGC_HAVE_NCCL
-#define BIGC_NCCL(x)                                                                                      \
-  do {                                                                                                     \
-    ncclResult_t r_ = (x);                                                                                 \
-    if (r_ != ncclSuccess)                                                                                 \
-      throw UserError(std::string("NCCL: ") + #x + ": " + ncclGetErrorString(r_));                        \
+#define BIGC_NCCL(x)                                                                                                   \
+  do {                                                                                                                 \
+    ncclResult_t r_ = (x);                                                                                             \
+    if (r_ != ncclSuccess) throw UserError(std::string("NCCL: ") + #x + ": " + ncclGetErrorString(r_));                \
   } while (0)
 #endif
 

@@ -35,23 +35,23 @@ template <> __device__ __forceinline__ f16 fromFloat<f16>(float v) { return __fl
 }
 
 // Runs `...` with `T` bound to the storage type of `t` (f32, bf16, f16).
-#define BIGC_DISPATCH(t, ...)                                                                             \
-  do {                                                                                                    \
-    switch (t) {                                                                                          \
-    case ::bigc::rt::DType::F32: {                                                                        \
-      using T = float;                                                                                    \
-      __VA_ARGS__;                                                                                        \
-    } break;                                                                                              \
-    case ::bigc::rt::DType::BF16: {                                                                       \
-      using T = ::bigc::rt::cuda::bf16;                                                                   \
-      __VA_ARGS__;                                                                                        \
-    } break;                                                                                              \
-    case ::bigc::rt::DType::F16: {                                                                        \
-      using T = ::bigc::rt::cuda::f16;                                                                    \
-      __VA_ARGS__;                                                                                        \
-    } break;                                                                                              \
-    default: ::bigc::rt::cuda::badDType(t);                                                               \
-    }                                                                                                     \
+#define BIGC_DISPATCH(t, ...)                                                                                          \
+  do {                                                                                                                 \
+    switch (t) {                                                                                                       \
+    case ::bigc::rt::DType::F32: {                                                                                     \
+      using T = float;                                                                                                 \
+      __VA_ARGS__;                                                                                                     \
+    } break;                                                                                                           \
+    case ::bigc::rt::DType::BF16: {                                                                                    \
+      using T = ::bigc::rt::cuda::bf16;                                                                                \
+      __VA_ARGS__;                                                                                                     \
+    } break;                                                                                                           \
+    case ::bigc::rt::DType::F16: {                                                                                     \
+      using T = ::bigc::rt::cuda::f16;                                                                                 \
+      __VA_ARGS__;                                                                                                     \
+    } break;                                                                                                           \
+    default: ::bigc::rt::cuda::badDType(t);                                                                            \
+    }                                                                                                                  \
   } while (0)
 
 } // namespace bigc::rt::cuda

@@ -12,9 +12,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "bigc/runtime/attention_geometry.h"
-#include "bigc/runtime/cpu_adam.h"
-#include "bigc/runtime/program.h"
+#include "bigc/Runtime/attention_geometry.h"
+#include "bigc/Runtime/cpu_adam.h"
+#include "bigc/Runtime/program.h"
 
 namespace bigc::rt::cuda {
 
@@ -30,11 +30,11 @@ size_t align256(size_t n);
 // The table holds rows [offset, offset + V) of a vocabulary of `vocab` ids (vocab < 0: V, the
 // whole table): ids outside the vocabulary are reported; ids of other rows (tensor parallelism's
 // vocabulary-parallel embedding) give zero rows and no gradient.
-void embedding(DType t, const void *table, const int32_t *ids, void *y, int64_t N, int64_t V, int64_t C,
-               ErrSlot e, cudaStream_t s, int64_t offset = 0, int64_t vocab = -1);
+void embedding(DType t, const void *table, const int32_t *ids, void *y, int64_t N, int64_t V, int64_t C, ErrSlot e,
+               cudaStream_t s, int64_t offset = 0, int64_t vocab = -1);
 size_t embeddingGradWorkspace(int64_t N, int64_t V);
-void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, int64_t N, int64_t V, int64_t C,
-                   void *ws, size_t wsBytes, ErrSlot e, cudaStream_t s, int64_t offset = 0, int64_t vocab = -1);
+void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, int64_t N, int64_t V, int64_t C, void *ws,
+                   size_t wsBytes, ErrSlot e, cudaStream_t s, int64_t offset = 0, int64_t vocab = -1);
 
 void add(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t s);
 void mul(DType t, const void *a, const void *b, void *c, int64_t n, cudaStream_t s);
@@ -92,8 +92,8 @@ void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, cons
 size_t crossEntropyWorkspace(int64_t N);
 void crossEntropy(DType t, const void *logits, const int32_t *targets, float *loss, int64_t N, int64_t V, void *ws,
                   ErrSlot e, cudaStream_t s);
-void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const float *dloss, void *dlogits,
-                      int64_t N, int64_t V, cudaStream_t s);
+void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const float *dloss, void *dlogits, int64_t N,
+                      int64_t V, cudaStream_t s);
 
 // Vocabulary-parallel cross-entropy (program format: vocab_ce_*). logits [N, V] are ids
 // [offset, offset + V) of `vocab`; stats [N, 2] f32: per position the log-sum-exp of its V logits
@@ -119,8 +119,8 @@ void flagToFloat(const int *flag, float *out, cudaStream_t s);
 // Fused AdamW (the expression of AdamWConsts, bit for bit the CPU's): optional device scalars
 // norm (clipping), lossScale (unscaling) and foundInf (skip on overflow); half may be null.
 void adamw(const AdamWConsts &c, float *param, const void *grad, DType gradType, float *m, float *v, void *half,
-           DType halfType, int64_t n, const float *norm, double maxNorm, const float *lossScale,
-           const float *foundInf, cudaStream_t s);
+           DType halfType, int64_t n, const float *norm, double maxNorm, const float *lossScale, const float *foundInf,
+           cudaStream_t s);
 void lossScaleUpdate(const float *foundInf, float *scale, float *good, double backoff, double growth,
                      double growthInterval, cudaStream_t s);
 
@@ -132,8 +132,8 @@ bool attentionUsesTensorCores(DType t, int64_t C, int64_t H);
 size_t attentionGradWorkspace(int64_t B, int64_t T, int64_t H);
 void attention(DType t, const void *qkv, void *out, float *lse, int64_t B, int64_t T, int64_t C, int64_t H,
                cudaStream_t s);
-void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, const float *lse, void *dqkv,
-                   int64_t B, int64_t T, int64_t C, int64_t H, void *ws, cudaStream_t s);
+void attentionGrad(DType t, const void *dout, const void *qkv, const void *out, const float *lse, void *dqkv, int64_t B,
+                   int64_t T, int64_t C, int64_t H, void *ws, cudaStream_t s);
 
 // Attention on strided rows (the CPU backend's cpu::AttentionGeometry): query row t of head h at
 // q + (b*T + t)*sq + h*D, key/value rows of kv head g at k/v + (b*T + t)*skv + g*D, output rows at
