@@ -11,6 +11,20 @@ namespace bigc::rt {
 
 using json = nlohmann::json;
 
+nlohmann::ordered_json hardwareJson(const Program &p) {
+  nlohmann::ordered_json h = {{"name", p.hardwareName},
+                              {"device_capacity_bytes", p.deviceCapacityBytes},
+                              {"host_capacity_bytes", p.hostCapacityBytes},
+                              {"device_reserve_bytes", p.deviceReserveBytes},
+                              {"host_reserve_bytes", p.hostReserveBytes}};
+  if (!p.deviceReserveParts.empty()) {
+    nlohmann::ordered_json parts = nlohmann::ordered_json::object();
+    for (const auto &[name, b] : p.deviceReserveParts) parts[name] = b;
+    h["device_reserve"] = parts;
+  }
+  return h;
+}
+
 std::string serializeProgram(const Program &p) {
   json root = json::object();
   root["version"] = p.version;
@@ -31,16 +45,7 @@ std::string serializeProgram(const Program &p) {
                        {"beta1", p.optimizer.beta1},       {"beta2", p.optimizer.beta2},
                        {"eps", p.optimizer.eps},           {"weight_decay", p.optimizer.weightDecay},
                        {"grad_clip", p.optimizer.gradClip}};
-  root["hardware"] = {{"name", p.hardwareName},
-                      {"device_capacity_bytes", p.deviceCapacityBytes},
-                      {"host_capacity_bytes", p.hostCapacityBytes},
-                      {"device_reserve_bytes", p.deviceReserveBytes},
-                      {"host_reserve_bytes", p.hostReserveBytes}};
-  if (!p.deviceReserveParts.empty()) {
-    json parts = json::object();
-    for (const auto &[name, b] : p.deviceReserveParts) parts[name] = b;
-    root["hardware"]["device_reserve"] = parts;
-  }
+  root["hardware"] = json(hardwareJson(p));
   if (!p.initialWeights.empty())
     root["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
   json spaces = json::array();

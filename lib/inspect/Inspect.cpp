@@ -1,5 +1,6 @@
 // `bigc inspect`: reports on a program file's memory plan. See include/bigc/Inspect/Inspect.h.
 #include "bigc/Inspect/Inspect.h"
+#include "bigc/Format/writer.h"
 #include "bigc/Support/format.h"
 
 #include <algorithm>
@@ -695,16 +696,7 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
                  {"micro_batches", p.microBatches},
                  {"ranks", p.ranks}};
   if (!p.initialWeights.empty()) j["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
-  j["hardware"] = {{"name", p.hardwareName},
-                   {"device_capacity_bytes", p.deviceCapacityBytes},
-                   {"host_capacity_bytes", p.hostCapacityBytes},
-                   {"device_reserve_bytes", p.deviceReserveBytes},
-                   {"host_reserve_bytes", p.hostReserveBytes}};
-  if (!p.deviceReserveParts.empty()) {
-    json parts = json::object();
-    for (const auto &[name, b] : p.deviceReserveParts) parts[name] = b;
-    j["hardware"]["device_reserve"] = parts;
-  }
+  j["hardware"] = rt::hardwareJson(p);
   json phases = json::array();
   for (const auto &ph : inferPhases(p)) phases.push_back({{"name", ph.name}, {"begin", ph.begin}, {"end", ph.end}});
   j["phases"] = phases;

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "bigc/Format/program.h"
 #include "bigc/Support/file.h"
 
@@ -11,6 +13,9 @@ namespace bigc::rt {
 
 // Serialize (container line + JSON payload). Used by the compiler's emitter and by tests.
 std::string serializeProgram(const Program &p);
+// The payload's "hardware" object (name, capacities, reserves and their parts), as the program
+// file (whose objects are sorted) and `bigc inspect --json` (in this order) write it.
+nlohmann::ordered_json hardwareJson(const Program &p);
 // Write atomically: to path + ".tmp", fsync, rename (include/bigc/Support/file.h).
 using bigc::writeFileAtomic;
 
