@@ -53,24 +53,25 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std
     os << "\n";
   }
 
-  emit::EmitOptions eo;
-  eo.source = o.input;
-  eo.optimizer.lr = o.adamw.lr;
-  eo.optimizer.beta1 = o.adamw.beta1;
-  eo.optimizer.beta2 = o.adamw.beta2;
-  eo.optimizer.eps = o.adamw.eps;
-  eo.optimizer.weightDecay = o.adamw.weightDecay;
-  eo.optimizer.gradClip = o.adamw.gradClip;
-  eo.hardwareName = o.haveHardware ? o.hardware.name : (o.deviceCapacity > 0 ? "custom" : "none");
-  eo.deviceCapacityBytes = o.deviceCapacity;
-  eo.hostCapacityBytes = o.hostCapacity;
-  eo.deviceReserveBytes = o.deviceReserve;
-  eo.hostReserveBytes = o.hostReserve;
-  eo.deviceReserveParts = o.deviceReserveParts;
-  eo.initialWeights = o.initialWeights;
-  eo.initialWeightsBytes = o.initialWeightsBytes;
+  rt::Program header; // what the module does not say
+  header.producer = "bigc 0.1.0";
+  header.source = o.input;
+  header.optimizer.lr = o.adamw.lr;
+  header.optimizer.beta1 = o.adamw.beta1;
+  header.optimizer.beta2 = o.adamw.beta2;
+  header.optimizer.eps = o.adamw.eps;
+  header.optimizer.weightDecay = o.adamw.weightDecay;
+  header.optimizer.gradClip = o.adamw.gradClip;
+  header.hardwareName = o.haveHardware ? o.hardware.name : (o.deviceCapacity > 0 ? "custom" : "none");
+  header.deviceCapacityBytes = o.deviceCapacity;
+  header.hostCapacityBytes = o.hostCapacity;
+  header.deviceReserveBytes = o.deviceReserve;
+  header.hostReserveBytes = o.hostReserve;
+  header.deviceReserveParts = o.deviceReserveParts;
+  header.initialWeights = o.initialWeights;
+  header.initialWeightsBytes = o.initialWeightsBytes;
   try {
-    rt::Program program = emit::buildProgram(module, eo);
+    rt::Program program = emit::buildProgram(module, std::move(header));
     if (o.haveHardware) { // the step on the profile: time and the collectives hidden behind compute
       mlir::bigc::StepEstimate est = mlir::bigc::simulateStep(module, o.hardware);
       program.estimate.present = true;

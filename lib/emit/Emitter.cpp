@@ -117,8 +117,7 @@ int64_t i64Attr(Operation *op, llvm::StringRef name) {
 //   compute stream reaches it); the compute stream skips what an earlier wait already joined;
 // - a buffer an asynchronous instruction touches is live until the first compute instruction
 //   that waits for it (or the end of the step), as bigc-memory-plan planned it.
-void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation *, int64_t> &index, func::FuncOp func,
-                   const EmitOptions &options) {
+void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation *, int64_t> &index, func::FuncOp func) {
   const int64_t n = int64_t(p.instructions.size());
   const int64_t end = std::max<int64_t>(n - 1, 0);
   std::map<int64_t, int64_t> eventInstr;
@@ -228,7 +227,7 @@ void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation 
     h.name = "host";
     h.arenaBytes = i64Attr(func, bigcd::kHostArenaBytesAttrName);
     h.lowerBoundBytes = i64Attr(func, bigcd::kHostLowerBoundBytesAttrName);
-    h.capacityBytes = options.hostCapacityBytes;
+    h.capacityBytes = p.hostCapacityBytes;
     p.spaces.push_back(h);
   }
 }
@@ -248,24 +247,14 @@ std::string locString(Location loc) {
   return "";
 }
 
-rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
+rt::Program buildProgram(ModuleOp module, rt::Program header) {
   auto func = module.lookupSymbol<func::FuncOp>("train_step");
   if (!func) fail("the module has no func.func @train_step (run bigc-autodiff first)");
   if (func.isExternal() || !func.getBody().hasOneBlock()) fail("@train_step must have one block");
   Block &block = func.front();
 
-  rt::Program p;
-  p.producer = options.producer;
-  p.source = options.source;
-  p.optimizer = options.optimizer;
-  p.hardwareName = options.hardwareName.empty() ? "none" : options.hardwareName;
-  p.deviceCapacityBytes = options.deviceCapacityBytes;
-  p.hostCapacityBytes = options.hostCapacityBytes;
-  p.deviceReserveBytes = options.deviceReserveBytes;
-  p.hostReserveBytes = options.hostReserveBytes;
-  p.deviceReserveParts = options.deviceReserveParts;
-  p.initialWeights = options.initialWeights;
-  p.initialWeightsBytes = options.initialWeightsBytes;
+  rt::Program p = std::move(header);
+  if (p.hardwareName.empty()) p.hardwareName = "none";
 
   // Instruction indices (get_param is not an instruction).
   llvm::DenseMap<Operation *, int64_t> index;
@@ -559,9 +548,9 @@ rt::Program buildProgram(ModuleOp module, const EmitOptions &options) {
   device.name = "device";
   device.arenaBytes = i64Attr(func, bigcd::kArenaBytesAttrName);
   device.lowerBoundBytes = i64Attr(func, bigcd::kLowerBoundBytesAttrName);
-  device.capacityBytes = options.deviceCapacityBytes;
+  device.capacityBytes = p.deviceCapacityBytes;
   p.spaces.push_back(device);
-  finishStreams(p, block, index, func, options); // streams, waits, host space (bigc-offload)
+  finishStreams(p, block, index, func); // streams, waits, host space (bigc-offload)
   return p;
 }
 

@@ -18,21 +18,6 @@
 
 namespace bigc::emit {
 
-struct EmitOptions {
-  std::string source; // the model file, as given (payload "source")
-  std::string producer = "bigc 0.1.0";
-  rt::Optimizer optimizer;         // defaults shown in the program ("optimizer")
-  std::string hardwareName;        // "" -> "none"
-  int64_t deviceCapacityBytes = 0; // 0: unknown
-  int64_t hostCapacityBytes = 0;
-  // What the capacities leave out of the memory (recorded for bigc inspect and the runtime).
-  int64_t deviceReserveBytes = 0, hostReserveBytes = 0;
-  std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
-  // The model's own initial weights (module attribute bigc.weights, resolved): loaded by the runtime.
-  std::string initialWeights;
-  int64_t initialWeightsBytes = 0;
-};
-
 // The module is not what the emitter expects (not planned, an op with no runtime instruction,
 // ...): a compiler bug, `bigc compile` exits 2.
 struct EmitError : std::runtime_error {
@@ -50,7 +35,9 @@ struct EmitError : std::runtime_error {
 // micro_batches from the module attributes bigc.precision / bigc.micro_batches; loss_scaling from
 // bigc.loss_scale_update.
 // Throws EmitError.
-rt::Program buildProgram(mlir::ModuleOp module, const EmitOptions &options);
+// `header` holds what the driver knows and the module does not (producer, source, optimizer,
+// hardware name, capacities and reserves, the model's initial weights); the program is built on it.
+rt::Program buildProgram(mlir::ModuleOp module, rt::Program header);
 
 // "file:line:col" of a location (the first file location inside fused / named / call-site
 // locations), "" when it has none.

@@ -1,0 +1,591 @@
+// The CUDA backend's ops: the one switch over the op kinds (bindKernel), which gives each
+// instruction at bind time its workspace, the limits of its kernel, its launch on a GPU stream and,
+// for what the host stream may run (the offloaded optimizer: AdamW, norms, checks, loss scaling,
+// casts, copies, fills, scales), its run on the host with the CPU backend's code. A new op is one
+// case here. Also the GEMMs' cuBLASLt plans (with the padded staging of odd shapes and the bias
+// epilogue) and the NCCL collectives.
+#include "bigc/Runtime/cpu_adam.h"
+#include "bigc/Runtime/half.h"
+#include "bigc/Runtime/loss_scale.h"
+#include "bigc/Runtime/op_dims.h"
+#include "bigc/Runtime/ops.h"
+#include "cuda_engine.h"
+#include "kernels.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace bigc::rt {
+
+namespace {
+
+cudaDataType_t cudaType(DType t) {
+  switch (t) {
+  case DType::BF16: return CUDA_R_16BF;
+  case DType::F16: return CUDA_R_16F;
+  default: return CUDA_R_32F;
+  }
+}
+
+uint32_t alignmentOf(const void *p, int64_t strideBytes) {
+  uint64_t a = 256;
+  while (a > 1 && (reinterpret_cast<uintptr_t>(p) % a != 0 || (strideBytes && strideBytes % int64_t(a) != 0))) a /= 2;
+  return uint32_t(a);
+}
+
+const int32_t *ids(const BoundOp &o, size_t k) { return static_cast<const int32_t *>(o.in[k]); }
+const float *f32in(const BoundOp &o, size_t k) { return static_cast<const float *>(o.in[k]); }
+float *f32out(const BoundOp &o, size_t k) { return static_cast<float *>(o.out[k]); }
+
+} // namespace
+
+void CudaEngine::bindKernel(Op &op) {
+  auto where = [&] {
+    return "instruction " + std::to_string(op.index) + " (" + op.ins->op +
+           (op.ins->loc.empty() ? "" : " at " + op.ins->loc) + ")";
+  };
+  const bool onHost = onHost_[op.stream];
+  // The offloaded optimizer's ops on the host stream: the CPU backend's code (op_dims.h).
+  auto optimizerOnHost = [this](Op &o) {
+    runOptimizerOpOnHost(o.kind, o, o.rawIn, o.rawOut, o.inType, o.outType, o.inNumel, updates_);
+  };
+  auto nothing = [](Op &) {};
+  switch (op.kind) {
+  case OpKind::Embedding:
+    op.gpu = [this](Op &o, cudaStream_t s, void *) {
+      cuda::embedding(o.t, o.in[0], ids(o, 1), o.out[0], o.n, o.V, o.C, errSlot(o), s, o.offset, o.vocab);
+    };
+    break;
+  case OpKind::EmbeddingGrad:
+    op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V));
+    op.gpu = [this](Op &o, cudaStream_t s, void *w) {
+      cuda::embeddingGrad(o.t, o.in[0], ids(o, 1), o.out[0], o.n, o.V, o.C, w, size_t(o.scratchBytes), errSlot(o), s,
+                          o.offset, o.vocab);
+    };
+    break;
+  case OpKind::TpSlice: // tensor rank t's chunk of the split dimension: slicePre rows of bytes
+    op.gpu = [this](Op &o, cudaStream_t s, void *) {
+      const size_t chunk = size_t(o.rows * o.sliceRun), whole = size_t(o.cols * o.sliceRun);
+      const char *src = static_cast<const char *>(o.in[0]) + size_t(rank_.tpRank) * chunk;
+      if (o.slicePre == 1) // one run (no pitch limit)
+        BIGC_CK(cudaMemcpyAsync(o.out[0], src, chunk, cudaMemcpyDeviceToDevice, s));
+      else if (o.slicePre > 1 && chunk > 0)
+        BIGC_CK(cudaMemcpy2DAsync(o.out[0], chunk, src, whole, chunk, size_t(o.slicePre), cudaMemcpyDeviceToDevice, s));
+    };
+    break;
+  case OpKind::VocabCeStats:
+    op.gpu = [this](Op &o, cudaStream_t s, void *) {
+      cuda::vocabCeStats(o.t, o.in[0], ids(o, 1), f32out(o, 0), o.N, o.V, o.offset, o.vocab, errSlot(o), s);
+    };
+    break;
+  case OpKind::VocabCeStatsGrad:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::vocabCeStatsGrad(o.t, f32in(o, 0), o.in[1], ids(o, 2), f32in(o, 3), o.out[0], o.N, o.V, o.offset, s);
+    };
+    break;
+  case OpKind::VocabCeLoss:
+    op.scratchBytes = int64_t(cuda::vocabCeLossWorkspace(op.N));
+    op.gpu = [](Op &o, cudaStream_t s, void *w) { cuda::vocabCeLoss(f32in(o, 0), f32out(o, 0), o.N, o.n, w, s); };
+    break;
+  case OpKind::VocabCeLossGrad:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::vocabCeLossGrad(f32in(o, 0), f32in(o, 1), f32out(o, 0), o.N, o.n, s);
+    };
+    break;
+  case OpKind::Matmul:
+    hasMatmul_[op.stream] = true;
+    op.scratchBytes = matmulStagingBytes(op);
+    op.gpu = [this](Op &o, cudaStream_t s, void *w) { launchMatmul(o, s, w); };
+    break;
+  case OpKind::Add:
+    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::add(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
+    break;
+  case OpKind::Mul:
+    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::mul(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
+    break;
+  case OpKind::BiasAdd:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      if (!o.fusedAway) cuda::biasAdd(o.t, o.in[0], o.in[1], o.out[0], o.rows, o.cols, s);
+    };
+    break;
+  case OpKind::Scale:
+    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::scale(o.t, o.in[0], o.out[0], o.value, o.n, s); };
+    op.host = [](Op &o) {
+      for (int64_t i = 0; i < o.n; ++i)
+        storeFrom32(o.rawOut[0], o.outType[0], i, o.value * loadAs32(o.rawIn[0], o.inType[0], i));
+    };
+    break;
+  case OpKind::Fill:
+    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::fill(o.t, o.out[0], o.value, o.n, s); };
+    op.host = [](Op &o) {
+      for (int64_t i = 0; i < o.n; ++i) storeFrom32(o.rawOut[0], o.outType[0], i, o.value);
+    };
+    break;
+  case OpKind::Gelu:
+    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::gelu(o.t, o.in[0], o.out[0], o.n, s, o.exact); };
+    break;
+  case OpKind::GeluGrad:
+    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::geluGrad(o.t, o.in[0], o.in[1], o.out[0], o.n, s, o.exact); };
+    break;
+  case OpKind::Silu: op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::silu(o.t, o.in[0], o.out[0], o.n, s); }; break;
+  case OpKind::SiluGrad:
+    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::siluGrad(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
+    break;
+  case OpKind::Swiglu:
+    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::swiglu(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
+    break;
+  case OpKind::SwigluGrad:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::swigluGrad(o.t, o.in[0], o.in[1], o.in[2], o.out[0], o.out[1], o.n, s);
+    };
+    break;
+  case OpKind::RmsNorm:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::rmsnorm(o.t, o.in[0], o.in[1], o.out[0], f32out(o, 1), o.N, o.C, o.value, s);
+    };
+    break;
+  case OpKind::RmsNormGrad:
+    op.scratchBytes = int64_t(cuda::rmsnormGradWorkspace(op.N, op.C));
+    op.gpu = [](Op &o, cudaStream_t s, void *w) {
+      cuda::rmsnormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), o.out[0], o.out[1], o.N, o.C, w, s);
+    };
+    break;
+  case OpKind::Rope:
+    if (op.headDim / 2 > cuda::kRopeMaxHalf || int64_t(op.invFreq.size()) < op.headDim / 2)
+      throw UserError(where() + ": rope with head_dim " + std::to_string(op.headDim) +
+                      " (the CUDA backend supports up to " + std::to_string(2 * cuda::kRopeMaxHalf) + ")");
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::rope(o.t, o.in[0], o.out[0], o.B, o.T, o.C, o.headDim, o.invFreq.data(), o.scale, o.inverse, s);
+    };
+    break;
+  case OpKind::GqaAttention:
+  case OpKind::GqaAttentionGrad:
+    if (op.headDim > cuda::kGenericAttentionMaxHead)
+      throw UserError(where() + ": attention head size " + std::to_string(op.headDim) +
+                      " exceeds the CUDA backend's limit of " + std::to_string(cuda::kGenericAttentionMaxHead));
+    if (op.kind == OpKind::GqaAttention) {
+      op.gpu = [](Op &o, cudaStream_t s, void *) {
+        cuda::gqaAttention(o.t, attentionGeometry(o), o.in[0], o.in[1], o.in[2], o.out[0], f32out(o, 1), s);
+      };
+    } else {
+      op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
+      op.gpu = [](Op &o, cudaStream_t s, void *w) {
+        cuda::gqaAttentionGrad(o.t, attentionGeometry(o), o.in[0], o.in[1], o.in[2], o.in[3], o.in[4], f32in(o, 5),
+                               o.out[0], o.out[1], o.out[2], w, s);
+      };
+    }
+    break;
+  case OpKind::ReduceSum:
+    op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols));
+    op.gpu = [](Op &o, cudaStream_t s, void *w) { cuda::reduceSum(o.t, o.in[0], o.out[0], o.rows, o.cols, w, s); };
+    break;
+  case OpKind::Layernorm:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::layernorm(o.t, o.in[0], o.in[1], o.in[2], o.out[0], f32out(o, 1), f32out(o, 2), o.N, o.C, o.value, s);
+    };
+    break;
+  case OpKind::LayernormGrad:
+    op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C));
+    op.gpu = [](Op &o, cudaStream_t s, void *w) {
+      cuda::layernormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), f32in(o, 4), o.out[0], o.out[1], o.out[2], o.N,
+                          o.C, w, s);
+    };
+    break;
+  case OpKind::Attention:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::attention(o.t, o.in[0], o.out[0], f32out(o, 1), o.B, o.T, o.C, o.H, s);
+    };
+    break;
+  case OpKind::AttentionGrad:
+    op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
+    op.gpu = [](Op &o, cudaStream_t s, void *w) {
+      cuda::attentionGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), o.out[0], o.B, o.T, o.C, o.H, w, s);
+    };
+    break;
+  case OpKind::Transpose:
+    if (op.shape.size() > 8)
+      throw UserError(where() + ": transpose of rank " + std::to_string(op.shape.size()) +
+                      " (the CUDA backend supports up to 8)");
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::transpose(int(dtypeSize(o.t)), o.in[0], o.out[0], o.shape.data(), o.perm.data(), int(o.shape.size()), s);
+    };
+    break;
+  case OpKind::Reshape:
+  case OpKind::Copy:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      if (o.in[0] != o.out[0]) BIGC_CK(cudaMemcpyAsync(o.out[0], o.in[0], size_t(o.n), cudaMemcpyDefault, s));
+    };
+    op.host = [](Op &o) {
+      if (o.rawIn[0] != o.rawOut[0]) std::memmove(o.rawOut[0], o.rawIn[0], size_t(o.n));
+    };
+    break;
+  case OpKind::Split:
+  case OpKind::Concat:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      const size_t es = size_t(dtypeSize(o.t)), w = size_t(o.cols) * es, pitch = w * size_t(o.n);
+      for (int64_t p = 0; p < o.n; ++p) {
+        if (o.rows == 0 || w == 0) break;
+        if (o.kind == OpKind::Split)
+          BIGC_CK(cudaMemcpy2DAsync(o.out[size_t(p)], w, static_cast<const char *>(o.in[0]) + size_t(p) * w, pitch, w,
+                                    size_t(o.rows), cudaMemcpyDefault, s));
+        else
+          BIGC_CK(cudaMemcpy2DAsync(static_cast<char *>(o.out[0]) + size_t(p) * w, pitch, o.in[size_t(p)], w, w,
+                                    size_t(o.rows), cudaMemcpyDefault, s));
+      }
+    };
+    break;
+  case OpKind::CrossEntropy:
+    op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N));
+    op.gpu = [this](Op &o, cudaStream_t s, void *w) {
+      cuda::crossEntropy(o.t, o.in[0], ids(o, 1), f32out(o, 0), o.N, o.V, w, errSlot(o), s);
+    };
+    break;
+  case OpKind::CrossEntropyGrad:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::crossEntropyGrad(o.t, o.in[0], ids(o, 1), f32in(o, 2), o.out[0], o.N, o.V, s);
+    };
+    break;
+  case OpKind::GlobalNorm: {
+    int64_t slots = 0;
+    for (int64_t n : op.inNumel) slots += cuda::partialSlots(n);
+    op.scratchBytes = slots * 8;
+    op.gpu = [](Op &o, cudaStream_t s, void *w) {
+      double *part = static_cast<double *>(w);
+      int64_t slot = 0;
+      for (size_t k = 0; k < o.in.size(); ++k)
+        cuda::sumSquaresPartial(o.inType[k], o.in[k], o.inNumel[k], part, &slot, s);
+      cuda::sqrtOfSum(part, slot, f32out(o, 0), s);
+    };
+    op.host = optimizerOnHost;
+    break;
+  }
+  case OpKind::CheckFinite:
+    if (!onHost) op.flag = flagCount_++;
+    op.gpu = [this](Op &o, cudaStream_t s, void *) {
+      int *flag = flags_ + o.flag;
+      BIGC_CK(cudaMemsetAsync(flag, 0, sizeof(int), s));
+      for (size_t k = 0; k < o.in.size(); ++k) cuda::nonFiniteAny(o.inType[k], o.in[k], o.inNumel[k], flag, s);
+      cuda::flagToFloat(flag, f32out(o, 0), s);
+    };
+    op.host = optimizerOnHost;
+    break;
+  case OpKind::Cast:
+    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::cast(o.inType[0], o.in[0], o.outType[0], o.out[0], o.n, s); };
+    op.host = [](Op &o) { convert(o.rawIn[0], o.inType[0], o.rawOut[0], o.outType[0], o.n); };
+    break;
+  case OpKind::Wait:
+    op.gpu = [](Op &, cudaStream_t, void *) {};
+    op.host = nothing;
+    break;
+  case OpKind::LossScaleUpdate:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::lossScaleUpdate(f32in(o, 0), f32out(o, 0), f32out(o, 1), o.backoff, o.growth, o.growthInterval, s);
+    };
+    op.host = optimizerOnHost;
+    break;
+  case OpKind::AdamW:
+    op.gpu = [this](Op &o, cudaStream_t s, void *) {
+      if (o.capture)
+        BIGC_CK(cudaMemcpyAsync(o.capture, o.in[1], size_t(prog_.buffers[size_t(o.ins->in[1])].bytes),
+                                cudaMemcpyDefault, s));
+      CpuAdamArgs a = o.adam;
+      a.step = updates_ + 1;
+      const AdamWConsts c = adamWConsts(a);
+      cuda::adamw(c, f32out(o, 0), o.in[1], o.inType[1], f32out(o, 1), f32out(o, 2), o.writeHalf ? o.out[3] : nullptr,
+                  o.writeHalf ? o.outType[3] : DType::F32, o.n, o.clip ? f32in(o, size_t(o.iNorm)) : nullptr, o.maxNorm,
+                  o.unscale ? f32in(o, size_t(o.iScale)) : nullptr, o.skip ? f32in(o, size_t(o.iFound)) : nullptr, s);
+    };
+    op.host = [this, optimizerOnHost](Op &o) {
+      if (o.capture) std::memcpy(o.capture, o.rawIn[1], size_t(prog_.buffers[size_t(o.ins->in[1])].bytes));
+      optimizerOnHost(o);
+    };
+    break;
+  case OpKind::AllReduce:
+  case OpKind::ReduceScatter:
+  case OpKind::AllGather: {
+    if (onHost || (op.ins->stream != "comm" && op.ins->stream != "comm_tp"))
+      throw UserError(where() + ": collectives run on the comm or comm_tp stream");
+    const int64_t D = prog_.axisSize(int64_t(op.ins->num("axis", 0)));
+    int64_t pad = 0;
+    for (size_t k = 0; k < op.ins->in.size() && op.kind != OpKind::AllReduce; ++k) {
+      const int64_t whole = op.kind == OpKind::ReduceScatter ? op.inNumel[k] : op.outNumel[k];
+      const int64_t S = op.kind == OpKind::ReduceScatter ? op.outNumel[k] : op.inNumel[k];
+      if (whole != S * D) pad += int64_t(cuda::align256(size_t(S * D * dtypeSize(op.inType[k]))));
+    }
+    padOf_[op.stream] = std::max(padOf_[op.stream], pad);
+    op.gpu = [this](Op &o, cudaStream_t s, void *) { issueCollective(o, s); };
+    break;
+  }
+  }
+  if (!op.gpu) throw UserError(where() + ": op kind not supported by the CUDA backend (internal error)");
+}
+
+// A bias_add right after the matmul that produces its input, in place (the program format's
+// in-place rule: the matmul's output dies there), on the same stream with no waits of its own:
+// cuBLASLt adds the bias in the GEMM's epilogue and the bias_add does nothing. BIGC_FUSE=0 turns
+// this off.
+void CudaEngine::fuseBiases() {
+  const char *env = std::getenv("BIGC_FUSE");
+  if (env && std::string(env) == "0") return;
+  for (size_t i = 0; i + 1 < ops_.size(); ++i) {
+    Op &m = cop(i), &b = cop(i + 1);
+    if (m.kind != OpKind::Matmul || b.kind != OpKind::BiasAdd || m.stream != b.stream || onHost_[m.stream]) continue;
+    if (!b.ins->wait.empty() || b.ins->in[0] != m.ins->out[0] || b.out[0] != m.out[0]) continue;
+    if (!m.pre.empty() || !m.post.empty() || !b.pre.empty() || !b.post.empty() || m.t != b.t) continue;
+    if (m.batch != 1 || b.cols != m.N || matmulStaging(m).chunked) continue;
+    m.bias = b.in[1];
+    b.fusedAway = true;
+  }
+}
+CudaEngine::Staging CudaEngine::matmulStaging(const Op &op) const {
+  Staging st;
+  if (!allowStaging_) return st;
+  const int64_t es = dtypeSize(op.t);
+  const int64_t lda = op.ta ? op.M : op.K, ldb = op.tb ? op.K : op.N;
+  auto misaligned = [&](int64_t ld) { return (ld * es) % 16 != 0; };
+  auto pad = [](int64_t n) { return (n + 63) / 64 * 64; };
+  const bool big = std::max({op.M * op.K, op.M * op.N, op.K * op.N}) * es >= (int64_t(8) << 20);
+  const bool odd = op.N % 8 != 0 || op.K % 8 != 0 || misaligned(lda) || misaligned(ldb) || misaligned(op.N);
+  if (op.batch != 1 || !big || !odd) return st;
+  st.chunked = true;
+  st.Np = op.N % 8 ? pad(op.N) : op.N;
+  st.Kp = op.K % 8 ? pad(op.K) : op.K;
+  st.stageA = st.Kp != op.K || misaligned(lda);
+  st.stageB = st.Kp != op.K || st.Np != op.N || misaligned(ldb);
+  st.stageC = st.Np != op.N || misaligned(op.N);
+  const char *env = std::getenv("BIGC_GEMM_STAGING_MB"); // tests: small chunks
+  const int64_t budget = (env && std::atoll(env) > 0 ? std::atoll(env) : 256) << 20;
+  const int64_t perRow = ((st.stageA ? st.Kp : 0) + (st.stageC ? st.Np : 0)) * es;
+  st.mc = perRow > 0 ? std::max<int64_t>(64, budget / perRow / 64 * 64) : pad(op.M);
+  st.mc = std::min(st.mc, pad(op.M));
+  const int64_t bBytes = st.stageB ? st.Np * st.Kp * es : 0;
+  const int64_t aBytes = st.stageA ? st.mc * st.Kp * es : 0;
+  st.offB = 0;
+  st.offA = int64_t(cuda::align256(size_t(bBytes)));
+  st.offC = st.offA + int64_t(cuda::align256(size_t(aBytes)));
+  st.bytes = st.offC + (st.stageC ? st.mc * st.Np * es : 0);
+  return st;
+}
+
+CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                              int64_t ldc, const void *aPtr, const void *bPtr, const void *cPtr) {
+  MatmulShape p;
+  const cudaDataType_t ty = cudaType(op.t);
+  BIGC_LT(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Row-major c[M,N] = op(a)[M,K] op(b)[K,N] is column-major c^T[N,M] = op(b)^T op(a)^T: cuBLASLt's
+  // A is our b and its B our a.
+  cublasOperation_t opA = op.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opB = op.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA));
+  BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB));
+  const uint64_t aRows = op.tb ? k : n, aCols = op.tb ? n : k; // our b, column-major
+  const uint64_t bRows = op.ta ? m : k, bCols = op.ta ? k : m; // our a, column-major
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.a, ty, aRows, aCols, ldb));
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.b, ty, bRows, bCols, lda));
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.c, ty, uint64_t(n), uint64_t(m), ldc));
+  if (op.bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &op.bias, sizeof op.bias));
+    cudaDataType_t bt = ty;
+    BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+  }
+  if (op.batch > 1) {
+    int32_t count = int32_t(op.batch);
+    for (auto [layout, stride] : {std::pair{p.a, op.sB}, std::pair{p.b, op.sA}, std::pair{p.c, op.sC}}) {
+      BIGC_LT(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      int64_t st = stride;
+      BIGC_LT(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st, sizeof st));
+    }
+  }
+  cublasLtMatmulPreference_t pref = nullptr;
+  BIGC_LT(cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t ws = uint64_t(ltBytes_[op.stream]);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  const int64_t es = dtypeSize(op.t);
+  uint32_t alA = alignmentOf(bPtr, op.batch > 1 ? op.sB * es : 0);
+  uint32_t alB = alignmentOf(aPtr, op.batch > 1 ? op.sA * es : 0);
+  uint32_t alC = alignmentOf(cPtr, op.batch > 1 ? op.sC * es : 0);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alA, sizeof alA);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alB, sizeof alB);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alC, sizeof alC);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alC, sizeof alC);
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    MatmulPlan keep;
+    keep.shapes.push_back(p);
+    plans_.push_back(keep); // destroyed with the others
+    throw std::runtime_error("cuBLASLt has no algorithm for instruction " + std::to_string(op.index) + " (matmul " +
+                             std::to_string(op.batch) + " x [" + std::to_string(m) + "," + std::to_string(k) + "] @ [" +
+                             std::to_string(k) + "," + std::to_string(n) + "], " + dtypeName(op.t) + ", status " +
+                             std::to_string(int(st)) + ")");
+  }
+  p.algo = res.algo;
+  return p;
+}
+
+void CudaEngine::planMatmul(Op &op) {
+  MatmulPlan plan;
+  const Staging st = matmulStaging(op);
+  plan.st = st;
+  const int64_t lda = op.ta ? op.M : op.K, ldb = op.tb ? op.K : op.N;
+  char *a = static_cast<char *>(op.in[0]), *b = static_cast<char *>(op.in[1]), *c = static_cast<char *>(op.out[0]);
+  if (!st.chunked) {
+    plan.shapes.push_back(makeShape(op, op.M, op.N, op.K, lda, ldb, op.N, a, b, c));
+  } else {
+    char *scratch = static_cast<char *>(scratchBase(op.stream));
+    const void *aPtr = st.stageA ? scratch + st.offA : a, *bPtr = st.stageB ? scratch + st.offB : b;
+    const void *cPtr = st.stageC ? scratch + st.offC : c;
+    for (int64_t m : {st.mc, op.M % st.mc}) {
+      if (m == 0) continue;
+      const int64_t ldA = st.stageA ? (op.ta ? m : st.Kp) : lda;
+      const int64_t ldB = st.stageB ? (op.tb ? st.Kp : st.Np) : ldb;
+      plan.shapes.push_back(
+          makeShape(op, m, st.stageC ? st.Np : op.N, st.Kp, ldA, ldB, st.stageC ? st.Np : op.N, aPtr, bPtr, cPtr));
+    }
+  }
+  op.mm = int(plans_.size());
+  plans_.push_back(std::move(plan));
+}
+
+void CudaEngine::launchMatmul(Op &op, cudaStream_t s, void *scratch) {
+  const MatmulPlan &plan = plans_[size_t(op.mm)];
+  const float alpha = 1.0f, beta = 0.0f;
+  void *ltws = static_cast<char *>(workspace_) + ltOffset_[op.stream];
+  if (!plan.st.chunked) {
+    const MatmulShape &p = plan.shapes[0];
+    BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, op.in[1], p.a, op.in[0], p.b, &beta, op.out[0], p.c, op.out[0], p.c,
+                           &p.algo, ltws, size_t(ltBytes_[op.stream]), s));
+    return;
+  }
+  const Staging &st = plan.st;
+  const int64_t es = dtypeSize(op.t);
+  const char *a = static_cast<const char *>(op.in[0]);
+  const char *b = static_cast<const char *>(op.in[1]);
+  char *c = static_cast<char *>(op.out[0]);
+  char *As = static_cast<char *>(scratch) + st.offA, *Bs = static_cast<char *>(scratch) + st.offB;
+  char *Cs = static_cast<char *>(scratch) + st.offC;
+  // 2-D copy of rows x cols elements, and zeros for columns [cols, padCols) of each row.
+  auto copyPad = [&](char *dst, int64_t dpitch, const char *src, int64_t spitch, int64_t rows, int64_t cols,
+                     int64_t padCols) {
+    BIGC_CK(cudaMemcpy2DAsync(dst, size_t(dpitch * es), src, size_t(spitch * es), size_t(cols * es), size_t(rows),
+                              cudaMemcpyDeviceToDevice, s));
+    if (padCols > cols)
+      BIGC_CK(
+          cudaMemset2DAsync(dst + cols * es, size_t(dpitch * es), 0, size_t((padCols - cols) * es), size_t(rows), s));
+  };
+  auto zeroRows = [&](char *dst, int64_t pitch, int64_t from, int64_t to) {
+    if (to > from) BIGC_CK(cudaMemsetAsync(dst + from * pitch * es, 0, size_t((to - from) * pitch * es), s));
+  };
+  if (st.stageB) { // b with N and K padded by zeros
+    if (op.tb) {   // [N, K] -> [Np, Kp]
+      copyPad(Bs, st.Kp, b, op.K, op.N, op.K, st.Kp);
+      zeroRows(Bs, st.Kp, op.N, st.Np);
+    } else { // [K, N] -> [Kp, Np]
+      copyPad(Bs, st.Np, b, op.N, op.K, op.N, st.Np);
+      zeroRows(Bs, st.Np, op.K, st.Kp);
+    }
+  }
+  const int64_t n = st.stageC ? st.Np : op.N;
+  for (int64_t m0 = 0; m0 < op.M; m0 += st.mc) {
+    const int64_t m = std::min(st.mc, op.M - m0);
+    const MatmulShape &p = plan.shapes[m == st.mc ? 0 : 1];
+    const char *aPtr;
+    if (st.stageA) {
+      if (!op.ta) { // rows m0.. of a [M, K] -> [m, Kp]
+        copyPad(As, st.Kp, a + m0 * op.K * es, op.K, m, op.K, st.Kp);
+      } else { // columns m0.. of a [K, M] -> [Kp, m]
+        copyPad(As, m, a + m0 * es, op.M, op.K, m, m);
+        zeroRows(As, m, op.K, st.Kp);
+      }
+      aPtr = As;
+    } else {
+      aPtr = op.ta ? a + m0 * es : a + m0 * op.K * es;
+    }
+    const char *bPtr = st.stageB ? Bs : b;
+    char *cPtr = st.stageC ? Cs : c + m0 * op.N * es;
+    BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, bPtr, p.a, aPtr, p.b, &beta, cPtr, p.c, cPtr, p.c, &p.algo, ltws,
+                           size_t(ltBytes_[op.stream]), s));
+    if (st.stageC)
+      BIGC_CK(cudaMemcpy2DAsync(c + m0 * op.N * es, size_t(op.N * es), Cs, size_t(n * es), size_t(op.N * es), size_t(m),
+                                cudaMemcpyDeviceToDevice, s));
+  }
+}
+
+void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
+#if !BIGC_HAVE_NCCL
+  (void)s;
+  runtimeError(op, "this build has no NCCL: collectives cannot run on the CUDA backend");
+#else
+  // NCCL on the comm stream (a bucket: one group). Sums of 16-bit tensors accumulate in their
+  // dtype inside NCCL (the CPU backend's rings accumulate in f32); the mean is ncclAvg; the norm
+  // of norms squares, sums and takes the root.
+  const int64_t D = prog_.axisSize(int64_t(op.ins->num("axis", 0)));
+  const Reduce red = Reduce(int(op.ins->num("reduce", 0)));
+  ncclComm_t comm = op.ins->num("axis", 0) == 1 ? rank_.ncclTp : rank_.nccl; // the group of the op's mesh axis
+  if (!comm) runtimeError(op, "no NCCL communicator for the collective's mesh axis (internal error)");
+  auto type = [](DType t) { return t == DType::BF16 ? ncclBfloat16 : t == DType::F16 ? ncclFloat16 : ncclFloat32; };
+  const ncclRedOp_t nop = red == Reduce::Mean ? ncclAvg : red == Reduce::Max ? ncclMax : ncclSum;
+  if (op.kind == OpKind::AllReduce && red == Reduce::Norm) {
+    for (size_t k = 0; k < op.rawIn.size(); ++k)
+      cuda::squareF32(static_cast<const float *>(op.rawIn[k]), static_cast<float *>(op.rawOut[k]), op.inNumel[k], s);
+    BIGC_NCCL(ncclGroupStart());
+    for (size_t k = 0; k < op.rawIn.size(); ++k)
+      BIGC_NCCL(ncclAllReduce(op.rawOut[k], op.rawOut[k], size_t(op.inNumel[k]), ncclFloat32, ncclSum, comm, s));
+    BIGC_NCCL(ncclGroupEnd());
+    for (size_t k = 0; k < op.rawIn.size(); ++k) cuda::sqrtF32(static_cast<float *>(op.rawOut[k]), op.inNumel[k], s);
+    return;
+  }
+  struct CopyOut {
+    void *dst;
+    const void *src;
+    size_t bytes;
+  };
+  std::vector<CopyOut> after;
+  char *pad = static_cast<char *>(pad_) + padOffset_[op.stream];
+  // The group is closed on every path (an error inside it leaves no open group on this thread).
+  struct Group {
+    bool open = false;
+    ~Group() {
+      if (open) ncclGroupEnd();
+    }
+  } group;
+  BIGC_NCCL(ncclGroupStart());
+  group.open = true;
+  for (size_t k = 0; k < op.rawIn.size(); ++k) {
+    const int64_t e = dtypeSize(op.inType[k]);
+    if (op.kind == OpKind::AllReduce) {
+      BIGC_NCCL(ncclAllReduce(op.rawIn[k], op.rawOut[k], size_t(op.inNumel[k]), type(op.inType[k]), nop, comm, s));
+    } else if (op.kind == OpKind::ReduceScatter) {
+      const int64_t S = op.outNumel[k];
+      const void *src = op.rawIn[k];
+      if (op.inNumel[k] != S * D) { // zero-padded to S*D elements
+        BIGC_CK(cudaMemcpyAsync(pad, op.rawIn[k], size_t(op.inNumel[k] * e), cudaMemcpyDeviceToDevice, s));
+        BIGC_CK(cudaMemsetAsync(pad + op.inNumel[k] * e, 0, size_t((S * D - op.inNumel[k]) * e), s));
+        src = pad;
+        pad += cuda::align256(size_t(S * D * e));
+      }
+      BIGC_NCCL(ncclReduceScatter(src, op.rawOut[k], size_t(S), type(op.inType[k]), nop, comm, s));
+    } else {
+      const int64_t S = op.inNumel[k];
+      void *dst = op.rawOut[k];
+      if (op.outNumel[k] != S * D) { // gathered into S*D elements, the padding dropped after
+        dst = pad;
+        after.push_back({op.rawOut[k], pad, size_t(op.outNumel[k] * e)});
+        pad += cuda::align256(size_t(S * D * e));
+      }
+      BIGC_NCCL(ncclAllGather(op.rawIn[k], dst, size_t(S), type(op.inType[k]), comm, s));
+    }
+  }
+  group.open = false;
+  BIGC_NCCL(ncclGroupEnd());
+  for (const CopyOut &c : after) BIGC_CK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s));
+#endif
+}
+
+} // namespace bigc::rt
