@@ -426,6 +426,10 @@ void Writer::save(const Engine &ex, const data::TokenSource &source, uint64_t se
     arena_ = static_cast<char *>(p), arenaBytes_ = std::max<int64_t>(total, 1);
     populated_ = false;
   }
+  if (!populated_) { // map the snapshot's pages in bulk once (MADV_POPULATE_WRITE), then reuse them
+    zeroFill(arena_, total, true);
+    populated_ = true;
+  }
   struct Copy {
     const char *from;
     char *to;
@@ -446,10 +450,6 @@ void Writer::save(const Engine &ex, const data::TokenSource &source, uint64_t se
     } else {
       ex.readBytes(b.id, dst); // (under mpirun every process reads in this order: follow())
     }
-  }
-  if (!populated_) { // map the snapshot's pages in bulk once (MADV_POPULATE_WRITE), then reuse them
-    zeroFill(arena_, total, true);
-    populated_ = true;
   }
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t k = 0; k < copies.size(); ++k) std::memcpy(copies[k].to, copies[k].from, size_t(copies[k].bytes));
@@ -494,11 +494,10 @@ Info Writer::wait(WriteStats *stats) {
   return info_;
 }
 
-void follow(const Engine &ex, bool weightsOnly) {
-  if (weightsOnly) { // --save-weights
+void follow(const Engine &ex, Follow what) {
+  if (what != Follow::Snapshot) // --save-weights, or save()'s model.safetensors
     for (const Buffer *b : ex.weights()) (void)ex.readF32(b->id);
-    return;
-  }
+  if (what == Follow::Weights) return;
   std::vector<uint8_t> buf; // a checkpoint: its state, in save()'s order (model.safetensors is made from it)
   for (const Buffer &b : ex.program().buffers)
     if (b.persistent()) {

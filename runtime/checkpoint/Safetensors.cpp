@@ -317,9 +317,9 @@ void DirectFileWriter::ioLoop() {
     Buf *b = nullptr;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || bufs_[next_ % 2].full; });
-      if (!bufs_[next_ % 2].full) return;
-      b = &bufs_[next_ % 2];
+      cv_.wait(lock, [&] { return stop_ || bufs_[next_ % kBuffers].full; });
+      if (!bufs_[next_ % kBuffers].full) return;
+      b = &bufs_[next_ % kBuffers];
     }
     int64_t n = b->bytes, at = 0;
     if (direct_) n = (n + kAlign - 1) / kAlign * kAlign; // the tail padded (truncated in finish)
@@ -344,15 +344,15 @@ void DirectFileWriter::ioLoop() {
 }
 
 void DirectFileWriter::flushBuffer() {
-  Buf &b = bufs_[filling_ % 2];
+  Buf &b = bufs_[filling_ % kBuffers];
   if (b.bytes == 0) return;
   std::unique_lock<std::mutex> lock(mu_);
   b.full = true;
   ++filling_;
   cv_.notify_all();
-  cv_.wait(lock, [&] { return !bufs_[filling_ % 2].full; }); // the other one written
+  cv_.wait(lock, [&] { return !bufs_[filling_ % kBuffers].full; }); // the next one written
   if (err_) fail(path_, std::string("write failed: ") + std::strerror(err_));
-  Buf &nb = bufs_[filling_ % 2];
+  Buf &nb = bufs_[filling_ % kBuffers];
   nb.bytes = 0;
   nb.offset = size_;
 }
@@ -360,7 +360,7 @@ void DirectFileWriter::flushBuffer() {
 void DirectFileWriter::append(const void *data, int64_t n) {
   const char *p = static_cast<const char *>(data);
   while (n > 0) {
-    Buf &b = bufs_[filling_ % 2];
+    Buf &b = bufs_[filling_ % kBuffers];
     const int64_t take = std::min(n, kBuffer - b.bytes);
     std::memcpy(b.data + b.bytes, p, size_t(take));
     sum_.update(b.data + b.bytes, size_t(take));
@@ -373,7 +373,11 @@ void DirectFileWriter::finish() {
   flushBuffer();
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !bufs_[0].full && !bufs_[1].full; });
+    cv_.wait(lock, [&] {
+      for (const Buf &b : bufs_)
+        if (b.full) return false;
+      return true;
+    });
     if (err_) fail(path_, std::string("write failed: ") + std::strerror(err_));
   }
   if (direct_ && ::ftruncate(fd_, off_t(size_)) != 0) fail(path_, std::string("write failed: ") + std::strerror(errno));

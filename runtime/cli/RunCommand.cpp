@@ -323,7 +323,8 @@ int runBody(int argc, char **argv, int first) {
   if (!leader) quiet = true;
   // Background checkpoints hold a snapshot of the training state in host memory: it must fit
   // beside the arenas this process holds in RAM.
-  const bool asyncCheckpoints = !ckptDir.empty() && !args.has("--checkpoint-sync") && leader;
+  const bool background = !ckptDir.empty() && !args.has("--checkpoint-sync");
+  const bool asyncCheckpoints = background && leader;
   const int64_t snapshot = asyncCheckpoints ? checkpoint::snapshotBytes(logicalStateOf(prog)) : 0;
   if (asyncCheckpoints) {
     int64_t resident = 0;
@@ -469,7 +470,7 @@ int runBody(int argc, char **argv, int first) {
   };
   auto saveCheckpoint = [&](double l) {
     if (!leader) { // under mpirun: process 0 writes; the others take part in gathering the shards
-      checkpoint::follow(ex, /*weightsOnly=*/false);
+      checkpoint::follow(ex, background ? checkpoint::Follow::Snapshot : checkpoint::Follow::Checkpoint);
       lastSaved = ex.stepCount();
       return;
     }
@@ -575,7 +576,7 @@ int runBody(int argc, char **argv, int first) {
     if (leader)
       safetensors::writeWeights(args.str("--save-weights"), ex);
     else
-      checkpoint::follow(ex, /*weightsOnly=*/true);
+      checkpoint::follow(ex, checkpoint::Follow::Weights);
   }
   if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
   if (writer && writer->busy()) { // a checkpoint still being written is finished before exit

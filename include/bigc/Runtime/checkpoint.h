@@ -92,10 +92,12 @@ private:
 };
 
 // Under mpirun, the processes other than the leader (process 0, which writes): the same reads of
-// the engine's tensors as save() and Writer::save() (every persistent buffer, in program order) or,
-// with `weightsOnly`, as --save-weights, writing nothing: sharded tensors are gathered by all
+// the engine's tensors, in the same order, as the leader's --save-weights (Weights: the weights of
+// record), save() (Checkpoint: the weights, then every persistent buffer) or Writer::save()
+// (Snapshot: every persistent buffer), writing nothing: sharded tensors are gathered by all
 // processes together.
-void follow(const Engine &ex, bool weightsOnly);
+enum class Follow { Weights, Checkpoint, Snapshot };
+void follow(const Engine &ex, Follow what);
 
 // The newest complete checkpoint in dir: its manifest parses, belongs to a bigc checkpoint, and its
 // files have the sizes and checksums it records. Incomplete or damaged ones are skipped, each with

@@ -73,9 +73,9 @@ struct OutTensor {
   std::vector<int64_t> shape;
   int64_t bytes;
 };
-// A file written at disk speed: appended bytes are copied into two aligned buffers of 16 MiB that
-// an I/O thread writes with O_DIRECT (buffered where the file system refuses it) while the next
-// one fills; checksummed (XXH64) on the way. finish() truncates the padded tail, fsyncs and
+// A file written at disk speed: appended bytes are copied into four aligned buffers of 16 MiB that
+// an I/O thread writes in order with O_DIRECT (buffered where the file system refuses it) while the
+// next ones fill; checksummed (XXH64) on the way. finish() truncates the padded tail, fsyncs and
 // closes; throws UserError naming the file. The caller renames the file into place.
 class DirectFileWriter {
 public:
@@ -87,7 +87,7 @@ public:
   uint64_t digest() const { return sum_.digest(); }
 
 private:
-  static constexpr int64_t kBuffer = int64_t(16) << 20, kAlign = 4096;
+  static constexpr int64_t kBuffer = int64_t(16) << 20, kAlign = 4096, kBuffers = 4;
   struct Buf {
     char *data = nullptr;
     int64_t bytes = 0, offset = 0;
@@ -98,7 +98,7 @@ private:
   std::string path_;
   int fd_ = -1;
   bool direct_ = false;
-  Buf bufs_[2];
+  Buf bufs_[kBuffers];
   int64_t size_ = 0, filling_ = 0, next_ = 0;
   int err_ = 0;
   bool stop_ = false;
