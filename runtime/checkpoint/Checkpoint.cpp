@@ -211,6 +211,7 @@ struct Snap {
   // filled with them.
   std::function<const uint8_t *(size_t, std::vector<uint8_t> &)> bytes;
   Clock::time_point origin; // the run's start (timings in the manifest are relative to it)
+  double beganS = -1;       // when the writing began (Writer: when save() handed it to the thread)
 };
 
 double since(Clock::time_point origin) { return std::chrono::duration<double>(Clock::now() - origin).count(); }
@@ -218,7 +219,7 @@ double since(Clock::time_point origin) { return std::chrono::duration<double>(Cl
 // Writes the checkpoint of `s` (temporary directory, fsync, rename, pruning).
 Info writeSnap(const Snap &s, WriteStats *stats) {
   const std::string &dir = s.dir;
-  const double began = since(s.origin);
+  const double began = s.beganS >= 0 ? s.beganS : since(s.origin);
   mkdirs(dir);
   // Leftovers of a run killed while writing.
   for (const std::string &n : entries(dir))
@@ -458,6 +459,7 @@ void Writer::save(const Engine &ex, const data::TokenSource &source, uint64_t se
     return reinterpret_cast<const uint8_t *>(arena + offset[i]);
   };
   lastSnapshotSeconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.beganS = since(origin_);
   error_ = nullptr;
   done_ = false;
   thread_ = std::thread([this, s = std::move(s)] {
