@@ -1,6 +1,10 @@
 // Checkpoints: see include/bigc/Runtime/checkpoint.h.
 #include "bigc/Runtime/checkpoint.h"
+#include "bigc/Runtime/comm.h"
+#include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/half.h"
 #include "bigc/Runtime/safetensors.h"
+#include "bigc/Runtime/xxh64.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -14,7 +18,9 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <signal.h>
 #include <sstream>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,7 +32,8 @@ namespace {
 
 using json = nlohmann::json;
 constexpr const char *kFormat = "bigc-checkpoint";
-constexpr int kVersion = 1;
+// Version 2: files checked with XXH64 ("xxh64"); version 1 (FNV-1a 64, "fnv1a64") is still read.
+constexpr int kVersion = 2;
 
 [[noreturn]] void fail(const std::string &path, const std::string &what) { throw UserError(path + ": " + what); }
 
@@ -109,17 +116,22 @@ bool isStepName(const std::string &n, int64_t *step) {
   return true;
 }
 
-// Size and FNV-1a 64 of a file, read in chunks.
-std::pair<int64_t, uint64_t> fileChecksum(const std::string &path) {
+// Size and checksum (XXH64, or FNV-1a 64 for version 1) of a file, read in chunks.
+std::pair<int64_t, uint64_t> fileChecksum(const std::string &path, bool fnv) {
   FILE *f = std::fopen(path.c_str(), "rb");
   if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
   std::vector<char> buf(size_t(16) << 20);
   uint64_t h = 0xcbf29ce484222325ull;
+  Xxh64 x;
   int64_t size = 0;
   for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) {
-    h = fnv1a64(buf.data(), n, h);
+    if (fnv)
+      h = fnv1a64(buf.data(), n, h);
+    else
+      x.update(buf.data(), n);
     size += int64_t(n);
   }
+  if (!fnv) h = x.digest();
   const bool err = std::ferror(f);
   std::fclose(f);
   if (err) fail(path, "read error");
@@ -137,18 +149,20 @@ json readManifest(const std::string &path) {
     fail(mpath, std::string("not valid JSON: ") + e.what());
   }
   if (!m.is_object() || m.value("format", "") != kFormat) fail(mpath, "not a bigc checkpoint manifest");
-  if (m.value("version", 0) != kVersion)
-    fail(mpath, "checkpoint version " + std::to_string(m.value("version", 0)) + " (this bigc reads version " +
+  const int version = m.value("version", 0);
+  if (version != kVersion && version != 1)
+    fail(mpath, "checkpoint version " + std::to_string(version) + " (this bigc reads versions 1 and " +
                     std::to_string(kVersion) + ")");
+  const char *sumKey = version == 1 ? "fnv1a64" : "xxh64";
   for (const char *key : {"step", "updates", "program", "data", "files"})
     if (!m.contains(key)) fail(mpath, std::string("missing field '") + key + "'");
   for (auto &[name, f] : m["files"].items()) {
     const std::string fp = path + "/" + name;
-    auto [size, h] = fileChecksum(fp);
+    auto [size, h] = fileChecksum(fp, version == 1);
     if (size != f.value("bytes", int64_t(-1)))
       fail(fp, "has " + std::to_string(size) + " bytes, the manifest says " +
                    std::to_string(f.value("bytes", int64_t(-1))) + " (damaged)");
-    if (hex(h) != f.value("fnv1a64", "")) fail(fp, "checksum mismatch (damaged)");
+    if (hex(h) != f.value(sumKey, "")) fail(fp, "checksum mismatch (damaged)");
   }
   return m;
 }
@@ -176,47 +190,94 @@ std::string stateSignature(const Program &p) {
   return hex(fnv1a64(all.data(), all.size()));
 }
 
-Info save(const std::string &dir, const Engine &ex, const data::TokenSource &source, uint64_t seed, double loss,
-          int keep) {
-  const Program &p = ex.program();
+namespace {
+
+// What a checkpoint writes, taken between two steps: the counters, the data position, and the
+// bytes of every persistent buffer (as stored, whole tensors), through `bytes`.
+struct Snap {
+  std::string dir;
+  int keep = 2;
+  const Program *program = nullptr;
+  int64_t step = 0, updates = 0;
+  double loss = 0;
+  bool scaling = false;
+  float lossScale = 0;
+  uint64_t seed = 0;
+  std::string backend;
+  json data;
+  std::vector<const Buffer *> state; // every persistent buffer, program order
+  std::vector<size_t> weights;       // the weights of record, as indices into `state`
+  // Tensor i of `state`'s bytes: a pointer to them (the engine's memory or a snapshot), or `buf`
+  // filled with them.
+  std::function<const uint8_t *(size_t, std::vector<uint8_t> &)> bytes;
+  Clock::time_point origin; // the run's start (timings in the manifest are relative to it)
+  double beganS = -1;       // when the writing began (Writer: when save() handed it to the thread)
+};
+
+double since(Clock::time_point origin) { return std::chrono::duration<double>(Clock::now() - origin).count(); }
+
+// Writes the checkpoint of `s` (temporary directory, fsync, rename, pruning).
+Info writeSnap(const Snap &s, WriteStats *stats) {
+  const std::string &dir = s.dir;
+  const double began = s.beganS >= 0 ? s.beganS : since(s.origin);
   mkdirs(dir);
   // Leftovers of a run killed while writing.
   for (const std::string &n : entries(dir))
     if (n.rfind(".step-", 0) == 0) removeTree(dir + "/" + n);
-  const int64_t step = ex.stepCount();
+  const int64_t step = s.step;
   const std::string name = stepName(step);
   const std::string tmp = dir + "/." + name + ".tmp." + std::to_string(::getpid());
   const std::string final = dir + "/" + name;
   if (::mkdir(tmp.c_str(), 0777) != 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
-
+  int64_t total = 0;
   json files = json::object();
   auto record = [&](const std::string &file, std::pair<int64_t, uint64_t> r) {
-    files[file] = {{"bytes", r.first}, {"fnv1a64", hex(r.second)}};
+    files[file] = {{"bytes", r.first}, {"xxh64", hex(r.second)}};
+    total += r.first;
   };
-  // model.safetensors: the weights of record as f32 (as --save-weights writes them).
-  {
-    record("model.safetensors", safetensors::writeWeights(tmp + "/model.safetensors", ex,
-                                                          {{"content", "weights"}, {"step", std::to_string(step)}}));
+  try {
+    // model.safetensors: the weights of record as f32 (as --save-weights writes them).
+    {
+      std::vector<safetensors::OutTensor> ts;
+      for (size_t i : s.weights)
+        ts.push_back({s.state[i]->name, DType::F32, s.state[i]->shape, s.state[i]->numel() * 4});
+      std::vector<uint8_t> conv;
+      record("model.safetensors",
+             safetensors::writeStreaming(
+                 tmp + "/model.safetensors",
+                 {{"format", "pt"}, {"producer", "bigc"}, {"content", "weights"}, {"step", std::to_string(step)}}, ts,
+                 [&](size_t k, std::vector<uint8_t> &buf) -> const uint8_t * {
+                   const Buffer &b = *s.state[s.weights[k]];
+                   const uint8_t *p = s.bytes(s.weights[k], conv);
+                   if (b.dtype == DType::F32) return p;
+                   buf.resize(size_t(b.numel() * 4));
+                   convert(p, b.dtype, buf.data(), DType::F32, b.numel());
+                   return buf.data();
+                 }));
+    }
+    // Test hook: a pause in the middle of writing, so that a test can kill the process there.
+    if (const char *pause = std::getenv("BIGC_TEST_CHECKPOINT_PAUSE_MS"))
+      ::usleep(useconds_t(std::atoll(pause)) * 1000);
+    // state.safetensors: every persistent buffer as stored.
+    {
+      std::vector<safetensors::OutTensor> ts;
+      for (const Buffer *b : s.state) ts.push_back({b->name, b->dtype, b->shape, b->bytes});
+      record("state.safetensors",
+             safetensors::writeStreaming(tmp + "/state.safetensors",
+                                         {{"format", "pt"}, {"producer", "bigc"}, {"content", "training state"}}, ts,
+                                         [&](size_t i, std::vector<uint8_t> &buf) { return s.bytes(i, buf); }));
+    }
+  } catch (...) {
+    removeTree(tmp);
+    throw;
   }
-  // Test hook: a pause in the middle of writing, so that a test can kill the process there.
-  if (const char *pause = std::getenv("BIGC_TEST_CHECKPOINT_PAUSE_MS")) ::usleep(useconds_t(std::atoll(pause)) * 1000);
-  // state.safetensors: every persistent buffer as stored.
-  {
-    std::vector<const Buffer *> ps;
-    std::vector<safetensors::OutTensor> ts;
-    for (const Buffer &b : p.buffers)
-      if (b.persistent()) ps.push_back(&b), ts.push_back({b.name, b.dtype, b.shape, b.bytes});
-    record("state.safetensors",
-           safetensors::writeStreaming(
-               tmp + "/state.safetensors", {{"format", "pt"}, {"producer", "bigc"}, {"content", "training state"}}, ts,
-               [&](size_t i, std::vector<uint8_t> &buf) { ex.readBytes(ps[i]->id, buf.data()); }));
-  }
-
+  const double ended = since(s.origin);
+  const Program &p = *s.program;
   json m;
   m["format"] = kFormat;
   m["version"] = kVersion;
   m["step"] = step;
-  m["updates"] = ex.updateCount();
+  m["updates"] = s.updates;
   m["program"] = {{"checksum", hex(p.checksum)},
                   {"state_signature", stateSignature(p)},
                   {"zero", p.zero},
@@ -225,18 +286,25 @@ Info save(const std::string &dir, const Engine &ex, const data::TokenSource &sou
                   {"micro_batches", p.microBatches},
                   {"ranks", p.ranks},
                   {"parameters", p.parameterCount()}};
-  m["backend"] = ex.backend();
-  m["seed"] = seed;
-  m["data"] = {{"kind", source.kind()}, {"state", source.state()}, {"describe", source.describe()}};
-  m["loss"] = loss;
-  if (ex.hasLossScaling()) m["loss_scale"] = ex.lastLossScale();
+  m["backend"] = s.backend;
+  m["seed"] = s.seed;
+  m["data"] = s.data;
+  m["loss"] = s.loss;
+  if (s.scaling) m["loss_scale"] = s.lossScale;
   m["files"] = files;
   std::time_t now = std::time(nullptr);
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   m["written"] = when;
-  writeFileAtomic(tmp + "/manifest.json", m.dump(2) + "\n");
-  fsyncPath(tmp);
+  // When its files were written, in seconds since the run began (the clock of the log's elapsed_s).
+  m["timing"] = {{"write_began_s", began}, {"write_ended_s", ended}};
+  try {
+    writeFileAtomic(tmp + "/manifest.json", m.dump(2) + "\n");
+    fsyncPath(tmp);
+  } catch (...) {
+    removeTree(tmp);
+    throw;
+  }
   // A checkpoint of this step may exist (the same step saved twice, e.g. by a signal right after a
   // periodic save): replace it only now that the new one is whole.
   if (::access(final.c_str(), F_OK) == 0) {
@@ -255,21 +323,185 @@ Info save(const std::string &dir, const Engine &ex, const data::TokenSource &sou
   // Keep the newest `keep` complete checkpoints.
   std::vector<std::pair<int64_t, std::string>> all;
   for (const std::string &n : entries(dir)) {
-    int64_t s = 0;
-    if (isStepName(n, &s)) all.push_back({s, n});
+    int64_t st = 0;
+    if (isStepName(n, &st)) all.push_back({st, n});
   }
   std::sort(all.begin(), all.end());
-  for (size_t i = 0; i + size_t(std::max(keep, 1)) < all.size(); ++i) removeTree(dir + "/" + all[i].second);
+  for (size_t i = 0; i + size_t(std::max(s.keep, 1)) < all.size(); ++i) removeTree(dir + "/" + all[i].second);
   for (const std::string &n : entries(dir))
     if (n.rfind(".old-", 0) == 0) removeTree(dir + "/" + n);
-  return Info{final, step, ex.updateCount(), loss};
+  if (stats) *stats = WriteStats{total, began, since(s.origin)};
+  return Info{final, step, s.updates, s.loss};
 }
 
-void follow(const Engine &ex, bool weightsOnly) {
-  for (const Buffer *b : ex.weights()) (void)ex.readF32(b->id); // model.safetensors / --save-weights
-  if (weightsOnly) return;
-  std::vector<uint8_t> buf;
-  for (const Buffer &b : ex.program().buffers) // state.safetensors
+// The counters and data position of a checkpoint of `ex` now.
+Snap describe(const std::string &dir, int keep, const Engine &ex, const data::TokenSource &source, uint64_t seed,
+              double loss) {
+  Snap s;
+  s.dir = dir, s.keep = keep, s.program = &ex.program();
+  s.step = ex.stepCount(), s.updates = ex.updateCount(), s.loss = loss;
+  s.scaling = ex.hasLossScaling();
+  if (s.scaling) s.lossScale = ex.lastLossScale();
+  s.seed = seed, s.backend = ex.backend();
+  s.data = {{"kind", source.kind()}, {"state", source.state()}, {"describe", source.describe()}};
+  for (const Buffer &b : ex.program().buffers)
+    if (b.persistent()) s.state.push_back(&b);
+  for (const Buffer *w : ex.weights())
+    for (size_t i = 0; i < s.state.size(); ++i)
+      if (s.state[i] == w) s.weights.push_back(i);
+  return s;
+}
+
+// Whether the host pieces of a buffer hold each of its n elements once the replicas are skipped;
+// then `out` lists one piece per range, in order.
+bool wholeFromPieces(const std::vector<Engine::HostPiece> &pieces, int64_t n, std::vector<Engine::HostPiece> &out) {
+  out.clear();
+  std::vector<Engine::HostPiece> ps = pieces;
+  std::stable_sort(ps.begin(), ps.end(), [](const auto &a, const auto &b) { return a.begin < b.begin; });
+  int64_t at = 0;
+  for (const auto &pc : ps) {
+    if (pc.count == 0 || pc.begin + pc.count <= at) continue; // a replica, or empty padding
+    if (pc.begin != at) return false;
+    out.push_back(pc);
+    at += pc.count;
+  }
+  return at == n;
+}
+
+} // namespace
+
+Info save(const std::string &dir, const Engine &ex, const data::TokenSource &source, uint64_t seed, double loss,
+          int keep, Clock::time_point origin) {
+  // Between steps, from the engine's memory (no snapshot): training waits for it.
+  Snap s = describe(dir, keep, ex, source, seed, loss);
+  s.origin = origin;
+  s.bytes = [&](size_t i, std::vector<uint8_t> &buf) -> const uint8_t * {
+    const Buffer &b = *s.state[i];
+    std::vector<Engine::HostPiece> whole;
+    if (mpiWorld().first == 1 && wholeFromPieces(ex.hostPieces(b.id), b.numel(), whole) && whole.size() == 1)
+      return static_cast<const uint8_t *>(whole[0].data);
+    buf.resize(size_t(b.bytes));
+    ex.readBytes(b.id, buf.data());
+    return buf.data();
+  };
+  return writeSnap(s, nullptr);
+}
+
+int64_t snapshotBytes(const Program &p) {
+  int64_t n = 0;
+  for (const Buffer &b : p.buffers)
+    if (b.persistent()) n += b.bytes;
+  return n;
+}
+
+Writer::Writer(std::string dir, int keep, Clock::time_point origin)
+    : dir_(std::move(dir)), keep_(keep), origin_(origin) {}
+
+Writer::~Writer() {
+  try {
+    wait();
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "bigc run: the checkpoint being written failed: %s\n", e.what());
+  }
+  if (arena_) ::munmap(arena_, size_t(arenaBytes_));
+}
+
+void Writer::save(const Engine &ex, const data::TokenSource &source, uint64_t seed, double loss) {
+  wait(); // one checkpoint in flight at a time: one snapshot of memory
+  const auto t0 = Clock::now();
+  Snap s = describe(dir_, keep_, ex, source, seed, loss);
+  s.origin = origin_;
+  // The snapshot: every persistent buffer's bytes, copied in parallel (read through the engine
+  // where they are not in this process's memory: a GPU, or other processes' shards).
+  std::vector<int64_t> offset;
+  int64_t total = 0;
+  for (const Buffer *b : s.state) offset.push_back(total), total += (b->bytes + 63) / 64 * 64;
+  if (!arena_ || arenaBytes_ < total) {
+    if (arena_) ::munmap(arena_, size_t(arenaBytes_));
+    arena_ = nullptr;
+    void *p = ::mmap(nullptr, size_t(std::max<int64_t>(total, 1)), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      throw UserError("--checkpoint-dir " + dir_ + ": cannot allocate the checkpoint snapshot of " +
+                      std::to_string(total) + " bytes");
+    arena_ = static_cast<char *>(p), arenaBytes_ = std::max<int64_t>(total, 1);
+    populated_ = false;
+  }
+  if (!populated_) { // map the snapshot's pages in bulk once (MADV_POPULATE_WRITE), then reuse them
+    zeroFill(arena_, total, true);
+    populated_ = true;
+  }
+  struct Copy {
+    const char *from;
+    char *to;
+    int64_t bytes;
+  };
+  std::vector<Copy> copies;
+  const bool oneProcess = mpiWorld().first == 1;
+  std::vector<Engine::HostPiece> whole;
+  for (size_t i = 0; i < s.state.size(); ++i) {
+    const Buffer &b = *s.state[i];
+    char *dst = arena_ + offset[i];
+    const int64_t e = dtypeSize(b.dtype);
+    if (oneProcess && wholeFromPieces(ex.hostPieces(b.id), b.numel(), whole)) {
+      for (const auto &pc : whole)
+        for (int64_t at = 0; at < pc.count * e; at += int64_t(16) << 20)
+          copies.push_back(Copy{static_cast<const char *>(pc.data) + at, dst + pc.begin * e + at,
+                                std::min<int64_t>(int64_t(16) << 20, pc.count * e - at)});
+    } else {
+      ex.readBytes(b.id, dst); // (under mpirun every process reads in this order: follow())
+    }
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t k = 0; k < copies.size(); ++k) std::memcpy(copies[k].to, copies[k].from, size_t(copies[k].bytes));
+  const char *arena = arena_;
+  s.bytes = [arena, offset](size_t i, std::vector<uint8_t> &) {
+    return reinterpret_cast<const uint8_t *>(arena + offset[i]);
+  };
+  lastSnapshotSeconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.beganS = since(origin_);
+  error_ = nullptr;
+  done_ = false;
+  thread_ = std::thread([this, s = std::move(s)] {
+    // Signals are the main thread's (SIGINT/SIGTERM end the run there).
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, nullptr);
+    try {
+      WriteStats st;
+      Info info = writeSnap(s, &st);
+      std::lock_guard<std::mutex> lock(mu_);
+      info_ = info, stats_ = st;
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::current_exception();
+    }
+    done_ = true;
+  });
+}
+
+bool Writer::finished() const { return thread_.joinable() && done_.load(); }
+
+Info Writer::wait(WriteStats *stats) {
+  if (!thread_.joinable()) return Info{};
+  thread_.join();
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+  if (stats) *stats = stats_;
+  return info_;
+}
+
+void follow(const Engine &ex, Follow what) {
+  if (what != Follow::Snapshot) // --save-weights, or save()'s model.safetensors
+    for (const Buffer *b : ex.weights()) (void)ex.readF32(b->id);
+  if (what == Follow::Weights) return;
+  std::vector<uint8_t> buf; // a checkpoint: its state, in save()'s order (model.safetensors is made from it)
+  for (const Buffer &b : ex.program().buffers)
     if (b.persistent()) {
       buf.resize(size_t(b.bytes));
       ex.readBytes(b.id, buf.data());
@@ -316,12 +548,10 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
     fail(path, "taken reading " + m["data"].value("kind", std::string("?")) + " data; this run reads " + source.kind() +
                    " data (resume with the same --data or --synthetic)");
   const std::string spath = path + "/state.safetensors";
-  safetensors::File state = safetensors::readHeader(spath); // tensors' places only: read one at a time
+  safetensors::File state = safetensors::readHeader(spath); // tensors' places only
   std::set<std::string> names;
-  std::ifstream in(spath, std::ios::binary);
-  if (!in) fail(spath, std::string("cannot open: ") + std::strerror(errno));
-  std::vector<char> buf;
   bool refresh = false;
+  std::vector<safetensors::TensorRead> reads;
   for (const Buffer &b : p.buffers) {
     if (!b.persistent()) continue;
     names.insert(b.name);
@@ -334,15 +564,22 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
     if (t->dtype != b.dtype || t->shape != b.shape)
       fail(spath, "tensor '" + b.name + "' is " + safetensors::dtypeTag(t->dtype) +
                       " of another shape or dtype than the program's " + safetensors::dtypeTag(b.dtype) + " buffer");
-    buf.resize(size_t(b.bytes));
-    in.seekg(std::streamoff(t->fileOffset));
-    in.read(buf.data(), std::streamsize(buf.size()));
-    if (!in) fail(spath, "read error at tensor '" + b.name + "'");
-    ex.writeBytes(b.id, buf.data());
+    reads.push_back({&b, t, -1, &spath});
   }
   for (const auto &t : state.tensors)
     if (!names.count(t.name) && sameProgram)
       fail(spath, "tensor '" + t.name + "' is not a persistent buffer of this program");
+  // Every tensor checked: read them, in parallel, straight into the buffers (each rank its shards).
+  const int fd = ::open(spath.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(spath, std::string("cannot open: ") + std::strerror(errno));
+  for (auto &r : reads) r.fd = fd;
+  try {
+    safetensors::readTensors(ex, reads);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
   if (refresh) ex.refreshCopies();
   source.restore(m["data"]["state"].get<std::vector<int64_t>>());
   const int64_t step = m["step"].get<int64_t>(), updates = m["updates"].get<int64_t>();

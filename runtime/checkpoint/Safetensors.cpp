@@ -2,11 +2,16 @@
 #include "bigc/Runtime/safetensors.h"
 #include "bigc/Runtime/engine.h"
 
+#include "bigc/Runtime/half.h"
+#include "bigc/Runtime/xxh64.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <functional>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <limits>
 #include <set>
@@ -278,9 +283,113 @@ std::string serialize(const File &file) {
 
 void write(const std::string &path, const File &file) { writeFileAtomic(path, serialize(file)); }
 
+DirectFileWriter::DirectFileWriter(const std::string &path) : path_(path) {
+  // O_DIRECT: the disk reads the data from our buffers (no copy into the page cache, which costs
+  // as much CPU as the training next to it can spare); where the file system refuses it, buffered.
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0666);
+  direct_ = fd_ >= 0;
+  if (fd_ < 0) fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd_ < 0) fail(path, std::string("cannot write: ") + std::strerror(errno));
+  for (auto &b : bufs_) {
+    b.data = static_cast<char *>(std::aligned_alloc(kAlign, size_t(kBuffer)));
+    if (!b.data) {
+      ::close(fd_);
+      fail(path, "cannot allocate write buffers");
+    }
+  }
+  io_ = std::thread([this] { ioLoop(); });
+}
+
+DirectFileWriter::~DirectFileWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (io_.joinable()) io_.join();
+  if (fd_ >= 0) ::close(fd_);
+  for (auto &b : bufs_) std::free(b.data);
+}
+
+// The I/O thread: writes the filled buffers in order while the caller fills the next.
+void DirectFileWriter::ioLoop() {
+  for (;;) {
+    Buf *b = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || bufs_[next_ % kBuffers].full; });
+      if (!bufs_[next_ % kBuffers].full) return;
+      b = &bufs_[next_ % kBuffers];
+    }
+    int64_t n = b->bytes, at = 0;
+    if (direct_) n = (n + kAlign - 1) / kAlign * kAlign; // the tail padded (truncated in finish)
+    int err = 0;
+    while (at < n) {
+      const ssize_t w = ::pwrite(fd_, b->data + at, size_t(n - at), off_t(b->offset + at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        err = w < 0 ? errno : EIO;
+        break;
+      }
+      at += w;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (err && !err_) err_ = err;
+      b->full = false;
+      ++next_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void DirectFileWriter::flushBuffer() {
+  Buf &b = bufs_[filling_ % kBuffers];
+  if (b.bytes == 0) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  b.full = true;
+  ++filling_;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return !bufs_[filling_ % kBuffers].full; }); // the next one written
+  if (err_) fail(path_, std::string("write failed: ") + std::strerror(err_));
+  Buf &nb = bufs_[filling_ % kBuffers];
+  nb.bytes = 0;
+  nb.offset = size_;
+}
+
+void DirectFileWriter::append(const void *data, int64_t n) {
+  const char *p = static_cast<const char *>(data);
+  while (n > 0) {
+    Buf &b = bufs_[filling_ % kBuffers];
+    const int64_t take = std::min(n, kBuffer - b.bytes);
+    std::memcpy(b.data + b.bytes, p, size_t(take));
+    sum_.update(b.data + b.bytes, size_t(take));
+    b.bytes += take, size_ += take, p += take, n -= take;
+    if (b.bytes == kBuffer) flushBuffer();
+  }
+}
+
+void DirectFileWriter::finish() {
+  flushBuffer();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] {
+      for (const Buf &b : bufs_)
+        if (b.full) return false;
+      return true;
+    });
+    if (err_) fail(path_, std::string("write failed: ") + std::strerror(err_));
+  }
+  if (direct_ && ::ftruncate(fd_, off_t(size_)) != 0) fail(path_, std::string("write failed: ") + std::strerror(errno));
+  if (::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS)
+    fail(path_, std::string("write failed: ") + std::strerror(errno));
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail(path_, std::string("write failed: ") + std::strerror(errno));
+}
+
 std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::map<std::string, std::string> &metadata,
-                                            const std::vector<OutTensor> &ts,
-                                            const std::function<void(size_t, std::vector<uint8_t> &)> &fill) {
+                                            const std::vector<OutTensor> &ts, const FillFn &fill) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t off = 0;
@@ -295,27 +404,28 @@ std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::
   for (int i = 0; i < 8; ++i) head[size_t(i)] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);
   head += h;
   const std::string tmp = path + ".tmp";
-  FILE *f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail(tmp, std::string("cannot write: ") + std::strerror(errno));
-  uint64_t fnv = fnv1a64(head.data(), head.size());
-  int64_t size = int64_t(head.size());
-  bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
-  std::vector<uint8_t> buf;
-  for (size_t i = 0; i < ts.size() && ok; ++i) {
-    buf.resize(size_t(ts[i].bytes));
-    fill(i, buf);
-    ok = std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
-    fnv = fnv1a64(buf.data(), buf.size(), fnv);
-    size += int64_t(buf.size());
+  DirectFileWriter out(tmp);
+  std::string failure;
+  try {
+    out.append(head.data(), int64_t(head.size()));
+    std::vector<uint8_t> buf;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      buf.clear();
+      const uint8_t *p = fill(i, buf);
+      out.append(p, ts[i].bytes);
+    }
+    out.finish();
+  } catch (const UserError &e) {
+    failure = e.what();
   }
-  ok = ok && std::fflush(f) == 0 && (::fsync(fileno(f)) == 0 || errno == EINVAL || errno == EROFS);
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
+  if (!failure.empty() || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = failure.empty() ? std::string(std::strerror(errno)) : failure;
     std::remove(tmp.c_str());
-    fail(path, std::string("write failed: ") + std::strerror(e));
+    fail(path, "write failed: " + why);
   }
-  return {size, fnv};
+  const int64_t size = out.size();
+  const uint64_t digest = out.digest();
+  return {size, digest};
 }
 
 std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,
@@ -326,8 +436,18 @@ std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine 
   std::map<std::string, std::string> md = {{"format", "pt"}, {"producer", "bigc"}};
   for (const auto &[k, v] : metadata) md[k] = v;
   return writeStreaming(path, md, ts, [&](size_t i, std::vector<uint8_t> &buf) {
-    std::vector<float> v = ex.readF32(ws[i]->id);
+    const Buffer &b = *ws[i];
+    const std::vector<Engine::HostPiece> pieces = ex.hostPieces(b.id);
+    if (pieces.size() == 1 && pieces[0].begin == 0 && pieces[0].count == b.numel()) { // in this process's memory
+      if (b.dtype == DType::F32) return static_cast<const uint8_t *>(pieces[0].data);
+      buf.resize(size_t(b.numel() * 4));
+      convert(pieces[0].data, b.dtype, buf.data(), DType::F32, b.numel());
+      return static_cast<const uint8_t *>(buf.data());
+    }
+    buf.resize(size_t(b.numel() * 4));
+    std::vector<float> v = ex.readF32(b.id);
     std::memcpy(buf.data(), v.data(), buf.size());
+    return static_cast<const uint8_t *>(buf.data());
   });
 }
 
@@ -354,7 +474,11 @@ File gradsOf(const Engine &ex) {
   return f;
 }
 
-void loadWeights(Engine &ex, const File &file, const std::string &path) {
+namespace {
+// Which tensor of the file(s) is each weight of record (the rules of loadWeights); throws naming
+// the first problem before anything is written.
+std::vector<std::pair<const Buffer *, const Tensor *>>
+matchWeights(const Engine &ex, const std::vector<const Tensor *> &tensors, const std::string &path) {
   auto endsWith = [](const std::string &s, const std::string &suf) {
     return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
   };
@@ -365,15 +489,15 @@ void loadWeights(Engine &ex, const File &file, const std::string &path) {
   // checkpoint's names are read as bigc gen gpt's: without `transformer.`, and its causal-mask
   // buffers skipped (an imported model keeps its own names, `transformer.` included).
   std::map<std::string, const Tensor *> byName;
-  for (const auto &t : file.tensors) {
-    std::string name = t.name;
+  for (const Tensor *t : tensors) {
+    std::string name = t->name;
     if (!params.count(name)) {
       if (name.rfind("transformer.", 0) == 0 && params.count(name.substr(12)))
         name = name.substr(12);
       else if (endsWith(name, ".attn.bias") || endsWith(name, ".attn.masked_bias"))
         continue;
     }
-    if (!byName.emplace(name, &t).second) fail(path, "tensor '" + name + "' appears twice");
+    if (!byName.emplace(name, t).second) fail(path, "tensor '" + name + "' appears twice");
   }
   for (const Buffer *b : weights) {
     auto it = byName.find(b->name);
@@ -386,11 +510,191 @@ void loadWeights(Engine &ex, const File &file, const std::string &path) {
   for (const auto &[name, t] : byName)
     if (!params.count(name))
       fail(path, "tensor '" + t->name + "' " + shapeStr(t->shape) + " is not a parameter of this model");
-  for (const Buffer *b : weights) {
-    const Tensor *t = byName.at(b->name);
-    std::vector<float> v = t->toF32();
-    ex.writeF32(b->id, v.data());
+  std::vector<std::pair<const Buffer *, const Tensor *>> out;
+  for (const Buffer *b : weights) out.push_back({b, byName.at(b->name)});
+  return out;
+}
+
+constexpr int64_t kIoChunk = int64_t(8) << 20; // bytes of a file read by one thread at a time
+
+// Reads n bytes at `offset` of fd into dst (short reads continued); false on an error or the end.
+bool preadAll(int fd, void *dst, int64_t n, uint64_t offset) {
+  char *p = static_cast<char *>(dst);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, size_t(std::min<int64_t>(n, int64_t(1) << 30)), off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got, n -= got, offset += uint64_t(got);
   }
+  return true;
+}
+
+// One read: n elements of dtype `from` at file offset `offset` into dst as dtype `to`.
+struct ReadJob {
+  int fd;
+  uint64_t offset;
+  DType from;
+  void *dst;
+  DType to;
+  int64_t n;
+  const std::string *path, *name;
+};
+
+void runReads(const std::vector<ReadJob> &jobs) {
+  std::string error;
+#pragma omp parallel
+  {
+    std::vector<unsigned char> bounce; // per thread: the file's bytes when they need converting
+#pragma omp for schedule(dynamic, 1)
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const ReadJob &r = jobs[j];
+      bool ok;
+      if (r.from == r.to) {
+        ok = preadAll(r.fd, r.dst, r.n * dtypeSize(r.from), r.offset);
+      } else {
+        bounce.resize(size_t(r.n * dtypeSize(r.from)));
+        ok = preadAll(r.fd, bounce.data(), int64_t(bounce.size()), r.offset);
+        if (ok) convert(bounce.data(), r.from, r.dst, r.to, r.n);
+      }
+      if (!ok) {
+        const int e = errno;
+#pragma omp critical(bigc_read_error)
+        if (error.empty())
+          error = *r.path + ": read error at tensor '" + *r.name + "': " + (e ? std::strerror(e) : "unexpected end");
+      }
+    }
+  }
+  if (!error.empty()) throw UserError(error);
+}
+
+// Jobs reading elements [begin, begin + count) of tensor t (of the file open as fd) into dst.
+void addReads(std::vector<ReadJob> &jobs, int fd, const Tensor &t, int64_t begin, int64_t count, void *dst, DType to,
+              const std::string &path) {
+  const int64_t fe = dtypeSize(t.dtype), te = dtypeSize(to), per = std::max<int64_t>(1, kIoChunk / fe);
+  for (int64_t i = 0; i < count; i += per)
+    jobs.push_back(ReadJob{fd, t.fileOffset + uint64_t((begin + i) * fe), t.dtype, static_cast<char *>(dst) + i * te,
+                           to, std::min(per, count - i), &path, &t.name});
+}
+} // namespace
+
+void readTensors(Engine &ex, const std::vector<TensorRead> &items) {
+  std::vector<ReadJob> jobs;
+  std::vector<unsigned char> whole;
+  for (const TensorRead &it : items) {
+    const Buffer &b = *it.buffer;
+    const std::vector<Engine::HostPiece> pieces = ex.hostPieces(b.id);
+    if (pieces.empty()) { // not in host memory: the whole tensor, then writeBytes
+      whole.resize(size_t(b.bytes));
+      std::vector<ReadJob> one;
+      addReads(one, it.fd, *it.tensor, 0, b.numel(), whole.data(), b.dtype, *it.path);
+      runReads(one);
+      ex.writeBytes(b.id, whole.data());
+      continue;
+    }
+    for (const Engine::HostPiece &pc : pieces) // each rank's own shard (or replica)
+      addReads(jobs, it.fd, *it.tensor, pc.begin, pc.count, pc.data, b.dtype, *it.path);
+  }
+  runReads(jobs);
+}
+
+void loadWeights(Engine &ex, const File &file, const std::string &path) {
+  std::vector<const Tensor *> tensors;
+  for (const auto &t : file.tensors) tensors.push_back(&t);
+  std::vector<unsigned char> whole;
+  for (const auto &[b, t] : matchWeights(ex, tensors, path)) {
+    const std::vector<Engine::HostPiece> pieces = ex.hostPieces(b->id);
+    const int64_t fe = dtypeSize(t->dtype);
+    if (pieces.empty()) {
+      whole.resize(size_t(b->bytes));
+      convert(t->data.data(), t->dtype, whole.data(), b->dtype, b->numel());
+      ex.writeBytes(b->id, whole.data());
+      continue;
+    }
+    for (const Engine::HostPiece &pc : pieces)
+      convert(t->data.data() + pc.begin * fe, t->dtype, pc.data, b->dtype, pc.count);
+  }
+  ex.refreshCopies(); // compute copies (init kind copy) follow the loaded masters
+}
+
+namespace {
+struct OpenFile {
+  int fd = -1;
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+} // namespace
+
+void loadWeightsFrom(Engine &ex, const std::string &given) {
+  // The files: one safetensors file, or those of a Hugging Face index.
+  std::string path = given;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    const std::string index = path + "/model.safetensors.index.json", single = path + "/model.safetensors";
+    if (::access(index.c_str(), R_OK) == 0)
+      path = index;
+    else if (::access(single.c_str(), R_OK) == 0)
+      path = single;
+    else
+      fail(path, "a directory without model.safetensors.index.json or model.safetensors");
+  }
+  std::vector<std::string> files;
+  std::map<std::string, std::string> listed; // the index's tensor -> file
+  const bool isIndex = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (isIndex) {
+    std::ifstream f(path);
+    if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
+    json idx;
+    try {
+      idx = json::parse(f);
+    } catch (const json::exception &e) {
+      fail(path, std::string("not valid JSON: ") + e.what());
+    }
+    if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
+      fail(path, "not a safetensors index: no \"weight_map\" object (tensor name -> file)");
+    const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
+    for (auto &[name, file] : idx["weight_map"].items()) {
+      if (!file.is_string() || file.get<std::string>().empty() ||
+          file.get<std::string>().find('/') != std::string::npos)
+        fail(path, "weight_map entry '" + name + "' must name a file beside the index");
+      const std::string fp = dir + "/" + file.get<std::string>();
+      listed[name] = fp;
+      if (std::find(files.begin(), files.end(), fp) == files.end()) files.push_back(fp);
+    }
+    if (files.empty()) fail(path, "the index's weight_map is empty");
+  } else {
+    files.push_back(path);
+  }
+  std::vector<File> headers;
+  for (const std::string &f : files) headers.push_back(readHeader(f)); // checked as parse() checks
+  std::vector<const Tensor *> tensors;
+  std::map<const Tensor *, size_t> fileOf;
+  for (size_t i = 0; i < headers.size(); ++i)
+    for (const Tensor &t : headers[i].tensors) {
+      if (isIndex) {
+        auto it = listed.find(t.name);
+        if (it == listed.end() || it->second != files[i])
+          fail(files[i], "holds tensor '" + t.name + "', which " + path +
+                             (it == listed.end() ? " does not list" : " lists in " + it->second));
+      }
+      tensors.push_back(&t), fileOf[&t] = i;
+    }
+  if (isIndex)
+    for (const auto &[name, fp] : listed) {
+      const File &h = headers[size_t(std::find(files.begin(), files.end(), fp) - files.begin())];
+      if (!h.find(name)) fail(fp, "has no tensor '" + name + "', which " + path + " lists there");
+    }
+  const auto matched = matchWeights(ex, tensors, isIndex ? path : files[0]);
+  std::vector<OpenFile> fds(files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    fds[i].fd = ::open(files[i].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fds[i].fd < 0) fail(files[i], std::string("cannot open: ") + std::strerror(errno));
+    ::posix_fadvise(fds[i].fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  }
+  std::vector<TensorRead> items;
+  for (const auto &[b, t] : matched) items.push_back({b, t, fds[fileOf.at(t)].fd, &files[fileOf.at(t)]});
+  readTensors(ex, items);
   ex.refreshCopies(); // compute copies (init kind copy) follow the loaded masters
 }
 

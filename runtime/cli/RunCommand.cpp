@@ -51,14 +51,19 @@ const char *kRunUsage =
     "                      skipped with fp16 loss scaling\n"
     "  --save-weights FILE safetensors of every weight (fp32 masters when there are) after the last step\n"
     "  --load-weights FILE start from these weights (safetensors, the model's Hugging Face names;\n"
-    "                      an imported model starts from its own weights without it)\n"
+    "                      an imported model starts from its own weights without it); a Hugging\n"
+    "                      Face index (model.safetensors.index.json) of several files, or a\n"
+    "                      directory holding either, loads as one\n"
     "  --dump-grads FILE   the last step's parameter gradients (f32, unscaled) as safetensors\n"
     "  --threads N         CPU threads (default: all)\n"
     "  --check-numerics    stop at the first inf or nan an instruction produces, naming the step, the\n"
     "                      instruction and its place in model.mlir (slower: every output is checked)\n"
     "  --no-verify         skip the plan verifier (bigc verify) the loader runs on the program\n"
     "  --checkpoint-dir DIR  write checkpoints there (weights, optimizer state, step, data position):\n"
-    "                      after every --checkpoint-every N steps, at the end, and on SIGINT/SIGTERM\n"
+    "                      after every --checkpoint-every N steps, at the end, and on SIGINT/SIGTERM;\n"
+    "                      each from a snapshot of the training state in host memory, written in the\n"
+    "                      background while the next steps run (finished before the run exits)\n"
+    "  --checkpoint-sync   write checkpoints between steps instead (training waits; no snapshot)\n"
     "  --checkpoint-every N  steps between checkpoints (default: only at the end and on a signal)\n"
     "  --keep-checkpoints K  keep the newest K complete checkpoints (default 2)\n"
     "  --resume            continue from the newest complete checkpoint in --checkpoint-dir up to\n"
@@ -203,6 +208,20 @@ void restoreStopHandlers() {
   sigaction(SIGTERM, &oldTerm, nullptr);
 }
 
+// The program as a RankGroup shows it (whole tensors): what a checkpoint holds.
+Program logicalStateOf(const Program &p) {
+  Program l;
+  for (const Buffer &b : p.buffers) {
+    if (!b.persistent()) continue;
+    Buffer w = b;
+    if (w.shard) w.shape = w.fullShape, w.shard = false;
+    if (w.tpDim >= 0) w.shape = w.tpFullShape, w.tpDim = -1;
+    w.bytes = w.numel() * dtypeSize(w.dtype);
+    l.buffers.push_back(w);
+  }
+  return l;
+}
+
 int runBody(int argc, char **argv, int first) {
   const std::set<std::string> valued = {"--backend",
                                         "--steps",
@@ -217,8 +236,8 @@ int runBody(int argc, char **argv, int first) {
                                         "--checkpoint-every",
                                         "--keep-checkpoints",
                                         "--comm-timeout"};
-  const std::set<std::string> switches = {"--synthetic", "--quiet",     "--resume",        "--help",
-                                          "--profile",   "--no-verify", "--check-numerics"};
+  const std::set<std::string> switches = {"--synthetic", "--quiet",     "--resume",         "--help",
+                                          "--profile",   "--no-verify", "--check-numerics", "--checkpoint-sync"};
   cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
   if (args.has("--help")) {
     std::cout << kRunUsage;
@@ -226,7 +245,7 @@ int runBody(int argc, char **argv, int first) {
   }
   const std::string ckptDir = args.str("--checkpoint-dir", "");
   if (args.has("--checkpoint-dir") && ckptDir.empty()) throw UserError("--checkpoint-dir needs a directory");
-  for (const char *opt : {"--checkpoint-every", "--resume", "--keep-checkpoints"})
+  for (const char *opt : {"--checkpoint-every", "--resume", "--keep-checkpoints", "--checkpoint-sync"})
     if (args.has(opt) && ckptDir.empty())
       throw UserError(std::string(opt) + " needs --checkpoint-dir DIR (where checkpoints are written and read)");
   const int64_t every = args.integer("--checkpoint-every", 0);
@@ -272,8 +291,12 @@ int runBody(int argc, char **argv, int first) {
     openblas_set_num_threads(int(threads));
   }
 
+  using clock = std::chrono::steady_clock;
+  const auto runBegan = clock::now();
+  auto secondsSince = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   Program prog = loadProgram(programPath);
   if (!args.has("--no-verify")) verifyProgram(prog, programPath, /*validated=*/true); // bigc verify's proof
+  const double programSeconds = secondsSince(runBegan);
   const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks, tpSize = prog.tp;
   const double commTimeout = args.has("--comm-timeout") ? args.number("--comm-timeout", 300.0) : 300.0;
   if (!(commTimeout > 0)) throw UserError("--comm-timeout must be a positive number of seconds");
@@ -298,6 +321,26 @@ int runBody(int argc, char **argv, int first) {
     source = std::make_unique<data::SyntheticTokenSource>(B, T, vocab, seed);
 
   if (!leader) quiet = true;
+  // Background checkpoints hold a snapshot of the training state in host memory: it must fit
+  // beside the arenas this process holds in RAM.
+  const bool background = !ckptDir.empty() && !args.has("--checkpoint-sync");
+  const bool asyncCheckpoints = background && leader;
+  const int64_t snapshot = asyncCheckpoints ? checkpoint::snapshotBytes(logicalStateOf(prog)) : 0;
+  if (asyncCheckpoints) {
+    int64_t resident = 0;
+    const int64_t localRanks = world > 1 ? R / world : R;
+    for (const auto &sp : prog.spaces)
+      if (backend == "cpu" || sp.name != "device") resident += sp.arenaBytes * localRanks;
+    const long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
+    const int64_t physical = pages > 0 && pageSize > 0 ? int64_t(pages) * int64_t(pageSize) : 0;
+    if (physical > 0 && resident + snapshot > physical)
+      throw UserError("--checkpoint-dir: checkpoints are written in the background from a snapshot of the "
+                      "training state (" +
+                      humanBytes(snapshot) + "), which does not fit in this machine's " + humanBytes(physical) +
+                      " of memory beside the arenas (" + humanBytes(resident) +
+                      "); add --checkpoint-sync to write them between steps without a snapshot");
+  }
+  const auto engineBegan = clock::now();
   std::unique_ptr<Engine> engine;
   if (backend == "cuda" && R > 1)
     engine = makeCudaRankGroup(std::move(prog), seed, commTimeout);
@@ -308,9 +351,13 @@ int runBody(int argc, char **argv, int first) {
   else
     engine = std::make_unique<Executor>(std::move(prog), seed);
   Engine &ex = *engine;
+  const double initSeconds = secondsSince(engineBegan); // arenas, binding, initial values
+  const auto loadBegan = clock::now();
+  double loadSeconds = 0;
   if (args.has("--load-weights")) {
     std::string path = args.str("--load-weights");
-    safetensors::loadWeights(ex, safetensors::read(path), path);
+    safetensors::loadWeightsFrom(ex, path);
+    loadSeconds = secondsSince(loadBegan);
   } else if (!ex.program().initialWeights.empty()) {
     // An imported model starts from the module's own weights (bigc import wrote them).
     const std::string &path = ex.program().initialWeights;
@@ -318,7 +365,8 @@ int runBody(int argc, char **argv, int first) {
     if (::stat(path.c_str(), &st) != 0)
       throw UserError("the program starts from the imported model's weights " + path +
                       ", which are not there (copy them there, or start from other weights with --load-weights FILE)");
-    safetensors::loadWeights(ex, safetensors::read(path), path);
+    safetensors::loadWeightsFrom(ex, path);
+    loadSeconds = secondsSince(loadBegan);
     if (!quiet) std::fprintf(stderr, "bigc run: initial weights: %s (the imported model's)\n", path.c_str());
   }
   if (args.has("--dump-grads")) ex.enableGradCapture();
@@ -343,7 +391,9 @@ int runBody(int argc, char **argv, int first) {
     if (latest.path.empty()) {
       if (!quiet) std::fprintf(stderr, "bigc run: no checkpoint in %s: starting at step 0\n", ckptDir.c_str());
     } else {
+      const auto resumeBegan = clock::now();
       checkpoint::Info info = checkpoint::load(latest.path, ex, *source);
+      loadSeconds = secondsSince(resumeBegan);
       start = info.step;
       if (!quiet)
         std::fprintf(stderr, "bigc run: resumed from %s (step %lld, loss %.4f)\n", info.path.c_str(),
@@ -382,6 +432,19 @@ int runBody(int argc, char **argv, int first) {
         (long long)K, (long long)B, (long long)T, spaces.c_str(), R > 1 ? " per rank" : "", streams.c_str(),
         source->describe().c_str(), (long long)steps);
     if (!ex.deviceInfo().empty()) std::fprintf(stderr, "bigc run: %s\n", ex.deviceInfo().c_str());
+    const Engine::InitTimes &it = ex.initTimes();
+    std::fprintf(stderr,
+                 "bigc run: ready in %.2f s: program loaded and verified %.2f s, engine %.2f s (initial values %s in "
+                 "%.2f s, %.2f GB/s; zero-initialised buffers %s in %.2f s; compute copies %.2f s)",
+                 secondsSince(runBegan), programSeconds, initSeconds, humanBytes(it.valueBytes).c_str(),
+                 it.valuesSeconds, it.valuesSeconds > 0 ? double(it.valueBytes) / it.valuesSeconds / 1e9 : 0.0,
+                 humanBytes(it.zeroBytes).c_str(), it.zerosSeconds, it.copiesSeconds);
+    if (loadSeconds > 0)
+      std::fprintf(stderr, ", %s %.2f s", resume ? "checkpoint loaded" : "weights loaded", loadSeconds);
+    std::fprintf(stderr, "\n");
+    if (asyncCheckpoints)
+      std::fprintf(stderr, "bigc run: checkpoints written in the background from a snapshot of %s of host memory\n",
+                   humanBytes(snapshot).c_str());
   }
 
   // K micro-batches per step, in data order: micro-batch k of step s is batch s·K + k.
@@ -392,19 +455,38 @@ int runBody(int argc, char **argv, int first) {
   std::vector<int32_t> tokens(size_t(K * DP * bt)), targets(size_t(K * DP * bt));
   nlohmann::ordered_json planned = nlohmann::ordered_json::object();
   for (const auto &[name, bytes] : arenas) planned[name] = bytes;
-  using clock = std::chrono::steady_clock;
-  const auto began = clock::now();
+  const auto began = clock::now(); // the clock of the log's elapsed_s and of the checkpoints' timings
   float loss = 0.f;
   double profiledWall = 0.0;
   installStopHandlers();
   int64_t lastSaved = -1;
+  std::unique_ptr<checkpoint::Writer> writer;
+  if (asyncCheckpoints) writer = std::make_unique<checkpoint::Writer>(ckptDir, int(keep), began);
+  auto reportWritten = [&](const checkpoint::Info &info, const checkpoint::WriteStats &st) {
+    if (quiet || info.path.empty()) return;
+    const double sec = st.endedS - st.beganS;
+    std::fprintf(stderr, "bigc run: checkpoint %s (%s in %.2f s, %.2f GB/s, written in the background)\n",
+                 info.path.c_str(), humanBytes(st.bytes).c_str(), sec, sec > 0 ? double(st.bytes) / sec / 1e9 : 0.0);
+  };
   auto saveCheckpoint = [&](double l) {
     if (!leader) { // under mpirun: process 0 writes; the others take part in gathering the shards
-      checkpoint::follow(ex, /*weightsOnly=*/false);
+      checkpoint::follow(ex, background ? checkpoint::Follow::Snapshot : checkpoint::Follow::Checkpoint);
       lastSaved = ex.stepCount();
       return;
     }
-    checkpoint::Info info = checkpoint::save(ckptDir, ex, *source, seed, l, int(keep));
+    if (writer) {
+      checkpoint::WriteStats st;
+      checkpoint::Info previous = writer->wait(&st); // one in flight at a time
+      reportWritten(previous, st);
+      writer->save(ex, *source, seed, l);
+      lastSaved = ex.stepCount();
+      if (!quiet)
+        std::fprintf(stderr,
+                     "bigc run: checkpoint of step %lld: snapshot taken in %.2f s, writing it in the background\n",
+                     (long long)lastSaved, writer->lastSnapshotSeconds());
+      return;
+    }
+    checkpoint::Info info = checkpoint::save(ckptDir, ex, *source, seed, l, int(keep), began);
     lastSaved = info.step;
     if (!quiet) std::fprintf(stderr, "bigc run: checkpoint %s\n", info.path.c_str());
   };
@@ -450,7 +532,26 @@ int runBody(int argc, char **argv, int first) {
         j["loss_scale"] = roundTrip(ex.lastLossScale());
         j["skipped"] = ex.lastSkipped();
       }
+      if (s == start + 1) { // what came before the first step, in seconds
+        nlohmann::ordered_json st;
+        st["program_s"] = programSeconds;
+        st["engine_init_s"] = initSeconds;
+        const Engine::InitTimes &it = ex.initTimes();
+        st["init_values_s"] = it.valuesSeconds;
+        st["init_values_bytes"] = it.valueBytes;
+        st["init_zeros_s"] = it.zerosSeconds;
+        st["init_zeros_bytes"] = it.zeroBytes;
+        st["init_copies_s"] = it.copiesSeconds;
+        st[resume ? "resume_s" : "load_weights_s"] = loadSeconds;
+        st["first_step_s"] = dt;
+        j["startup"] = st;
+      }
       log->line(j.dump());
+    }
+    if (writer && writer->finished()) {
+      checkpoint::WriteStats st;
+      checkpoint::Info done = writer->wait(&st);
+      reportWritten(done, st);
     }
     if (!ckptDir.empty() && every > 0 && s % every == 0) saveCheckpoint(loss);
     int sig = stopSignal.load();
@@ -475,9 +576,15 @@ int runBody(int argc, char **argv, int first) {
     if (leader)
       safetensors::writeWeights(args.str("--save-weights"), ex);
     else
-      checkpoint::follow(ex, /*weightsOnly=*/true);
+      checkpoint::follow(ex, checkpoint::Follow::Weights);
   }
   if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
+  if (writer && writer->busy()) { // a checkpoint still being written is finished before exit
+    if (!quiet) std::fprintf(stderr, "bigc run: finishing the checkpoint being written\n");
+    checkpoint::WriteStats st;
+    checkpoint::Info done = writer->wait(&st);
+    reportWritten(done, st);
+  }
   if (log) log->commit();
   if (!quiet && steps > 0) {
     double total = std::chrono::duration<double>(clock::now() - began).count();

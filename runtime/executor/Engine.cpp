@@ -4,51 +4,15 @@
 #include "bigc/Runtime/half.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 
 namespace bigc::rt {
-
-uint64_t splitmix64(uint64_t &state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-namespace {
-template <class Sink> void normalStream(int64_t n, double std, uint64_t seed, const std::string &name, Sink sink) {
-  uint64_t state = seed ^ fnv1a64(name.data(), name.size());
-  const double twoPi = 6.283185307179586476925286766559;
-  const double inv53 = 1.0 / 9007199254740992.0; // 2^-53
-  for (int64_t i = 0; i < n; i += 2) {
-    double u1 = double((splitmix64(state) >> 11) + 1) * inv53;
-    double u2 = double(splitmix64(state) >> 11) * inv53;
-    double r = std::sqrt(-2.0 * std::log(u1));
-    sink(i, std * r * std::cos(twoPi * u2));
-    if (i + 1 < n) sink(i + 1, std * r * std::sin(twoPi * u2));
-  }
-}
-} // namespace
-
-void initNormal(float *x, int64_t n, double std, uint64_t seed, const std::string &name) {
-  normalStream(n, std, seed, name, [&](int64_t i, double v) { x[i] = float(v); });
-}
-
-void initNormalAs(void *x, DType dtype, int64_t n, double std, uint64_t seed, const std::string &name) {
-  switch (dtype) {
-  case DType::BF16:
-    normalStream(n, std, seed, name,
-                 [&](int64_t i, double v) { static_cast<uint16_t *>(x)[i] = f32ToBf16(f64ToF32RoundOdd(v)); });
-    return;
-  case DType::F16:
-    normalStream(n, std, seed, name,
-                 [&](int64_t i, double v) { static_cast<uint16_t *>(x)[i] = f32ToF16(f64ToF32RoundOdd(v)); });
-    return;
-  default: initNormal(static_cast<float *>(x), n, std, seed, name);
-  }
-}
 
 std::vector<float> Engine::readF32(int64_t bufferId) const {
   const Buffer &b = program().buffers.at(size_t(bufferId));
@@ -70,6 +34,13 @@ const Buffer *Engine::findPersistent(const std::string &name) const {
   for (const auto &b : program().buffers)
     if (b.persistent() && b.name == name) return &b;
   return nullptr;
+}
+
+std::map<std::string, const Buffer *> Engine::persistentByName() const {
+  std::map<std::string, const Buffer *> out;
+  for (const auto &b : program().buffers)
+    if (b.persistent()) out.emplace(b.name, &b);
+  return out;
 }
 
 std::vector<const Buffer *> Engine::params() const {
@@ -99,46 +70,127 @@ std::vector<const Buffer *> Engine::weights() const {
   return out;
 }
 
+namespace {
+// Buffer b's init values for elements [begin, begin + count) of the whole tensor into x.
+void initValues(const Buffer &b, void *x, int64_t begin, int64_t count, uint64_t seed) {
+  if (b.init.kind == "normal")
+    initNormalRange(x, b.dtype, begin, count, b.init.std, seed, b.name);
+  else if (b.init.kind == "zeros")
+    initConstantRange(x, b.dtype, count, 0.0f);
+  else
+    initConstantRange(x, b.dtype, count, b.init.kind == "ones" ? 1.0f : float(b.init.value));
+}
+} // namespace
+
 void Engine::initialize(uint64_t seed) {
-  std::vector<unsigned char> bytes;
+  // Every tensor's values in pieces of about a million elements, all in one parallel loop (no
+  // thread waits at the end of each tensor); replicas (ranks holding a tensor whole) copied after.
+  struct Job {
+    const Buffer *b;
+    void *dst;
+    int64_t begin, count; // elements of the whole tensor; for zeros, bytes at dst
+    bool zero;
+  };
+  std::vector<Job> jobs;
+  struct Replica {
+    void *to;
+    const void *from;
+    int64_t bytes;
+  };
+  std::vector<Replica> replicas;
+  std::vector<unsigned char> bytes; // engines without host pieces: one tensor at a time
+  constexpr int64_t kElements = int64_t(1) << 20;
   for (const auto &b : program().buffers) {
     if (!b.persistent() || b.init.kind == "copy") continue;
-    bytes.assign(size_t(b.bytes), 0);
-    const int64_t n = b.numel();
-    if (b.init.kind == "normal") {
-      initNormalAs(bytes.data(), b.dtype, n, b.init.std, seed, b.name);
-    } else if (b.init.kind != "zeros") {
-      const float v = b.init.kind == "ones" ? 1.0f : float(b.init.value);
-      for (int64_t i = 0; i < n; ++i) storeFrom32(bytes.data(), b.dtype, i, v);
+    const std::vector<HostPiece> pieces = hostPieces(b.id);
+    if (pieces.empty()) {
+      bytes.assign(size_t(b.bytes), 0);
+      initValues(b, bytes.data(), 0, b.numel(), seed);
+      writeBytes(b.id, bytes.data());
+      continue;
     }
-    writeBytes(b.id, bytes.data());
+    const int64_t e = dtypeSize(b.dtype);
+    const bool zero =
+        b.init.kind == "zeros" || (b.init.kind != "normal" && b.init.kind != "ones" && b.init.value == 0.0);
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const HostPiece &pc = pieces[k];
+      char *d = static_cast<char *>(pc.data);
+      if (zero) {
+        for (int64_t at = 0; at < pc.capacity * e; at += kElements * 4)
+          jobs.push_back(Job{&b, d + at, 0, std::min(kElements * 4, pc.capacity * e - at), true});
+        continue;
+      }
+      const HostPiece *same = nullptr; // a replica computed already
+      for (size_t j = 0; j < k && !same; ++j)
+        if (pieces[j].begin == pc.begin && pieces[j].count == pc.count) same = &pieces[j];
+      if (same)
+        replicas.push_back(Replica{pc.data, same->data, pc.count * e});
+      else
+        for (int64_t at = 0; at < pc.count; at += kElements)
+          jobs.push_back(Job{&b, d + at * e, pc.begin + at, std::min(kElements, pc.count - at), false});
+      if (pc.capacity > pc.count) jobs.push_back(Job{&b, d + pc.count * e, 0, (pc.capacity - pc.count) * e, true});
+    }
   }
+  const bool fresh = arenasZeroed_;
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  InitTimes times;
+  for (const Job &job : jobs)
+    (job.zero ? times.zeroBytes : times.valueBytes) += job.zero ? job.count : job.count * dtypeSize(job.b->dtype);
+  for (const bool zeros : {false, true}) { // the values, then the zeros (timed apart)
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const Job &job = jobs[j];
+      if (job.zero != zeros) continue;
+      if (job.zero) // freshly mapped zero pages are populated rather than written
+        zeroFill(job.dst, job.count, fresh);
+      else
+        initValues(*job.b, job.dst, job.begin, job.count, seed);
+    }
+    if (!zeros) {
+#pragma omp parallel for schedule(dynamic, 1)
+      for (size_t j = 0; j < replicas.size(); ++j)
+        std::memcpy(replicas[j].to, replicas[j].from, size_t(replicas[j].bytes));
+    }
+    const auto t1 = clock::now();
+    (zeros ? times.zerosSeconds : times.valuesSeconds) = std::chrono::duration<double>(t1 - t0).count();
+    t0 = t1;
+  }
+  arenasZeroed_ = false;
   refreshCopies();
+  times.copiesSeconds = std::chrono::duration<double>(clock::now() - t0).count();
+  initTimes_ = times;
   setCounters(0, 0);
 }
 
 void Engine::refreshCopies() {
-  // Sources first (the loader rejects cycles and missing sources).
+  // Each copy after its source (the loader rejects cycles and missing sources), in one pass.
   const Program &p = program();
+  const auto byName = persistentByName();
   std::vector<char> ready(p.buffers.size(), 1);
   for (const auto &b : p.buffers)
     if (b.persistent() && b.init.kind == "copy") ready[size_t(b.id)] = 0;
   std::vector<unsigned char> src, dst;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (const auto &b : p.buffers) {
-      if (ready[size_t(b.id)]) continue;
-      const Buffer *s = findPersistent(b.init.source);
-      if (!s || !ready[size_t(s->id)]) continue;
-      src.resize(size_t(s->bytes));
-      dst.resize(size_t(b.bytes));
-      readBytes(s->id, src.data());
-      convert(src.data(), s->dtype, dst.data(), b.dtype, b.numel());
-      writeBytes(b.id, dst.data());
-      ready[size_t(b.id)] = 1;
-      progress = true;
+  std::function<void(const Buffer &)> make = [&](const Buffer &b) {
+    if (ready[size_t(b.id)]) return;
+    ready[size_t(b.id)] = 1; // (a cycle would stop here)
+    auto it = byName.find(b.init.source);
+    if (it == byName.end()) return;
+    const Buffer &s = *it->second;
+    make(s);
+    const std::vector<HostPiece> from = hostPieces(s.id), to = hostPieces(b.id);
+    if (from.size() == 1 && to.size() == 1 && from[0].count == s.numel() && to[0].count == b.numel() &&
+        s.numel() == b.numel()) {
+      convert(from[0].data, s.dtype, to[0].data, b.dtype, b.numel()); // in parallel, in place
+      return;
     }
-  }
+    src.resize(size_t(s.bytes));
+    dst.resize(size_t(b.bytes));
+    readBytes(s.id, src.data());
+    convert(src.data(), s.dtype, dst.data(), b.dtype, b.numel());
+    writeBytes(b.id, dst.data());
+  };
+  for (const auto &b : p.buffers) make(b);
 }
 
 std::map<std::string, int64_t> Engine::arenaBytes() const {

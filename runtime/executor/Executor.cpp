@@ -70,7 +70,10 @@ Executor::Executor(Program program, uint64_t seed, RankContext rank)
     freeStaging();
     throw;
   }
-  if (rank_.initialize) initialize(seed);
+  if (rank_.initialize) {
+    arenasZeroed_ = true; // just mapped: zero pages
+    initialize(seed);
+  }
   startStreams();
 }
 
@@ -121,6 +124,13 @@ int64_t processPeakResidentBytes() {
   struct rusage ru {};
   if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
   return int64_t(ru.ru_maxrss) * 1024; // Linux: kilobytes
+}
+
+std::vector<Engine::HostPiece> Executor::hostPieces(int64_t id) const {
+  const Buffer &b = prog_.buffers.at(size_t(id));
+  // A shard on its own (one rank run by itself) holds the first elements, as readBytes shows them;
+  // a RankGroup places each rank's shard (RankGroup::hostPieces).
+  return {HostPiece{const_cast<void *>(data(id)), 0, b.numel(), b.numel()}};
 }
 
 void Executor::readBytes(int64_t id, void *dst) const {

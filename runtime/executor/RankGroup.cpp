@@ -116,6 +116,7 @@ RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicato
       throw UserError("BIGC_FAULT='" + s + "': kind must be crash or hang");
   }
   if (configure) configure(*this);
+  arenasZeroed_ = std::string(engines_[0]->backend()) == "cpu"; // the ranks' arenas, just mapped
   initialize(seed);
 }
 
@@ -418,24 +419,50 @@ void RankGroup::writeBytes(int64_t id, const void *src) {
   }
 }
 
+std::vector<Engine::HostPiece> RankGroup::hostPieces(int64_t id) const {
+  const Buffer &b = rankProgram_.buffers.at(size_t(id));
+  if (b.tpDim >= 0) return {};
+  std::vector<HostPiece> out;
+  for (int l = 0; l < int(engines_.size()); ++l) {
+    std::vector<HostPiece> p = engines_[size_t(l)]->hostPieces(id);
+    if (p.size() != 1) return {};
+    if (b.shard) {
+      const int64_t S = b.numel(), N = b.fullNumel(), begin = dpIndex(comm_->globalRank(l)) * S;
+      p[0].begin = std::min(begin, N);
+      p[0].count = std::max<int64_t>(0, std::min(N, begin + S) - begin);
+      p[0].capacity = S;
+    }
+    out.push_back(p[0]);
+  }
+  return out;
+}
+
 void RankGroup::refreshCopies() {
   // Sources first. A copy with the source's layout (both whole, or both shards) is made on each
   // rank; a whole copy of a sharded source gathers it (through the communicator: every rank has
   // the shards of the others only there under MPI).
   const Program &p = rankProgram_;
   std::vector<char> ready(p.buffers.size(), 1);
-  for (const auto &b : p.buffers)
+  std::map<std::string, const Buffer *> byName; // looked up once per copy, not by a scan
+  for (const auto &b : p.buffers) {
     if (b.persistent() && b.init.kind == "copy") ready[size_t(b.id)] = 0;
+    if (b.persistent()) byName[b.name] = &b; // the last of a name, as the scan found it
+  }
   for (bool progress = true; progress;) {
     progress = false;
     for (const auto &b : p.buffers) {
       if (ready[size_t(b.id)]) continue;
-      const Buffer *s = nullptr;
-      for (const auto &c : p.buffers)
-        if (c.persistent() && c.name == b.init.source) s = &c;
+      auto found = byName.find(b.init.source);
+      const Buffer *s = found == byName.end() ? nullptr : found->second;
       if (!s || !ready[size_t(s->id)]) continue;
       if (s->shard == b.shard || !s->shard) {
         onEveryRank([&](int l) {
+          Engine &en = *engines_[size_t(l)];
+          const std::vector<HostPiece> from = en.hostPieces(s->id), to = en.hostPieces(b.id);
+          if (s->shard == b.shard && from.size() == 1 && to.size() == 1) { // in place
+            convert(from[0].data, s->dtype, to[0].data, b.dtype, b.numel());
+            return;
+          }
           std::vector<char> src(size_t(s->bytes)), dst(size_t(b.bytes));
           engines_[size_t(l)]->readBytes(s->id, src.data());
           if (s->shard == b.shard) {

@@ -12,7 +12,11 @@
 #  4. the checkpoint's model.safetensors loads into PyTorch under the Hugging Face names and gives
 #     the loss bigc logged for the next step (fp32, 2.5e-7);
 #  5. bad input: a checkpoint of another program, a damaged file (the previous one is used), only
-#     damaged checkpoints, --resume without --checkpoint-dir: a clear error (exit 1).
+#     damaged checkpoints, --resume without --checkpoint-dir: a clear error (exit 1);
+#  6. checkpoints do not stop training: while the checkpoint of step 3 is written (held 2 s between
+#     its files by the test hook), the next steps run and are logged (their end times fall between
+#     the writer's start and end, from its manifest) with the straight run's losses; with
+#     --checkpoint-sync no step ends while a checkpoint is written.
 set -euo pipefail
 BIN=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -150,4 +154,31 @@ rm -rf "$d/ck-bad"/step-00000021
 for f in "$d"/ck-bad/step-*/manifest.json; do echo "{" > "$f"; done
 expect_fail "only damaged checkpoints" "no complete checkpoint" \
   "$BIN/bigc" run "$d/fp32.bigc" --data "$d/tokens.bin" --steps 30 --checkpoint-dir "$d/ck-bad" --resume --quiet
+# 6. Training continues while a checkpoint is written.
+for mode in background sync; do
+  extra=(); [ $mode = sync ] && extra=(--checkpoint-sync)
+  rm -rf "$d/ck-$mode"
+  BIGC_TEST_CHECKPOINT_PAUSE_MS=2000 "$BIN/bigc" run "$d/fp32.bigc" --data "$d/tokens.bin" --steps 8 \
+    --checkpoint-dir "$d/ck-$mode" --checkpoint-every 3 --keep-checkpoints 10 --log "$d/$mode.jsonl" "${extra[@]}" --quiet
+  head -n 8 "$d/fp32.straight.jsonl" > "$d/first8.jsonl"
+  same "$d/first8.jsonl" "$d/$mode.jsonl"
+  $PY - "$mode" "$d/ck-$mode/step-00000003/manifest.json" "$d/$mode.jsonl" <<'PY'
+import json, sys
+mode, manifest, log = sys.argv[1:4]
+t = json.load(open(manifest))["timing"]
+began, ended = t["write_began_s"], t["write_ended_s"]
+rows = [json.loads(l) for l in open(log) if l.strip()]
+during = [r["step"] for r in rows if began < r["elapsed_s"] < ended]
+if mode == "background":
+    ok = ended - began >= 2.0 and len(during) >= 2 and min(during) > 3
+    what = f"steps {during} ended while the checkpoint of step 3 was written ({began:.2f} s to {ended:.2f} s)"
+else:
+    ok = ended - began >= 2.0 and not during
+    what = f"--checkpoint-sync: no step ended while the checkpoint of step 3 was written ({began:.2f} s to {ended:.2f} s)"
+print(("ok   " if ok else "FAIL ") + what)
+if not ok:
+    print("   steps ended at", [(r["step"], r["elapsed_s"]) for r in rows])
+sys.exit(0 if ok else 1)
+PY
+done
 echo PASS

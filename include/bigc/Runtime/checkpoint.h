@@ -7,7 +7,8 @@
 //                      the fp16 loss scale and its counter), under the program's buffer names;
 //   manifest.json      step, optimizer updates, the program's checksum, the data source's
 //                      position (file offset, or the synthetic stream's generator state), the seed,
-//                      the last loss, and each file's size and FNV-1a 64 checksum.
+//                      the last loss, each file's size and XXH64 checksum (version 2; version 1's
+//                      FNV-1a 64 is still read), and when its files were written.
 // A checkpoint is written into a hidden temporary directory (every file and the directory fsync'd)
 // and renamed into place; until then the previous checkpoints stay whole, so a process killed at
 // any moment leaves at least one complete checkpoint. The newest `keep` are kept. A resumed run
@@ -18,8 +19,13 @@
 // reductions run in another order). No MLIR here.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bigc/Runtime/data.h"
@@ -34,15 +40,64 @@ struct Info {
   double loss = 0.0; // the loss of its last step
 };
 
-// Writes the checkpoint of `step` into dir (created if missing). Throws UserError on I/O failure
-// (naming the path), leaving the previous checkpoints as they were.
+using Clock = std::chrono::steady_clock;
+
+// Writes the checkpoint of `step` into dir (created if missing) now, from the engine's memory.
+// Throws UserError on I/O failure (naming the path), leaving the previous checkpoints as they were.
+// `origin`: the run's start (the manifest's timings are seconds since it).
 Info save(const std::string &dir, const Engine &ex, const data::TokenSource &source, uint64_t seed, double loss,
-          int keep);
+          int keep, Clock::time_point origin = Clock::now());
+
+// The host memory a Writer's snapshot takes: every persistent buffer of the program (whole tensors).
+int64_t snapshotBytes(const Program &p);
+
+struct WriteStats {
+  int64_t bytes = 0;             // the files' bytes
+  double beganS = 0, endedS = 0; // seconds since the run began
+};
+
+// Checkpoints that do not stop training: save() copies the training state into a snapshot in host
+// memory (snapshotBytes, allocated once and reused: one checkpoint in flight at a time; a save()
+// while the previous one is still being written waits for it) and returns; a thread writes the
+// checkpoint from the snapshot while the next steps run, as save() above writes it (temporary
+// directory, fsync, rename: killed at any moment, the previous checkpoints stay whole). The
+// destructor finishes the checkpoint in flight.
+class Writer {
+public:
+  Writer(std::string dir, int keep, Clock::time_point origin);
+  ~Writer();
+  void save(const Engine &ex, const data::TokenSource &source, uint64_t seed, double loss);
+  // A checkpoint is being written and has finished (wait() then returns at once).
+  bool finished() const;
+  // Waits for the checkpoint being written: its Info (empty path when none was in flight); throws
+  // its UserError when it failed.
+  Info wait(WriteStats *stats = nullptr);
+  bool busy() const { return thread_.joinable(); }
+  double lastSnapshotSeconds() const { return lastSnapshotSeconds_; }
+
+private:
+  std::string dir_;
+  int keep_;
+  Clock::time_point origin_;
+  char *arena_ = nullptr;
+  int64_t arenaBytes_ = 0;
+  bool populated_ = false;
+  std::thread thread_;
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::exception_ptr error_;
+  Info info_;
+  WriteStats stats_;
+  double lastSnapshotSeconds_ = 0;
+};
 
 // Under mpirun, the processes other than the leader (process 0, which writes): the same reads of
-// the engine's tensors as save() (or, with `weightsOnly`, as --save-weights), in the same order,
-// writing nothing: sharded tensors are gathered by all processes together.
-void follow(const Engine &ex, bool weightsOnly);
+// the engine's tensors, in the same order, as the leader's --save-weights (Weights: the weights of
+// record), save() (Checkpoint: the weights, then every persistent buffer) or Writer::save()
+// (Snapshot: every persistent buffer), writing nothing: sharded tensors are gathered by all
+// processes together.
+enum class Follow { Weights, Checkpoint, Snapshot };
+void follow(const Engine &ex, Follow what);
 
 // The newest complete checkpoint in dir: its manifest parses, belongs to a bigc checkpoint, and its
 // files have the sizes and checksums it records. Incomplete or damaged ones are skipped, each with

@@ -23,12 +23,36 @@ public:
   virtual const Program &program() const = 0;
 
   // (Re)initialise every persistent buffer from its `init` (kind copy after its source; the
-  // values of docs/program-format.md, computed on the host and written with writeBytes) and reset
-  // the step counters.
+  // values of docs/program-format.md) and reset the step counters. The values are computed in
+  // parallel straight into the buffers' host memory (hostPieces), each rank's shard from its own
+  // range of the whole tensor's stream; an engine without host pieces gets each tensor through
+  // writeBytes.
   void initialize(uint64_t seed);
   // Re-run the init of every buffer of kind copy (compute copies of masters), e.g. after the
-  // masters were loaded from a file. (A RankGroup copies shards into whole tensors across ranks.)
+  // masters were loaded from a file: one pass in dependency order, converting in parallel in
+  // place. (A RankGroup copies shards into whole tensors across ranks.)
   virtual void refreshCopies();
+
+  // Where buffer `id`'s values live in this process's host memory: pieces of the whole tensor's
+  // row-major elements. Piece {data, begin, count, capacity}: elements [begin, begin + count) of the
+  // whole tensor are stored at `data` in the buffer's dtype, followed by capacity − count elements
+  // of padding (a ZeRO shard's tail, zero). Several pieces may hold the same elements (replicas on
+  // several ranks: a writer writes each, a reader reads one). Empty when the buffer is not in host
+  // memory (a GPU arena): then readBytes/writeBytes move it. Initialisation, --load-weights,
+  // checkpoints and resume read and write through these, without temporary copies.
+  struct HostPiece {
+    void *data = nullptr;
+    int64_t begin = 0, count = 0, capacity = 0;
+  };
+  virtual std::vector<HostPiece> hostPieces(int64_t /*bufferId*/) const { return {}; }
+
+  // What the last initialize() spent (on host pieces): computing the initial values (bytes of the
+  // buffers written), mapping and zeroing the zero-initialised buffers, making the compute copies.
+  struct InitTimes {
+    double valuesSeconds = 0, zerosSeconds = 0, copiesSeconds = 0;
+    int64_t valueBytes = 0, zeroBytes = 0;
+  };
+  const InitTimes &initTimes() const { return initTimes_; }
 
   // One training step over K micro-batches (`tokens`/`targets` hold K·B·T ids); returns the loss.
   // Throws UserError for bad data (naming the step and instruction) or a stuck stream.
@@ -90,12 +114,21 @@ public:
 
   // Persistent (param/master/optimizer) buffer by name; nullptr when there is none.
   const Buffer *findPersistent(const std::string &name) const;
+  // Persistent buffers by name (one pass over the buffers).
+  std::map<std::string, const Buffer *> persistentByName() const;
   // Buffers of role "param", in program order.
   std::vector<const Buffer *> params() const;
   // The weights of record, in program order: every "master" buffer, and every "param" buffer
   // that is not the compute copy of a master (`N.half` of a master `N`). Their names are the
   // Hugging Face names; --save-weights and --load-weights use these.
   std::vector<const Buffer *> weights() const;
+
+protected:
+  // Set by a backend whose arenas were just mapped (all zero) before it calls initialize():
+  // buffers initialised to zero in host pieces are then not written (their pages stay untouched
+  // until a step writes them).
+  bool arenasZeroed_ = false;
+  InitTimes initTimes_;
 };
 
 // The CUDA backend (runtime/backends/cuda). `cudaBackendCompiled()`: this build has it.

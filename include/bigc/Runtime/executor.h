@@ -27,6 +27,16 @@ namespace bigc::rt {
 void initNormal(float *x, int64_t n, double std, uint64_t seed, const std::string &name);
 // The same values rounded (once, to nearest even) to `dtype` (f32, bf16 or f16).
 void initNormalAs(void *x, DType dtype, int64_t n, double std, uint64_t seed, const std::string &name);
+// Elements [begin, begin + count) of that stream (x[0] is element `begin`), bit for bit those of
+// initNormalAs, computed in parallel (runtime/executor/InitValues.cpp: the stream is
+// counter-based, so a range needs no element before it; whatever the thread count).
+void initNormalRange(void *x, DType dtype, int64_t begin, int64_t count, double std, uint64_t seed,
+                     const std::string &name);
+// `bytes` zero bytes at x, in parallel; `mappedZero`: x is freshly mapped memory (zero pages), so
+// its pages are only populated.
+void zeroFill(void *x, int64_t bytes, bool mappedZero);
+// count elements equal to `value` in `dtype`, in parallel.
+void initConstantRange(void *x, DType dtype, int64_t count, float value);
 uint64_t splitmix64(uint64_t &state);
 
 // One rank of a multi-rank program: its local index in the communicator (which runs its
@@ -57,6 +67,7 @@ public:
   ~Executor() override;
 
   const char *backend() const override { return "cpu"; }
+  std::vector<HostPiece> hostPieces(int64_t id) const override;
   void readBytes(int64_t id, void *dst) const override;
   void writeBytes(int64_t id, const void *src) override;
 

@@ -76,6 +76,9 @@ public:
   void readBytes(int64_t id, void *dst) const override;
   void writeBytes(int64_t id, const void *src) override;
   void refreshCopies() override;
+  // Every local rank's piece of the whole tensor (its shard, or its replica), when the engines
+  // have host memory and the buffer is not split by tensor parallelism; else none.
+  std::vector<HostPiece> hostPieces(int64_t id) const override;
 
   // Grad capture and profiling: rank 0's (its gradients are shards under ZeRO >= 1).
   void enableGradCapture() override { engines_[0]->enableGradCapture(); }

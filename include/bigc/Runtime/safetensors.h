@@ -4,13 +4,17 @@
 // No MLIR here.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <functional>
 #include <vector>
 
 #include "bigc/Runtime/program.h"
+#include "bigc/Runtime/xxh64.h"
 
 namespace bigc::rt {
 class Engine;
@@ -60,17 +64,53 @@ std::string serialize(const File &file);
 void write(const std::string &path, const File &file);
 
 // A file written tensor by tensor in serialize()'s layout, so that no copy of everything is held in
-// memory: fill(i, buf) puts tensor i's bytes (buf is sized already). Written to path + ".tmp",
-// fsync'd, renamed; returns the file's size and FNV-1a 64. Throws UserError.
+// memory: fill(i, buf) returns where tensor i's bytes are (in memory that stays valid until the next
+// call, or in buf, filled and sized by it). Written to path + ".tmp" with large writes, fsync'd,
+// renamed; returns the file's size and XXH64. Throws UserError.
 struct OutTensor {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
   int64_t bytes;
 };
+// A file written at disk speed: appended bytes are copied into four aligned buffers of 16 MiB that
+// an I/O thread writes in order with O_DIRECT (buffered where the file system refuses it) while the
+// next ones fill; checksummed (XXH64) on the way. finish() truncates the padded tail, fsyncs and
+// closes; throws UserError naming the file. The caller renames the file into place.
+class DirectFileWriter {
+public:
+  explicit DirectFileWriter(const std::string &path);
+  ~DirectFileWriter();
+  void append(const void *data, int64_t n);
+  void finish();
+  int64_t size() const { return size_; }
+  uint64_t digest() const { return sum_.digest(); }
+
+private:
+  static constexpr int64_t kBuffer = int64_t(16) << 20, kAlign = 4096, kBuffers = 4;
+  struct Buf {
+    char *data = nullptr;
+    int64_t bytes = 0, offset = 0;
+    bool full = false;
+  };
+  void ioLoop();
+  void flushBuffer();
+  std::string path_;
+  int fd_ = -1;
+  bool direct_ = false;
+  Buf bufs_[kBuffers];
+  int64_t size_ = 0, filling_ = 0, next_ = 0;
+  int err_ = 0;
+  bool stop_ = false;
+  Xxh64 sum_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread io_;
+};
+
+using FillFn = std::function<const uint8_t *(size_t, std::vector<uint8_t> &)>;
 std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::map<std::string, std::string> &metadata,
-                                            const std::vector<OutTensor> &tensors,
-                                            const std::function<void(size_t, std::vector<uint8_t> &)> &fill);
+                                            const std::vector<OutTensor> &tensors, const FillFn &fill);
 // The engine's weights of record (masters when there are, as f32, Hugging Face names), streamed.
 std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,
                                           const std::map<std::string, std::string> &metadata = {});
@@ -87,5 +127,22 @@ File gradsOf(const Engine &ex);
 // `*.attn.bias` and `*.attn.masked_bias`; a `transformer.` prefix is stripped). bf16/f16 files are
 // converted.
 void loadWeights(Engine &ex, const File &file, const std::string &path);
+// The same from files, at disk speed (--load-weights): a safetensors file, a Hugging Face index
+// of several (model.safetensors.index.json: "weight_map" {tensor: file beside it}), or a
+// directory holding either. Every header is checked and every weight matched before anything is
+// read; then the tensors are read with large reads in parallel straight into the engine's
+// buffers (Engine::hostPieces: each rank only its shard), converting bf16/f16/f32 on the way.
+void loadWeightsFrom(Engine &ex, const std::string &path);
+
+// Reads tensors of open files into engine buffers of the same shape (the file's dtype converted to
+// the buffer's): into the buffers' host pieces in parallel, else through writeBytes. Throws
+// UserError naming the file and tensor on a read error.
+struct TensorRead {
+  const Buffer *buffer;
+  const Tensor *tensor;
+  int fd;
+  const std::string *path;
+};
+void readTensors(Engine &ex, const std::vector<TensorRead> &items);
 
 } // namespace bigc::rt::safetensors
