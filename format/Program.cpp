@@ -46,6 +46,17 @@ uint64_t fnv1a64(const void *data, size_t n, uint64_t h) {
   return h;
 }
 
+int64_t Program::stateBytes() const {
+  int64_t n = 0;
+  for (const auto &b : buffers) {
+    if (!b.persistent()) continue;
+    int64_t e = 1;
+    for (int64_t d : b.tpDim >= 0 ? b.tpFullShape : b.shard ? b.fullShape : b.shape) e *= d;
+    n += e * dtypeSize(b.dtype);
+  }
+  return n;
+}
+
 int64_t Program::parameterCount() const {
   int64_t n = 0;
   // The weights the step computes with, whole (a ZeRO-3 shard counts as its tensor); the rank's

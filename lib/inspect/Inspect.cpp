@@ -510,6 +510,20 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     << ", buffers: " << withCommas(int64_t(p.buffers.size())) << "\n";
   o << "fits: " << (allFit(sums) ? "yes" : "NO") << "\n";
   {
+    // A background checkpoint's snapshot (bigc run --checkpoint-dir) is host memory outside the plan.
+    const int64_t snap = p.stateBytes();
+    const rt::Space *host = p.space("host");
+    o << "checkpoints: " << humanBytes(snap)
+      << " of training state; bigc run --checkpoint-dir writes them in the background from a snapshot of that size"
+         " in host memory";
+    if (p.hostCapacityBytes > 0) {
+      const int64_t beside = (host ? host->arenaBytes : 0) + snap;
+      o << " (with the host arena " << humanBytes(beside) << " of the host's " << humanBytes(p.hostCapacityBytes)
+        << (beside <= p.hostCapacityBytes ? ": fits" : ": does not fit, use --checkpoint-sync") << ")";
+    }
+    o << "; --checkpoint-sync writes between steps without it\n";
+  }
+  {
     std::vector<StreamStat> st = streamStats(p);
     if (st.size() > 1 || (st.size() == 1 && st[0].name != "compute")) {
       o << "streams:";
@@ -695,6 +709,7 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
                  {"precision", p.precision},
                  {"micro_batches", p.microBatches},
                  {"ranks", p.ranks}};
+  j["checkpoint_snapshot_bytes"] = p.stateBytes();
   if (!p.initialWeights.empty()) j["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
   j["hardware"] = rt::hardwareJson(p);
   json phases = json::array();

@@ -210,6 +210,10 @@ struct Snap {
   // Tensor i of `state`'s bytes: a pointer to them (the engine's memory or a snapshot), or `buf`
   // filled with them.
   std::function<const uint8_t *(size_t, std::vector<uint8_t> &)> bytes;
+  // A snapshot (Writer): the bytes of state[order[0]], state[order[1]], ... back to back at `image`
+  // (page-aligned), the weights of record first, so that both files are written from it in place.
+  const char *image = nullptr;
+  std::vector<size_t> order;
   Clock::time_point origin; // the run's start (timings in the manifest are relative to it)
   double beganS = -1;       // when the writing began (Writer: when save() handed it to the thread)
 };
@@ -238,34 +242,47 @@ Info writeSnap(const Snap &s, WriteStats *stats) {
   try {
     // model.safetensors: the weights of record as f32 (as --save-weights writes them).
     {
+      const std::map<std::string, std::string> md = {
+          {"format", "pt"}, {"producer", "bigc"}, {"content", "weights"}, {"step", std::to_string(step)}};
       std::vector<safetensors::OutTensor> ts;
-      for (size_t i : s.weights)
+      bool f32 = true;
+      for (size_t i : s.weights) {
         ts.push_back({s.state[i]->name, DType::F32, s.state[i]->shape, s.state[i]->numel() * 4});
+        f32 = f32 && s.state[i]->dtype == DType::F32;
+      }
       std::vector<uint8_t> conv;
-      record("model.safetensors",
-             safetensors::writeStreaming(
-                 tmp + "/model.safetensors",
-                 {{"format", "pt"}, {"producer", "bigc"}, {"content", "weights"}, {"step", std::to_string(step)}}, ts,
-                 [&](size_t k, std::vector<uint8_t> &buf) -> const uint8_t * {
-                   const Buffer &b = *s.state[s.weights[k]];
-                   const uint8_t *p = s.bytes(s.weights[k], conv);
-                   if (b.dtype == DType::F32) return p;
-                   buf.resize(size_t(b.numel() * 4));
-                   convert(p, b.dtype, buf.data(), DType::F32, b.numel());
-                   return buf.data();
-                 }));
+      if (s.image && f32) // the image begins with the weights of record, in this order
+        record("model.safetensors", safetensors::writeImage(tmp + "/model.safetensors", md, ts, s.image));
+      else
+        record("model.safetensors",
+               safetensors::writeStreaming(tmp + "/model.safetensors", md, ts,
+                                           [&](size_t k, std::vector<uint8_t> &buf) -> const uint8_t * {
+                                             const Buffer &b = *s.state[s.weights[k]];
+                                             const uint8_t *p = s.bytes(s.weights[k], conv);
+                                             if (b.dtype == DType::F32) return p;
+                                             buf.resize(size_t(b.numel() * 4));
+                                             convert(p, b.dtype, buf.data(), DType::F32, b.numel());
+                                             return buf.data();
+                                           }));
     }
     // Test hook: a pause in the middle of writing, so that a test can kill the process there.
     if (const char *pause = std::getenv("BIGC_TEST_CHECKPOINT_PAUSE_MS"))
       ::usleep(useconds_t(std::atoll(pause)) * 1000);
     // state.safetensors: every persistent buffer as stored.
     {
+      const std::map<std::string, std::string> md = {
+          {"format", "pt"}, {"producer", "bigc"}, {"content", "training state"}};
       std::vector<safetensors::OutTensor> ts;
-      for (const Buffer *b : s.state) ts.push_back({b->name, b->dtype, b->shape, b->bytes});
-      record("state.safetensors",
-             safetensors::writeStreaming(tmp + "/state.safetensors",
-                                         {{"format", "pt"}, {"producer", "bigc"}, {"content", "training state"}}, ts,
-                                         [&](size_t i, std::vector<uint8_t> &buf) { return s.bytes(i, buf); }));
+      if (s.image) {
+        for (size_t i : s.order)
+          ts.push_back({s.state[i]->name, s.state[i]->dtype, s.state[i]->shape, s.state[i]->bytes});
+        record("state.safetensors", safetensors::writeImage(tmp + "/state.safetensors", md, ts, s.image));
+      } else {
+        for (const Buffer *b : s.state) ts.push_back({b->name, b->dtype, b->shape, b->bytes});
+        record("state.safetensors",
+               safetensors::writeStreaming(tmp + "/state.safetensors", md, ts,
+                                           [&](size_t i, std::vector<uint8_t> &buf) { return s.bytes(i, buf); }));
+      }
     }
   } catch (...) {
     removeTree(tmp);
@@ -387,13 +404,6 @@ Info save(const std::string &dir, const Engine &ex, const data::TokenSource &sou
   return writeSnap(s, nullptr);
 }
 
-int64_t snapshotBytes(const Program &p) {
-  int64_t n = 0;
-  for (const Buffer &b : p.buffers)
-    if (b.persistent()) n += b.bytes;
-  return n;
-}
-
 Writer::Writer(std::string dir, int keep, Clock::time_point origin)
     : dir_(std::move(dir)), keep_(keep), origin_(origin) {}
 
@@ -413,9 +423,19 @@ void Writer::save(const Engine &ex, const data::TokenSource &source, uint64_t se
   s.origin = origin_;
   // The snapshot: every persistent buffer's bytes, copied in parallel (read through the engine
   // where they are not in this process's memory: a GPU, or other processes' shards).
-  std::vector<int64_t> offset;
+  // Laid out as the files' data (the weights of record first, then the rest in program order,
+  // back to back), so that the writer sends it to disk from where it lies.
+  std::vector<size_t> order = s.weights;
+  {
+    std::vector<char> isWeight(s.state.size(), 0);
+    for (size_t i : s.weights) isWeight[i] = 1;
+    for (size_t i = 0; i < s.state.size(); ++i)
+      if (!isWeight[i]) order.push_back(i);
+  }
+  std::vector<int64_t> offset(s.state.size(), 0);
   int64_t total = 0;
-  for (const Buffer *b : s.state) offset.push_back(total), total += (b->bytes + 63) / 64 * 64;
+  for (size_t i : order) offset[i] = total, total += s.state[i]->bytes;
+  total = (total + 4095) / 4096 * 4096;
   if (!arena_ || arenaBytes_ < total) {
     if (arena_) ::munmap(arena_, size_t(arenaBytes_));
     arena_ = nullptr;
@@ -458,6 +478,7 @@ void Writer::save(const Engine &ex, const data::TokenSource &source, uint64_t se
   s.bytes = [arena, offset](size_t i, std::vector<uint8_t> &) {
     return reinterpret_cast<const uint8_t *>(arena + offset[i]);
   };
+  s.image = arena, s.order = std::move(order);
   lastSnapshotSeconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
   s.beganS = since(origin_);
   error_ = nullptr;

@@ -322,10 +322,11 @@ void DirectFileWriter::ioLoop() {
       b = &bufs_[next_ % kBuffers];
     }
     int64_t n = b->bytes, at = 0;
-    if (direct_) n = (n + kAlign - 1) / kAlign * kAlign; // the tail padded (truncated in finish)
+    if (direct_ && !b->src) n = (n + kAlign - 1) / kAlign * kAlign; // the tail padded (truncated in finish)
+    const char *from = b->src ? b->src : b->data;
     int err = 0;
     while (at < n) {
-      const ssize_t w = ::pwrite(fd_, b->data + at, size_t(n - at), off_t(b->offset + at));
+      const ssize_t w = ::pwrite(fd_, from + at, size_t(n - at), off_t(b->offset + at));
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
         err = w < 0 ? errno : EIO;
@@ -344,8 +345,11 @@ void DirectFileWriter::ioLoop() {
 }
 
 void DirectFileWriter::flushBuffer() {
+  if (bufs_[filling_ % kBuffers].bytes != 0) queue();
+}
+
+void DirectFileWriter::queue() {
   Buf &b = bufs_[filling_ % kBuffers];
-  if (b.bytes == 0) return;
   std::unique_lock<std::mutex> lock(mu_);
   b.full = true;
   ++filling_;
@@ -355,6 +359,26 @@ void DirectFileWriter::flushBuffer() {
   Buf &nb = bufs_[filling_ % kBuffers];
   nb.bytes = 0;
   nb.offset = size_;
+  nb.src = nullptr;
+}
+
+void DirectFileWriter::appendInPlace(const void *data, int64_t n) {
+  const char *p = static_cast<const char *>(data);
+  const int64_t aligned = n / kAlign * kAlign;
+  if (!direct_ || reinterpret_cast<uintptr_t>(p) % kAlign != 0 || size_ % kAlign != 0 || aligned == 0) {
+    append(data, n);
+    return;
+  }
+  flushBuffer(); // what was appended before (it ends at a 4096-byte boundary)
+  for (int64_t at = 0; at < aligned; at += kBuffer) {
+    const int64_t take = std::min(kBuffer, aligned - at);
+    sum_.update(p + at, size_t(take));
+    Buf &b = bufs_[filling_ % kBuffers];
+    b.src = p + at, b.bytes = take, b.offset = size_;
+    size_ += take;
+    queue();
+  }
+  append(p + aligned, n - aligned);
 }
 
 void DirectFileWriter::append(const void *data, int64_t n) {
@@ -388,8 +412,11 @@ void DirectFileWriter::finish() {
   if (::close(fd) != 0) fail(path_, std::string("write failed: ") + std::strerror(errno));
 }
 
-std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::map<std::string, std::string> &metadata,
-                                            const std::vector<OutTensor> &ts, const FillFn &fill) {
+namespace {
+// The 8-byte length and the JSON header of a file of tensors `ts` back to back in that order,
+// padded with spaces so that the data begins at a multiple of `align` bytes.
+std::string headerOf(const std::map<std::string, std::string> &metadata, const std::vector<OutTensor> &ts,
+                     size_t align) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t off = 0;
@@ -399,21 +426,21 @@ std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::
     off += uint64_t(t.bytes);
   }
   std::string h = header.dump();
-  while ((8 + h.size()) % 8 != 0) h.push_back(' ');
+  while ((8 + h.size()) % align != 0) h.push_back(' ');
   std::string head(8, '\0');
   for (int i = 0; i < 8; ++i) head[size_t(i)] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);
-  head += h;
+  return head + h;
+}
+
+// Writes path + ".tmp" (the header, then `body`), renames it into place; its size and XXH64.
+std::pair<int64_t, uint64_t> writeFile(const std::string &path, const std::string &head,
+                                       const std::function<void(DirectFileWriter &)> &body) {
   const std::string tmp = path + ".tmp";
   DirectFileWriter out(tmp);
   std::string failure;
   try {
     out.append(head.data(), int64_t(head.size()));
-    std::vector<uint8_t> buf;
-    for (size_t i = 0; i < ts.size(); ++i) {
-      buf.clear();
-      const uint8_t *p = fill(i, buf);
-      out.append(p, ts[i].bytes);
-    }
+    body(out);
     out.finish();
   } catch (const UserError &e) {
     failure = e.what();
@@ -423,9 +450,27 @@ std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::
     std::remove(tmp.c_str());
     fail(path, "write failed: " + why);
   }
-  const int64_t size = out.size();
-  const uint64_t digest = out.digest();
-  return {size, digest};
+  return {out.size(), out.digest()};
+}
+} // namespace
+
+std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::map<std::string, std::string> &metadata,
+                                            const std::vector<OutTensor> &ts, const FillFn &fill) {
+  return writeFile(path, headerOf(metadata, ts, 8), [&](DirectFileWriter &out) {
+    std::vector<uint8_t> buf;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      buf.clear();
+      const uint8_t *p = fill(i, buf);
+      out.append(p, ts[i].bytes);
+    }
+  });
+}
+
+std::pair<int64_t, uint64_t> writeImage(const std::string &path, const std::map<std::string, std::string> &metadata,
+                                        const std::vector<OutTensor> &ts, const char *image) {
+  int64_t total = 0;
+  for (const OutTensor &t : ts) total += t.bytes;
+  return writeFile(path, headerOf(metadata, ts, 4096), [&](DirectFileWriter &out) { out.appendInPlace(image, total); });
 }
 
 std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,

@@ -23,6 +23,7 @@
 #include <iostream>
 #include <memory>
 #include <new>
+#include <optional>
 #include <omp.h>
 #include <unistd.h>
 
@@ -208,20 +209,6 @@ void restoreStopHandlers() {
   sigaction(SIGTERM, &oldTerm, nullptr);
 }
 
-// The program as a RankGroup shows it (whole tensors): what a checkpoint holds.
-Program logicalStateOf(const Program &p) {
-  Program l;
-  for (const Buffer &b : p.buffers) {
-    if (!b.persistent()) continue;
-    Buffer w = b;
-    if (w.shard) w.shape = w.fullShape, w.shard = false;
-    if (w.tpDim >= 0) w.shape = w.tpFullShape, w.tpDim = -1;
-    w.bytes = w.numel() * dtypeSize(w.dtype);
-    l.buffers.push_back(w);
-  }
-  return l;
-}
-
 int runBody(int argc, char **argv, int first) {
   const std::set<std::string> valued = {"--backend",
                                         "--steps",
@@ -325,7 +312,7 @@ int runBody(int argc, char **argv, int first) {
   // beside the arenas this process holds in RAM.
   const bool background = !ckptDir.empty() && !args.has("--checkpoint-sync");
   const bool asyncCheckpoints = background && leader;
-  const int64_t snapshot = asyncCheckpoints ? checkpoint::snapshotBytes(logicalStateOf(prog)) : 0;
+  const int64_t snapshot = asyncCheckpoints ? prog.stateBytes() : 0;
   if (asyncCheckpoints) {
     int64_t resident = 0;
     const int64_t localRanks = world > 1 ? R / world : R;
@@ -342,6 +329,9 @@ int runBody(int argc, char **argv, int first) {
   }
   const auto engineBegan = clock::now();
   std::unique_ptr<Engine> engine;
+  // Weights about to be loaded whole are not given initial values first.
+  std::optional<Engine::LoadingWeights> loading;
+  if (args.has("--load-weights") || !prog.initialWeights.empty()) loading.emplace();
   if (backend == "cuda" && R > 1)
     engine = makeCudaRankGroup(std::move(prog), seed, commTimeout);
   else if (backend == "cuda")
@@ -351,6 +341,7 @@ int runBody(int argc, char **argv, int first) {
   else
     engine = std::make_unique<Executor>(std::move(prog), seed);
   Engine &ex = *engine;
+  loading.reset();
   const double initSeconds = secondsSince(engineBegan); // arenas, binding, initial values
   const auto loadBegan = clock::now();
   double loadSeconds = 0;

@@ -4,6 +4,7 @@
 #include "bigc/Runtime/half.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -82,6 +83,12 @@ void initValues(const Buffer &b, void *x, int64_t begin, int64_t count, uint64_t
 }
 } // namespace
 
+namespace {
+std::atomic<int> loadingWeights{0};
+}
+Engine::LoadingWeights::LoadingWeights() { ++loadingWeights; }
+Engine::LoadingWeights::~LoadingWeights() { --loadingWeights; }
+
 void Engine::initialize(uint64_t seed) {
   // Every tensor's values in pieces of about a million elements, all in one parallel loop (no
   // thread waits at the end of each tensor); replicas (ranks holding a tensor whole) copied after.
@@ -100,9 +107,19 @@ void Engine::initialize(uint64_t seed) {
   std::vector<Replica> replicas;
   std::vector<unsigned char> bytes; // engines without host pieces: one tensor at a time
   constexpr int64_t kElements = int64_t(1) << 20;
+  std::vector<char> loaded(program().buffers.size(), 0); // weights about to be loaded
+  if (loadingWeights.load() > 0)
+    for (const Buffer *w : weights()) loaded[size_t(w->id)] = 1;
   for (const auto &b : program().buffers) {
     if (!b.persistent() || b.init.kind == "copy") continue;
     const std::vector<HostPiece> pieces = hostPieces(b.id);
+    if (loaded[size_t(b.id)]) { // only the padding of its shards, which the loader does not write
+      for (const HostPiece &pc : pieces)
+        if (pc.capacity > pc.count && !arenasZeroed_)
+          jobs.push_back(Job{&b, static_cast<char *>(pc.data) + pc.count * dtypeSize(b.dtype), 0,
+                             (pc.capacity - pc.count) * dtypeSize(b.dtype), true});
+      continue;
+    }
     if (pieces.empty()) {
       bytes.assign(size_t(b.bytes), 0);
       initValues(b, bytes.data(), 0, b.numel(), seed);

@@ -11,10 +11,14 @@
 #include <dlfcn.h>
 #include <fstream>
 #include <omp.h>
+#include <map>
+#include <memory>
 #include <random>
+#include <set>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bigc/Runtime/engine.h"
 #include "bigc/Runtime/executor.h"
 #include "bigc/Runtime/half.h"
 #include "bigc/Runtime/safetensors.h"
@@ -157,6 +161,105 @@ TEST(RuntimeStartup, DirectWriterWritesExactlyTheBytes) {
     std::remove(path.c_str());
   }
   ::rmdir(dir.c_str());
+}
+
+TEST(RuntimeStartup, DirectWriterWritesCallersBytesInPlace) {
+  // appendInPlace: the aligned part of the caller's bytes written from where they lie, the tail
+  // and anything unaligned copied; the file and its digest are those of the bytes, in any mix.
+  const std::string dir = tempDir();
+  const size_t size = (size_t(40) << 20) + 12345;
+  char *data = static_cast<char *>(std::aligned_alloc(4096, (size + 4095) / 4096 * 4096));
+  ASSERT_NE(data, nullptr);
+  for (size_t i = 0; i < size; ++i) data[i] = char(i * 11 + (i >> 12));
+  struct Piece {
+    size_t at, n;
+    bool inPlace;
+  };
+  const std::vector<std::vector<Piece>> plans = {
+      {{0, size, true}},                                                  // all of it in place
+      {{0, 4096, false}, {4096, size - 4096, true}},                      // a header, then in place
+      {{0, 100, false}, {100, size - 100, true}},                         // misaligned: copied
+      {{0, 8192, true}, {8192, 5000, true}, {13192, size - 13192, true}}, // an unaligned tail between
+  };
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const std::string path = dir + "/f.bin";
+    st::DirectFileWriter w(path);
+    for (const Piece &pc : plans[k])
+      pc.inPlace ? w.appendInPlace(data + pc.at, int64_t(pc.n)) : w.append(data + pc.at, int64_t(pc.n));
+    w.finish();
+    const std::string got = slurp(path);
+    ASSERT_EQ(got.size(), size) << "plan " << k;
+    EXPECT_EQ(0, std::memcmp(got.data(), data, size)) << "plan " << k;
+    EXPECT_EQ(w.digest(), xxh64(data, size)) << "plan " << k;
+    std::remove(path.c_str());
+  }
+  std::free(data);
+  ::rmdir(dir.c_str());
+}
+
+TEST(RuntimeStartup, ImageFileHoldsTheSameTensorsAsAStreamedOne) {
+  // writeImage (a checkpoint's snapshot written in place, header padded to 4096) and writeStreaming
+  // give files that read back as the same tensors; the image's data begins at a 4096 boundary.
+  const std::string dir = tempDir();
+  std::vector<st::OutTensor> ts = {
+      {"a", DType::F32, {3, 5}, 60}, {"b", DType::BF16, {7}, 14}, {"c", DType::F32, {1000}, 4000}};
+  const size_t total = 60 + 14 + 4000;
+  char *image = static_cast<char *>(std::aligned_alloc(4096, 8192));
+  ASSERT_NE(image, nullptr);
+  for (size_t i = 0; i < total; ++i) image[i] = char(i * 13 + 1);
+  const std::map<std::string, std::string> md = {{"producer", "bigc"}};
+  const auto img = st::writeImage(dir + "/img.safetensors", md, ts, image);
+  size_t at = 0;
+  const auto str = st::writeStreaming(dir + "/str.safetensors", md, ts, [&](size_t i, std::vector<uint8_t> &) {
+    const uint8_t *p = reinterpret_cast<const uint8_t *>(image + at);
+    at += size_t(ts[i].bytes);
+    return p;
+  });
+  const st::File a = st::read(dir + "/img.safetensors"), b = st::read(dir + "/str.safetensors");
+  ASSERT_EQ(a.tensors.size(), 3u);
+  ASSERT_EQ(b.tensors.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(a.tensors[i].name, b.tensors[i].name);
+    EXPECT_EQ(a.tensors[i].shape, b.tensors[i].shape);
+    EXPECT_EQ(a.tensors[i].data, b.tensors[i].data);
+  }
+  EXPECT_EQ(a.metadata, b.metadata);
+  EXPECT_EQ(a.tensors[0].fileOffset % 4096, 0u);
+  EXPECT_EQ(img.first, int64_t(slurp(dir + "/img.safetensors").size()));
+  EXPECT_EQ(str.first, int64_t(slurp(dir + "/str.safetensors").size()));
+  std::free(image);
+  std::remove((dir + "/img.safetensors").c_str());
+  std::remove((dir + "/str.safetensors").c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(RuntimeStartup, WeightsAboutToBeLoadedAreNotInitialised) {
+  // Under Engine::LoadingWeights the weights of record keep their mapped zeros (the loader writes
+  // them next); everything else (AdamW moments, compute copies) is initialised as without it.
+  Program p = bigc::rt::testing::offloadTiny(0.05, 0.0, 0.0);
+  Executor plain(p, 3);
+  std::unique_ptr<Executor> skipped;
+  {
+    Engine::LoadingWeights loading;
+    skipped = std::make_unique<Executor>(p, 3);
+  }
+  std::set<int64_t> weights;
+  for (const Buffer *b : plain.weights()) weights.insert(b->id);
+  ASSERT_FALSE(weights.empty());
+  bool someNonZero = false;
+  for (const Buffer &b : p.buffers) {
+    if (!b.persistent()) continue;
+    const std::vector<float> got = skipped->readF32(b.id), want = plain.readF32(b.id);
+    if (weights.count(b.id)) {
+      for (float v : got) ASSERT_EQ(v, 0.0f) << b.name;
+      for (float v : want) someNonZero |= v != 0.0f;
+    } else if (b.init.kind != "copy") {
+      EXPECT_EQ(got, want) << b.name;
+    }
+  }
+  EXPECT_TRUE(someNonZero); // the weights would have had values
+  Executor after(p, 3);     // the scope ended: initialised again
+  for (int64_t id : weights) EXPECT_EQ(after.readF32(id), plain.readF32(id));
 }
 
 TEST(RuntimeStartup, HuggingFaceIndexOfSeveralFilesLoadsAsOne) {

@@ -171,6 +171,9 @@ struct Program {
     return nullptr;
   }
   int64_t parameterCount() const; // elements of role "param"
+  // The persistent buffers' bytes as whole tensors (a ZeRO shard or tensor-parallel chunk counted as
+  // its tensor): what a checkpoint holds, and the host memory of a background checkpoint's snapshot.
+  int64_t stateBytes() const;
 };
 
 constexpr int kProgramVersion = 3;

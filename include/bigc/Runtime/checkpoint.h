@@ -48,16 +48,13 @@ using Clock = std::chrono::steady_clock;
 Info save(const std::string &dir, const Engine &ex, const data::TokenSource &source, uint64_t seed, double loss,
           int keep, Clock::time_point origin = Clock::now());
 
-// The host memory a Writer's snapshot takes: every persistent buffer of the program (whole tensors).
-int64_t snapshotBytes(const Program &p);
-
 struct WriteStats {
   int64_t bytes = 0;             // the files' bytes
   double beganS = 0, endedS = 0; // seconds since the run began
 };
 
 // Checkpoints that do not stop training: save() copies the training state into a snapshot in host
-// memory (snapshotBytes, allocated once and reused: one checkpoint in flight at a time; a save()
+// memory (Program::stateBytes, allocated once and reused: one checkpoint in flight at a time; a save()
 // while the previous one is still being written waits for it) and returns; a thread writes the
 // checkpoint from the snapshot while the next steps run, as save() above writes it (temporary
 // directory, fsync, rename: killed at any moment, the previous checkpoints stay whole). The

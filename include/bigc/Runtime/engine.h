@@ -28,6 +28,15 @@ public:
   // range of the whole tensor's stream; an engine without host pieces gets each tensor through
   // writeBytes.
   void initialize(uint64_t seed);
+  // While one of these is alive, initialize() leaves the weights of record (weights(): masters,
+  // params that are not compute copies) unwritten, their shards' padding aside: they are about to
+  // be loaded whole (--load-weights, an imported model's weights), which every weight must be.
+  struct LoadingWeights {
+    LoadingWeights();
+    ~LoadingWeights();
+    LoadingWeights(const LoadingWeights &) = delete;
+    LoadingWeights &operator=(const LoadingWeights &) = delete;
+  };
   // Re-run the init of every buffer of kind copy (compute copies of masters), e.g. after the
   // masters were loaded from a file: one pass in dependency order, converting in parallel in
   // place. (A RankGroup copies shards into whole tensors across ranks.)

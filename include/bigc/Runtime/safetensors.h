@@ -82,6 +82,10 @@ public:
   explicit DirectFileWriter(const std::string &path);
   ~DirectFileWriter();
   void append(const void *data, int64_t n);
+  // As append(), but bytes that stay valid and unchanged until finish() are written from where
+  // they lie (no copy, only the checksum reads them) when the file is at a 4096-byte boundary and
+  // `data` is 4096-aligned; the tail short of a multiple of 4096 bytes is appended as above.
+  void appendInPlace(const void *data, int64_t n);
   void finish();
   int64_t size() const { return size_; }
   uint64_t digest() const { return sum_.digest(); }
@@ -90,11 +94,13 @@ private:
   static constexpr int64_t kBuffer = int64_t(16) << 20, kAlign = 4096, kBuffers = 4;
   struct Buf {
     char *data = nullptr;
+    const char *src = nullptr; // the bytes to write when they are the caller's (appendInPlace)
     int64_t bytes = 0, offset = 0;
     bool full = false;
   };
   void ioLoop();
   void flushBuffer();
+  void queue(); // hands the buffer being filled to the I/O thread; waits for the next to be free
   std::string path_;
   int fd_ = -1;
   bool direct_ = false;
@@ -111,6 +117,12 @@ private:
 using FillFn = std::function<const uint8_t *(size_t, std::vector<uint8_t> &)>;
 std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::map<std::string, std::string> &metadata,
                                             const std::vector<OutTensor> &tensors, const FillFn &fill);
+// The same file from an image of its data section: the tensors' bytes back to back, in the order
+// given, at `image` (4096-aligned, unchanged until the call returns). The header is padded with
+// spaces to a multiple of 4096 bytes, so the data is written from the image itself (O_DIRECT, no
+// copy): a checkpoint's snapshot goes to disk as it lies in memory.
+std::pair<int64_t, uint64_t> writeImage(const std::string &path, const std::map<std::string, std::string> &metadata,
+                                        const std::vector<OutTensor> &tensors, const char *image);
 // The engine's weights of record (masters when there are, as f32, Hugging Face names), streamed.
 std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,
                                           const std::map<std::string, std::string> &metadata = {});
