@@ -9,7 +9,8 @@
 #   init   bigc run --steps 1: program load + verify, engine (initial values, zero buffers, compute
 #          copies), first step (from the log's "startup" object), and the wall time of the run;
 #   load   the same with --load-weights of the model's weights (written by --steps 0
-#          --save-weights, then dropped from the page cache): the load's GB/s against dd's read;
+#          --save-weights, then dropped from the page cache): the load's GB/s against dd's read,
+#          and the engine's start without the weights' initial values ("engine w/ load");
 #   ckpt   (where the snapshot fits in memory) --steps 4 --checkpoint-every 2: the checkpoint of
 #          step 2 written while steps 3-4 run, that of step 4 at the end: GB/s against dd's write,
 #          and the wall time of 1 step + checkpoint against 1 step.
@@ -118,7 +119,7 @@ def dd(f):
 wr, rd = dd(f"{W}/dd.write"), dd(f"{W}/dd.read")
 print(f"\ndd O_DIRECT: write {wr:.3f} GB/s, read {rd:.3f} GB/s")
 print(f"{'config':18} {'to 1st step':>11} {'program':>8} {'engine':>7} {'values GB/s':>11} {'1st step':>9} "
-      f"{'load s':>7} {'load GB/s':>9} {'vs dd':>6} {'ckpt GB/s (bg / end)':>21} {'vs dd':>11} {'1 step / +ckpt':>15} {'loss':>9}")
+      f"{'load s':>7} {'load GB/s':>9} {'vs dd':>6} {'engine w/ load':>14} {'ckpt GB/s (bg / end)':>21} {'vs dd':>11} {'1 step / +ckpt':>15} {'loss':>9}")
 for line in open(f"{W}/results.jsonl"):
     r = json.loads(line); s = r["startup"]
     vals = s["init_values_bytes"] / s["init_values_s"] / 1e9
@@ -128,7 +129,7 @@ for line in open(f"{W}/results.jsonl"):
     one = f"{r['one_step_wall_s']:.1f} / {r['one_step_checkpoint_wall_s']:.1f}" if ck else ""
     print(f"{r['config']:18} {r['init_wall_s']:10.1f}s {s['program_s']:7.2f}s {s['engine_init_s']:6.2f}s {vals:11.2f} "
           f"{s['first_step_s']:8.2f}s {r['load_startup']['load_weights_s']:6.2f}s {r['load_gbps']:9.2f} "
-          f"{r['load_gbps'] / rd:6.0%} {cks:>21} {ckd:>11} {one:>15} {r['loss_init']:9.4f}")
+          f"{r['load_gbps'] / rd:6.0%} {r['load_startup']['engine_init_s']:13.2f}s {cks:>21} {ckd:>11} {one:>15} {r['loss_init']:9.4f}")
     if r["loss_init"] != r["loss_load"]:
         print(f"  (loss after --load-weights {r['loss_load']})")
     for c in ck[:1]:
