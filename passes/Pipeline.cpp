@@ -234,7 +234,8 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     SmallVector<GlobalNormOp> norms;
     for (Operation *op : ops) {
       if (auto a = dyn_cast<AdamWOp>(op)) {
-        auto it = owner.find(a.getParam());
+        auto it = owner.find(a.getParam()); // the weight read, or its 16-bit compute copy
+        if (it == owner.end() && a.getHalf()) it = owner.find(*a.getHalf());
         if (it == owner.end())
           return a.emitError("bigc-pipeline: the parameter @") << a.getParam() << " is updated but never read";
         st[op] = it->second;
@@ -394,20 +395,19 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = int64_t(i);
     std::stable_sort(order.begin(), order.end(), [&](Operation *x, Operation *y) { return unitOf(x) < unitOf(y); });
     for (Operation *op : order) op->moveBefore(block->getTerminator());
-    for (Operation &op : llvm::make_early_inc_range(*block)) {
-      if (auto r = dyn_cast<RecvOp>(op)) {
-        Operation *firstUser = nullptr;
-        for (Operation *u : r->getUsers())
-          if (!firstUser || u->isBeforeInBlock(firstUser)) firstUser = u;
-        if (firstUser) {
-          r->moveBefore(firstUser);
-          copyPlacementTags(firstUser, r);
-        }
+    SmallVector<RecvOp> recvs(block->getOps<RecvOp>());
+    SmallVector<SendOp> sends(block->getOps<SendOp>());
+    for (RecvOp r : recvs) {
+      Operation *firstUser = nullptr;
+      for (Operation *u : r->getUsers())
+        if (!firstUser || u->isBeforeInBlock(firstUser)) firstUser = u;
+      if (firstUser) {
+        r->moveBefore(firstUser);
+        copyPlacementTags(firstUser, r);
       }
     }
-    for (Operation &op : llvm::make_early_inc_range(*block))
-      if (auto s = dyn_cast<SendOp>(op))
-        if (Operation *d = s.getInput().getDefiningOp()) s->moveAfter(d);
+    for (SendOp s : sends)
+      if (Operation *d = s.getInput().getDefiningOp()) s->moveAfter(d);
     return success();
   }
 };
