@@ -616,8 +616,17 @@ int compileMain(int argc, char **argv, int first) {
 
   // Capacity check (lib/driver/Capacity.cpp): every memory space against its capacity; when one
   // does not fit, the not-fit table with the option sets that do fit (compiled to be sure).
-  if (!allFit(checkFit(program, opts))) {
-    std::string report = notFitReport(*module, program, opts);
+  // A pipelined program: each stage is checked (its ranks hold its arenas); the report is the
+  // fullest stage's.
+  const rt::Program *fullest = &program;
+  for (int64_t s = 1; s < program.pp; ++s) {
+    const rt::Program &sp = program.stageProgram(s);
+    if (!allFit(checkFit(sp, opts)) ||
+        (allFit(checkFit(*fullest, opts)) && sp.space("device")->arenaBytes > fullest->space("device")->arenaBytes))
+      fullest = &sp;
+  }
+  if (!allFit(checkFit(*fullest, opts))) {
+    std::string report = notFitReport(*module, *fullest, opts);
     std::fputs(report.c_str(), stderr);
     return 1;
   }
@@ -667,9 +676,22 @@ int compileMain(int argc, char **argv, int first) {
     std::snprintf(times, sizeof times, "  time          %.2f s (parse %.2f, passes and emit %.2f, write %.2f)\n",
                   secs(t0, tEnd), secs(t0, tParsed), secs(tParsed, tEmitted), secs(tEmitted, tEnd));
     os << times;
+    if (program.pp > 1) {
+      os << "  pipeline      " << program.pp << " stages (" << program.ppSchedule << ", " << program.microBatches
+         << " micro-batches); per stage: ";
+      for (int64_t s = 0; s < program.pp; ++s) {
+        const rt::Program &sp = program.stageProgram(s);
+        os << (s ? "; " : "") << s << ": device arena " << humanBytes(sp.space("device")->arenaBytes);
+        if (const rt::Space *h = sp.space("host")) os << ", host " << humanBytes(h->arenaBytes);
+        os << ", " << withCommas(int64_t(sp.instructions.size())) << " instructions";
+      }
+      os << "\n";
+    }
     if (program.ranks > 1) {
-      os << "  ranks         " << program.ranks << " (data parallel, ZeRO " << program.zero
-         << "): the device arena is per rank";
+      os << "  ranks         " << program.ranks << " (" << program.dp << " data parallel, ZeRO " << program.zero;
+      if (program.tp > 1) os << " x " << program.tp << " tensor parallel";
+      if (program.pp > 1) os << " x " << program.pp << " pipeline stages";
+      os << "): the device arena is per rank";
       if (const rt::Space *host = program.space("host"))
         os << "; host " << humanBytes(host->arenaBytes * program.ranks) << " for the " << program.ranks << " ranks";
       os << "\n";
