@@ -612,7 +612,8 @@ int compileMain(int argc, char **argv, int first) {
   const rt::Space &dev = *program.space("device");
   int64_t peakAt = 0;
   std::vector<RoleUsage> usage = peakUsageByRole(program, "device", &peakAt);
-  const int64_t nParams = program.parameterCount();
+  int64_t nParams = 0; // every stage's weights (a pipeline's stages hold different ones)
+  for (int64_t s = 0; s < program.pp; ++s) nParams += program.stageProgram(s).parameterCount();
 
   // Capacity check (lib/driver/Capacity.cpp): every memory space against its capacity; when one
   // does not fit, the not-fit table with the option sets that do fit (compiled to be sure).

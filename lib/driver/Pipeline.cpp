@@ -137,6 +137,8 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std
         else
           program.stages.push_back(std::move(p));
       }
+      // The config is the step's: the vocabulary of the embedding (stage 0) for every stage.
+      for (rt::Program &sp : program.stages) sp.vocab = program.vocab;
     }
     rt::validateProgram(program, o.output);
     std::vector<std::string> issues = rt::verifyPlan(program, 3);
