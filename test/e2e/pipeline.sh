@@ -29,14 +29,11 @@ compile pp2_gpipe b4 --ranks 2 --pp 2 --micro-batches 8 --pp-schedule gpipe
 compile pp4 b4 --ranks 4 --pp 4 --micro-batches 8
 compile pp8 b4 --ranks 8 --pp 8 --micro-batches 8
 compile pp4_split b4 --ranks 4 --pp 4 --micro-batches 8 --pp-split 1,2,6
-# With the data axis: dp 4 x pp 2 (ZeRO 0..3), dp 2 x pp 4.
-compile pp2_dp4 b2 --ranks 8 --pp 2 --micro-batches 4
+# With the data axis: dp 4 x pp 2 (ZeRO 1, 3), dp 2 x pp 4 (ZeRO 2 below).
 compile pp2_dp4_z1 b2 --ranks 8 --pp 2 --micro-batches 4 --zero 1
-compile pp2_dp4_z2 b2 --ranks 8 --pp 2 --micro-batches 4 --zero 2
 compile pp2_dp4_z3 b2 --ranks 8 --pp 2 --micro-batches 4 --zero 3
 compile pp4_dp2_z1 b4 --ranks 8 --pp 4 --micro-batches 4 --zero 1 --pp-schedule gpipe
 # pp x tp x dp: 2 x 2 x 2.
-compile pp2_tp2_dp2 b4 --ranks 8 --pp 2 --tp 2 --zero 1 --micro-batches 4
 compile pp2_tp2_dp2_sp b4 --ranks 8 --pp 2 --tp 2 --zero 3 --micro-batches 4 --sequence-parallel
 # Techniques on each stage.
 compile pp2_rc b4 --ranks 2 --pp 2 --micro-batches 8 --recompute full
@@ -44,9 +41,8 @@ compile pp2_dp2_off b8 --ranks 4 --pp 2 --micro-batches 2 --offload cpu
 compile pp2_dp2_z2_rcs b8 --ranks 4 --pp 2 --micro-batches 2 --zero 2 --recompute selective
 compile pp4_bf16 b4 --ranks 8 --pp 4 --micro-batches 4 --zero 1 --precision bf16
 compile pp4_clip b4 --ranks 4 --pp 4 --micro-batches 8 --grad-clip 0.05
-compile pp2_dp2_z1_clip b8 --ranks 4 --pp 2 --micro-batches 2 --zero 1 --grad-clip 0.05
-names="one one_bf16 one_clip pp2 pp2_gpipe pp4 pp8 pp4_split pp2_dp4 pp2_dp4_z1 pp2_dp4_z2 pp2_dp4_z3 pp4_dp2_z1
-  pp2_tp2_dp2 pp2_tp2_dp2_sp pp2_rc pp2_dp2_off pp2_dp2_z2_rcs pp4_bf16 pp4_clip pp2_dp2_z1_clip"
+names="one one_bf16 one_clip pp2 pp2_gpipe pp4 pp8 pp4_split pp2_dp4_z1 pp2_dp4_z3 pp4_dp2_z1 pp2_tp2_dp2_sp pp2_rc
+  pp2_dp2_off pp2_dp2_z2_rcs pp4_bf16 pp4_clip"
 for n in $names; do run $n; done
 "$BIN/bigc" run "$d/one.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
 
@@ -75,13 +71,13 @@ check = runlog.Checks()
 base = losses("one")
 check("one rank learns", len(base) == 10 and base[-1] < base[0] - 0.05, f"loss {base[0]:.4f} -> {base[-1]:.4f}")
 # Tolerances: those of the other equivalence tests (ranks.sh, tp.sh), about 4x their measured
-# differences; measured here (2026-11-25): see the printed differences.
+# differences. Measured here (2026-11-25): fp32 losses 9.5e-8 to 1.8e-7 (about one ulp of a loss
+# near 5), weights 1.5e-6 to 4.3e-6 of the update; bf16 (pp 4 x dp 2) 1.9e-4 and 1.0e-2.
 F32, BF16 = (4e-7, 2e-5), (3.2e-4, 6e-2)
-pairs = [(n, "one", *F32) for n in ["pp2", "pp2_gpipe", "pp4", "pp8", "pp4_split", "pp2_dp4", "pp2_dp4_z1",
-                                     "pp2_dp4_z2", "pp2_dp4_z3", "pp4_dp2_z1", "pp2_tp2_dp2", "pp2_tp2_dp2_sp",
-                                     "pp2_rc", "pp2_dp2_off", "pp2_dp2_z2_rcs"]]
+pairs = [(n, "one", *F32) for n in ["pp2", "pp2_gpipe", "pp4", "pp8", "pp4_split", "pp2_dp4_z1", "pp2_dp4_z3",
+                                     "pp4_dp2_z1", "pp2_tp2_dp2_sp", "pp2_rc", "pp2_dp2_off", "pp2_dp2_z2_rcs"]]
 pairs += [("pp4_bf16", "one_bf16", *BF16)]
-pairs += [(n, "one_clip", *F32) for n in ["pp4_clip", "pp2_dp2_z1_clip"]]
+pairs += [("pp4_clip", "one_clip", *F32)]
 rc = float(np.max(np.abs(losses("one_clip") - base) / np.abs(base)))
 check("clipping active", rc > 1e-4, f"--grad-clip 0.05 changes the single-rank losses by {rc:.3g} relative (> 1e-4)")
 w0 = runlog.weights(f"{d}/init.safetensors")
