@@ -715,3 +715,27 @@ TEST(Pipeline, BigcRunTrainsAPipelinedProgram) {
   EXPECT_EQ(runBigc({dir + "/pp.bigc", "--backend", "cuda", "--log", dir + "/cuda.jsonl"}), 1);
   EXPECT_FALSE(std::ifstream(dir + "/cuda.jsonl").good());
 }
+
+// The groups of the mesh pp x dp x tp in one process (rank r = (s * dp + d) * tp + t): data-parallel
+// groups of one (s, t), tensor-parallel groups of one (s, d), pipeline groups of one (d, t).
+TEST(Pipeline, MeshGroups) {
+  const int dp = 2, tp = 3, pp = 2;
+  InProcessMesh mesh(dp, tp, 10, pp);
+  auto members = [](const std::shared_ptr<Communicator> &c) {
+    std::vector<int> ids;
+    for (int l = 0; l < c->size(); ++l) ids.push_back(c->globalRank(l));
+    return ids;
+  };
+  ASSERT_EQ(mesh.dp.size(), size_t(pp * tp));
+  ASSERT_EQ(mesh.tp.size(), size_t(pp * dp));
+  ASSERT_EQ(mesh.pp.size(), size_t(dp * tp));
+  EXPECT_EQ(members(mesh.dp[0]), (std::vector<int>{0, 3}));           // s 0, t 0
+  EXPECT_EQ(members(mesh.dp[1 * tp + 2]), (std::vector<int>{8, 11})); // s 1, t 2
+  EXPECT_EQ(members(mesh.tp[1 * dp + 1]), (std::vector<int>{9, 10, 11}));
+  EXPECT_EQ(members(mesh.pp[1 * tp + 1]), (std::vector<int>{4, 10})); // d 1, t 1
+  // One stage: the groups of dp x tp as before.
+  InProcessMesh flat(dp, tp, 10);
+  EXPECT_TRUE(flat.pp.empty());
+  EXPECT_EQ(members(flat.dp[2]), (std::vector<int>{2, 5}));
+  EXPECT_EQ(members(flat.tp[1]), (std::vector<int>{3, 4, 5}));
+}
