@@ -36,6 +36,15 @@ bool mlir::bigc::isCollective(Operation *op) {
   return isa<AllReduceOp, ReduceScatterOp, AllGatherOp, ParamAllGatherOp>(op);
 }
 
+bool mlir::bigc::isP2P(Operation *op) { return isa<SendOp, RecvOp>(op); }
+
+int64_t mlir::bigc::pipelineStage(Operation *op) {
+  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
+  auto pipe = module ? module->getAttrOfType<DictionaryAttr>(kPipelineAttrName) : DictionaryAttr();
+  auto s = pipe ? pipe.getAs<IntegerAttr>("stage") : IntegerAttr();
+  return s ? s.getInt() : 0;
+}
+
 StringRef mlir::bigc::collectiveStream(Operation *op) {
   auto g = op->getAttrOfType<StringAttr>("group");
   return g && g.getValue() == "tp" ? kTpCommStream : kCommStream;
@@ -126,3 +135,24 @@ LogicalResult ParamAllGatherOp::verifySymbolUses(SymbolTableCollection &symbols)
   if (failed(verifyShards(*this, {}, TypeRange{tt}, TypeRange{ft}, getGroup()))) return failure();
   return success();
 }
+
+namespace {
+LogicalResult verifyPeer(Operation *op, int64_t peer, int64_t tag) {
+  const int64_t pp = meshAxisSize(op, "pp");
+  if (peer < 0 || (pp > 1 && peer >= pp))
+    return op->emitOpError("peer must be a pipeline stage in [0, ") << pp << "), got " << peer;
+  if (op->getParentOfType<ModuleOp>() && op->getParentOfType<ModuleOp>()->getAttr(kPipelineAttrName) &&
+      peer == pipelineStage(op))
+    return op->emitOpError("peer must be another stage than this module's (") << peer << ")";
+  if (tag < 0) return op->emitOpError("tag must be >= 0, got ") << tag;
+  if (Attribute stream = op->getAttr(kStreamAttrName)) {
+    auto st = dyn_cast<StringAttr>(stream);
+    if (!st || st.getValue() != kP2PStream)
+      return op->emitOpError("runs on the \"") << kP2PStream << "\" stream, got bigc.stream = " << stream;
+  }
+  return success();
+}
+} // namespace
+
+LogicalResult SendOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
+LogicalResult RecvOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }

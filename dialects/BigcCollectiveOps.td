@@ -104,4 +104,41 @@ def Bigc_ParamAllGatherOp : Bigc_Op<"param_all_gather", [
   let hasVerifier = 1;
 }
 
+def Bigc_SendOp : Bigc_Op<"send", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "pipeline parallelism: sends a tensor to stage `peer`";
+  let description = [{
+    A value computed on this pipeline stage and used on stage `peer` (an
+    activation going forward, its gradient going back, a tied weight or its
+    gradient): its bytes go to the rank of stage `peer` with the same data-
+    and tensor-parallel indices, where the `bigc.recv` of the same `tag`
+    takes them. Runs on the "p2p" stream (bigc-schedule); it does not wait for
+    the receiver. Written by bigc-pipeline; tags are unique per pair of
+    stages in a step.
+
+    ```mlir
+    bigc.send %h {peer = 1 : i64, tag = 0 : i64} : tensor<4x64x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$peer, I64Attr:$tag);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Bigc_RecvOp : Bigc_Op<"recv", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "pipeline parallelism: the tensor stage `peer` sent with `tag`";
+  let description = [{
+    The other end of `bigc.send`: waits (on the "p2p" stream) until the
+    send of stage `peer` with the same `tag` arrived and returns its bytes
+    as a tensor of the result's type.
+
+    ```mlir
+    %h = bigc.recv {peer = 0 : i64, tag = 0 : i64} : tensor<4x64x64xf32>
+    ```
+  }];
+  let arguments = (ins I64Attr:$peer, I64Attr:$tag);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = "attr-dict `:` type($output)";
+  let hasVerifier = 1;
+}
+
 #endif // BIGC_COLLECTIVE_OPS_TD

@@ -51,6 +51,8 @@ const std::vector<OpSignature> &opSignatures() {
       {"swiglu_grad", OpKind::SwigluGrad, 3, 3, 2, 2, 0, false},
       {"gqa_attention", OpKind::GqaAttention, 3, 3, 2, 2, 0, false},
       {"gqa_attention_grad", OpKind::GqaAttentionGrad, 6, 6, 3, 3, 0, false},
+      {"send", OpKind::Send, 1, 1, 0, 0, 0, false},
+      {"recv", OpKind::Recv, 0, 0, 1, 1, 0, false},
   };
   return table;
 }
@@ -84,7 +86,9 @@ OperandType operandType(OpKind k, bool isIn, size_t j) {
   case OpKind::LossScaleUpdate: return Want::F32;
   case OpKind::AdamW: return isIn ? (j == 1 ? Want::Float : Want::F32) : (j == 3 ? Want::Float : Want::F32);
   case OpKind::Copy:
-  case OpKind::Reshape: return Want::Any;
+  case OpKind::Reshape:
+  case OpKind::Send:
+  case OpKind::Recv: return Want::Any;
   case OpKind::VocabCeStats: return isIn ? (j == 1 ? Want::I32 : Want::Float) : Want::F32;
   case OpKind::VocabCeStatsGrad: return isIn ? (j == 2 ? Want::I32 : j == 1 ? Want::Float : Want::F32) : Want::Float;
   case OpKind::VocabCeLoss:

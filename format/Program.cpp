@@ -54,6 +54,7 @@ int64_t Program::stateBytes() const {
     for (int64_t d : b.tpDim >= 0 ? b.tpFullShape : b.shard ? b.fullShape : b.shape) e *= d;
     n += e * dtypeSize(b.dtype);
   }
+  for (const Program &s : stages) n += s.stateBytes(); // a pipeline's other stages
   return n;
 }
 

@@ -118,7 +118,9 @@ std::string instWhere(size_t i, const json &ins) {
   return s;
 }
 
-Program fromJson(const json &root, const std::string &path) {
+// `top`: the file's payload (a pipelined program's stage 0); else one of its "stages" (the errors
+// of which name the stage in `path`).
+Program fromJson(const json &root, const std::string &path, bool top) {
   Reader r{path};
   Program p;
   if (!root.is_object()) fail(path, "the payload must be a JSON object, is " + typeName(root));
@@ -323,6 +325,32 @@ Program fromJson(const json &root, const std::string &path) {
     }
     p.instructions.push_back(std::move(ins));
   }
+
+  // Pipeline parallelism: this payload is stage `stage` of `stages`; the top one (stage 0) holds
+  // the payloads of the other stages.
+  if (root.contains("pipeline") && !root["pipeline"].is_null()) {
+    const json &pl = r.object(root, "pipeline", "payload");
+    const int64_t n = r.integer(pl, "stages", "pipeline");
+    if (n != p.pp)
+      fail(path, "pipeline: stages is " + std::to_string(n) + ", config.mesh.pp is " + std::to_string(p.pp) +
+                     " (one stage per pipeline rank)");
+    p.stage = r.integer(pl, "stage", "pipeline");
+    p.ppSchedule = r.string(pl, "schedule", "pipeline");
+    p.virtualStages = r.integerOr(pl, "virtual_stages", "pipeline", 1);
+    const int64_t k = r.integerOr(pl, "micro_batches", "pipeline", p.microBatches);
+    if (k != p.microBatches)
+      fail(path, "pipeline: micro_batches is " + std::to_string(k) + ", config.micro_batches is " +
+                     std::to_string(p.microBatches));
+  }
+  if (root.contains("stages") && !root["stages"].is_null()) {
+    if (!top) fail(path, "payload: field 'stages' belongs to stage 0's payload only");
+    if (!root.contains("pipeline") || root["pipeline"].is_null())
+      fail(path, "payload: field 'stages' needs the field 'pipeline' (a pipelined program's stages)");
+    const json &stages = r.array(root, "stages", "payload");
+    p.stages.reserve(stages.size());
+    for (size_t i = 0; i < stages.size(); ++i)
+      p.stages.push_back(fromJson(stages[i], path + ": stage " + std::to_string(i + 1), false));
+  }
   return p;
 }
 
@@ -378,7 +406,7 @@ Program parseProgram(const std::string &bytes, const std::string &path) {
   } catch (const json::exception &e) {
     fail(path, std::string("payload is not valid JSON: ") + e.what());
   }
-  Program p = fromJson(root, path);
+  Program p = fromJson(root, path, true);
   p.checksum = got;
   validateProgram(p, path);
   return p;

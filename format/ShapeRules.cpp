@@ -260,7 +260,9 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
           " (use cast)");
     if (ins->in[0] == ins->out[0]) bad("copy onto itself");
     break;
-  case OpKind::Wait: break;
+  case OpKind::Wait:
+  case OpKind::Send: // bytes as they are (any dtype and shape; the peer's recv must match: Validator.cpp)
+  case OpKind::Recv: break;
   case OpKind::CheckFinite: wantShape(out(0), {}, "flag"); break;
   case OpKind::AllReduce:
   case OpKind::ReduceScatter:
@@ -269,9 +271,8 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
       bad("a collective has one output per input, has " + std::to_string(ins->in.size()) + " inputs and " +
           std::to_string(ins->out.size()) + " outputs");
     double axis = ins->num("axis", 0);
-    if (axis != 0 && axis != 1)
-      bad("attribute 'axis' must be 0 (dp) or 1 (tp): this runtime's collectives run over the data- and "
-          "tensor-parallel axes");
+    if (axis == 2 && p.pp <= 1) bad("attribute 'axis' 2 (pp) names the pipeline axis, but this program has pp 1");
+    if (axis != 0 && axis != 1 && axis != 2) bad("attribute 'axis' must be 0 (dp), 1 (tp) or 2 (pp)");
     const int64_t n = p.axisSize(int64_t(axis));
     if (sig.kind != OpKind::AllGather) {
       double r = ins->num("reduce", -1);

@@ -10,7 +10,10 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <cstdio>
+#include <map>
 #include <set>
+#include <tuple>
 
 namespace bigc::rt {
 
@@ -51,7 +54,10 @@ void InstructionCheck::overlaps(const OpSignature &sig) const {
 using detail::fail;
 using detail::shapeStr;
 
-void validateProgram(const Program &p, const std::string &path) {
+namespace {
+
+// One program: a program of one stage (pp = 1: the program), its messages prefixed by `path`.
+void validateStage(const Program &p, const std::string &path) {
   if (p.version < kOldestProgramVersion || p.version > kProgramVersion)
     fail(path, "program format version " + std::to_string(p.version) + ", this runtime reads versions " +
                    std::to_string(kOldestProgramVersion) + " to " + std::to_string(kProgramVersion));
@@ -63,9 +69,6 @@ void validateProgram(const Program &p, const std::string &path) {
     fail(path, "config: the mesh dp " + std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " +
                    std::to_string(p.pp) + " must multiply to ranks " + std::to_string(p.ranks));
   if (p.zero < 0 || p.zero > 3) fail(path, "config: zero must be 0, 1, 2 or 3, is " + std::to_string(p.zero));
-  if (p.pp != 1)
-    fail(path, "config: the mesh has pp " + std::to_string(p.pp) +
-                   "; this runtime runs data- and tensor-parallel meshes only (pp = 1)");
   if (p.precision != "fp32" && p.precision != "bf16" && p.precision != "fp16")
     fail(path, "config: unknown precision '" + p.precision + "' (fp32, bf16 or fp16)");
   {
@@ -261,15 +264,33 @@ void validateProgram(const Program &p, const std::string &path) {
               "] by its attributes, has " + std::to_string(ins.out.size()));
     }
     {
-      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host", "comm", "comm_tp"};
+      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host", "comm", "comm_tp", "p2p"};
       if (!streams.count(ins.stream))
-        v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host, comm or comm_tp)");
+        v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host, comm, comm_tp or p2p)");
       const bool collective =
           sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter || sig->kind == OpKind::AllGather;
       const bool commStream = ins.stream == "comm" || ins.stream == "comm_tp";
       if (collective != commStream)
         v.bad(collective ? "a collective runs on the comm or comm_tp stream, not '" + ins.stream + "'"
                          : "only collectives run on the comm and comm_tp streams");
+      const bool p2p = sig->kind == OpKind::Send || sig->kind == OpKind::Recv;
+      if (p2p != (ins.stream == "p2p"))
+        v.bad(p2p ? ins.op + " runs on the p2p stream, not '" + ins.stream + "'"
+                  : "only send and recv run on the p2p stream");
+      if (p2p) { // between the stages of a pipeline: `peer` another stage, `tag` >= 0
+        if (p.pp <= 1) v.bad(ins.op + " moves a value between pipeline stages; this program has pp 1");
+        for (const char *a : {"peer", "tag"}) {
+          auto it = ins.attrs.find(a);
+          if (it == ins.attrs.end() || it->second.isList || it->second.isReals ||
+              it->second.num != std::floor(it->second.num))
+            v.bad(std::string("attribute '") + a + "' (an integer) is required");
+        }
+        const double peer = ins.num("peer", -1), tag = ins.num("tag", -1);
+        if (peer < 0 || peer >= double(p.pp) || peer == double(p.stage))
+          v.bad("attribute 'peer' " + std::to_string(int64_t(peer)) + " must be another stage in [0, " +
+                std::to_string(p.pp) + ") (this is stage " + std::to_string(p.stage) + ")");
+        if (tag < 0) v.bad("attribute 'tag' " + std::to_string(int64_t(tag)) + " must be >= 0");
+      }
       // comm_tp: the tensor-parallel axis (1) only; comm: any other axis.
       if (collective && (ins.stream == "comm_tp") != (ins.num("axis", 0) == 1))
         v.bad(ins.stream == "comm_tp" ? "the comm_tp stream runs collectives over the tensor axis (axis 1) only"
@@ -366,6 +387,182 @@ void validateProgram(const Program &p, const std::string &path) {
                      std::to_string(b.offset) + ", " + std::to_string(b.offset + b.bytes) + ") live [" +
                      std::to_string(ib.first) + ", " + std::to_string(ib.second) + "]) overlap in the '" + a.space +
                      "' arena while both are live");
+    }
+  }
+}
+
+} // namespace
+
+void validateProgram(const Program &p, const std::string &path) {
+  if (p.pp <= 1) {
+    if (!p.stages.empty())
+      fail(path, "pipeline: 'stages' holds " + std::to_string(p.stages.size()) + " payload(s), but config.mesh.pp is " +
+                     std::to_string(p.pp) + " (one stage)");
+    if (p.stage != 0)
+      fail(path, "pipeline: stage " + std::to_string(p.stage) + " of a program whose config.mesh.pp is " +
+                     std::to_string(p.pp));
+    validateStage(p, path);
+    return;
+  }
+  // Pipeline parallelism: P stage programs, each a program on its own, agreeing on the config.
+  const int64_t P = p.pp;
+  if (p.stage != 0)
+    fail(path, "pipeline: the file's payload is stage 0, this one says stage " + std::to_string(p.stage));
+  if (int64_t(p.stages.size()) != P - 1)
+    fail(path, "pipeline: config.mesh.pp is " + std::to_string(P) + ", so 'stages' must hold the " +
+                   std::to_string(P - 1) + " payload(s) of stages 1.." + std::to_string(P - 1) + ", it holds " +
+                   std::to_string(p.stages.size()));
+  static const std::set<std::string> schedules = {"gpipe", "1f1b", "interleaved", "zero-bubble"};
+  if (!schedules.count(p.ppSchedule))
+    fail(path, "pipeline: unknown schedule '" + p.ppSchedule + "' (gpipe, 1f1b, interleaved or zero-bubble)");
+  if (p.virtualStages < 1) fail(path, "pipeline: virtual_stages must be >= 1, is " + std::to_string(p.virtualStages));
+  auto stagePath = [&](int64_t s) { return path + ": stage " + std::to_string(s); };
+  for (int64_t s = 1; s < P; ++s) {
+    const Program &q = p.stages[size_t(s - 1)];
+    const std::string sp = stagePath(s);
+    if (q.stage != s)
+      fail(sp, "pipeline: stages[" + std::to_string(s - 1) + "] must be stage " + std::to_string(s) + ", says stage " +
+                   std::to_string(q.stage));
+    if (!q.stages.empty()) fail(sp, "pipeline: a stage's payload holds no 'stages' of its own");
+    if (q.ppSchedule != p.ppSchedule || q.virtualStages != p.virtualStages)
+      fail(sp, "pipeline: schedule '" + q.ppSchedule + "' with virtual_stages " + std::to_string(q.virtualStages) +
+                   " differs from stage 0's '" + p.ppSchedule + "' with " + std::to_string(p.virtualStages));
+    auto differs = [&](const char *what, const std::string &mine, const std::string &stage0) {
+      if (mine != stage0)
+        fail(sp, std::string("config: ") + what + " " + mine + " differs from stage 0's " + stage0 +
+                     " (the stages of a pipeline share the config)");
+    };
+    auto str = [](int64_t x) { return std::to_string(x); };
+    auto mesh = [](const Program &x) {
+      return "dp " + std::to_string(x.dp) + " x tp " + std::to_string(x.tp) + " x pp " + std::to_string(x.pp);
+    };
+    auto opt = [](const Program &x) {
+      const Optimizer &o = x.optimizer;
+      char b[256];
+      std::snprintf(b, sizeof b, "%s (lr %g, beta1 %g, beta2 %g, eps %g, weight_decay %g, grad_clip %g)",
+                    o.kind.c_str(), o.lr, o.beta1, o.beta2, o.eps, o.weightDecay, o.gradClip);
+      return std::string(b);
+    };
+    differs("batch", str(q.batch), str(p.batch));
+    differs("seq", str(q.seq), str(p.seq));
+    differs("vocab", str(q.vocab), str(p.vocab));
+    differs("micro_batches", str(q.microBatches), str(p.microBatches));
+    differs("ranks", str(q.ranks), str(p.ranks));
+    differs("mesh", mesh(q), mesh(p));
+    differs("zero", str(q.zero), str(p.zero));
+    differs("precision", q.precision, p.precision);
+    differs("optimizer", opt(q), opt(p));
+  }
+  for (int64_t s = 0; s < P; ++s) validateStage(p.stageProgram(s), stagePath(s));
+
+  // Persistent buffers are whole tensors of the model, each held by one stage: names unique
+  // across the stages (checkpoints and weights files name them).
+  std::map<std::string, int64_t> owner;
+  for (int64_t s = 0; s < P; ++s)
+    for (const Buffer &b : p.stageProgram(s).buffers) {
+      if (!b.persistent()) continue;
+      auto [it, fresh] = owner.emplace(b.name, s);
+      if (!fresh)
+        fail(stagePath(s), "buffer " + std::to_string(b.id) + " ('" + b.name + "'): the name '" + b.name +
+                               "' is used by a persistent buffer of stage " + std::to_string(it->second) +
+                               " too (each weight and its state belong to one stage)");
+    }
+
+  // Every send has exactly one recv in its peer stage (from this stage, same tag) of the same
+  // dtype and bytes, and the other way round; tags are unique per sender -> receiver pair.
+  struct End {
+    int64_t stage, index;
+    const Instruction *ins;
+    const Buffer *buf;
+  };
+  using Key = std::tuple<int64_t, int64_t, int64_t>; // from, to, tag
+  std::map<Key, End> sends, recvs;
+  auto insWhere = [&](const End &e) {
+    return "instruction " + std::to_string(e.index) + " (" + e.ins->op +
+           (e.ins->loc.empty() ? std::string() : " at " + e.ins->loc) + ")";
+  };
+  auto valueOf = [](const End &e) {
+    return std::string(dtypeName(e.buf->dtype)) + " " + shapeStr(e.buf->shape) + " (" + std::to_string(e.buf->bytes) +
+           " bytes)";
+  };
+  for (int64_t s = 0; s < P; ++s) {
+    const Program &q = p.stageProgram(s);
+    for (size_t i = 0; i < q.instructions.size(); ++i) {
+      const Instruction &ins = q.instructions[i];
+      const bool isSend = ins.op == "send";
+      if (!isSend && ins.op != "recv") continue;
+      const int64_t peer = int64_t(ins.num("peer", -1)), tag = int64_t(ins.num("tag", -1));
+      const End e{s, int64_t(i), &ins, &q.buffers[size_t(isSend ? ins.in[0] : ins.out[0])]};
+      const Key k = isSend ? Key{s, peer, tag} : Key{peer, s, tag};
+      auto [it, fresh] = (isSend ? sends : recvs).emplace(k, e);
+      if (!fresh)
+        fail(stagePath(s), insWhere(e) + ": tag " + std::to_string(tag) + (isSend ? " to" : " from") + " stage " +
+                               std::to_string(peer) + " is used by instruction " + std::to_string(it->second.index) +
+                               " too (a tag names one message per sender -> receiver pair)");
+    }
+  }
+  for (const auto &[k, snd] : sends) {
+    const auto [from, to, tag] = k;
+    auto it = recvs.find(k);
+    if (it == recvs.end())
+      fail(stagePath(from), insWhere(snd) + ": sends tag " + std::to_string(tag) + " to stage " + std::to_string(to) +
+                                ", which has no recv from stage " + std::to_string(from) + " with that tag");
+    const End &rcv = it->second;
+    if (snd.buf->dtype != rcv.buf->dtype || snd.buf->bytes != rcv.buf->bytes)
+      fail(stagePath(to), insWhere(rcv) + ": receives " + valueOf(rcv) + " with tag " + std::to_string(tag) +
+                              " from stage " + std::to_string(from) + ", whose " + insWhere(snd) + " sends " +
+                              valueOf(snd) + " (a send and its recv move one dtype and byte count)");
+  }
+  for (const auto &[k, rcv] : recvs) {
+    const auto [from, to, tag] = k;
+    if (!sends.count(k))
+      fail(stagePath(to), insWhere(rcv) + ": receives tag " + std::to_string(tag) + " from stage " +
+                              std::to_string(from) + ", which has no send to stage " + std::to_string(to) +
+                              " with that tag");
+  }
+
+  // Collectives over the pipeline axis (2): every stage runs the same ones in the same order (the
+  // k-th of each stage meet).
+  std::vector<std::vector<std::pair<size_t, const Instruction *>>> ppColl(static_cast<size_t>(P));
+  for (int64_t s = 0; s < P; ++s) {
+    const Program &q = p.stageProgram(s);
+    for (size_t i = 0; i < q.instructions.size(); ++i) {
+      const Instruction &ins = q.instructions[i];
+      const OpSignature *sig = findOpSignature(ins.op);
+      const bool collective =
+          sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter || sig->kind == OpKind::AllGather;
+      if (collective && ins.num("axis", 0) == 2) ppColl[size_t(s)].push_back({i, &ins});
+    }
+  }
+  for (int64_t s = 1; s < P; ++s) {
+    const auto &a = ppColl[0], &b = ppColl[size_t(s)];
+    for (size_t k = 0; k < std::max(a.size(), b.size()); ++k) {
+      if (k >= b.size())
+        fail(stagePath(s), std::to_string(b.size()) + " collective(s) over the pipeline axis (axis 2), stage 0 has " +
+                               std::to_string(a.size()) + ": stage 0's instruction " + std::to_string(a[k].first) +
+                               " (" + a[k].second->op +
+                               ") has no partner here (every stage runs the same ones in "
+                               "the same order)");
+      if (k >= a.size())
+        fail(stagePath(s), "instruction " + std::to_string(b[k].first) + " (" + b[k].second->op + "): collective " +
+                               std::to_string(k) + " over the pipeline axis (axis 2), but stage 0 has only " +
+                               std::to_string(a.size()) + " (every stage runs the same ones in the same order)");
+      const Instruction &x = *a[k].second, &y = *b[k].second;
+      if (x.op != y.op || x.num("reduce", 0) != y.num("reduce", 0) || x.in.size() != y.in.size())
+        fail(stagePath(s), "instruction " + std::to_string(b[k].first) + " (" + y.op + "): collective " +
+                               std::to_string(k) + " over the pipeline axis (axis 2) differs from stage 0's (" +
+                               "instruction " + std::to_string(a[k].first) + ", " + x.op + " of " +
+                               std::to_string(x.in.size()) + " tensor(s), reduce " +
+                               std::to_string(int64_t(x.num("reduce", 0))) + ")");
+      for (size_t t = 0; t < x.in.size(); ++t) {
+        const Buffer &bx = p.buffers[size_t(x.in[t])], &by = p.stages[size_t(s - 1)].buffers[size_t(y.in[t])];
+        if (bx.dtype != by.dtype || bx.numel() != by.numel())
+          fail(stagePath(s), "instruction " + std::to_string(b[k].first) + " (" + y.op + "): input " +
+                                 std::to_string(t) + " is " + dtypeName(by.dtype) + " of " +
+                                 std::to_string(by.numel()) + " elements, stage 0's collective " + std::to_string(k) +
+                                 " over the pipeline axis has " + dtypeName(bx.dtype) + " of " +
+                                 std::to_string(bx.numel()));
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace bigc::rt {
 
@@ -20,7 +21,9 @@ struct Access {
 
 class Verifier {
 public:
-  Verifier(const Program &p, size_t limit) : p_(p), n_(int64_t(p.instructions.size())), limit_(limit) {}
+  // `lossRead`: the runtime reads the loss after the step (not a pipeline's earlier stages').
+  Verifier(const Program &p, size_t limit, bool lossRead = true)
+      : p_(p), n_(int64_t(p.instructions.size())), limit_(limit), lossRead_(lossRead) {}
 
   std::vector<std::string> run() {
     order();
@@ -37,6 +40,7 @@ private:
   const Program &p_;
   const int64_t n_;
   const size_t limit_;
+  const bool lossRead_;
   std::vector<std::string> issues_;
   std::vector<int> sid_, pos_;           // stream id and position in it, per instruction
   std::vector<std::vector<int>> clock_;  // per instruction: per stream, the last position ordered before or at it
@@ -118,7 +122,7 @@ private:
       if (std::find(l->begin(), l->end(), id) != l->end()) return true;
     return false;
   }
-  bool readAtEnd(int64_t id) const { return id == p_.loss || id == p_.foundInf || id == p_.lossScale; }
+  bool readAtEnd(int64_t id) const { return (lossRead_ && id == p_.loss) || id == p_.foundInf || id == p_.lossScale; }
 
   void accesses() {
     acc_.assign(p_.buffers.size(), {});
@@ -297,9 +301,147 @@ private:
   }
 };
 
+// Pipeline stages: every stage's streams played together until each is done or none can go on.
+// A stream runs its instructions in program order; an instruction starts when the instructions of
+// its `wait` list have finished; a send never blocks; a recv finishes once its send (from its peer
+// stage, same tag) has run; the k-th collective over the pipeline axis of every stage finishes
+// once every stage has reached its k-th. Returns "" when every stream finishes, else the stuck
+// state: each stuck stream's next instruction and what it waits for.
+std::string pipelineDeadlock(const Program &p) {
+  const int64_t P = p.pp;
+  struct Stage {
+    const Program *prog;
+    std::vector<std::string> streams;
+    std::vector<std::vector<int64_t>> queue; // per stream: instruction indices in program order
+    std::vector<size_t> head;                // per stream: the next one's position in queue
+    std::vector<char> done;                  // per instruction
+    std::vector<int64_t> collective;         // per instruction: its ordinal among the axis-2 collectives, or -1
+  };
+  std::vector<Stage> st(static_cast<size_t>(P));
+  using Key = std::tuple<int64_t, int64_t, int64_t>; // from, to, tag
+  std::map<Key, std::pair<int64_t, int64_t>> sendOf; // -> (stage, instruction)
+  std::set<Key> sent;
+  size_t nColl = 0;
+  for (int64_t s = 0; s < P; ++s) {
+    Stage &g = st[size_t(s)];
+    g.prog = &p.stageProgram(s);
+    g.streams = {"compute"};
+    const auto &insts = g.prog->instructions;
+    for (const Instruction &ins : insts)
+      if (std::find(g.streams.begin(), g.streams.end(), ins.stream) == g.streams.end()) g.streams.push_back(ins.stream);
+    g.queue.assign(g.streams.size(), {});
+    g.head.assign(g.streams.size(), 0);
+    g.done.assign(insts.size(), 0);
+    g.collective.assign(insts.size(), -1);
+    int64_t k = 0;
+    for (size_t i = 0; i < insts.size(); ++i) {
+      const Instruction &ins = insts[i];
+      g.queue[size_t(std::find(g.streams.begin(), g.streams.end(), ins.stream) - g.streams.begin())].push_back(
+          int64_t(i));
+      const OpSignature *sig = findOpSignature(ins.op);
+      const bool coll = sig && (sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter ||
+                                sig->kind == OpKind::AllGather);
+      if (coll && ins.num("axis", 0) == 2) g.collective[i] = k++;
+      if (ins.op == "send") sendOf[Key{s, int64_t(ins.num("peer", -1)), int64_t(ins.num("tag", -1))}] = {s, int64_t(i)};
+    }
+    nColl = std::max(nColl, size_t(k));
+  }
+  std::vector<std::vector<char>> arrived(nColl, std::vector<char>(size_t(P), 0));
+  std::vector<char> met(nColl, 0);
+  auto recvKey = [](int64_t s, const Instruction &ins) {
+    return Key{int64_t(ins.num("peer", -1)), s, int64_t(ins.num("tag", -1))};
+  };
+  // Whether instruction i of stage s can finish now (its wait list done, its message sent, its
+  // collective met); marks its arrival at a collective.
+  auto ready = [&](int64_t s, int64_t i) {
+    Stage &g = st[size_t(s)];
+    const Instruction &ins = g.prog->instructions[size_t(i)];
+    for (int64_t w : ins.wait)
+      if (!g.done[size_t(w)]) return false;
+    if (ins.op == "recv" && !sent.count(recvKey(s, ins))) return false;
+    if (const int64_t k = g.collective[size_t(i)]; k >= 0) {
+      arrived[size_t(k)][size_t(s)] = 1;
+      if (std::all_of(arrived[size_t(k)].begin(), arrived[size_t(k)].end(), [](char c) { return c != 0; }))
+        met[size_t(k)] = 1;
+      return met[size_t(k)] != 0;
+    }
+    return true;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t s = 0; s < P; ++s) {
+      Stage &g = st[size_t(s)];
+      for (size_t q = 0; q < g.queue.size(); ++q)
+        while (g.head[q] < g.queue[q].size() && ready(s, g.queue[q][g.head[q]])) {
+          const int64_t i = g.queue[q][g.head[q]++];
+          g.done[size_t(i)] = 1;
+          const Instruction &ins = g.prog->instructions[size_t(i)];
+          if (ins.op == "send") sent.insert(Key{s, int64_t(ins.num("peer", -1)), int64_t(ins.num("tag", -1))});
+          progress = true;
+        }
+    }
+  }
+  std::string msg;
+  int shown = 0;
+  auto describe = [](const Program &q, int64_t i) {
+    const Instruction &ins = q.instructions[size_t(i)];
+    return "instruction " + std::to_string(i) + " (" + ins.op + " on stream " + ins.stream +
+           (ins.loc.empty() ? std::string() : " at " + ins.loc) + ")";
+  };
+  for (int64_t s = 0; s < P; ++s) {
+    const Stage &g = st[size_t(s)];
+    for (size_t q = 0; q < g.queue.size(); ++q) {
+      if (g.head[q] >= g.queue[q].size()) continue;
+      if (++shown > 6) {
+        msg += "; ...";
+        s = P;
+        break;
+      }
+      const int64_t i = g.queue[q][g.head[q]];
+      const Instruction &ins = g.prog->instructions[size_t(i)];
+      std::string why;
+      for (int64_t w : ins.wait)
+        if (!g.done[size_t(w)]) {
+          why = describe(*g.prog, w);
+          break;
+        }
+      if (why.empty() && ins.op == "recv") {
+        const Key k = recvKey(s, ins);
+        const auto &[from, to, tag] = k;
+        (void)to;
+        auto it = sendOf.find(k);
+        why = "stage " + std::to_string(from) + "'s send of tag " + std::to_string(tag) +
+              (it == sendOf.end() ? std::string()
+                                  : " (its " + describe(p.stageProgram(from), it->second.second) + ", never run)");
+      }
+      if (why.empty() && g.collective[size_t(i)] >= 0) {
+        const int64_t k = g.collective[size_t(i)];
+        std::string missing;
+        for (int64_t t = 0; t < P; ++t)
+          if (!arrived[size_t(k)][size_t(t)]) missing += (missing.empty() ? "" : ", ") + std::to_string(t);
+        why = "the other stages' collective " + std::to_string(k) + " over the pipeline axis (stage(s) " + missing +
+              " never reach it)";
+      }
+      msg += std::string(msg.empty() ? "" : "; ") + "stage " + std::to_string(s) + " stream " + g.streams[q] +
+             " is stuck at " + describe(*g.prog, i) + ", waiting for " + why;
+    }
+  }
+  return msg.empty() ? msg : "the pipeline deadlocks: " + msg;
+}
+
 } // namespace
 
-std::vector<std::string> verifyPlan(const Program &p, size_t limit) { return Verifier(p, limit).run(); }
+std::vector<std::string> verifyPlan(const Program &p, size_t limit) {
+  if (p.pp <= 1 || p.stages.empty()) return Verifier(p, limit).run();
+  // Pipeline stages: each stage's plan, then the stages together.
+  std::vector<std::string> out;
+  for (int64_t s = 0; s < p.pp && out.size() < limit; ++s)
+    for (const std::string &issue : Verifier(p.stageProgram(s), limit - out.size(), s == p.pp - 1).run())
+      out.push_back("stage " + std::to_string(s) + ": " + issue);
+  if (out.size() < limit)
+    if (std::string d = pipelineDeadlock(p); !d.empty()) out.push_back(d);
+  return out;
+}
 
 void verifyProgram(const Program &p, const std::string &path, bool validated) {
   if (!validated) validateProgram(p, path);

@@ -25,7 +25,10 @@ nlohmann::ordered_json hardwareJson(const Program &p) {
   return h;
 }
 
-std::string serializeProgram(const Program &p) {
+namespace {
+
+// The payload object of one program (one stage of a pipelined program, without its "stages").
+json payloadJson(const Program &p) {
   json root = json::object();
   root["version"] = p.version;
   root["producer"] = p.producer;
@@ -116,23 +119,55 @@ std::string serializeProgram(const Program &p) {
     insts.push_back(std::move(ji));
   }
   root["instructions"] = std::move(insts);
+  if (p.pp > 1)
+    root["pipeline"] = {{"stages", p.pp},
+                        {"stage", p.stage},
+                        {"schedule", p.ppSchedule},
+                        {"virtual_stages", p.virtualStages},
+                        {"micro_batches", p.microBatches}};
+  return root;
+}
 
-  // One buffer / instruction per line: compact, yet readable and diffable.
-  std::string payload = "{";
+// One buffer / instruction per line: compact, yet readable and diffable. A pipelined program's
+// "stages" are payloads laid out the same way, one after the other.
+void layout(const json &root, const std::vector<const Program *> &stages, std::string &out) {
+  out += "{";
   bool first = true;
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    payload += first ? "\n" : ",\n";
+  auto key = [&](const std::string &k) {
+    out += first ? "\n" : ",\n";
     first = false;
-    payload += json(it.key()).dump() + ": ";
+    out += json(k).dump() + ": ";
+  };
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    key(it.key());
     if (it.value().is_array() && !it.value().empty() && it.value()[0].is_object()) {
-      payload += "[";
-      for (size_t i = 0; i < it.value().size(); ++i) payload += (i ? ",\n  " : "\n  ") + it.value()[i].dump();
-      payload += "\n]";
+      out += "[";
+      for (size_t i = 0; i < it.value().size(); ++i) out += (i ? ",\n  " : "\n  ") + it.value()[i].dump();
+      out += "\n]";
     } else {
-      payload += it.value().dump();
+      out += it.value().dump();
     }
   }
-  payload += "\n}\n";
+  if (!stages.empty()) {
+    key("stages");
+    out += "[";
+    for (size_t i = 0; i < stages.size(); ++i) {
+      out += i ? ",\n" : "\n";
+      layout(payloadJson(*stages[i]), {}, out);
+    }
+    out += "\n]";
+  }
+  out += "\n}";
+}
+
+} // namespace
+
+std::string serializeProgram(const Program &p) {
+  std::vector<const Program *> stages;
+  for (const Program &s : p.stages) stages.push_back(&s);
+  std::string payload;
+  layout(payloadJson(p), stages, payload);
+  payload += "\n";
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a64(payload.data(), payload.size()));
   return "BIGC-PROGRAM " + std::to_string(kProgramVersion) + " " + std::to_string(payload.size()) + " " + hash + "\n" +

@@ -412,6 +412,59 @@ def BigcGradAccum : Pass<"bigc-grad-accum", "::mlir::ModuleOp"> {
   ];
 }
 
+def BigcPipeline : Pass<"bigc-pipeline", "::mlir::ModuleOp"> {
+  let summary = "pipeline parallelism: the step split into stages; this module becomes one";
+  let description = [{
+    Runs after bigc-grad-accum (the K micro-batches unrolled). Splits the
+    training step into `stages` = P pipeline stages along the layers
+    (`bigc.layer`) and keeps stage `stage` of it: its ops, the parameters
+    they read (with their optimizer states), and a `bigc.send` / `bigc.recv`
+    for every value that crosses to or from another stage (activations going
+    forward, their gradients going back, a tied weight read by two stages,
+    sent once per step, and its gradient). The driver builds one module per
+    stage from the same input, so every stage computes the same split and the
+    same tags.
+
+    - The split: contiguous runs of layers, at least one per stage, balancing
+      the cost model's time of each stage's forward and backward (the ops
+      before the first layer count for stage 0, those after the last for
+      stage P-1) by a dynamic program over the boundaries; `split` (the
+      first layer of stages 1..P-1) fixes them by hand.
+    - An op of layer l runs on l's stage; an op without a layer on the
+      latest stage of its operands (the embedding on stage 0, the final
+      norm, head and loss on stage P-1); a parameter read (and a fill) on
+      the stage of its first reader; an optimizer op on its parameter's
+      stage; the sum of a tied weight's two gradients on the weight's stage.
+    - The order of the stage's micro-batches is the schedule's:
+      `gpipe` every forward then every backward; `1f1b` (PipeDream-Flush)
+      P-1-s forwards, then one forward and one backward in turn, then the
+      remaining backwards (at most P-s micro-batches' activations live on
+      stage s). Backwards run in micro-batch order, so gradients accumulate
+      in the order of one rank.
+    - With a gradient clip, each stage's norm of its gradients is combined
+      over the stages by an all_reduce {group = "pp", reduce = "norm"}.
+    - A stage other than the last returns a zero loss (the step's loss is
+      the last stage's).
+
+    Sets `bigc.pipeline = {stages, stage, schedule, virtual_stages, split}`
+    and the mesh `{dp = ranks / (tp * P), tp, pp = P}`. Errors: P does not
+    divide the ranks, more stages than layers, a bad split, a schedule this
+    version does not build, fp16 loss scaling.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"stages", "stages", "int64_t", /*default=*/"1", "Pipeline stages (P)">,
+    Option<"stage", "stage", "int64_t", /*default=*/"0", "The stage this module becomes">,
+    Option<"schedule", "schedule", "std::string", /*default=*/"\"1f1b\"",
+           "gpipe | 1f1b | interleaved | zero-bubble">,
+    Option<"virtualStages", "virtual-stages", "int64_t", /*default=*/"1",
+           "interleaved: model chunks per stage">,
+    ListOption<"split", "split", "int64_t", "First layer of stages 1..P-1 (empty: balanced)">,
+    Option<"ranks", "ranks", "int64_t", /*default=*/"1", "All ranks (dp x tp x pp)">,
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks">,
+  ];
+}
+
 def BigcOffload : Pass<"bigc-offload", "::mlir::ModuleOp"> {
   let summary = "CPU offload (ZeRO-Offload): optimizer on the host, transfers as ops";
   let description = [{

@@ -27,6 +27,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Analysis/CostModel.h"
+#include "bigc/Dialect/BigcCollective.h"
 #include "bigc/Dialect/BigcOps.h"
 #include "bigc/Dialect/BigcTransfer.h" // kLayerAttrName
 #include "bigc/Passes/Passes.h"
@@ -53,7 +54,11 @@ using namespace mlir::bigc;
 
 namespace {
 
-bool isForwardOp(Operation *op) { return op && !isa<GetParamOp>(op) && phaseOf(op) == "forward" && !isRecomputed(op); }
+/// A forward op whose results may be recomputed (not a parameter read, not a message received from
+/// another pipeline stage: those are kept).
+bool isForwardOp(Operation *op) {
+  return op && !isa<GetParamOp>(op) && !isP2P(op) && phaseOf(op) == "forward" && !isRecomputed(op);
+}
 
 /// Elementwise and normalisation ops: cheap to recompute (a few FLOPs per
 /// element) and large (their results have the activations' size).

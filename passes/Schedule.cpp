@@ -379,6 +379,7 @@ void hoistTpCollectives(Block &block) {
 /// The stream of a transfer-aware op from the spaces it connects.
 StringRef streamOf(Operation *op, ModuleOp module) {
   if (isCollective(op)) return collectiveStream(op);
+  if (isP2P(op)) return kP2PStream;
   auto between = [](StringRef from, StringRef to) -> StringRef {
     if (from == to) return from == kHostSpace ? StringRef("host") : StringRef(kComputeStream);
     return to == kHostSpace ? StringRef("d2h") : StringRef("h2d");
@@ -488,7 +489,7 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     // A gather into a persistent weight frees nothing: the end of the step joins it (the next
     // step's reads of the weight come after that).
     if (isa<ParamAllGatherOp>(op)) continue;
-    unsigned boundaries = opStream(&op) == "d2h" || opStream(&op) == kCommStream ? 1 : 2;
+    unsigned boundaries = opStream(&op) == "d2h" || opStream(&op) == kCommStream || opStream(&op) == kP2PStream ? 1 : 2;
     // The first compute op after `op`.
     Operation *next = op.getNextNode();
     while (next && !seg.position.count(next)) next = next->getNextNode();

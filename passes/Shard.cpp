@@ -90,6 +90,22 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     return endOfBackward();
   }
 
+  /// Where micro-batch `k`'s backward ends: the first op after its last backward op that is not
+  /// a parameter read (the next micro-batch's first op, or under a pipeline schedule whatever the
+  /// schedule runs next); the end of the backward when nothing follows.
+  Operation *endOfMicroBatchBackward(int64_t k) {
+    Operation *last = nullptr;
+    for (Operation &op : block->without_terminator()) {
+      std::optional<int64_t> m = microBatchOf(&op);
+      if (m && *m == k && phaseOf(&op) == "backward") last = &op;
+    }
+    if (!last) return startOfMicroBatch(k + 1);
+    Operation *next = last->getNextNode();
+    while (next && isa<GetParamOp>(next)) next = next->getNextNode();
+    Operation *end = endOfBackward();
+    return next && next->isBeforeInBlock(end) ? next : end;
+  }
+
   int64_t microOf(Value v) {
     if (Operation *d = v.getDefiningOp())
       if (std::optional<int64_t> m = microBatchOf(d)) return *m;
@@ -279,7 +295,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         }
         // Accumulate the f32 shards at the end of the micro-batch's backward.
         int64_t micro = microOf(t);
-        b.setInsertionPoint(startOfMicroBatch(micro + 1));
+        b.setInsertionPoint(endOfMicroBatchBackward(micro));
         auto f32 = RankedTensorType::get(tensorOf(s.getType()).getShape(), Float32Type::get(ctx));
         if (!tensorOf(s.getType()).getElementType().isF32()) {
           auto c = b.create<CastOp>(t.getLoc(), f32, s);

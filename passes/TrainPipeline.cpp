@@ -39,6 +39,14 @@ template <> const std::vector<std::pair<OffloadParams, const char *>> &choiceNam
   return names;
 }
 
+template <> const std::vector<std::pair<PpSchedule, const char *>> &choiceNames<PpSchedule>() {
+  static const std::vector<std::pair<PpSchedule, const char *>> names = {{PpSchedule::GPipe, "gpipe"},
+                                                                          {PpSchedule::OneFOneB, "1f1b"},
+                                                                          {PpSchedule::Interleaved, "interleaved"},
+                                                                          {PpSchedule::ZeroBubble, "zero-bubble"}};
+  return names;
+}
+
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainStage stage) {
   switch (stage) {
   case TrainStage::Model: {
@@ -74,6 +82,18 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
       BigcGradAccumOptions go;
       go.microBatches = o.microBatches;
       pm.addPass(createBigcGradAccum(go));
+    }
+    // Pipeline stages: this module becomes stage ppStage (the driver builds one per stage).
+    if (o.pp > 1) {
+      BigcPipelineOptions po;
+      po.stages = o.pp;
+      po.stage = o.ppStage;
+      po.schedule = toString(o.ppSchedule);
+      po.virtualStages = o.virtualStages;
+      po.split = o.ppSplit;
+      po.ranks = o.ranks;
+      po.tp = o.tp;
+      pm.addPass(createBigcPipeline(po));
     }
     // Always: with policy none it records the forward FLOPs for the program.
     {
@@ -135,6 +155,17 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                                   llvm::cl::desc("fp16: clean steps before the loss scale doubles"),
                                   llvm::cl::init(2000)};
   Option<int64_t> microBatches{*this, "micro-batches", llvm::cl::desc("Micro-batches per update"), llvm::cl::init(1)};
+  Option<int64_t> pp{*this, "pp", llvm::cl::desc("Pipeline stages"), llvm::cl::init(1)};
+  Option<PpSchedule> ppSchedule{
+      *this, "pp-schedule", llvm::cl::desc("Pipeline schedule"), llvm::cl::init(PpSchedule::OneFOneB),
+      llvm::cl::values(clEnumValN(PpSchedule::GPipe, "gpipe", "gpipe"), clEnumValN(PpSchedule::OneFOneB, "1f1b", "1f1b"),
+                       clEnumValN(PpSchedule::Interleaved, "interleaved", "interleaved"),
+                       clEnumValN(PpSchedule::ZeroBubble, "zero-bubble", "zero-bubble"))};
+  Option<int64_t> virtualStages{*this, "virtual-stages", llvm::cl::desc("Interleaved: model chunks per stage"),
+                                llvm::cl::init(1)};
+  ListOption<int64_t> ppSplit{*this, "pp-split", llvm::cl::desc("First layer of each stage after the first")};
+  Option<int64_t> ppStage{*this, "pp-stage", llvm::cl::desc("The pipeline stage this module becomes"),
+                          llvm::cl::init(0)};
   Option<RecomputePolicy> recompute{*this, "recompute", llvm::cl::desc("Recomputation policy"),
                                     llvm::cl::init(RecomputePolicy::None),
                                     llvm::cl::values(clEnumValN(RecomputePolicy::None, "none", "none"),
@@ -174,6 +205,11 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
     c.lossScaleInit = lossScale;
     c.lossScaleGrowthInterval = lossScaleWindow;
     c.microBatches = microBatches;
+    c.pp = pp;
+    c.ppSchedule = ppSchedule;
+    c.virtualStages = virtualStages;
+    c.ppSplit.assign(ppSplit.begin(), ppSplit.end());
+    c.ppStage = ppStage;
     c.recompute = recompute;
     c.recomputeDrop = recomputeDrop;
     c.offload = offload;

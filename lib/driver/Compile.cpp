@@ -45,6 +45,7 @@ namespace bigc {
 
 using mlir::bigc::Offload;
 using mlir::bigc::OffloadParams;
+using mlir::bigc::PpSchedule;
 using mlir::bigc::Precision;
 using mlir::bigc::RecomputePolicy;
 using mlir::bigc::toString;
@@ -164,11 +165,6 @@ struct Value {
   }
   [[noreturn]] void fail(const std::string &what) const {
     throw UserError(std::string("option ") + flag + ": " + what);
-  }
-  // A later version's option: anything but its default (`value`) is refused.
-  [[noreturn]] void later(const std::string &value, const std::string &what) const {
-    throw UserError(std::string("option ") + flag + " " + value + " is not supported by this version yet (" + what +
-                    "); this version's mesh is data x tensor parallel (--ranks, --zero, --tp)");
   }
 };
 
@@ -317,11 +313,35 @@ const Flag kFlags[] = {
      "with --tp: layernorms and the residual stream split along the\n"
      "sequence (Megatron-SP: reduce-scatter + all-gather for all-reduce)",
      [](CompileOptions &o, const Value &) { o.sequenceParallel = true; }},
-    {"--pp", true, nullptr, nullptr, // a later version's (listed at the end of --help)
-     [](CompileOptions &, const Value &v) {
-       int64_t pp = v.integer();
-       if (pp < 1) v.fail("must be at least 1, got " + std::to_string(pp));
-       if (pp != 1) v.later(std::to_string(pp), "pipeline parallelism");
+    {"--pp", true, "--pp P",
+     "pipeline parallelism: the layers split into P stages, one per\n"
+     "group of ranks (the mesh is dp x tp x pp = ranks), balanced by the\n"
+     "cost model; activations and their gradients sent between stages",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.pp = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.pp));
+     }},
+    {"--pp-schedule", true, "--pp-schedule S",
+     "with --pp: the order of the micro-batches on each stage: 1f1b\n"
+     "(default; at most P - s micro-batches in flight on stage s) or gpipe\n"
+     "(every forward, then every backward)",
+     [](CompileOptions &o, const Value &v) { o.ppSchedule = v.choice<PpSchedule>(); }},
+    {"--virtual-stages", true, nullptr, nullptr, // interleaved schedules (not built yet: the pass says so)
+     [](CompileOptions &o, const Value &v) {
+       if ((o.virtualStages = v.integer()) < 1) v.fail("must be at least 1, got " + v.text());
+     }},
+    {"--pp-split", true, "--pp-split L1,L2,..",
+     "with --pp: the first layer of each stage after the first (instead\n"
+     "of the balanced split)",
+     [](CompileOptions &o, const Value &v) {
+       o.ppSplit.clear();
+       std::string t = v.text(), item;
+       std::stringstream ss(t);
+       while (std::getline(ss, item, ',')) {
+         char *end = nullptr;
+         const long long x = std::strtoll(item.c_str(), &end, 10);
+         if (item.empty() || *end != '\0' || x < 0) v.fail("expected layer numbers separated by commas, got '" + t + "'");
+         o.ppSplit.push_back(x);
+       }
      }},
     {"--global-batch", true, "--global-batch N",
      "check that N = ranks x batch x K sequences per step (DeepSpeed's\n"
@@ -370,7 +390,7 @@ std::string helpText() {
   }
   h += "\n"
        "options of later versions (this version accepts only the default value):\n"
-       "  --offload nvme   --pp N\n"
+       "  --offload nvme   --pp-schedule interleaved|zero-bubble   --virtual-stages V\n"
        "\n"
        "exit status: 0 written; 1 bad input or option, or the plan does not fit; 2 internal error\n";
   return h;
@@ -416,6 +436,24 @@ CompileOptions parseOptions(const cli::Args &args) {
                     ": the mesh is dp x tp x pp = ranks (use --ranks " +
                     std::to_string(o.tp * std::max<int64_t>(1, (o.ranks + o.tp - 1) / o.tp)) +
                     " or a --tp that divides " + std::to_string(o.ranks) + ")");
+  if (o.pp > 1 && o.ranks % (o.tp * o.pp) != 0)
+    throw UserError("option --pp " + std::to_string(o.pp) + (o.tp > 1 ? " with --tp " + std::to_string(o.tp) : "") +
+                    " does not divide --ranks " + std::to_string(o.ranks) +
+                    ": the mesh is dp x tp x pp = ranks (use --ranks " +
+                    std::to_string(o.tp * o.pp * std::max<int64_t>(1, o.ranks / (o.tp * o.pp))) + ")");
+  if (o.pp > 1 && (o.ppSchedule == PpSchedule::Interleaved || o.ppSchedule == PpSchedule::ZeroBubble))
+    throw UserError("option --pp-schedule " + toString(o.ppSchedule) +
+                    " is not built by this version yet; use --pp-schedule 1f1b (or gpipe)");
+  if (args.has("--virtual-stages") && o.virtualStages != 1)
+    throw UserError("option --virtual-stages " + std::to_string(o.virtualStages) +
+                    ": only with --pp-schedule interleaved, which this version does not build yet");
+  if (o.pp > 1 && o.precision == Precision::FP16)
+    throw UserError("option --pp " + std::to_string(o.pp) +
+                    " with --precision fp16: loss scaling across pipeline stages is not built by this version yet; "
+                    "use --precision bf16 (no loss scaling)");
+  for (const char *opt : {"--pp-schedule", "--pp-split", "--virtual-stages"})
+    if (args.has(opt) && o.pp == 1)
+      throw UserError(std::string("option ") + opt + ": only with --pp P, P > 1 (pipeline parallelism)");
   if (o.sequenceParallel && o.tp == 1)
     throw UserError(
         "option --sequence-parallel needs --tp N with N > 1 (it splits the sequence over the tensor ranks)");
@@ -533,9 +571,10 @@ int compileMain(int argc, char **argv, int first) {
     const int64_t g = *opts.globalBatch;
     auto fwd = module->lookupSymbol<mlir::func::FuncOp>("forward");
     const int64_t b = llvm::cast<mlir::RankedTensorType>(fwd.getFunctionType().getInput(0)).getDimSize(0);
-    const int64_t dpRanks = opts.ranks / std::max<int64_t>(1, opts.tp); // tensor ranks share their batch
+    // Tensor ranks share their batch, and so do pipeline stages.
+    const int64_t dpRanks = opts.ranks / std::max<int64_t>(1, opts.tp * opts.pp);
     const int64_t per = dpRanks * opts.microBatches;
-    std::string what = std::to_string(dpRanks) + (opts.tp > 1 ? " data-parallel" : "") + " rank(s) x " +
+    std::string what = std::to_string(dpRanks) + (opts.tp * opts.pp > 1 ? " data-parallel" : "") + " rank(s) x " +
                        std::to_string(opts.microBatches) + " micro-batch(es)";
     if (g < 1 || g % per != 0) {
       std::fprintf(stderr,
@@ -573,12 +612,22 @@ int compileMain(int argc, char **argv, int first) {
   const rt::Space &dev = *program.space("device");
   int64_t peakAt = 0;
   std::vector<RoleUsage> usage = peakUsageByRole(program, "device", &peakAt);
-  const int64_t nParams = program.parameterCount();
+  int64_t nParams = 0; // every stage's weights (a pipeline's stages hold different ones)
+  for (int64_t s = 0; s < program.pp; ++s) nParams += program.stageProgram(s).parameterCount();
 
   // Capacity check (lib/driver/Capacity.cpp): every memory space against its capacity; when one
   // does not fit, the not-fit table with the option sets that do fit (compiled to be sure).
-  if (!allFit(checkFit(program, opts))) {
-    std::string report = notFitReport(*module, program, opts);
+  // A pipelined program: each stage is checked (its ranks hold its arenas); the report is the
+  // fullest stage's.
+  const rt::Program *fullest = &program;
+  for (int64_t s = 1; s < program.pp; ++s) {
+    const rt::Program &sp = program.stageProgram(s);
+    if (!allFit(checkFit(sp, opts)) ||
+        (allFit(checkFit(*fullest, opts)) && sp.space("device")->arenaBytes > fullest->space("device")->arenaBytes))
+      fullest = &sp;
+  }
+  if (!allFit(checkFit(*fullest, opts))) {
+    std::string report = notFitReport(*module, *fullest, opts);
     std::fputs(report.c_str(), stderr);
     return 1;
   }
@@ -628,9 +677,22 @@ int compileMain(int argc, char **argv, int first) {
     std::snprintf(times, sizeof times, "  time          %.2f s (parse %.2f, passes and emit %.2f, write %.2f)\n",
                   secs(t0, tEnd), secs(t0, tParsed), secs(tParsed, tEmitted), secs(tEmitted, tEnd));
     os << times;
+    if (program.pp > 1) {
+      os << "  pipeline      " << program.pp << " stages (" << program.ppSchedule << ", " << program.microBatches
+         << " micro-batches); per stage: ";
+      for (int64_t s = 0; s < program.pp; ++s) {
+        const rt::Program &sp = program.stageProgram(s);
+        os << (s ? "; " : "") << s << ": device arena " << humanBytes(sp.space("device")->arenaBytes);
+        if (const rt::Space *h = sp.space("host")) os << ", host " << humanBytes(h->arenaBytes);
+        os << ", " << withCommas(int64_t(sp.instructions.size())) << " instructions";
+      }
+      os << "\n";
+    }
     if (program.ranks > 1) {
-      os << "  ranks         " << program.ranks << " (data parallel, ZeRO " << program.zero
-         << "): the device arena is per rank";
+      os << "  ranks         " << program.ranks << " (" << program.dp << " data parallel, ZeRO " << program.zero;
+      if (program.tp > 1) os << " x " << program.tp << " tensor parallel";
+      if (program.pp > 1) os << " x " << program.pp << " pipeline stages";
+      os << "): the device arena is per rank";
       if (const rt::Space *host = program.space("host"))
         os << "; host " << humanBytes(host->arenaBytes * program.ranks) << " for the " << program.ranks << " ranks";
       os << "\n";

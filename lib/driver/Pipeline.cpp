@@ -13,7 +13,10 @@
 
 #include "bigc/Analysis/StepSimulation.h"
 #include "bigc/Emit/Emitter.h"
+#include "bigc/Dialect/BigcTransfer.h"
 #include "bigc/Passes/TrainPipeline.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "bigc/Runtime/verifier.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -40,15 +43,16 @@ void runStage(mlir::ModuleOp m, const CompileOptions &o, mlir::bigc::TrainStage 
 
 } // namespace
 
-rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR) {
-  mlir::OwningOpRef<mlir::ModuleOp> owned(llvm::cast<mlir::ModuleOp>(parsed->clone()));
-  mlir::ModuleOp module = *owned;
+namespace {
+
+// Techniques and plan on `module` (the model stage done), emitted, with the step estimate.
+rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::string *finalIR) {
   using mlir::bigc::TrainStage;
-  runStage(module, o, TrainStage::Model, "build the training step");
   runStage(module, o, TrainStage::Techniques, "applying precision, accumulation, recomputation and offload");
   runStage(module, o, TrainStage::Plan, "scheduling or planning memory");
   if (finalIR) {
     llvm::raw_string_ostream os(*finalIR);
+    if (o.pp > 1) os << "// pipeline stage " << o.ppStage << " of " << o.pp << "\n";
     module->print(os);
     os << "\n";
   }
@@ -70,15 +74,71 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std
   header.deviceReserveParts = o.deviceReserveParts;
   header.initialWeights = o.initialWeights;
   header.initialWeightsBytes = o.initialWeightsBytes;
+  rt::Program program = emit::buildProgram(module, std::move(header));
+  if (o.haveHardware) { // the step on the profile: time and the collectives hidden behind compute
+    mlir::bigc::StepEstimate est = mlir::bigc::simulateStep(module, o.hardware);
+    program.estimate.present = true;
+    program.estimate.stepSeconds = est.stepSeconds;
+    program.estimate.computeSeconds = est.computeSeconds;
+    for (const auto &c : est.collectives)
+      program.estimate.collectives.push_back({c.op, c.count, c.seconds, c.hiddenSeconds, c.queuedSeconds});
+  }
+  return program;
+}
+
+// The pipeline's options against the model (bigc-pipeline checks them too, as the compiler's
+// errors): at least one layer per stage, a split within the layers.
+void checkPipeline(mlir::ModuleOp module, const CompileOptions &o) {
+  int64_t layers = 0;
+  if (auto f = module.lookupSymbol<mlir::func::FuncOp>("train_step"))
+    f.walk([&](mlir::Operation *op) { layers = std::max(layers, mlir::bigc::opLayer(op) + 1); });
+  const std::string pp = "option --pp " + std::to_string(o.pp);
+  if (layers == 0)
+    throw UserError(pp + ": the model marks no layers (bigc.layer on its ops: bigc gen and bigc import write them), "
+                         "so there is nothing to split into stages");
+  if (o.pp > layers)
+    throw UserError(pp + ": more stages than the model's " + std::to_string(layers) + " layers; use --pp " +
+                    std::to_string(layers) + " or fewer");
+  if (!o.ppSplit.empty()) {
+    std::string given, example;
+    for (size_t i = 0; i < o.ppSplit.size(); ++i) given += (i ? "," : "") + std::to_string(o.ppSplit[i]);
+    for (int64_t s = 1; s < o.pp; ++s) example += (s > 1 ? "," : "") + std::to_string(s * layers / o.pp);
+    bool ok = int64_t(o.ppSplit.size()) == o.pp - 1;
+    for (size_t i = 0; ok && i < o.ppSplit.size(); ++i)
+      ok = o.ppSplit[i] > (i ? o.ppSplit[i - 1] : 0) && o.ppSplit[i] < layers;
+    if (!ok)
+      throw UserError("option --pp-split " + given + ": give the first layer of each stage after the first, " +
+                      std::to_string(o.pp - 1) + " increasing numbers within 1.." + std::to_string(layers - 1) +
+                      " (the model has " + std::to_string(layers) + " layers), e.g. --pp-split " + example);
+  }
+}
+
+} // namespace
+
+rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR) {
+  mlir::OwningOpRef<mlir::ModuleOp> owned(llvm::cast<mlir::ModuleOp>(parsed->clone()));
+  mlir::ModuleOp module = *owned;
+  runStage(module, o, mlir::bigc::TrainStage::Model, "build the training step");
+  if (o.pp > 1) checkPipeline(module, o);
   try {
-    rt::Program program = emit::buildProgram(module, std::move(header));
-    if (o.haveHardware) { // the step on the profile: time and the collectives hidden behind compute
-      mlir::bigc::StepEstimate est = mlir::bigc::simulateStep(module, o.hardware);
-      program.estimate.present = true;
-      program.estimate.stepSeconds = est.stepSeconds;
-      program.estimate.computeSeconds = est.computeSeconds;
-      for (const auto &c : est.collectives)
-        program.estimate.collectives.push_back({c.op, c.count, c.seconds, c.hiddenSeconds, c.queuedSeconds});
+    rt::Program program;
+    if (o.pp <= 1) {
+      program = planAndEmit(module, o, finalIR);
+    } else {
+      // Pipeline stages: one module per stage from the same training step (bigc-pipeline keeps
+      // stage s of it), each planned on its own; the file holds them all.
+      for (int64_t s = 0; s < o.pp; ++s) {
+        mlir::OwningOpRef<mlir::ModuleOp> stageModule(llvm::cast<mlir::ModuleOp>(module->clone()));
+        CompileOptions so = o;
+        so.ppStage = s;
+        rt::Program p = planAndEmit(*stageModule, so, finalIR);
+        if (s == 0)
+          program = std::move(p);
+        else
+          program.stages.push_back(std::move(p));
+      }
+      // The config is the step's: the vocabulary of the embedding (stage 0) for every stage.
+      for (rt::Program &sp : program.stages) sp.vocab = program.vocab;
     }
     rt::validateProgram(program, o.output);
     std::vector<std::string> issues = rt::verifyPlan(program, 3);

@@ -526,6 +526,12 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
   p.tp = bigcd::meshAxisSize(module, "tp");
   p.pp = bigcd::meshAxisSize(module, "pp");
   p.ranks = p.dp * p.tp * p.pp;
+  // bigc-pipeline: which stage this module is (the driver bundles the stages' programs).
+  if (auto pipe = module->getAttrOfType<DictionaryAttr>(bigcd::kPipelineAttrName)) {
+    if (auto st = pipe.getAs<IntegerAttr>("stage")) p.stage = st.getInt();
+    if (auto sc = pipe.getAs<StringAttr>("schedule")) p.ppSchedule = sc.getValue().str();
+    if (auto v = pipe.getAs<IntegerAttr>("virtual_stages")) p.virtualStages = v.getInt();
+  }
   if (auto z = module->getAttrOfType<IntegerAttr>(bigcd::kZeroAttrName)) p.zero = z.getInt();
   p.sequenceParallel = module->hasAttr(bigcd::kSequenceParallelAttrName);
   if (auto notes = module->getAttrOfType<ArrayAttr>(bigcd::kTpReplicatedAttrName))

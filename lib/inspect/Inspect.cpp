@@ -310,6 +310,68 @@ void checkRank(const rt::Program &p, int64_t rank) {
                     std::to_string(std::max<int64_t>(1, p.ranks) - 1) + ")");
 }
 
+// A pipeline's stages: which ranks run each, its arenas, instructions and messages.
+struct StageSummary {
+  int64_t stage = 0, firstRank = 0, lastRank = 0, instructions = 0, sends = 0, recvs = 0;
+  int64_t sentBytes = 0, receivedBytes = 0;
+  std::vector<std::pair<std::string, int64_t>> arenas;
+};
+std::vector<StageSummary> stageSummaries(const rt::Program &top) {
+  std::vector<StageSummary> out;
+  const int64_t per = std::max<int64_t>(1, top.dp * top.tp);
+  for (int64_t s = 0; s < top.pp; ++s) {
+    const rt::Program &sp = top.stageProgram(s);
+    StageSummary x;
+    x.stage = s, x.firstRank = s * per, x.lastRank = s * per + per - 1;
+    x.instructions = int64_t(sp.instructions.size());
+    for (const auto &sc : sp.spaces) x.arenas.push_back({sc.name, sc.arenaBytes});
+    for (const auto &ins : sp.instructions) {
+      if (ins.op == "send") ++x.sends, x.sentBytes += sp.buffers.at(size_t(ins.in.at(0))).bytes;
+      if (ins.op == "recv") ++x.recvs, x.receivedBytes += sp.buffers.at(size_t(ins.out.at(0))).bytes;
+    }
+    out.push_back(x);
+  }
+  return out;
+}
+
+std::string pipelineText(const rt::Program &top, int64_t rank) {
+  std::ostringstream o;
+  const int64_t per = std::max<int64_t>(1, top.dp * top.tp);
+  o << "pipeline: " << top.pp << " stages (" << top.ppSchedule << ", " << top.microBatches
+    << " micro-batches), ranks = dp " << top.dp << " x tp " << top.tp << " x pp " << top.pp << "; rank " << rank
+    << " runs stage " << rank / per << " (reported below; --rank R for another)\n";
+  for (const StageSummary &x : stageSummaries(top)) {
+    o << "  stage " << x.stage << ": ranks " << x.firstRank << ".." << x.lastRank;
+    for (const auto &[name, bytes] : x.arenas) o << ", " << name << " arena " << humanBytes(bytes);
+    o << ", " << withCommas(x.instructions) << " instructions, " << x.sends << " sends (" << humanBytes(x.sentBytes)
+      << "), " << x.recvs << " receives (" << humanBytes(x.receivedBytes) << ") per step\n";
+  }
+  return o.str();
+}
+
+json pipelineJson(const rt::Program &top, int64_t rank) {
+  json j;
+  j["stages"] = top.pp;
+  j["schedule"] = top.ppSchedule;
+  j["virtual_stages"] = top.virtualStages;
+  j["stage_of_rank"] = rank / std::max<int64_t>(1, top.dp * top.tp);
+  json list = json::array();
+  for (const StageSummary &x : stageSummaries(top)) {
+    json a = json::object();
+    for (const auto &[name, bytes] : x.arenas) a[name] = bytes;
+    list.push_back({{"stage", x.stage},
+                    {"ranks", {x.firstRank, x.lastRank}},
+                    {"arena_bytes", a},
+                    {"instructions", x.instructions},
+                    {"sends", x.sends},
+                    {"sent_bytes", x.sentBytes},
+                    {"recvs", x.recvs},
+                    {"received_bytes", x.receivedBytes}});
+  }
+  j["per_stage"] = list;
+  return j;
+}
+
 bool allFit(const std::vector<SpaceSummary> &ss) {
   for (const auto &s : ss)
     if (!s.fits) return false;
@@ -427,8 +489,9 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   if (p.ranks > 1) {
     ModelState ms = modelState(p);
     o << "mesh: dp " << p.dp << " x tp " << p.tp << " x pp " << p.pp << ", ZeRO " << p.zero
-      << "; every rank runs this plan on its slice of the global batch (" << p.ranks << " x " << p.microBatches << " x "
-      << p.batch << " sequences per step)\n";
+      << (p.pp > 1 ? "; the ranks of stage " + std::to_string(p.stage) + " run this plan" : "; every rank runs this plan")
+      << " on their data-parallel slice of the global batch (" << p.dp << " x " << p.microBatches << " x " << p.batch
+      << " sequences per step)\n";
     o << "model state: " << humanBytes(ms.perRank) << " on rank " << rank << " of " << humanBytes(ms.whole)
       << " whole (" << fmt("%.3f", ms.whole > 0 ? double(ms.perRank) / double(ms.whole) : 1.0) << ")";
     if (ms.shardedTensors > 0)
@@ -1060,7 +1123,8 @@ const char *inspectHelp() {
          "  --timeline FILE.svg write an SVG of bytes live per role over the step, one panel\n"
          "                      per memory space, phases shaded, with lanes marking the\n"
          "                      transfers (h2d, d2h), host work and recomputed instructions\n"
-         "  --rank R            the rank to show (0 .. ranks-1; default 0)\n";
+         "  --rank R            the rank to show (0 .. ranks-1; default 0); in a pipelined\n"
+         "                      program, the stage that rank runs\n";
 }
 
 int inspectMain(int argc, char **argv, int first) {
@@ -1077,10 +1141,23 @@ int inspectMain(int argc, char **argv, int first) {
   const std::string path = a.positional[0];
   int64_t rank = a.integer("--rank", 0);
   if (a.has("--timeline") && a.str("--timeline").empty()) throw UserError("--timeline: empty file name");
-  rt::Program p = rt::loadProgram(path);
-  checkRank(p, rank);
+  rt::Program top = rt::loadProgram(path);
+  checkRank(top, rank);
+  // A pipelined program: the report of the stage the rank runs, after the pipeline's summary.
+  const int64_t stage = top.pp > 1 ? rank / std::max<int64_t>(1, top.dp * top.tp) : 0;
+  const rt::Program &p = top.stageProgram(stage);
   // Build everything before writing anything.
-  std::string report = a.has("--json") ? jsonReport(p, path, rank) : textReport(p, path, rank, a.has("--memory"));
+  std::string report;
+  if (a.has("--json")) {
+    report = jsonReport(p, path, rank);
+    if (top.pp > 1) {
+      json j = json::parse(report);
+      j["pipeline"] = pipelineJson(top, rank);
+      report = j.dump(2) + "\n";
+    }
+  } else {
+    report = (top.pp > 1 ? pipelineText(top, rank) : std::string()) + textReport(p, path, rank, a.has("--memory"));
+  }
   if (a.has("--timeline")) rt::writeFileAtomic(a.str("--timeline"), timelineSvg(p, path, rank));
   std::fwrite(report.data(), 1, report.size(), stdout);
   return 0;

@@ -260,7 +260,6 @@ int runBody(int argc, char **argv, int first) {
                       "built); rebuild where nvcc is on PATH, or use --backend cpu");
     if (!cudaDeviceVisible(&why)) throw UserError("--backend cuda: " + why + "; use --backend cpu");
   }
-  if (backend.empty()) backend = cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
 
   int64_t steps = args.integer("--steps", 10);
   if (steps < 0) throw UserError("--steps must be >= 0, got " + std::to_string(steps));
@@ -282,9 +281,13 @@ int runBody(int argc, char **argv, int first) {
   const auto runBegan = clock::now();
   auto secondsSince = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   Program prog = loadProgram(programPath);
+  // Pipeline stages run on the CPU backend in one process (the default backend for them).
+  if (backend.empty()) backend = prog.pp == 1 && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
+  if (prog.pp > 1 && (backend == "cuda" || mpiWorld().first > 1)) throw UserError(pipelineOnCpuOnly(prog.pp));
   if (!args.has("--no-verify")) verifyProgram(prog, programPath, /*validated=*/true); // bigc verify's proof
   const double programSeconds = secondsSince(runBegan);
   const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks, tpSize = prog.tp;
+  const int64_t dpSize = prog.dp, ppSize = prog.pp;
   const double commTimeout = args.has("--comm-timeout") ? args.number("--comm-timeout", 300.0) : 300.0;
   if (!(commTimeout > 0)) throw UserError("--comm-timeout must be a positive number of seconds");
   // Under mpirun: this process runs ranks/world of the ranks; only process 0 writes and prints.
@@ -315,9 +318,10 @@ int runBody(int argc, char **argv, int first) {
   const int64_t snapshot = asyncCheckpoints ? prog.stateBytes() : 0;
   if (asyncCheckpoints) {
     int64_t resident = 0;
-    const int64_t localRanks = world > 1 ? R / world : R;
-    for (const auto &sp : prog.spaces)
-      if (backend == "cpu" || sp.name != "device") resident += sp.arenaBytes * localRanks;
+    const int64_t localRanks = world > 1 ? R / world : R / prog.pp; // of each pipeline stage
+    for (int64_t st = 0; st < prog.pp; ++st)
+      for (const auto &sp : prog.stageProgram(st).spaces)
+        if (backend == "cpu" || sp.name != "device") resident += sp.arenaBytes * localRanks;
     const long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
     const int64_t physical = pages > 0 && pageSize > 0 ? int64_t(pages) * int64_t(pageSize) : 0;
     if (physical > 0 && resident + snapshot > physical)
@@ -416,7 +420,9 @@ int runBody(int argc, char **argv, int first) {
         "data: %s; %lld steps\n",
         programPath.c_str(), ex.backend(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
         R > 1 ? (std::to_string(R) + " ranks" +
-                 (tpSize > 1 ? " (dp " + std::to_string(R / tpSize) + " x tp " + std::to_string(tpSize) + ")" : "") +
+                 (tpSize > 1 || ppSize > 1 ? " (dp " + std::to_string(dpSize) + " x tp " + std::to_string(tpSize) +
+                                                 (ppSize > 1 ? " x pp " + std::to_string(ppSize) : "") + ")"
+                                           : "") +
                  " x ")
                     .c_str()
               : "",
@@ -442,7 +448,7 @@ int runBody(int argc, char **argv, int first) {
   const int64_t bt = B * T;
   // The global batch: micro-batch k of data-parallel rank r is chunk k*DP + r (the data order of `bigc run --data`;
   // the tensor-parallel ranks of a group read the same chunk).
-  const int64_t DP = R / std::max<int64_t>(1, tpSize);
+  const int64_t DP = dpSize;
   std::vector<int32_t> tokens(size_t(K * DP * bt)), targets(size_t(K * DP * bt));
   nlohmann::ordered_json planned = nlohmann::ordered_json::object();
   for (const auto &[name, bytes] : arenas) planned[name] = bytes;

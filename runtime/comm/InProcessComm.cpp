@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace bigc::rt {
@@ -176,17 +177,72 @@ public:
     comm::runLocal(g_, local, kind, reduce, tensors, what, [this](int r) { return globalRank(r); });
   }
   void reserve(int64_t floats) override { g_.reserve(floats); }
-  void abort(const std::string &why) override { g_.abort(why); }
+  void abort(const std::string &why) override {
+    g_.abort(why);
+    mail_.stop();
+  }
   bool aborted() const override { return g_.aborted(); }
   void setTimeout(double seconds) override { g_.setTimeout(seconds); }
   std::string name() const override { return "in-process"; }
 
+  void send(int local, int peer, int64_t tag, const void *data, int64_t bytes, const std::string &what) override {
+    if (g_.aborted()) throw CommError(g_.stoppedIn(local, what));
+    checkPeer(local, peer, what);
+    mail_.put(globalRank(local), peer, tag, data, bytes);
+  }
+
+  void recv(int local, int peer, int64_t tag, void *data, int64_t bytes, const std::string &what) override {
+    checkPeer(local, peer, what);
+    const int self = globalRank(local);
+    int64_t got = 0;
+    switch (mail_.take(
+        peer, self, tag, data, bytes, g_.timeout(), [this] { return g_.aborted(); }, &got)) {
+    case comm::Mailbox::Got::Ok: return;
+    case comm::Mailbox::Got::Stopped: throw CommError(g_.stoppedIn(local, what));
+    case comm::Mailbox::Got::TimedOut: {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", g_.timeout());
+      const std::string msg = what + ": rank " + std::to_string(self) + " waited " + secs +
+                              " s for the message from rank " + std::to_string(peer) + " with tag " +
+                              std::to_string(tag) + ", which did not come (rank " + std::to_string(peer) +
+                              " stuck or failed); every rank stops";
+      abort(msg);
+      throw CommError(msg);
+    }
+    case comm::Mailbox::Got::WrongSize: {
+      const std::string msg = what + ": rank " + std::to_string(self) + " receives " + std::to_string(bytes) +
+                              " bytes from rank " + std::to_string(peer) + " with tag " + std::to_string(tag) +
+                              ", which sent " + std::to_string(got) + " (the ranks run different programs?)";
+      abort(msg);
+      throw CommError(msg);
+    }
+    }
+  }
+
 private:
+  void checkPeer(int local, int peer, const std::string &what) const {
+    bool in = false;
+    for (int r = 0; r < size() && !in; ++r) in = globalRank(r) == peer;
+    if (!in || peer == globalRank(local))
+      throw CommError(what + ": rank " + std::to_string(globalRank(local)) + " has no peer rank " +
+                      std::to_string(peer) + " in this communicator");
+  }
+
   std::vector<int> ids_; // global numbers of the group's ranks (empty: 0..n-1)
   comm::LocalGroup g_;
+  comm::Mailbox mail_;
 };
 
 } // namespace
+
+void Communicator::send(int, int peer, int64_t tag, const void *, int64_t, const std::string &what) {
+  throw CommError(what + ": the " + name() + " communicator has no point-to-point messages (send to rank " +
+                  std::to_string(peer) + ", tag " + std::to_string(tag) + ")");
+}
+void Communicator::recv(int, int peer, int64_t tag, void *, int64_t, const std::string &what) {
+  throw CommError(what + ": the " + name() + " communicator has no point-to-point messages (recv from rank " +
+                  std::to_string(peer) + ", tag " + std::to_string(tag) + ")");
+}
 
 std::shared_ptr<Communicator> makeInProcessCommunicator(int ranks) { return std::make_shared<InProcess>(ranks); }
 std::shared_ptr<Communicator> makeInProcessCommunicator(const std::vector<int> &globalIds) {

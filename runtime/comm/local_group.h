@@ -1,15 +1,19 @@
 // The ranks of one process meeting in shared memory: a barrier that names the ranks that did not
-// arrive, an abort flag, per-rank postings and scratch. Used by the in-process communicator (all
-// ranks) and by the MPI communicator (the ranks of each process). Internal to runtime/comm.
+// arrive, an abort flag, per-rank postings and scratch; a mailbox for point-to-point messages. Used by the in-process
+// communicator (all ranks) and by the MPI communicator (the ranks of each process). Internal to runtime/comm.
 #pragma once
 
 #include "bigc/Runtime/comm.h"
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace bigc::rt::comm {
@@ -110,6 +114,71 @@ private:
   std::string why_;
   double timeout_ = 300.0;
   std::vector<std::vector<float>> scratch_;
+};
+
+// Point-to-point messages between the ranks of one process: a mailbox per (sender, receiver, tag),
+// each a queue of messages (copies of the sent bytes). A send never waits; a receive waits for its
+// message. The buffers of taken messages are kept for the next sends (no allocation once every
+// message size has been seen).
+class Mailbox {
+public:
+  enum class Got { Ok, Stopped, TimedOut, WrongSize };
+
+  void put(int from, int to, int64_t tag, const void *data, int64_t bytes) {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<char> m;
+    for (size_t i = 0; i < spare_.size(); ++i)
+      if (spare_[i].capacity() >= size_t(bytes)) {
+        m = std::move(spare_[i]);
+        spare_.erase(spare_.begin() + long(i));
+        break;
+      }
+    m.assign(static_cast<const char *>(data), static_cast<const char *>(data) + bytes);
+    box_[Key{from, to, tag}].push_back(std::move(m));
+    cv_.notify_all();
+  }
+
+  // Waits up to `timeout` seconds for the message (checking `stopped` every few milliseconds);
+  // copies it to `data` when it has `bytes` bytes (else leaves it, and `*got` is its size).
+  Got take(int from, int to, int64_t tag, void *data, int64_t bytes, double timeout,
+           const std::function<bool()> &stopped, int64_t *got) {
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout));
+    std::unique_lock<std::mutex> l(mu_);
+    const Key key{from, to, tag};
+    for (;;) {
+      auto it = box_.find(key);
+      if (it != box_.end() && !it->second.empty()) {
+        std::vector<char> &m = it->second.front();
+        *got = int64_t(m.size());
+        if (*got != bytes) return Got::WrongSize;
+        std::memcpy(data, m.data(), m.size());
+        spare_.push_back(std::move(m));
+        it->second.pop_front();
+        return Got::Ok;
+      }
+      if (woken_ || stopped()) return Got::Stopped;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return Got::TimedOut;
+      cv_.wait_until(l, std::min(deadline, now + std::chrono::milliseconds(20)));
+    }
+  }
+
+  // Every waiting and later receive returns Stopped (the run was aborted).
+  void stop() {
+    std::lock_guard<std::mutex> l(mu_);
+    woken_ = true;
+    cv_.notify_all();
+  }
+
+private:
+  using Key = std::tuple<int, int, int64_t>;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, std::deque<std::vector<char>>> box_;
+  std::vector<std::vector<char>> spare_;
+  bool woken_ = false;
 };
 
 } // namespace bigc::rt::comm

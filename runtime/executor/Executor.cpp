@@ -35,7 +35,8 @@ bool direct(OpKind k) { return handlesOwnDtypes(k) || k == OpKind::Embedding || 
 Executor::Executor(Program program, uint64_t seed, RankContext rank)
     : StreamExecutor(std::move(program), rank.tpRank), rank_(std::move(rank)) {
   if ((prog_.dp != 1 && (!rank_.comm || rank_.comm->size() != prog_.dp)) ||
-      (prog_.tp != 1 && (!rank_.tpComm || rank_.tpComm->size() != prog_.tp)))
+      (prog_.tp != 1 && (!rank_.tpComm || rank_.tpComm->size() != prog_.tp)) ||
+      (prog_.pp != 1 && (!rank_.p2p || !rank_.ppComm || rank_.ppComm->size() != prog_.pp)))
     throw UserError("this program has " + std::to_string(prog_.ranks) +
                     " ranks: run it with `bigc run`, which "
                     "starts every rank with a communicator (one executor runs one rank)");
@@ -156,8 +157,12 @@ void Executor::planOp(BoundOp &op) {
   if (!direct(op.kind))
     stageOperands(
         op, [](bool, size_t) { return true; }, 64);
+  if ((op.kind == OpKind::Send || op.kind == OpKind::Recv) && !rank_.p2p)
+    throw UserError("instruction " + std::to_string(op.index) + " (" + op.ins->op +
+                    ") moves a value between pipeline stages, but this executor runs one rank without a "
+                    "communicator for them");
   if (op.isCollective()) {
-    Communicator *c = op.axis == 1 ? rank_.tpComm.get() : rank_.comm.get();
+    Communicator *c = collectiveComm(op.axis).get();
     if (!c)
       throw UserError("instruction " + std::to_string(op.index) + " (" + op.ins->op +
                       ") is a collective, but "
@@ -315,8 +320,20 @@ void Executor::launch(BoundOp &bound) {
     const CollectiveKind k = op.kind == OpKind::AllReduce       ? CollectiveKind::AllReduce
                              : op.kind == OpKind::ReduceScatter ? CollectiveKind::ReduceScatter
                                                                 : CollectiveKind::AllGather;
-    (op.axis == 1 ? rank_.tpComm : rank_.comm)
-        ->run(op.axis == 1 ? rank_.tpLocal : rank_.local, k, op.reduce, op.coll, where(op));
+    collectiveComm(op.axis)->run(op.axis == 1   ? rank_.tpLocal
+                                 : op.axis == 2 ? rank_.ppLocal
+                                                : rank_.local,
+                                 k, op.reduce, op.coll, where(op));
+    break;
+  }
+  case OpKind::Send:
+  case OpKind::Recv: {
+    // The rank of stage `peer` with this rank's dp and tp indices.
+    const int peer = rank_.globalRank + int((op.peer - prog_.stage) * prog_.dp * prog_.tp);
+    if (op.kind == OpKind::Send)
+      rank_.p2p->send(rank_.p2pLocal, peer, op.tag, op.rawIn[0], op.n, where(op));
+    else
+      rank_.p2p->recv(rank_.p2pLocal, peer, op.tag, op.rawOut[0], op.n, where(op));
     break;
   }
   case OpKind::CheckFinite:

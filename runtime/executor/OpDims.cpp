@@ -169,6 +169,11 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
   case OpKind::ReduceScatter:
   case OpKind::AllGather: break;
   case OpKind::Cast: d.n = in(0).numel(); break;
+  case OpKind::Send:
+  case OpKind::Recv:
+    d.n = kind == OpKind::Send ? in(0).bytes : out(0).bytes;
+    d.peer = int64_t(ins.num("peer", -1)), d.tag = int64_t(ins.num("tag", -1));
+    break;
   case OpKind::AdamW: {
     const Optimizer &o = p.optimizer;
     d.n = in(0).numel();
@@ -254,7 +259,9 @@ bool handlesOwnDtypes(OpKind k) {
   case OpKind::LossScaleUpdate:
   case OpKind::AllReduce:
   case OpKind::ReduceScatter:
-  case OpKind::AllGather: return true;
+  case OpKind::AllGather:
+  case OpKind::Send:
+  case OpKind::Recv: return true;
   default: return false;
   }
 }

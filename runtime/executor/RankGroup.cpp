@@ -21,23 +21,51 @@ namespace bigc::rt {
 
 namespace {
 
-// The logical program: sharded buffers (ZeRO shards, tensor-parallel chunks) with their whole shape.
-Program logicalOf(const Program &p) {
+// A buffer as the logical program shows it: a shard (ZeRO) or chunk (tensor parallelism) as its
+// whole tensor.
+void wholeOf(Buffer &b) {
+  if (b.shard) {
+    b.shape = b.fullShape;
+    b.shard = false;
+    b.fullShape.clear();
+  }
+  if (b.tpDim >= 0) {
+    b.shape = b.tpFullShape;
+    b.tpDim = -1, b.tpSegments = 1;
+    b.tpFullShape.clear();
+  }
+  b.bytes = b.numel() * dtypeSize(b.dtype);
+}
+
+// The logical program: sharded buffers (ZeRO shards, tensor-parallel chunks) with their whole
+// shape. Pipeline stages: stage 0's buffers (at their ids), then the persistent buffers of stages
+// 1, 2, ... (each at the next id; `where` receives every logical id's stage and id in it); each
+// space's arena the largest of the stages' (per rank).
+Program logicalOf(const Program &p, std::vector<std::pair<int, int64_t>> &where) {
   Program l = p;
+  l.stages.clear();
+  where.clear();
   for (Buffer &b : l.buffers) {
-    if (b.shard) {
-      b.shape = b.fullShape;
-      b.shard = false;
-      b.fullShape.clear();
+    wholeOf(b);
+    where.push_back({0, b.id});
+  }
+  for (int64_t s = 1; s < p.pp && s <= int64_t(p.stages.size()); ++s) {
+    for (Space &sp : l.spaces) // per rank: the largest stage's
+      if (const Space *o = p.stages[size_t(s - 1)].space(sp.name)) {
+        sp.arenaBytes = std::max(sp.arenaBytes, o->arenaBytes);
+        sp.lowerBoundBytes = std::max(sp.lowerBoundBytes, o->lowerBoundBytes);
+      }
+    for (const Buffer &sb : p.stages[size_t(s - 1)].buffers) {
+      if (!sb.persistent()) continue;
+      Buffer b = sb;
+      wholeOf(b);
+      b.id = int64_t(l.buffers.size());
+      l.buffers.push_back(b);
+      where.push_back({int(s), sb.id});
     }
-    if (b.tpDim >= 0) {
-      b.shape = b.tpFullShape;
-      b.tpDim = -1, b.tpSegments = 1;
-      b.tpFullShape.clear();
-    }
-    b.bytes = b.numel() * dtypeSize(b.dtype);
   }
   l.dp = l.tp = l.pp = l.ranks = 1;
+  l.stage = 0, l.ppSchedule.clear(), l.virtualStages = 1;
   return l;
 }
 
@@ -74,26 +102,54 @@ struct Injected : std::runtime_error {
 
 } // namespace
 
+std::string pipelineOnCpuOnly(int64_t pp) {
+  return "pipeline parallelism (pp " + std::to_string(pp) +
+         ") runs on the CPU backend in one process in this version; run it with --backend cpu and without mpirun";
+}
+
 RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make,
                      bool deviceInHostMemory, const std::function<void(RankGroup &)> &configure)
     : rankProgram_(std::move(program)), comm_(std::move(comm)) {
   if (!comm_ || comm_->size() != rankProgram_.ranks)
     throw UserError("the program has " + std::to_string(rankProgram_.ranks) + " ranks but the communicator " +
                     std::to_string(comm_ ? comm_->size() : 0));
-  logical_ = logicalOf(rankProgram_);
+  const int P = int(rankProgram_.pp);
+  if (P > 1 && comm_->localSize() != comm_->size()) throw UserError(pipelineOnCpuOnly(P));
+  if (P > 1 && int64_t(rankProgram_.stages.size()) != P - 1)
+    throw UserError("the program has pp " + std::to_string(P) + " but " +
+                    std::to_string(rankProgram_.stages.size() + 1) + " stage program(s)");
+  logical_ = logicalOf(rankProgram_, logicalIds_);
   const int local = comm_->localSize();
   // The arenas of every rank of this process together must fit this machine.
-  int64_t perRank = 0;
-  for (const auto &s : rankProgram_.spaces)
-    if (deviceInHostMemory || s.name != "device") perRank += s.arenaBytes;
+  int64_t perRank = 0, all = 0; // the largest per rank, and all of this process's
+  for (int l = 0; l < local; ++l) {
+    int64_t r = 0;
+    for (const auto &s : stage(stageOf(comm_->globalRank(l))).spaces)
+      if (deviceInHostMemory || s.name != "device") r += s.arenaBytes;
+    perRank = std::max(perRank, r), all += r;
+  }
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && pageSize > 0 && perRank * local > int64_t(pages) * int64_t(pageSize))
-    throw UserError("the " + std::to_string(local) + " ranks of this process need " + humanBytes(perRank * local) +
-                    " of arenas together (" + humanBytes(perRank) + " per rank); this machine has " +
-                    humanBytes(int64_t(pages) * int64_t(pageSize)) +
+  if (pages > 0 && pageSize > 0 && all > int64_t(pages) * int64_t(pageSize))
+    throw UserError("the " + std::to_string(local) + " ranks of this process need " + humanBytes(all) +
+                    " of arenas together (" + humanBytes(perRank) + " per rank" + (P > 1 ? " at most" : "") +
+                    "); this machine has " + humanBytes(int64_t(pages) * int64_t(pageSize)) +
                     ". Run fewer ranks per process (mpirun across machines), or compile with --zero 3, "
                     "--offload cpu or --recompute for less memory per rank");
-  for (int l = 0; l < local; ++l) engines_.push_back(make(rankProgram_, l));
+  if (P == 1) {
+    for (int l = 0; l < local; ++l) engines_.push_back(make(rankProgram_, l));
+  } else { // each rank its stage's program (stage 0's without the others)
+    engines_.resize(size_t(local));
+    for (int s = 0; s < P; ++s) {
+      Program sp = s == 0 ? Program() : stage(s);
+      if (s == 0) {
+        std::vector<Program> others = std::move(rankProgram_.stages);
+        sp = rankProgram_;
+        rankProgram_.stages = std::move(others);
+      }
+      for (int l = 0; l < local; ++l)
+        if (stageOf(comm_->globalRank(l)) == s) engines_[size_t(l)] = make(sp, l);
+    }
+  }
   const int64_t n = rankProgram_.microBatches * rankProgram_.batch * rankProgram_.seq;
   tokens_.assign(size_t(local), std::vector<int32_t>(size_t(n)));
   targets_.assign(size_t(local), std::vector<int32_t>(size_t(n)));
@@ -143,19 +199,25 @@ std::string RankGroup::deviceInfo() const {
   return d.empty() ? r : d + "; " + r;
 }
 
-template <class F> void RankGroup::onEveryRank(F f) {
+std::string RankGroup::rankName(int global) const {
+  return rankProgram_.pp > 1 ? "stage " + std::to_string(stageOf(global)) + " (rank " + std::to_string(global) + ")"
+                             : "rank " + std::to_string(global);
+}
+
+template <class F> void RankGroup::onEveryRank(F f, int onlyStage) {
   const int local = int(engines_.size());
   std::vector<std::exception_ptr> errors{size_t(local)};
   std::vector<std::thread> threads;
   for (int l = 0; l < local; ++l)
-    threads.emplace_back([&, l] {
-      try {
-        f(l);
-      } catch (...) {
-        errors[size_t(l)] = std::current_exception();
-        abortAll("rank " + std::to_string(comm_->globalRank(l)) + " failed");
-      }
-    });
+    if (onlyStage < 0 || stageOf(comm_->globalRank(l)) == onlyStage)
+      threads.emplace_back([&, l] {
+        try {
+          f(l);
+        } catch (...) {
+          errors[size_t(l)] = std::current_exception();
+          abortAll(rankName(comm_->globalRank(l)) + " failed");
+        }
+      });
   for (auto &t : threads) t.join();
   for (auto &e : errors)
     if (e) std::rethrow_exception(e);
@@ -200,7 +262,7 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
       try {
         if (g == faultRank_ && stepNo == faultStep_) {
           if (faultKind_ == "crash")
-            throw Injected("injected fault (BIGC_FAULT): rank " + std::to_string(g) + " crashed in step " +
+            throw Injected("injected fault (BIGC_FAULT): " + rankName(g) + " crashed in step " +
                            std::to_string(stepNo));
           // hang: stop answering until the others give up
           while (!comm_->aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -210,13 +272,13 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
         loss = engines_[size_t(l)]->step(tokens_[size_t(l)].data(), targets_[size_t(l)].data());
       } catch (const CommError &) {
         err = std::current_exception(), commErr = true;
-        abortAll("rank " + std::to_string(g) + " stopped in step " + std::to_string(stepNo));
+        abortAll(rankName(g) + " stopped in step " + std::to_string(stepNo));
       } catch (const std::exception &e) {
         err = std::current_exception();
-        abortAll("rank " + std::to_string(g) + " failed in step " + std::to_string(stepNo) + ": " + e.what());
+        abortAll(rankName(g) + " failed in step " + std::to_string(stepNo) + ": " + e.what());
       } catch (...) {
         err = std::current_exception();
-        abortAll("rank " + std::to_string(g) + " failed in step " + std::to_string(stepNo));
+        abortAll(rankName(g) + " failed in step " + std::to_string(stepNo));
       }
       std::lock_guard<std::mutex> lk(sh->mu);
       sh->losses[size_t(l)] = loss;
@@ -286,7 +348,7 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
     if (errors[size_t(l)]) cause = l;
   if (cause >= 0) {
     std::string msg = message(errors[size_t(cause)]);
-    if (!isComm[size_t(cause)]) msg = "rank " + std::to_string(comm_->globalRank(cause)) + ": " + msg;
+    if (!isComm[size_t(cause)]) msg = rankName(comm_->globalRank(cause)) + ": " + msg;
     for (int l = 0; l < local && !isComm[size_t(cause)]; ++l) // where another rank was stopped
       if (l != cause && errors[size_t(l)] && isComm[size_t(l)]) {
         std::string other = message(errors[size_t(l)]);
@@ -296,27 +358,45 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
       }
     throw UserError(msg);
   }
+  // The step's loss: the mean over the ranks of the last stage (the others have none).
+  const int last = int(rankProgram_.pp) - 1;
   double sum = 0;
-  for (float x : losses) sum += x;
+  for (int l = 0; l < local; ++l)
+    if (stageOf(comm_->globalRank(l)) == last) sum += losses[size_t(l)];
   sum = comm_->localSize() == comm_->size() ? sum : mpiSum(sum);
-  return float(sum / double(rankProgram_.ranks));
+  return float(sum / double(rankProgram_.dp * rankProgram_.tp));
 }
 
-void RankGroup::gather(int64_t id, void *dst) const {
+void RankGroup::enableGradCapture() {
+  for (int l = 0; l < int(engines_.size()); ++l)
+    if (l == 0 || (rankProgram_.pp > 1 && comm_->globalRank(l) == firstRankOf(stageOf(comm_->globalRank(l)))))
+      engines_[size_t(l)]->enableGradCapture();
+}
+
+const std::map<std::string, std::vector<float>> &RankGroup::capturedGrads() const {
+  if (rankProgram_.pp == 1) return engines_[0]->capturedGrads();
+  stageGrads_.clear();
+  for (int l = 0; l < int(engines_.size()); ++l)
+    if (comm_->globalRank(l) == firstRankOf(stageOf(comm_->globalRank(l))))
+      for (const auto &[name, g] : engines_[size_t(l)]->capturedGrads()) stageGrads_[name] = g;
+  return stageGrads_;
+}
+
+void RankGroup::gather(int s, int64_t id, void *dst) const {
   // Rank r's shard is elements [r*S, r*S+S) of the whole: every rank's bytes in rank order, the
   // padding of the last shard(s) dropped.
-  const Buffer &b = rankProgram_.buffers[size_t(id)];
-  const std::vector<char> all = allRanks(id);
+  const Buffer &b = stage(s).buffers[size_t(id)];
+  const std::vector<char> all = allRanks(s, id);
   std::memcpy(dst, all.data(), size_t(b.fullNumel() * dtypeSize(b.dtype)));
 }
 
-std::vector<char> RankGroup::allRanks(int64_t id) const {
-  const Buffer &b = rankProgram_.buffers[size_t(id)];
-  const int R = comm_->size(), local = int(engines_.size());
+std::vector<char> RankGroup::allRanks(int s, int64_t id) const {
+  const Buffer &b = stage(s).buffers[size_t(id)];
+  const int R = int(rankProgram_.dp * rankProgram_.tp), local = int(engines_.size()), first = firstRankOf(s);
   const size_t bytes = size_t(b.bytes);
   std::vector<char> all(size_t(R) * bytes);
-  if (comm_->localSize() == R) {
-    for (int l = 0; l < local; ++l) engines_[size_t(l)]->readBytes(id, all.data() + size_t(l) * bytes);
+  if (comm_->localSize() == comm_->size()) { // the stage's ranks are here (pipelines run in one process)
+    for (int r = 0; r < R; ++r) engines_[size_t(first + r)]->readBytes(id, all.data() + size_t(r) * bytes);
     return all;
   }
   // Each local rank gathers every rank's bytes (its own output: the collective writes each).
@@ -343,8 +423,8 @@ std::vector<char> RankGroup::allRanks(int64_t id) const {
   return all;
 }
 
-void RankGroup::tpLocal(int64_t id, int t, const std::function<void(int64_t, void *)> &rank, void *dst) const {
-  const Buffer &b = rankProgram_.buffers[size_t(id)];
+void RankGroup::tpLocal(int s, int64_t id, int t, const std::function<void(int64_t, void *)> &rank, void *dst) const {
+  const Buffer &b = stage(s).buffers[size_t(id)];
   const int64_t tp = rankProgram_.tp;
   if (!b.shard) {
     rank(t, dst); // rank (dp 0, tp t)
@@ -360,42 +440,46 @@ void RankGroup::tpLocal(int64_t id, int t, const std::function<void(int64_t, voi
   }
 }
 
-void RankGroup::readBytes(int64_t id, void *dst) const {
-  const Buffer &b = rankProgram_.buffers.at(size_t(id));
+void RankGroup::readBytes(int64_t logicalId, void *dst) const {
+  const auto [s, id] = logicalIds_.at(size_t(logicalId));
+  const Buffer &b = stage(s).buffers.at(size_t(id));
+  const int first = firstRankOf(s); // the stage's ranks (in one process, local = global)
   if (rankProgram_.tp > 1) {
     // In one process the ranks needed are read where they are; under mpirun every rank's bytes
     // are gathered first (every process takes part, in the same order).
     std::vector<char> all;
-    if (comm_->localSize() != comm_->size()) all = allRanks(id);
-    auto rank = [&](int64_t r, void *out) {
+    if (comm_->localSize() != comm_->size()) all = allRanks(s, id);
+    auto rank = [&](int64_t r, void *out) { // r: the rank in the stage
       if (all.empty())
-        engines_[size_t(r)]->readBytes(id, out);
+        engines_[size_t(first + r)]->readBytes(id, out);
       else
         std::memcpy(out, all.data() + r * b.bytes, size_t(b.bytes));
     };
     if (b.tpDim < 0) {
-      tpLocal(id, 0, rank, dst);
+      tpLocal(s, id, 0, rank, dst);
       return;
     }
     const TpChunking ch(b, rankProgram_.tp);
     std::vector<char> chunk(size_t((b.shard ? b.fullNumel() : b.numel()) * dtypeSize(b.dtype)));
     for (int t = 0; t < int(rankProgram_.tp); ++t) {
-      tpLocal(id, t, rank, chunk.data());
+      tpLocal(s, id, t, rank, chunk.data());
       ch.move<false>(chunk.data(), static_cast<char *>(dst), t);
     }
     return;
   }
   if (b.shard)
-    gather(id, dst);
+    gather(s, id, dst);
   else
-    engines_[0]->readBytes(id, dst);
+    engines_[size_t(first)]->readBytes(id, dst);
 }
 
-void RankGroup::writeBytes(int64_t id, const void *src) {
-  const Buffer &b = rankProgram_.buffers.at(size_t(id));
+void RankGroup::writeBytes(int64_t logicalId, const void *src) {
+  const auto [s, id] = logicalIds_.at(size_t(logicalId));
+  const Buffer &b = stage(s).buffers.at(size_t(id));
   std::vector<char> chunk;
   if (!b.shard && b.tpDim < 0) {
-    for (auto &e : engines_) e->writeBytes(id, src);
+    for (int l = 0; l < int(engines_.size()); ++l)
+      if (stageOf(comm_->globalRank(l)) == s) engines_[size_t(l)]->writeBytes(id, src);
     return;
   }
   const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
@@ -403,6 +487,7 @@ void RankGroup::writeBytes(int64_t id, const void *src) {
   if (b.tpDim >= 0) chunk.resize(size_t(N * e));
   for (int l = 0; l < int(engines_.size()); ++l) {
     const int g = comm_->globalRank(l);
+    if (stageOf(g) != s) continue;
     const char *local = static_cast<const char *>(src);
     if (b.tpDim >= 0) { // this tensor rank's chunk
       TpChunking(b, rankProgram_.tp).move<true>(local, chunk.data(), tpIndex(g));
@@ -419,11 +504,13 @@ void RankGroup::writeBytes(int64_t id, const void *src) {
   }
 }
 
-std::vector<Engine::HostPiece> RankGroup::hostPieces(int64_t id) const {
-  const Buffer &b = rankProgram_.buffers.at(size_t(id));
+std::vector<Engine::HostPiece> RankGroup::hostPieces(int64_t logicalId) const {
+  const auto [s, id] = logicalIds_.at(size_t(logicalId));
+  const Buffer &b = stage(s).buffers.at(size_t(id));
   if (b.tpDim >= 0) return {};
   std::vector<HostPiece> out;
   for (int l = 0; l < int(engines_.size()); ++l) {
+    if (stageOf(comm_->globalRank(l)) != s) continue;
     std::vector<HostPiece> p = engines_[size_t(l)]->hostPieces(id);
     if (p.size() != 1) return {};
     if (b.shard) {
@@ -438,10 +525,14 @@ std::vector<Engine::HostPiece> RankGroup::hostPieces(int64_t id) const {
 }
 
 void RankGroup::refreshCopies() {
+  for (int s = 0; s < int(rankProgram_.pp); ++s) refreshCopies(s);
+}
+
+void RankGroup::refreshCopies(int stageIndex) {
   // Sources first. A copy with the source's layout (both whole, or both shards) is made on each
   // rank; a whole copy of a sharded source gathers it (through the communicator: every rank has
-  // the shards of the others only there under MPI).
-  const Program &p = rankProgram_;
+  // the shards of the others only there under MPI). A copy and its source are of one stage.
+  const Program &p = stage(stageIndex);
   std::vector<char> ready(p.buffers.size(), 1);
   std::map<std::string, const Buffer *> byName; // looked up once per copy, not by a scan
   for (const auto &b : p.buffers) {
@@ -456,35 +547,39 @@ void RankGroup::refreshCopies() {
       const Buffer *s = found == byName.end() ? nullptr : found->second;
       if (!s || !ready[size_t(s->id)]) continue;
       if (s->shard == b.shard || !s->shard) {
-        onEveryRank([&](int l) {
-          Engine &en = *engines_[size_t(l)];
-          const std::vector<HostPiece> from = en.hostPieces(s->id), to = en.hostPieces(b.id);
-          if (s->shard == b.shard && from.size() == 1 && to.size() == 1) { // in place
-            convert(from[0].data, s->dtype, to[0].data, b.dtype, b.numel());
-            return;
-          }
-          std::vector<char> src(size_t(s->bytes)), dst(size_t(b.bytes));
-          engines_[size_t(l)]->readBytes(s->id, src.data());
-          if (s->shard == b.shard) {
-            convert(src.data(), s->dtype, dst.data(), b.dtype, b.numel());
-          } else { // whole source, sharded copy: this rank's slice
-            const int64_t g = dpIndex(comm_->globalRank(l)), S = b.numel(), N = b.fullNumel();
-            for (int64_t i = 0; i < S; ++i)
-              storeFrom32(dst.data(), b.dtype, i, g * S + i < N ? loadAs32(src.data(), s->dtype, g * S + i) : 0.0f);
-          }
-          engines_[size_t(l)]->writeBytes(b.id, dst.data());
-        });
+        onEveryRank(
+            [&](int l) {
+              Engine &en = *engines_[size_t(l)];
+              const std::vector<HostPiece> from = en.hostPieces(s->id), to = en.hostPieces(b.id);
+              if (s->shard == b.shard && from.size() == 1 && to.size() == 1) { // in place
+                convert(from[0].data, s->dtype, to[0].data, b.dtype, b.numel());
+                return;
+              }
+              std::vector<char> src(size_t(s->bytes)), dst(size_t(b.bytes));
+              engines_[size_t(l)]->readBytes(s->id, src.data());
+              if (s->shard == b.shard) {
+                convert(src.data(), s->dtype, dst.data(), b.dtype, b.numel());
+              } else { // whole source, sharded copy: this rank's slice
+                const int64_t g = dpIndex(comm_->globalRank(l)), S = b.numel(), N = b.fullNumel();
+                for (int64_t i = 0; i < S; ++i)
+                  storeFrom32(dst.data(), b.dtype, i, g * S + i < N ? loadAs32(src.data(), s->dtype, g * S + i) : 0.0f);
+              }
+              engines_[size_t(l)]->writeBytes(b.id, dst.data());
+            },
+            stageIndex);
       } else { // sharded source, whole copy: all-gather the shards
-        onEveryRank([&](int l) {
-          std::vector<char> src(size_t(s->bytes)), whole(size_t(s->fullNumel() * dtypeSize(s->dtype))),
-              dst(size_t(b.bytes));
-          engines_[size_t(l)]->readBytes(s->id, src.data());
-          dpComm(l).run(dpLocal(l), CollectiveKind::AllGather, Reduce::Sum,
-                        {CollectiveTensor{src.data(), whole.data(), s->dtype, s->numel(), s->fullNumel()}},
-                        "initialising '" + b.name + "' from the shards of '" + s->name + "'");
-          convert(whole.data(), s->dtype, dst.data(), b.dtype, b.numel());
-          engines_[size_t(l)]->writeBytes(b.id, dst.data());
-        });
+        onEveryRank(
+            [&](int l) {
+              std::vector<char> src(size_t(s->bytes)), whole(size_t(s->fullNumel() * dtypeSize(s->dtype))),
+                  dst(size_t(b.bytes));
+              engines_[size_t(l)]->readBytes(s->id, src.data());
+              dpComm(l).run(dpLocal(l), CollectiveKind::AllGather, Reduce::Sum,
+                            {CollectiveTensor{src.data(), whole.data(), s->dtype, s->numel(), s->fullNumel()}},
+                            "initialising '" + b.name + "' from the shards of '" + s->name + "'");
+              convert(whole.data(), s->dtype, dst.data(), b.dtype, b.numel());
+              engines_[size_t(l)]->writeBytes(b.id, dst.data());
+            },
+            stageIndex);
       }
       ready[size_t(b.id)] = 1;
       progress = true;
@@ -492,27 +587,41 @@ void RankGroup::refreshCopies() {
   }
 }
 
-InProcessMesh::InProcessMesh(int dpSize, int tpSize, double commTimeout) {
-  for (int t = 0; t < tpSize; ++t) {
-    std::vector<int> ids;
-    for (int d = 0; d < dpSize; ++d) ids.push_back(d * tpSize + t);
-    dp.push_back(makeInProcessCommunicator(ids));
-  }
-  for (int d = 0; d < dpSize; ++d) {
-    std::vector<int> ids;
-    for (int t = 0; t < tpSize; ++t) ids.push_back(d * tpSize + t);
-    tp.push_back(makeInProcessCommunicator(ids));
-  }
-  for (auto *v : {&dp, &tp})
+InProcessMesh::InProcessMesh(int dpN, int tpN, double commTimeout, int ppN) : dpSize(dpN), tpSize(tpN), ppSize(ppN) {
+  auto rank = [&](int s, int d, int t) { return (s * dpN + d) * tpN + t; };
+  for (int s = 0; s < ppN; ++s)
+    for (int t = 0; t < tpN; ++t) {
+      std::vector<int> ids;
+      for (int d = 0; d < dpN; ++d) ids.push_back(rank(s, d, t));
+      dp.push_back(makeInProcessCommunicator(ids));
+    }
+  for (int s = 0; s < ppN; ++s)
+    for (int d = 0; d < dpN; ++d) {
+      std::vector<int> ids;
+      for (int t = 0; t < tpN; ++t) ids.push_back(rank(s, d, t));
+      tp.push_back(makeInProcessCommunicator(ids));
+    }
+  if (ppN > 1)
+    for (int d = 0; d < dpN; ++d)
+      for (int t = 0; t < tpN; ++t) {
+        std::vector<int> ids;
+        for (int s = 0; s < ppN; ++s) ids.push_back(rank(s, d, t));
+        pp.push_back(makeInProcessCommunicator(ids));
+      }
+  for (auto *v : {&dp, &tp, &pp})
     for (auto &c : *v) c->setTimeout(commTimeout);
 }
 
 void InProcessMesh::install(RankGroup &g) const {
-  const int tpSize = int(dp.size()), ranks = int(dp.size() * tp.size()); // dp: one per t, tp: one per d
+  const int ranks = dpSize * tpSize * ppSize;
   std::vector<std::shared_ptr<Communicator>> all = dp, dpOf;
   all.insert(all.end(), tp.begin(), tp.end());
+  all.insert(all.end(), pp.begin(), pp.end());
   std::vector<int> dpLocal;
-  for (int l = 0; l < ranks; ++l) dpOf.push_back(dp[size_t(l % tpSize)]), dpLocal.push_back(l / tpSize);
+  for (int r = 0; r < ranks; ++r) { // rank r = (s * dp + d) * tp + t
+    const int s = r / (dpSize * tpSize), d = (r / tpSize) % dpSize, t = r % tpSize;
+    dpOf.push_back(dp[size_t(s * tpSize + t)]), dpLocal.push_back(d);
+  }
   g.setMeshCommunicators(all, dpOf, dpLocal);
 }
 
@@ -528,6 +637,7 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   auto [world, proc] = mpiWorld();
   std::shared_ptr<Communicator> comm;
   const int ranks = int(program.ranks);
+  if (program.pp > 1 && world > 1) throw UserError(pipelineOnCpuOnly(program.pp));
   if (world > 1) {
     if (ranks % world != 0)
       throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " +
@@ -546,21 +656,24 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   const double streamWait = std::max(300.0, 2.0 * commTimeout);
   // The mesh (dp x tp, tensor ranks adjacent: rank = d * tp + t): a communicator per data-parallel
   // group (the ranks of one t) and per tensor-parallel group (the ranks of one d).
-  const int tp = int(program.tp), dp = int(program.dp);
-  // Tensor parallelism: in one process the in-process mesh; under mpirun each local rank's groups,
-  // in-process or over MPI (makeMpiMesh).
-  auto mesh = tp > 1 && world == 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout) : nullptr;
+  const int tp = int(program.tp), dp = int(program.dp), pp = int(program.pp);
+  // Tensor parallelism or pipeline stages: in one process the in-process mesh; under mpirun (tensor
+  // parallelism) each local rank's groups, in-process or over MPI (makeMpiMesh).
+  auto mesh = (tp > 1 || pp > 1) && world == 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp) : nullptr;
   std::vector<MeshRank> mpiMesh;
   std::vector<std::shared_ptr<Communicator>> mpiAll;
   if (tp > 1 && world > 1) mpiMesh = makeMpiMesh(dp, tp, ranks / world, commTimeout, &mpiAll);
   const int firstRank = world > 1 ? proc * (ranks / world) : 0;
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, comm,
-      [c, seed, streamWait, tp, mesh, mpiMesh, firstRank](const Program &p, int local) {
+      [c, seed, streamWait, tp, dp, mesh, mpiMesh, firstRank](const Program &p, int local) {
         RankContext ctx{local, c, false};
-        if (mesh) {
-          const int d = local / tp, t = local % tp;
-          ctx = RankContext{d, mesh->dp[size_t(t)], false, mesh->tp[size_t(d)], t, t};
+        if (mesh) { // one process: local = global rank (s * dp + d) * tp + t
+          const int s = local / (dp * tp), d = (local / tp) % dp, t = local % tp;
+          ctx = RankContext{d, mesh->dp[size_t(s * tp + t)], false, mesh->tp[size_t(s * dp + d)], t, t};
+          if (p.pp > 1)
+            ctx.p2p = c, ctx.p2pLocal = local, ctx.globalRank = local, ctx.ppComm = mesh->pp[size_t(d * tp + t)],
+            ctx.ppLocal = s;
         } else if (tp > 1) {
           const MeshRank &m = mpiMesh[size_t(local)];
           ctx = RankContext{m.dpLocal, m.dp, false, m.tp, m.tpLocal, (firstRank + local) % tp};

@@ -1,7 +1,9 @@
 // The in-process communicator (runtime/comm): ring all-reduce, reduce-scatter and all-gather
 // against naive reductions, for rank counts that do and do not divide the tensors (padded shards),
 // f32 and bf16 (f32 accumulation), buckets of several tensors; a rank that never arrives makes the
-// others fail with a message naming it; an abort stops everyone.
+// others fail with a message naming it; an abort stops everyone. Point-to-point messages: send
+// before or after recv, many tags out of order, an abort wakes a waiting recv, a recv that times
+// out names the peer and the tag.
 #include "bigc/Runtime/comm.h"
 #include "bigc/Runtime/half.h"
 
@@ -187,5 +189,127 @@ TEST(Comm, AbortStopsWaitingRanks) {
     EXPECT_NE(errors[static_cast<size_t>(r)].find("rank 0 failed in step 3"), std::string::npos)
         << errors[static_cast<size_t>(r)];
     EXPECT_NE(errors[static_cast<size_t>(r)].find("stopped in step 3: instruction 5 (all_gather)"), std::string::npos);
+  }
+}
+
+// ----- point-to-point messages (pipeline stages)
+
+TEST(Comm, SendBeforeRecv) {
+  auto comm = makeInProcessCommunicator(2);
+  const std::vector<float> x = {1.5f, -2.0f, 3.25f};
+  comm->send(0, 1, 4, x.data(), int64_t(x.size() * 4), "send"); // returns without a receiver
+  std::vector<float> y(3, 0.0f);
+  comm->recv(1, 0, 4, y.data(), 12, "recv");
+  EXPECT_EQ(y, x);
+  // The sender's buffer may change right after send: the message is a copy.
+  std::vector<float> z = {7.0f};
+  comm->send(1, 0, 0, z.data(), 4, "send");
+  z[0] = 8.0f;
+  float got = 0;
+  comm->recv(0, 1, 0, &got, 4, "recv");
+  EXPECT_EQ(got, 7.0f);
+}
+
+TEST(Comm, RecvBeforeSend) {
+  auto comm = makeInProcessCommunicator(2);
+  int32_t got = 0;
+  auto errors = onRanks(2, [&](int r) {
+    if (r == 1) {
+      comm->recv(1, 0, 9, &got, 4, "recv"); // waits
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int32_t v = 42;
+    comm->send(0, 1, 9, &v, 4, "send");
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(got, 42);
+}
+
+TEST(Comm, ManyTagsOutOfOrder) {
+  // Rank 0 sends tags 0..63 (each twice: messages of one tag keep their order) while rank 1
+  // receives them in reverse tag order; a group of ids {3, 5} (global numbers).
+  auto comm = makeInProcessCommunicator(std::vector<int>{3, 5});
+  const int kTags = 64;
+  std::vector<int64_t> got(2 * kTags, -1);
+  auto errors = onRanks(2, [&](int r) {
+    if (r == 0) {
+      for (int round = 0; round < 2; ++round)
+        for (int t = 0; t < kTags; ++t) {
+          const int64_t v = 1000 * round + t;
+          comm->send(0, 5, t, &v, 8, "send");
+        }
+      return;
+    }
+    for (int t = kTags - 1; t >= 0; --t)
+      for (int round = 0; round < 2; ++round) comm->recv(1, 3, t, &got[size_t(2 * t + round)], 8, "recv");
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  for (int t = 0; t < kTags; ++t) {
+    EXPECT_EQ(got[size_t(2 * t)], t);
+    EXPECT_EQ(got[size_t(2 * t + 1)], 1000 + t);
+  }
+  // A rank outside the group is no peer.
+  float x = 0;
+  try {
+    comm->send(0, 4, 0, &x, 4, "step 1: instruction 3 (send)");
+    ADD_FAILURE() << "expected an error";
+  } catch (const CommError &e) {
+    EXPECT_NE(std::string(e.what()).find("rank 3 has no peer rank 4"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Comm, AbortWakesABlockedRecv) {
+  auto comm = makeInProcessCommunicator(2);
+  comm->setTimeout(60);
+  const auto t0 = std::chrono::steady_clock::now();
+  float y = 0;
+  auto errors = onRanks(2, [&](int r) {
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      comm->abort("rank 0 failed in step 2: bad token id");
+      return;
+    }
+    comm->recv(1, 0, 3, &y, 4, "step 2: instruction 7 (recv at m.mlir:4:1)");
+  });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_NE(errors[1].find("rank 0 failed in step 2: bad token id [rank 1 stopped in step 2: instruction 7 (recv at "
+                           "m.mlir:4:1)]"),
+            std::string::npos)
+      << errors[1];
+  // Later sends and receives fail at once.
+  EXPECT_THROW(comm->send(0, 1, 0, &y, 4, "send"), CommError);
+  EXPECT_THROW(comm->recv(1, 0, 0, &y, 4, "recv"), CommError);
+}
+
+TEST(Comm, RecvTimeoutNamesThePeerAndTag) {
+  auto comm = makeInProcessCommunicator(4);
+  comm->setTimeout(0.2);
+  float y = 0;
+  std::string err;
+  try {
+    comm->recv(2, 0, 11, &y, 4, "step 5: instruction 3 (recv at m.mlir:9:2)");
+  } catch (const CommError &e) {
+    err = e.what();
+  }
+  EXPECT_EQ(err, "step 5: instruction 3 (recv at m.mlir:9:2): rank 2 waited 0.2 s for the message from rank 0 with "
+                 "tag 11, which did not come (rank 0 stuck or failed); every rank stops");
+  EXPECT_TRUE(comm->aborted()); // every rank stops
+}
+
+TEST(Comm, RecvOfAnotherSize) {
+  auto comm = makeInProcessCommunicator(2);
+  const float x[2] = {1, 2};
+  comm->send(0, 1, 0, x, 8, "send");
+  float y[4];
+  try {
+    comm->recv(1, 0, 0, y, 16, "step 1: instruction 0 (recv)");
+    ADD_FAILURE() << "expected an error";
+  } catch (const CommError &e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 receives 16 bytes from rank 0 with tag 0, which sent 8"),
+              std::string::npos)
+        << e.what();
   }
 }

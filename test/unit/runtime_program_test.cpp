@@ -69,7 +69,8 @@ TEST(RuntimeProgram, DTypes) {
 }
 
 TEST(RuntimeProgram, OpTableCoversTheFormat) {
-  EXPECT_EQ(opSignatures().size(), 45u);
+  EXPECT_EQ(opSignatures().size(), 47u);
+  for (const char *pp : {"send", "recv"}) EXPECT_NE(findOpSignature(pp), nullptr) << pp;
   for (const char *l : {"rmsnorm", "rmsnorm_grad", "rope", "silu", "silu_grad", "swiglu", "swiglu_grad",
                         "gqa_attention", "gqa_attention_grad"})
     EXPECT_NE(findOpSignature(l), nullptr) << l;

@@ -367,6 +367,187 @@ inline Program fp16Tiny(double lr, double scale0, double growthInterval = 2, DTy
   return b.finish();
 }
 
+// A small model in pipeline stages (pipeline parallelism, docs/program-format.md "Pipeline
+// stages"): tokens -> embedding(emb.weight) -> matmul(mid.weight) -> h -> matmul(head.weight) ->
+// cross_entropy, its backward and AdamW. `stages` 2: stage 0 runs the embedding and the middle
+// matmul and sends h (tag 0) to stage 1, which runs the head and the loss and sends dh (tag 1)
+// back; stage 0 receives it and finishes the backward. `stages` 1: the same model as one program
+// (the reference). `dp` > 1: data parallelism, the gradients all-reduced (mean) over dp on each
+// stage. `maxNorm` > 0: gradient clipping by the global norm (on 2 stages: each stage's norm,
+// combined by an all_reduce over the pipeline axis, reduce norm). `recvFirst`: stage 0 receives
+// dh before it sends h (a pipeline that deadlocks).
+struct PipeTiny {
+  static constexpr int64_t B = 2, T = 4, V = 8, C = 4;
+
+  static Program build(int64_t stages, int64_t dp = 1, double lr = 0.05, double maxNorm = 0.0, bool recvFirst = false) {
+    if (stages == 1) return single(dp, lr, maxNorm);
+    Program p0 = stage0(dp, lr, maxNorm, recvFirst);
+    p0.stages.push_back(stage1(dp, lr, maxNorm));
+    return p0;
+  }
+
+private:
+  static std::map<std::string, Attr> adam(double lr, double maxNorm) {
+    auto a = adamAttrs(lr, maxNorm, 0.0);
+    if (maxNorm > 0) a["clip"] = num(1);
+    return a;
+  }
+  static Instruction &on(Instruction &i, const char *stream, std::vector<int64_t> wait) {
+    i.stream = stream;
+    i.wait = std::move(wait);
+    return i;
+  }
+  static ProgramBuilder start(int64_t stages, int64_t stage, int64_t dp) {
+    ProgramBuilder b(B, T, V);
+    b.p.ranks = stages * dp, b.p.dp = dp, b.p.pp = stages, b.p.stage = stage;
+    if (stages > 1) b.p.ppSchedule = "gpipe";
+    return b;
+  }
+  // The data-parallel mean of grads `g` (a bucket on stream comm after instruction `after`) and
+  // the global norm; returns the grads AdamW reads, its norm operand (-1: none) and what its first
+  // instruction waits for.
+  struct Reduced {
+    std::vector<int64_t> grads;
+    int64_t norm = -1;
+    std::vector<int64_t> wait;
+  };
+  static Reduced reduce(ProgramBuilder &b, std::vector<int64_t> g, int64_t after, int64_t dp, double maxNorm,
+                        bool pipeline) {
+    Reduced r{g, -1, {}};
+    if (dp > 1) {
+      std::vector<int64_t> out;
+      for (int64_t id : g)
+        out.push_back(b.buffer(b.p.buffers[size_t(id)].name + ".mean", b.p.buffers[size_t(id)].shape, "grad"));
+      on(b.inst("all_reduce", g, out, {{"axis", num(0)}, {"reduce", num(1)}}), "comm", {after});
+      r.grads = out;
+      r.wait = {int64_t(b.p.instructions.size()) - 1};
+    }
+    if (maxNorm > 0) {
+      const int64_t part = b.buffer(pipeline ? "grad_norm.stage" : "grad_norm", {}, "workspace");
+      on(b.inst("global_norm", r.grads, {part}), "compute", r.wait);
+      r.wait.clear();
+      r.norm = part;
+      if (pipeline) { // the stages' norms combined over the pipeline axis
+        r.norm = b.buffer("grad_norm", {}, "workspace");
+        on(b.inst("all_reduce", {part}, {r.norm}, {{"axis", num(2)}, {"reduce", num(3)}}), "comm",
+           {int64_t(b.p.instructions.size()) - 1});
+        r.wait = {int64_t(b.p.instructions.size()) - 1};
+      }
+    }
+    return r;
+  }
+  static void adamws(ProgramBuilder &b, const std::vector<int64_t> &w, const Reduced &r, double lr, double maxNorm) {
+    for (size_t k = 0; k < w.size(); ++k) {
+      const std::string &n = b.p.buffers[size_t(w[k])].name;
+      const std::vector<int64_t> shape = b.p.buffers[size_t(w[k])].shape;
+      const int64_t m = b.zeros(n + ".m", shape), v = b.zeros(n + ".v", shape);
+      std::vector<int64_t> in = {w[k], r.grads[k], m, v};
+      if (r.norm >= 0) in.push_back(r.norm);
+      on(b.inst("adamw", in, {w[k], m, v}, adam(lr, maxNorm)), "compute", k == 0 ? r.wait : std::vector<int64_t>{});
+    }
+  }
+  static std::map<std::string, Attr> peer(int64_t stage, int64_t tag) {
+    return {{"peer", num(double(stage))}, {"tag", num(double(tag))}};
+  }
+
+  static Program stage0(int64_t dp, double lr, double maxNorm, bool recvFirst) {
+    ProgramBuilder b = start(2, 0, dp);
+    const int64_t W0 = b.param("emb.weight", {V, C}, 0.5), W1 = b.param("mid.weight", {C, C}, 0.5);
+    const int64_t TOK = b.buffer("tokens", {B, T}, "input", DType::I32);
+    const int64_t TGT = b.buffer("targets", {B, T}, "input", DType::I32);
+    const int64_t LOSS = b.buffer("loss", {}, "activation"); // not this stage's: the last stage's is the step's
+    const int64_t X = b.buffer("x", {B, T, C}, "activation"), H = b.buffer("h", {B, T, C}, "activation");
+    const int64_t DH = b.buffer("dh", {B, T, C}, "activation_grad");
+    const int64_t X2 = b.buffer("x2", {B * T, C}, "activation"), DH2 = b.buffer("dh2", {B * T, C}, "activation_grad");
+    const int64_t DW1 = b.buffer("mid.weight.grad", {C, C}, "grad"), DX = b.buffer("dx", {B, T, C}, "activation_grad");
+    const int64_t DW0 = b.buffer("emb.weight.grad", {V, C}, "grad");
+    b.p.tokenInputs = {TOK}, b.p.targetInputs = {TGT}, b.p.loss = LOSS;
+    b.inst("embedding", {W0, TOK}, {X}); // 0
+    b.inst("matmul", {X, W1}, {H});      // 1
+    int64_t recv;
+    if (recvFirst) {
+      on(b.inst("recv", {}, {DH}, peer(1, 1)), "p2p", {}); // 2
+      on(b.inst("send", {H}, {}, peer(1, 0)), "p2p", {1}); // 3
+      recv = 2;
+    } else {
+      on(b.inst("send", {H}, {}, peer(1, 0)), "p2p", {1}); // 2
+      on(b.inst("recv", {}, {DH}, peer(1, 1)), "p2p", {}); // 3
+      recv = 3;
+    }
+    b.inst("reshape", {X}, {X2});                                  // 4
+    on(b.inst("reshape", {DH}, {DH2}), "compute", {recv});         // 5
+    b.inst("matmul", {X2, DH2}, {DW1}, {{"transpose_a", num(1)}}); // 6
+    b.inst("matmul", {DH, W1}, {DX}, {{"transpose_b", num(1)}});   // 7
+    b.inst("embedding_grad", {DX, TOK}, {DW0});                    // 8
+    const Reduced r = reduce(b, {DW0, DW1}, 8, dp, maxNorm, true);
+    adamws(b, {W0, W1}, r, lr, maxNorm);
+    return b.finish();
+  }
+
+  static Program stage1(int64_t dp, double lr, double maxNorm) {
+    ProgramBuilder b = start(2, 1, dp);
+    const int64_t W2 = b.param("head.weight", {C, V}, 0.5);
+    const int64_t TOK = b.buffer("tokens", {B, T}, "input", DType::I32);
+    const int64_t TGT = b.buffer("targets", {B, T}, "input", DType::I32);
+    const int64_t H = b.buffer("h", {B, T, C}, "activation"), LOGITS = b.buffer("logits", {B, T, V}, "activation");
+    const int64_t LOSS = b.buffer("loss", {}, "activation"), DLOSS = b.buffer("dloss", {}, "activation_grad");
+    const int64_t DLOGITS = b.buffer("dlogits", {B, T, V}, "activation_grad");
+    const int64_t H2 = b.buffer("h2", {B * T, C}, "activation"), DL2 = b.buffer("dl2", {B * T, V}, "activation_grad");
+    const int64_t DW2 = b.buffer("head.weight.grad", {C, V}, "grad"), DH = b.buffer("dh", {B, T, C}, "activation_grad");
+    b.p.tokenInputs = {TOK}, b.p.targetInputs = {TGT}, b.p.loss = LOSS;
+    on(b.inst("recv", {}, {H}, peer(0, 0)), "p2p", {});               // 0
+    on(b.inst("matmul", {H, W2}, {LOGITS}), "compute", {0});          // 1
+    b.inst("cross_entropy", {LOGITS, TGT}, {LOSS});                   // 2
+    b.inst("fill", {}, {DLOSS}, {{"value", num(1.0)}});               // 3
+    b.inst("cross_entropy_grad", {LOGITS, TGT, DLOSS}, {DLOGITS});    // 4
+    b.inst("reshape", {H}, {H2});                                     // 5
+    b.inst("reshape", {DLOGITS}, {DL2});                              // 6
+    b.inst("matmul", {H2, DL2}, {DW2}, {{"transpose_a", num(1)}});    // 7
+    b.inst("matmul", {DLOGITS, W2}, {DH}, {{"transpose_b", num(1)}}); // 8
+    on(b.inst("send", {DH}, {}, peer(0, 1)), "p2p", {8});             // 9
+    (void)TOK;
+    const Reduced r = reduce(b, {DW2}, 8, dp, maxNorm, true);
+    adamws(b, {W2}, r, lr, maxNorm);
+    return b.finish();
+  }
+
+  static Program single(int64_t dp, double lr, double maxNorm) {
+    ProgramBuilder b = start(1, 0, dp);
+    const int64_t W0 = b.param("emb.weight", {V, C}, 0.5), W1 = b.param("mid.weight", {C, C}, 0.5);
+    const int64_t W2 = b.param("head.weight", {C, V}, 0.5);
+    const int64_t TOK = b.buffer("tokens", {B, T}, "input", DType::I32);
+    const int64_t TGT = b.buffer("targets", {B, T}, "input", DType::I32);
+    const int64_t X = b.buffer("x", {B, T, C}, "activation"), H = b.buffer("h", {B, T, C}, "activation");
+    const int64_t LOGITS = b.buffer("logits", {B, T, V}, "activation");
+    const int64_t LOSS = b.buffer("loss", {}, "activation"), DLOSS = b.buffer("dloss", {}, "activation_grad");
+    const int64_t DLOGITS = b.buffer("dlogits", {B, T, V}, "activation_grad");
+    const int64_t H2 = b.buffer("h2", {B * T, C}, "activation"), DL2 = b.buffer("dl2", {B * T, V}, "activation_grad");
+    const int64_t DW2 = b.buffer("head.weight.grad", {C, V}, "grad"), DH = b.buffer("dh", {B, T, C}, "activation_grad");
+    const int64_t X2 = b.buffer("x2", {B * T, C}, "activation"), DH2 = b.buffer("dh2", {B * T, C}, "activation_grad");
+    const int64_t DW1 = b.buffer("mid.weight.grad", {C, C}, "grad"), DX = b.buffer("dx", {B, T, C}, "activation_grad");
+    const int64_t DW0 = b.buffer("emb.weight.grad", {V, C}, "grad");
+    b.p.tokenInputs = {TOK}, b.p.targetInputs = {TGT}, b.p.loss = LOSS;
+    b.inst("embedding", {W0, TOK}, {X});
+    b.inst("matmul", {X, W1}, {H});
+    b.inst("matmul", {H, W2}, {LOGITS});
+    b.inst("cross_entropy", {LOGITS, TGT}, {LOSS});
+    b.inst("fill", {}, {DLOSS}, {{"value", num(1.0)}});
+    b.inst("cross_entropy_grad", {LOGITS, TGT, DLOSS}, {DLOGITS});
+    b.inst("reshape", {H}, {H2});
+    b.inst("reshape", {DLOGITS}, {DL2});
+    b.inst("matmul", {H2, DL2}, {DW2}, {{"transpose_a", num(1)}});
+    b.inst("matmul", {DLOGITS, W2}, {DH}, {{"transpose_b", num(1)}});
+    b.inst("reshape", {X}, {X2});
+    b.inst("reshape", {DH}, {DH2});
+    b.inst("matmul", {X2, DH2}, {DW1}, {{"transpose_a", num(1)}});
+    b.inst("matmul", {DH, W1}, {DX}, {{"transpose_b", num(1)}});
+    b.inst("embedding_grad", {DX, TOK}, {DW0});
+    const Reduced r = reduce(b, {DW0, DW1, DW2}, int64_t(b.p.instructions.size()) - 1, dp, maxNorm, false);
+    adamws(b, {W0, W1, W2}, r, lr, maxNorm);
+    return b.finish();
+  }
+};
+
 // A fresh empty directory under the test temp dir.
 inline std::string tempDir() {
   std::string base = ::testing::TempDir();

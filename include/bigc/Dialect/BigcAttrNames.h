@@ -74,6 +74,9 @@ inline constexpr llvm::StringLiteral kMeshAttrName = "bigc.mesh";
 inline constexpr llvm::StringLiteral kPrecisionAttrName = "bigc.precision";
 /// i64 K > 1 (bigc-grad-accum; absent: one micro-batch).
 inline constexpr llvm::StringLiteral kMicroBatchesAttrName = "bigc.micro_batches";
+/// {stages = P, stage = s, schedule = "gpipe"|"1f1b"|..., virtual_stages = V,
+/// split = array<i64: first layer of each stage>} (bigc-pipeline): this module is stage s.
+inline constexpr llvm::StringLiteral kPipelineAttrName = "bigc.pipeline";
 /// i64 ZeRO stage (bigc-shard).
 inline constexpr llvm::StringLiteral kZeroAttrName = "bigc.zero";
 /// unit: Megatron sequence parallelism (bigc-tensor-parallel).

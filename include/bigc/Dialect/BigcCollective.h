@@ -20,6 +20,12 @@ inline constexpr llvm::StringLiteral kCommStream = "comm";
 /// The stream of collectives over the tensor-parallel axis: on the critical
 /// path, they never queue behind a data-parallel bucket or weight gather.
 inline constexpr llvm::StringLiteral kTpCommStream = "comm_tp";
+/// The stream of the point-to-point ops of pipeline parallelism (send, recv).
+inline constexpr llvm::StringLiteral kP2PStream = "p2p";
+/// bigc.send or bigc.recv.
+bool isP2P(Operation *op);
+/// The module's pipeline stage (the `stage` of its bigc.pipeline attribute): 0 without one.
+int64_t pipelineStage(Operation *op);
 /// The stream of collective `op`: kTpCommStream for group "tp", else kCommStream.
 StringRef collectiveStream(Operation *op);
 

@@ -58,6 +58,9 @@ enum class OpKind {
   SwigluGrad,
   GqaAttention,
   GqaAttentionGrad,
+  // pipeline parallelism: point-to-point between the stages (stream "p2p", attributes `peer`, `tag`)
+  Send,
+  Recv,
 };
 
 struct OpSignature {

@@ -140,6 +140,17 @@ struct Program {
   // Version 3: the device mesh (ranks = dp * tp * pp) and the ZeRO stage over dp.
   int64_t dp = 1, tp = 1, pp = 1, zero = 0;
   int64_t axisSize(int64_t axis) const { return axis == 0 ? dp : axis == 1 ? tp : pp; }
+  // Pipeline parallelism (pp > 1): a program of P stages, each its own program (buffers, arenas,
+  // instructions), in one file. This one is stage `stage`; the top program (stage 0) holds the
+  // others in `stages` (stages 1..pp-1, each with its `stage` set and no `stages` of its own). Rank
+  // r runs stage r / (dp * tp). `ppSchedule`: gpipe, 1f1b, interleaved or zero-bubble;
+  // `virtualStages`: model chunks per stage (interleaved).
+  int64_t stage = 0;
+  std::string ppSchedule;
+  int64_t virtualStages = 1;
+  std::vector<Program> stages;
+  const Program &stageProgram(int64_t s) const { return s == 0 ? *this : stages.at(size_t(s - 1)); }
+  Program &stageProgram(int64_t s) { return s == 0 ? *this : stages.at(size_t(s - 1)); }
   // Tensor parallelism: Megatron-SP, and the ops bigc-tensor-parallel left replicated (no rule).
   bool sequenceParallel = false;
   std::vector<std::string> tpReplicated;
@@ -172,7 +183,8 @@ struct Program {
   }
   int64_t parameterCount() const; // elements of role "param"
   // The persistent buffers' bytes as whole tensors (a ZeRO shard or tensor-parallel chunk counted as
-  // its tensor): what a checkpoint holds, and the host memory of a background checkpoint's snapshot.
+  // its tensor), of every pipeline stage in the top program: what a checkpoint holds, and the host
+  // memory of a background checkpoint's snapshot.
   int64_t stateBytes() const;
 };
 

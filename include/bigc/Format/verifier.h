@@ -14,6 +14,14 @@
 //     inside one instruction excepted); persistent buffers overlap nothing; the step's inputs are
 //     written before the first instruction and the loss (and fp16's found_inf) read after the last.
 //
+// A program of pipeline stages (pp > 1): each stage's plan is verified as above (a stage other than
+// the last has no loss the runtime reads), and then the stages together cannot deadlock: every
+// stage's streams are played (each stream in program order; an instruction starts once its `wait`
+// list has finished; a send never blocks; a recv finishes after its send, from its peer stage with
+// its tag, has run; the k-th collective over the pipeline axis of every stage finishes once every
+// stage has reached its k-th) until all finish, else the stuck state is reported: each stuck
+// stream (stage, stream, instruction) and what it waits for.
+//
 // Each problem is one line naming the buffers, instructions (index, op, stream, source location)
 // and what orders are missing. No MLIR here.
 #pragma once

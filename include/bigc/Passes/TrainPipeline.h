@@ -39,6 +39,7 @@ enum class Precision { FP32, BF16, FP16 };
 enum class RecomputePolicy { None, Full, Selective, Auto };
 enum class Offload { None, CPU, NVMe };
 enum class OffloadParams { Auto, Device, Host };
+enum class PpSchedule { GPipe, OneFOneB, Interleaved, ZeroBubble };
 
 /// The names of an enum's values, as the options spell them.
 template <typename E> const std::vector<std::pair<E, const char *>> &choiceNames();
@@ -46,6 +47,7 @@ template <> const std::vector<std::pair<Precision, const char *>> &choiceNames<P
 template <> const std::vector<std::pair<RecomputePolicy, const char *>> &choiceNames<RecomputePolicy>();
 template <> const std::vector<std::pair<Offload, const char *>> &choiceNames<Offload>();
 template <> const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>();
+template <> const std::vector<std::pair<PpSchedule, const char *>> &choiceNames<PpSchedule>();
 
 /// "fp32", "auto", ...: the name of `value`.
 template <typename E> std::string toString(E value) {
@@ -63,8 +65,8 @@ template <typename E> std::optional<E> parseChoice(const std::string &name) {
 /// Everything the pipeline reads: one field per pass option.
 struct TrainPipelineConfig {
   AdamWConfig adamw;
-  // bigc-tensor-parallel, bigc-shard
-  int64_t ranks = 1; ///< all ranks (dp x tp)
+  // bigc-tensor-parallel, bigc-shard, bigc-pipeline
+  int64_t ranks = 1; ///< all ranks (dp x tp x pp)
   int64_t zero = 0;  ///< ZeRO stage over dp
   int64_t tp = 1;    ///< tensor-parallel ranks (the tp axis; dp = ranks / tp)
   bool sequenceParallel = false;
@@ -75,6 +77,12 @@ struct TrainPipelineConfig {
   int64_t lossScaleGrowthInterval = 2000; ///< clean steps before the scale doubles
   // bigc-grad-accum
   int64_t microBatches = 1;
+  // bigc-pipeline
+  int64_t pp = 1;                           ///< pipeline stages (the pp axis)
+  PpSchedule ppSchedule = PpSchedule::OneFOneB;
+  int64_t virtualStages = 1;                ///< interleaved: model chunks per stage
+  std::vector<int64_t> ppSplit;             ///< first layer of stages 1..pp-1 (empty: balanced by cost)
+  int64_t ppStage = 0;                      ///< the stage this pipeline builds (one module per stage)
   // bigc-recompute
   RecomputePolicy recompute = RecomputePolicy::None;
   int64_t recomputeDrop = -1; ///< auto: how many ranked candidates are recomputed (-1: all)

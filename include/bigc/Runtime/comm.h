@@ -1,6 +1,7 @@
 // Communicators: the collectives of a multi-rank program (docs/program-format.md, "Collectives")
-// between the ranks of one run. Every rank calls run() with the same collectives in the same order
-// (the program's comm stream); a call returns when this rank's outputs are complete. No MLIR here.
+// between the ranks of one run, and the point-to-point messages of pipeline stages. Every rank calls run() with the
+// same collectives in the same order (the program's comm stream); a call returns when this rank's outputs are complete.
+// No MLIR here.
 //
 // Implementations:
 // - in-process (makeInProcessCommunicator): the ranks are threads of one process sharing memory; a
@@ -58,9 +59,21 @@ public:
   // Stop every pending and later collective of every rank of this process with `why`.
   virtual void abort(const std::string &why) = 0;
   virtual bool aborted() const = 0;
-  // The longest a rank waits for the others in one collective (default 300 s).
+  // The longest a rank waits for the others in one collective (default 300 s), or for a message.
   virtual void setTimeout(double seconds) = 0;
   virtual std::string name() const = 0; // "in-process", "mpi"
+
+  // Point-to-point messages (pipeline parallelism: the values the stages pass each other), between
+  // global ranks of this communicator. send copies `bytes` bytes at `data` into the message from
+  // local rank `local` to global rank `peer` with `tag` and returns (it never waits for the
+  // receiver). recv waits until the message from global rank `peer` to local rank `local` with
+  // `tag` has come and copies its bytes to `data` (it must have `bytes` bytes); messages of one
+  // (sender, receiver, tag) arrive in the order they were sent. Both throw CommError when the
+  // communicator was aborted (the run stopped), and recv when the message does not come within the
+  // timeout (naming the peer and the tag; the communicator is then aborted) or has another size.
+  // `what` names the instruction for messages. The in-process communicator has them; others throw.
+  virtual void send(int local, int peer, int64_t tag, const void *data, int64_t bytes, const std::string &what);
+  virtual void recv(int local, int peer, int64_t tag, void *data, int64_t bytes, const std::string &what);
 };
 
 std::shared_ptr<Communicator> makeInProcessCommunicator(int ranks);

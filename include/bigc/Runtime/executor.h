@@ -45,6 +45,11 @@ uint64_t splitmix64(uint64_t &state);
 // With tensor parallelism, `comm` spans the rank's data-parallel group (the collectives of axis
 // "dp") and `tpComm` its tensor-parallel group (axis "tp", local index `tpLocal`); `tpRank` picks
 // the rank's chunks (vocabulary rows, tp_slice).
+// With pipeline stages (pp > 1): `p2p` carries the send/recv instructions' messages between global
+// ranks (this rank is its local rank `p2pLocal`, global rank `globalRank`; the rank of stage s with
+// this rank's dp and tp indices is globalRank + (s - stage) * dp * tp), and `ppComm` is the rank's
+// pipeline group (the ranks of its dp and tp indices, one per stage: axis "pp", local index
+// `ppLocal`).
 struct RankContext {
   int local = 0;
   std::shared_ptr<Communicator> comm;
@@ -52,12 +57,17 @@ struct RankContext {
   std::shared_ptr<Communicator> tpComm;
   int tpLocal = 0;
   int tpRank = 0;
+  std::shared_ptr<Communicator> p2p;
+  int p2pLocal = 0;
+  int globalRank = 0;
+  std::shared_ptr<Communicator> ppComm;
+  int ppLocal = 0;
 };
 
 // The CPU device under the one executor (stream_executor.h): arenas mapped from the kernel
 // (zero pages, counted as the steps touch them), fp32 staging per stream for the 16-bit operands
 // of ops that compute in fp32, the CPU kernels (backends/cpu) and the in-process or MPI
-// communicator for collectives.
+// communicator for collectives (and the in-process one's messages for send and recv, stream p2p).
 class Executor final : public StreamExecutor {
 public:
   // `program` must have passed validateProgram. Throws UserError when the arenas together do not
@@ -88,6 +98,10 @@ private:
   void loadInputs(const int32_t *tokens, const int32_t *targets) override;
   void captureGrad(BoundOp &op, std::vector<float> &dst) override;
   void freeStaging();
+  // The communicator of a collective over mesh axis `axis` (0 dp, 1 tp, 2 pp).
+  const std::shared_ptr<Communicator> &collectiveComm(int axis) const {
+    return axis == 1 ? rank_.tpComm : axis == 2 ? rank_.ppComm : rank_.comm;
+  }
 
   std::vector<void *> staging_; // per stream
   bool multi_ = false;          // several streams: OpenBLAS calls serialised

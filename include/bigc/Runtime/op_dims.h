@@ -48,14 +48,16 @@ struct OpDims {
   // and k/v all Hkv (the engine sets headOffset = r*H); groups = (H * tp) / Hkv heads per kv head.
   int64_t Hkv = 0, window = 0, headOffset = 0, group = 1;
   bool tpHeads = false;
+  // send / recv (pipeline stages): the peer stage, the tag; `n` the bytes of the message.
+  int64_t peer = -1, tag = -1;
 };
 
 // `ins` must have passed validateProgram.
 OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind);
 
 // Ops whose kernels read and write each operand in its own stored dtype on every backend (no
-// uniform storage type, no fp32 staging): cast, copy, reshape, wait, the optimizer's instructions
-// and the collectives.
+// uniform storage type, no fp32 staging): cast, copy, reshape, wait, the optimizer's instructions,
+// the collectives, send and recv.
 bool handlesOwnDtypes(OpKind k);
 
 // gqa_attention(_grad): the strided rows of q [B,T,H*D] and k/v [B,T,Hkv*D] the kernels take.

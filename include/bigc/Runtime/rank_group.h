@@ -8,6 +8,16 @@
 // x ranks x [B,T] ids, micro-batch m of rank r at chunk m*ranks + r (the data order of `bigc run --data`), and
 // returns the mean of the ranks' losses (the loss of the global batch).
 //
+// Pipeline stages (program pp > 1, in one process): rank r runs stage s = r / (dp * tp) (with dp
+// index d = (r / tp) % dp and tp index t = r % tp), built from the program's stage s; the ranks of
+// one (s, t) form a data-parallel group, of one (s, d) a tensor-parallel group, of one (d, t) a
+// pipeline group (axis-2 collectives); send/recv go through the group's communicator (`comm`, all
+// ranks). Every rank reads its dp index's slice of the batch (the stages of one d see the same
+// tokens and targets); the step's loss is the mean over the ranks of the last stage. The logical
+// program is stage 0's, followed by the persistent buffers of the other stages (names are unique
+// across stages), each read from and written to the ranks of its stage: weights and checkpoints
+// are whole tensors whatever the stages.
+//
 // Failures: a rank that throws stops every other rank (the communicator is aborted); a rank that
 // does not reach a collective makes the others time out; a rank still busy `timeout` seconds after
 // the others finished its step is declared stuck and the group aborted. step() then throws the
@@ -31,7 +41,8 @@ public:
   // initialises every rank together).
   using Factory = std::function<std::unique_ptr<Engine>(const Program &, int local)>;
 
-  // `program` is the program of one rank (every rank runs it); `comm` spans all its ranks.
+  // `program` is the program of one rank (every rank runs it; with pipeline stages, the top program
+  // holding them all: each rank runs its stage's); `comm` spans all its ranks.
   // `deviceInHostMemory`: the device arenas are in this machine's RAM (the CPU backend), so they
   // count against it with the host arenas.
   // `configure` runs before the ranks are initialised (setMeshCommunicators).
@@ -80,11 +91,10 @@ public:
   // have host memory and the buffer is not split by tensor parallelism; else none.
   std::vector<HostPiece> hostPieces(int64_t id) const override;
 
-  // Grad capture and profiling: rank 0's (its gradients are shards under ZeRO >= 1).
-  void enableGradCapture() override { engines_[0]->enableGradCapture(); }
-  const std::map<std::string, std::vector<float>> &capturedGrads() const override {
-    return engines_[0]->capturedGrads();
-  }
+  // Grad capture and profiling: rank 0's (its gradients are shards under ZeRO >= 1); with pipeline
+  // stages, the grads of the first rank of every stage.
+  void enableGradCapture() override;
+  const std::map<std::string, std::vector<float>> &capturedGrads() const override;
   void enableProfiling() override { engines_[0]->enableProfiling(); }
   void resetProfile() override { engines_[0]->resetProfile(); }
   std::vector<double> instructionSeconds() const override { return engines_[0]->instructionSeconds(); }
@@ -94,21 +104,32 @@ public:
   }
 
 private:
-  // The whole tensor of rank-program buffer `id` (a ZeRO shard, no tensor parallelism) in `dst`.
-  void gather(int64_t id, void *dst) const;
-  // Every rank's bytes of buffer `id`, by global rank: read here in one process, all-gathered over
-  // the processes under mpirun (every process calls it in the same order).
-  std::vector<char> allRanks(int64_t id) const;
-  // Tensor parallelism: the chunk of tensor rank t of buffer `id` (its dp shards joined);
-  // `rank(r, out)` reads global rank r's bytes of it.
-  void tpLocal(int64_t id, int t, const std::function<void(int64_t, void *)> &rank, void *dst) const;
-  int dpIndex(int global) const { return int(global / rankProgram_.tp); }
+  // The whole tensor of buffer `id` of stage s (a ZeRO shard, no tensor parallelism) in `dst`.
+  void gather(int s, int64_t id, void *dst) const;
+  // Every rank's bytes of buffer `id` of stage s, by rank in the stage: read here in one process,
+  // all-gathered over the processes under mpirun (one stage; every process calls it in the same
+  // order).
+  std::vector<char> allRanks(int s, int64_t id) const;
+  // Tensor parallelism: the chunk of tensor rank t of buffer `id` of stage s (its dp shards
+  // joined); `rank(r, out)` reads the stage's rank r's bytes of it.
+  void tpLocal(int s, int64_t id, int t, const std::function<void(int64_t, void *)> &rank, void *dst) const;
+  void refreshCopies(int stage);
+  int dpIndex(int global) const { return int((global / rankProgram_.tp) % rankProgram_.dp); }
   int tpIndex(int global) const { return int(global % rankProgram_.tp); }
+  // Pipeline stages: stage s's program, the stage of a global rank, its first global rank.
+  const Program &stage(int s) const { return rankProgram_.stageProgram(s); }
+  int stageOf(int global) const { return int(global / (rankProgram_.dp * rankProgram_.tp)); }
+  int firstRankOf(int s) const { return int(s * rankProgram_.dp * rankProgram_.tp); }
+  // "rank 3", or with pipeline stages "stage 1 (rank 3)".
+  std::string rankName(int global) const;
+  std::vector<std::pair<int, int64_t>> logicalIds_; // per logical buffer: its stage and id there
+  mutable std::map<std::string, std::vector<float>> stageGrads_;
   Communicator &dpComm(int local) { return dpComm_.empty() ? *comm_ : *dpComm_[size_t(local)]; }
   int dpLocal(int local) const { return dpLocal_.empty() ? local : dpLocal_[size_t(local)]; }
   std::vector<std::shared_ptr<Communicator>> sub_, dpComm_;
   std::vector<int> dpLocal_;
-  template <class F> void onEveryRank(F f);
+  // f(local) on a thread per local rank (of stage `onlyStage` when >= 0).
+  template <class F> void onEveryRank(F f, int onlyStage = -1);
 
   Program rankProgram_, logical_;
   std::shared_ptr<Communicator> comm_;
@@ -124,11 +145,13 @@ private:
   void abortAll(const std::string &why);
 };
 
-// Tensor parallelism in one process (mesh dp x tp, rank = d * tp + t): an in-process communicator
-// per data-parallel group (the ranks of one t) and per tensor-parallel group (the ranks of one d).
+// Tensor parallelism or pipeline stages in one process (mesh pp x dp x tp, rank = (s * dp + d) *
+// tp + t): an in-process communicator per data-parallel group (the ranks of one s and t), per
+// tensor-parallel group (one s and d) and per pipeline group (one d and t).
 struct InProcessMesh {
-  std::vector<std::shared_ptr<Communicator>> dp, tp; // by t, by d
-  InProcessMesh(int dp, int tp, double commTimeout);
+  std::vector<std::shared_ptr<Communicator>> dp, tp, pp; // by s * tp + t, by s * dp + d, by d * tp + t
+  int dpSize = 1, tpSize = 1, ppSize = 1;
+  InProcessMesh(int dp, int tp, double commTimeout, int pp = 1);
   // Gives the group its host-side mesh communicators (RankGroup's `configure`).
   void install(RankGroup &g) const;
 };

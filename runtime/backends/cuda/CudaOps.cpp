@@ -319,6 +319,10 @@ void CudaEngine::bindKernel(Op &op) {
     op.gpu = [this](Op &o, cudaStream_t s, void *) { issueCollective(o, s); };
     break;
   }
+  case OpKind::Send:
+  case OpKind::Recv:
+    throw UserError(where() + ": " + op.ins->op +
+                    " (pipeline parallelism) runs on the CPU backend only in this version; use --backend cpu");
   }
   if (!op.gpu) throw UserError(where() + ": op kind not supported by the CUDA backend (internal error)");
 }

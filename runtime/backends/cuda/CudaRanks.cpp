@@ -12,6 +12,7 @@
 namespace bigc::rt {
 
 std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout) {
+  if (program.pp > 1) throw UserError(pipelineOnCpuOnly(program.pp));
 #if !BIGC_HAVE_NCCL
   (void)program, (void)seed, (void)commTimeout;
   throw UserError("this build's CUDA toolkit has no NCCL: programs of several ranks run on the CPU backend only "

@@ -1,0 +1,415 @@
+//===- Pipeline.cpp - bigc-pipeline ---------------------------------------===//
+//
+// Pipeline parallelism: the training step (after bigc-grad-accum) split into
+// P stages along its layers, and this module made stage `stage` of it: its
+// ops, its parameters, a send/recv for every value crossing stages, its
+// micro-batches in the schedule's order (see the description in Passes.td).
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Analysis/CostModel.h"
+#include "bigc/Dialect/BigcAttrNames.h"
+#include "bigc/Dialect/BigcCollective.h"
+#include "bigc/Dialect/BigcOps.h"
+#include "bigc/Dialect/BigcTransfer.h"
+#include "bigc/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+namespace mlir {
+namespace bigc {
+#define GEN_PASS_DEF_BIGCPIPELINE
+#include "passes/Passes.h.inc"
+} // namespace bigc
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::bigc;
+
+namespace {
+
+// Nominal rates for balancing the stages (only the ratios of the stages' times matter).
+constexpr double kFlopsPerS = 100e12, kBytesPerS = 1e12;
+
+bool isZeroOperand(Operation *op) { return op->getNumOperands() == 0; }
+
+struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipelinePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (failed(run())) signalPassFailure();
+  }
+
+  ModuleOp module;
+  Block *block = nullptr;
+  int64_t P = 1, S = 0, L = 0, K = 1;
+  std::vector<Operation *> ops; // the block's ops in order, the terminator aside
+  llvm::DenseMap<Operation *, int64_t> index;
+
+  /// Stage of every op under `stageOfLayer` (size L): layered ops on their layer's stage, others
+  /// after their operands (forward: the latest; backward: the earliest; none: `fwdDefault` /
+  /// `bwdDefault`), reads of parameters and fills on their first reader's stage.
+  llvm::DenseMap<Operation *, int64_t> assign(const std::vector<int64_t> &stageOfLayer, int64_t fwdDefault,
+                                              int64_t bwdDefault) {
+    llvm::DenseMap<Operation *, int64_t> st;
+    for (Operation *op : ops) {
+      if (isZeroOperand(op) && opLayer(op) < 0) continue;
+      if (int64_t l = opLayer(op); l >= 0) {
+        st[op] = stageOfLayer[size_t(l)];
+        continue;
+      }
+      const bool backward = phaseOf(op) == "backward";
+      int64_t best = -1;
+      for (Value v : op->getOperands()) {
+        Operation *d = v.getDefiningOp();
+        if (!d) continue;
+        auto it = st.find(d);
+        if (it == st.end()) continue;
+        best = best < 0 ? it->second : backward ? std::min(best, it->second) : std::max(best, it->second);
+      }
+      st[op] = best >= 0 ? best : backward ? bwdDefault : fwdDefault;
+    }
+    for (Operation *op : ops) { // parameter reads, fills: on their first reader's stage
+      if (!isZeroOperand(op) || opLayer(op) >= 0) continue;
+      int64_t best = -1;
+      for (Operation *u : op->getUsers()) {
+        auto it = st.find(u);
+        if (it != st.end()) best = best < 0 ? it->second : std::min(best, it->second);
+      }
+      st[op] = best >= 0 ? best : phaseOf(op) == "backward" ? bwdDefault : fwdDefault;
+    }
+    return st;
+  }
+
+  /// The first layer of each stage (size P + 1, last = L), balanced by the cost model, or `split`.
+  FailureOr<std::vector<int64_t>> partition() {
+    std::vector<int64_t> first(size_t(P) + 1, 0);
+    first[size_t(P)] = L;
+    if (!split.empty()) {
+      auto bad = [&]() {
+        InFlightDiagnostic d = module.emitError("--pp-split ");
+        for (size_t i = 0; i < split.size(); ++i) d << (i ? "," : "") << int64_t(split[i]);
+        d << ": give the first layer of each stage after the first, " << (P - 1)
+          << " increasing numbers within 1.." << (L - 1) << " (the model has " << L << " layers), e.g. --pp-split ";
+        for (int64_t s = 1; s < P; ++s) d << (s > 1 ? "," : "") << s * L / P;
+        return d;
+      };
+      if (int64_t(split.size()) != P - 1) return bad();
+      for (int64_t s = 1; s < P; ++s) {
+        first[size_t(s)] = split[size_t(s - 1)];
+        if (first[size_t(s)] <= first[size_t(s - 1)] || first[size_t(s)] >= L) return bad();
+      }
+      return first;
+    }
+    // Cost of each layer (its forward and backward over every micro-batch, and the ops without a
+    // layer that follow it), and of what comes before the first layer (stage 0's).
+    std::vector<int64_t> provisional(static_cast<size_t>(L));
+    for (int64_t l = 0; l < L; ++l) provisional[size_t(l)] = l + 1;
+    auto st = assign(provisional, 0, L + 1);
+    std::vector<double> cost(size_t(L), 0.0);
+    double pre = 0;
+    for (Operation *op : ops) {
+      if (phaseOf(op) == "optimizer") continue;
+      const double t = rooflineSeconds(opCost(op), kFlopsPerS, kBytesPerS);
+      const int64_t p = st.lookup(op);
+      if (p <= 0)
+        pre += t;
+      else
+        cost[size_t(std::min(p, L) - 1)] += t;
+    }
+    // The split minimising the most expensive stage, and among those the sum of the stages'
+    // squared costs (the others as even as they can be): a dynamic program over the boundaries.
+    std::vector<double> prefix(size_t(L) + 1, 0.0);
+    for (int64_t l = 0; l < L; ++l) prefix[size_t(l) + 1] = prefix[size_t(l)] + cost[size_t(l)];
+    const double inf = std::numeric_limits<double>::infinity();
+    using Score = std::pair<double, double>; // (most expensive stage, sum of squares)
+    // best[s][j]: stages 0..s-1 cover layers [0, j).
+    std::vector<std::vector<Score>> best(size_t(P) + 1, std::vector<Score>(size_t(L) + 1, Score{inf, inf}));
+    std::vector<std::vector<int64_t>> from(size_t(P) + 1, std::vector<int64_t>(size_t(L) + 1, 0));
+    best[0][0] = {0, 0};
+    for (int64_t s = 1; s <= P; ++s)
+      for (int64_t j = s; j <= L; ++j)
+        for (int64_t i = s - 1; i < j; ++i) {
+          const Score &prev = best[size_t(s - 1)][size_t(i)];
+          if (prev.first == inf) continue;
+          const double c = prefix[size_t(j)] - prefix[size_t(i)] + (s == 1 ? pre : 0.0);
+          const Score m{std::max(prev.first, c), prev.second + c * c};
+          if (m < best[size_t(s)][size_t(j)]) best[size_t(s)][size_t(j)] = m, from[size_t(s)][size_t(j)] = i;
+        }
+    for (int64_t s = P, j = L; s > 0; --s) {
+      first[size_t(s)] = j;
+      j = from[size_t(s)][size_t(j)];
+    }
+    first[0] = 0;
+    return first;
+  }
+
+  /// The order of stage S's (micro-batch, backward?) units.
+  std::vector<std::pair<int64_t, bool>> units() const {
+    std::vector<std::pair<int64_t, bool>> u;
+    if (schedule == "gpipe") {
+      for (int64_t m = 0; m < K; ++m) u.push_back({m, false});
+      for (int64_t m = 0; m < K; ++m) u.push_back({m, true});
+      return u;
+    }
+    // 1F1B (PipeDream-Flush): P-1-S warm-up forwards, then one forward and one backward in turn.
+    const int64_t warm = std::min(P - 1 - S, K);
+    int64_t f = 0, b = 0;
+    for (; f < warm; ++f) u.push_back({f, false});
+    while (b < K) {
+      if (f < K) u.push_back({f++, false});
+      u.push_back({b++, true});
+    }
+    return u;
+  }
+
+  LogicalResult run() {
+    module = getOperation();
+    MLIRContext *ctx = module.getContext();
+    P = stages, S = stage;
+    if (P < 1) return module.emitError("--pp must be at least 1, got ") << P;
+    if (P == 1) return success();
+    const int64_t R = ranks, T = tp;
+    if (T < 1 || R < 1 || R % (T * P) != 0)
+      return module.emitError("--pp ") << P << (T > 1 ? " with --tp " + std::to_string(T) : std::string())
+                                       << " does not divide --ranks " << R
+                                       << ": the mesh is dp x tp x pp = ranks (e.g. --ranks "
+                                       << T * P * std::max<int64_t>(1, R / (T * P)) << ")";
+    if (S < 0 || S >= P) return module.emitError("bigc-pipeline: stage ") << S << " is not in [0, " << P << ")";
+    if (schedule != "gpipe" && schedule != "1f1b")
+      return module.emitError("--pp-schedule ")
+             << std::string(schedule) << " is not built by this version yet; use --pp-schedule 1f1b (or gpipe)";
+    if (virtualStages != 1)
+      return module.emitError("--virtual-stages ") << int64_t(virtualStages) << " needs --pp-schedule interleaved";
+    if (module->hasAttr(kPipelineAttrName))
+      return module.emitError("bigc-pipeline: already applied (the module has bigc.pipeline)");
+    if (auto prec = module->getAttrOfType<StringAttr>(kPrecisionAttrName); prec && prec.getValue() == "fp16")
+      return module.emitError("--pp ")
+             << P << " with --precision fp16: loss scaling across pipeline stages is not built by this version yet; "
+             << "use --precision bf16";
+    auto func = module.lookupSymbol<func::FuncOp>("train_step");
+    if (!func || func.isExternal() || !func.getBody().hasOneBlock())
+      return module.emitError("bigc-pipeline: the module has no func.func @train_step of one block (run "
+                              "bigc-autodiff first)");
+    block = &func.front();
+    for (Operation &op : block->without_terminator()) {
+      index[&op] = int64_t(ops.size());
+      ops.push_back(&op);
+      L = std::max(L, opLayer(&op) + 1);
+    }
+    if (auto k = module->getAttrOfType<IntegerAttr>(kMicroBatchesAttrName)) K = k.getInt();
+    if (L == 0)
+      return module.emitError("--pp ") << P
+                                       << ": the model marks no layers (bigc.layer on its ops), so there is nothing to "
+                                          "split into stages";
+    if (P > L)
+      return module.emitError("--pp ") << P << ": more stages than the model's " << L << " layers; use --pp " << L
+                                       << " or fewer";
+    FailureOr<std::vector<int64_t>> firstOr = partition();
+    if (failed(firstOr)) return failure();
+    const std::vector<int64_t> first = *firstOr;
+    std::vector<int64_t> stageOfLayer(static_cast<size_t>(L));
+    for (int64_t s = 0; s < P; ++s)
+      for (int64_t l = first[size_t(s)]; l < first[size_t(s) + 1]; ++l) stageOfLayer[size_t(l)] = s;
+    llvm::DenseMap<Operation *, int64_t> st = assign(stageOfLayer, 0, P - 1);
+
+    // A parameter's stage: where it is read (its first reader's); an optimizer op runs there.
+    llvm::StringMap<int64_t> owner;
+    for (Operation *op : ops)
+      if (auto gp = dyn_cast<GetParamOp>(op)) {
+        auto [it, fresh] = owner.try_emplace(gp.getParam(), st[op]);
+        if (!fresh) it->second = std::min(it->second, st[op]);
+      }
+    SmallVector<GlobalNormOp> norms;
+    for (Operation *op : ops) {
+      if (auto a = dyn_cast<AdamWOp>(op)) {
+        auto it = owner.find(a.getParam()); // the weight read, or its 16-bit compute copy
+        if (it == owner.end() && a.getHalf()) it = owner.find(*a.getHalf());
+        if (it == owner.end())
+          return a.emitError("bigc-pipeline: the parameter @") << a.getParam() << " is updated but never read";
+        st[op] = it->second;
+      } else if (auto gn = dyn_cast<GlobalNormOp>(op)) {
+        norms.push_back(gn);
+      } else if (isa<CheckFiniteOp, LossScaleUpdateOp>(op)) {
+        return op->emitError("bigc-pipeline: loss scaling across stages is not built by this version yet");
+      }
+    }
+
+    OpBuilder b(ctx);
+    // The mesh and the module's stage first: the collectives and p2p ops below are checked
+    // against them.
+    const int64_t dp = R / (T * P);
+    module->setAttr(kMeshAttrName, b.getDictionaryAttr({b.getNamedAttr("dp", b.getI64IntegerAttr(dp)),
+                                                        b.getNamedAttr("pp", b.getI64IntegerAttr(P)),
+                                                        b.getNamedAttr("tp", b.getI64IntegerAttr(T))}));
+    SmallVector<int64_t> splitOut(first.begin() + 1, first.end() - 1);
+    module->setAttr(kPipelineAttrName,
+                    b.getDictionaryAttr({b.getNamedAttr("stages", b.getI64IntegerAttr(P)),
+                                         b.getNamedAttr("stage", b.getI64IntegerAttr(S)),
+                                         b.getNamedAttr("schedule", b.getStringAttr(schedule)),
+                                         b.getNamedAttr("virtual_stages", b.getI64IntegerAttr(virtualStages)),
+                                         b.getNamedAttr("split", b.getDenseI64ArrayAttr(splitOut))}));
+
+    // The global gradient norm: this stage's part, combined over the stages (every stage makes its
+    // own: what reads it on another stage is not sent it).
+    llvm::DenseSet<Operation *> perStage;
+    for (GlobalNormOp gn : norms) {
+      SmallVector<Value> mine;
+      for (Value g : gn.getInputs())
+        if (Operation *d = g.getDefiningOp(); d && st.lookup(d) == S) mine.push_back(g);
+      b.setInsertionPoint(gn);
+      Value part;
+      if (mine.empty()) {
+        part = b.create<FillOp>(gn.getLoc(), gn.getType(), b.getF64FloatAttr(0.0));
+      } else {
+        part = b.create<GlobalNormOp>(gn.getLoc(), gn.getType(), mine);
+      }
+      copyPlacementTags(gn, part.getDefiningOp());
+      auto ar = b.create<AllReduceOp>(gn.getLoc(), TypeRange{gn.getType()}, ValueRange{part}, b.getStringAttr("pp"),
+                                      b.getStringAttr("norm"));
+      copyPlacementTags(gn, ar);
+      gn.getResult().replaceAllUsesWith(ar.getResult(0));
+      st[part.getDefiningOp()] = S, st[ar] = S;
+      perStage.insert(ar);
+      st[gn] = -1; // dropped on every stage
+    }
+
+    // Values crossing stages: one send/recv pair per (value, receiving stage); a parameter read by
+    // another stage is sent once per step (every micro-batch's read of it there takes that one).
+    // Tags count the pairs in program order: every stage's module numbers them alike.
+    struct Cross {
+      Value sent;
+      int64_t from = 0, to = 0, tag = 0;
+      RecvOp recv; // on stage S when to == S
+      bool sendMade = false;
+    };
+    std::map<std::pair<std::string, int64_t>, size_t> crossOf; // (value key, receiving stage) -> index
+    std::vector<Cross> crosses;
+    llvm::DenseMap<Value, std::string> keyCache;
+    int64_t anon = 0;
+    auto keyOf = [&](Value v) -> std::string {
+      if (auto gp = v.getDefiningOp<GetParamOp>()) return "@" + gp.getParam().str();
+      auto it = keyCache.find(v);
+      if (it != keyCache.end()) return it->second;
+      return keyCache[v] = "%" + std::to_string(anon++);
+    };
+    for (Operation *op : ops) {
+      auto sit = st.find(op);
+      if (sit == st.end() || sit->second < 0) continue;
+      const int64_t to = sit->second;
+      for (OpOperand &use : op->getOpOperands()) {
+        Operation *d = use.get().getDefiningOp();
+        if (!d) continue;
+        const int64_t from = st.lookup(d);
+        if (from == to || from < 0 || perStage.contains(d)) continue;
+        auto key = std::make_pair(keyOf(use.get()), to);
+        auto [it, fresh] = crossOf.try_emplace(key, crosses.size());
+        if (fresh) crosses.push_back(Cross{use.get(), from, to, int64_t(crosses.size()), RecvOp(), false});
+        Cross &c = crosses[it->second];
+        if (to == S) {
+          if (!c.recv) {
+            b.setInsertionPoint(op);
+            c.recv = b.create<RecvOp>(op->getLoc(), use.get().getType(), b.getI64IntegerAttr(c.from),
+                                      b.getI64IntegerAttr(c.tag));
+            copyPlacementTags(op, c.recv);
+          }
+          use.set(c.recv.getResult());
+        }
+        if (c.from == S && !c.sendMade) {
+          b.setInsertionPointAfter(c.sent.getDefiningOp());
+          auto send = b.create<SendOp>(c.sent.getLoc(), c.sent, b.getI64IntegerAttr(c.to), b.getI64IntegerAttr(c.tag));
+          copyPlacementTags(c.sent.getDefiningOp(), send);
+          c.sendMade = true;
+          st[send] = S;
+        }
+      }
+    }
+    for (Cross &c : crosses)
+      if (c.recv) st[c.recv] = S;
+
+    // The loss: the last stage's; the others return zero.
+    auto ret = cast<func::ReturnOp>(block->getTerminator());
+    if (S != P - 1) {
+      b.setInsertionPoint(ret);
+      for (OpOperand &r : ret->getOpOperands()) {
+        auto zero = b.create<FillOp>(ret.getLoc(), r.get().getType(), b.getF64FloatAttr(0.0));
+        zero->setAttr(kPhaseAttrName, b.getStringAttr("forward")); // with the last micro-batch's forward
+        if (K > 1) zero->setAttr(kMicroBatchAttrName, b.getI64IntegerAttr(K - 1));
+        st[zero] = S;
+        r.set(zero);
+      }
+    }
+
+    // Only this stage's ops stay (users before their definitions).
+    std::vector<Operation *> all;
+    for (Operation &op : block->without_terminator()) all.push_back(&op);
+    auto kept = [&](Operation *op) {
+      auto s = st.find(op);
+      return s != st.end() && s->second == S;
+    };
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (kept(*it)) continue;
+      for (Operation *u : (*it)->getUsers())
+        if (kept(u) || isa<func::ReturnOp>(u))
+          return u->emitError("bigc-pipeline: internal error: a value of stage ")
+                 << st.lookup(*it) << " read on stage " << S << " without a send (please report it)";
+      (*it)->erase();
+    }
+    // Only the parameters (and optimizer states) this stage reads or updates.
+    llvm::StringSet<> used;
+    if (auto uses = SymbolTable::getSymbolUses(func))
+      for (const SymbolTable::SymbolUse &u : *uses) used.insert(u.getSymbolRef().getRootReference().getValue());
+    for (Operation &op : llvm::make_early_inc_range(module.getBody()->getOperations()))
+      if (auto p = dyn_cast<ParamOp>(op); p && !used.contains(p.getSymName())) p.erase();
+
+    // The schedule's order: units (micro-batch, forward or backward), the optimizer after them;
+    // each recv just before its first reader, each send just after its value.
+    std::map<std::pair<int64_t, bool>, int64_t> unitIndex;
+    {
+      auto u = units();
+      for (size_t i = 0; i < u.size(); ++i) unitIndex[u[i]] = int64_t(i);
+    }
+    const int64_t tail = int64_t(unitIndex.size());
+    auto unitOf = [&](Operation *op) -> int64_t {
+      StringRef ph = phaseOf(op);
+      if (ph != "forward" && ph != "backward") return tail;
+      const int64_t m = microBatchOf(op).value_or(0);
+      auto it = unitIndex.find({m, ph == "backward"});
+      return it == unitIndex.end() ? tail : it->second;
+    };
+    std::vector<Operation *> order;
+    for (Operation &op : block->without_terminator())
+      if (!isa<SendOp, RecvOp>(op)) order.push_back(&op);
+    llvm::DenseMap<Operation *, int64_t> pos;
+    for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = int64_t(i);
+    std::stable_sort(order.begin(), order.end(), [&](Operation *x, Operation *y) { return unitOf(x) < unitOf(y); });
+    for (Operation *op : order) op->moveBefore(block->getTerminator());
+    SmallVector<RecvOp> recvs(block->getOps<RecvOp>());
+    SmallVector<SendOp> sends(block->getOps<SendOp>());
+    for (RecvOp r : recvs) {
+      Operation *firstUser = nullptr;
+      for (Operation *u : r->getUsers())
+        if (!firstUser || u->isBeforeInBlock(firstUser)) firstUser = u;
+      if (firstUser) {
+        r->moveBefore(firstUser);
+        copyPlacementTags(firstUser, r);
+      }
+    }
+    for (SendOp s : sends)
+      if (Operation *d = s.getInput().getDefiningOp()) s->moveAfter(d);
+    return success();
+  }
+};
+
+} // namespace
