@@ -10,9 +10,11 @@ overlap) with at least one of them writing it, the earlier one (in program order
 the later one: otherwise the runtime's threads could race. Also checks that every `wait` index
 is earlier and on another stream, that side-stream instructions read/write the spaces their
 stream says (d2h: device -> host, h2d: host -> device, host: host only, comm and comm_tp:
-collectives on device memory, comm_tp those of the tensor axis), and that a buffer an
+collectives on device memory, comm_tp those of the tensor axis, p2p: the sends and receives of
+pipeline stages on device memory), and that a buffer an
 asynchronous instruction touches is live until that instruction is joined by the compute stream.
-Exit 0 and one summary line when all holds; 1 with the first violations otherwise.
+A pipelined program is checked stage by stage. Exit 0 and one summary line (per stage) when all
+holds; 1 with the first violations otherwise.
 """
 import json
 import sys
@@ -26,9 +28,18 @@ def load(path):
 
 def main():
     path = sys.argv[1]
+    top = load(path)
+    # A pipelined program: every stage's program (stage 0 is the top payload).
+    status = 0
+    for p in [top] + top.get("stages", []):
+        label = path if "stages" not in top else f"{path} stage {p.get('pipeline', {}).get('stage', 0)}"
+        status |= check(p, label)
+    return status
+
+
+def check(p, path):
     expect_host = "--expect-host" in sys.argv
     expect_params_host = "--expect-params-host" in sys.argv
-    p = load(path)
     ins = p["instructions"]
     bufs = p["buffers"]
     n = len(ins)
@@ -73,6 +84,11 @@ def main():
         if x["op"] in ("all_reduce", "reduce_scatter", "all_gather") and \
                 s != ("comm_tp" if x.get("attrs", {}).get("axis", 0) == 1 else "comm"):
             errors.append(f"instruction {j} ({x['op']}, axis {x.get('attrs', {}).get('axis', 0)}) on stream {s}")
+        if (s == "p2p") != (x["op"] in ("send", "recv")):
+            errors.append(f"instruction {j} ({x['op']}) on stream {s}: p2p runs the sends and receives of "
+                          "pipeline stages, and only them")
+        if s == "p2p" and not (ins_sp | out_sp) <= {"device"}:
+            errors.append(f"instruction {j} ({x['op']}, p2p) touches {ins_sp | out_sp}: messages move device memory")
         if s == "compute" and x["op"] != "wait" and "host" in (ins_sp | out_sp):
             errors.append(f"instruction {j} ({x['op']}) on the compute stream touches host memory")
 

@@ -55,6 +55,9 @@ for n in $names; do run $n; done
   --checkpoint-dir "$d/ck2" --checkpoint-every 5 --quiet
 "$BIN/bigc" run "$d/pp4.bigc" --synthetic --steps 10 --seed 7 --log "$d/resume_d.jsonl" \
   --checkpoint-dir "$d/ck2" --resume --quiet
+for n in pp4 pp2_tp2_dp2_sp pp2_dp2_off pp2_dp4_z3; do $PY "$HERE/check_streams.py" "$d/$n.bigc" > /dev/null || {
+  $PY "$HERE/check_streams.py" "$d/$n.bigc"; exit 1; }; done
+echo "check_streams: the stages of 4 pipelined programs obey the stream discipline"
 "$BIN/bigc" inspect "$d/pp2_gpipe.bigc" --json > "$d/gpipe.json"
 "$BIN/bigc" inspect "$d/pp2.bigc" --json > "$d/1f1b.json"
 "$BIN/bigc" inspect "$d/pp4.bigc" --rank 3 > "$d/pp4.txt"
