@@ -100,8 +100,8 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       auto bad = [&]() {
         InFlightDiagnostic d = module.emitError("--pp-split ");
         for (size_t i = 0; i < split.size(); ++i) d << (i ? "," : "") << int64_t(split[i]);
-        d << ": give the first layer of each stage after the first, " << (P - 1)
-          << " increasing numbers within 1.." << (L - 1) << " (the model has " << L << " layers), e.g. --pp-split ";
+        d << ": give the first layer of each stage after the first, " << (P - 1) << " increasing numbers within 1.."
+          << (L - 1) << " (the model has " << L << " layers), e.g. --pp-split ";
         for (int64_t s = 1; s < P; ++s) d << (s > 1 ? "," : "") << s * L / P;
         return d;
       };

@@ -41,9 +41,9 @@ template <> const std::vector<std::pair<OffloadParams, const char *>> &choiceNam
 
 template <> const std::vector<std::pair<PpSchedule, const char *>> &choiceNames<PpSchedule>() {
   static const std::vector<std::pair<PpSchedule, const char *>> names = {{PpSchedule::GPipe, "gpipe"},
-                                                                          {PpSchedule::OneFOneB, "1f1b"},
-                                                                          {PpSchedule::Interleaved, "interleaved"},
-                                                                          {PpSchedule::ZeroBubble, "zero-bubble"}};
+                                                                         {PpSchedule::OneFOneB, "1f1b"},
+                                                                         {PpSchedule::Interleaved, "interleaved"},
+                                                                         {PpSchedule::ZeroBubble, "zero-bubble"}};
   return names;
 }
 
@@ -156,11 +156,12 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                                   llvm::cl::init(2000)};
   Option<int64_t> microBatches{*this, "micro-batches", llvm::cl::desc("Micro-batches per update"), llvm::cl::init(1)};
   Option<int64_t> pp{*this, "pp", llvm::cl::desc("Pipeline stages"), llvm::cl::init(1)};
-  Option<PpSchedule> ppSchedule{
-      *this, "pp-schedule", llvm::cl::desc("Pipeline schedule"), llvm::cl::init(PpSchedule::OneFOneB),
-      llvm::cl::values(clEnumValN(PpSchedule::GPipe, "gpipe", "gpipe"), clEnumValN(PpSchedule::OneFOneB, "1f1b", "1f1b"),
-                       clEnumValN(PpSchedule::Interleaved, "interleaved", "interleaved"),
-                       clEnumValN(PpSchedule::ZeroBubble, "zero-bubble", "zero-bubble"))};
+  Option<PpSchedule> ppSchedule{*this, "pp-schedule", llvm::cl::desc("Pipeline schedule"),
+                                llvm::cl::init(PpSchedule::OneFOneB),
+                                llvm::cl::values(clEnumValN(PpSchedule::GPipe, "gpipe", "gpipe"),
+                                                 clEnumValN(PpSchedule::OneFOneB, "1f1b", "1f1b"),
+                                                 clEnumValN(PpSchedule::Interleaved, "interleaved", "interleaved"),
+                                                 clEnumValN(PpSchedule::ZeroBubble, "zero-bubble", "zero-bubble"))};
   Option<int64_t> virtualStages{*this, "virtual-stages", llvm::cl::desc("Interleaved: model chunks per stage"),
                                 llvm::cl::init(1)};
   ListOption<int64_t> ppSplit{*this, "pp-split", llvm::cl::desc("First layer of each stage after the first")};

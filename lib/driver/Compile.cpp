@@ -339,7 +339,8 @@ const Flag kFlags[] = {
        while (std::getline(ss, item, ',')) {
          char *end = nullptr;
          const long long x = std::strtoll(item.c_str(), &end, 10);
-         if (item.empty() || *end != '\0' || x < 0) v.fail("expected layer numbers separated by commas, got '" + t + "'");
+         if (item.empty() || *end != '\0' || x < 0)
+           v.fail("expected layer numbers separated by commas, got '" + t + "'");
          o.ppSplit.push_back(x);
        }
      }},

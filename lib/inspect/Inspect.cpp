@@ -489,7 +489,8 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   if (p.ranks > 1) {
     ModelState ms = modelState(p);
     o << "mesh: dp " << p.dp << " x tp " << p.tp << " x pp " << p.pp << ", ZeRO " << p.zero
-      << (p.pp > 1 ? "; the ranks of stage " + std::to_string(p.stage) + " run this plan" : "; every rank runs this plan")
+      << (p.pp > 1 ? "; the ranks of stage " + std::to_string(p.stage) + " run this plan"
+                   : "; every rank runs this plan")
       << " on their data-parallel slice of the global batch (" << p.dp << " x " << p.microBatches << " x " << p.batch
       << " sequences per step)\n";
     o << "model state: " << humanBytes(ms.perRank) << " on rank " << rank << " of " << humanBytes(ms.whole)

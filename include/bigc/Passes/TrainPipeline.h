@@ -78,11 +78,11 @@ struct TrainPipelineConfig {
   // bigc-grad-accum
   int64_t microBatches = 1;
   // bigc-pipeline
-  int64_t pp = 1;                           ///< pipeline stages (the pp axis)
+  int64_t pp = 1; ///< pipeline stages (the pp axis)
   PpSchedule ppSchedule = PpSchedule::OneFOneB;
-  int64_t virtualStages = 1;                ///< interleaved: model chunks per stage
-  std::vector<int64_t> ppSplit;             ///< first layer of stages 1..pp-1 (empty: balanced by cost)
-  int64_t ppStage = 0;                      ///< the stage this pipeline builds (one module per stage)
+  int64_t virtualStages = 1;    ///< interleaved: model chunks per stage
+  std::vector<int64_t> ppSplit; ///< first layer of stages 1..pp-1 (empty: balanced by cost)
+  int64_t ppStage = 0;          ///< the stage this pipeline builds (one module per stage)
   // bigc-recompute
   RecomputePolicy recompute = RecomputePolicy::None;
   int64_t recomputeDrop = -1; ///< auto: how many ranked candidates are recomputed (-1: all)
