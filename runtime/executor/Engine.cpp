@@ -113,11 +113,17 @@ void Engine::initialize(uint64_t seed) {
   for (const auto &b : program().buffers) {
     if (!b.persistent() || b.init.kind == "copy") continue;
     const std::vector<HostPiece> pieces = hostPieces(b.id);
-    if (loaded[size_t(b.id)]) { // only the padding of its shards, which the loader does not write
-      for (const HostPiece &pc : pieces)
-        if (pc.capacity > pc.count && !arenasZeroed_)
-          jobs.push_back(Job{&b, static_cast<char *>(pc.data) + pc.count * dtypeSize(b.dtype), 0,
-                             (pc.capacity - pc.count) * dtypeSize(b.dtype), true});
+    if (loaded[size_t(b.id)]) {
+      // No values: freshly mapped pages are populated in bulk as for a zero buffer (the loader's
+      // reads would otherwise fault them in one by one); else only the padding of its shards,
+      // which the loader does not write.
+      const int64_t e = dtypeSize(b.dtype);
+      for (const HostPiece &pc : pieces) {
+        char *d = static_cast<char *>(pc.data);
+        const int64_t from = arenasZeroed_ ? 0 : pc.count * e;
+        for (int64_t at = from; at < pc.capacity * e; at += kElements * 4)
+          jobs.push_back(Job{&b, d + at, 0, std::min(kElements * 4, pc.capacity * e - at), true});
+      }
       continue;
     }
     if (pieces.empty()) {

@@ -28,9 +28,10 @@ public:
   // range of the whole tensor's stream; an engine without host pieces gets each tensor through
   // writeBytes.
   void initialize(uint64_t seed);
-  // While one of these is alive, initialize() leaves the weights of record (weights(): masters,
-  // params that are not compute copies) unwritten, their shards' padding aside: they are about to
-  // be loaded whole (--load-weights, an imported model's weights), which every weight must be.
+  // While one of these is alive, initialize() computes no values for the weights of record
+  // (weights(): masters, params that are not compute copies; freshly mapped, their pages are only
+  // populated, as zeros; otherwise only their shards' padding is zeroed): they are about to be
+  // loaded whole (--load-weights, an imported model's weights), which every weight must be.
   struct LoadingWeights {
     LoadingWeights();
     ~LoadingWeights();
