@@ -20,7 +20,6 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
-#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
@@ -294,16 +293,13 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       RecvOp recv; // on stage S when to == S
       bool sendMade = false;
     };
-    std::map<std::pair<std::string, int64_t>, size_t> crossOf; // (value key, receiving stage) -> index
-    std::vector<Cross> crosses;
-    llvm::DenseMap<Value, std::string> keyCache;
-    int64_t anon = 0;
-    auto keyOf = [&](Value v) -> std::string {
-      if (auto gp = v.getDefiningOp<GetParamOp>()) return "@" + gp.getParam().str();
-      auto it = keyCache.find(v);
-      if (it != keyCache.end()) return it->second;
-      return keyCache[v] = "%" + std::to_string(anon++);
+    // A value's key: the parameter it reads (uniqued symbol name), else the value itself.
+    auto keyOf = [](Value v) -> const void * {
+      if (auto gp = v.getDefiningOp<GetParamOp>()) return gp.getParamAttr().getAttr().getAsOpaquePointer();
+      return v.getAsOpaquePointer();
     };
+    std::map<std::pair<const void *, int64_t>, size_t> crossOf; // (value key, receiving stage) -> index
+    std::vector<Cross> crosses;
     for (Operation *op : ops) {
       auto sit = st.find(op);
       if (sit == st.end() || sit->second < 0) continue;

@@ -109,12 +109,6 @@ PY
 grep -q "rank 3 runs stage 3" "$d/pp4.txt" || { echo "FAIL: inspect --rank 3 of pp 4"; cat "$d/pp4.txt"; exit 1; }
 
 # Bad input: one clear error each, exit 1, nothing written.
-bad() { # pattern, options...
-  local pattern=$1; shift
-  if "$BIN/bigc" compile "$@" -o "$d/bad.bigc" > "$d/out" 2> "$d/err"; then echo "FAIL: accepted: $*"; exit 1; fi
-  grep -qE -- "$pattern" "$d/err" || { echo "FAIL: '$*' stderr lacks /$pattern/:"; cat "$d/err"; exit 1; }
-  [ ! -e "$d/bad.bigc" ] || { echo "FAIL: '$*' wrote a program"; exit 1; }
-}
 bad "option --pp 3 does not divide --ranks 8: the mesh is dp x tp x pp = ranks \(use --ranks 6\)" \
   "$d/b4.mlir" --ranks 8 --pp 3
 bad "option --pp 16: more stages than the model's 8 layers; use --pp 8 or fewer" "$d/b4.mlir" --ranks 16 --pp 16

@@ -134,13 +134,6 @@ PY
 grep -q "tensor" "$d/tp8.txt" || { echo "FAIL: inspect does not show the tensor axis"; cat "$d/tp8.txt"; exit 1; }
 
 # Bad input: one clear error each, exit 1, nothing written.
-bad() { # pattern, options...
-  local pattern=$1; shift
-  if "$BIN/bigc" compile "$@" -o "$d/bad.bigc" > "$d/out" 2> "$d/err"; then echo "FAIL: accepted: $*"; exit 1; fi
-  grep -qE -- "$pattern" "$d/err" || { echo "FAIL: '$*' stderr lacks /$pattern/:"; cat "$d/err"; exit 1; }
-  [ ! -e "$d/bad.bigc" ] || { echo "FAIL: '$*' left a program behind"; exit 1; }
-  echo "ok: $* -> $(grep -m1 error "$d/err" || head -n1 "$d/err")"
-}
 "$BIN/bigc" gen gpt --preset tiny --vocab 250 -o "$d/v250.mlir" > /dev/null
 "$BIN/bigc" gen gpt --preset tiny --heads 2 --hidden 64 -o "$d/h2.mlir" > /dev/null
 "$BIN/bigc" gen gpt --preset tiny --heads 4 --hidden 60 -o "$d/c60.mlir" > /dev/null

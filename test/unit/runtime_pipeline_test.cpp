@@ -22,28 +22,12 @@
 
 using namespace bigc::rt;
 using bigc::rt::testing::num;
+using bigc::rt::testing::parseError;
 using bigc::rt::testing::PipeTiny;
+using bigc::rt::testing::validateError;
 using json = nlohmann::json;
 
 namespace {
-
-std::string parseError(const std::string &bytes) {
-  try {
-    parseProgram(bytes, "m.bigc");
-  } catch (const UserError &e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::string validateError(const Program &p) {
-  try {
-    validateProgram(p, "m.bigc");
-  } catch (const UserError &e) {
-    return e.what();
-  }
-  return "";
-}
 
 #define EXPECT_ERROR_HAS(msg, ...)                                                                                     \
   do {                                                                                                                 \

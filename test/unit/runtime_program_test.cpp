@@ -10,30 +10,13 @@
 #include "runtime_test_programs.h"
 
 using namespace bigc::rt;
+using bigc::rt::testing::parseError;
 using bigc::rt::testing::ProgramBuilder;
 using bigc::rt::testing::TinyModel;
+using bigc::rt::testing::validateError;
 using json = nlohmann::json;
 
 namespace {
-
-// The message of the UserError that parsing `bytes` raises ("" when it parses).
-std::string parseError(const std::string &bytes) {
-  try {
-    parseProgram(bytes, "m.bigc");
-  } catch (const UserError &e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::string validateError(const Program &p) {
-  try {
-    validateProgram(p, "m.bigc");
-  } catch (const UserError &e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Edit the JSON payload of a valid program and re-wrap it with a correct container line.
 std::string editPayload(const std::function<void(json &)> &edit) {

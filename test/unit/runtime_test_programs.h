@@ -16,6 +16,25 @@
 
 namespace bigc::rt::testing {
 
+// The message of the UserError that parsing `bytes` as a program file named m.bigc raises, and of
+// validating `p` under that name ("" when there is none).
+inline std::string parseError(const std::string &bytes) {
+  try {
+    parseProgram(bytes, "m.bigc");
+  } catch (const UserError &e) {
+    return e.what();
+  }
+  return "";
+}
+inline std::string validateError(const Program &p) {
+  try {
+    validateProgram(p, "m.bigc");
+  } catch (const UserError &e) {
+    return e.what();
+  }
+  return "";
+}
+
 struct ProgramBuilder {
   Program p;
 

@@ -23,21 +23,13 @@
 using namespace bigc::rt;
 using bigc::rt::testing::ProgramBuilder;
 using bigc::rt::testing::TinyModel;
+using bigc::rt::testing::validateError;
 using TM = TinyModel;
 using json = nlohmann::json;
 
 namespace {
 
 Attr num(double v) { return ProgramBuilder::num(v); }
-
-std::string validateError(const Program &p) {
-  try {
-    validateProgram(p, "m.bigc");
-  } catch (const UserError &e) {
-    return e.what();
-  }
-  return "";
-}
 
 #define EXPECT_ERROR_HAS(msg, ...)                                                                                     \
   do {                                                                                                                 \
