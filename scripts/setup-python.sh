@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # The Python environment of `bigc import` (python/bigc_import) and its end-to-end tests:
-# <source>/.venv, made with Debian's python3 -m venv, holding PyTorch 2.15.0, transformers 5.23.0,
-# safetensors and numpy from PyPI. Idempotent: when .venv already has those versions it does
-# nothing (in well under a second) and says so in one line.
+# <source>/.venv, holding PyTorch 2.15.0, transformers 5.23.0, safetensors and numpy from PyPI
+# (Debian's python3 -m venv). The environment itself lives once per user and versions, in
+# ${XDG_CACHE_HOME:-~/.cache}/bigc/venv-torch2.15.0-transformers5.23.0, and <source>/.venv is a
+# link to it: a second clone, or a clean one in CI, finds it installed (5.6 GB, a few minutes to
+# install) as it finds the Debian packages. Idempotent: when the environment has those versions
+# it does nothing (in well under a second) and says so in one line.
 #
-#   scripts/setup-python.sh            # make or check <source>/.venv
-#   BIGC_VENV=DIR scripts/setup-python.sh   # another place
+#   scripts/setup-python.sh                  # make or check the environment, link <source>/.venv
+#   BIGC_VENV=DIR scripts/setup-python.sh    # the environment in DIR instead (no link)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-VENV=${BIGC_VENV:-$ROOT/.venv}
 TORCH=2.15.0
 TRANSFORMERS=5.23.0
+LINK=
+if [ -n "${BIGC_VENV:-}" ]; then
+  VENV=$BIGC_VENV
+elif [ -d "$ROOT/.venv" ] && [ ! -L "$ROOT/.venv" ]; then
+  VENV=$ROOT/.venv # an environment made in the tree by an earlier version of this script
+else
+  VENV=${XDG_CACHE_HOME:-$HOME/.cache}/bigc/venv-torch$TORCH-transformers$TRANSFORMERS
+  LINK=$ROOT/.venv
+fi
 PY=/usr/bin/python3
 
 # The versions installed in the venv, read from the package metadata (no import of torch: fast).
@@ -29,10 +40,20 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# <source>/.venv -> the environment (replacing a stale link).
+link() {
+  [ -n "$LINK" ] || return 0
+  if [ "$(readlink "$LINK" 2>/dev/null)" != "$VENV" ]; then
+    ln -sfn "$VENV" "$LINK"
+  fi
+}
+
 if have_versions; then
+  link
   echo "setup-python: $VENV has torch $TORCH and transformers $TRANSFORMERS (nothing to do)"
   exit 0
 fi
+mkdir -p "$(dirname "$VENV")"
 
 if [ ! -x "$PY" ]; then
   echo "setup-python: $PY is missing (Debian: apt-get install python3 python3-venv)" >&2
@@ -54,4 +75,5 @@ if ! have_versions; then
   echo "setup-python: $VENV still lacks torch $TORCH / transformers $TRANSFORMERS after pip install" >&2
   exit 1
 fi
+link
 echo "setup-python: $VENV ready (torch $TORCH, transformers $TRANSFORMERS)"

@@ -9,7 +9,6 @@ its attribute ``m``, so the exported parameter names are the module's own after 
 import contextlib
 import importlib.util
 import inspect
-import json
 import os
 import re
 import sys
@@ -22,17 +21,9 @@ import torch.nn.functional as F
 
 from .errors import UserError
 from . import weights as W
+from .precheck import FAMILIES, check_seq, family_of, first_line, read_config_json
 
 WRAPPER_PREFIX = "m."
-
-# Hugging Face families: model_type -> what the importer maps.
-FAMILIES = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "gpt2": "GPT2LMHeadModel",
-}
-
 
 class _NoLoss(Exception):
     pass
@@ -90,11 +81,6 @@ def describe(out):
     return f"a {type(out).__name__}"
 
 
-def first_line(e):
-    s = str(e).strip()
-    return s.splitlines()[0].strip() if s else type(e).__name__
-
-
 def user_frame(tb, path):
     """'file.py:LINE' of the innermost traceback frame in the user's file."""
     best = None
@@ -106,41 +92,6 @@ def user_frame(tb, path):
 
 # --------------------------------------------------------------------------------------------
 # Hugging Face
-
-
-def read_config_json(path):
-    if not os.path.exists(path):
-        raise UserError(f"{path}: no such file")
-    try:
-        with open(path) as f:
-            cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path}: not a JSON config ({first_line(e)})")
-    if not isinstance(cfg, dict):
-        raise UserError(f"{path}: not a JSON object")
-    return cfg
-
-
-def family_of(cfg, path):
-    mt = cfg.get("model_type")
-    archs = cfg.get("architectures") or []
-    if not mt and archs:
-        a = str(archs[0]).lower()
-        for fam in FAMILIES:
-            if a.startswith(fam):
-                mt = fam
-                break
-        else:
-            mt = str(archs[0])
-    supported = ", ".join(FAMILIES)
-    if not mt:
-        raise UserError(f"{path}: no model_type or architectures; supported families: {supported}")
-    if mt not in FAMILIES:
-        what = f"model_type '{mt}'" + (f" ({', '.join(map(str, archs))})" if archs else "")
-        raise UserError(f"{path}: {what} is not supported; supported families: {supported} "
-                        "(their causal LMs); `bigc import torch` takes any module built of "
-                        "supported ops")
-    return mt
 
 
 def build_hf(config_path, batch, seq, weights_path, seed, notes):
@@ -169,11 +120,7 @@ def build_hf(config_path, batch, seq, weights_path, seed, notes):
     max_pos = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     if seq is None:
         seq = min(max_pos, 1024) if max_pos else 1024
-    if max_pos and seq > max_pos:
-        raise UserError(f"--seq {seq} exceeds the model's {max_pos} positions "
-                        "(max_position_embeddings)")
-    if seq < 1 or batch < 1:
-        raise UserError("--batch and --seq must be at least 1")
+    check_seq(seq, batch, max_pos)
     torch.manual_seed(seed)
     try:
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)

@@ -6,6 +6,7 @@ import sys
 import tempfile
 
 from .errors import UserError
+from .precheck import precheck
 
 PROG = "bigc import"
 
@@ -165,6 +166,7 @@ def run(argv):
     weights_name = stem + ".safetensors"
     weights_path = os.path.join(out_dir, weights_name)
 
+    precheck(args)  # the inputs' checks that need no torch: at once
     check_environment(args.cmd == "hf")
     from . import capture, lower, weights
 

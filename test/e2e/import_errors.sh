@@ -9,12 +9,7 @@
 set -uo pipefail
 BIN=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-PY=${BIGC_PYTHON:-$ROOT/.venv/bin/python}
-if [ ! -x "$PY" ] || ! "$PY" -c "import torch, transformers" 2>/dev/null; then
-  echo "skipped: no Python environment with torch and transformers at $PY (scripts/setup-python.sh)"
-  exit 77
-fi
+source "$HERE/python_env.shlib" # PY, or exit 77
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 mkdir "$d/out"
@@ -62,11 +57,9 @@ expect_error "expected FILE.py:FUNCTION" -- torch "$M"
 "$PY" - "$d" <<'PY' || exit 1
 import json, sys
 d = sys.argv[1]
-import transformers
-transformers.logging.set_verbosity_error()
-from transformers import LlamaConfig
-LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-            num_key_value_heads=2, vocab_size=64, max_position_embeddings=16).to_json_file(f"{d}/llama.json")
+json.dump({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
+           "max_position_embeddings": 16}, open(f"{d}/llama.json", "w"))
 json.dump({"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_size": 32}, open(f"{d}/phi3.json", "w"))
 open(f"{d}/broken.json", "w").write("{ not json")
 PY
