@@ -341,6 +341,38 @@ Program fromJson(const json &root, const std::string &path, bool top) {
     if (k != p.microBatches)
       fail(path, "pipeline: micro_batches is " + std::to_string(k) + ", config.micro_batches is " +
                      std::to_string(p.microBatches));
+    if (pl.contains("estimate") && !pl["estimate"].is_null()) {
+      if (!top) fail(path, "pipeline.estimate belongs to stage 0's payload only");
+      const json &e = r.object(pl, "estimate", "pipeline");
+      PipelineEstimate &pe = p.pipelineEstimate;
+      pe.present = true;
+      pe.hardware = r.string(e, "hardware", "pipeline.estimate");
+      pe.stepSeconds = r.numberOr(e, "step_seconds", "pipeline.estimate", 0);
+      pe.bubble = r.numberOr(e, "bubble", "pipeline.estimate", 0);
+      const json &busy = r.array(e, "busy_seconds", "pipeline.estimate");
+      for (const json &v : busy) {
+        if (!v.is_number()) fail(path, "pipeline.estimate.busy_seconds: expected numbers");
+        pe.busySeconds.push_back(v.get<double>());
+      }
+      if (int64_t(pe.busySeconds.size()) != n)
+        fail(path, "pipeline.estimate.busy_seconds: " + std::to_string(pe.busySeconds.size()) + " entries for " +
+                       std::to_string(n) + " stages");
+      const json &blocks = r.array(e, "blocks", "pipeline.estimate");
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        const json &b = blocks[i];
+        const std::string where = "pipeline.estimate.blocks[" + std::to_string(i) + "]";
+        if (!b.is_array() || b.size() != 5 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+            !b[2].is_string() || !b[3].is_number() || !b[4].is_number())
+          fail(path, where + ": expected [stage, micro-batch, kind, start, end]");
+        PipelineBlock pb{b[0].get<int64_t>(), b[1].get<int64_t>(), b[2].get<std::string>(), b[3].get<double>(),
+                         b[4].get<double>()};
+        if (pb.stage < 0 || pb.stage >= n || pb.end < pb.start ||
+            (pb.kind != "forward" && pb.kind != "backward" && pb.kind != "weight" && pb.kind != "optimizer"))
+          fail(path, where + ": stage within 0.." + std::to_string(n - 1) +
+                         ", kind forward/backward/weight/optimizer, end after start");
+        pe.blocks.push_back(std::move(pb));
+      }
+    }
   }
   if (root.contains("stages") && !root["stages"].is_null()) {
     if (!top) fail(path, "payload: field 'stages' belongs to stage 0's payload only");

@@ -125,6 +125,16 @@ json payloadJson(const Program &p) {
                         {"schedule", p.ppSchedule},
                         {"virtual_stages", p.virtualStages},
                         {"micro_batches", p.microBatches}};
+  if (p.pp > 1 && p.pipelineEstimate.present) {
+    const PipelineEstimate &pe = p.pipelineEstimate;
+    json blocks = json::array();
+    for (const PipelineBlock &b : pe.blocks) blocks.push_back({b.stage, b.microBatch, b.kind, b.start, b.end});
+    root["pipeline"]["estimate"] = {{"hardware", pe.hardware},
+                                    {"step_seconds", pe.stepSeconds},
+                                    {"bubble", pe.bubble},
+                                    {"busy_seconds", pe.busySeconds},
+                                    {"blocks", std::move(blocks)}};
+  }
   return root;
 }
 

@@ -154,22 +154,43 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     return first;
   }
 
-  /// The order of stage S's (micro-batch, backward?) units.
-  std::vector<std::pair<int64_t, bool>> units() const {
-    std::vector<std::pair<int64_t, bool>> u;
+  /// The order of stage S's units: (micro-batch, part) with part 0 forward, 1 backward (its input
+  /// gradients only under zero-bubble), 2 the weight gradients (zero-bubble).
+  enum Part { kF = 0, kB = 1, kW = 2 };
+  std::vector<std::pair<int64_t, int>> units() const {
+    std::vector<std::pair<int64_t, int>> u;
     if (schedule == "gpipe") {
-      for (int64_t m = 0; m < K; ++m) u.push_back({m, false});
-      for (int64_t m = 0; m < K; ++m) u.push_back({m, true});
+      for (int64_t m = 0; m < K; ++m) u.push_back({m, kF});
+      for (int64_t m = 0; m < K; ++m) u.push_back({m, kB});
       return u;
     }
     // 1F1B (PipeDream-Flush): P-1-S warm-up forwards, then one forward and one backward in turn.
     const int64_t warm = std::min(P - 1 - S, K);
-    int64_t f = 0, b = 0;
-    for (; f < warm; ++f) u.push_back({f, false});
-    while (b < K) {
-      if (f < K) u.push_back({f++, false});
-      u.push_back({b++, true});
+    int64_t f = 0, b = 0, w = 0;
+    for (; f < warm; ++f) u.push_back({f, kF});
+    if (schedule != "zero-bubble") {
+      while (b < K) {
+        if (f < K) u.push_back({f++, kF});
+        u.push_back({b++, kB});
+      }
+      return u;
     }
+    // ZB-H1 (Qi et al.): 1F1B's order with each backward split: its input-gradient part (B) goes
+    // first, so the gradient is sent up the stages before the weight-gradient part (W) runs. In
+    // the steady state W follows its B (as many micro-batches in flight as 1F1B: the same memory);
+    // in the cool-down, where the stage waits for the next one's gradients, each W runs one
+    // backward later, so that it fills the wait instead of delaying the next send.
+    while (b < K) {
+      if (f < K) {
+        u.push_back({f++, kF});
+        u.push_back({b++, kB});
+        if (w < b) u.push_back({w++, kW});
+      } else {
+        u.push_back({b++, kB});
+        if (w < b - 1) u.push_back({w++, kW});
+      }
+    }
+    while (w < K) u.push_back({w++, kW});
     return u;
   }
 
@@ -186,9 +207,10 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
                                        << ": the mesh is dp x tp x pp = ranks (e.g. --ranks "
                                        << T * P * std::max<int64_t>(1, R / (T * P)) << ")";
     if (S < 0 || S >= P) return module.emitError("bigc-pipeline: stage ") << S << " is not in [0, " << P << ")";
-    if (schedule != "gpipe" && schedule != "1f1b")
-      return module.emitError("--pp-schedule ")
-             << std::string(schedule) << " is not built by this version yet; use --pp-schedule 1f1b (or gpipe)";
+    if (schedule != "gpipe" && schedule != "1f1b" && schedule != "zero-bubble")
+      return module.emitError("--pp-schedule ") << std::string(schedule)
+                                                << " is not built by this version yet; use --pp-schedule 1f1b, "
+                                                   "zero-bubble or gpipe";
     if (virtualStages != 1)
       return module.emitError("--virtual-stages ") << int64_t(virtualStages) << " needs --pp-schedule interleaved";
     if (module->hasAttr(kPipelineAttrName))
@@ -369,9 +391,27 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     for (Operation &op : llvm::make_early_inc_range(module.getBody()->getOperations()))
       if (auto p = dyn_cast<ParamOp>(op); p && !used.contains(p.getSymName())) p.erase();
 
-    // The schedule's order: units (micro-batch, forward or backward), the optimizer after them;
-    // each recv just before its first reader, each send just after its value.
-    std::map<std::pair<int64_t, bool>, int64_t> unitIndex;
+    // Zero-bubble: each micro-batch's backward split into what this stage's sends need (the input
+    // gradients going up the stages, directly or through other ops) and the rest (the weights'
+    // gradients and their accumulation), marked bigc.weight_grad.
+    if (schedule == "zero-bubble") {
+      llvm::DenseSet<Operation *> needed;
+      std::vector<Operation *> rev;
+      for (Operation &op : block->without_terminator()) rev.push_back(&op);
+      for (auto it = rev.rbegin(); it != rev.rend(); ++it) {
+        Operation *op = *it;
+        bool need = isa<SendOp>(op);
+        for (Operation *u : op->getUsers()) need = need || needed.contains(u);
+        if (need) needed.insert(op);
+      }
+      for (Operation *op : rev)
+        if (phaseOf(op) == "backward" && microBatchOf(op) && !needed.contains(op) && !isa<RecvOp>(op))
+          op->setAttr(kWeightGradAttrName, b.getUnitAttr());
+    }
+
+    // The schedule's order: units (micro-batch, part), the optimizer after them; each recv just
+    // before its first reader, each send just after its value.
+    std::map<std::pair<int64_t, int>, int64_t> unitIndex;
     {
       auto u = units();
       for (size_t i = 0; i < u.size(); ++i) unitIndex[u[i]] = int64_t(i);
@@ -381,7 +421,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       StringRef ph = phaseOf(op);
       if (ph != "forward" && ph != "backward") return tail;
       const int64_t m = microBatchOf(op).value_or(0);
-      auto it = unitIndex.find({m, ph == "backward"});
+      auto it = unitIndex.find({m, ph == "forward" ? kF : isWeightGrad(op) ? kW : kB});
       return it == unitIndex.end() ? tail : it->second;
     };
     std::vector<Operation *> order;

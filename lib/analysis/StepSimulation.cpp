@@ -1,6 +1,7 @@
 //===- StepSimulation.cpp - the scheduled step on a hardware profile ------===//
 #include "bigc/Analysis/StepSimulation.h"
 #include "bigc/Analysis/CostModel.h"
+#include "bigc/Dialect/BigcAttrNames.h"
 #include "bigc/Dialect/BigcCollective.h"
 #include "bigc/Dialect/BigcOps.h"
 #include "bigc/Dialect/BigcTransfer.h"
@@ -23,10 +24,18 @@ int64_t symbolBytes(ModuleOp m, FlatSymbolRefAttr ref) {
 }
 } // namespace
 
-StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwareProfile &hw) {
+StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwareProfile &hw, const MessageTimes *arrivals,
+                                      MessageTimes *sent, std::vector<OpSpan> *trace) {
   StepEstimate est;
   auto func = module.lookupSymbol<func::FuncOp>("train_step");
   if (!func || func.isExternal()) return est;
+  const int64_t stage = pipelineStage(module);
+  int64_t stagesReduce = 0; // all-reduces over the stages, in order
+  auto arrival = [&](const MessageKey &k) {
+    if (!arrivals) return 0.0;
+    auto it = arrivals->find(k);
+    return it == arrivals->end() ? 0.0 : it->second;
+  };
   Block &block = func.front();
   llvm::DenseMap<Operation *, double> endOf;
   llvm::DenseMap<int64_t, Operation *> eventOp;
@@ -67,7 +76,24 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     const double ready = start;
     start = std::max(start, streamFree[stream]);
     double dur = 0;
-    if (isCollective(&op)) {
+    auto g = op.getAttrOfType<StringAttr>("group");
+    if (isCollective(&op) && g && g.getValue() == "pp") {
+      // Every stage's part of it: it starts when the last stage reaches it.
+      MessageKey k{-1, -1, stagesReduce++};
+      if (sent) {
+        auto [it, fresh] = sent->try_emplace(k, start);
+        if (!fresh) it->second = std::max(it->second, start);
+      }
+      start = std::max(start, arrival(k));
+    }
+    if (auto snd = dyn_cast<SendOp>(op)) {
+      const double bytes = double(typeBytes(snd.getInput().getType()));
+      dur = hw.interconnectBytesPerS > 0 ? bytes / hw.interconnectBytesPerS : 0;
+      if (sent) (*sent)[MessageKey{stage, snd.getPeer(), snd.getTag()}] = start + dur;
+    } else if (auto rcv = dyn_cast<RecvOp>(op)) {
+      // Its bytes are there when the send ended.
+      dur = std::max(0.0, arrival(MessageKey{rcv.getPeer(), stage, rcv.getTag()}) - start);
+    } else if (isCollective(&op)) {
       double bytes = 0;
       if (auto pg = dyn_cast<ParamAllGatherOp>(op)) {
         bytes = double(symbolBytes(module, pg.getToAttr()));
@@ -76,7 +102,6 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
           bytes += double(std::max(typeBytes(op.getOperand(k).getType()), typeBytes(op.getResult(k).getType())));
       }
       // Ring collectives over the op's mesh axis (data- or tensor-parallel group).
-      auto g = op.getAttrOfType<StringAttr>("group");
       const double n = double(meshAxisSize(module, g ? g.getValue() : StringRef("dp")));
       double factor = n <= 1 ? 0.0 : isa<AllReduceOp>(op) ? 2.0 * (n - 1) / n : (n - 1) / n;
       dur = hw.interconnectBytesPerS > 0 ? bytes * factor / hw.interconnectBytesPerS : 0;
@@ -97,6 +122,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       dur = rooflineSeconds(opCost(&op), hw.deviceFlops, hw.deviceBytesPerS);
     }
     const double end = start + dur;
+    if (trace) trace->push_back({&op, stream, start, end});
     endOf[&op] = end;
     streamFree[stream] = end;
     est.stepSeconds = std::max(est.stepSeconds, end);
@@ -109,7 +135,6 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     }
     if (isCollective(&op)) {
       // Tensor-axis collectives apart ("tp_all_reduce", ...): they are on the critical path.
-      auto g = op.getAttrOfType<StringAttr>("group");
       std::string name = isa<ParamAllGatherOp>(op) ? std::string("all_gather") : op.getName().stripDialect().str();
       colls.push_back({(g && g.getValue() == "tp" ? "tp_" : "") + name, start, end, start - ready});
     }
@@ -138,4 +163,57 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
   }
   for (auto &[k, v] : by) est.collectives.push_back(v);
   return est;
+}
+
+PipelineEstimate mlir::bigc::simulatePipeline(ArrayRef<ModuleOp> stages, const ::bigc::HardwareProfile &hw) {
+  PipelineEstimate pe;
+  const size_t P = stages.size();
+  std::vector<std::vector<OpSpan>> traces(P);
+  MessageTimes arrivals;
+  // Each round plays every stage with the previous round's arrival times; they only grow, and a
+  // chain of messages settles one link per round, so the rounds are bounded by the messages.
+  for (size_t round = 0;; ++round) {
+    MessageTimes sent;
+    pe.stages.clear();
+    for (size_t s = 0; s < P; ++s) {
+      traces[s].clear();
+      pe.stages.push_back(simulateStep(stages[s], hw, &arrivals, &sent, &traces[s]));
+    }
+    pe.rounds = int(round + 1);
+    if (sent == arrivals || round > 2 * sent.size() + 8) break;
+    arrivals = std::move(sent);
+  }
+  for (size_t s = 0; s < P; ++s) {
+    pe.stepSeconds = std::max(pe.stepSeconds, pe.stages[s].stepSeconds);
+    pe.busySeconds.push_back(pe.stages[s].computeSeconds);
+  }
+  for (StepEstimate &e : pe.stages) e.stepSeconds = pe.stepSeconds;
+  double idle = 0;
+  for (double b : pe.busySeconds) idle += b > 0 ? (pe.stepSeconds - b) / b : 0;
+  pe.bubble = P ? idle / double(P) : 0;
+  // The compute streams' stretches by micro-batch and kind; a gap (waiting for a message) ends one.
+  for (size_t s = 0; s < P; ++s) {
+    for (const OpSpan &sp : traces[s]) {
+      if (sp.stream != "compute" || sp.end <= sp.start) continue;
+      StringRef ph = phaseOf(sp.op);
+      // Ops of no operand (a fill: an accumulator's start, a stage's placeholder loss) are not a
+      // micro-batch's work.
+      std::string kind = sp.op->getNumOperands() == 0              ? "optimizer"
+                         : ph == "forward" && !isRecomputed(sp.op) ? "forward"
+                         : ph == "backward" && isWeightGrad(sp.op) ? "weight"
+                         : ph == "forward" || ph == "backward"     ? "backward"
+                                                                   : "optimizer";
+      int64_t mb = kind == "optimizer" ? -1 : microBatchOf(sp.op).value_or(0);
+      if (!pe.blocks.empty()) {
+        PipelineBlock &last = pe.blocks.back();
+        if (last.stage == int64_t(s) && last.kind == kind && last.microBatch == mb &&
+            sp.start - last.end <= 1e-9 * std::max(pe.stepSeconds, 1e-12)) {
+          last.end = sp.end;
+          continue;
+        }
+      }
+      pe.blocks.push_back({int64_t(s), mb, kind, sp.start, sp.end});
+    }
+  }
+  return pe;
 }

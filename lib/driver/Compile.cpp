@@ -322,8 +322,10 @@ const Flag kFlags[] = {
      }},
     {"--pp-schedule", true, "--pp-schedule S",
      "with --pp: the order of the micro-batches on each stage: 1f1b\n"
-     "(default; at most P - s micro-batches in flight on stage s) or gpipe\n"
-     "(every forward, then every backward)",
+     "(default; at most P - s micro-batches in flight on stage s),\n"
+     "zero-bubble (ZB-H1: each backward split into its input-gradient part,\n"
+     "sent on at once, and its weight-gradient part, which fills the\n"
+     "bubbles) or gpipe (every forward, then every backward)",
      [](CompileOptions &o, const Value &v) { o.ppSchedule = v.choice<PpSchedule>(); }},
     {"--virtual-stages", true, nullptr, nullptr, // interleaved schedules (not built yet: the pass says so)
      [](CompileOptions &o, const Value &v) {
@@ -442,9 +444,9 @@ CompileOptions parseOptions(const cli::Args &args) {
                     " does not divide --ranks " + std::to_string(o.ranks) +
                     ": the mesh is dp x tp x pp = ranks (use --ranks " +
                     std::to_string(o.tp * o.pp * std::max<int64_t>(1, o.ranks / (o.tp * o.pp))) + ")");
-  if (o.pp > 1 && (o.ppSchedule == PpSchedule::Interleaved || o.ppSchedule == PpSchedule::ZeroBubble))
+  if (o.pp > 1 && o.ppSchedule == PpSchedule::Interleaved)
     throw UserError("option --pp-schedule " + toString(o.ppSchedule) +
-                    " is not built by this version yet; use --pp-schedule 1f1b (or gpipe)");
+                    " is not built by this version yet; use --pp-schedule 1f1b, zero-bubble or gpipe");
   if (args.has("--virtual-stages") && o.virtualStages != 1)
     throw UserError("option --virtual-stages " + std::to_string(o.virtualStages) +
                     ": only with --pp-schedule interleaved, which this version does not build yet");

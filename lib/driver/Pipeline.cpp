@@ -86,6 +86,32 @@ rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::str
   return program;
 }
 
+// The stages played together on the cost model (the compile's profile, else `cpu`): the step's
+// time with the stages waiting for each other, the bubbles, the picture's stretches. Each stage's
+// own estimate (when --hardware) gets the pipeline's step time.
+void estimatePipeline(const std::vector<mlir::OwningOpRef<mlir::ModuleOp>> &stageModules, const CompileOptions &o,
+                      rt::Program &program) {
+  const HardwareProfile hw = o.haveHardware ? o.hardware : loadHardware("cpu");
+  std::vector<mlir::ModuleOp> mods;
+  for (const auto &m : stageModules) mods.push_back(*m);
+  mlir::bigc::PipelineEstimate pe = mlir::bigc::simulatePipeline(mods, hw);
+  rt::PipelineEstimate &out = program.pipelineEstimate;
+  out.present = true;
+  out.hardware = hw.name;
+  out.stepSeconds = pe.stepSeconds;
+  out.bubble = pe.bubble;
+  out.busySeconds = pe.busySeconds;
+  for (const auto &b : pe.blocks) out.blocks.push_back({b.stage, b.microBatch, b.kind, b.start, b.end});
+  if (o.haveHardware)
+    for (int64_t s = 0; s < o.pp; ++s) {
+      rt::StepEstimate &e = program.stageProgram(s).estimate;
+      e.stepSeconds = pe.stepSeconds;
+      e.collectives.clear();
+      for (const auto &c : pe.stages[size_t(s)].collectives)
+        e.collectives.push_back({c.op, c.count, c.seconds, c.hiddenSeconds, c.queuedSeconds});
+    }
+}
+
 // The pipeline's options against the model (bigc-pipeline checks them too, as the compiler's
 // errors): at least one layer per stage, a split within the layers.
 void checkPipeline(mlir::ModuleOp module, const CompileOptions &o) {
@@ -127,11 +153,12 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std
     } else {
       // Pipeline stages: one module per stage from the same training step (bigc-pipeline keeps
       // stage s of it), each planned on its own; the file holds them all.
+      std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stageModules;
       for (int64_t s = 0; s < o.pp; ++s) {
-        mlir::OwningOpRef<mlir::ModuleOp> stageModule(llvm::cast<mlir::ModuleOp>(module->clone()));
+        stageModules.emplace_back(llvm::cast<mlir::ModuleOp>(module->clone()));
         CompileOptions so = o;
         so.ppStage = s;
-        rt::Program p = planAndEmit(*stageModule, so, finalIR);
+        rt::Program p = planAndEmit(*stageModules.back(), so, finalIR);
         if (s == 0)
           program = std::move(p);
         else
@@ -139,6 +166,7 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std
       }
       // The config is the step's: the vocabulary of the embedding (stage 0) for every stage.
       for (rt::Program &sp : program.stages) sp.vocab = program.vocab;
+      estimatePipeline(stageModules, o, program);
     }
     rt::validateProgram(program, o.output);
     std::vector<std::string> issues = rt::verifyPlan(program, 3);

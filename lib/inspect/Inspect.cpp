@@ -334,6 +334,14 @@ std::vector<StageSummary> stageSummaries(const rt::Program &top) {
   return out;
 }
 
+std::string bubbleFormula(const rt::Program &top) {
+  const double p = double(top.pp), m = double(std::max<int64_t>(1, top.microBatches));
+  const double v = double(std::max<int64_t>(1, top.virtualStages));
+  if (top.ppSchedule == "interleaved") return "interleaved formula (p-1)/(v*m) = " + fmt("%.3f", (p - 1) / (v * m));
+  if (top.ppSchedule == "zero-bubble") return "ZB-H1 formula about (p-1)/(3m) = " + fmt("%.3f", (p - 1) / (3 * m));
+  return (top.ppSchedule == "gpipe" ? "GPipe" : "1F1B") + std::string(" formula (p-1)/m = ") + fmt("%.3f", (p - 1) / m);
+}
+
 std::string pipelineText(const rt::Program &top, int64_t rank) {
   std::ostringstream o;
   const int64_t per = std::max<int64_t>(1, top.dp * top.tp);
@@ -345,6 +353,14 @@ std::string pipelineText(const rt::Program &top, int64_t rank) {
     for (const auto &[name, bytes] : x.arenas) o << ", " << name << " arena " << humanBytes(bytes);
     o << ", " << withCommas(x.instructions) << " instructions, " << x.sends << " sends (" << humanBytes(x.sentBytes)
       << "), " << x.recvs << " receives (" << humanBytes(x.receivedBytes) << ") per step\n";
+  }
+  if (top.pipelineEstimate.present) {
+    const rt::PipelineEstimate &pe = top.pipelineEstimate;
+    o << "  estimate (cost model on " << pe.hardware << ", the stages together): " << durationStr(pe.stepSeconds)
+      << " per step; bubble " << fmt("%.3f", pe.bubble) << " of the busy time (" << bubbleFormula(top)
+      << " for equal stages); busy";
+    for (size_t s = 0; s < pe.busySeconds.size(); ++s) o << (s ? ", " : " ") << durationStr(pe.busySeconds[s]);
+    o << " (--timeline draws it)\n";
   }
   return o.str();
 }
@@ -369,6 +385,16 @@ json pipelineJson(const rt::Program &top, int64_t rank) {
                     {"received_bytes", x.receivedBytes}});
   }
   j["per_stage"] = list;
+  if (top.pipelineEstimate.present) {
+    const rt::PipelineEstimate &pe = top.pipelineEstimate;
+    j["estimate"] = {{"hardware", pe.hardware},
+                     {"step_seconds", pe.stepSeconds},
+                     {"bubble", pe.bubble},
+                     {"busy_seconds", pe.busySeconds},
+                     {"blocks", json::array()}};
+    for (const rt::PipelineBlock &b : pe.blocks)
+      j["estimate"]["blocks"].push_back({b.stage, b.microBatch, b.kind, b.start, b.end});
+  }
   return j;
 }
 
@@ -882,7 +908,86 @@ std::string tickLabel(double v) {
 
 } // namespace
 
-std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t rank) {
+std::string pipelineDiagram(const std::vector<rt::PipelineBlock> &blocks, int64_t stages, int64_t microBatches,
+                            const std::string &title, const std::string &subtitle, double y, double *height) {
+  const double W = 1140, left = 90, right = 40, top = 50, plotW = W - left - right;
+  const double rowH = stages <= 8 ? 30 : stages <= 16 ? 20 : 12;
+  const double H = top + double(stages) * rowH + 66;
+  if (height) *height = H;
+  double t0 = 0, t1 = 0;
+  for (const auto &b : blocks) t1 = std::max(t1, b.end);
+  if (t1 <= t0) t1 = 1;
+  // Time in the unit that keeps the numbers readable.
+  const double unit = t1 >= 1 ? 1 : t1 >= 1e-3 ? 1e-3 : 1e-6;
+  const char *unitName = t1 >= 1 ? "s" : t1 >= 1e-3 ? "ms" : "us";
+  auto X = [&](double t) { return left + plotW * (t - t0) / (t1 - t0); };
+  auto rowY = [&](int64_t st) { return y + top + double(st) * rowH; };
+  std::ostringstream o;
+  o << "<g id=\"pipeline\">\n";
+  o << "<defs><pattern id=\"bubble\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+       "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#f6f6f6\"/><line x1=\"0\" y1=\"0\" "
+       "x2=\"0\" y2=\"6\" stroke=\"#c8c8c8\" stroke-width=\"2\"/></pattern></defs>\n";
+  o << "<text x=\"" << left << "\" y=\"" << num(y + 22) << "\" font-size=\"16\" font-weight=\"bold\">"
+    << xmlEscape(title) << "</text>\n";
+  o << "<text x=\"" << left << "\" y=\"" << num(y + 40) << "\" fill=\"#555\">" << xmlEscape(subtitle) << "</text>\n";
+  auto color = [](const rt::PipelineBlock &b) {
+    const bool odd = b.microBatch % 2 != 0;
+    if (b.kind == "forward") return odd ? "#7da7d9" : "#4e79a7";
+    if (b.kind == "backward") return odd ? "#f5a55a" : "#e07b1a";
+    if (b.kind == "weight") return odd ? "#8cc07f" : "#59a14f";
+    return "#9a9a9a";
+  };
+  for (int64_t st = 0; st < stages; ++st) {
+    // The row: hatched where the stage's compute stream is idle (the bubbles), the stretches over it.
+    o << "<rect x=\"" << num(left) << "\" y=\"" << num(rowY(st) + 2) << "\" width=\"" << num(plotW) << "\" height=\""
+      << num(rowH - 4) << "\" fill=\"url(#bubble)\"><title>stage " << st << ": idle (bubble)</title></rect>\n";
+    o << "<text x=\"" << num(left - 8) << "\" y=\"" << num(rowY(st) + rowH / 2 + 4) << "\" text-anchor=\"end\">stage "
+      << st << "</text>\n";
+  }
+  for (const auto &b : blocks) {
+    if (b.stage < 0 || b.stage >= stages) continue;
+    const double xa = X(b.start), w = std::max(0.5, X(b.end) - xa);
+    o << "<rect x=\"" << num(xa) << "\" y=\"" << num(rowY(b.stage) + 2) << "\" width=\"" << fmt("%.2f", w)
+      << "\" height=\"" << num(rowH - 4) << "\" fill=\"" << color(b) << "\"><title>stage " << b.stage << ": " << b.kind
+      << (b.microBatch >= 0 ? " of micro-batch " + std::to_string(b.microBatch) : std::string()) << ", "
+      << durationStr(b.start) << " .. " << durationStr(b.end) << "</title></rect>\n";
+    if (b.microBatch >= 0 && w >= 12 && rowH >= 20)
+      o << "<text x=\"" << num(xa + w / 2) << "\" y=\"" << num(rowY(b.stage) + rowH / 2 + 4)
+        << "\" text-anchor=\"middle\" fill=\"white\" font-size=\"11\">" << b.microBatch << "</text>\n";
+  }
+  // Time axis.
+  const double axisY = rowY(stages) + 6;
+  o << "<line x1=\"" << left << "\" y1=\"" << num(axisY) << "\" x2=\"" << num(left + plotW) << "\" y2=\"" << num(axisY)
+    << "\" stroke=\"#333\"/>\n";
+  const double step = niceStep((t1 - t0) / unit, 8);
+  for (double v = 0; v <= (t1 - t0) / unit + step * 1e-6; v += step) {
+    const double xx = X(t0 + v * unit);
+    o << "<line x1=\"" << num(xx) << "\" y1=\"" << num(axisY) << "\" x2=\"" << num(xx) << "\" y2=\"" << num(axisY + 4)
+      << "\" stroke=\"#333\"/><text x=\"" << num(xx) << "\" y=\"" << num(axisY + 17) << "\" text-anchor=\"middle\">"
+      << tickLabel(v) << "</text>\n";
+  }
+  o << "<text x=\"" << num(left + plotW / 2) << "\" y=\"" << num(axisY + 34) << "\" text-anchor=\"middle\">time ("
+    << unitName << ")</text>\n";
+  // Legend.
+  double lx = left;
+  const double ly = axisY + 48;
+  for (auto [name, c] : {std::pair<const char *, const char *>{"forward", "#4e79a7"},
+                         {"backward", "#e07b1a"},
+                         {"weight gradients", "#59a14f"},
+                         {"optimizer and the rest", "#9a9a9a"},
+                         {"idle (bubble)", "url(#bubble)"}}) {
+    o << "<rect x=\"" << num(lx) << "\" y=\"" << num(ly - 10) << "\" width=\"14\" height=\"12\" fill=\"" << c
+      << "\" stroke=\"#999\" stroke-width=\"0.5\"/><text x=\"" << num(lx + 19) << "\" y=\"" << num(ly) << "\">" << name
+      << "</text>\n";
+    lx += 36 + 7.0 * double(std::string(name).size());
+  }
+  o << "<text x=\"" << num(lx + 10) << "\" y=\"" << num(ly) << "\" fill=\"#555\">(numbers: micro-batches 0.."
+    << microBatches - 1 << ")</text>\n";
+  o << "</g>\n";
+  return o.str();
+}
+
+std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t rank, const rt::Program *pipelined) {
   checkRank(p, rank);
   const double W = 1140, left = 90, right = 230, panelH = 300, top = 56, gap = 60;
   const double plotW = W - left - right;
@@ -894,11 +999,27 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
   const int64_t n = std::max<int64_t>(1, int64_t(p.instructions.size()));
   std::vector<Phase> ph = inferPhases(p);
 
+  // A pipelined program: the pipeline diagram of the cost model on top, the stage's memory below.
+  std::string diagram;
+  double diagramH = 0;
+  if (pipelined && pipelined->pp > 1 && pipelined->pipelineEstimate.present) {
+    const rt::PipelineEstimate &pe = pipelined->pipelineEstimate;
+    diagram = pipelineDiagram(pe.blocks, pipelined->pp, pipelined->microBatches,
+                              "Pipeline over one step (cost model on " + pe.hardware + "): " + path,
+                              std::to_string(pipelined->pp) + " stages, " + pipelined->ppSchedule + ", " +
+                                  std::to_string(pipelined->microBatches) + " micro-batches; step " +
+                                  durationStr(pe.stepSeconds) + ", bubble " + fmt("%.3f", pe.bubble) +
+                                  " of the busy time (" + bubbleFormula(*pipelined) + ")",
+                              0, &diagramH);
+  }
   std::ostringstream o;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << num(H) << "\" viewBox=\"0 0 " << W
-    << " " << num(H) << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
-  o << "<rect x=\"0\" y=\"0\" width=\"" << W << "\" height=\"" << num(H) << "\" fill=\"white\"/>\n";
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << num(H + diagramH)
+    << "\" viewBox=\"0 0 " << W << " " << num(H + diagramH)
+    << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
+  o << "<rect x=\"0\" y=\"0\" width=\"" << W << "\" height=\"" << num(H + diagramH) << "\" fill=\"white\"/>\n";
+  o << diagram;
+  if (diagramH > 0) o << "<g transform=\"translate(0," << num(diagramH) << ")\">\n";
   o << "<text x=\"" << left
     << "\" y=\"22\" font-size=\"16\" font-weight=\"bold\">Memory over one step: " << xmlEscape(path) << "</text>\n";
   o << "<text x=\"" << left << "\" y=\"40\" fill=\"#555\">" << withCommas(p.parameterCount()) << " parameters, "
@@ -1104,6 +1225,7 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
     o << "</g>\n";
     y0 += panelH + lanesH + gap;
   }
+  if (diagramH > 0) o << "</g>\n";
   o << "</svg>\n";
   return o.str();
 }
@@ -1159,7 +1281,7 @@ int inspectMain(int argc, char **argv, int first) {
   } else {
     report = (top.pp > 1 ? pipelineText(top, rank) : std::string()) + textReport(p, path, rank, a.has("--memory"));
   }
-  if (a.has("--timeline")) rt::writeFileAtomic(a.str("--timeline"), timelineSvg(p, path, rank));
+  if (a.has("--timeline")) rt::writeFileAtomic(a.str("--timeline"), timelineSvg(p, path, rank, &top));
   std::fwrite(report.data(), 1, report.size(), stdout);
   return 0;
 }

@@ -22,11 +22,16 @@
 
 #include "bigc/Support/hardware.h"
 
+#include "mlir/Support/LLVM.h"
+
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace mlir {
 class ModuleOp;
+class Operation;
 namespace bigc {
 
 struct CollectiveTime {
@@ -44,7 +49,53 @@ struct StepEstimate {
   std::vector<CollectiveTime> collectives;
 };
 
-StepEstimate simulateStep(ModuleOp module, const ::bigc::HardwareProfile &hw);
+/// Pipeline messages (send/recv, a stage's part of an all-reduce over the
+/// stages) by (from stage, to stage, tag); the stages' all-reduces by (-1, -1,
+/// their order).
+using MessageKey = std::tuple<int64_t, int64_t, int64_t>;
+using MessageTimes = std::map<MessageKey, double>;
+
+/// One op of the simulated step, for pictures: where it ran and when.
+struct OpSpan {
+  Operation *op;
+  std::string stream;
+  double start, end;
+};
+
+/// `arrivals`: when each message a recv (or a stages' all-reduce) waits for is
+/// there (a recv then ends at it, the all-reduce starts at it); none: at once.
+/// `sent`: filled with when each send ends and each stages' all-reduce could
+/// start on this stage. `trace`: every op with its stream and times.
+StepEstimate simulateStep(ModuleOp module, const ::bigc::HardwareProfile &hw, const MessageTimes *arrivals = nullptr,
+                          MessageTimes *sent = nullptr, std::vector<OpSpan> *trace = nullptr);
+
+/// A stretch of a stage's compute stream given to one micro-batch's forward
+/// ("forward"), backward ("backward", recomputation included) or weight
+/// gradients ("weight"), or to the optimizer and the steps' other work
+/// ("optimizer").
+struct PipelineBlock {
+  int64_t stage = 0, microBatch = -1;
+  std::string kind;
+  double start = 0, end = 0;
+};
+
+struct PipelineEstimate {
+  double stepSeconds = 0;            ///< the last op of any stage ends
+  std::vector<StepEstimate> stages;  ///< each stage's own figures (its stepSeconds: the pipeline's)
+  std::vector<double> busySeconds;   ///< each stage's compute stream busy
+  std::vector<PipelineBlock> blocks; ///< by stage, in time order; the gaps are the bubbles
+  /// Idle time of the compute streams over their busy time, averaged over the
+  /// stages (1F1B with equal stages and free messages: (p - 1) / m).
+  double bubble = 0;
+  int rounds = 0; ///< simulations of every stage until the messages' times settled
+};
+
+/// The stages of a pipelined step (bigc-pipeline's modules, scheduled), played
+/// together: a recv ends when its send has (bytes over the interconnect), an
+/// all-reduce over the stages starts when every stage reaches it. Each stage is
+/// simulated with the messages' times of the previous round until they no
+/// longer change (they only grow).
+PipelineEstimate simulatePipeline(ArrayRef<ModuleOp> stages, const ::bigc::HardwareProfile &hw);
 
 } // namespace bigc
 } // namespace mlir

@@ -32,6 +32,10 @@ inline constexpr llvm::StringLiteral kMicroBatchAttrName = "bigc.micro_batch";
 /// unit: an add or cast that accumulates a gradient over micro-batches
 /// (bigc-grad-accum).
 inline constexpr llvm::StringLiteral kGradAccumAttrName = "bigc.grad_accum";
+/// unit: a backward op of the weight-gradient part of its micro-batch's
+/// backward (no send of its stage needs it), which the zero-bubble schedule
+/// runs apart from the input-gradient part (bigc-pipeline).
+inline constexpr llvm::StringLiteral kWeightGradAttrName = "bigc.weight_grad";
 /// On an op: unit, a forward op cloned into the backward (bigc-recompute).
 /// On the module: the dictionary of what bigc-recompute decided (policy,
 /// candidates, dropped, clones, saved_bytes, flops_added, forward_flops).
@@ -112,6 +116,9 @@ inline bool isRecomputed(Operation *op) { return op->hasAttr(kRecomputeAttrName)
 
 /// True for an add or cast accumulating a gradient over micro-batches.
 inline bool isGradAccum(Operation *op) { return op->hasAttr(kGradAccumAttrName); }
+
+/// True for a backward op of the weight-gradient part (zero-bubble schedule).
+inline bool isWeightGrad(Operation *op) { return op->hasAttr(kWeightGradAttrName); }
 
 } // namespace bigc
 } // namespace mlir

@@ -133,6 +133,23 @@ struct StepEstimate {
   std::vector<CollectiveEstimate> collectives;
 };
 
+// A pipelined program's step played on the cost model with every stage at once (top program):
+// each stage's compute stream as stretches of one micro-batch's forward, backward or weight
+// gradients, or the optimizer (micro-batch -1); the gaps between them are the bubbles. `bubble`:
+// the compute streams' idle time over their busy time, averaged over the stages.
+struct PipelineBlock {
+  int64_t stage = 0, microBatch = -1;
+  std::string kind; // forward, backward, weight, optimizer
+  double start = 0, end = 0;
+};
+struct PipelineEstimate {
+  bool present = false;
+  std::string hardware; // the profile it was played on
+  double stepSeconds = 0, bubble = 0;
+  std::vector<double> busySeconds; // per stage
+  std::vector<PipelineBlock> blocks;
+};
+
 struct Program {
   int version = 3;
   std::string producer, source;
@@ -149,6 +166,7 @@ struct Program {
   std::string ppSchedule;
   int64_t virtualStages = 1;
   std::vector<Program> stages;
+  PipelineEstimate pipelineEstimate; // top program only
   const Program &stageProgram(int64_t s) const { return s == 0 ? *this : stages.at(size_t(s - 1)); }
   Program &stageProgram(int64_t s) { return s == 0 ? *this : stages.at(size_t(s - 1)); }
   // Tensor parallelism: Megatron-SP, and the ops bigc-tensor-parallel left replicated (no rule).

@@ -37,8 +37,14 @@ int64_t spaceCapacity(const rt::Program &p, const rt::Space &s);
 // The report `bigc inspect` prints (text) and its JSON form.
 std::string textReport(const rt::Program &p, const std::string &path, int64_t rank, bool memory);
 std::string jsonReport(const rt::Program &p, const std::string &path, int64_t rank);
-// Memory over the step as an SVG document (one panel per memory space).
-std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t rank);
+// Memory over the step as an SVG document (one panel per memory space); `top`, when the program
+// is a stage of a pipelined one, adds the pipeline diagram above (its cost-model estimate).
+std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t rank, const rt::Program *top = nullptr);
+// The pipeline diagram as an SVG group at height `y` (1140 wide): a row per stage, a stretch per
+// block (forward, backward, weight gradients, optimizer; the micro-batch written in it), the
+// idle time hatched as bubbles, a time axis and a legend; `*height` gets its height.
+std::string pipelineDiagram(const std::vector<rt::PipelineBlock> &blocks, int64_t stages, int64_t microBatches,
+                            const std::string &title, const std::string &subtitle, double y, double *height);
 
 // Entry point for `bigc inspect`; argv[first] is the first argument after `inspect`.
 // Returns the exit status; throws rt::UserError on bad input.
