@@ -93,6 +93,7 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   if (c.offload != base.offload) add("--offload " + toString(c.offload));
   if (c.zero != base.zero) add("--zero " + std::to_string(c.zero));
   if (c.tp != base.tp) add("--tp " + std::to_string(c.tp));
+  if (c.pp != base.pp) add("--pp " + std::to_string(c.pp));
   if (c.sequenceParallel != base.sequenceParallel && c.sequenceParallel) add("--sequence-parallel");
   return f;
 }
@@ -100,7 +101,7 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
 bool sameTechniques(const CompileOptions &a, const CompileOptions &b) {
   return a.precision == b.precision && a.microBatches == b.microBatches && a.recompute == b.recompute &&
          a.offload == b.offload && a.memoryBudget == b.memoryBudget && a.zero == b.zero && a.tp == b.tp &&
-         a.sequenceParallel == b.sequenceParallel;
+         a.pp == b.pp && a.sequenceParallel == b.sequenceParallel;
 }
 
 std::string pct(double x) {
@@ -125,6 +126,7 @@ std::string workStr(const ExtraWork &w) {
     s += (s.empty() ? "" : ", ") + std::string("moves ") + humanBytes(w.transferBytes) + " host<->device";
   if (w.commExposedSeconds > 0)
     s += (s.empty() ? "" : ", ") + std::string("collectives not hidden behind compute ") + secs(w.commExposedSeconds);
+  if (w.bubbleSeconds > 0) s += (s.empty() ? "" : ", ") + std::string("pipeline bubble ") + secs(w.bubbleSeconds);
   if (s.empty()) return "no extra work";
   return s + " per step (~" + secs(w.seconds) + ")";
 }
@@ -354,6 +356,17 @@ bool allFit(const std::vector<SpaceFit> &fits) {
   return std::all_of(fits.begin(), fits.end(), [](const SpaceFit &f) { return f.fits; });
 }
 
+const rt::Program &fullestStage(const rt::Program &p, const CompileOptions &o) {
+  const rt::Program *fullest = &p;
+  for (int64_t s = 1; s < p.pp; ++s) {
+    const rt::Program &sp = p.stageProgram(s);
+    if (!allFit(checkFit(*fullest, o))) break;
+    if (!allFit(checkFit(sp, o)) || sp.space("device")->arenaBytes > fullest->space("device")->arenaBytes)
+      fullest = &sp;
+  }
+  return *fullest;
+}
+
 ExtraWork extraWork(const rt::Program &p, const CompileOptions &o) {
   ExtraWork w;
   w.flopsAdded = p.recompute.flopsAdded;
@@ -391,6 +404,7 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
     int zero = -1; // -1: as the user gave it
     int tp = 0;    // 0: as the user gave it
     bool sequenceParallel = false;
+    int pp = 0; // 0: as the user gave it; else the stages, with the micro-batches times pp (the same global batch)
   };
   const std::nullopt_t any = std::nullopt;
   using R = RecomputePolicy;
@@ -424,6 +438,18 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
         all.push_back({h, any, any, -1, t, true});
         break;
       }
+  // Several ranks and no pipeline yet: the layers in 2 stages, and in the most (4 or 8) the ranks
+  // left by the tensor axis allow; the data axis shrinks by pp, so the micro-batches grow by pp
+  // (the global batch stays). A model with fewer layers than stages fails to compile: not listed.
+  if (o.ranks > 1 && o.pp == 1) {
+    const int64_t left = o.ranks / std::max<int64_t>(1, o.tp);
+    if (left % 2 == 0) all.push_back({any, any, any, -1, 0, false, 2});
+    for (int p : {8, 4})
+      if (left % p == 0) {
+        all.push_back({any, any, any, -1, 0, false, p});
+        break;
+      }
+  }
   for (const Set &x : sets) all.push_back(x);
   std::vector<Candidate> out;
   for (const Set &s : all) {
@@ -435,6 +461,7 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
     if (s.offload) c.offload = *s.offload;
     if (s.zero >= 0) c.zero = s.zero;
     if (s.tp > 0) c.tp = s.tp, c.sequenceParallel = s.sequenceParallel;
+    if (s.pp > 0) c.pp = s.pp, c.microBatches = o.microBatches * s.pp;
     if (sameTechniques(c, o)) continue;
     c.recomputeDrop = -1; // searched again for this option set
     if (o.offload == Offload::None && c.offload != Offload::None)
@@ -505,9 +532,9 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   auto t0 = std::chrono::steady_clock::now();
   bool hostOverAny = false;
   for (const auto &f : fits) hostOverAny |= f.space == "host" && !f.fits;
-  // BIGC_FIT_CANDIDATES: how many option sets to try (default 8; 0: none, for scripts that only
+  // BIGC_FIT_CANDIDATES: how many option sets to try (default 10; 0: none, for scripts that only
   // want the exit status, such as bench/capacity/run.sh).
-  size_t maxCands = 8;
+  size_t maxCands = 10;
   if (const char *env = std::getenv("BIGC_FIT_CANDIDATES"); env && *env) {
     char *end = nullptr;
     long v = std::strtol(env, &end, 10);
@@ -536,9 +563,18 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
           continue;
         }
         c.compiled = true;
-        c.spaces = checkFit(cp, c.options);
+        const rt::Program &stage = fullestStage(cp, c.options);
+        c.spaces = checkFit(stage, c.options);
         c.fits = allFit(c.spaces);
-        c.work = extraWork(cp, c.options);
+        c.work = extraWork(stage, c.options);
+        if (cp.pipelineEstimate.present && !cp.pipelineEstimate.busySeconds.empty()) {
+          // The pipeline's bubble: the step beyond the stages' mean busy time (cost model).
+          const auto &pe = cp.pipelineEstimate;
+          double mean = 0;
+          for (double b : pe.busySeconds) mean += b / double(pe.busySeconds.size());
+          c.work.bubbleSeconds = std::max(0.0, pe.stepSeconds - mean);
+          c.work.seconds += c.work.bubbleSeconds;
+        }
         ++compiled;
       } catch (const std::exception &e) {
         c.why = firstLine(e.what());
@@ -593,7 +629,7 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
     for (const auto *c : good)
       os << "    " << padRight(c->flags, fw) << bytesBySpace(c->spaces) << "; " << workStr(c->work) << "\n";
     os << "    (" << triedStr
-       << ", cheapest first: least recomputation, transfer, host and exposed communication time)\n";
+       << ", cheapest first: least recomputation, transfer, host and exposed communication time and pipeline bubble)\n";
     for (const auto *c : good)
       if (c->options.tp > o.tp) {
         os << "    (--tp " << c->options.tp << ": the " << c->options.tp

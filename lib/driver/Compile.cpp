@@ -622,13 +622,7 @@ int compileMain(int argc, char **argv, int first) {
   // does not fit, the not-fit table with the option sets that do fit (compiled to be sure).
   // A pipelined program: each stage is checked (its ranks hold its arenas); the report is the
   // fullest stage's.
-  const rt::Program *fullest = &program;
-  for (int64_t s = 1; s < program.pp; ++s) {
-    const rt::Program &sp = program.stageProgram(s);
-    if (!allFit(checkFit(sp, opts)) ||
-        (allFit(checkFit(*fullest, opts)) && sp.space("device")->arenaBytes > fullest->space("device")->arenaBytes))
-      fullest = &sp;
-  }
+  const rt::Program *fullest = &fullestStage(program, opts);
   if (!allFit(checkFit(*fullest, opts))) {
     std::string report = notFitReport(*module, *fullest, opts);
     std::fputs(report.c_str(), stderr);

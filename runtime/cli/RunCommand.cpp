@@ -144,6 +144,12 @@ std::string humanBytes(int64_t b) {
   return buf;
 }
 
+std::string fmtMs(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", ms);
+  return buf;
+}
+
 // --profile: time per step by op, and the slowest instructions.
 void printProfile(const Engine &ex, double wall) {
   const int64_t n = ex.profiledSteps();
@@ -172,6 +178,25 @@ void printProfile(const Engine &ex, double wall) {
   for (const auto &[op, v] : rows)
     std::fprintf(stderr, "  %-28s %12lld %12.3f %7.1f%%\n", op.c_str(), (long long)v.first, 1e3 * v.second / double(n),
                  total > 0 ? 100.0 * v.second / total : 0.0);
+  // Pipeline stages: each stage's compute stream against the step's wall time, as the cost model's
+  // estimate has it (bigc inspect). Meaningful with a core per rank (threads per rank >= 1).
+  const std::vector<double> busy = ex.stageBusySeconds();
+  if (!busy.empty() && wall > 0) {
+    double idle = 0;
+    std::string per;
+    for (double b : busy) {
+      idle += b > 0 ? (wall - b) / b : 0;
+      per += (per.empty() ? "" : ", ") + fmtMs(1e3 * b / double(n));
+    }
+    const double bubble = idle / double(busy.size());
+    std::fprintf(stderr,
+                 "  pipeline (measured): %zu stages, compute busy %s ms per step of %.2f ms: bubble %.3f of the "
+                 "busy time",
+                 busy.size(), per.c_str(), 1e3 * wall / double(n), bubble);
+    if (p.pipelineEstimate.present)
+      std::fprintf(stderr, " (cost model on %s: %.3f)", p.pipelineEstimate.hardware.c_str(), p.pipelineEstimate.bubble);
+    std::fprintf(stderr, "\n");
+  }
   std::vector<size_t> idx(sec.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return sec[a] > sec[b]; });

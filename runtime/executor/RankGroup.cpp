@@ -691,4 +691,30 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   return group;
 }
 
+void RankGroup::enableProfiling() {
+  engines_[0]->enableProfiling();
+  if (rankProgram_.pp > 1 && comm_->size() == localRanks())
+    for (int s = 1; s < int(rankProgram_.pp); ++s) engines_[size_t(firstRankOf(s))]->enableProfiling();
+}
+
+void RankGroup::resetProfile() {
+  engines_[0]->resetProfile();
+  if (rankProgram_.pp > 1 && comm_->size() == localRanks())
+    for (int s = 1; s < int(rankProgram_.pp); ++s) engines_[size_t(firstRankOf(s))]->resetProfile();
+}
+
+std::vector<double> RankGroup::stageBusySeconds() const {
+  std::vector<double> out;
+  if (rankProgram_.pp <= 1 || comm_->size() != localRanks()) return out;
+  for (int s = 0; s < int(rankProgram_.pp); ++s) {
+    const std::vector<double> sec = engines_[size_t(firstRankOf(s))]->instructionSeconds();
+    const Program &sp = stage(s);
+    double busy = 0;
+    for (size_t i = 0; i < sec.size() && i < sp.instructions.size(); ++i)
+      if (sp.instructions[i].stream == "compute") busy += sec[i];
+    out.push_back(busy);
+  }
+  return out;
+}
+
 } // namespace bigc::rt

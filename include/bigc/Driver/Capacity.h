@@ -40,12 +40,17 @@ int64_t spaceCapacity(const CompileOptions &o, const std::string &space);
 // One row per space of `p` (device first, then host, then others).
 std::vector<SpaceFit> checkFit(const rt::Program &p, const CompileOptions &o);
 bool allFit(const std::vector<SpaceFit> &fits);
+// A pipelined program's stage the capacity check reports: the first that does not fit, else the one
+// with the largest device arena (each stage's ranks hold its own arenas); the program itself when
+// it has one stage.
+const rt::Program &fullestStage(const rt::Program &p, const CompileOptions &o);
 
 // Extra work an option set costs per step, from the program: recomputed FLOPs and bytes
 // copied between spaces, and an estimate of their time on the hardware (0 when none).
 struct ExtraWork {
   int64_t flopsAdded = 0, forwardFlops = 0, transferBytes = 0;
   double commExposedSeconds = 0; // collectives' time not hidden behind compute (estimate)
+  double bubbleSeconds = 0;      // a pipeline's: its step beyond the stages' mean busy time (estimate)
   double seconds = 0;
 };
 ExtraWork extraWork(const rt::Program &p, const CompileOptions &o);

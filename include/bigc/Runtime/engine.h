@@ -110,6 +110,9 @@ public:
   virtual std::vector<double> instructionSeconds() const = 0;
   // Steps profiled since the last reset.
   virtual int64_t profiledSteps() const = 0;
+  // A pipelined program's stages measured: per stage, the seconds its compute stream was busy
+  // (summed since the last reset; the first rank of each stage). Empty when not pipelined.
+  virtual std::vector<double> stageBusySeconds() const { return {}; }
 
   // --check-numerics: after each instruction, its floating-point outputs are checked, and the
   // first inf or nan stops the step with a UserError naming the step, the instruction, its op and

@@ -95,8 +95,11 @@ public:
   // stages, the grads of the first rank of every stage.
   void enableGradCapture() override;
   const std::map<std::string, std::vector<float>> &capturedGrads() const override;
-  void enableProfiling() override { engines_[0]->enableProfiling(); }
-  void resetProfile() override { engines_[0]->resetProfile(); }
+  // Profiling: rank 0's instructions; with pipeline stages also each stage's first rank, whose
+  // compute streams' busy time stageBusySeconds gives.
+  void enableProfiling() override;
+  void resetProfile() override;
+  std::vector<double> stageBusySeconds() const override;
   std::vector<double> instructionSeconds() const override { return engines_[0]->instructionSeconds(); }
   int64_t profiledSteps() const override { return engines_[0]->profiledSteps(); }
   void enableNumericsCheck() override {
