@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <tuple>
 
 namespace mlir {
 namespace bigc {
@@ -91,21 +92,22 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     return st;
   }
 
-  /// The first layer of each stage (size P + 1, last = L), balanced by the cost model, or `split`.
-  FailureOr<std::vector<int64_t>> partition() {
-    std::vector<int64_t> first(size_t(P) + 1, 0);
-    first[size_t(P)] = L;
+  /// The first layer of each model chunk (size N + 1, last = L; N = P stages, or P x V under the
+  /// interleaved schedule), balanced by the cost model, or `split`.
+  FailureOr<std::vector<int64_t>> partition(int64_t N) {
+    std::vector<int64_t> first(size_t(N) + 1, 0);
+    first[size_t(N)] = L;
     if (!split.empty()) {
       auto bad = [&]() {
         InFlightDiagnostic d = module.emitError("--pp-split ");
         for (size_t i = 0; i < split.size(); ++i) d << (i ? "," : "") << int64_t(split[i]);
-        d << ": give the first layer of each stage after the first, " << (P - 1) << " increasing numbers within 1.."
-          << (L - 1) << " (the model has " << L << " layers), e.g. --pp-split ";
-        for (int64_t s = 1; s < P; ++s) d << (s > 1 ? "," : "") << s * L / P;
+        d << ": give the first layer of each " << (N > P ? "model chunk" : "stage") << " after the first, " << (N - 1)
+          << " increasing numbers within 1.." << (L - 1) << " (the model has " << L << " layers), e.g. --pp-split ";
+        for (int64_t s = 1; s < N; ++s) d << (s > 1 ? "," : "") << s * L / N;
         return d;
       };
-      if (int64_t(split.size()) != P - 1) return bad();
-      for (int64_t s = 1; s < P; ++s) {
+      if (int64_t(split.size()) != N - 1) return bad();
+      for (int64_t s = 1; s < N; ++s) {
         first[size_t(s)] = split[size_t(s - 1)];
         if (first[size_t(s)] <= first[size_t(s - 1)] || first[size_t(s)] >= L) return bad();
       }
@@ -134,10 +136,10 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     const double inf = std::numeric_limits<double>::infinity();
     using Score = std::pair<double, double>; // (most expensive stage, sum of squares)
     // best[s][j]: stages 0..s-1 cover layers [0, j).
-    std::vector<std::vector<Score>> best(size_t(P) + 1, std::vector<Score>(size_t(L) + 1, Score{inf, inf}));
-    std::vector<std::vector<int64_t>> from(size_t(P) + 1, std::vector<int64_t>(size_t(L) + 1, 0));
+    std::vector<std::vector<Score>> best(size_t(N) + 1, std::vector<Score>(size_t(L) + 1, Score{inf, inf}));
+    std::vector<std::vector<int64_t>> from(size_t(N) + 1, std::vector<int64_t>(size_t(L) + 1, 0));
     best[0][0] = {0, 0};
-    for (int64_t s = 1; s <= P; ++s)
+    for (int64_t s = 1; s <= N; ++s)
       for (int64_t j = s; j <= L; ++j)
         for (int64_t i = s - 1; i < j; ++i) {
           const Score &prev = best[size_t(s - 1)][size_t(i)];
@@ -146,7 +148,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
           const Score m{std::max(prev.first, c), prev.second + c * c};
           if (m < best[size_t(s)][size_t(j)]) best[size_t(s)][size_t(j)] = m, from[size_t(s)][size_t(j)] = i;
         }
-    for (int64_t s = P, j = L; s > 0; --s) {
+    for (int64_t s = N, j = L; s > 0; --s) {
       first[size_t(s)] = j;
       j = from[size_t(s)][size_t(j)];
     }
@@ -157,6 +159,27 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
   /// The order of stage S's units: (micro-batch, part) with part 0 forward, 1 backward (its input
   /// gradients only under zero-bubble), 2 the weight gradients (zero-bubble).
   enum Part { kF = 0, kB = 1, kW = 2 };
+  /// Interleaved (Megatron-LM's schedule with V model chunks per stage; K a multiple of P): the
+  /// units (micro-batch, local chunk v, part); forwards go through the chunks in groups of P
+  /// micro-batches, backwards through them in reverse; (P-S-1)*2 + (V-1)*P warm-up forwards.
+  std::vector<std::tuple<int64_t, int64_t, int>> interleavedUnits() const {
+    const int64_t V = virtualStages, total = K * V;
+    auto unit = [&](int64_t k, bool backward) {
+      const int64_t g = (k / P) % V;
+      const int64_t m = (k / (P * V)) * P + k % P;
+      return std::make_tuple(m, backward ? V - 1 - g : g, backward ? int(kB) : int(kF));
+    };
+    std::vector<std::tuple<int64_t, int64_t, int>> u;
+    const int64_t warm = K == P ? total : std::min((P - S - 1) * 2 + (V - 1) * P, total);
+    int64_t f = 0, b = 0;
+    for (; f < warm; ++f) u.push_back(unit(f, false));
+    while (b < total) {
+      if (f < total) u.push_back(unit(f++, false));
+      u.push_back(unit(b++, true));
+    }
+    return u;
+  }
+
   std::vector<std::pair<int64_t, int>> units() const {
     std::vector<std::pair<int64_t, int>> u;
     if (schedule == "gpipe") {
@@ -207,12 +230,14 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
                                        << ": the mesh is dp x tp x pp = ranks (e.g. --ranks "
                                        << T * P * std::max<int64_t>(1, R / (T * P)) << ")";
     if (S < 0 || S >= P) return module.emitError("bigc-pipeline: stage ") << S << " is not in [0, " << P << ")";
-    if (schedule != "gpipe" && schedule != "1f1b" && schedule != "zero-bubble")
-      return module.emitError("--pp-schedule ") << std::string(schedule)
-                                                << " is not built by this version yet; use --pp-schedule 1f1b, "
-                                                   "zero-bubble or gpipe";
-    if (virtualStages != 1)
+    if (schedule != "gpipe" && schedule != "1f1b" && schedule != "zero-bubble" && schedule != "interleaved")
+      return module.emitError("--pp-schedule ")
+             << std::string(schedule) << " is not a schedule: use 1f1b, zero-bubble, interleaved or gpipe";
+    const bool interleaved = schedule == "interleaved";
+    if (virtualStages < 1 || (virtualStages != 1 && !interleaved))
       return module.emitError("--virtual-stages ") << int64_t(virtualStages) << " needs --pp-schedule interleaved";
+    if (interleaved && virtualStages < 2)
+      return module.emitError("--pp-schedule interleaved needs --virtual-stages 2 or more (model chunks per stage)");
     if (module->hasAttr(kPipelineAttrName))
       return module.emitError("bigc-pipeline: already applied (the module has bigc.pipeline)");
     if (auto prec = module->getAttrOfType<StringAttr>(kPrecisionAttrName); prec && prec.getValue() == "fp16")
@@ -237,13 +262,25 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     if (P > L)
       return module.emitError("--pp ") << P << ": more stages than the model's " << L << " layers; use --pp " << L
                                        << " or fewer";
-    FailureOr<std::vector<int64_t>> firstOr = partition();
+    // Model chunks: one per stage, or V per stage under the interleaved schedule (chunk c on stage
+    // c mod P, Megatron's layout); the split balances the chunks.
+    const int64_t N = P * (interleaved ? int64_t(virtualStages) : 1);
+    if (N > L)
+      return module.emitError("--pp ") << P << " with --virtual-stages " << int64_t(virtualStages) << ": " << N
+                                       << " model chunks for the model's " << L
+                                       << " layers; use fewer virtual stages or stages";
+    if (interleaved && K % P != 0)
+      return module.emitError("--pp-schedule interleaved: --micro-batches ")
+             << K << " is not a multiple of --pp " << P << " (the schedule runs the micro-batches in groups of P)";
+    FailureOr<std::vector<int64_t>> firstOr = partition(N);
     if (failed(firstOr)) return failure();
     const std::vector<int64_t> first = *firstOr;
-    std::vector<int64_t> stageOfLayer(static_cast<size_t>(L));
-    for (int64_t s = 0; s < P; ++s)
-      for (int64_t l = first[size_t(s)]; l < first[size_t(s) + 1]; ++l) stageOfLayer[size_t(l)] = s;
-    llvm::DenseMap<Operation *, int64_t> st = assign(stageOfLayer, 0, P - 1);
+    std::vector<int64_t> chunkOfLayer(static_cast<size_t>(L));
+    for (int64_t c = 0; c < N; ++c)
+      for (int64_t l = first[size_t(c)]; l < first[size_t(c) + 1]; ++l) chunkOfLayer[size_t(l)] = c;
+    llvm::DenseMap<Operation *, int64_t> chunk = assign(chunkOfLayer, 0, N - 1);
+    llvm::DenseMap<Operation *, int64_t> st;
+    for (auto &[op, c] : chunk) st[op] = c % P;
 
     // A parameter's stage: where it is read (its first reader's); an optimizer op runs there.
     llvm::StringMap<int64_t> owner;
@@ -411,17 +448,26 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
 
     // The schedule's order: units (micro-batch, part), the optimizer after them; each recv just
     // before its first reader, each send just after its value.
-    std::map<std::pair<int64_t, int>, int64_t> unitIndex;
-    {
-      auto u = units();
+    std::map<std::tuple<int64_t, int64_t, int>, int64_t> unitIndex; // (micro-batch, local chunk, part)
+    if (interleaved) {
+      auto u = interleavedUnits();
       for (size_t i = 0; i < u.size(); ++i) unitIndex[u[i]] = int64_t(i);
+    } else {
+      auto u = units();
+      for (size_t i = 0; i < u.size(); ++i) unitIndex[{u[i].first, 0, u[i].second}] = int64_t(i);
     }
     const int64_t tail = int64_t(unitIndex.size());
     auto unitOf = [&](Operation *op) -> int64_t {
       StringRef ph = phaseOf(op);
       if (ph != "forward" && ph != "backward") return tail;
       const int64_t m = microBatchOf(op).value_or(0);
-      auto it = unitIndex.find({m, ph == "forward" ? kF : isWeightGrad(op) ? kW : kB});
+      int64_t v = 0;
+      if (interleaved) {
+        auto c = chunk.find(op);
+        if (c == chunk.end()) return tail; // made here (the placeholder loss): after the units
+        v = c->second / P;
+      }
+      auto it = unitIndex.find({m, v, ph == "forward" ? kF : isWeightGrad(op) ? kW : kB});
       return it == unitIndex.end() ? tail : it->second;
     };
     std::vector<Operation *> order;

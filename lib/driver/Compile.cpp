@@ -323,11 +323,14 @@ const Flag kFlags[] = {
     {"--pp-schedule", true, "--pp-schedule S",
      "with --pp: the order of the micro-batches on each stage: 1f1b\n"
      "(default; at most P - s micro-batches in flight on stage s),\n"
+     "interleaved (Megatron's, with --virtual-stages V chunks per stage),\n"
      "zero-bubble (ZB-H1: each backward split into its input-gradient part,\n"
      "sent on at once, and its weight-gradient part, which fills the\n"
      "bubbles) or gpipe (every forward, then every backward)",
      [](CompileOptions &o, const Value &v) { o.ppSchedule = v.choice<PpSchedule>(); }},
-    {"--virtual-stages", true, nullptr, nullptr, // interleaved schedules (not built yet: the pass says so)
+    {"--virtual-stages", true, "--virtual-stages V",
+     "with --pp-schedule interleaved: model chunks per stage (default 2;\n"
+     "chunk c of the P x V runs on stage c mod P)",
      [](CompileOptions &o, const Value &v) {
        if ((o.virtualStages = v.integer()) < 1) v.fail("must be at least 1, got " + v.text());
      }},
@@ -444,12 +447,18 @@ CompileOptions parseOptions(const cli::Args &args) {
                     " does not divide --ranks " + std::to_string(o.ranks) +
                     ": the mesh is dp x tp x pp = ranks (use --ranks " +
                     std::to_string(o.tp * o.pp * std::max<int64_t>(1, o.ranks / (o.tp * o.pp))) + ")");
-  if (o.pp > 1 && o.ppSchedule == PpSchedule::Interleaved)
-    throw UserError("option --pp-schedule " + toString(o.ppSchedule) +
-                    " is not built by this version yet; use --pp-schedule 1f1b, zero-bubble or gpipe");
-  if (args.has("--virtual-stages") && o.virtualStages != 1)
+  if (o.ppSchedule == PpSchedule::Interleaved && !args.has("--virtual-stages")) o.virtualStages = 2;
+  if (args.has("--virtual-stages") && o.ppSchedule != PpSchedule::Interleaved)
     throw UserError("option --virtual-stages " + std::to_string(o.virtualStages) +
-                    ": only with --pp-schedule interleaved, which this version does not build yet");
+                    ": only with --pp-schedule interleaved (model chunks per stage)");
+  if (o.ppSchedule == PpSchedule::Interleaved && o.virtualStages < 2)
+    throw UserError("option --virtual-stages " + std::to_string(o.virtualStages) +
+                    ": the interleaved schedule needs 2 or more model chunks per stage");
+  if (o.pp > 1 && o.ppSchedule == PpSchedule::Interleaved && o.microBatches % o.pp != 0)
+    throw UserError("option --pp-schedule interleaved: --micro-batches " + std::to_string(o.microBatches) +
+                    " is not a multiple of --pp " + std::to_string(o.pp) +
+                    " (the schedule runs the micro-batches in groups of P; use --micro-batches " +
+                    std::to_string(o.pp * std::max<int64_t>(1, (o.microBatches + o.pp - 1) / o.pp)) + ")");
   if (o.pp > 1 && o.precision == Precision::FP16)
     throw UserError("option --pp " + std::to_string(o.pp) +
                     " with --precision fp16: loss scaling across pipeline stages is not built by this version yet; "

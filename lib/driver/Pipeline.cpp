@@ -125,7 +125,21 @@ void checkPipeline(mlir::ModuleOp module, const CompileOptions &o) {
   if (o.pp > layers)
     throw UserError(pp + ": more stages than the model's " + std::to_string(layers) + " layers; use --pp " +
                     std::to_string(layers) + " or fewer");
-  if (!o.ppSplit.empty()) {
+  const int64_t chunks = o.pp * (o.ppSchedule == mlir::bigc::PpSchedule::Interleaved ? o.virtualStages : 1);
+  if (chunks > layers)
+    throw UserError(pp + " with --virtual-stages " + std::to_string(o.virtualStages) + ": " + std::to_string(chunks) +
+                    " model chunks for the model's " + std::to_string(layers) + " layers; use --virtual-stages " +
+                    std::to_string(std::max<int64_t>(1, layers / o.pp)) + " or fewer");
+  if (!o.ppSplit.empty() && chunks > o.pp) {
+    if (int64_t(o.ppSplit.size()) != chunks - 1)
+      throw UserError("option --pp-split: with --virtual-stages, give the first layer of each of the " +
+                      std::to_string(chunks) + " model chunks after the first (" + std::to_string(chunks - 1) +
+                      " increasing numbers within 1.." + std::to_string(layers - 1) + ")");
+    for (size_t i = 0; i < o.ppSplit.size(); ++i)
+      if (o.ppSplit[i] <= (i ? o.ppSplit[i - 1] : 0) || o.ppSplit[i] >= layers)
+        throw UserError("option --pp-split: " + std::to_string(chunks - 1) + " increasing numbers within 1.." +
+                        std::to_string(layers - 1));
+  } else if (!o.ppSplit.empty()) {
     std::string given, example;
     for (size_t i = 0; i < o.ppSplit.size(); ++i) given += (i ? "," : "") + std::to_string(o.ppSplit[i]);
     for (int64_t s = 1; s < o.pp; ++s) example += (s > 1 ? "," : "") + std::to_string(s * layers / o.pp);

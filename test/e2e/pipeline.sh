@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Pipeline parallelism (--pp, bigc-pipeline) on the CPU backend: a GPT of 8 blocks (64 wide, 8
 # heads, vocabulary 256) trained 10 steps on up to 8 ranks as pp 2, 4 and 8 stages, in 1F1B,
-# GPipe and zero-bubble (ZB-H1) order, composed with data parallelism and ZeRO 1/2/3, tensor
-# parallelism (pp x tp x dp), recomputation, CPU offload, bf16 and gradient clipping, gives the
-# losses of one rank training the same global batch (32 sequences) and the same final weights
-# (--save-weights gathers every stage's weights whole), with the bounds of the other equivalence
-# tests: fp32 4e-7 relative on the losses and 2e-5 of the update on the weights, bf16 3.2e-4 and
-# 6e-2 (measured differences below). Also: 1F1B holds fewer micro-batches' activations than GPipe
-# on the first stage (the arenas), zero-bubble as many as 1F1B with a smaller bubble, the pipeline
-# on the cost model (inspect's estimate and diagram), a resume across layouts (a pipelined
-# checkpoint is whole tensors), and the bad inputs with their messages.
+# GPipe, zero-bubble (ZB-H1) and interleaved (2 and 4 chunks per stage) order, composed with data
+# parallelism and ZeRO 1/2/3, tensor parallelism (pp x tp x dp), recomputation, CPU offload, bf16
+# and gradient clipping, gives the losses of one rank training the same global batch (32
+# sequences) and the same final weights (--save-weights gathers every stage's weights whole), with
+# the bounds of the other equivalence tests: fp32 4e-7 relative on the losses and 2e-5 of the
+# update on the weights, bf16 3.2e-4 and 6e-2 (measured differences below). Also: 1F1B holds fewer
+# micro-batches' activations than GPipe on the first stage (the arenas), zero-bubble as many as
+# 1F1B with a smaller bubble, interleaved a smaller bubble, the pipeline on the cost model
+# (inspect's estimate and diagram), a resume across layouts (a pipelined checkpoint is whole
+# tensors), and the bad inputs with their messages.
 set -euo pipefail
 BIN=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +33,8 @@ compile pp4 b4 --ranks 4 --pp 4 --micro-batches 8
 compile pp8 b4 --ranks 8 --pp 8 --micro-batches 8
 compile pp4_split b4 --ranks 4 --pp 4 --micro-batches 8 --pp-split 1,2,6
 compile pp4_zb b4 --ranks 4 --pp 4 --micro-batches 8 --pp-schedule zero-bubble
+compile pp4_il b4 --ranks 4 --pp 4 --micro-batches 8 --pp-schedule interleaved
+compile pp2_dp2_il4_z1 b8 --ranks 4 --pp 2 --micro-batches 2 --pp-schedule interleaved --virtual-stages 4 --zero 1
 # With the data axis: dp 4 x pp 2 (ZeRO 1, 3), dp 2 x pp 4 (ZeRO 2 below).
 compile pp2_dp4_z1 b2 --ranks 8 --pp 2 --micro-batches 4 --zero 1
 compile pp2_dp4_z3 b2 --ranks 8 --pp 2 --micro-batches 4 --zero 3
@@ -45,7 +48,7 @@ compile pp2_dp2_z2_rcs b8 --ranks 4 --pp 2 --micro-batches 2 --zero 2 --recomput
 compile pp2_dp2_z2_zb b8 --ranks 4 --pp 2 --micro-batches 2 --zero 2 --pp-schedule zero-bubble --recompute selective
 compile pp4_bf16 b4 --ranks 8 --pp 4 --micro-batches 4 --zero 1 --precision bf16
 compile pp4_clip b4 --ranks 4 --pp 4 --micro-batches 8 --grad-clip 0.05
-names="one one_bf16 one_clip pp2 pp2_gpipe pp4 pp8 pp4_split pp4_zb pp2_dp2_z2_zb pp2_dp4_z1 pp2_dp4_z3 pp4_dp2_z1 pp2_tp2_dp2_sp pp2_rc
+names="one one_bf16 one_clip pp2 pp2_gpipe pp4 pp8 pp4_split pp4_zb pp4_il pp2_dp2_il4_z1 pp2_dp2_z2_zb pp2_dp4_z1 pp2_dp4_z3 pp4_dp2_z1 pp2_tp2_dp2_sp pp2_rc
   pp2_dp2_off pp2_dp2_z2_rcs pp4_bf16 pp4_clip"
 for n in $names; do run $n; done
 "$BIN/bigc" run "$d/one.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
@@ -68,6 +71,7 @@ echo "check_streams: the stages of 4 pipelined programs obey the stream discipli
 "$BIN/bigc" inspect "$d/pp8.bigc" --json --timeline "$d/pp8.svg" > "$d/pp8.json"
 "$BIN/bigc" inspect "$d/pp4.bigc" --json > "$d/pp4.json"
 "$BIN/bigc" inspect "$d/pp4_zb.bigc" --json > "$d/pp4_zb.json"
+"$BIN/bigc" inspect "$d/pp4_il.bigc" --json > "$d/pp4_il.json"
 
 $PY - "$d" "$HERE" <<'PY'
 import json, sys
@@ -84,7 +88,7 @@ check("one rank learns", len(base) == 10 and base[-1] < base[0] - 0.05, f"loss {
 # differences. Measured here (2026-11-25): fp32 losses 9.5e-8 to 1.8e-7 (about one ulp of a loss
 # near 5), weights 1.5e-6 to 4.3e-6 of the update; bf16 (pp 4 x dp 2) 1.9e-4 and 1.0e-2.
 F32, BF16 = (4e-7, 2e-5), (3.2e-4, 6e-2)
-pairs = [(n, "one", *F32) for n in ["pp2", "pp2_gpipe", "pp4", "pp8", "pp4_split", "pp4_zb", "pp2_dp2_z2_zb",
+pairs = [(n, "one", *F32) for n in ["pp2", "pp2_gpipe", "pp4", "pp8", "pp4_split", "pp4_zb", "pp4_il", "pp2_dp2_il4_z1", "pp2_dp2_z2_zb",
                                      "pp2_dp4_z1", "pp2_dp4_z3",
                                      "pp4_dp2_z1", "pp2_tp2_dp2_sp", "pp2_rc", "pp2_dp2_off", "pp2_dp2_z2_rcs"]]
 pairs += [("pp4_bf16", "one_bf16", *BF16)]
@@ -146,6 +150,14 @@ check("zero-bubble bubble", ze["bubble"] < oe["bubble"] and ze["step_seconds"] <
       f"bubble {ze['bubble']:.3f} vs 1F1B {oe['bubble']:.3f}; step {ze['step_seconds'] * 1e3:.2f} vs {oe['step_seconds'] * 1e3:.2f} ms")
 kinds = {b[2] for b in ze["blocks"]}
 check("zero-bubble blocks", "weight" in kinds, f"kinds of stretches: {sorted(kinds)}")
+# Interleaved (2 chunks per stage, chunk c on stage c mod 4): every stage sends to the next and
+# stage 3 to stage 0 (chunk 3 -> 4), and the bubble is smaller than 1F1B's (the step longer on
+# this model's messages is allowed; measured below).
+ie = json.load(open(f"{d}/pp4_il.json"))["pipeline"]
+check("interleaved bubble", ie["estimate"]["bubble"] < oe["bubble"] and ie["virtual_stages"] == 2,
+      f"bubble {ie['estimate']['bubble']:.3f} vs 1F1B {oe['bubble']:.3f}; step {ie['estimate']['step_seconds'] * 1e3:.2f} ms")
+check("interleaved messages", all(s["sends"] > 0 and s["recvs"] > 0 for s in ie["per_stage"]),
+      f"sends per stage {[s['sends'] for s in ie['per_stage']]}, receives {[s['recvs'] for s in ie['per_stage']]}")
 svg = open(f"{d}/pp8.svg").read()
 nf = svg.count(": forward of micro-batch")
 check("pipeline diagram", nf == sum(1 for b in blocks if b[2] == "forward") and "bubble" in svg,
@@ -161,9 +173,12 @@ bad "option --pp 16: more stages than the model's 8 layers; use --pp 8 or fewer"
 bad "option --pp-split 3,2: give the first layer of each stage after the first, 2 increasing numbers within 1..7" \
   "$d/b4.mlir" --ranks 3 --pp 3 --pp-split 3,2
 bad "option --pp-split 2,9: .* e.g. --pp-split 2,5" "$d/b4.mlir" --ranks 3 --pp 3 --pp-split 2,9
-bad "option --pp-schedule interleaved is not built by this version yet; use --pp-schedule 1f1b, zero-bubble or gpipe" \
-  "$d/b4.mlir" --ranks 2 --pp 2 --pp-schedule interleaved
+bad "option --pp-schedule interleaved: --micro-batches 3 is not a multiple of --pp 2 .*use --micro-batches 4" \
+  "$d/b4.mlir" --ranks 2 --pp 2 --micro-batches 3 --pp-schedule interleaved
+bad "option --pp 4 with --virtual-stages 4: 16 model chunks for the model's 8 layers; use --virtual-stages 2 or fewer" \
+  "$d/b4.mlir" --ranks 4 --pp 4 --micro-batches 4 --pp-schedule interleaved --virtual-stages 4
+bad "option --virtual-stages 2: only with --pp-schedule interleaved" "$d/b4.mlir" --ranks 2 --pp 2 --virtual-stages 2
 bad "option --pp-schedule: only with --pp P" "$d/b4.mlir" --pp-schedule gpipe
 bad "option --pp 2 with --precision fp16: loss scaling across pipeline stages" "$d/b4.mlir" --ranks 2 --pp 2 \
   --precision fp16
-echo "bad input: 7 errors as expected"
+echo "bad input: 9 errors as expected"
