@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Pipeline parallelism on the cost model and on the CPU backend (docs/performance.md, "Pipeline").
-#  1. The bubble at p = 8, m = 16 for each schedule (gpipe, 1f1b, zero-bubble) on bigc's simulation
-#     of every stage together (bigc inspect's estimate), against the formulas: GPipe and 1F1B
-#     (p-1)/m, ZB-H1 about (p-1)/(3m). Model: a 24-block GPT 1024 wide (gpt2-medium's shape),
+#  1. The bubble at p = 8, m = 16 for each schedule (gpipe, 1f1b, zero-bubble, interleaved with 2
+#     chunks per stage) on bigc's simulation of every stage together (bigc inspect's estimate),
+#     against the formulas: GPipe and 1F1B (p-1)/m, ZB-H1 about (p-1)/(3m), interleaved
+#     (p-1)/(v m). Model: a 24-block GPT 1024 wide (gpt2-medium's shape),
 #     batch 1 x 1024 per micro-batch, bf16, on h100-80g-x8 and on cpu.
 #  2. Measured on the CPU backend: pp 2 on 2 ranks (one core each) with 8 micro-batches, each
 #     schedule: `bigc run --profile`'s measured bubble (each stage's compute stream against the
 #     step's wall time) beside the cost model's for the same program.
 #  3. The best plan with pp in the search: MODELS on HARDWARE with 8 ranks, meshes tp x pp x dp
 #     (tp 8/4/2/1 x pp 1/2/4/8), ZeRO 1, bf16, --recompute auto, a global batch of 16 sequences
-#     (micro-batches of one sequence), 1F1B and zero-bubble: the estimated step, the device memory
-#     of the fullest stage, whether it fits, and the fastest plan that fits.
+#     (micro-batches of one sequence), 1F1B, zero-bubble and interleaved (2 chunks): the
+#     estimated step, the device memory of the fullest stage, whether it fits, and the fastest
+#     plan that fits.
 # Usage: bench/pipeline/run.sh [build/bin]   (MODELS="gpt2-xl 13b" HARDWARE="a100-80g-x8 h100-80g-x8")
 set -euo pipefail
 BIN=${1:-build/bin}
@@ -27,14 +29,14 @@ echo "| hardware | schedule | step | bubble (idle / busy) | formula | stage 0 de
 echo "|---|---|---:|---:|---:|---:|"
 "$BIN/bigc" gen gpt --layers 24 --hidden 1024 --heads 16 --vocab 50304 --seq 1024 --batch 1 -o "$d/m24.mlir" > /dev/null
 for hw in h100-80g-x8 cpu; do
-  for sch in gpipe 1f1b zero-bubble; do
+  for sch in gpipe 1f1b zero-bubble interleaved; do
     echo "[1] $hw $sch ..." >&2
     "$BIN/bigc" compile "$d/m24.mlir" -o "$d/p.bigc" --hardware $hw --device-mem 64T --host-mem 64T --ranks 8 --pp 8 \
       --micro-batches 16 --pp-schedule $sch --precision bf16 --quiet
     json "$d/p.bigc" | $PY -c "
 import json, sys
 j = json.load(sys.stdin); e = j['pipeline']['estimate']; p, m = 8, 16
-f = {'gpipe': (p - 1) / m, '1f1b': (p - 1) / m, 'zero-bubble': (p - 1) / (3 * m)}['$sch']
+f = {'gpipe': (p - 1) / m, '1f1b': (p - 1) / m, 'zero-bubble': (p - 1) / (3 * m), 'interleaved': (p - 1) / (2 * m)}['$sch']
 a = j['pipeline']['per_stage'][0]['arena_bytes']['device']
 print(f'| $hw | $sch | {e[\"step_seconds\"] * 1e3:.2f} ms | {e[\"bubble\"]:.3f} | {f:.3f} | {a / 2**30:.2f} GiB |')"
   done
@@ -46,7 +48,7 @@ echo
 echo "| schedule | measured step | measured bubble | cost model bubble (cpu) |"
 echo "|---|---:|---:|---:|"
 "$BIN/bigc" gen gpt --preset tiny --layers 8 --heads 8 --hidden 128 --batch 4 -o "$d/m8.mlir" > /dev/null
-for sch in gpipe 1f1b zero-bubble; do
+for sch in gpipe 1f1b zero-bubble interleaved; do
   echo "[2] $sch ..." >&2
   "$BIN/bigc" compile "$d/m8.mlir" -o "$d/c.bigc" --ranks 2 --pp 2 --micro-batches 8 --pp-schedule $sch --quiet
   "$BIN/bigc" run "$d/c.bigc" --synthetic --steps 12 --quiet --profile 2> "$d/prof.txt"
@@ -67,11 +69,11 @@ for m in $MODELS; do
   "$BIN/bigc" gen gpt --preset "$m" --vocab 50304 --batch 1 -o "$d/$m.mlir" > /dev/null
   for hw in $HARDWARE; do
     best=
-    for mesh in "8 1" "4 2" "2 4" "1 8" "4 1" "2 2" "1 4"; do
+    for mesh in "8 1" "4 2" "2 4" "1 8" "2 2"; do
       set -- $mesh
       tp=$1 pp=$2 dp=$((8 / ($1 * $2))) k=$((16 / (8 / ($1 * $2))))
-      for sch in 1f1b zero-bubble; do
-        [ "$pp" = 1 ] && [ "$sch" = zero-bubble ] && continue
+      for sch in 1f1b zero-bubble interleaved; do
+        [ "$pp" = 1 ] && [ "$sch" != 1f1b ] && continue
         echo "[3] $m $hw tp $tp pp $pp dp $dp $sch ..." >&2
         opts=(--ranks 8 --tp $tp --zero 1 --micro-batches $k --precision bf16 --recompute auto)
         [ "$pp" -gt 1 ] && opts+=(--pp $pp --pp-schedule $sch)
