@@ -219,6 +219,8 @@ void validateStage(const Program &p, const std::string &path) {
   if (p.lossScale >= 0 || p.foundInf >= 0) {
     for (auto [id, what] :
          {std::make_pair(p.lossScale, "loss_scaling.scale"), std::make_pair(p.foundInf, "loss_scaling.found_inf")}) {
+      // A pipeline stage other than the one holding the scale has the flag only (scale -1).
+      if (id < 0 && p.pp > 1 && std::string(what) == "loss_scaling.scale") continue;
       const Buffer *b = bufferRef(id, what);
       if (b->dtype != DType::F32 || !b->shape.empty())
         fail(path, std::string(what) + " (buffer " + std::to_string(b->id) + " '" + b->name +

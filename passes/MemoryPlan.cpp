@@ -234,6 +234,8 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncO
     if (isa<CheckFiniteOp>(op)) readAfterStep.push_back(op.getResult(0));
     if (auto u = dyn_cast<LossScaleUpdateOp>(op)) // the flag as reduced over the ranks (bigc-shard)
       readAfterStep.push_back(u.getFoundInf());
+    if (auto a = dyn_cast<AdamWOp>(op); a && a.getFoundInf()) // a pipeline stage without the update
+      readAfterStep.push_back(a.getFoundInf());
   }
   for (Value operand : readAfterStep) {
     auto it = mp.valueId.find(operand);

@@ -240,10 +240,6 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       return module.emitError("--pp-schedule interleaved needs --virtual-stages 2 or more (model chunks per stage)");
     if (module->hasAttr(kPipelineAttrName))
       return module.emitError("bigc-pipeline: already applied (the module has bigc.pipeline)");
-    if (auto prec = module->getAttrOfType<StringAttr>(kPrecisionAttrName); prec && prec.getValue() == "fp16")
-      return module.emitError("--pp ")
-             << P << " with --precision fp16: loss scaling across pipeline stages is not built by this version yet; "
-             << "use --precision bf16";
     auto func = module.lookupSymbol<func::FuncOp>("train_step");
     if (!func || func.isExternal() || !func.getBody().hasOneBlock())
       return module.emitError("bigc-pipeline: the module has no func.func @train_step of one block (run "
@@ -290,6 +286,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
         if (!fresh) it->second = std::min(it->second, st[op]);
       }
     SmallVector<GlobalNormOp> norms;
+    SmallVector<CheckFiniteOp> flags;
     for (Operation *op : ops) {
       if (auto a = dyn_cast<AdamWOp>(op)) {
         auto it = owner.find(a.getParam()); // the weight read, or its 16-bit compute copy
@@ -299,8 +296,13 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
         st[op] = it->second;
       } else if (auto gn = dyn_cast<GlobalNormOp>(op)) {
         norms.push_back(gn);
-      } else if (isa<CheckFiniteOp, LossScaleUpdateOp>(op)) {
-        return op->emitError("bigc-pipeline: loss scaling across stages is not built by this version yet");
+      } else if (auto cf = dyn_cast<CheckFiniteOp>(op)) {
+        flags.push_back(cf);
+      } else if (auto u = dyn_cast<LossScaleUpdateOp>(op)) {
+        // fp16 loss scaling: the scale's update runs where the scale lives (its first reader's
+        // stage); the other stages read the scale sent them once per step.
+        auto it = owner.find(u.getScale());
+        st[op] = it == owner.end() ? 0 : it->second;
       }
     }
 
@@ -341,6 +343,25 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       st[part.getDefiningOp()] = S, st[ar] = S;
       perStage.insert(ar);
       st[gn] = -1; // dropped on every stage
+    }
+
+    // The fp16 overflow flag: this stage's gradients checked, the flags combined (max) over the
+    // stages, so every stage skips the same steps and the scale's update sees every gradient.
+    for (CheckFiniteOp cf : flags) {
+      SmallVector<Value> mine;
+      for (Value g : cf.getInputs())
+        if (Operation *d = g.getDefiningOp(); d && st.lookup(d) == S) mine.push_back(g);
+      b.setInsertionPoint(cf);
+      Value part = mine.empty() ? b.create<FillOp>(cf.getLoc(), cf.getType(), b.getF64FloatAttr(0.0)).getResult()
+                                : b.create<CheckFiniteOp>(cf.getLoc(), cf.getType(), mine).getResult();
+      copyPlacementTags(cf, part.getDefiningOp());
+      auto ar = b.create<AllReduceOp>(cf.getLoc(), TypeRange{cf.getType()}, ValueRange{part}, b.getStringAttr("pp"),
+                                      b.getStringAttr("max"));
+      copyPlacementTags(cf, ar);
+      cf.getResult().replaceAllUsesWith(ar.getResult(0));
+      st[part.getDefiningOp()] = S, st[ar] = S;
+      perStage.insert(ar);
+      st[cf] = -1; // dropped on every stage
     }
 
     // Values crossing stages: one send/recv pair per (value, receiving stage); a parameter read by

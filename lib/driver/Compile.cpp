@@ -459,10 +459,6 @@ CompileOptions parseOptions(const cli::Args &args) {
                     " is not a multiple of --pp " + std::to_string(o.pp) +
                     " (the schedule runs the micro-batches in groups of P; use --micro-batches " +
                     std::to_string(o.pp * std::max<int64_t>(1, (o.microBatches + o.pp - 1) / o.pp)) + ")");
-  if (o.pp > 1 && o.precision == Precision::FP16)
-    throw UserError("option --pp " + std::to_string(o.pp) +
-                    " with --precision fp16: loss scaling across pipeline stages is not built by this version yet; "
-                    "use --precision bf16 (no loss scaling)");
   for (const char *opt : {"--pp-schedule", "--pp-split", "--virtual-stages"})
     if (args.has(opt) && o.pp == 1)
       throw UserError(std::string("option ") + opt + ": only with --pp P, P > 1 (pipeline parallelism)");

@@ -441,6 +441,9 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
       if (a.getFoundInf()) {
         ins.in.push_back(bufferOf[a.getFoundInf()]);
         ins.attrs["skip_on_overflow"].num = 1.0;
+        // A pipeline stage without the scale's update: the flag its updates skip on (the runtime
+        // reads it after the step); the update's own, where there is one, is the same flag.
+        if (p.foundInf < 0) p.foundInf = bufferOf[a.getFoundInf()];
       }
       if (auto half = a.getHalf()) {
         ins.out.push_back(lookup(*half));

@@ -64,6 +64,12 @@ Program logicalOf(const Program &p, std::vector<std::pair<int, int64_t>> &where)
       where.push_back({int(s), sb.id});
     }
   }
+  // fp16 loss scaling: the scale lives on one stage (its first reader's); the logical program
+  // names it there.
+  for (int64_t s = 1; l.lossScale < 0 && s < p.pp && s <= int64_t(p.stages.size()); ++s)
+    if (int64_t id = p.stages[size_t(s - 1)].lossScale; id >= 0)
+      for (size_t k = 0; k < where.size(); ++k)
+        if (where[k] == std::make_pair(int(s), id)) l.lossScale = int64_t(k), l.foundInf = -1;
   l.dp = l.tp = l.pp = l.ranks = 1;
   l.stage = 0, l.ppSchedule.clear(), l.virtualStages = 1;
   return l;

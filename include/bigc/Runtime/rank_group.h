@@ -81,7 +81,13 @@ public:
   void setCounters(int64_t steps, int64_t updates) override {
     for (auto &e : engines_) e->setCounters(steps, updates);
   }
-  float lastLossScale() const override { return engines_[0]->lastLossScale(); }
+  // fp16: the scale of the stage that holds it (pipeline stages: one of them).
+  float lastLossScale() const override {
+    for (int s = 0; s < int(rankProgram_.pp); ++s)
+      if (stage(s).lossScale >= 0 && firstRankOf(s) < localRanks())
+        return engines_[size_t(firstRankOf(s))]->lastLossScale();
+    return engines_[0]->lastLossScale();
+  }
   bool lastSkipped() const override { return engines_[0]->lastSkipped(); }
 
   void readBytes(int64_t id, void *dst) const override;
