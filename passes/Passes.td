@@ -439,17 +439,28 @@ def BigcPipeline : Pass<"bigc-pipeline", "::mlir::ModuleOp"> {
       `gpipe` every forward then every backward; `1f1b` (PipeDream-Flush)
       P-1-s forwards, then one forward and one backward in turn, then the
       remaining backwards (at most P-s micro-batches' activations live on
-      stage s). Backwards run in micro-batch order, so gradients accumulate
-      in the order of one rank.
+      stage s); `zero-bubble` (ZB-H1) 1F1B's order with each backward split
+      into its input-gradient part (the ops a send of the stage needs) and
+      its weight-gradient part (marked bigc.weight_grad), which follows its
+      backward in the steady state and one backward later in the cool-down;
+      `interleaved` (Megatron-LM) P x V model chunks, chunk c on stage
+      c mod P, (P-s-1)*2 + (V-1)*P warm-up forwards through the stage's
+      chunks in groups of P micro-batches, then one forward and one backward
+      in turn (the micro-batches a multiple of P). Backwards run in
+      micro-batch order, so gradients accumulate in the order of one rank.
     - With a gradient clip, each stage's norm of its gradients is combined
-      over the stages by an all_reduce {group = "pp", reduce = "norm"}.
+      over the stages by an all_reduce {group = "pp", reduce = "norm"}; with
+      fp16 loss scaling, each stage's overflow flag by an all_reduce
+      {group = "pp", reduce = "max"}, and the scale's update runs on the
+      stage that holds the scale (the others receive it each step).
     - A stage other than the last returns a zero loss (the step's loss is
       the last stage's).
 
     Sets `bigc.pipeline = {stages, stage, schedule, virtual_stages, split}`
-    and the mesh `{dp = ranks / (tp * P), tp, pp = P}`. Errors: P does not
-    divide the ranks, more stages than layers, a bad split, a schedule this
-    version does not build, fp16 loss scaling.
+    (split: the first layer of each stage, or chunk, after the first) and
+    the mesh `{dp = ranks / (tp * P), tp, pp = P}`. Errors: P does not
+    divide the ranks, more stages (chunks) than layers, a bad split, an
+    unknown schedule, virtual stages without the interleaved schedule.
   }];
   let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
   let options = [
