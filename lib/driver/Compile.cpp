@@ -396,7 +396,7 @@ std::string helpText() {
   }
   h += "\n"
        "options of later versions (this version accepts only the default value):\n"
-       "  --offload nvme   --pp-schedule interleaved|zero-bubble   --virtual-stages V\n"
+       "  --offload nvme\n"
        "\n"
        "exit status: 0 written; 1 bad input or option, or the plan does not fit; 2 internal error\n";
   return h;

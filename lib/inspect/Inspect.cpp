@@ -1245,7 +1245,9 @@ const char *inspectHelp() {
          "                      capacity_bytes, by_role}, largest_buffers, ...)\n"
          "  --timeline FILE.svg write an SVG of bytes live per role over the step, one panel\n"
          "                      per memory space, phases shaded, with lanes marking the\n"
-         "                      transfers (h2d, d2h), host work and recomputed instructions\n"
+         "                      transfers (h2d, d2h), host work and recomputed instructions;\n"
+         "                      a pipelined program's adds the pipeline diagram (the stages\n"
+         "                      over time on the cost model, bubbles hatched)\n"
          "  --rank R            the rank to show (0 .. ranks-1; default 0); in a pipelined\n"
          "                      program, the stage that rank runs\n";
 }
