@@ -321,48 +321,30 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
                                          b.getNamedAttr("virtual_stages", b.getI64IntegerAttr(virtualStages)),
                                          b.getNamedAttr("split", b.getDenseI64ArrayAttr(splitOut))}));
 
-    // The global gradient norm: this stage's part, combined over the stages (every stage makes its
-    // own: what reads it on another stage is not sent it).
+    // Reductions over every stage's gradients (the global norm of a gradient clip, the fp16
+    // overflow flag): this stage's part of it, combined over the stages by an all_reduce
+    // (`reduce`: norm, or max so that every stage skips the same steps). Every stage makes its own:
+    // what reads it on another stage is not sent it.
     llvm::DenseSet<Operation *> perStage;
-    for (GlobalNormOp gn : norms) {
+    auto overStages = [&](auto whole, StringRef reduce) {
+      using OpT = decltype(whole);
       SmallVector<Value> mine;
-      for (Value g : gn.getInputs())
+      for (Value g : whole.getInputs())
         if (Operation *d = g.getDefiningOp(); d && st.lookup(d) == S) mine.push_back(g);
-      b.setInsertionPoint(gn);
-      Value part;
-      if (mine.empty()) {
-        part = b.create<FillOp>(gn.getLoc(), gn.getType(), b.getF64FloatAttr(0.0));
-      } else {
-        part = b.create<GlobalNormOp>(gn.getLoc(), gn.getType(), mine);
-      }
-      copyPlacementTags(gn, part.getDefiningOp());
-      auto ar = b.create<AllReduceOp>(gn.getLoc(), TypeRange{gn.getType()}, ValueRange{part}, b.getStringAttr("pp"),
-                                      b.getStringAttr("norm"));
-      copyPlacementTags(gn, ar);
-      gn.getResult().replaceAllUsesWith(ar.getResult(0));
+      b.setInsertionPoint(whole);
+      Value part = mine.empty() ? b.create<FillOp>(whole.getLoc(), whole.getType(), b.getF64FloatAttr(0.0)).getResult()
+                                : b.create<OpT>(whole.getLoc(), whole.getType(), mine).getResult();
+      copyPlacementTags(whole, part.getDefiningOp());
+      auto ar = b.create<AllReduceOp>(whole.getLoc(), TypeRange{whole.getType()}, ValueRange{part},
+                                      b.getStringAttr("pp"), b.getStringAttr(reduce));
+      copyPlacementTags(whole, ar);
+      whole.getResult().replaceAllUsesWith(ar.getResult(0));
       st[part.getDefiningOp()] = S, st[ar] = S;
       perStage.insert(ar);
-      st[gn] = -1; // dropped on every stage
-    }
-
-    // The fp16 overflow flag: this stage's gradients checked, the flags combined (max) over the
-    // stages, so every stage skips the same steps and the scale's update sees every gradient.
-    for (CheckFiniteOp cf : flags) {
-      SmallVector<Value> mine;
-      for (Value g : cf.getInputs())
-        if (Operation *d = g.getDefiningOp(); d && st.lookup(d) == S) mine.push_back(g);
-      b.setInsertionPoint(cf);
-      Value part = mine.empty() ? b.create<FillOp>(cf.getLoc(), cf.getType(), b.getF64FloatAttr(0.0)).getResult()
-                                : b.create<CheckFiniteOp>(cf.getLoc(), cf.getType(), mine).getResult();
-      copyPlacementTags(cf, part.getDefiningOp());
-      auto ar = b.create<AllReduceOp>(cf.getLoc(), TypeRange{cf.getType()}, ValueRange{part}, b.getStringAttr("pp"),
-                                      b.getStringAttr("max"));
-      copyPlacementTags(cf, ar);
-      cf.getResult().replaceAllUsesWith(ar.getResult(0));
-      st[part.getDefiningOp()] = S, st[ar] = S;
-      perStage.insert(ar);
-      st[cf] = -1; // dropped on every stage
-    }
+      st[whole] = -1; // dropped on every stage
+    };
+    for (GlobalNormOp gn : norms) overStages(gn, "norm");
+    for (CheckFiniteOp cf : flags) overStages(cf, "max");
 
     // Values crossing stages: one send/recv pair per (value, receiving stage); a parameter read by
     // another stage is sent once per step (every micro-batch's read of it there takes that one).
@@ -485,7 +467,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       int64_t v = 0;
       if (interleaved) {
         auto c = chunk.find(op);
-        if (c == chunk.end()) return tail; // made here (the placeholder loss): after the units
+        if (c == chunk.end()) return tail; // made by this pass (the zero loss): after the units
         v = c->second / P;
       }
       auto it = unitIndex.find({m, v, ph == "forward" ? kF : isWeightGrad(op) ? kW : kB});

@@ -196,8 +196,8 @@ PipelineEstimate mlir::bigc::simulatePipeline(ArrayRef<ModuleOp> stages, const :
     for (const OpSpan &sp : traces[s]) {
       if (sp.stream != "compute" || sp.end <= sp.start) continue;
       StringRef ph = phaseOf(sp.op);
-      // Ops of no operand (a fill: an accumulator's start, a stage's placeholder loss) are not a
-      // micro-batch's work.
+      // Ops of no operand (a fill: an accumulator's start, the zero loss of a stage other than the
+      // last) are not a micro-batch's work.
       std::string kind = sp.op->getNumOperands() == 0              ? "optimizer"
                          : ph == "forward" && !isRecomputed(sp.op) ? "forward"
                          : ph == "backward" && isWeightGrad(sp.op) ? "weight"
