@@ -421,7 +421,10 @@ def BigcPipeline : Pass<"bigc-pipeline", "::mlir::ModuleOp"> {
     they read (with their optimizer states), and a `bigc.send` / `bigc.recv`
     for every value that crosses to or from another stage (activations going
     forward, their gradients going back, a tied weight read by two stages,
-    sent once per step, and its gradient). The driver builds one module per
+    sent once per step, and its gradient: each stage accumulates its part
+    of a tied weight's gradient over the micro-batches and the other
+    stage's sum is sent once per step, at its last backward, as Megatron-LM
+    reduces the embedding's gradient once per step). The driver builds one module per
     stage from the same input, so every stage computes the same split and the
     same tags.
 

@@ -23,6 +23,7 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -55,7 +56,6 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
   Block *block = nullptr;
   int64_t P = 1, S = 0, L = 0, K = 1;
   std::vector<Operation *> ops; // the block's ops in order, the terminator aside
-  llvm::DenseMap<Operation *, int64_t> index;
 
   /// Stage of every op under `stageOfLayer` (size L): layered ops on their layer's stage, others
   /// after their operands (forward: the latest; backward: the earliest; none: `fwdDefault` /
@@ -217,6 +217,117 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     return u;
   }
 
+  /// Tied weights (the embedding and the LM head): each micro-batch's gradient of the weight is
+  /// the sum of a part computed on another stage and one on the weight's stage, and the
+  /// accumulation over the micro-batches adds those sums: one send of a whole gradient per
+  /// micro-batch. Reassociated, each stage accumulates its own parts over the micro-batches and
+  /// the other stage's sum is sent once, at the end of the step (Megatron-LM reduces the embedding
+  /// gradient between the first and last stage once per step too). The chains made carry
+  /// bigc.grad_accum like those of bigc-grad-accum; casts to f32 (16-bit gradients) are made for
+  /// each part. Returns the sums that are sent (the remote stage's). Rebuilds `ops`.
+  llvm::DenseSet<Operation *> accumulateTiedGrads(llvm::DenseMap<Operation *, int64_t> &st,
+                                                  llvm::DenseMap<Operation *, int64_t> &chunk, OpBuilder &b) {
+    llvm::DenseSet<Operation *> sums;
+    if (K < 2) return sums;
+    auto isAccAdd = [](Operation *op) { return op && isa<AddOp>(op) && isGradAccum(op); };
+    SmallVector<Operation *> roots;
+    for (Operation *op : ops)
+      if (isAccAdd(op) && llvm::none_of(op->getUsers(), [&](Operation *u) { return isAccAdd(u); })) roots.push_back(op);
+    auto stageOfValue = [&](Value v) -> int64_t {
+      Operation *d = v.getDefiningOp();
+      auto it = d ? st.find(d) : st.end();
+      return it == st.end() ? -1 : it->second;
+    };
+    std::vector<Operation *> dead;
+    for (Operation *root : roots) {
+      // The accumulation's terms in order (a left-leaning chain of adds over the micro-batches).
+      SmallVector<Value> terms;
+      SmallVector<Operation *> chain;
+      std::function<bool(Value)> collect = [&](Value v) {
+        Operation *d = v.getDefiningOp();
+        if (isAccAdd(d)) {
+          if (!d->hasOneUse() && d != root) return false;
+          chain.push_back(d);
+          return collect(d->getOperand(0)) && collect(d->getOperand(1));
+        }
+        terms.push_back(v);
+        return true;
+      };
+      if (!collect(root->getResult(0)) || int64_t(terms.size()) != K) continue;
+      const int64_t owner = st.lookup(root);
+      int64_t remote = -1;
+      struct Term {
+        Operation *add, *cast; // the micro-batch's sum, and its cast to f32 (or null)
+        Value local, other;
+      };
+      SmallVector<Term> parts;
+      for (Value t : terms) {
+        Operation *d = t.getDefiningOp();
+        Operation *c = nullptr;
+        if (d && isa<CastOp>(d) && isGradAccum(d) && d->hasOneUse()) c = d, d = d->getOperand(0).getDefiningOp();
+        if (!d || !isa<AddOp>(d) || isGradAccum(d) || !d->hasOneUse()) break;
+        const int64_t s0 = stageOfValue(d->getOperand(0)), s1 = stageOfValue(d->getOperand(1));
+        if (s0 < 0 || s1 < 0 || s0 == s1 || (s0 != owner && s1 != owner)) break;
+        const int64_t r = s0 == owner ? s1 : s0;
+        if (remote >= 0 && r != remote) break;
+        remote = r;
+        parts.push_back(Term{d, c, s0 == owner ? d->getOperand(0) : d->getOperand(1),
+                             s0 == owner ? d->getOperand(1) : d->getOperand(0)});
+      }
+      if (int64_t(parts.size()) != K) continue;
+      const bool f32 = parts[0].cast == nullptr;
+      auto place = [&](Operation *op, Operation *like, Value from, int64_t stage) {
+        copyPlacementTags(like, op);
+        op->setAttr(kGradAccumAttrName, b.getUnitAttr());
+        st[op] = stage;
+        if (Operation *d = from.getDefiningOp(); d && chunk.count(d)) chunk[op] = chunk.lookup(d);
+      };
+      Value accLocal, accOther;
+      for (Term &t : parts) {
+        Operation *like = t.cast ? t.cast : t.add;
+        // Each part accumulated right after it is made (its buffer freed there; on the remote
+        // stage before the backward's later ops and sends).
+        auto widen = [&](Value v, int64_t stage) -> Value {
+          if (Operation *d = v.getDefiningOp())
+            b.setInsertionPointAfter(d);
+          else
+            b.setInsertionPoint(like);
+          if (f32) return v;
+          auto c = b.create<CastOp>(v.getLoc(), t.cast->getResult(0).getType(), v);
+          place(c, like, v, stage);
+          return c;
+        };
+        auto accumulate = [&](Value acc, Value v, int64_t stage) -> Value {
+          Value w = widen(v, stage);
+          if (!acc) return w;
+          b.setInsertionPointAfterValue(w);
+          auto a = b.create<AddOp>(v.getLoc(), acc.getType(), acc, w);
+          place(a, like, v, stage);
+          return a;
+        };
+        accLocal = accumulate(accLocal, t.local, owner);
+        accOther = accumulate(accOther, t.other, remote);
+        dead.push_back(like);
+        if (t.cast) dead.push_back(t.add);
+      }
+      b.setInsertionPointAfter(root);
+      auto total = b.create<AddOp>(root->getLoc(), accLocal.getType(), accLocal, accOther);
+      place(total, root, root->getResult(0), owner);
+      root->getResult(0).replaceAllUsesWith(total.getResult());
+      sums.insert(accOther.getDefiningOp());
+      dead.insert(dead.end(), chain.begin(), chain.end());
+    }
+    // Users before their definitions: the chain from its root down, then the terms.
+    for (Operation *op : dead) {
+      st.erase(op), chunk.erase(op);
+      op->dropAllUses();
+    }
+    for (Operation *op : dead) op->erase();
+    ops.clear();
+    for (Operation &op : block->without_terminator()) ops.push_back(&op);
+    return sums;
+  }
+
   LogicalResult run() {
     module = getOperation();
     MLIRContext *ctx = module.getContext();
@@ -246,7 +357,6 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
                               "bigc-autodiff first)");
     block = &func.front();
     for (Operation &op : block->without_terminator()) {
-      index[&op] = int64_t(ops.size());
       ops.push_back(&op);
       L = std::max(L, opLayer(&op) + 1);
     }
@@ -345,6 +455,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     };
     for (GlobalNormOp gn : norms) overStages(gn, "norm");
     for (CheckFiniteOp cf : flags) overStages(cf, "max");
+    llvm::DenseSet<Operation *> tiedSums = accumulateTiedGrads(st, chunk, b);
 
     // Values crossing stages: one send/recv pair per (value, receiving stage); a parameter read by
     // another stage is sent once per step (every micro-batch's read of it there takes that one).
@@ -440,7 +551,8 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       for (Operation &op : block->without_terminator()) rev.push_back(&op);
       for (auto it = rev.rbegin(); it != rev.rend(); ++it) {
         Operation *op = *it;
-        bool need = isa<SendOp>(op);
+        // (A tied weight's gradient sum is sent at the end of the step: part of the W work.)
+        bool need = isa<SendOp>(op) && !tiedSums.contains(cast<SendOp>(op).getInput().getDefiningOp());
         for (Operation *u : op->getUsers()) need = need || needed.contains(u);
         if (need) needed.insert(op);
       }

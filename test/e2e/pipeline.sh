@@ -92,7 +92,9 @@ base = losses("one")
 check("one rank learns", len(base) == 10 and base[-1] < base[0] - 0.05, f"loss {base[0]:.4f} -> {base[-1]:.4f}")
 # Tolerances: those of the other equivalence tests (ranks.sh, tp.sh), about 4x their measured
 # differences. Measured here (2026-11-25): fp32 losses 9.3e-8 to 1.95e-7 (about one ulp of a loss
-# near 5), weights 2.2e-6 to 6.7e-6 of the update; bf16 (pp 4 x dp 2) 1.5e-4 and 1.2e-2.
+# near 5), weights 2.2e-6 to 6.7e-6 of the update; bf16 (pp 4 x dp 2) 2.2e-4 and 1.2e-2 (1.5e-4 before
+# the tied weight's two gradient parts were accumulated apart in f32; one rank adds them in bf16
+# each micro-batch), so the shared bf16 bound is 1.45x that here.
 F32, BF16, FP16 = (4e-7, 2e-5), (3.2e-4, 6e-2), (4.5e-4, 2e-2)
 pairs = [(n, "one", *F32) for n in ["pp2", "pp2_gpipe", "pp4", "pp8", "pp4_split", "pp4_zb", "pp4_il", "pp2_dp2_il4_z1", "pp2_dp2_z2_zb",
                                      "pp2_dp4_z1", "pp2_dp4_z3",
@@ -125,8 +127,9 @@ check("1F1B memory", fa[0] < ga[0] and fa[1] < ga[1] and fa[1] <= fa[0],
       f"device arenas per stage: 1F1B {fa}, GPipe {ga}")
 sends = [s["sends"] for s in f["per_stage"]]
 # Stage 0 sends each micro-batch's activation and the tied wte once; stage 1 each activation's
-# gradient and the tied head's gradient: 8 + 1 and 8 + 8.
-check("messages", sends == [9, 16], f"sends per step per stage: {sends} (want [9, 16])")
+# gradient and the tied head's gradient once per step, accumulated over the micro-batches: 8 + 1
+# and 8 + 1.
+check("messages", sends == [9, 9], f"sends per step per stage: {sends} (want [9, 9])")
 
 # The pipeline on the cost model (pp 8, 1F1B, 8 micro-batches): every stage runs each micro-batch's
 # forward and backward; a stage's forward of micro-batch i starts after the stage before it ended
