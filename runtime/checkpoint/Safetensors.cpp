@@ -1,5 +1,6 @@
 // safetensors reader/writer and weight load/save for the executor.
 #include "bigc/Runtime/safetensors.h"
+#include "bigc/Runtime/comm.h"
 #include "bigc/Runtime/engine.h"
 
 #include "bigc/Runtime/half.h"
@@ -482,8 +483,11 @@ std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine 
   for (const auto &[k, v] : metadata) md[k] = v;
   return writeStreaming(path, md, ts, [&](size_t i, std::vector<uint8_t> &buf) {
     const Buffer &b = *ws[i];
-    const std::vector<Engine::HostPiece> pieces = ex.hostPieces(b.id);
-    if (pieces.size() == 1 && pieces[0].begin == 0 && pieces[0].count == b.numel()) { // in this process's memory
+    // In this process's memory (in one process only: under mpirun the other processes follow the
+    // reads below, which may be collectives; checkpoint::follow).
+    const std::vector<Engine::HostPiece> pieces =
+        mpiWorld().first == 1 ? ex.hostPieces(b.id) : std::vector<Engine::HostPiece>();
+    if (pieces.size() == 1 && pieces[0].begin == 0 && pieces[0].count == b.numel()) {
       if (b.dtype == DType::F32) return static_cast<const uint8_t *>(pieces[0].data);
       buf.resize(size_t(b.numel() * 4));
       convert(pieces[0].data, b.dtype, buf.data(), DType::F32, b.numel());

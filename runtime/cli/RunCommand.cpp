@@ -306,9 +306,9 @@ int runBody(int argc, char **argv, int first) {
   const auto runBegan = clock::now();
   auto secondsSince = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   Program prog = loadProgram(programPath);
-  // Pipeline stages run on the CPU backend in one process (the default backend for them).
+  // Pipeline stages run on the CPU backend (the default backend for them).
   if (backend.empty()) backend = prog.pp == 1 && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
-  if (prog.pp > 1 && (backend == "cuda" || mpiWorld().first > 1)) throw UserError(pipelineOnCpuOnly(prog.pp));
+  if (prog.pp > 1 && backend == "cuda") throw UserError(pipelineOnCpuOnly(prog.pp));
   if (!args.has("--no-verify")) verifyProgram(prog, programPath, /*validated=*/true); // bigc verify's proof
   const double programSeconds = secondsSince(runBegan);
   const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks, tpSize = prog.tp;

@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -74,6 +76,16 @@ void mpiBroadcast(void *data, int64_t bytes) {
   }
 }
 
+void mpiBroadcastFrom(int root, void *data, int64_t bytes) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) return;
+  constexpr int64_t piece = int64_t(1) << 30;
+  std::lock_guard<std::mutex> l(mpiMutex());
+  for (int64_t at = 0; at < bytes; at += piece)
+    MPI_Bcast(static_cast<char *>(data) + at, int(std::min(piece, bytes - at)), MPI_BYTE, root, MPI_COMM_WORLD);
+}
+
 void mpiFinalize() {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
@@ -88,17 +100,38 @@ public:
   // A group of `ranks` ranks over the processes of `comm` (ordered as the group's ranks), each
   // holding `localRanks` consecutive ones: local rank l of process q is the group's rank
   // q * localRanks + l, global rank globals[l] (in messages).
-  Mpi(MPI_Comm comm, int ranks, int localRanks, std::vector<int> globals)
+  // `world`: the communicator of every rank (group rank = global rank), which carries the
+  // pipeline stages' messages too.
+  Mpi(MPI_Comm comm, int ranks, int localRanks, std::vector<int> globals, bool world = false)
       : n_(ranks), local_(localRanks), comm_(comm), globals_(std::move(globals)),
-        g_(localRanks, [this](int l) { return globalRank(l); }) {
+        g_(localRanks, [this](int l) { return globalRank(l); }), world_(world) {
     MPI_Comm_rank(comm_, &proc_);
     MPI_Comm_size(comm_, &procs_);
+    void *ub = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+    if (found && ub) tagUb_ = *static_cast<int *>(ub);
+  }
+  ~Mpi() override {
+    // Messages still in flight (their receivers are ending too): completed, or given up after the
+    // timeout when a peer is gone.
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (!init || fin) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (progressSends() > 0 && !g_.aborted() &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < g_.timeout())
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   int size() const override { return n_; }
   int localSize() const override { return local_; }
   int globalRank(int local) const override { return globals_[size_t(local)]; }
   void reserve(int64_t) override {}
-  void abort(const std::string &why) override { g_.abort(why); }
+  void abort(const std::string &why) override {
+    g_.abort(why);
+    mail_.stop();
+  }
   bool aborted() const override { return g_.aborted(); }
   void setTimeout(double seconds) override { g_.setTimeout(seconds); }
   std::string name() const override { return "mpi"; }
@@ -195,7 +228,130 @@ public:
     g_.barrier(l, what);
   }
 
+  // Point-to-point (world communicator only): inside this process through the mailbox, between
+  // processes MPI_Isend from a copy (send never waits for the receiver) and MPI_Improbe polled
+  // against the timeout, then MPI_Mrecv. The MPI tag carries the program's tag and the sending and
+  // receiving local ranks (several ranks of one process talk to several of another).
+  void send(int l, int peer, int64_t tag, const void *data, int64_t bytes, const std::string &what) override {
+    if (!world_) return Communicator::send(l, peer, tag, data, bytes, what);
+    if (g_.aborted()) throw CommError(g_.stoppedIn(l, what));
+    checkPeer(l, peer, what);
+    const int q = peer / local_;
+    if (q == proc_) {
+      mail_.put(globalRank(l), peer, tag, data, bytes);
+      return;
+    }
+    if (bytes > int64_t(INT32_MAX)) tooLarge(what, bytes);
+    const int mt = mpiTag(l, peer % local_, tag, what);
+    auto m = std::make_unique<Outgoing>();
+    m->bytes.assign(static_cast<const char *>(data), static_cast<const char *>(data) + bytes);
+    std::lock_guard<std::mutex> s(sendMu_);
+    {
+      std::lock_guard<std::mutex> k(mpiMutex());
+      if (MPI_Isend(m->bytes.data(), int(bytes), MPI_BYTE, q, mt, comm_, &m->req) != MPI_SUCCESS) {
+        std::string msg = what + ": MPI failed to send to rank " + std::to_string(peer);
+        g_.abort(msg);
+        throw CommError(msg);
+      }
+    }
+    out_.push_back(std::move(m));
+  }
+
+  void recv(int l, int peer, int64_t tag, void *data, int64_t bytes, const std::string &what) override {
+    if (!world_) return Communicator::recv(l, peer, tag, data, bytes, what);
+    checkPeer(l, peer, what);
+    const int self = globalRank(l), q = peer / local_;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", g_.timeout());
+    auto fail = [&](const std::string &msg) {
+      abort(msg);
+      throw CommError(msg);
+    };
+    auto wrongSize = [&](int64_t got) {
+      fail(what + ": rank " + std::to_string(self) + " receives " + std::to_string(bytes) + " bytes from rank " +
+           std::to_string(peer) + " with tag " + std::to_string(tag) + ", which sent " + std::to_string(got) +
+           " (the ranks run different programs?)");
+    };
+    const std::string late = what + ": rank " + std::to_string(self) + " waited " + secs +
+                             " s for the message from rank " + std::to_string(peer) + " with tag " +
+                             std::to_string(tag) + ", which did not come (rank " + std::to_string(peer) +
+                             " stuck or failed); every rank stops";
+    if (q == proc_) {
+      int64_t got = 0;
+      switch (mail_.take(
+          peer, self, tag, data, bytes, g_.timeout(), [this] { return g_.aborted(); }, &got)) {
+      case comm::Mailbox::Got::Ok: return;
+      case comm::Mailbox::Got::Stopped: throw CommError(g_.stoppedIn(l, what));
+      case comm::Mailbox::Got::TimedOut: fail(late);
+      case comm::Mailbox::Got::WrongSize: wrongSize(got);
+      }
+      return;
+    }
+    const int mt = mpiTag(peer % local_, l, tag, what);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0;; ++k) {
+      int flag = 0;
+      MPI_Message msg;
+      MPI_Status st;
+      {
+        std::lock_guard<std::mutex> m(mpiMutex());
+        MPI_Improbe(q, mt, comm_, &flag, &msg, &st);
+      }
+      if (flag) {
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        if (int64_t(count) != bytes) wrongSize(count);
+        std::lock_guard<std::mutex> m(mpiMutex());
+        MPI_Mrecv(data, count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        return;
+      }
+      progressSends();
+      if (g_.aborted()) throw CommError(g_.stoppedIn(l, what));
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > g_.timeout()) fail(late);
+      if (k > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
 private:
+  struct Outgoing {
+    std::vector<char> bytes;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  // Frees the sends that completed; returns how many are still in flight.
+  size_t progressSends() {
+    std::lock_guard<std::mutex> s(sendMu_);
+    for (size_t i = 0; i < out_.size();) {
+      int done = 0;
+      {
+        std::lock_guard<std::mutex> k(mpiMutex());
+        MPI_Test(&out_[i]->req, &done, MPI_STATUS_IGNORE);
+      }
+      if (done) {
+        out_[i] = std::move(out_.back());
+        out_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    return out_.size();
+  }
+  int mpiTag(int fromLocal, int toLocal, int64_t tag, const std::string &what) {
+    const int64_t t = (tag * local_ + fromLocal) * local_ + toLocal;
+    if (tag < 0 || t > int64_t(tagUb_)) {
+      std::string msg = what + ": message tag " + std::to_string(tag) + " with " + std::to_string(local_) +
+                        " ranks per process is beyond this MPI's largest tag (" + std::to_string(tagUb_) +
+                        "); run fewer ranks per process (more mpirun processes)";
+      g_.abort(msg);
+      throw CommError(msg);
+    }
+    return int(t);
+  }
+  void checkPeer(int l, int peer, const std::string &what) const {
+    if (peer < 0 || peer >= n_ || peer == globalRank(l))
+      throw CommError(what + ": rank " + std::to_string(globalRank(l)) + " has no peer rank " + std::to_string(peer) +
+                      " in this communicator");
+  }
+
   [[noreturn]] void tooLarge(const std::string &what, int64_t n) {
     std::string msg = what + ": " + std::to_string(n) +
                       " elements in one MPI collective (more than 2^31): use a "
@@ -249,6 +405,11 @@ private:
   comm::LocalGroup g_;
   std::vector<float> acc_;
   std::vector<char> block_, whole_;
+  bool world_ = false;
+  int tagUb_ = 32767; // MPI guarantees at least this
+  comm::Mailbox mail_;
+  std::mutex sendMu_;
+  std::vector<std::unique_ptr<Outgoing>> out_;
 };
 
 } // namespace
@@ -258,25 +419,32 @@ std::shared_ptr<Communicator> makeMpiCommunicator(int ranks, int localRanks) {
   MPI_Comm_rank(MPI_COMM_WORLD, &proc);
   std::vector<int> globals;
   for (int l = 0; l < localRanks; ++l) globals.push_back(proc * localRanks + l);
-  return std::make_shared<Mpi>(MPI_COMM_WORLD, ranks, localRanks, std::move(globals));
+  return std::make_shared<Mpi>(MPI_COMM_WORLD, ranks, localRanks, std::move(globals), /*world=*/true);
 }
 
 std::vector<MeshRank> makeMpiMesh(int dp, int tp, int localRanks, double timeout,
-                                  std::vector<std::shared_ptr<Communicator>> *all) {
-  const int L = localRanks;
+                                  std::vector<std::shared_ptr<Communicator>> *all, int pp) {
+  const int L = localRanks, G = dp * tp; // G: the ranks of one stage
   if (tp % L != 0 && L % tp != 0)
     throw UserError("the tensor size " + std::to_string(tp) + " and the " + std::to_string(L) +
                     " ranks of each process: one must divide the other (tensor groups inside a process, or spanning "
                     "whole processes); start " +
                     std::to_string(dp * tp / std::max(1, std::min(L, tp))) +
                     " processes (mpirun -np) or compile for another --tp");
+  if (pp > 1 && G % L != 0 && L % G != 0)
+    throw UserError("the " + std::to_string(G) + " ranks of each pipeline stage and the " + std::to_string(L) +
+                    " ranks of each process: one must divide the other (stages inside a process, or spanning whole "
+                    "processes); start " +
+                    std::to_string(pp) + " processes (mpirun -np " + std::to_string(pp) + ": a stage per process) or " +
+                    std::to_string(pp * G) + " (a rank per process)");
   int proc = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &proc);
   std::vector<MeshRank> out(static_cast<size_t>(L));
-  // Every group, in one order on every process: the data-parallel ones (by t), then the tensor-
-  // parallel ones (by d). A group across processes is split from the world by every process
-  // (those outside it get MPI_COMM_NULL), its processes ordered as its ranks.
-  auto make = [&](const std::vector<int> &members, bool tensor) {
+  // Every group, in one order on every process: the data-parallel ones (by s, t), then the tensor-
+  // parallel ones (by s, d), then the pipeline ones (by d, t). A group across processes is split from the world by
+  // every process (those outside it get MPI_COMM_NULL), its processes ordered as its ranks.
+  enum Axis { kData, kTensor, kPipe };
+  auto make = [&](const std::vector<int> &members, Axis axis) {
     std::vector<int> here; // the members in this process, in group order
     std::set<int> procs;
     for (int g : members) {
@@ -299,20 +467,30 @@ std::vector<MeshRank> makeMpiMesh(int dp, int tp, int localRanks, double timeout
     all->push_back(c);
     for (size_t j = 0; j < here.size(); ++j) {
       MeshRank &m = out[size_t(here[j] - proc * L)];
-      (tensor ? m.tp : m.dp) = c;
-      (tensor ? m.tpLocal : m.dpLocal) = int(j);
+      (axis == kTensor ? m.tp : axis == kPipe ? m.pp : m.dp) = c;
+      (axis == kTensor ? m.tpLocal : axis == kPipe ? m.ppLocal : m.dpLocal) = int(j);
     }
   };
-  for (int t = 0; t < tp; ++t) {
-    std::vector<int> members;
-    for (int d = 0; d < dp; ++d) members.push_back(d * tp + t);
-    make(members, false);
-  }
-  for (int d = 0; d < dp; ++d) {
-    std::vector<int> members;
-    for (int t = 0; t < tp; ++t) members.push_back(d * tp + t);
-    make(members, true);
-  }
+  auto rank = [&](int s, int d, int t) { return (s * dp + d) * tp + t; };
+  for (int s = 0; s < pp; ++s)
+    for (int t = 0; t < tp; ++t) {
+      std::vector<int> members;
+      for (int d = 0; d < dp; ++d) members.push_back(rank(s, d, t));
+      make(members, kData);
+    }
+  for (int s = 0; s < pp; ++s)
+    for (int d = 0; d < dp; ++d) {
+      std::vector<int> members;
+      for (int t = 0; t < tp; ++t) members.push_back(rank(s, d, t));
+      make(members, kTensor);
+    }
+  if (pp > 1)
+    for (int d = 0; d < dp; ++d)
+      for (int t = 0; t < tp; ++t) {
+        std::vector<int> members;
+        for (int s = 0; s < pp; ++s) members.push_back(rank(s, d, t));
+        make(members, kPipe);
+      }
   return out;
 }
 

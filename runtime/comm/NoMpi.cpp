@@ -20,12 +20,13 @@ std::shared_ptr<Communicator> makeMpiCommunicator(int, int) {
   throw UserError("this bigc was built without MPI (install libopenmpi-dev and rebuild)");
 }
 
-std::vector<MeshRank> makeMpiMesh(int, int, int, double, std::vector<std::shared_ptr<Communicator>> *) {
+std::vector<MeshRank> makeMpiMesh(int, int, int, double, std::vector<std::shared_ptr<Communicator>> *, int) {
   throw UserError("this bigc was built without MPI (install libopenmpi-dev and rebuild)");
 }
 
 double mpiSum(double x) { return x; }
 void mpiBroadcast(void *, int64_t) {}
+void mpiBroadcastFrom(int, void *, int64_t) {}
 void mpiFinalize() {}
 
 } // namespace bigc::rt

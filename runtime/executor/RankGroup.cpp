@@ -110,7 +110,7 @@ struct Injected : std::runtime_error {
 
 std::string pipelineOnCpuOnly(int64_t pp) {
   return "pipeline parallelism (pp " + std::to_string(pp) +
-         ") runs on the CPU backend in one process in this version; run it with --backend cpu and without mpirun";
+         ") runs on the CPU backend in this version (in one process or under mpirun); run it with --backend cpu";
 }
 
 RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make,
@@ -120,7 +120,6 @@ RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicato
     throw UserError("the program has " + std::to_string(rankProgram_.ranks) + " ranks but the communicator " +
                     std::to_string(comm_ ? comm_->size() : 0));
   const int P = int(rankProgram_.pp);
-  if (P > 1 && comm_->localSize() != comm_->size()) throw UserError(pipelineOnCpuOnly(P));
   if (P > 1 && int64_t(rankProgram_.stages.size()) != P - 1)
     throw UserError("the program has pp " + std::to_string(P) + " but " +
                     std::to_string(rankProgram_.stages.size() + 1) + " stage program(s)");
@@ -180,6 +179,17 @@ RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicato
   if (configure) configure(*this);
   arenasZeroed_ = std::string(engines_[0]->backend()) == "cpu"; // the ranks' arenas, just mapped
   initialize(seed);
+  refreshStageScale();
+}
+
+void RankGroup::refreshStageScale() {
+  if (rankProgram_.pp <= 1 || !spansProcesses()) return;
+  for (int s = 0; s < int(rankProgram_.pp); ++s)
+    if (stage(s).lossScale >= 0) {
+      const int l = localOf(firstRankOf(s));
+      stageScale_ = float(mpiSum(l >= 0 ? double(engines_[size_t(l)]->lastLossScale()) : 0.0));
+      return;
+    }
 }
 
 RankGroup::~RankGroup() = default;
@@ -370,6 +380,7 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
   for (int l = 0; l < local; ++l)
     if (stageOf(comm_->globalRank(l)) == last) sum += losses[size_t(l)];
   sum = comm_->localSize() == comm_->size() ? sum : mpiSum(sum);
+  refreshStageScale();
   return float(sum / double(rankProgram_.dp * rankProgram_.tp));
 }
 
@@ -401,8 +412,16 @@ std::vector<char> RankGroup::allRanks(int s, int64_t id) const {
   const int R = int(rankProgram_.dp * rankProgram_.tp), local = int(engines_.size()), first = firstRankOf(s);
   const size_t bytes = size_t(b.bytes);
   std::vector<char> all(size_t(R) * bytes);
-  if (comm_->localSize() == comm_->size()) { // the stage's ranks are here (pipelines run in one process)
-    for (int r = 0; r < R; ++r) engines_[size_t(first + r)]->readBytes(id, all.data() + size_t(r) * bytes);
+  if (!spansProcesses()) { // the stage's ranks are here
+    for (int r = 0; r < R; ++r) engines_[size_t(localOf(first + r))]->readBytes(id, all.data() + size_t(r) * bytes);
+    return all;
+  }
+  if (rankProgram_.pp > 1) { // under mpirun: each rank's bytes from its process
+    for (int r = 0; r < R; ++r) {
+      char *at = all.data() + size_t(r) * bytes;
+      if (const int l = localOf(first + r); l >= 0) engines_[size_t(l)]->readBytes(id, at);
+      mpiBroadcastFrom(processOf(first + r), at, int64_t(bytes));
+    }
     return all;
   }
   // Each local rank gathers every rank's bytes (its own output: the collective writes each).
@@ -454,10 +473,10 @@ void RankGroup::readBytes(int64_t logicalId, void *dst) const {
     // In one process the ranks needed are read where they are; under mpirun every rank's bytes
     // are gathered first (every process takes part, in the same order).
     std::vector<char> all;
-    if (comm_->localSize() != comm_->size()) all = allRanks(s, id);
+    if (spansProcesses()) all = allRanks(s, id);
     auto rank = [&](int64_t r, void *out) { // r: the rank in the stage
       if (all.empty())
-        engines_[size_t(first + r)]->readBytes(id, out);
+        engines_[size_t(localOf(first + int(r)))]->readBytes(id, out);
       else
         std::memcpy(out, all.data() + r * b.bytes, size_t(b.bytes));
     };
@@ -473,10 +492,14 @@ void RankGroup::readBytes(int64_t logicalId, void *dst) const {
     }
     return;
   }
-  if (b.shard)
+  if (b.shard) {
     gather(s, id, dst);
-  else
-    engines_[size_t(first)]->readBytes(id, dst);
+  } else if (rankProgram_.pp > 1 && spansProcesses()) { // the stage's first rank's, from its process
+    if (const int l = localOf(first); l >= 0) engines_[size_t(l)]->readBytes(id, dst);
+    mpiBroadcastFrom(processOf(first), dst, b.bytes);
+  } else { // a replica every process holds
+    engines_[size_t(localOf(first) >= 0 ? localOf(first) : 0)]->readBytes(id, dst);
+  }
 }
 
 void RankGroup::writeBytes(int64_t logicalId, const void *src) {
@@ -643,7 +666,6 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   auto [world, proc] = mpiWorld();
   std::shared_ptr<Communicator> comm;
   const int ranks = int(program.ranks);
-  if (program.pp > 1 && world > 1) throw UserError(pipelineOnCpuOnly(program.pp));
   if (world > 1) {
     if (ranks % world != 0)
       throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " +
@@ -663,12 +685,13 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   // The mesh (dp x tp, tensor ranks adjacent: rank = d * tp + t): a communicator per data-parallel
   // group (the ranks of one t) and per tensor-parallel group (the ranks of one d).
   const int tp = int(program.tp), dp = int(program.dp), pp = int(program.pp);
-  // Tensor parallelism or pipeline stages: in one process the in-process mesh; under mpirun (tensor
-  // parallelism) each local rank's groups, in-process or over MPI (makeMpiMesh).
+  // Tensor parallelism or pipeline stages: in one process the in-process mesh; under mpirun each
+  // local rank's groups, in-process or over MPI (makeMpiMesh), and the stages' messages over the
+  // world communicator.
   auto mesh = (tp > 1 || pp > 1) && world == 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp) : nullptr;
   std::vector<MeshRank> mpiMesh;
   std::vector<std::shared_ptr<Communicator>> mpiAll;
-  if (tp > 1 && world > 1) mpiMesh = makeMpiMesh(dp, tp, ranks / world, commTimeout, &mpiAll);
+  if ((tp > 1 || pp > 1) && world > 1) mpiMesh = makeMpiMesh(dp, tp, ranks / world, commTimeout, &mpiAll, pp);
   const int firstRank = world > 1 ? proc * (ranks / world) : 0;
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, comm,
@@ -680,9 +703,12 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
           if (p.pp > 1)
             ctx.p2p = c, ctx.p2pLocal = local, ctx.globalRank = local, ctx.ppComm = mesh->pp[size_t(d * tp + t)],
             ctx.ppLocal = s;
-        } else if (tp > 1) {
+        } else if (!mpiMesh.empty()) {
           const MeshRank &m = mpiMesh[size_t(local)];
           ctx = RankContext{m.dpLocal, m.dp, false, m.tp, m.tpLocal, (firstRank + local) % tp};
+          if (p.pp > 1)
+            ctx.p2p = c, ctx.p2pLocal = local, ctx.globalRank = firstRank + local, ctx.ppComm = m.pp,
+            ctx.ppLocal = m.ppLocal;
         }
         auto e = std::make_unique<Executor>(p, seed, ctx);
         e->setWaitTimeoutForTesting(streamWait);

@@ -616,11 +616,11 @@ TEST(Pipeline, ADeadlockedPipelineTimesOut) {
                    " with tag ", "which did not come");
 }
 
-// Where pipelines do not run (the CUDA backend, several processes) they are refused with one
-// message.
+// Where pipelines do not run (the CUDA backend) they are refused with one message (under mpirun
+// they run: e2e.mpirun_pipeline).
 TEST(Pipeline, RefusedOnTheCudaBackend) {
-  EXPECT_EQ(pipelineOnCpuOnly(2), "pipeline parallelism (pp 2) runs on the CPU backend in one process in this "
-                                  "version; run it with --backend cpu and without mpirun");
+  EXPECT_EQ(pipelineOnCpuOnly(2), "pipeline parallelism (pp 2) runs on the CPU backend in this version (in one "
+                                  "process or under mpirun); run it with --backend cpu");
   if (!cudaBackendCompiled()) GTEST_SKIP() << "this build has no CUDA backend";
   for (int which = 0; which < 2; ++which) {
     std::string err;

@@ -71,7 +71,9 @@ public:
   // (sender, receiver, tag) arrive in the order they were sent. Both throw CommError when the
   // communicator was aborted (the run stopped), and recv when the message does not come within the
   // timeout (naming the peer and the tag; the communicator is then aborted) or has another size.
-  // `what` names the instruction for messages. The in-process communicator has them; others throw.
+  // `what` names the instruction for messages. The in-process and the MPI world communicators
+  // (makeMpiCommunicator: MPI_Isend / MPI_Improbe + MPI_Mrecv between processes, the in-process
+  // mailbox inside one) have them; others throw.
   virtual void send(int local, int peer, int64_t tag, const void *data, int64_t bytes, const std::string &what);
   virtual void recv(int local, int peer, int64_t tag, void *data, int64_t bytes, const std::string &what);
 };
@@ -88,22 +90,27 @@ bool mpiCompiled();
 // returns the world size and this process's rank; {1, 0} otherwise.
 std::pair<int, int> mpiWorld();
 std::shared_ptr<Communicator> makeMpiCommunicator(int ranks, int localRanks);
-// Tensor parallelism under mpirun: the mesh dp x tp (rank g = d * tp + t; this process holds ranks
-// [p * L, p * L + L)). Per local rank, its data-parallel group's communicator (the ranks of its t)
-// and its tensor-parallel group's (the ranks of its d), with its index in each: a group inside
-// this process is in-process, one across processes an MPI communicator split from the world's
-// (every process calls this with the same arguments). `all` receives every communicator made.
-// The layout needs tp to divide L or L to divide tp (UserError otherwise).
+// Tensor parallelism and pipeline stages under mpirun: the mesh pp x dp x tp (rank
+// g = (s * dp + d) * tp + t; this process holds ranks [p * L, p * L + L)). Per local rank, its
+// data-parallel group's communicator (the ranks of its s and t), its tensor-parallel group's (of
+// its s and d) and, with pp > 1, its pipeline group's (of its d and t: the stages' all-reduces),
+// with its index in each: a group inside this process is in-process, one across processes an MPI
+// communicator split from the world's (every process calls this with the same arguments). `all`
+// receives every communicator made. The layout needs tp to divide L or L to divide tp, and with
+// pp > 1 a stage's ranks (dp x tp) to divide L or L to divide them (UserError otherwise).
 struct MeshRank {
-  std::shared_ptr<Communicator> dp, tp;
-  int dpLocal = 0, tpLocal = 0;
+  std::shared_ptr<Communicator> dp, tp, pp;
+  int dpLocal = 0, tpLocal = 0, ppLocal = 0;
 };
 std::vector<MeshRank> makeMpiMesh(int dp, int tp, int localRanks, double timeout,
-                                  std::vector<std::shared_ptr<Communicator>> *all);
+                                  std::vector<std::shared_ptr<Communicator>> *all, int pp = 1);
 // A host scalar reduced over the processes (sum); identity without MPI.
 double mpiSum(double x);
 // Process 0's `bytes` bytes at `data` to every process (NCCL's bootstrap); nothing without MPI.
 void mpiBroadcast(void *data, int64_t bytes);
+// Process `root`'s bytes to every process (a pipeline stage's tensors to the process writing a
+// checkpoint), in pieces of at most 1 GiB; nothing without MPI.
+void mpiBroadcastFrom(int root, void *data, int64_t bytes);
 void mpiFinalize();
 
 } // namespace bigc::rt

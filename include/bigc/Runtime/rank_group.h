@@ -82,10 +82,13 @@ public:
     for (auto &e : engines_) e->setCounters(steps, updates);
   }
   // fp16: the scale of the stage that holds it (pipeline stages: one of them).
+  // Under mpirun the stage may be another process's: its value as of the last step (refreshed by
+  // every process after each step).
   float lastLossScale() const override {
+    if (rankProgram_.pp > 1 && spansProcesses()) return stageScale_;
     for (int s = 0; s < int(rankProgram_.pp); ++s)
-      if (stage(s).lossScale >= 0 && firstRankOf(s) < localRanks())
-        return engines_[size_t(firstRankOf(s))]->lastLossScale();
+      if (stage(s).lossScale >= 0 && localOf(firstRankOf(s)) >= 0)
+        return engines_[size_t(localOf(firstRankOf(s)))]->lastLossScale();
     return engines_[0]->lastLossScale();
   }
   bool lastSkipped() const override { return engines_[0]->lastSkipped(); }
@@ -115,9 +118,10 @@ public:
 private:
   // The whole tensor of buffer `id` of stage s (a ZeRO shard, no tensor parallelism) in `dst`.
   void gather(int s, int64_t id, void *dst) const;
-  // Every rank's bytes of buffer `id` of stage s, by rank in the stage: read here in one process,
-  // all-gathered over the processes under mpirun (one stage; every process calls it in the same
-  // order).
+  // Every rank's bytes of buffer `id` of stage s, by rank in the stage: read here when the stage's
+  // ranks are in this process, else over MPI (all-gathered with one stage; with pipeline stages
+  // each rank's bytes broadcast from the process holding it). Every process calls it in the same
+  // order.
   std::vector<char> allRanks(int s, int64_t id) const;
   // Tensor parallelism: the chunk of tensor rank t of buffer `id` of stage s (its dp shards
   // joined); `rank(r, out)` reads the stage's rank r's bytes of it.
@@ -129,6 +133,18 @@ private:
   const Program &stage(int s) const { return rankProgram_.stageProgram(s); }
   int stageOf(int global) const { return int(global / (rankProgram_.dp * rankProgram_.tp)); }
   int firstRankOf(int s) const { return int(s * rankProgram_.dp * rankProgram_.tp); }
+  // Under mpirun this process holds some of the ranks (consecutive): the local rank of a global
+  // one, or -1; the process holding a global rank.
+  bool spansProcesses() const { return comm_->localSize() != comm_->size(); }
+  int localOf(int global) const {
+    const int l = global - comm_->globalRank(0);
+    return l >= 0 && l < comm_->localSize() ? l : -1;
+  }
+  int processOf(int global) const { return global / comm_->localSize(); }
+  // Pipelined under mpirun: the loss scale of the stage holding it, summed over the processes
+  // (only the holder's is not zero); every process calls it at the same point.
+  void refreshStageScale();
+  float stageScale_ = 0.0f;
   // "rank 3", or with pipeline stages "stage 1 (rank 3)".
   std::string rankName(int global) const;
   std::vector<std::pair<int, int64_t>> logicalIds_; // per logical buffer: its stage and id there
