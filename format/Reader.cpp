@@ -293,6 +293,11 @@ Program fromJson(const json &root, const std::string &path, bool top) {
       if (!ji["recompute"].is_boolean()) r.mistyped("recompute", where, "a bool", ji["recompute"]);
       ins.recompute = ji["recompute"].get<bool>();
     }
+    ins.microBatch = r.integerOr(ji, "micro_batch", where, -1);
+    if (ji.contains("weight_grad") && !ji["weight_grad"].is_null()) {
+      if (!ji["weight_grad"].is_boolean()) r.mistyped("weight_grad", where, "a bool", ji["weight_grad"]);
+      ins.weightGrad = ji["weight_grad"].get<bool>();
+    }
     if (ji.contains("attrs") && !ji["attrs"].is_null()) {
       const json &ja = r.object(ji, "attrs", where);
       for (auto it = ja.begin(); it != ja.end(); ++it) {

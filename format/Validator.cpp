@@ -239,6 +239,9 @@ void validateStage(const Program &p, const std::string &path) {
     v.ins = &ins;
     const OpSignature *sig = findOpSignature(ins.op);
     if (!sig) v.bad("unknown op '" + ins.op + "'");
+    if (ins.microBatch < -1 || ins.microBatch >= p.microBatches)
+      v.bad("micro_batch " + std::to_string(ins.microBatch) + " is not one of the step's " +
+            std::to_string(p.microBatches) + " micro-batches");
     auto countOk = [](size_t n, int lo, int hi) { return int64_t(n) >= lo && (hi < 0 || int64_t(n) <= hi); };
     auto countStr = [](int lo, int hi) {
       if (lo == hi) return std::to_string(lo);

@@ -116,6 +116,8 @@ json payloadJson(const Program &p) {
     if (!ins.wait.empty()) ji["wait"] = ins.wait;
     if (!ins.phase.empty()) ji["phase"] = ins.phase;
     if (ins.recompute) ji["recompute"] = true;
+    if (ins.microBatch >= 0) ji["micro_batch"] = ins.microBatch;
+    if (ins.weightGrad) ji["weight_grad"] = true;
     insts.push_back(std::move(ji));
   }
   root["instructions"] = std::move(insts);

@@ -420,6 +420,8 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
     ins.loc = locString(op.getLoc());
     ins.attrs = instructionAttrs(&op);
     ins.recompute = bigcd::isRecomputed(&op);
+    if (std::optional<int64_t> mb = bigcd::microBatchOf(&op)) ins.microBatch = *mb;
+    ins.weightGrad = bigcd::isWeightGrad(&op);
     ins.stream = bigcd::opStream(&op).str();
     if (auto ph = op.getAttrOfType<StringAttr>(bigcd::kPhaseAttrName)) ins.phase = ph.getValue().str();
     if (auto a = dyn_cast<bigcd::AdamWOp>(op)) {

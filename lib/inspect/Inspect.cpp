@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -984,6 +985,88 @@ std::string pipelineDiagram(const std::vector<rt::PipelineBlock> &blocks, int64_
   o << "<text x=\"" << num(lx + 10) << "\" y=\"" << num(ly) << "\" fill=\"#555\">(numbers: micro-batches 0.."
     << microBatches - 1 << ")</text>\n";
   o << "</g>\n";
+  return o.str();
+}
+
+std::vector<rt::PipelineBlock> measuredPipelineBlocks(const rt::Program &p,
+                                                      const std::vector<std::vector<std::pair<double, double>>> &spans,
+                                                      double *stepSeconds, double *bubble) {
+  struct Span {
+    double start, end;
+    const rt::Instruction *ins;
+  };
+  std::vector<std::vector<Span>> byStage(spans.size());
+  double t0 = std::numeric_limits<double>::infinity(), t1 = -t0;
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const rt::Program &sp = p.stageProgram(int64_t(s));
+    for (size_t i = 0; i < spans[s].size() && i < sp.instructions.size(); ++i) {
+      const auto [a, b] = spans[s][i];
+      if (!std::isfinite(a) || !std::isfinite(b) || sp.instructions[i].stream != "compute") continue;
+      byStage[s].push_back({a, b, &sp.instructions[i]});
+      t0 = std::min(t0, a), t1 = std::max(t1, b);
+    }
+    std::sort(byStage[s].begin(), byStage[s].end(), [](const Span &x, const Span &y) { return x.start < y.start; });
+  }
+  std::vector<rt::PipelineBlock> blocks;
+  const double step = t1 > t0 ? t1 - t0 : 0.0, gap = std::max(50e-6, 1e-3 * step);
+  double idle = 0;
+  for (size_t s = 0; s < byStage.size(); ++s) {
+    double busy = 0;
+    for (const Span &x : byStage[s]) {
+      busy += x.end - x.start;
+      const rt::Instruction &ins = *x.ins;
+      // As the cost model's stretches (lib/analysis/StepSimulation.cpp): ops of no operand are not a
+      // micro-batch's work.
+      const std::string kind = ins.in.empty()                                      ? "optimizer"
+                               : ins.phase == "forward" && !ins.recompute          ? "forward"
+                               : ins.phase == "backward" && ins.weightGrad         ? "weight"
+                               : ins.phase == "forward" || ins.phase == "backward" ? "backward"
+                                                                                   : "optimizer";
+      const int64_t mb = kind == "optimizer" ? -1 : std::max<int64_t>(0, ins.microBatch);
+      const double a = x.start - t0, b = x.end - t0;
+      if (!blocks.empty()) {
+        rt::PipelineBlock &last = blocks.back();
+        if (last.stage == int64_t(s) && last.kind == kind && last.microBatch == mb && a - last.end <= gap) {
+          last.end = std::max(last.end, b);
+          continue;
+        }
+      }
+      blocks.push_back({int64_t(s), mb, kind, a, b});
+    }
+    idle += busy > 0 ? (step - busy) / busy : 0.0;
+  }
+  if (stepSeconds) *stepSeconds = step;
+  if (bubble) *bubble = byStage.empty() ? 0.0 : idle / double(byStage.size());
+  return blocks;
+}
+
+std::string measuredPipelineSvg(const rt::Program &p, const std::string &path,
+                                const std::vector<rt::PipelineBlock> &blocks, double stepSeconds, double bubble) {
+  const double W = 1140;
+  double h1 = 0, h2 = 0;
+  const std::string what =
+      std::to_string(p.pp) + " stages, " + p.ppSchedule + ", " + std::to_string(p.microBatches) + " micro-batches";
+  const std::string measured =
+      pipelineDiagram(blocks, p.pp, p.microBatches, "Pipeline over one step, measured (CPU backend): " + path,
+                      what + "; step " + durationStr(stepSeconds) + ", bubble " + fmt("%.3f", bubble) +
+                          " of the busy time (the last step; each stage's first rank)",
+                      0, &h1);
+  std::string model;
+  if (p.pipelineEstimate.present) {
+    const rt::PipelineEstimate &pe = p.pipelineEstimate;
+    model = pipelineDiagram(pe.blocks, p.pp, p.microBatches, "The same on the cost model (" + pe.hardware + ")",
+                            what + "; step " + durationStr(pe.stepSeconds) + ", bubble " + fmt("%.3f", pe.bubble) +
+                                " (" + bubbleFormula(p) + ")",
+                            h1 + 10, &h2);
+    h2 += 10;
+  }
+  std::ostringstream o;
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << num(h1 + h2)
+    << "\" viewBox=\"0 0 " << W << " " << num(h1 + h2)
+    << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
+  o << "<rect x=\"0\" y=\"0\" width=\"" << W << "\" height=\"" << num(h1 + h2) << "\" fill=\"white\"/>\n";
+  o << measured << model << "</svg>\n";
   return o.str();
 }
 

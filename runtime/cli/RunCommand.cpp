@@ -1,5 +1,6 @@
 // `bigc run` / `bigc-run`: load a program, train for N steps, log, save weights.
 #include "bigc/Runtime/run_command.h"
+#include "bigc/Inspect/Inspect.h"
 #include "bigc/Runtime/checkpoint.h"
 #include "bigc/Runtime/data.h"
 #include "bigc/Runtime/executor.h"
@@ -8,6 +9,7 @@
 #include "bigc/Runtime/safetensors.h"
 #include "bigc/Runtime/verifier.h"
 #include "bigc/Support/cli.h"
+#include "bigc/Support/file.h"
 
 #include <algorithm>
 #include <atomic>
@@ -71,6 +73,9 @@ const char *kRunUsage =
     "                      step --steps (bit for bit as if the run had not stopped)\n"
     "  --profile           time every instruction (GPU time per stream on cuda) and print, per op and\n"
     "                      for the slowest instructions, the time per step (steps after the first)\n"
+    "  --timeline FILE.svg a pipelined program (--pp): draw the last step's pipeline as measured (each\n"
+    "                      stage's compute instructions by micro-batch, the bubbles hatched) above the\n"
+    "                      cost model's; turns on --profile; needs 2 steps or more, one process\n"
     "  --comm-timeout S    multi-rank programs: the longest a rank waits for the others in one\n"
     "                      collective before every rank stops with an error (default 300)\n"
     "  --quiet             no progress lines\n"
@@ -247,7 +252,8 @@ int runBody(int argc, char **argv, int first) {
                                         "--checkpoint-dir",
                                         "--checkpoint-every",
                                         "--keep-checkpoints",
-                                        "--comm-timeout"};
+                                        "--comm-timeout",
+                                        "--timeline"};
   const std::set<std::string> switches = {"--synthetic", "--quiet",     "--resume",         "--help",
                                           "--profile",   "--no-verify", "--check-numerics", "--checkpoint-sync"};
   cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
@@ -295,7 +301,7 @@ int runBody(int argc, char **argv, int first) {
   if (args.has("--threads") && threads < 1) throw UserError("--threads must be >= 1, got " + std::to_string(threads));
   if (args.has("--dump-grads") && steps < 1) throw UserError("--dump-grads needs at least one step (--steps >= 1)");
   bool quiet = args.has("--quiet");
-  for (const char *opt : {"--log", "--save-weights", "--dump-grads"})
+  for (const char *opt : {"--log", "--save-weights", "--dump-grads", "--timeline"})
     if (args.has(opt)) checkWritable(args.str(opt), opt);
   if (threads > 0) {
     omp_set_num_threads(int(threads));
@@ -309,7 +315,14 @@ int runBody(int argc, char **argv, int first) {
   // Pipeline stages run on the CPU backend (the default backend for them).
   if (backend.empty()) backend = prog.pp == 1 && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
   if (prog.pp > 1 && backend == "cuda") throw UserError(pipelineOnCpuOnly(prog.pp));
+  if (args.has("--timeline") && prog.pp == 1)
+    throw UserError("--timeline draws the measured pipeline diagram of a pipelined program (compiled with --pp); " +
+                    programPath + " has one stage: `bigc inspect --timeline FILE.svg` draws its memory over the step");
+  if (args.has("--timeline") && mpiWorld().first > 1)
+    throw UserError("--timeline: not under mpirun (the stages' clocks are compared in one process); run all ranks in "
+                    "one process");
   if (!args.has("--no-verify")) verifyProgram(prog, programPath, /*validated=*/true); // bigc verify's proof
+  const Program stages = args.has("--timeline") ? prog : Program();                   // the engine takes `prog`
   const double programSeconds = secondsSince(runBegan);
   const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks, tpSize = prog.tp;
   const int64_t dpSize = prog.dp, ppSize = prog.pp;
@@ -426,7 +439,9 @@ int runBody(int argc, char **argv, int first) {
       return 0;
     }
   }
-  const bool profile = args.has("--profile");
+  const bool profile = args.has("--profile") || args.has("--timeline");
+  if (args.has("--timeline") && steps - start < 2)
+    throw UserError("--timeline needs 2 steps or more (--steps; the first warms up, the last is drawn)");
   if (profile) ex.enableProfiling();
 
   std::unique_ptr<LogFile> log;
@@ -593,7 +608,17 @@ int runBody(int argc, char **argv, int first) {
   restoreStopHandlers();
   if (!ckptDir.empty() && lastSaved != ex.stepCount() && ex.stepCount() > start) saveCheckpoint(loss);
 
-  if (profile) printProfile(ex, profiledWall);
+  if (args.has("--profile")) printProfile(ex, profiledWall);
+  if (args.has("--timeline")) {
+    double stepS = 0, bubble = 0;
+    const std::vector<PipelineBlock> blocks =
+        inspect::measuredPipelineBlocks(stages, ex.stageInstructionSpans(), &stepS, &bubble);
+    writeFileAtomic(args.str("--timeline"), inspect::measuredPipelineSvg(stages, programPath, blocks, stepS, bubble));
+    if (!quiet)
+      std::fprintf(stderr,
+                   "bigc run: the pipeline of the last step (measured: step %.2f ms, bubble %.3f) drawn in %s\n",
+                   1e3 * stepS, bubble, args.str("--timeline").c_str());
+  }
   if (args.has("--save-weights")) {
     if (leader)
       safetensors::writeWeights(args.str("--save-weights"), ex);

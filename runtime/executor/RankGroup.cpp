@@ -735,6 +735,13 @@ void RankGroup::resetProfile() {
     for (int s = 1; s < int(rankProgram_.pp); ++s) engines_[size_t(firstRankOf(s))]->resetProfile();
 }
 
+std::vector<std::vector<std::pair<double, double>>> RankGroup::stageInstructionSpans() const {
+  std::vector<std::vector<std::pair<double, double>>> out;
+  if (rankProgram_.pp <= 1 || spansProcesses()) return out;
+  for (int s = 0; s < int(rankProgram_.pp); ++s) out.push_back(engines_[size_t(firstRankOf(s))]->instructionSpans());
+  return out;
+}
+
 std::vector<double> RankGroup::stageBusySeconds() const {
   std::vector<double> out;
   if (rankProgram_.pp <= 1 || comm_->size() != localRanks()) return out;

@@ -293,7 +293,12 @@ void StreamExecutor::runStream(size_t s) {
     if (profiling_ && timedOnHost(op)) {
       auto t0 = std::chrono::steady_clock::now();
       launch(op);
-      opSeconds_[idx] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const auto t1 = std::chrono::steady_clock::now();
+      opSeconds_[idx] += std::chrono::duration<double>(t1 - t0).count();
+      auto sec = [](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double>(t.time_since_epoch()).count();
+      };
+      opSpans_[idx] = {sec(t0), sec(t1)};
     } else {
       launch(op);
     }

@@ -9,7 +9,7 @@
 # update on the weights, bf16 3.2e-4 and 6e-2 (measured differences below). Also: 1F1B holds fewer
 # micro-batches' activations than GPipe on the first stage (the arenas), zero-bubble as many as
 # 1F1B with a smaller bubble, interleaved a smaller bubble, the pipeline on the cost model
-# (inspect's estimate and diagram), a resume across layouts (a pipelined checkpoint is whole
+# (inspect's estimate and diagram), the measured diagram (bigc run --timeline), a resume across layouts (a pipelined checkpoint is whole
 # tensors), and the bad inputs with their messages.
 set -euo pipefail
 BIN=$1
@@ -78,6 +78,18 @@ echo "check_streams: the stages of 4 pipelined programs obey the stream discipli
 "$BIN/bigc" inspect "$d/pp4.bigc" --json > "$d/pp4.json"
 "$BIN/bigc" inspect "$d/pp4_zb.bigc" --json > "$d/pp4_zb.json"
 "$BIN/bigc" inspect "$d/pp4_il.bigc" --json > "$d/pp4_il.json"
+# The measured pipeline (bigc run --timeline: the last of 2 steps, from each stage's timestamps).
+"$BIN/bigc" run "$d/pp4_zb.bigc" --synthetic --steps 2 --timeline "$d/pp4_zb.measured.svg" --quiet
+run_bad() { # pattern, run arguments...: refused before any step, nothing written
+  local pattern=$1; shift
+  if "$BIN/bigc" run "$@" --synthetic --quiet 2> "$d/err"; then echo "FAIL: accepted: bigc run $*"; exit 1; fi
+  grep -q -- "$pattern" "$d/err" || { echo "FAIL: 'bigc run $*' stderr lacks '$pattern':"; cat "$d/err"; exit 1; }
+  [ ! -e "$d/t.svg" ] || { echo "FAIL: 'bigc run $*' wrote $d/t.svg"; exit 1; }
+  echo "ok: bigc run $* -> $(head -n1 "$d/err")"
+}
+run_bad "has one stage: \`bigc inspect --timeline FILE.svg\` draws its memory" "$d/one.bigc" --steps 2 --timeline "$d/t.svg"
+run_bad "needs 2 steps or more" "$d/pp4_zb.bigc" --steps 1 --timeline "$d/t.svg"
+run_bad "cannot write" "$d/pp4_zb.bigc" --steps 2 --timeline "$d/no/such/dir/t.svg"
 
 $PY - "$d" "$HERE" <<'PY'
 import json, sys
@@ -176,6 +188,30 @@ svg = open(f"{d}/pp8.svg").read()
 nf = svg.count(": forward of micro-batch")
 check("pipeline diagram", nf == sum(1 for b in blocks if b[2] == "forward") and "bubble" in svg,
       f"{nf} forward stretches drawn in the timeline SVG")
+# The measured diagram (its first group; the cost model's follows): every stage's forward and W of
+# each of the 8 micro-batches, B on stages 1-3 (stage 0 sends no gradient: its backward is all W),
+# and what messages force whatever the timing: a stage's forward of micro-batch i starts after the
+# stage before it ended its own, its backward (B, or W on stage 0) after the stage after it ended
+# its B (the positions are times on one axis; 0.5 px of rounding allowed).
+import re
+msvg = open(f"{d}/pp4_zb.measured.svg").read()
+first = msvg.split('<g id="pipeline">')[1]
+mspan = {}
+for x, w, s_, kind, mb in re.findall(r'<rect x="([0-9.]+)" y="[0-9.]+" width="([0-9.]+)" height="[0-9.]+" fill="[^"]+">'
+                                    r'<title>stage (\d+): (forward|backward|weight) of micro-batch (\d+)', first):
+    k, a, b = (int(s_), int(mb), kind), float(x), float(x) + float(w)
+    mspan[k] = (min(a, mspan.get(k, (a, b))[0]), max(b, mspan.get(k, (a, b))[1]))
+P4 = 4
+have = all((s_, i, k) in mspan for s_ in range(P4) for i in range(8) for k in ("forward", "weight")) and \
+    all((s_, i, "backward") in mspan for s_ in range(1, P4) for i in range(8))
+causal = have and all(mspan[(s_, i, "forward")][0] >= mspan[(s_ - 1, i, "forward")][1] - 0.5
+                      for s_ in range(1, P4) for i in range(8)) and \
+    all(mspan[(s_, i, "backward" if s_ else "weight")][0] >= mspan[(s_ + 1, i, "backward")][1] - 0.5
+        for s_ in range(P4 - 1) for i in range(8))
+m = re.search(r"step ([0-9.]+ [mu]?s), bubble ([0-9.]+)", first)
+check("measured pipeline", "measured (CPU backend)" in first and have and causal and m is not None,
+      f"{len(mspan)} (stage, micro-batch, kind) stretches of 4 x 8 x 3 - 8 drawn, in the messages' order; "
+      f"step {m.group(1) if m else '?'}, bubble {m.group(2) if m else '?'}")
 for n, ref in [("pp4_fp16", "one_fp16_k8"), ("pp4_fp16mix_zb", "one_fp16mix_k8")]:
     sa = [r["loss_scale"] for r in runlog.losses(f"{d}/{ref}.jsonl")[1]]
     sb = [r["loss_scale"] for r in runlog.losses(f"{d}/{n}.jsonl")[1]]

@@ -83,6 +83,8 @@ struct Instruction {
   std::vector<int64_t> wait;      // indices of earlier instructions on other streams
   std::string phase;              // forward, backward, optimizer ("" unknown)
   bool recompute = false;         // forward work repeated in the backward
+  int64_t microBatch = -1;        // the micro-batch it works on (-1: none, or not recorded)
+  bool weightGrad = false;        // zero-bubble: part of a backward's weight-gradient work (W)
 
   double num(const std::string &key, double dflt) const {
     auto it = attrs.find(key);

@@ -46,6 +46,19 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
 std::string pipelineDiagram(const std::vector<rt::PipelineBlock> &blocks, int64_t stages, int64_t microBatches,
                             const std::string &title, const std::string &subtitle, double y, double *height);
 
+// The pipeline measured by `bigc run --profile --timeline`: `spans` holds, per stage, its (first
+// rank's) instructions' start and end in the last step (steady clock seconds, NaN where not run
+// on the host). The compute stream's instructions become blocks by micro-batch and kind as the
+// cost model's (a gap of more than 50 us, or 0.1% of the step, waiting for a message ends one),
+// times from the earliest start; `*stepSeconds` and `*bubble` (the mean over the stages of idle
+// over busy time, the estimate's definition) are set.
+std::vector<rt::PipelineBlock> measuredPipelineBlocks(const rt::Program &p,
+                                                      const std::vector<std::vector<std::pair<double, double>>> &spans,
+                                                      double *stepSeconds, double *bubble);
+// The measured diagram, and below it the cost model's when the program has one, as an SVG document.
+std::string measuredPipelineSvg(const rt::Program &p, const std::string &path,
+                                const std::vector<rt::PipelineBlock> &blocks, double stepSeconds, double bubble);
+
 // Entry point for `bigc inspect`; argv[first] is the first argument after `inspect`.
 // Returns the exit status; throws rt::UserError on bad input.
 int inspectMain(int argc, char **argv, int first);

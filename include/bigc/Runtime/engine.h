@@ -108,6 +108,11 @@ public:
   virtual void enableProfiling() = 0;
   virtual void resetProfile() = 0;
   virtual std::vector<double> instructionSeconds() const = 0;
+  // Profiling on the host (the CPU backend): each instruction's start and end in the last step, in
+  // seconds of the steady clock (NaN for one not run on the host); none where not recorded.
+  virtual std::vector<std::pair<double, double>> instructionSpans() const { return {}; }
+  // Pipeline stages in one process: instructionSpans of each stage's first rank, by stage.
+  virtual std::vector<std::vector<std::pair<double, double>>> stageInstructionSpans() const { return {}; }
   // Steps profiled since the last reset.
   virtual int64_t profiledSteps() const = 0;
   // A pipelined program's stages measured: per stage, the seconds its compute stream was busy

@@ -109,6 +109,7 @@ public:
   void enableProfiling() override;
   void resetProfile() override;
   std::vector<double> stageBusySeconds() const override;
+  std::vector<std::vector<std::pair<double, double>>> stageInstructionSpans() const override;
   std::vector<double> instructionSeconds() const override { return engines_[0]->instructionSeconds(); }
   int64_t profiledSteps() const override { return engines_[0]->profiledSteps(); }
   void enableNumericsCheck() override {

@@ -11,6 +11,7 @@
 // plus its decoding in decodeOp (op_dims.h). No MLIR, no CUDA here.
 #pragma once
 
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -91,8 +92,12 @@ public:
   const std::map<std::string, std::vector<float>> &capturedGrads() const override { return grads_; }
   void enableNumericsCheck() override { checkNumerics_ = true; }
   void enableProfiling() override;
-  void resetProfile() override { opSeconds_.assign(prog_.instructions.size(), 0.0), profiled_ = 0; }
+  void resetProfile() override {
+    opSeconds_.assign(prog_.instructions.size(), 0.0), profiled_ = 0;
+    opSpans_.assign(prog_.instructions.size(), {std::nan(""), std::nan("")});
+  }
   std::vector<double> instructionSeconds() const override { return opSeconds_; }
+  std::vector<std::pair<double, double>> instructionSpans() const override { return opSpans_; }
   int64_t profiledSteps() const override { return profiled_; }
 
   // Test hooks. The longest an instruction waits for another stream before the step fails with
@@ -191,6 +196,7 @@ protected:
   bool capture_ = false;
   std::map<std::string, std::vector<float>> grads_;
   std::vector<double> opSeconds_;
+  std::vector<std::pair<double, double>> opSpans_; // the last step's, steady clock seconds
   int64_t profiled_ = 0;
   double waitTimeout_ = 300.0;
   int64_t neverFinish_ = -1;
