@@ -342,6 +342,7 @@ Program fromJson(const json &root, const std::string &path, bool top) {
     p.stage = r.integer(pl, "stage", "pipeline");
     p.ppSchedule = r.string(pl, "schedule", "pipeline");
     p.virtualStages = r.integerOr(pl, "virtual_stages", "pipeline", 1);
+    if (pl.contains("split") && !pl["split"].is_null()) p.ppSplit = r.ints(pl, "split", "pipeline");
     const int64_t k = r.integerOr(pl, "micro_batches", "pipeline", p.microBatches);
     if (k != p.microBatches)
       fail(path, "pipeline: micro_batches is " + std::to_string(k) + ", config.micro_batches is " +

@@ -421,6 +421,14 @@ void validateProgram(const Program &p, const std::string &path) {
   if (!schedules.count(p.ppSchedule))
     fail(path, "pipeline: unknown schedule '" + p.ppSchedule + "' (gpipe, 1f1b, interleaved or zero-bubble)");
   if (p.virtualStages < 1) fail(path, "pipeline: virtual_stages must be >= 1, is " + std::to_string(p.virtualStages));
+  if (!p.ppSplit.empty()) {
+    bool ok = int64_t(p.ppSplit.size()) == p.pp * p.virtualStages - 1;
+    for (size_t i = 0; ok && i < p.ppSplit.size(); ++i) ok = p.ppSplit[i] > (i ? p.ppSplit[i - 1] : 0);
+    if (!ok)
+      fail(path,
+           "pipeline: split must hold " + std::to_string(p.pp * p.virtualStages - 1) +
+               " increasing layer numbers above 0 (the first layer of each stage or model chunk after the first)");
+  }
   auto stagePath = [&](int64_t s) { return path + ": stage " + std::to_string(s); };
   for (int64_t s = 1; s < P; ++s) {
     const Program &q = p.stages[size_t(s - 1)];

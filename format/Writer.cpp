@@ -127,6 +127,7 @@ json payloadJson(const Program &p) {
                         {"schedule", p.ppSchedule},
                         {"virtual_stages", p.virtualStages},
                         {"micro_batches", p.microBatches}};
+  if (p.pp > 1 && !p.ppSplit.empty()) root["pipeline"]["split"] = p.ppSplit;
   if (p.pp > 1 && p.pipelineEstimate.present) {
     const PipelineEstimate &pe = p.pipelineEstimate;
     json blocks = json::array();

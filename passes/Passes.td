@@ -432,7 +432,9 @@ def BigcPipeline : Pass<"bigc-pipeline", "::mlir::ModuleOp"> {
       the cost model's time of each stage's forward and backward (the ops
       before the first layer count for stage 0, those after the last for
       stage P-1) by a dynamic program over the boundaries; `split` (the
-      first layer of stages 1..P-1) fixes them by hand.
+      first layer of stages 1..P-1) fixes them by hand (the driver passes
+      a split bounded by each stage's memory that way when the balanced
+      one does not fit the device).
     - An op of layer l runs on l's stage; an op without a layer on the
       latest stage of its operands (the embedding on stage 0, the final
       norm, head and loss on stage P-1); a parameter read (and a fill) on

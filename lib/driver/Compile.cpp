@@ -603,10 +603,11 @@ int compileMain(int argc, char **argv, int first) {
 
   rt::Program program;
   std::string finalIR;
+  std::vector<std::string> notes; // choices of the compiler the user should hear of
   try {
     // The choices the compiler makes before the final pipeline (--offload cpu, --recompute auto).
     makeChoices(*module, opts, haveHw && !args.has("--device-mem"));
-    program = compileToProgram(*module, opts, opts.emitMlir.empty() ? nullptr : &finalIR);
+    program = compileToProgram(*module, opts, opts.emitMlir.empty() ? nullptr : &finalIR, &notes);
   } catch (const InternalError &e) {
     std::fprintf(stderr, "bigc compile: %s; nothing written\n", e.what());
     return 2;
@@ -642,6 +643,7 @@ int compileMain(int argc, char **argv, int first) {
   auto tEnd = std::chrono::steady_clock::now();
 
   if (!quiet) {
+    for (const std::string &n : notes) std::fprintf(stderr, "bigc compile: %s\n", n.c_str());
     auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     std::ostringstream os;
     char ratio[32];

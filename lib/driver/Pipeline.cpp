@@ -24,6 +24,9 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace bigc {
 
 using rt::UserError;
@@ -153,9 +156,181 @@ void checkPipeline(mlir::ModuleOp module, const CompileOptions &o) {
   }
 }
 
+// Pipeline stages: one module per stage from the same training step (bigc-pipeline keeps stage s
+// of it), each planned on its own; the file holds them all.
+rt::Program compileStages(mlir::ModuleOp module, const CompileOptions &o, std::string *finalIR) {
+  rt::Program program;
+  std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stageModules;
+  for (int64_t s = 0; s < o.pp; ++s) {
+    stageModules.emplace_back(llvm::cast<mlir::ModuleOp>(module->clone()));
+    CompileOptions so = o;
+    so.ppStage = s;
+    rt::Program p = planAndEmit(*stageModules.back(), so, finalIR);
+    if (s == 0)
+      program = std::move(p);
+    else
+      program.stages.push_back(std::move(p));
+  }
+  // The config is the step's: the vocabulary of the embedding (stage 0) for every stage.
+  for (rt::Program &sp : program.stages) sp.vocab = program.vocab;
+  estimatePipeline(stageModules, o, program);
+  return program;
+}
+
+int64_t deviceArena(const rt::Program &stage) {
+  const rt::Space *d = stage.space("device");
+  return d ? d->arenaBytes : 0;
+}
+
+// The fullest stage's device arena.
+int64_t fullestArena(const rt::Program &p) {
+  int64_t m = 0;
+  for (int64_t s = 0; s < p.pp; ++s) m = std::max(m, deviceArena(p.stageProgram(s)));
+  return m;
+}
+
+// A split bounded by each stage's memory. The cost model's split balances time, but 1F1B keeps
+// P - s micro-batches of activations on stage s (and the last stage holds the head), so the
+// balanced split may leave a stage over the device while others have room (PipeDream bounds its
+// partition by memory too). With real plans: a second compile with each stage's layer count one
+// more or one fewer gives, per stage, its device arena and its busy time on the cost model as a
+// base plus a cost per layer (the layers of a GPT or LLaMA are alike); a dynamic program over
+// the layer counts then minimises the slowest stage with every stage's arena within the device,
+// and the split it finds is compiled to be sure (a stage still over gets its bound lowered by
+// the excess, up to three times). The result is the fitting program of the least step time on
+// the cost model among those compiled, else the one with the smallest fullest stage. Not for a
+// hand split, nor the interleaved schedule (its chunks share stages).
+rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Program program, std::string *finalIR,
+                          std::vector<std::string> *notes) {
+  const int64_t cap = o.deviceCapacity, P = o.pp;
+  if (cap <= 0 || !o.ppSplit.empty() || o.ppSchedule == mlir::bigc::PpSchedule::Interleaved ||
+      int64_t(program.ppSplit.size()) != P - 1 || fullestArena(program) <= cap ||
+      int64_t(program.pipelineEstimate.busySeconds.size()) != P)
+    return program;
+  int64_t layers = 0;
+  if (auto f = module.lookupSymbol<mlir::func::FuncOp>("train_step"))
+    f.walk([&](mlir::Operation *op) { layers = std::max(layers, mlir::bigc::opLayer(op) + 1); });
+  auto countsOf = [&](const std::vector<int64_t> &split) {
+    std::vector<int64_t> n(static_cast<size_t>(P));
+    for (int64_t s = 0; s < P; ++s)
+      n[size_t(s)] = (s + 1 < P ? split[size_t(s)] : layers) - (s > 0 ? split[size_t(s - 1)] : 0);
+    return n;
+  };
+  auto splitOf = [&](const std::vector<int64_t> &n) {
+    std::vector<int64_t> split;
+    for (int64_t s = 0, at = 0; s + 1 < P; ++s) split.push_back(at += n[size_t(s)]);
+    return split;
+  };
+  auto splitStr = [](const std::vector<int64_t> &s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+    return out;
+  };
+  struct Tried {
+    rt::Program program;
+    std::string ir;
+  };
+  std::vector<Tried> tried;
+  tried.reserve(8); // the balanced split, the probe, up to three more: references stay valid
+  tried.push_back({std::move(program), finalIR ? *finalIR : std::string()});
+  auto compileSplit = [&](const std::vector<int64_t> &split) -> const rt::Program & {
+    CompileOptions t = o;
+    t.ppSplit = split;
+    std::string ir;
+    rt::Program p = compileStages(module, t, finalIR ? &ir : nullptr);
+    tried.push_back({std::move(p), std::move(ir)});
+    return tried.back().program;
+  };
+  const rt::Program &balanced = tried[0].program;
+  const std::vector<int64_t> n0 = countsOf(balanced.ppSplit);
+  // The probe: the first half of the stages one layer more, the last half one fewer (the middle
+  // stage of an odd count as it is).
+  std::vector<int64_t> n1 = n0;
+  for (int64_t s = 0; s < P / 2; ++s) ++n1[size_t(s)], --n1[size_t(P - 1 - s)];
+  bool probeOk = true;
+  for (int64_t c : n1) probeOk = probeOk && c >= 1;
+  if (probeOk) {
+    const rt::Program &probe = compileSplit(splitOf(n1));
+    // Per stage: arena = aBase + n * aLayer, busy = tBase + n * tLayer.
+    std::vector<double> aLayer(static_cast<size_t>(P)), tLayer(aLayer), aBase(aLayer), tBase(aLayer);
+    for (int64_t s = 0; s < P; ++s)
+      if (n1[size_t(s)] != n0[size_t(s)]) {
+        const double dn = double(n1[size_t(s)] - n0[size_t(s)]);
+        aLayer[size_t(s)] = double(deviceArena(probe.stageProgram(s)) - deviceArena(balanced.stageProgram(s))) / dn;
+        tLayer[size_t(s)] =
+            (probe.pipelineEstimate.busySeconds[size_t(s)] - balanced.pipelineEstimate.busySeconds[size_t(s)]) / dn;
+      }
+    if (P % 2 == 1) { // the middle stage: its neighbours' mean
+      const size_t m = size_t(P / 2);
+      aLayer[m] = (aLayer[m - 1] + aLayer[m + 1]) / 2, tLayer[m] = (tLayer[m - 1] + tLayer[m + 1]) / 2;
+    }
+    for (int64_t s = 0; s < P; ++s) {
+      aBase[size_t(s)] = double(deviceArena(balanced.stageProgram(s))) - double(n0[size_t(s)]) * aLayer[size_t(s)];
+      tBase[size_t(s)] = balanced.pipelineEstimate.busySeconds[size_t(s)] - double(n0[size_t(s)]) * tLayer[size_t(s)];
+    }
+    std::vector<double> bound(static_cast<size_t>(P), double(cap));
+    for (int round = 0; round < 3; ++round) {
+      // best[s][j]: the slowest of stages 0..s-1 covering layers [0, j), every arena within its bound.
+      const double inf = std::numeric_limits<double>::infinity();
+      std::vector<std::vector<double>> best(size_t(P) + 1, std::vector<double>(size_t(layers) + 1, inf));
+      std::vector<std::vector<int64_t>> from(size_t(P) + 1, std::vector<int64_t>(size_t(layers) + 1, -1));
+      best[0][0] = 0;
+      for (int64_t s = 1; s <= P; ++s)
+        for (int64_t j = s; j <= layers; ++j)
+          for (int64_t i = s - 1; i < j; ++i) {
+            if (best[size_t(s - 1)][size_t(i)] == inf) continue;
+            const double n = double(j - i);
+            if (aBase[size_t(s - 1)] + n * aLayer[size_t(s - 1)] > bound[size_t(s - 1)]) continue;
+            const double t = std::max(best[size_t(s - 1)][size_t(i)], tBase[size_t(s - 1)] + n * tLayer[size_t(s - 1)]);
+            if (t < best[size_t(s)][size_t(j)]) best[size_t(s)][size_t(j)] = t, from[size_t(s)][size_t(j)] = i;
+          }
+      if (best[size_t(P)][size_t(layers)] == inf) break; // no split fits on the model
+      std::vector<int64_t> n(static_cast<size_t>(P));
+      for (int64_t s = P, j = layers; s > 0; --s) {
+        const int64_t i = from[size_t(s)][size_t(j)];
+        n[size_t(s - 1)] = j - i, j = i;
+      }
+      const std::vector<int64_t> split = splitOf(n);
+      bool seen = false;
+      for (const Tried &t : tried) seen = seen || t.program.ppSplit == split;
+      if (seen) break;
+      const rt::Program &p = compileSplit(split);
+      if (fullestArena(p) <= cap) break;
+      for (int64_t s = 0; s < P; ++s) // a stage over: its bound lowered by the excess
+        if (deviceArena(p.stageProgram(s)) > cap) bound[size_t(s)] -= double(deviceArena(p.stageProgram(s)) - cap);
+    }
+  }
+  // The fitting program of the least step on the cost model, else the smallest fullest stage.
+  size_t pick = 0;
+  auto better = [&](const rt::Program &a, const rt::Program &b) {
+    const bool fa = fullestArena(a) <= cap, fb = fullestArena(b) <= cap;
+    if (fa != fb) return fa;
+    return fa ? a.pipelineEstimate.stepSeconds < b.pipelineEstimate.stepSeconds : fullestArena(a) < fullestArena(b);
+  };
+  for (size_t i = 1; i < tried.size(); ++i)
+    if (better(tried[i].program, tried[pick].program)) pick = i;
+  if (pick == 0) return std::move(tried[0].program);
+  if (finalIR) *finalIR = tried[pick].ir;
+  if (notes) {
+    char buf[640];
+    std::snprintf(buf, sizeof buf,
+                  "--pp %lld: split %s by memory instead of the time-balanced %s (its fullest stage %.2f MiB over the "
+                  "device's %.2f MiB): fullest stage %.2f MiB, step on the cost model %.3g ms instead of %.3g ms "
+                  "(%zu splits compiled)",
+                  (long long)P, splitStr(tried[pick].program.ppSplit).c_str(), splitStr(balanced.ppSplit).c_str(),
+                  double(fullestArena(balanced)) / 1048576.0, double(cap) / 1048576.0,
+                  double(fullestArena(tried[pick].program)) / 1048576.0,
+                  1e3 * tried[pick].program.pipelineEstimate.stepSeconds, 1e3 * balanced.pipelineEstimate.stepSeconds,
+                  tried.size());
+    notes->push_back(buf);
+  }
+  return std::move(tried[pick].program);
+}
+
 } // namespace
 
-rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR) {
+rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR,
+                             std::vector<std::string> *notes) {
   mlir::OwningOpRef<mlir::ModuleOp> owned(llvm::cast<mlir::ModuleOp>(parsed->clone()));
   mlir::ModuleOp module = *owned;
   runStage(module, o, mlir::bigc::TrainStage::Model, "build the training step");
@@ -165,22 +340,10 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std
     if (o.pp <= 1) {
       program = planAndEmit(module, o, finalIR);
     } else {
-      // Pipeline stages: one module per stage from the same training step (bigc-pipeline keeps
-      // stage s of it), each planned on its own; the file holds them all.
-      std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stageModules;
-      for (int64_t s = 0; s < o.pp; ++s) {
-        stageModules.emplace_back(llvm::cast<mlir::ModuleOp>(module->clone()));
-        CompileOptions so = o;
-        so.ppStage = s;
-        rt::Program p = planAndEmit(*stageModules.back(), so, finalIR);
-        if (s == 0)
-          program = std::move(p);
-        else
-          program.stages.push_back(std::move(p));
-      }
-      // The config is the step's: the vocabulary of the embedding (stage 0) for every stage.
-      for (rt::Program &sp : program.stages) sp.vocab = program.vocab;
-      estimatePipeline(stageModules, o, program);
+      std::string ir;
+      program =
+          boundByMemory(module, o, compileStages(module, o, finalIR ? &ir : nullptr), finalIR ? &ir : nullptr, notes);
+      if (finalIR) *finalIR += ir;
     }
     rt::validateProgram(program, o.output);
     std::vector<std::string> issues = rt::verifyPlan(program, 3);

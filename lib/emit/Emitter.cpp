@@ -536,6 +536,8 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
     if (auto st = pipe.getAs<IntegerAttr>("stage")) p.stage = st.getInt();
     if (auto sc = pipe.getAs<StringAttr>("schedule")) p.ppSchedule = sc.getValue().str();
     if (auto v = pipe.getAs<IntegerAttr>("virtual_stages")) p.virtualStages = v.getInt();
+    if (auto sp = pipe.getAs<DenseI64ArrayAttr>("split"))
+      p.ppSplit.assign(sp.asArrayRef().begin(), sp.asArrayRef().end());
   }
   if (auto z = module->getAttrOfType<IntegerAttr>(bigcd::kZeroAttrName)) p.zero = z.getInt();
   p.sequenceParallel = module->hasAttr(bigcd::kSequenceParallelAttrName);

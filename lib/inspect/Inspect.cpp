@@ -349,6 +349,12 @@ std::string pipelineText(const rt::Program &top, int64_t rank) {
   o << "pipeline: " << top.pp << " stages (" << top.ppSchedule << ", " << top.microBatches
     << " micro-batches), ranks = dp " << top.dp << " x tp " << top.tp << " x pp " << top.pp << "; rank " << rank
     << " runs stage " << rank / per << " (reported below; --rank R for another)\n";
+  if (!top.ppSplit.empty()) {
+    o << "  split: the first layer of " << (top.virtualStages > 1 ? "model chunks 1.." : "stages 1..")
+      << top.ppSplit.size() << " is";
+    for (size_t i = 0; i < top.ppSplit.size(); ++i) o << (i ? ", " : " ") << top.ppSplit[i];
+    o << "\n";
+  }
   for (const StageSummary &x : stageSummaries(top)) {
     o << "  stage " << x.stage << ": ranks " << x.firstRank << ".." << x.lastRank;
     for (const auto &[name, bytes] : x.arenas) o << ", " << name << " arena " << humanBytes(bytes);
@@ -371,6 +377,7 @@ json pipelineJson(const rt::Program &top, int64_t rank) {
   j["stages"] = top.pp;
   j["schedule"] = top.ppSchedule;
   j["virtual_stages"] = top.virtualStages;
+  j["split"] = top.ppSplit;
   j["stage_of_rank"] = rank / std::max<int64_t>(1, top.dp * top.tp);
   json list = json::array();
   for (const StageSummary &x : stageSummaries(top)) {

@@ -59,8 +59,11 @@ struct InternalError : std::runtime_error {
 // emitted, validated program. Throws rt::UserError when the model or the options are wrong
 // (diagnostics already printed) and InternalError on internal errors. The passes are those of
 // mlir::bigc::buildTrainPipeline (bigc-opt --bigc-train-pipeline). `finalIR`, when given,
-// receives the module after the last pass. Defined in Pipeline.cpp.
-rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR = nullptr);
+// receives the module after the last pass. A pipeline whose balanced split leaves a stage over the
+// device capacity gets a split bounded by memory when one fits better; `notes`, when given,
+// receives a line saying so. Defined in Pipeline.cpp.
+rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR = nullptr,
+                             std::vector<std::string> *notes = nullptr);
 
 // The whole front end and pipeline on model text held in memory (`name` for diagnostics): parse,
 // verify, check @forward's interface, compile with `o` (--recompute auto and --offload-params

@@ -167,6 +167,7 @@ struct Program {
   int64_t stage = 0;
   std::string ppSchedule;
   int64_t virtualStages = 1;
+  std::vector<int64_t> ppSplit; // the first layer of each stage (model chunk) after the first
   std::vector<Program> stages;
   PipelineEstimate pipelineEstimate; // top program only
   const Program &stageProgram(int64_t s) const { return s == 0 ? *this : stages.at(size_t(s - 1)); }
