@@ -129,9 +129,11 @@ LogicalResult ParamOp::verify() {
     return emitOpError("role must be \"param\", \"master\", "
                        "\"optimizer\" or \"transfer\", got \"")
            << role << "\"";
-  if ((role == "master" || role == "optimizer") && !getTensorType().getElementType().isF32())
+  // (AdamW moments may be bf16: --optimizer-states bf16; the adamw op checks its moments.)
+  Type et = getTensorType().getElementType();
+  if ((role == "master" && !et.isF32()) || (role == "optimizer" && !et.isF32() && !et.isBF16()))
     return emitOpError("a parameter of role \"") << role << "\" must be f32 (fp32 master weights and optimizer "
-                                                 << "states), got " << getTensorType().getElementType();
+                                                 << "states; AdamW moments may be bf16), got " << et;
   return success();
 }
 
@@ -183,15 +185,19 @@ static LogicalResult checkScalarF32Param(Operation *op, SymbolTableCollection &s
 LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbols) {
   std::pair<FlatSymbolRefAttr, StringRef> refs[] = {
       {getParamAttr(), "param"}, {getExpAvgAttr(), "exp_avg"}, {getExpAvgSqAttr(), "exp_avg_sq"}};
+  Type momentType;
   for (auto [ref, what] : refs) {
     FailureOr<ParamOp> p = lookupParam(getOperation(), symbols, ref, what);
     if (failed(p)) return failure();
     if (p->getTensorType().getShape() != shapeOf(getGrad()))
       return emitOpError() << what << " " << ref << " has shape " << str(p->getTensorType().getShape())
                            << " but the gradient has shape " << str(shapeOf(getGrad()));
-    if (what != "param" && !p->getTensorType().getElementType().isF32())
-      return emitOpError() << what << " " << ref << " must be f32 (AdamW moments are kept in fp32), "
-                           << "got " << p->getTensorType().getElementType();
+    Type et = p->getTensorType().getElementType();
+    if (what != "param" && !et.isF32() && !et.isBF16())
+      return emitOpError() << what << " " << ref << " must be f32 or bf16 (--optimizer-states), got " << et;
+    if (what != "param" && momentType && et != momentType)
+      return emitOpError() << "exp_avg and exp_avg_sq must have one type, got " << momentType << " and " << et;
+    if (what != "param") momentType = et;
   }
   if (FlatSymbolRefAttr half = getHalfAttr()) {
     FailureOr<ParamOp> h = lookupParam(getOperation(), symbols, half, "half");

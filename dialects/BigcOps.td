@@ -108,7 +108,9 @@ def Bigc_AdamWOp : Bigc_Op<"adamw", [
   let description = [{
     PyTorch AdamW (see docs/program-format.md). Reads and writes the
     parameter `param` and its moments `exp_avg`, `exp_avg_sq` (all three
-    `bigc.param` symbols with the shape of `grad`; the moments f32).
+    `bigc.param` symbols with the shape of `grad`; the moments f32, or both
+    bf16 with --optimizer-states bf16: read into fp32, updated in fp32,
+    stored rounded to the nearest even).
     Optional operands (version 2; each one's presence is the flag of the
     program's instruction):
 

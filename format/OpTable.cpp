@@ -64,8 +64,8 @@ const OpSignature *findOpSignature(const std::string &name) {
 }
 
 // Which dtypes an operand may have (format doc, "Dtypes"): ids are i32; statistics (layernorm
-// mean/rstd, attention lse), scalars (loss, dloss, norms, flags, loss scale), AdamW's master weight,
-// moments and optional scalars are f32; other floating-point tensors f32, bf16 or f16.
+// mean/rstd, attention lse), scalars (loss, dloss, norms, flags, loss scale), AdamW's master weight
+// and optional scalars are f32, its moments f32 or bf16; other floating-point tensors f32, bf16 or f16.
 OperandType operandType(OpKind k, bool isIn, size_t j) {
   using Want = OperandType;
   switch (k) {
@@ -84,7 +84,9 @@ OperandType operandType(OpKind k, bool isIn, size_t j) {
   case OpKind::GlobalNorm:
   case OpKind::CheckFinite: return isIn ? Want::Float : Want::F32;
   case OpKind::LossScaleUpdate: return Want::F32;
-  case OpKind::AdamW: return isIn ? (j == 1 ? Want::Float : Want::F32) : (j == 3 ? Want::Float : Want::F32);
+  // (the moments, in 2-3 and out 1-2: f32, or both bf16; the validator checks the pair)
+  case OpKind::AdamW:
+    return isIn ? (j == 1 || j == 2 || j == 3 ? Want::Float : Want::F32) : (j >= 1 && j <= 3 ? Want::Float : Want::F32);
   case OpKind::Copy:
   case OpKind::Reshape:
   case OpKind::Send:

@@ -157,8 +157,9 @@ void validateStage(const Program &p, const std::string &path) {
       if (b.init.kind == "fill" && !std::isfinite(b.init.value))
         fail(path, where + ": init value must be a finite number");
       if (b.dtype == DType::I32) fail(path, where + ": a " + b.role + " buffer must be f32, bf16 or f16, not i32");
-      if (b.role != "param" && b.dtype != DType::F32)
-        fail(path, where + ": " + b.role + " buffers (fp32 weights of record, AdamW moments) must be f32, not " +
+      if (b.role != "param" && b.dtype != DType::F32 && !(b.role == "optimizer" && b.dtype == DType::BF16))
+        fail(path, where + ": " + b.role +
+                       " buffers (fp32 weights of record, AdamW moments) must be f32 (moments: or bf16), not " +
                        dtypeName(b.dtype));
     } else if (!b.init.kind.empty()) {
       fail(path, where + ": only param, master and optimizer buffers take an init");
@@ -263,6 +264,13 @@ void validateStage(const Program &p, const std::string &path) {
       if (ins.in.size() != nIn)
         v.bad("expects " + std::to_string(nIn) + " inputs [" + names + "] by its attributes, has " +
               std::to_string(ins.in.size()) + " (set clip, unscale, skip_on_overflow to match the optional operands)");
+      auto known = [&](int64_t id) { return id >= 0 && id < int64_t(p.buffers.size()); };
+      if (ins.in.size() >= 4 && known(ins.in[2]) && known(ins.in[3])) { // (ids out of range: below)
+        const DType m = p.buffers.at(size_t(ins.in[2])).dtype, vv = p.buffers.at(size_t(ins.in[3])).dtype;
+        if (!((m == DType::F32 && vv == DType::F32) || (m == DType::BF16 && vv == DType::BF16)))
+          v.bad(std::string("the moments m and v must be both f32 or both bf16, are ") + dtypeName(m) + " and " +
+                dtypeName(vv));
+      }
       size_t nOut = ins.flag("write_half") ? 4 : 3;
       if (ins.out.size() != nOut)
         v.bad("expects " + std::to_string(nOut) + " outputs [param, m, v" + (nOut == 4 ? ", half (write_half)" : "") +

@@ -161,7 +161,8 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module, const AdamWConfig &con
       if (Operation *clash = module.lookupSymbol(name))
         return clash->emitError("bigc-autodiff: the optimizer state symbol @\"") << name << "\" already exists";
     RankedTensorType pt = p.getTensorType();
-    auto stateType = RankedTensorType::get(pt.getShape(), Float32Type::get(ctx));
+    auto stateType = RankedTensorType::get(pt.getShape(), config.bf16States ? Type(BFloat16Type::get(ctx))
+                                                                            : Type(Float32Type::get(ctx)));
     mb.setInsertionPointAfter(p);
     const Location ploc = p.getLoc(); // (a structured binding cannot be captured before C++20)
     ParamOp param = p;
@@ -198,6 +199,11 @@ struct BigcAutodiffPass : public mlir::bigc::impl::BigcAutodiffBase<BigcAutodiff
     config.eps = eps;
     config.weightDecay = weightDecay;
     config.gradClip = gradClip;
+    if (optimizerStates != "fp32" && optimizerStates != "bf16") {
+      getOperation().emitError("--optimizer-states ") << std::string(optimizerStates) << ": use fp32 or bf16";
+      return signalPassFailure();
+    }
+    config.bf16States = optimizerStates == "bf16";
     if (failed(buildTrainStep(getOperation(), config))) signalPassFailure();
   }
 };

@@ -83,6 +83,8 @@ def BigcAutodiff : Pass<"bigc-autodiff", "::mlir::ModuleOp"> {
            "AdamW weight decay, applied to parameters of rank >= 2 only">,
     Option<"gradClip", "grad-clip", "double", /*default=*/"0.0",
            "Clip the global gradient norm to this value (0: no clipping)">,
+    Option<"optimizerStates", "optimizer-states", "std::string", /*default=*/"\"fp32\"",
+           "The AdamW moments' type: fp32, or bf16 (updated in fp32 registers, stored rounded to nearest even)">,
   ];
 }
 

@@ -65,6 +65,7 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
     ao.eps = o.adamw.eps;
     ao.weightDecay = o.adamw.weightDecay;
     ao.gradClip = o.adamw.gradClip;
+    ao.optimizerStates = o.adamw.bf16States ? "bf16" : "fp32";
     pm.addPass(createBigcAutodiff(ao));
     return;
   }

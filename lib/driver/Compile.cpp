@@ -239,6 +239,13 @@ const Flag kFlags[] = {
      [](CompileOptions &o, const Value &v) {
        if (!((o.adamw.weightDecay = v.number()) >= 0)) v.fail("must be >= 0, got " + v.text());
      }},
+    {"--optimizer-states", true, "--optimizer-states fp32|bf16",
+     "the AdamW moments' type (default fp32); bf16 halves their bytes (updated in fp32, stored rounded)",
+     [](CompileOptions &o, const Value &v) {
+       const std::string t = v.text();
+       if (t != "fp32" && t != "bf16") v.fail("must be fp32 or bf16, got " + t);
+       o.adamw.bf16States = t == "bf16";
+     }},
     {"--grad-clip", true, "--grad-clip F", "clip the global gradient norm to F (0: no clipping)",
      [](CompileOptions &o, const Value &v) {
        if (!((o.adamw.gradClip = v.number()) >= 0)) v.fail("must be >= 0 (0: no clipping), got " + v.text());

@@ -221,8 +221,8 @@ bool runOptimizerOpOnHost(OpKind kind, const OpDims &d, const std::vector<void *
     CpuAdamArgs a = d.adam;
     a.gradScale = float(c * inv);
     a.step = updates + 1;
-    cpuAdamW(static_cast<float *>(out[0]), in[1], inT[1], static_cast<float *>(out[1]), static_cast<float *>(out[2]),
-             d.writeHalf ? out[3] : nullptr, d.writeHalf ? outT[3] : DType::F32, d.n, a);
+    cpuAdamWStates(static_cast<float *>(out[0]), in[1], inT[1], out[1], out[2], outT[1], d.writeHalf ? out[3] : nullptr,
+                   d.writeHalf ? outT[3] : DType::F32, d.n, a);
     return true;
   }
   case OpKind::CheckFinite: {

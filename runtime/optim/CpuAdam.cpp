@@ -375,6 +375,49 @@ void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v
   }
 }
 
+void cpuAdamWStates(float *param, const void *grad, DType gradType, void *m, void *v, DType stateType, void *half,
+                    DType halfType, int64_t n, const CpuAdamArgs &a) {
+  if (stateType == DType::F32)
+    return cpuAdamW(param, grad, gradType, static_cast<float *>(m), static_cast<float *>(v), half, halfType, n, a);
+  if (stateType != DType::BF16)
+    throw UserError(std::string("cpu adamw: unsupported moment dtype ") + typeName(stateType) + " (f32 or bf16)");
+  if (n < 0) throw UserError("cpu adamw: negative element count " + std::to_string(n));
+  if (a.step < 1) throw UserError("cpu adamw: step counter must be >= 1, got " + std::to_string(a.step));
+  RangeFn fn = pick(currentIsa(), gradType, half != nullptr, halfType);
+  if (!fn) throw UserError("cpu adamw: unsupported dtype (gradients and the half copy are f32, bf16 or f16)");
+  if (n == 0) return;
+  if (!param || !grad || !m || !v) throw UserError("cpu adamw: null buffer");
+  const Consts c = adamWConsts(a);
+  const int64_t gs = dtypeSize(gradType), hs = half ? dtypeSize(halfType) : 0;
+  auto range = [&](int64_t lo, int64_t hi) {
+    constexpr int64_t kPiece = 2048;
+    alignas(64) float mf[kPiece], vf[kPiece];
+    for (int64_t at = lo; at < hi; at += kPiece) {
+      const int64_t len = std::min(kPiece, hi - at);
+      uint16_t *mb = static_cast<uint16_t *>(m) + at, *vb = static_cast<uint16_t *>(v) + at;
+      convert(mb, DType::BF16, mf, DType::F32, len);
+      convert(vb, DType::BF16, vf, DType::F32, len);
+      fn(param + at, static_cast<const char *>(grad) + at * gs, mf, vf,
+         half ? static_cast<char *>(half) + at * hs : nullptr, 0, len, c);
+      convert(mf, DType::F32, mb, DType::BF16, len);
+      convert(vf, DType::F32, vb, DType::BF16, len);
+    }
+  };
+  int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (n < kSerialBelow || threads <= 1) {
+    range(0, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    int64_t blocks = (n + 63) / 64;
+    int64_t lo = std::min(n, blocks * tid / nt * 64);
+    int64_t hi = std::min(n, blocks * (tid + 1) / nt * 64);
+    if (lo < hi) range(lo, hi);
+  }
+}
+
 const char *cpuAdamIsa() {
   switch (currentIsa()) {
   case kAvx512: return "avx512";

@@ -563,7 +563,7 @@ bigc.param @h : tensor<4xbf16> {init = "copy", source = "w"}
 
 // -----
 
-// expected-error@+1 {{a parameter of role "master" must be f32 (fp32 master weights and optimizer states), got 'bf16'}}
+// expected-error@+1 {{a parameter of role "master" must be f32 (fp32 master weights and optimizer states; AdamW moments may be bf16), got 'bf16'}}
 bigc.param @w : tensor<8xbf16> {init = "ones", role = "master"}
 
 // -----
@@ -655,12 +655,29 @@ func.func @f(%found: tensor<f32>) {
 // -----
 
 bigc.param @p : tensor<8xf32> {init = "ones", role = "master"}
-bigc.param @m : tensor<8xbf16> {init = "zeros", role = "param"}
+bigc.param @m : tensor<8xf16> {init = "zeros", role = "param"}
 func.func @f(%g: tensor<8xbf16>) {
-  // expected-error@+1 {{exp_avg @m must be f32 (AdamW moments are kept in fp32), got 'bf16'}}
+  // expected-error@+1 {{exp_avg @m must be f32 or bf16 (--optimizer-states), got 'f16'}}
   bigc.adamw %g {param = @p, exp_avg = @m, exp_avg_sq = @m, lr = 3.0e-4, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-8, weight_decay = 0.0} : tensor<8xbf16>
   return
 }
+
+// -----
+
+// --optimizer-states bf16 keeps both moments bf16; one of each is refused.
+bigc.param @p : tensor<8xf32> {init = "ones", role = "master"}
+bigc.param @m : tensor<8xbf16> {init = "zeros", role = "optimizer"}
+bigc.param @v : tensor<8xf32> {init = "zeros", role = "optimizer"}
+func.func @f(%g: tensor<8xbf16>) {
+  // expected-error@+1 {{exp_avg and exp_avg_sq must have one type, got 'bf16' and 'f32'}}
+  bigc.adamw %g {param = @p, exp_avg = @m, exp_avg_sq = @v, lr = 3.0e-4, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-8, weight_decay = 0.0} : tensor<8xbf16>
+  return
+}
+
+// -----
+
+// expected-error@+1 {{a parameter of role "optimizer" must be f32 (fp32 master weights and optimizer states; AdamW moments may be bf16), got 'f16'}}
+bigc.param @o : tensor<8xf16> {init = "zeros", role = "optimizer"}
 
 // -----
 

@@ -397,3 +397,59 @@ TEST(CpuAdam, BadArgumentsAreUserErrors) {
   EXPECT_NO_THROW(rt::cpuAdamW(&p, &g, DType::F32, &m, &v, nullptr, DType::F32, 0, a));
   EXPECT_EQ(p, 1.0f);
 }
+
+// --optimizer-states bf16: cpuAdamWStates with bf16 moments equals, bit for bit, the fp32 update
+// of the moments widened from bf16 followed by a round to the nearest even bf16 (rounded here in
+// double, independently of the library's conversion), for the parameter, the moments and the
+// half copy, over several steps, on the serial path and the OpenMP path (odd lengths, pieces of
+// 2048 and thread boundaries), every instruction set the machine has.
+TEST(CpuAdam, Bf16MomentsAreTheFp32UpdateRounded) {
+  auto toBf16 = [](double x) {
+    float f = float(x);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return uint16_t(u >> 16); // x is already a bf16 value
+  };
+  auto fromBf16 = [](uint16_t b) {
+    uint32_t u = uint32_t(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  for (const std::string &isa : isas())
+    for (size_t n : {size_t(5000), size_t((1u << 17) + 7)}) {
+      ASSERT_TRUE(rt::cpuAdamForceIsa(isa.c_str())) << isa;
+      std::mt19937 rng(7);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> p(n), pRef(n), g(n), mf(n), vf(n);
+      std::vector<uint16_t> m(n), v(n), half(n), halfRef(n);
+      for (size_t i = 0; i < n; ++i) p[i] = pRef[i] = nd(rng);
+      rt::CpuAdamArgs a;
+      a.lr = 1e-2f, a.beta1 = 0.9f, a.beta2 = 0.95f, a.eps = 1e-8f, a.weightDecay = 0.1f;
+      for (int64_t t = 1; t <= 4; ++t) {
+        for (size_t i = 0; i < n; ++i) g[i] = nd(rng) * 1e-2f;
+        a.step = t;
+        for (size_t i = 0; i < n; ++i) mf[i] = fromBf16(m[i]), vf[i] = fromBf16(v[i]);
+        rt::cpuAdamW(pRef.data(), g.data(), DType::F32, mf.data(), vf.data(), halfRef.data(), DType::BF16,
+                     int64_t(n), a);
+        rt::cpuAdamWStates(p.data(), g.data(), DType::F32, m.data(), v.data(), DType::BF16, half.data(), DType::BF16,
+                           int64_t(n), a);
+        size_t bad = 0;
+        for (size_t i = 0; i < n && bad < 5; ++i) {
+          const uint16_t wm = toBf16(roundBf16(mf[i])), wv = toBf16(roundBf16(vf[i]));
+          if (p[i] != pRef[i] || m[i] != wm || v[i] != wv || half[i] != halfRef[i]) {
+            ++bad;
+            ADD_FAILURE() << isa << " n=" << n << " step " << t << " i=" << i << ": p " << p[i] << " vs " << pRef[i]
+                          << ", m " << fromBf16(m[i]) << " vs " << fromBf16(wm) << ", v " << fromBf16(v[i]) << " vs "
+                          << fromBf16(wv);
+          }
+        }
+        for (size_t i = 0; i < n; ++i) p[i] = pRef[i]; // the next step from the same parameters
+      }
+    }
+  rt::cpuAdamForceIsa("");
+  float p = 1, g = 0;
+  uint16_t m = 0, v = 0;
+  rt::CpuAdamArgs a;
+  EXPECT_THROW(rt::cpuAdamWStates(&p, &g, DType::F32, &m, &v, DType::F16, nullptr, DType::F32, 1, a), rt::UserError);
+}

@@ -33,6 +33,7 @@ struct AdamWConfig {
   double eps = 1e-8;
   double weightDecay = 0.1; ///< applied to parameters of rank >= 2 only
   double gradClip = 0.0;    ///< > 0: clip the global gradient norm
+  bool bf16States = false;  ///< the moments kept in bf16 (updated in fp32; --optimizer-states bf16)
 };
 
 enum class Precision { FP32, BF16, FP16 };

@@ -59,6 +59,13 @@ AdamWConsts adamWConsts(const CpuAdamArgs &a);
 void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v, void *half, DType halfType, int64_t n,
               const CpuAdamArgs &a);
 
+// The same with the moments m, v of `stateType` F32 (cpuAdamW) or BF16 (--optimizer-states bf16):
+// each thread's range in pieces of 2048 elements, the moments widened to fp32 (exactly), updated
+// by the fp32 code above, and stored rounded to the nearest even bf16; the bytes moved per element
+// are those of bf16 moments.
+void cpuAdamWStates(float *param, const void *grad, DType gradType, void *m, void *v, DType stateType, void *half,
+                    DType halfType, int64_t n, const CpuAdamArgs &a);
+
 // Which vector code cpuAdamW uses on this machine: "avx512", "avx2" or "scalar".
 const char *cpuAdamIsa();
 

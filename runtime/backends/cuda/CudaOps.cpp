@@ -287,6 +287,11 @@ void CudaEngine::bindKernel(Op &op) {
     op.host = optimizerOnHost;
     break;
   case OpKind::AdamW:
+    if (op.outType[1] != DType::F32 && op.ins->stream != "host")
+      throw UserError("adamw at " + op.ins->loc +
+                      ": bf16 optimizer states (--optimizer-states bf16) are updated on the host in this version (the "
+                      "CPU backend, or --offload cpu on a GPU); compile with --optimizer-states fp32 for the GPU's "
+                      "AdamW");
     op.gpu = [this](Op &o, cudaStream_t s, void *) {
       if (o.capture)
         BIGC_CK(cudaMemcpyAsync(o.capture, o.in[1], size_t(prog_.buffers[size_t(o.ins->in[1])].bytes),
