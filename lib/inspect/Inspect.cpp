@@ -995,6 +995,18 @@ std::string pipelineDiagram(const std::vector<rt::PipelineBlock> &blocks, int64_
   return o.str();
 }
 
+namespace {
+// An SVG document's opening: the header, the <svg> element (W x H) and a white background.
+std::string svgOpen(double W, double H) {
+  std::ostringstream o;
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << num(H) << "\" viewBox=\"0 0 " << W
+    << " " << num(H) << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
+  o << "<rect x=\"0\" y=\"0\" width=\"" << W << "\" height=\"" << num(H) << "\" fill=\"white\"/>\n";
+  return o.str();
+}
+} // namespace
+
 std::vector<rt::PipelineBlock> measuredPipelineBlocks(const rt::Program &p,
                                                       const std::vector<std::vector<std::pair<double, double>>> &spans,
                                                       double *stepSeconds, double *bubble) {
@@ -1068,12 +1080,7 @@ std::string measuredPipelineSvg(const rt::Program &p, const std::string &path,
     h2 += 10;
   }
   std::ostringstream o;
-  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << num(h1 + h2)
-    << "\" viewBox=\"0 0 " << W << " " << num(h1 + h2)
-    << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
-  o << "<rect x=\"0\" y=\"0\" width=\"" << W << "\" height=\"" << num(h1 + h2) << "\" fill=\"white\"/>\n";
-  o << measured << model << "</svg>\n";
+  o << svgOpen(W, h1 + h2) << measured << model << "</svg>\n";
   return o.str();
 }
 
@@ -1103,12 +1110,7 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
                               0, &diagramH);
   }
   std::ostringstream o;
-  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << num(H + diagramH)
-    << "\" viewBox=\"0 0 " << W << " " << num(H + diagramH)
-    << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
-  o << "<rect x=\"0\" y=\"0\" width=\"" << W << "\" height=\"" << num(H + diagramH) << "\" fill=\"white\"/>\n";
-  o << diagram;
+  o << svgOpen(W, H + diagramH) << diagram;
   if (diagramH > 0) o << "<g transform=\"translate(0," << num(diagramH) << ")\">\n";
   o << "<text x=\"" << left
     << "\" y=\"22\" font-size=\"16\" font-weight=\"bold\">Memory over one step: " << xmlEscape(path) << "</text>\n";

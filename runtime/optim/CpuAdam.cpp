@@ -323,6 +323,25 @@ double asWritten(float x) {
 // Below this many elements one thread does it all (a parallel region costs a few microseconds).
 constexpr int64_t kSerialBelow = 1 << 15;
 
+// f(lo, hi) over [0, n): serially when n is small or the caller is already in a parallel region,
+// else a contiguous range per OpenMP thread (each thread streams its own part), boundaries on
+// 64-element multiples so no two threads write one cache line of any buffer.
+template <class F> void overThreads(int64_t n, F f) {
+  int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (n < kSerialBelow || threads <= 1) {
+    f(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    int64_t blocks = (n + 63) / 64;
+    int64_t lo = std::min(n, blocks * tid / nt * 64);
+    int64_t hi = std::min(n, blocks * (tid + 1) / nt * 64);
+    if (lo < hi) f(lo, hi);
+  }
+}
+
 } // namespace
 
 AdamWConsts adamWConsts(const CpuAdamArgs &a) {
@@ -357,22 +376,7 @@ void cpuAdamW(float *param, const void *grad, DType gradType, float *m, float *v
   if (!param || !grad || !m || !v) throw UserError("cpu adamw: null buffer");
 
   const Consts c = adamWConsts(a);
-
-  int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (n < kSerialBelow || threads <= 1) {
-    fn(param, grad, m, v, half, 0, n, c);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    // Contiguous ranges (each thread streams its own part), boundaries on 64-element multiples
-    // so no two threads write one cache line of any buffer.
-    int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    int64_t blocks = (n + 63) / 64;
-    int64_t lo = std::min(n, blocks * tid / nt * 64);
-    int64_t hi = std::min(n, blocks * (tid + 1) / nt * 64);
-    if (lo < hi) fn(param, grad, m, v, half, lo, hi, c);
-  }
+  overThreads(n, [&](int64_t lo, int64_t hi) { fn(param, grad, m, v, half, lo, hi, c); });
 }
 
 void cpuAdamWStates(float *param, const void *grad, DType gradType, void *m, void *v, DType stateType, void *half,
@@ -403,19 +407,7 @@ void cpuAdamWStates(float *param, const void *grad, DType gradType, void *m, voi
       convert(vf, DType::F32, vb, DType::BF16, len);
     }
   };
-  int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (n < kSerialBelow || threads <= 1) {
-    range(0, n);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    int64_t blocks = (n + 63) / 64;
-    int64_t lo = std::min(n, blocks * tid / nt * 64);
-    int64_t hi = std::min(n, blocks * (tid + 1) / nt * 64);
-    if (lo < hi) range(lo, hi);
-  }
+  overThreads(n, range);
 }
 
 const char *cpuAdamIsa() {

@@ -430,8 +430,8 @@ TEST(CpuAdam, Bf16MomentsAreTheFp32UpdateRounded) {
         for (size_t i = 0; i < n; ++i) g[i] = nd(rng) * 1e-2f;
         a.step = t;
         for (size_t i = 0; i < n; ++i) mf[i] = fromBf16(m[i]), vf[i] = fromBf16(v[i]);
-        rt::cpuAdamW(pRef.data(), g.data(), DType::F32, mf.data(), vf.data(), halfRef.data(), DType::BF16,
-                     int64_t(n), a);
+        rt::cpuAdamW(pRef.data(), g.data(), DType::F32, mf.data(), vf.data(), halfRef.data(), DType::BF16, int64_t(n),
+                     a);
         rt::cpuAdamWStates(p.data(), g.data(), DType::F32, m.data(), v.data(), DType::BF16, half.data(), DType::BF16,
                            int64_t(n), a);
         size_t bad = 0;
