@@ -274,8 +274,13 @@ TEST(RuntimeV2Validation, Errors) {
   }
   {
     Program p = fp16Tiny(0.05, 1024);
-    p.buffers[F_M0].dtype = DType::BF16, p.buffers[F_M0].bytes /= 2; // moments are f32
-    EXPECT_ERROR_HAS(validateError(p), "wte.weight.m", "must be f32");
+    p.buffers[F_M0].dtype = DType::BF16, p.buffers[F_M0].bytes /= 2; // moments: both f32 or both bf16
+    EXPECT_ERROR_HAS(validateError(p), "(adamw", "the moments m and v must be both f32 or both bf16, are bf16 and f32");
+  }
+  {
+    Program p = fp16Tiny(0.05, 1024);
+    p.buffers[F_M0].dtype = DType::F16, p.buffers[F_M0].bytes /= 2; // no f16 moments
+    EXPECT_ERROR_HAS(validateError(p), "wte.weight.m", "must be f32 (moments: or bf16), not f16");
   }
   {
     // Statistics are f32: layernorm mean in bf16 is rejected.
