@@ -220,20 +220,12 @@ std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &
 // The choices bigc compile makes before the final pipeline
 //===----------------------------------------------------------------------===//
 
-// The device arena a plan needs per rank: a pipelined program's fullest stage's (0: no device space).
-int64_t deviceArena(const rt::Program &p) {
-  int64_t most = 0;
-  for (int64_t s = 0; s < std::max<int64_t>(1, p.pp); ++s)
-    if (const rt::Space *dev = p.stageProgram(s).space("device")) most = std::max(most, dev->arenaBytes);
-  return most;
-}
-
 void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
   if (o.offload != Offload::CPU || o.offloadParams != OffloadParams::Auto) return;
   o.offloadParams = OffloadParams::Device;
   if (o.deviceCapacity <= 0) return; // nothing to fit: the weights stay on the device
   rt::Program p = compileToProgram(parsed, o);
-  const int64_t arena = deviceArena(p);
+  const int64_t arena = fullestDeviceArena(p);
   if (arena <= o.deviceCapacity) return;
   o.offloadParams = OffloadParams::Host;
   if (!o.quiet)
@@ -272,7 +264,7 @@ void chooseRecompute(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHa
     t.recomputeDrop = n;
     t.quiet = true;
     rt::Program p = compileToProgram(parsed, t);
-    int64_t arena = deviceArena(p);
+    int64_t arena = fullestDeviceArena(p);
     arenas[n] = arena;
     if (!o.quiet) {
       std::string what = n == upper ? std::string("everything recomputed")

@@ -177,16 +177,10 @@ rt::Program compileStages(mlir::ModuleOp module, const CompileOptions &o, std::s
   return program;
 }
 
-int64_t deviceArena(const rt::Program &stage) {
+// One stage's device arena (0: no device space).
+int64_t stageDeviceArena(const rt::Program &stage) {
   const rt::Space *d = stage.space("device");
   return d ? d->arenaBytes : 0;
-}
-
-// The fullest stage's device arena.
-int64_t fullestArena(const rt::Program &p) {
-  int64_t m = 0;
-  for (int64_t s = 0; s < p.pp; ++s) m = std::max(m, deviceArena(p.stageProgram(s)));
-  return m;
 }
 
 // A split bounded by each stage's memory. The cost model's split balances time, but 1F1B keeps
@@ -204,7 +198,7 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
                           std::vector<std::string> *notes) {
   const int64_t cap = o.deviceCapacity, P = o.pp;
   if (cap <= 0 || !o.ppSplit.empty() || o.ppSchedule == mlir::bigc::PpSchedule::Interleaved ||
-      int64_t(program.ppSplit.size()) != P - 1 || fullestArena(program) <= cap ||
+      int64_t(program.ppSplit.size()) != P - 1 || fullestDeviceArena(program) <= cap ||
       int64_t(program.pipelineEstimate.busySeconds.size()) != P)
     return program;
   int64_t layers = 0;
@@ -256,7 +250,8 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
     for (int64_t s = 0; s < P; ++s)
       if (n1[size_t(s)] != n0[size_t(s)]) {
         const double dn = double(n1[size_t(s)] - n0[size_t(s)]);
-        aLayer[size_t(s)] = double(deviceArena(probe.stageProgram(s)) - deviceArena(balanced.stageProgram(s))) / dn;
+        aLayer[size_t(s)] =
+            double(stageDeviceArena(probe.stageProgram(s)) - stageDeviceArena(balanced.stageProgram(s))) / dn;
         tLayer[size_t(s)] =
             (probe.pipelineEstimate.busySeconds[size_t(s)] - balanced.pipelineEstimate.busySeconds[size_t(s)]) / dn;
       }
@@ -265,7 +260,7 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
       aLayer[m] = (aLayer[m - 1] + aLayer[m + 1]) / 2, tLayer[m] = (tLayer[m - 1] + tLayer[m + 1]) / 2;
     }
     for (int64_t s = 0; s < P; ++s) {
-      aBase[size_t(s)] = double(deviceArena(balanced.stageProgram(s))) - double(n0[size_t(s)]) * aLayer[size_t(s)];
+      aBase[size_t(s)] = double(stageDeviceArena(balanced.stageProgram(s))) - double(n0[size_t(s)]) * aLayer[size_t(s)];
       tBase[size_t(s)] = balanced.pipelineEstimate.busySeconds[size_t(s)] - double(n0[size_t(s)]) * tLayer[size_t(s)];
     }
     std::vector<double> bound(static_cast<size_t>(P), double(cap));
@@ -295,17 +290,19 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
       for (const Tried &t : tried) seen = seen || t.program.ppSplit == split;
       if (seen) break;
       const rt::Program &p = compileSplit(split);
-      if (fullestArena(p) <= cap) break;
+      if (fullestDeviceArena(p) <= cap) break;
       for (int64_t s = 0; s < P; ++s) // a stage over: its bound lowered by the excess
-        if (deviceArena(p.stageProgram(s)) > cap) bound[size_t(s)] -= double(deviceArena(p.stageProgram(s)) - cap);
+        if (stageDeviceArena(p.stageProgram(s)) > cap)
+          bound[size_t(s)] -= double(stageDeviceArena(p.stageProgram(s)) - cap);
     }
   }
   // The fitting program of the least step on the cost model, else the smallest fullest stage.
   size_t pick = 0;
   auto better = [&](const rt::Program &a, const rt::Program &b) {
-    const bool fa = fullestArena(a) <= cap, fb = fullestArena(b) <= cap;
+    const bool fa = fullestDeviceArena(a) <= cap, fb = fullestDeviceArena(b) <= cap;
     if (fa != fb) return fa;
-    return fa ? a.pipelineEstimate.stepSeconds < b.pipelineEstimate.stepSeconds : fullestArena(a) < fullestArena(b);
+    return fa ? a.pipelineEstimate.stepSeconds < b.pipelineEstimate.stepSeconds
+              : fullestDeviceArena(a) < fullestDeviceArena(b);
   };
   for (size_t i = 1; i < tried.size(); ++i)
     if (better(tried[i].program, tried[pick].program)) pick = i;
@@ -318,8 +315,8 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
                   "device's %.2f MiB): fullest stage %.2f MiB, step on the cost model %.3g ms instead of %.3g ms "
                   "(%zu splits compiled)",
                   (long long)P, splitStr(tried[pick].program.ppSplit).c_str(), splitStr(balanced.ppSplit).c_str(),
-                  double(fullestArena(balanced)) / 1048576.0, double(cap) / 1048576.0,
-                  double(fullestArena(tried[pick].program)) / 1048576.0,
+                  double(fullestDeviceArena(balanced)) / 1048576.0, double(cap) / 1048576.0,
+                  double(fullestDeviceArena(tried[pick].program)) / 1048576.0,
                   1e3 * tried[pick].program.pipelineEstimate.stepSeconds, 1e3 * balanced.pipelineEstimate.stepSeconds,
                   tried.size());
     notes->push_back(buf);
@@ -328,6 +325,12 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
 }
 
 } // namespace
+
+int64_t fullestDeviceArena(const rt::Program &p) {
+  int64_t most = 0;
+  for (int64_t s = 0; s < std::max<int64_t>(1, p.pp); ++s) most = std::max(most, stageDeviceArena(p.stageProgram(s)));
+  return most;
+}
 
 rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR,
                              std::vector<std::string> *notes) {

@@ -13,12 +13,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 PY=/usr/bin/python3
-if ! command -v mpirun > /dev/null; then
-  echo "FAIL: mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1
-fi
+source "$HERE/mpirun.shlib" # mpirun present, MPIRUN
 if ! "$BIN/bigc" run --help > /dev/null; then exit 1; fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=(mpirun --oversubscribe --bind-to none)
 "$BIN/bigc" gen gpt --preset tiny --batch 2 -o "$d/m.mlir" > /dev/null
 for z in 0 2 3; do
   "$BIN/bigc" compile "$d/m.mlir" -o "$d/z$z.bigc" --ranks 8 --zero $z --lr 3e-3 --quiet

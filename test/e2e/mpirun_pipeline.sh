@@ -19,11 +19,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 PY=/usr/bin/python3
-if ! command -v mpirun > /dev/null; then
-  echo "FAIL: mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none)
+source "$HERE/mpirun.shlib" # mpirun present, MPIRUN
+MPIRUN=(timeout 300 "${MPIRUN[@]}")
 "$BIN/bigc" gen gpt --preset tiny --layers 4 --batch 2 -o "$d/m.mlir" > /dev/null
 c() { local n=$1; shift; "$BIN/bigc" compile "$d/m.mlir" -o "$d/$n.bigc" --lr 3e-3 --quiet "$@"; }
 one() { "$BIN/bigc" run "$d/$1.bigc" --synthetic --steps 6 --seed 7 --log "$d/$1.one.jsonl" --save-weights "$d/$1.one.safetensors" --quiet; }

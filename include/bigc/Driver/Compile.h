@@ -64,6 +64,9 @@ struct InternalError : std::runtime_error {
 // receives a line saying so. Defined in Pipeline.cpp.
 rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR = nullptr,
                              std::vector<std::string> *notes = nullptr);
+// The device arena a plan needs per rank: a pipelined program's fullest stage's (0: no device
+// space). Defined in Pipeline.cpp.
+int64_t fullestDeviceArena(const rt::Program &p);
 
 // The whole front end and pipeline on model text held in memory (`name` for diagnostics): parse,
 // verify, check @forward's interface, compile with `o` (--recompute auto and --offload-params
