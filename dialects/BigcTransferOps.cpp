@@ -15,10 +15,10 @@
 using namespace mlir;
 using namespace mlir::bigc;
 
-bool mlir::bigc::isKnownSpace(StringRef space) { return space == kDeviceSpace || space == kHostSpace; }
+bool mlir::bigc::isKnownSpace(StringRef space) { return space == kDeviceSpace || space == kHostSpace || space == kNvmeSpace; }
 
 bool mlir::bigc::isKnownStream(StringRef stream) {
-  return stream == kComputeStream || stream == "h2d" || stream == "d2h" || stream == "host" || stream == "comm" ||
+  return stream == kComputeStream || stream == "h2d" || stream == "d2h" || stream == "host" || stream == kNvmeStream || stream == "comm" ||
          stream == "comm_tp";
 }
 
@@ -86,7 +86,7 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
   if (space) {
     auto s = dyn_cast<StringAttr>(space);
     if (!s || !isKnownSpace(s.getValue()))
-      return op->emitOpError("bigc.space must be \"device\" or \"host\", got ") << space;
+      return op->emitOpError("bigc.space must be \"device\", \"host\" or \"nvme\", got ") << space;
   }
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
@@ -95,7 +95,7 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
                              "bigc.reduce_scatter, bigc.all_gather), not of transfers");
     if (!s || !isKnownStream(s.getValue()))
       return op->emitOpError("bigc.stream must be \"compute\", \"h2d\", \"comm\", "
-                             "\"d2h\" or \"host\", got ")
+                             "\"d2h\", \"host\" or \"nvme\", got ")
              << stream;
   }
   if (Attribute event = op->getAttr(kEventAttrName)) {
@@ -106,7 +106,12 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
 }
 } // namespace
 
-LogicalResult CopyOp::verify() { return verifyPlacementAttrs(getOperation(), /*spaceRequired=*/true); }
+LogicalResult CopyOp::verify() {
+  if (opSpace(getOperation()) == kNvmeSpace)
+    return emitOpError("a value cannot live in the nvme space (only persistent tensors do, moved by "
+                       "bigc.param_copy)");
+  return verifyPlacementAttrs(getOperation(), /*spaceRequired=*/true);
+}
 
 LogicalResult ParamCopyOp::verify() {
   if (getFrom() == getTo())
@@ -122,6 +127,11 @@ LogicalResult ParamCopyOp::verifySymbolUses(SymbolTableCollection &symbols) {
     if (!p) return emitOpError() << refs[k].second << " " << refs[k].first << " does not name a bigc.param";
     ends[k] = p;
   }
+  if ((paramSpace(ends[0]) == kNvmeSpace) == (paramSpace(ends[1]) == kNvmeSpace)
+          ? paramSpace(ends[0]) == kNvmeSpace
+          : paramSpace(ends[0]) != kHostSpace && paramSpace(ends[1]) != kHostSpace)
+    return emitOpError("an nvme tensor is copied to or from a host tensor only, got @")
+           << getFrom() << " (" << paramSpace(ends[0]) << ") to @" << getTo() << " (" << paramSpace(ends[1]) << ")";
   if (ends[0].getType() != ends[1].getType())
     return emitOpError("from ") << getFromAttr() << " has type " << ends[0].getType() << " but to " << getToAttr()
                                 << " has type " << ends[1].getType() << " (a copy does not convert; use the same type)";

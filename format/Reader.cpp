@@ -169,6 +169,7 @@ Program fromJson(const json &root, const std::string &path, bool top) {
     p.hardwareName = r.stringOr(h, "name", "hardware", "");
     p.deviceCapacityBytes = r.integerOr(h, "device_capacity_bytes", "hardware", 0);
     p.hostCapacityBytes = r.integerOr(h, "host_capacity_bytes", "hardware", 0);
+    p.nvmeCapacityBytes = r.integerOr(h, "nvme_capacity_bytes", "hardware", 0);
     p.deviceReserveBytes = r.integerOr(h, "device_reserve_bytes", "hardware", 0);
     p.hostReserveBytes = r.integerOr(h, "host_reserve_bytes", "hardware", 0);
     if (h.contains("device_reserve")) {
@@ -183,6 +184,8 @@ Program fromJson(const json &root, const std::string &path, bool top) {
     p.initialWeights = r.string(w, "path", "initial_weights");
     p.initialWeightsBytes = r.integerOr(w, "bytes", "initial_weights", 0);
   }
+
+  if (root.contains("nvme")) p.nvmePath = r.string(r.object(root, "nvme", "payload"), "path", "nvme");
 
   const json &spaces = r.array(root, "spaces", "payload");
   for (size_t i = 0; i < spaces.size(); ++i) {

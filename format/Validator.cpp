@@ -83,9 +83,8 @@ void validateStage(const Program &p, const std::string &path) {
   for (size_t i = 0; i < p.spaces.size(); ++i) {
     const Space &s = p.spaces[i];
     if (s.name.empty()) fail(path, "spaces[" + std::to_string(i) + "]: empty name");
-    if (s.name != "device" && s.name != "host")
-      fail(path, "spaces[" + std::to_string(i) + "]: unknown memory space '" + s.name +
-                     "' (version 2 knows device and host)");
+    if (s.name != "device" && s.name != "host" && s.name != "nvme")
+      fail(path, "spaces[" + std::to_string(i) + "]: unknown memory space '" + s.name + "' (device, host or nvme)");
     if (!spaceNames.insert(s.name).second) fail(path, "space '" + s.name + "' appears twice");
     if (s.arenaBytes < 0) fail(path, "space '" + s.name + "': arena_bytes is negative");
   }
@@ -136,6 +135,10 @@ void validateStage(const Program &p, const std::string &path) {
     if (b.offset < 0 || b.offset % kAlignment != 0)
       fail(path, where + ": offset " + std::to_string(b.offset) + " is not aligned to " + std::to_string(kAlignment) +
                      " bytes");
+    if (b.space == "nvme" && (b.offset % kNvmeAlignment != 0 || !b.persistent()))
+      fail(path, where + ": an nvme buffer must be persistent (param, master, optimizer) at an offset aligned to " +
+                     std::to_string(kNvmeAlignment) + " bytes (is role '" + b.role + "' at " +
+                     std::to_string(b.offset) + ")");
     if (b.offset > s->arenaBytes || b.bytes > s->arenaBytes - b.offset)
       fail(path, where + ": offset " + std::to_string(b.offset) + " + bytes " + std::to_string(b.bytes) +
                      " lies outside the '" + s->name + "' arena of " + std::to_string(s->arenaBytes) + " bytes");
@@ -277,9 +280,31 @@ void validateStage(const Program &p, const std::string &path) {
               "] by its attributes, has " + std::to_string(ins.out.size()));
     }
     {
-      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host", "comm", "comm_tp", "p2p"};
+      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host", "nvme", "comm", "comm_tp", "p2p"};
       if (!streams.count(ins.stream))
-        v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host, comm, comm_tp or p2p)");
+        v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host, nvme, comm, comm_tp or p2p)");
+      // The nvme space: only a copy on the nvme stream touches it, between it and an aligned host buffer.
+      {
+        auto spaceOf = [&](int64_t id) {
+          return id >= 0 && id < int64_t(p.buffers.size()) ? p.buffers[size_t(id)].space : std::string();
+        };
+        bool touchesNvme = false;
+        for (const auto *list : {&ins.in, &ins.out})
+          for (int64_t id : *list) touchesNvme |= spaceOf(id) == "nvme";
+        if (touchesNvme || ins.stream == "nvme") {
+          const bool pair = ins.op == "copy" && ins.in.size() == 1 && ins.out.size() == 1 &&
+                            ((spaceOf(ins.in[0]) == "nvme") != (spaceOf(ins.out[0]) == "nvme")) &&
+                            (spaceOf(ins.in[0]) == "host" || spaceOf(ins.out[0]) == "host");
+          if (!pair || ins.stream != "nvme")
+            v.bad("only a copy between the nvme space and a host buffer, on the nvme stream, touches the nvme space "
+                  "or runs on the nvme stream");
+          else
+            for (int64_t id : {ins.in[0], ins.out[0]})
+              if (p.buffers[size_t(id)].offset % kNvmeAlignment != 0)
+                v.bad("buffer " + std::to_string(id) + " of an nvme copy is not aligned to " +
+                      std::to_string(kNvmeAlignment) + " bytes");
+        }
+      }
       const bool collective =
           sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter || sig->kind == OpKind::AllGather;
       const bool commStream = ins.stream == "comm" || ins.stream == "comm_tp";

@@ -17,6 +17,7 @@ nlohmann::ordered_json hardwareJson(const Program &p) {
                               {"host_capacity_bytes", p.hostCapacityBytes},
                               {"device_reserve_bytes", p.deviceReserveBytes},
                               {"host_reserve_bytes", p.hostReserveBytes}};
+  if (p.nvmeCapacityBytes > 0) h["nvme_capacity_bytes"] = p.nvmeCapacityBytes;
   if (!p.deviceReserveParts.empty()) {
     nlohmann::ordered_json parts = nlohmann::ordered_json::object();
     for (const auto &[name, b] : p.deviceReserveParts) parts[name] = b;
@@ -51,6 +52,7 @@ json payloadJson(const Program &p) {
   root["hardware"] = json(hardwareJson(p));
   if (!p.initialWeights.empty())
     root["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
+  if (!p.nvmePath.empty()) root["nvme"] = {{"path", p.nvmePath}};
   json spaces = json::array();
   for (const auto &s : p.spaces)
     spaces.push_back({{"name", s.name},

@@ -307,11 +307,15 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncO
   std::map<std::string, std::vector<size_t>> bySpace;
   bySpace["device"]; // always planned, possibly empty
   for (size_t k = 0; k < mp.groups.size(); ++k) bySpace[mp.groups[k].space].push_back(k);
+  // With an nvme space, its arena and the host's (the staging tensors the nvme stream reads
+  // into and writes from) are planned with O_DIRECT's alignment of offsets and sizes.
+  const bool nvme = bySpace.count(kNvmeSpace.str()) > 0;
   for (auto &[space, members] : bySpace) {
     std::vector<::bigc::plan::Interval> ivs;
     for (size_t k : members) ivs.push_back(intervals[k]);
-    ::bigc::plan::ArenaPlan plan = ::bigc::plan::planArena(ivs, alignment);
-    std::string problem = ::bigc::plan::checkPlan(ivs, plan, alignment);
+    const int64_t align = nvme && space != "device" ? std::max(alignment, kNvmeAlignment) : alignment;
+    ::bigc::plan::ArenaPlan plan = ::bigc::plan::planArena(ivs, align);
+    std::string problem = ::bigc::plan::checkPlan(ivs, plan, align);
     if (!problem.empty())
       return func.emitError("bigc-memory-plan: internal error, the plan of "
                             "the ")
@@ -360,6 +364,13 @@ struct BigcMemoryPlanPass : public mlir::bigc::impl::BigcMemoryPlanBase<BigcMemo
     if (host != mp->arenas.end()) {
       func->setAttr(kHostArenaBytesAttrName, b.getI64IntegerAttr(host->second.arenaBytes));
       func->setAttr(kHostLowerBoundBytesAttrName, b.getI64IntegerAttr(host->second.lowerBoundBytes));
+    }
+    func->removeAttr(kNvmeArenaBytesAttrName);
+    func->removeAttr(kNvmeLowerBoundBytesAttrName);
+    auto nvme = mp->arenas.find(kNvmeSpace.str());
+    if (nvme != mp->arenas.end()) {
+      func->setAttr(kNvmeArenaBytesAttrName, b.getI64IntegerAttr(nvme->second.arenaBytes));
+      func->setAttr(kNvmeLowerBoundBytesAttrName, b.getI64IntegerAttr(nvme->second.lowerBoundBytes));
     }
   }
 };

@@ -557,6 +557,36 @@ def BigcOffload : Pass<"bigc-offload", "::mlir::ModuleOp"> {
   ];
 }
 
+def BigcOffloadNvme : Pass<"bigc-offload-nvme", "::mlir::ModuleOp"> {
+  let summary = "NVMe offload (ZeRO-Infinity): optimizer state in a file-backed space, streamed through the host";
+  let description = [{
+    Runs after bigc-offload (the optimizer on the host): the tensors only the
+    host AdamW touches, its two moments and its fp32 master (ZeRO-Infinity's
+    optimizer state, 12 or 8 bytes per parameter), move to the space "nvme"
+    (one file-backed arena per rank, planned like the others). Each update
+    reads them through host staging tensors:
+
+    - for each such tensor `@X` of a `bigc.adamw`: `@X` gets
+      `bigc.space = "nvme"`; `@"X.io"` (role transfer, host) is the copy
+      the update reads and writes; `bigc.param_copy {from = @X, to =
+      @"X.io"}` before the update brings it in and `bigc.param_copy {from =
+      @"X.io", to = @X}` after it writes it back (stream "nvme", placed by
+      bigc-schedule: each read a host update ahead, each write right after
+      its update).
+    - a tensor some other op also touches (by symbol or bigc.get_param)
+      stays on the host.
+
+    The host then holds the staging of the updates in flight, not the whole
+    optimizer state; bigc-memory-plan plans the "nvme" arena with 4096-byte
+    alignment (O_DIRECT) and the host arena likewise.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"masters", "masters", "bool", /*default=*/"true",
+           "Move the fp32 masters too (else the moments only)">,
+  ];
+}
+
 //===----------------------------------------------------------------------===//
 // Scheduling and memory planning
 //===----------------------------------------------------------------------===//

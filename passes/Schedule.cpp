@@ -19,6 +19,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
@@ -108,6 +109,14 @@ Operation *afterCollective(Block &block, const Segments &seg, Operation *collect
   return seg.ops[seg.firstOp[target]]->getPrevNode();
 }
 
+/// A bigc.param_copy to or from the nvme space (bigc-offload-nvme).
+bool isNvmeCopy(ParamCopyOp pc) {
+  for (FlatSymbolRefAttr ref : {pc.getFromAttr(), pc.getToAttr()})
+    if (auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(pc, ref); p && paramSpace(p) == kNvmeSpace)
+      return true;
+  return false;
+}
+
 /// Moves each bigc.adamw to just after the latest of: the definitions of
 /// its operands (gradient, norm, loss scale, found_inf), and every reader of
 /// a bigc.get_param of the parameter it updates or of the compute copy it
@@ -129,7 +138,7 @@ void hoistOptimizer(Block &block) {
     } else if (auto a = dyn_cast<AdamWOp>(op)) {
       updates.push_back(a);
     } else if (auto pc = dyn_cast<ParamCopyOp>(op)) {
-      paramCopies.push_back(pc);
+      if (!isNvmeCopy(pc)) paramCopies.push_back(pc); // (placeNvmeCopies places those)
     } else if (auto pg = dyn_cast<ParamAllGatherOp>(op)) {
       paramGathers.push_back(pg);
     }
@@ -213,6 +222,45 @@ void hoistOptimizer(Block &block) {
   placeAfterWriterAndReaders(paramCopies);
   for (ParamCopyOp pc : paramCopies) writerOf[pc.getTo()] = pc;
   placeAfterWriterAndReaders(paramGathers);
+}
+
+/// NVMe offload (bigc-offload-nvme): each write back of a host update's staging tensor goes right
+/// after the update, and each read into it one update ahead: just before the previous update that
+/// streams from the nvme space (issued with it, so the read overlaps that update and the compute
+/// around it; the first read goes just before its own update). The host then holds the staging
+/// of about two updates at once.
+void placeNvmeCopies(Block &block) {
+  llvm::StringMap<SmallVector<ParamCopyOp>> reads, writes; // by staging tensor
+  SmallVector<AdamWOp> updates;
+  for (Operation &op : block.without_terminator()) {
+    if (auto pc = dyn_cast<ParamCopyOp>(op); pc && isNvmeCopy(pc)) {
+      auto to = SymbolTable::lookupNearestSymbolFrom<ParamOp>(pc, pc.getToAttr());
+      if (to && paramSpace(to) == kNvmeSpace)
+        writes[pc.getFrom()].push_back(pc);
+      else
+        reads[pc.getTo()].push_back(pc);
+    } else if (auto a = dyn_cast<AdamWOp>(op)) {
+      updates.push_back(a);
+    }
+  }
+  Operation *previous = nullptr; // the last update with staging so far
+  for (AdamWOp a : updates) {
+    SmallVector<ParamCopyOp> in, out;
+    for (NamedAttribute na : a->getAttrs())
+      if (auto ref = dyn_cast<FlatSymbolRefAttr>(na.getValue())) {
+        for (ParamCopyOp pc : reads.lookup(ref.getValue())) in.push_back(pc);
+        for (ParamCopyOp pc : writes.lookup(ref.getValue())) out.push_back(pc);
+      }
+    if (in.empty() && out.empty()) continue;
+    Operation *before = previous ? previous : a.getOperation();
+    for (ParamCopyOp pc : in) pc->moveBefore(before);
+    Operation *after = a;
+    for (ParamCopyOp pc : out) {
+      pc->moveAfter(after);
+      after = pc;
+    }
+    previous = a;
+  }
 }
 
 /// ZeRO-2/3 with micro-batches: the add of each micro-batch's reduce-scattered gradient shard
@@ -381,6 +429,7 @@ StringRef streamOf(Operation *op, ModuleOp module) {
   if (isCollective(op)) return collectiveStream(op);
   if (isP2P(op)) return kP2PStream;
   auto between = [](StringRef from, StringRef to) -> StringRef {
+    if (from == kNvmeSpace || to == kNvmeSpace) return kNvmeStream;
     if (from == to) return from == kHostSpace ? StringRef("host") : StringRef(kComputeStream);
     return to == kHostSpace ? StringRef("d2h") : StringRef("h2d");
   };
@@ -548,6 +597,7 @@ struct BigcSchedulePass : public mlir::bigc::impl::BigcScheduleBase<BigcSchedule
       if (isa<WaitOp>(op)) op.erase();
     sinkToFirstUse(block);
     hoistOptimizer(block);
+    placeNvmeCopies(block);
     accumulateShardsEarly(block);
     prefetchParams(block);
     prefetchGathers(block, prefetch);

@@ -54,6 +54,9 @@ struct BigcTestPrintMemoryPlanPass : public mlir::bigc::impl::BigcTestPrintMemor
     auto host = mp->arenas.find("host");
     if (host != mp->arenas.end())
       os << " host_arena=" << host->second.arenaBytes << " host_lower_bound=" << host->second.lowerBoundBytes;
+    auto nvme = mp->arenas.find("nvme");
+    if (nvme != mp->arenas.end())
+      os << " nvme_arena=" << nvme->second.arenaBytes << " nvme_lower_bound=" << nvme->second.lowerBoundBytes;
     os << "\n";
     AsmState state(func);
     for (PlanValue pv : mp->values) {

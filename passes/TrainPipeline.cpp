@@ -111,12 +111,14 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
       so.bucketMb = o.bucketMb;
       pm.addPass(createBigcShard(so));
     }
-    if (o.offload == Offload::CPU) {
+    if (o.offload != Offload::None) {
       BigcOffloadOptions oo;
       oo.offload = "cpu";
       // Auto: the driver decides before the pipeline; the weights stay on the device otherwise.
       oo.params = o.offloadParams == OffloadParams::Host ? "host" : "device";
       pm.addPass(createBigcOffload(oo));
+      // nvme: the optimizer's state then moves from the host to the nvme space.
+      if (o.offload == Offload::NVMe) pm.addPass(createBigcOffloadNvme());
     }
     return;
   }
@@ -179,7 +181,8 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                                 llvm::cl::init(-1)};
   Option<Offload> offload{
       *this, "offload", llvm::cl::desc("Offload"), llvm::cl::init(Offload::None),
-      llvm::cl::values(clEnumValN(Offload::None, "none", "none"), clEnumValN(Offload::CPU, "cpu", "cpu"))};
+      llvm::cl::values(clEnumValN(Offload::None, "none", "none"), clEnumValN(Offload::CPU, "cpu", "cpu"),
+                       clEnumValN(Offload::NVMe, "nvme", "nvme"))};
   Option<OffloadParams> offloadParams{*this, "offload-params",
                                       llvm::cl::desc("offload=cpu: where the weights live between uses"),
                                       llvm::cl::init(OffloadParams::Device),

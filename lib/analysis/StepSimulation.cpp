@@ -18,6 +18,12 @@ using namespace mlir;
 using namespace mlir::bigc;
 
 namespace {
+/// The space of the bigc.param `ref` names ("device" when there is none).
+StringRef valueSpaceOfSymbol(ModuleOp m, FlatSymbolRefAttr ref) {
+  auto p = m.lookupSymbol<ParamOp>(ref);
+  return p ? paramSpace(p) : StringRef("device");
+}
+
 int64_t symbolBytes(ModuleOp m, FlatSymbolRefAttr ref) {
   auto p = m.lookupSymbol<ParamOp>(ref);
   return p ? typeBytes(p.getType()) : 0;
@@ -71,6 +77,8 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       for (int64_t e : w.getEvents())
         if (Operation *x = eventOp.lookup(e)) start = std::max(start, endOf.lookup(x));
     if (auto pc = dyn_cast<ParamCopyOp>(op)) readsSym(pc.getFromAttr());
+    if (auto a = dyn_cast<AdamWOp>(op)) // its staged state (nvme offload)
+      for (FlatSymbolRefAttr r : {a.getParamAttr(), a.getExpAvgAttr(), a.getExpAvgSqAttr()}) readsSym(r);
     if (auto pg = dyn_cast<ParamAllGatherOp>(op)) readsSym(pg.getFromAttr());
 
     const double ready = start;
@@ -115,6 +123,13 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
         for (Value r : op.getResults()) bytes += double(typeBytes(r.getType()));
       double bw = stream == "h2d" ? hw.h2dBytesPerS : hw.d2hBytesPerS;
       dur = bw > 0 ? bytes / bw : 0;
+    } else if (stream == "nvme") {
+      // The machine's drives, shared by its ranks (each moves its own tensors at once).
+      auto pc = dyn_cast<ParamCopyOp>(op);
+      const double bytes = pc ? double(symbolBytes(module, pc.getToAttr())) : 0.0;
+      const bool write = pc && valueSpaceOfSymbol(module, pc.getToAttr()) == "nvme";
+      const double bw = (write ? hw.nvmeWriteBytesPerS : hw.nvmeReadBytesPerS) / double(std::max<int64_t>(1, hw.devices));
+      dur = bw > 0 ? bytes / bw : 0;
     } else if (stream == "host") {
       OpCost c = opCost(&op);
       dur = hw.hostFlops > 0 ? double(c.flops) / hw.hostFlops : 0;
@@ -141,6 +156,8 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     // Persistent tensors written.
     if (auto a = dyn_cast<AdamWOp>(op)) {
       lastWriter[a.getParam()] = &op;
+      lastWriter[a.getExpAvg()] = &op;
+      lastWriter[a.getExpAvgSq()] = &op;
       if (auto h = a.getHalf()) lastWriter[*h] = &op;
     } else if (auto pc = dyn_cast<ParamCopyOp>(op)) {
       lastWriter[pc.getTo()] = &op;

@@ -221,7 +221,7 @@ std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &
 //===----------------------------------------------------------------------===//
 
 void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
-  if (o.offload != Offload::CPU || o.offloadParams != OffloadParams::Auto) return;
+  if (o.offload == Offload::None || o.offloadParams != OffloadParams::Auto) return;
   o.offloadParams = OffloadParams::Device;
   if (o.deviceCapacity <= 0) return; // nothing to fit: the weights stay on the device
   rt::Program p = compileToProgram(parsed, o);
@@ -331,6 +331,7 @@ rt::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o) {
 int64_t spaceCapacity(const CompileOptions &o, const std::string &space) {
   if (space == "device") return o.deviceCapacity;
   if (space == "host") return o.hostCapacity;
+  if (space == "nvme") return o.nvmeCapacity;
   return 0;
 }
 
@@ -340,7 +341,7 @@ std::vector<SpaceFit> checkFit(const rt::Program &p, const CompileOptions &o) {
   for (const auto &s : p.spaces) {
     SpaceFit f;
     f.space = s.name;
-    int64_t mult = s.name == "host" ? perMachine : 1;
+    int64_t mult = s.name == "host" || s.name == "nvme" ? perMachine : 1; // (the machine's drives are shared too)
     f.needed = s.arenaBytes * mult;
     f.lowerBound = s.lowerBoundBytes * mult;
     f.capacity = spaceCapacity(o, s.name);

@@ -33,6 +33,7 @@
 #include <climits>
 #include <cstdlib>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -193,6 +194,7 @@ const Flag kFlags[] = {
        o.hostMemory = o.hardware.hostMemBytes;
        o.deviceReserveParts = o.hardware.deviceReserveParts;
        o.hostReserve = o.hardware.hostReserveBytes;
+       o.nvmeCapacity = o.hardware.nvmeBytes;
        o.ranks = std::max<int64_t>(1, o.hardware.devices);
      }},
     {"--device-mem", true, "--device-mem SIZE", "device memory per rank (overrides the profile), e.g. 16G",
@@ -281,15 +283,23 @@ const Flag kFlags[] = {
      [](CompileOptions &o, const Value &v) {
        if ((o.microBatches = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.microBatches));
      }},
-    {"--offload", true, "--offload cpu",
+    {"--offload", true, "--offload cpu|nvme",
      "ZeRO-Offload: fp32 master weights and AdamW states on the host, the\n"
      "update on the host (CPU Adam) overlapped with the backward; the\n"
      "weights also stay on the host between uses when the device\n"
-     "cannot hold them (ZeRO-3-Offload)",
+     "cannot hold them (ZeRO-3-Offload). nvme (ZeRO-Infinity): the masters\n"
+     "and AdamW states in a file on an NVMe drive (--nvme-path), streamed\n"
+     "through the host around each update",
+     [](CompileOptions &o, const Value &v) { o.offload = v.choice<Offload>(); }},
+    {"--nvme-path", true, "--nvme-path DIR",
+     "--offload nvme: the directory of the nvme space (a scratch file per\n"
+     "rank; `bigc run --nvme-path` may name another)",
      [](CompileOptions &o, const Value &v) {
-       if ((o.offload = v.choice<Offload>()) == Offload::NVMe)
-         throw UserError("option --offload nvme is not supported by this version yet (NVMe offload, "
-                         "ZeRO-Infinity); use --offload cpu");
+       if ((o.nvmePath = v.text()).empty()) v.fail("needs a directory");
+     }},
+    {"--nvme-mem", true, "--nvme-mem SIZE", "--offload nvme: the drives' capacity (overrides the profile)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.nvmeCapacity = v.size()) <= 0) v.fail("must be positive");
      }},
     {"--offload-params", true, nullptr, nullptr, // with --offload cpu: where the weights live (default: auto)
      [](CompileOptions &o, const Value &v) { o.offloadParams = v.choice<OffloadParams>(); }},
@@ -402,9 +412,6 @@ std::string helpText() {
     }
   }
   h += "\n"
-       "options of later versions (this version accepts only the default value):\n"
-       "  --offload nvme\n"
-       "\n"
        "exit status: 0 written; 1 bad input or option, or the plan does not fit; 2 internal error\n";
   return h;
 }
@@ -429,9 +436,23 @@ CompileOptions parseOptions(const cli::Args &args) {
   };
   o.deviceCapacity = usable(o.deviceMemory, o.deviceReserve, "device", "--device-mem", "--device-reserve");
   o.hostCapacity = usable(o.hostMemory, o.hostReserve, "host", "--host-mem", "--host-reserve");
-  if (args.has("--offload-params") && o.offload != Offload::CPU)
-    throw UserError("option --offload-params: only with --offload cpu (it says where the weights live "
+  if (args.has("--offload-params") && o.offload == Offload::None)
+    throw UserError("option --offload-params: only with --offload cpu or nvme (it says where the weights live "
                     "between uses)");
+  if (o.offload == Offload::NVMe && o.nvmePath.empty())
+    throw UserError("option --offload nvme needs --nvme-path DIR: the directory on the NVMe drive where each rank "
+                    "keeps its nvme space (a preallocated scratch file)");
+  for (const char *opt : {"--nvme-path", "--nvme-mem"})
+    if (args.has(opt) && o.offload != Offload::NVMe)
+      throw UserError(std::string("option ") + opt + ": only with --offload nvme");
+  if (o.offload == Offload::NVMe && o.haveHardware && o.nvmeCapacity <= 0)
+    throw UserError("option --offload nvme: the hardware profile " + o.hardware.name +
+                    " has no NVMe drive (nvme_bytes, nvme_read_bytes_per_s); give --nvme-mem SIZE or use a profile "
+                    "with one");
+  if (o.offload == Offload::NVMe && !o.nvmePath.empty() && o.nvmePath[0] != '/') {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd)) o.nvmePath = std::string(cwd) + "/" + o.nvmePath; // as the run will see it
+  }
   for (const char *opt : {"--loss-scale", "--loss-scale-window"})
     if (args.has(opt) && o.precision != Precision::FP16)
       throw UserError(std::string("option ") + opt + ": loss scaling is for --precision fp16 only (got --precision " +
@@ -472,11 +493,11 @@ CompileOptions parseOptions(const cli::Args &args) {
   if (o.sequenceParallel && o.tp == 1)
     throw UserError(
         "option --sequence-parallel needs --tp N with N > 1 (it splits the sequence over the tensor ranks)");
-  if (o.offload == Offload::CPU && o.zero >= 1 && o.offloadParams == OffloadParams::Host)
+  if (o.offload != Offload::None && o.zero >= 1 && o.offloadParams == OffloadParams::Host)
     throw UserError("option --offload-params host: not with --zero " + std::to_string(o.zero) +
                     " in this version (ZeRO shards the weights over the ranks' devices; use --zero 3 to hold "
                     "1/ranks of them per device)");
-  if (o.offload == Offload::CPU && o.zero >= 1) o.offloadParams = OffloadParams::Device;
+  if (o.offload != Offload::None && o.zero >= 1) o.offloadParams = OffloadParams::Device;
   return o;
 }
 

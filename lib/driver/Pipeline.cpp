@@ -72,6 +72,8 @@ rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::str
   header.hardwareName = o.haveHardware ? o.hardware.name : (o.deviceCapacity > 0 ? "custom" : "none");
   header.deviceCapacityBytes = o.deviceCapacity;
   header.hostCapacityBytes = o.hostCapacity;
+  header.nvmeCapacityBytes = o.nvmeCapacity;
+  header.nvmePath = o.offload == mlir::bigc::Offload::NVMe ? o.nvmePath : std::string();
   header.deviceReserveBytes = o.deviceReserve;
   header.hostReserveBytes = o.hostReserve;
   header.deviceReserveParts = o.deviceReserveParts;

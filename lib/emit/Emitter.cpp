@@ -230,6 +230,17 @@ void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation 
     h.capacityBytes = p.hostCapacityBytes;
     p.spaces.push_back(h);
   }
+  // The nvme space (bigc-offload-nvme): a file-backed arena per rank.
+  bool nvme = false;
+  for (const rt::Buffer &b : p.buffers) nvme |= b.space == "nvme";
+  if (nvme) {
+    rt::Space s;
+    s.name = "nvme";
+    s.arenaBytes = i64Attr(func, bigcd::kNvmeArenaBytesAttrName);
+    s.lowerBoundBytes = i64Attr(func, bigcd::kNvmeLowerBoundBytesAttrName);
+    s.capacityBytes = p.nvmeCapacityBytes;
+    p.spaces.push_back(s);
+  }
 }
 
 } // namespace

@@ -181,6 +181,9 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
                                               "d2h_bytes_per_s",
                                               "interconnect_bytes_per_s",
                                               "device_bytes_per_s",
+                                              "nvme_bytes",
+                                              "nvme_read_bytes_per_s",
+                                              "nvme_write_bytes_per_s",
                                               "device_reserve",
                                               "host_reserve_bytes",
                                               "sources",
@@ -216,6 +219,19 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
   p.d2hBytesPerS = r.rate("d2h_bytes_per_s", false, p.h2dBytesPerS);
   p.interconnectBytesPerS = r.rate("interconnect_bytes_per_s", p.devices > 1, p.h2dBytesPerS);
   p.deviceBytesPerS = r.rate("device_bytes_per_s", false, 0);
+  p.nvmeBytes = r.bytes("nvme_bytes", false, 0);
+  p.nvmeReadBytesPerS = r.rate("nvme_read_bytes_per_s", p.nvmeBytes > 0, 0);
+  p.nvmeWriteBytesPerS = r.rate("nvme_write_bytes_per_s", false, p.nvmeReadBytesPerS);
+  if (p.nvmeBytes > 0) {
+    r.range("nvme_bytes", double(p.nvmeBytes), double(int64_t(1) << 30), 1e16, " bytes",
+            "the NVMe drives' capacity together, e.g. \"3.2T\"");
+    r.range("nvme_read_bytes_per_s", p.nvmeReadBytesPerS, kMinBandwidth, 1e12, " B/s",
+            "the drives' sequential read bandwidth together, e.g. 6.8e9");
+    r.range("nvme_write_bytes_per_s", p.nvmeWriteBytesPerS, kMinBandwidth, 1e12, " B/s",
+            "the drives' sequential write bandwidth together, e.g. 4e9");
+  } else if (r.get("nvme_read_bytes_per_s", false) || r.get("nvme_write_bytes_per_s", false)) {
+    r.fail("nvme_bytes", "missing: the NVMe bandwidths are given, but not the drives' capacity");
+  }
 
   // Absurd values: each names the field, the value and the accepted range.
   r.range("device_memory_bytes", double(p.deviceMemBytes), kMinDeviceMem, kMaxDeviceMem, " bytes",

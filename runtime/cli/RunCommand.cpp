@@ -78,6 +78,9 @@ const char *kRunUsage =
     "                      cost model's; turns on --profile; needs 2 steps or more, one process\n"
     "  --comm-timeout S    multi-rank programs: the longest a rank waits for the others in one\n"
     "                      collective before every rank stops with an error (default 300)\n"
+    "  --nvme-path DIR     a program compiled with --offload nvme: the directory of its nvme space (one\n"
+    "                      preallocated O_DIRECT scratch file per rank, gone when the run ends), instead\n"
+    "                      of the one compiled in\n"
     "  --quiet             no progress lines\n"
     "A program compiled for several ranks (--ranks, --zero) runs them all: a thread per rank in this\n"
     "process, or under `mpirun -np P` P processes of ranks/P ranks each (MPI between them). The\n"
@@ -253,6 +256,7 @@ int runBody(int argc, char **argv, int first) {
                                         "--checkpoint-every",
                                         "--keep-checkpoints",
                                         "--comm-timeout",
+                                        "--nvme-path",
                                         "--timeline"};
   const std::set<std::string> switches = {"--synthetic", "--quiet",     "--resume",         "--help",
                                           "--profile",   "--no-verify", "--check-numerics", "--checkpoint-sync"};
@@ -312,9 +316,22 @@ int runBody(int argc, char **argv, int first) {
   const auto runBegan = clock::now();
   auto secondsSince = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   Program prog = loadProgram(programPath);
-  // Pipeline stages run on the CPU backend (the default backend for them).
-  if (backend.empty()) backend = prog.pp == 1 && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
+  // The nvme space's directory: the one compiled in, or --nvme-path.
+  bool nvme = false;
+  for (int64_t st = 0; st < prog.pp; ++st) nvme |= prog.stageProgram(st).space("nvme") != nullptr;
+  if (args.has("--nvme-path")) {
+    if (!nvme)
+      throw UserError("--nvme-path: " + programPath +
+                      " keeps nothing in the nvme space (compile with --offload nvme --nvme-path DIR)");
+    for (int64_t st = 0; st < prog.pp; ++st) prog.stageProgram(st).nvmePath = args.str("--nvme-path");
+  }
+  // Pipeline stages and the nvme space run on the CPU backend (the default backend for them).
+  if (backend.empty())
+    backend = prog.pp == 1 && !nvme && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
   if (prog.pp > 1 && backend == "cuda") throw UserError(pipelineOnCpuOnly(prog.pp));
+  if (nvme && backend == "cuda")
+    throw UserError(programPath + " keeps tensors in the nvme space (--offload nvme), which this version runs on the "
+                                  "CPU backend only; run it with --backend cpu");
   if (args.has("--timeline") && prog.pp == 1)
     throw UserError("--timeline draws the measured pipeline diagram of a pipelined program (compiled with --pp); " +
                     programPath + " has one stage: `bigc inspect --timeline FILE.svg` draws its memory over the step");
@@ -359,7 +376,7 @@ int runBody(int argc, char **argv, int first) {
     const int64_t localRanks = world > 1 ? R / world : R / prog.pp; // of each pipeline stage
     for (int64_t st = 0; st < prog.pp; ++st)
       for (const auto &sp : prog.stageProgram(st).spaces)
-        if (backend == "cpu" || sp.name != "device") resident += sp.arenaBytes * localRanks;
+        if (sp.name != "nvme" && (backend == "cpu" || sp.name != "device")) resident += sp.arenaBytes * localRanks;
     const long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
     const int64_t physical = pages > 0 && pageSize > 0 ? int64_t(pages) * int64_t(pageSize) : 0;
     if (physical > 0 && resident + snapshot > physical)
@@ -565,6 +582,12 @@ int runBody(int argc, char **argv, int first) {
       j["peak_bytes"] = peak;
       j["planned_bytes"] = planned;
       j["rss_peak_bytes"] = processPeakResidentBytes();
+      if (const Engine::NvmeStats nv = ex.nvmeStats(); nv.files > 0) // since the start, all ranks
+        j["nvme"] = {{"read_bytes", nv.readBytes},
+                     {"write_bytes", nv.writeBytes},
+                     {"read_s", std::round(nv.readSeconds * 1e6) / 1e6},
+                     {"write_s", std::round(nv.writeSeconds * 1e6) / 1e6},
+                     {"engine", nv.engine}};
       if (scaling) {
         j["loss_scale"] = roundTrip(ex.lastLossScale());
         j["skipped"] = ex.lastSkipped();

@@ -127,6 +127,8 @@ void Engine::initialize(uint64_t seed) {
       continue;
     }
     if (pieces.empty()) {
+      // A zero tensor in a just-created file (the nvme space, preallocated: it reads as zeros).
+      if (arenasZeroed_ && b.space == "nvme" && b.init.kind == "zeros") continue;
       bytes.assign(size_t(b.bytes), 0);
       initValues(b, bytes.data(), 0, b.numel(), seed);
       writeBytes(b.id, bytes.data());
@@ -233,7 +235,7 @@ bool Engine::numericsChecked(size_t i, size_t k) const {
   const Program &p = program();
   const Instruction &ins = p.instructions[i];
   const Buffer &b = p.buffers[size_t(ins.out[k])];
-  if (b.dtype == DType::I32 || ins.op == "check_finite") return false;
+  if (b.dtype == DType::I32 || ins.op == "check_finite" || b.space == "nvme") return false;
   if (p.lossScale >= 0 && (b.role == "grad" || b.role == "activation_grad" || b.role == "transfer")) return false;
   return true;
 }

@@ -10,6 +10,7 @@
 #include "bigc/Support/format.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -40,7 +41,7 @@ Executor::Executor(Program program, uint64_t seed, RankContext rank)
     throw UserError("this program has " + std::to_string(prog_.ranks) +
                     " ranks: run it with `bigc run`, which "
                     "starts every rank with a communicator (one executor runs one rank)");
-  checkPhysicalMemory([](const Space &) { return true; });
+  checkPhysicalMemory([](const Space &s) { return s.name != "nvme"; });
   allocateArenas();
   try {
     bindOps();
@@ -90,6 +91,13 @@ void Executor::freeStaging() {
 }
 
 void *Executor::allocateArena(const Space &s, size_t bytes) {
+  if (s.name == "nvme") { // a preallocated O_DIRECT file; its buffers have no address
+    static std::atomic<int> files{0};
+    const int64_t size = (int64_t(bytes) + kNvmeAlignment - 1) / kNvmeAlignment * kNvmeAlignment;
+    nvme_ = std::make_unique<NvmeFile>(prog_.nvmePath, size,
+                                       "rank" + std::to_string(rank_.globalRank) + "-" + std::to_string(files++));
+    return nullptr;
+  }
   // Mapped, not touched: the kernel gives zero pages as they are first written, so the resident
   // pages are what the steps used (measuredBytes). No transparent huge pages: a 2 MiB page would
   // count 2 MiB for one byte written.
@@ -110,6 +118,10 @@ std::map<std::string, int64_t> Executor::measuredBytes() const {
   const long page = sysconf(_SC_PAGESIZE);
   for (size_t i = 0; i < arenas_.size(); ++i) {
     const Space &s = prog_.spaces[i];
+    if (!arenas_[i]) { // the nvme space: its preallocated file
+      out[s.name] = nvme_ ? nvme_->size() : 0;
+      continue;
+    }
     const size_t bytes = arenaMapped_[i], pages = (bytes + size_t(page) - 1) / size_t(page);
     std::vector<unsigned char> resident(pages);
     int64_t touched = 0;
@@ -121,6 +133,17 @@ std::map<std::string, int64_t> Executor::measuredBytes() const {
   return out;
 }
 
+Engine::NvmeStats Executor::nvmeStats() const {
+  NvmeStats out;
+  if (!nvme_) return out;
+  const NvmeFile::Stats st = nvme_->stats();
+  out.files = 1;
+  out.readBytes = st.readBytes, out.writeBytes = st.writeBytes;
+  out.readSeconds = st.readSeconds, out.writeSeconds = st.writeSeconds;
+  out.engine = nvme_->engine();
+  return out;
+}
+
 int64_t processPeakResidentBytes() {
   struct rusage ru {};
   if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
@@ -129,17 +152,26 @@ int64_t processPeakResidentBytes() {
 
 std::vector<Engine::HostPiece> Executor::hostPieces(int64_t id) const {
   const Buffer &b = prog_.buffers.at(size_t(id));
+  if (isNvme(id)) return {}; // in the nvme file: readBytes/writeBytes
   // A shard on its own (one rank run by itself) holds the first elements, as readBytes shows them;
   // a RankGroup places each rank's shard (RankGroup::hostPieces).
   return {HostPiece{const_cast<void *>(data(id)), 0, b.numel(), b.numel()}};
 }
 
 void Executor::readBytes(int64_t id, void *dst) const {
-  std::memcpy(dst, data(id), size_t(prog_.buffers.at(size_t(id)).bytes));
+  const Buffer &b = prog_.buffers.at(size_t(id));
+  if (isNvme(id))
+    nvme_->read(b.offset, dst, b.bytes);
+  else
+    std::memcpy(dst, data(id), size_t(b.bytes));
 }
 
 void Executor::writeBytes(int64_t id, const void *src) {
-  std::memcpy(data(id), src, size_t(prog_.buffers.at(size_t(id)).bytes));
+  const Buffer &b = prog_.buffers.at(size_t(id));
+  if (isNvme(id))
+    nvme_->write(b.offset, src, b.bytes);
+  else
+    std::memcpy(data(id), src, size_t(b.bytes));
 }
 
 std::map<std::string, int64_t> Executor::stagingBytes() const {
@@ -295,8 +327,17 @@ void Executor::launch(BoundOp &bound) {
   case OpKind::Attention: cpu::attention(fi(0), fo(0), fo(1), op.B, op.T, op.C, op.H); break;
   case OpKind::AttentionGrad: cpu::attentionGrad(fi(0), fi(1), fi(2), fi(3), fo(0), op.B, op.T, op.C, op.H); break;
   case OpKind::Transpose: cpu::transpose(fi(0), fo(0), op.shape.data(), op.perm.data(), int(op.shape.size())); break;
-  case OpKind::Reshape:
   case OpKind::Copy:
+    if (nvme_ && isNvme(op.ins->in[0])) { // nvme -> host staging (offsets and sizes aligned: O_DIRECT)
+      nvme_->read(prog_.buffers[size_t(op.ins->in[0])].offset, op.rawOut[0], op.n);
+      break;
+    }
+    if (nvme_ && isNvme(op.ins->out[0])) { // host staging -> nvme
+      nvme_->write(prog_.buffers[size_t(op.ins->out[0])].offset, op.rawIn[0], op.n);
+      break;
+    }
+    [[fallthrough]];
+  case OpKind::Reshape:
     if (op.rawIn[0] != op.rawOut[0]) std::memmove(op.rawOut[0], op.rawIn[0], size_t(op.n));
     break;
   case OpKind::Split: cpu::split(fi(0), op.parts.data(), op.rows, op.cols, op.n); break;

@@ -130,7 +130,7 @@ RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicato
   for (int l = 0; l < local; ++l) {
     int64_t r = 0;
     for (const auto &s : stage(stageOf(comm_->globalRank(l))).spaces)
-      if (deviceInHostMemory || s.name != "device") r += s.arenaBytes;
+      if (s.name != "nvme" && (deviceInHostMemory || s.name != "device")) r += s.arenaBytes;
     perRank = std::max(perRank, r), all += r;
   }
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
@@ -205,6 +205,20 @@ std::map<std::string, int64_t> RankGroup::measuredBytes() const {
   std::map<std::string, int64_t> out;
   for (const auto &e : engines_)
     for (const auto &[space, b] : e->measuredBytes()) out[space] = std::max(out[space], b);
+  return out;
+}
+
+Engine::NvmeStats RankGroup::nvmeStats() const {
+  NvmeStats out;
+  for (const auto &e : engines_) {
+    const NvmeStats st = e->nvmeStats();
+    out.files += st.files;
+    out.readBytes += st.readBytes, out.writeBytes += st.writeBytes;
+    // The ranks' streams run at once: the wall time is about the largest.
+    out.readSeconds = std::max(out.readSeconds, st.readSeconds);
+    out.writeSeconds = std::max(out.writeSeconds, st.writeSeconds);
+    if (!st.engine.empty()) out.engine = st.engine;
+  }
   return out;
 }
 

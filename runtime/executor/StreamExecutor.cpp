@@ -58,7 +58,9 @@ void StreamExecutor::allocateArenas() {
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < prog_.spaces.size(); ++i) index[prog_.spaces[i].name] = i;
   ptrs_.assign(prog_.buffers.size(), nullptr);
-  for (const auto &b : prog_.buffers) ptrs_[size_t(b.id)] = static_cast<char *>(arenas_[index.at(b.space)]) + b.offset;
+  for (const auto &b : prog_.buffers)
+    if (void *arena = arenas_[index.at(b.space)]) // (none for a file-backed space: nvme)
+      ptrs_[size_t(b.id)] = static_cast<char *>(arena) + b.offset;
 }
 
 void StreamExecutor::freeArenas() {

@@ -11,9 +11,27 @@ func.func @no_space(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @bad_space(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error@+1 {{bigc.space must be "device" or "host", got "nvme"}}
+  // expected-error@+1 {{bigc.space must be "device", "host" or "nvme", got "disk"}}
+  %y = bigc.copy %x {bigc.space = "disk"} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @value_in_nvme(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{a value cannot live in the nvme space (only persistent tensors do, moved by bigc.param_copy)}}
   %y = bigc.copy %x {bigc.space = "nvme"} : tensor<4xf32>
   return %y : tensor<4xf32>
+}
+
+// -----
+
+bigc.param @n : tensor<4xf32> {init = "zeros", bigc.space = "nvme"}
+bigc.param @d : tensor<4xf32> {init = "zeros"}
+func.func @nvme_to_device() {
+  // expected-error@+1 {{an nvme tensor is copied to or from a host tensor only, got @n (nvme) to @d (device)}}
+  bigc.param_copy {from = @n, to = @d}
+  return
 }
 
 // -----

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the stream discipline of a bigc program (format versions 2 and 3) by reading its file.
 
-usage: check_streams.py model.bigc [--expect-host] [--expect-params-host]
+usage: check_streams.py model.bigc [--expect-host] [--expect-params-host] [--expect-nvme]
 
 Happens-before: instruction i precedes j when they run on one stream and i < j, or i is in j's
 `wait` list, or transitively. For every two instructions on different streams that touch
@@ -9,7 +9,8 @@ memory that overlaps (the same buffer, or two buffers whose places in one space'
 overlap) with at least one of them writing it, the earlier one (in program order) must precede
 the later one: otherwise the runtime's threads could race. Also checks that every `wait` index
 is earlier and on another stream, that side-stream instructions read/write the spaces their
-stream says (d2h: device -> host, h2d: host -> device, host: host only, comm and comm_tp:
+stream says (d2h: device -> host, h2d: host -> device, host: host only, nvme: copies between the
+nvme space and the host only, and nothing else touches the nvme space, comm and comm_tp:
 collectives on device memory, comm_tp those of the tensor axis, p2p: the sends and receives of
 pipeline stages on device memory), and that a buffer an
 asynchronous instruction touches is live until that instruction is joined by the compute stream.
@@ -40,6 +41,7 @@ def main():
 def check(p, path):
     expect_host = "--expect-host" in sys.argv
     expect_params_host = "--expect-params-host" in sys.argv
+    expect_nvme = "--expect-nvme" in sys.argv
     ins = p["instructions"]
     bufs = p["buffers"]
     n = len(ins)
@@ -89,6 +91,12 @@ def check(p, path):
                           "pipeline stages, and only them")
         if s == "p2p" and not (ins_sp | out_sp) <= {"device"}:
             errors.append(f"instruction {j} ({x['op']}, p2p) touches {ins_sp | out_sp}: messages move device memory")
+        if s == "nvme" and not (x["op"] == "copy" and sorted(ins_sp | out_sp) == ["host", "nvme"] and
+                                len(ins_sp) == 1 and len(out_sp) == 1):
+            errors.append(f"instruction {j} ({x['op']}, nvme) reads {ins_sp} writes {out_sp}: the nvme stream "
+                          "copies between the nvme space and the host")
+        if s != "nvme" and "nvme" in (ins_sp | out_sp):
+            errors.append(f"instruction {j} ({x['op']}, {s}) touches the nvme space")
         if s == "compute" and x["op"] != "wait" and "host" in (ins_sp | out_sp):
             errors.append(f"instruction {j} ({x['op']}) on the compute stream touches host memory")
 
@@ -138,7 +146,7 @@ def check(p, path):
     if expect_host:
         if "host" not in names:
             errors.append("no host space")
-        roles_host = {b["role"] for b in bufs if b["space"] == "host"}
+        roles_host = {b["role"] for b in bufs if b["space"] in (("host", "nvme") if expect_nvme else ("host",))}
         for r in ("master", "optimizer"):
             if r not in roles_host:
                 errors.append(f"no {r} buffer in the host space")
@@ -146,6 +154,14 @@ def check(p, path):
             errors.append("no adamw on the host stream")
         if not any(s == "d2h" for s in stream):
             errors.append("no d2h transfer")
+    if expect_nvme:
+        if "nvme" not in names:
+            errors.append("no nvme space")
+        moments = [b for b in bufs if b["role"] == "optimizer" and len(b["shape"]) > 0 and b["bytes"] > 4]
+        if not moments or any(b["space"] != "nvme" for b in moments):
+            errors.append("an AdamW moment is not in the nvme space")
+        if not any(s == "nvme" for s in stream):
+            errors.append("no nvme copy")
     if expect_params_host:
         if any(b["role"] == "param" and b["space"] != "host" for b in bufs):
             errors.append("a param buffer is not on the host")

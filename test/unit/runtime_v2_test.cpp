@@ -226,8 +226,14 @@ TEST(RuntimeV2Validation, Errors) {
   }
   {
     Program p = offloadTiny(0.05, 1.0, 0.0);
+    p.instructions[11].stream = "disk";
+    EXPECT_ERROR_HAS(validateError(p), "instruction 11", "unknown stream 'disk'");
+  }
+  {
+    // The nvme stream runs copies between the nvme space and the host only.
+    Program p = offloadTiny(0.05, 1.0, 0.0);
     p.instructions[11].stream = "nvme";
-    EXPECT_ERROR_HAS(validateError(p), "instruction 11", "unknown stream 'nvme'");
+    EXPECT_ERROR_HAS(validateError(p), "instruction 11", "only a copy between the nvme space and a host buffer");
   }
   {
     Program p = offloadTiny(0.05, 1.0, 0.0);

@@ -9,6 +9,8 @@
 //   compute ops   roofline of the cost model (device FLOP/s, memory bandwidth);
 //   h2d / d2h     bytes / the profile's PCIe bandwidth;
 //   host ops      FLOPs / the host's FLOP/s;
+//   nvme copies   bytes / the drives' read or write bandwidth shared by the
+//                 machine's devices;
 //   collectives   ring traffic per rank / interconnect bandwidth: all-reduce
 //                 2 (n-1)/n x bytes, reduce-scatter and all-gather (n-1)/n.
 // The result: the step's time, and per collective kind (those over the tensor

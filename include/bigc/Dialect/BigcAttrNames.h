@@ -67,6 +67,11 @@ inline constexpr llvm::StringLiteral kArenaBytesAttrName = "bigc.arena_bytes";
 inline constexpr llvm::StringLiteral kLowerBoundBytesAttrName = "bigc.lower_bound_bytes";
 inline constexpr llvm::StringLiteral kHostArenaBytesAttrName = "bigc.host_arena_bytes";
 inline constexpr llvm::StringLiteral kHostLowerBoundBytesAttrName = "bigc.host_lower_bound_bytes";
+// The nvme space's arena (bigc-offload-nvme), planned with kNvmeAlignment.
+inline constexpr llvm::StringLiteral kNvmeArenaBytesAttrName = "bigc.nvme_arena_bytes";
+inline constexpr llvm::StringLiteral kNvmeLowerBoundBytesAttrName = "bigc.nvme_lower_bound_bytes";
+// Offsets and sizes in the nvme space and the host space beside it: what O_DIRECT needs.
+inline constexpr int64_t kNvmeAlignment = 4096;
 
 //===----------------------------------------------------------------------===//
 // On the module

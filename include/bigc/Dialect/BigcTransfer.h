@@ -18,11 +18,15 @@ namespace bigc {
 
 inline constexpr llvm::StringLiteral kDeviceSpace = "device";
 inline constexpr llvm::StringLiteral kHostSpace = "host";
+/// bigc-offload-nvme: a file-backed space only the "nvme" stream's param
+/// copies touch.
+inline constexpr llvm::StringLiteral kNvmeSpace = "nvme";
+inline constexpr llvm::StringLiteral kNvmeStream = "nvme";
 inline constexpr llvm::StringLiteral kComputeStream = "compute";
 
-/// True for "device" and "host".
+/// True for "device", "host" and "nvme".
 bool isKnownSpace(StringRef space);
-/// True for "compute", "h2d", "d2h", "host" and "comm".
+/// True for "compute", "h2d", "d2h", "host", "nvme", "comm" and "comm_tp".
 bool isKnownStream(StringRef stream);
 
 /// The memory space of a bigc.param ("device" unless `bigc.space` says).

@@ -46,6 +46,10 @@ struct CompileOptions : mlir::bigc::TrainPipelineConfig {
   int64_t deviceMemory = 0, hostMemory = 0, deviceReserve = 0, hostReserve = 0;
   std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
   int64_t deviceCapacity = 0, hostCapacity = 0;
+  // --offload nvme: the directory of the nvme space (recorded in the program) and what the plan may
+  // use of the drives (--nvme-mem, else the profile's nvme_bytes; 0: unknown).
+  std::string nvmePath;
+  int64_t nvmeCapacity = 0;
   int64_t memoryBudget = 0;           // --recompute auto: bytes; 0: the device capacity
   std::optional<int64_t> globalBatch; // --global-batch: checked against the model
 };

@@ -181,6 +181,10 @@ struct Program {
   // What the plan may use per device and of the host (the memory less the reserves), and the
   // reserves kept for what is not in the plan (CUDA context, workspaces, NCCL; the OS).
   int64_t deviceCapacityBytes = 0, hostCapacityBytes = 0;
+  // NVMe offload (space "nvme"): what the plan may use of the drive (0: not known) and the directory
+  // its file-backed arenas go in (one scratch file per rank; `bigc run --nvme-path` overrides it).
+  int64_t nvmeCapacityBytes = 0;
+  std::string nvmePath;
   int64_t deviceReserveBytes = 0, hostReserveBytes = 0;
   std::vector<std::pair<std::string, int64_t>> deviceReserveParts;
   // The model's own initial weights (an imported model's safetensors file, absolute path; "" when
@@ -212,6 +216,9 @@ struct Program {
 constexpr int kProgramVersion = 3;
 constexpr int kOldestProgramVersion = 2; // read too (no collectives, one rank)
 constexpr int64_t kAlignment = 64;
+// The nvme space's offsets and sizes, and those of the host buffers its copies read and write
+// (O_DIRECT on a drive of 4096-byte logical blocks).
+constexpr int64_t kNvmeAlignment = 4096;
 
 uint64_t fnv1a64(const void *data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
 

@@ -94,6 +94,15 @@ public:
   // holds its arenas (cudaMemGetInfo: context, libraries, arena and workspace), and for "host"
   // the pinned arena.
   virtual std::map<std::string, int64_t> measuredBytes() const = 0;
+  // The nvme space (bigc-offload-nvme), summed over the ranks of this process since the start:
+  // bytes moved and seconds spent by its reads and writes, and how ("io_uring" or "pread/pwrite").
+  struct NvmeStats {
+    int files = 0;
+    int64_t readBytes = 0, writeBytes = 0;
+    double readSeconds = 0, writeSeconds = 0;
+    std::string engine;
+  };
+  virtual NvmeStats nvmeStats() const { return {}; }
   // The streams the program uses, compute first.
   std::vector<std::string> streams() const;
 

@@ -14,6 +14,7 @@
 
 #include "bigc/Runtime/comm.h"
 #include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/nvme_file.h"
 #include "bigc/Runtime/program.h"
 #include "bigc/Runtime/stream_executor.h"
 
@@ -87,6 +88,7 @@ public:
   // fp32 staging bytes per stream (allocated at construction, outside the arenas).
   std::map<std::string, int64_t> stagingBytes() const;
   std::map<std::string, int64_t> measuredBytes() const override;
+  NvmeStats nvmeStats() const override;
 
 private:
   struct Op;
@@ -107,6 +109,8 @@ private:
   bool multi_ = false;          // several streams: OpenBLAS calls serialised
   std::mutex blasMu_;           // OpenBLAS calls from two threads at once are not safe in every build
   RankContext rank_;
+  std::unique_ptr<NvmeFile> nvme_; // the nvme space (bigc-offload-nvme): no memory arena
+  bool isNvme(int64_t id) const { return prog_.buffers.at(size_t(id)).space == "nvme"; }
 };
 
 } // namespace bigc::rt

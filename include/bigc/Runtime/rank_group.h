@@ -73,6 +73,7 @@ public:
 
   float step(const int32_t *tokens, const int32_t *targets) override;
   std::map<std::string, int64_t> measuredBytes() const override;
+  NvmeStats nvmeStats() const override;
   int64_t stepCount() const override { return engines_[0]->stepCount(); }
   int64_t updateCount() const override { return engines_[0]->updateCount(); }
   void setStepCount(int64_t t) override {

@@ -24,6 +24,10 @@ struct HardwareProfile {
   double d2hBytesPerS = 0;          // device -> host
   double interconnectBytesPerS = 0; // device <-> device (NVLink/PCIe) per device
   double deviceBytesPerS = 0;       // device memory bandwidth (0: unknown; the cost model then counts FLOPs only)
+  // NVMe drives of the machine (--offload nvme): their capacity together (0: none) and sequential
+  // read and write bandwidth, shared by the machine's ranks.
+  int64_t nvmeBytes = 0;
+  double nvmeReadBytesPerS = 0, nvmeWriteBytesPerS = 0;
   std::string path;                 // file it was read from
 };
 
