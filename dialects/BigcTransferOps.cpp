@@ -15,11 +15,13 @@
 using namespace mlir;
 using namespace mlir::bigc;
 
-bool mlir::bigc::isKnownSpace(StringRef space) { return space == kDeviceSpace || space == kHostSpace || space == kNvmeSpace; }
+bool mlir::bigc::isKnownSpace(StringRef space) {
+  return space == kDeviceSpace || space == kHostSpace || space == kNvmeSpace;
+}
 
 bool mlir::bigc::isKnownStream(StringRef stream) {
-  return stream == kComputeStream || stream == "h2d" || stream == "d2h" || stream == "host" || stream == kNvmeStream || stream == "comm" ||
-         stream == "comm_tp";
+  return stream == kComputeStream || stream == "h2d" || stream == "d2h" || stream == "host" || stream == kNvmeStream ||
+         stream == "comm" || stream == "comm_tp";
 }
 
 StringRef mlir::bigc::paramSpace(ParamOp param) {

@@ -53,8 +53,8 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
     if (updates.empty()) return;
     for (AdamWOp a : updates)
       if (opSpace(a) != kHostSpace) {
-        a.emitError("bigc-offload-nvme: the update of @") << a.getParam()
-                                                          << " runs on the device (run bigc-offload first)";
+        a.emitError("bigc-offload-nvme: the update of @")
+            << a.getParam() << " runs on the device (run bigc-offload first)";
         return signalPassFailure();
       }
     MLIRContext *ctx = module.getContext();

@@ -112,8 +112,7 @@ Operation *afterCollective(Block &block, const Segments &seg, Operation *collect
 /// A bigc.param_copy to or from the nvme space (bigc-offload-nvme).
 bool isNvmeCopy(ParamCopyOp pc) {
   for (FlatSymbolRefAttr ref : {pc.getFromAttr(), pc.getToAttr()})
-    if (auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(pc, ref); p && paramSpace(p) == kNvmeSpace)
-      return true;
+    if (auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(pc, ref); p && paramSpace(p) == kNvmeSpace) return true;
   return false;
 }
 
@@ -538,7 +537,12 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     // A gather into a persistent weight frees nothing: the end of the step joins it (the next
     // step's reads of the weight come after that).
     if (isa<ParamAllGatherOp>(op)) continue;
-    unsigned boundaries = opStream(&op) == "d2h" || opStream(&op) == kCommStream || opStream(&op) == kP2PStream ? 1 : 2;
+    // (nvme copies: the next boundary too, so that the host holds the staging of about one layer's
+    // updates, not two.)
+    unsigned boundaries = opStream(&op) == "d2h" || opStream(&op) == kCommStream || opStream(&op) == kP2PStream ||
+                                  opStream(&op) == kNvmeStream
+                              ? 1
+                              : 2;
     // The first compute op after `op`.
     Operation *next = op.getNextNode();
     while (next && !seg.position.count(next)) next = next->getNextNode();

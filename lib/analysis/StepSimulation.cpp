@@ -128,7 +128,8 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       auto pc = dyn_cast<ParamCopyOp>(op);
       const double bytes = pc ? double(symbolBytes(module, pc.getToAttr())) : 0.0;
       const bool write = pc && valueSpaceOfSymbol(module, pc.getToAttr()) == "nvme";
-      const double bw = (write ? hw.nvmeWriteBytesPerS : hw.nvmeReadBytesPerS) / double(std::max<int64_t>(1, hw.devices));
+      const double bw =
+          (write ? hw.nvmeWriteBytesPerS : hw.nvmeReadBytesPerS) / double(std::max<int64_t>(1, hw.devices));
       dur = bw > 0 ? bytes / bw : 0;
     } else if (stream == "host") {
       OpCost c = opCost(&op);

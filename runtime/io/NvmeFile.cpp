@@ -35,11 +35,9 @@ struct NvmeFile::Ring {
 
 NvmeFile::NvmeFile(const std::string &dir, int64_t bytes, const std::string &tag, bool ring) : bytes_(bytes) {
   const std::string fix = " (name a directory on an NVMe drive's file system with `--nvme-path DIR`)";
-  if (dir.empty())
-    throw UserError("the program keeps tensors in the nvme space, but no directory for it is set" + fix);
+  if (dir.empty()) throw UserError("the program keeps tensors in the nvme space, but no directory for it is set" + fix);
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0)
-    throw UserError("nvme directory " + dir + ": " + errnoText(errno) + fix);
+  if (::stat(dir.c_str(), &st) != 0) throw UserError("nvme directory " + dir + ": " + errnoText(errno) + fix);
   if (!S_ISDIR(st.st_mode)) throw UserError("nvme directory " + dir + " is not a directory" + fix);
   struct statvfs vfs {};
   if (::statvfs(dir.c_str(), &vfs) == 0) {
@@ -88,9 +86,8 @@ NvmeFile::NvmeFile(const std::string &dir, int64_t bytes, const std::string &tag
   }
 #else
   static std::once_flag said;
-  std::call_once(said, [] {
-    std::fprintf(stderr, "bigc run: this build has no liburing; the nvme space uses pread/pwrite\n");
-  });
+  std::call_once(
+      said, [] { std::fprintf(stderr, "bigc run: this build has no liburing; the nvme space uses pread/pwrite\n"); });
 #endif
 }
 
@@ -108,7 +105,9 @@ NvmeFile::Stats NvmeFile::stats() const {
   return stats_;
 }
 
-void NvmeFile::read(int64_t offset, void *dst, int64_t bytes) { transfer(false, offset, static_cast<char *>(dst), bytes); }
+void NvmeFile::read(int64_t offset, void *dst, int64_t bytes) {
+  transfer(false, offset, static_cast<char *>(dst), bytes);
+}
 
 void NvmeFile::write(int64_t offset, const void *src, int64_t bytes) {
   transfer(true, offset, static_cast<char *>(const_cast<void *>(src)), bytes);
@@ -165,7 +164,9 @@ void NvmeFile::direct(bool write, int64_t offset, char *buf, int64_t bytes) {
     std::lock_guard<std::mutex> l(ringMu_);
     io_uring &ring = ring_->ring;
     const int64_t requests = (bytes + kRequestBytes - 1) / kRequestBytes;
-    auto span = [&](int64_t k) { return std::make_pair(k * kRequestBytes, std::min(kRequestBytes, bytes - k * kRequestBytes)); };
+    auto span = [&](int64_t k) {
+      return std::make_pair(k * kRequestBytes, std::min(kRequestBytes, bytes - k * kRequestBytes));
+    };
     int64_t next = 0, completed = 0;
     int inFlight = 0;
     io_uring_cqe *cqe = nullptr;
