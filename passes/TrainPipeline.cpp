@@ -179,10 +179,10 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<int64_t> recomputeDrop{*this, "recompute-drop",
                                 llvm::cl::desc("recompute=auto: ranked candidates recomputed (-1: all)"),
                                 llvm::cl::init(-1)};
-  Option<Offload> offload{
-      *this, "offload", llvm::cl::desc("Offload"), llvm::cl::init(Offload::None),
-      llvm::cl::values(clEnumValN(Offload::None, "none", "none"), clEnumValN(Offload::CPU, "cpu", "cpu"),
-                       clEnumValN(Offload::NVMe, "nvme", "nvme"))};
+  Option<Offload> offload{*this, "offload", llvm::cl::desc("Offload"), llvm::cl::init(Offload::None),
+                          llvm::cl::values(clEnumValN(Offload::None, "none", "none"),
+                                           clEnumValN(Offload::CPU, "cpu", "cpu"),
+                                           clEnumValN(Offload::NVMe, "nvme", "nvme"))};
   Option<OffloadParams> offloadParams{*this, "offload-params",
                                       llvm::cl::desc("offload=cpu: where the weights live between uses"),
                                       llvm::cl::init(OffloadParams::Device),

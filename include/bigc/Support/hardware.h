@@ -28,7 +28,7 @@ struct HardwareProfile {
   // read and write bandwidth, shared by the machine's ranks.
   int64_t nvmeBytes = 0;
   double nvmeReadBytesPerS = 0, nvmeWriteBytesPerS = 0;
-  std::string path;                 // file it was read from
+  std::string path; // file it was read from
 };
 
 // `nameOrFile`: a profile name (looked up as <dir>/<name>.json, dir = $BIGC_HARDWARE_DIR or the
