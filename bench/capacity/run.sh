@@ -8,6 +8,12 @@
 #     (a8) --zero 0: data parallel, fp32, everything on each device (the seeds' baseline)
 #     (b8) --zero 3 --offload cpu --recompute auto --precision fp16
 #     targets: b8 >= 15B parameters (the seeds' result) and >= 20x a8;
+#   with the seeds' NVMe drive (one 3.2 TB, the profiles' nvme_bytes; CONFIGS="n" on v100-16g-x1, "n8"
+#   on v100-16g-x8):
+#     (n)  --precision fp16 --offload nvme --recompute auto: masters and AdamW states on the drive,
+#          the fp16 weights on the host between uses when the device cannot hold them
+#     (n8) 8 ranks --zero 3 --offload nvme --recompute auto --precision fp16
+#     goal: >= 100B parameters on the seeds' machine;
 # found by compiling (the exit status of `bigc compile --quiet`: 0 fits, 1 does not fit, 2 internal
 # error). With several ranks the host memory is the machine's, shared by its ranks: every rank's
 # host arena counts (bigc compile's capacity check).
@@ -29,6 +35,7 @@ export BIGC="$BIN/bigc"
 export SEQ=${SEQ:-1024} HARDWARE=${HARDWARE:-v100-16g-x1} HOST_MEM=${HOST_MEM:-330000000000}
 export HIDDENS_A=${HIDDENS_A:-"768:12 1024:16 1536:16 2048:16 2560:32 4096:32 5120:40"}
 export HIDDENS_B=${HIDDENS_B:-"5120:40 6144:48 7168:56"}
+export HIDDENS_N=${HIDDENS_N:-"8192:64 12288:96"}
 export CONFIGS=${CONFIGS:-"a b"} VERBOSE=${VERBOSE:-0}
 # Only the exit status matters here: no option sets tried for the not-fit table.
 export BIGC_FIT_CANDIDATES=0
@@ -51,11 +58,17 @@ CONFIGS = {
     "b3": ("--precision fp16 --offload cpu --recompute auto --offload-params host",
            ["--precision", "fp16", "--offload", "cpu", "--recompute", "auto", "--offload-params", "host"]),
     "a8": ("8 ranks --zero 0 (data parallel): fp32, all on each device", ["--ranks", "8", "--zero", "0"]),
+    "n": ("--precision fp16 --offload nvme --recompute auto", ["--precision", "fp16", "--offload", "nvme",
+                                                              "--nvme-path", "nvme", "--recompute", "auto"]),
+    "n8": ("8 ranks --zero 3 --offload nvme --recompute auto --precision fp16",
+           ["--ranks", "8", "--zero", "3", "--offload", "nvme", "--nvme-path", "nvme", "--recompute", "auto",
+            "--precision", "fp16"]),
     "b8": ("8 ranks --zero 3 --offload cpu --recompute auto --precision fp16",
            ["--ranks", "8", "--zero", "3", "--offload", "cpu", "--recompute", "auto", "--precision", "fp16"]),
 }
 HIDDENS = {k: [tuple(int(x) for x in s.split(":")) for s in os.environ["HIDDENS_" + k.upper()].split()]
-           for k in "ab"}
+           for k in "abn"}
+HIDDENS["n8"] = HIDDENS["n"]
 HIDDENS["b3"] = HIDDENS["b"]
 HIDDENS["a8"] = HIDDENS["a"]
 HIDDENS["b8"] = HIDDENS["b"]
@@ -132,7 +145,7 @@ def search(key):
             continue
         # First bracket: every parameter costs at least 12 bytes (fp32 weight or master and the two
         # AdamW moments) in the memory that holds them: the device for (a), the host otherwise.
-        cap_bytes = DEVICE_BYTES if key in ("a", "a8") else size_bytes(HOST)
+        cap_bytes = DEVICE_BYTES if key in ("a", "a8") else size_bytes(HOST) * (6 if key == "n" else 1)
         est = max(2, int((cap_bytes / 12 - V * C - SEQ * C) / (12 * C * C + 13 * C)) + 1)
         lo, hi = 1, est
         while compile_fits(g(hi), flags):
@@ -173,10 +186,17 @@ for k, r in res.items():
     sp = j["spaces"]
     dev = sp["device"]["arena_bytes"]
     host = sp.get("host", {}).get("arena_bytes", 0)
+    nvme = sp.get("nvme", {}).get("arena_bytes", 0)
     ranks = j.get("ranks", 1)
     print("(%s) %-50s %s: %.2fB parameters; device arena %.2f GiB per rank, host arena %.2f GiB for %d rank(s) "
-          "(%.1f bytes/parameter)" % (k, CONFIGS[k][0], desc, n / 1e9, dev / 2**30, host * ranks / 2**30, ranks,
-                                      host * ranks / n))
+          "(%.1f bytes/parameter)%s" % (k, CONFIGS[k][0], desc, n / 1e9, dev / 2**30, host * ranks / 2**30, ranks,
+                                      host * ranks / n,
+                                      "; nvme %.0f GiB (%.1f bytes/parameter)" % (nvme * ranks / 2**30, nvme * ranks / n)
+                                      if nvme else ""))
+for k in ("n", "n8"):
+    if res.get(k):
+        n = res[k][0][0]
+        print("(%s) >= 100B parameters: %s (%.2fB)" % (k, "met" if n >= 100e9 else "NOT met", n / 1e9))
 for ka, kb, ratio_t, params_t in [("a", "b", 15, 13e9), ("a8", "b8", 20, 15e9)]:
   if res.get(ka) and res.get(kb):
     a, b = res[ka][0][0], res[kb][0][0]

@@ -90,7 +90,9 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   if (c.precision != base.precision) add("--precision " + toString(c.precision));
   if (c.microBatches != base.microBatches) add("--micro-batches " + std::to_string(c.microBatches));
   if (c.recompute != base.recompute) add("--recompute " + toString(c.recompute));
-  if (c.offload != base.offload) add("--offload " + toString(c.offload));
+  if (c.offload != base.offload)
+    add("--offload " + toString(c.offload) +
+        (c.offload == Offload::NVMe && base.nvmePath.empty() ? " --nvme-path DIR" : std::string()));
   if (c.zero != base.zero) add("--zero " + std::to_string(c.zero));
   if (c.tp != base.tp) add("--tp " + std::to_string(c.tp));
   if (c.pp != base.pp) add("--pp " + std::to_string(c.pp));
@@ -410,7 +412,7 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
   const std::nullopt_t any = std::nullopt;
   using R = RecomputePolicy;
   const Precision fp16 = Precision::FP16;
-  const Offload none = Offload::None, cpu = Offload::CPU;
+  const Offload none = Offload::None, cpu = Offload::CPU, nvme = Offload::NVMe;
   // Preference when costs tie: cheaper techniques first (16-bit is free, selective recompute
   // costs a few percent, full recompute a forward pass, offload transfers and host updates).
   const Set sets[] = {
@@ -452,6 +454,11 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
       }
   }
   for (const Set &x : sets) all.push_back(x);
+  // A machine with an NVMe drive: the optimizer's state there (ZeRO-Infinity), after the rest.
+  if (o.nvmeCapacity > 0 && o.offload != nvme) {
+    all.push_back({h, R::Auto, nvme});
+    if (o.ranks > 1 && o.zero < 3) all.push_back({h, R::Auto, nvme, 3});
+  }
   std::vector<Candidate> out;
   for (const Set &s : all) {
     if (out.size() >= maxCandidates) break;
@@ -467,6 +474,7 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
     c.recomputeDrop = -1; // searched again for this option set
     if (o.offload == Offload::None && c.offload != Offload::None)
       c.offloadParams = c.zero >= 1 ? OffloadParams::Device : OffloadParams::Auto;
+    if (c.offload == Offload::NVMe && c.nvmePath.empty()) c.nvmePath = "nvme"; // (the plan does not read it)
     c.quiet = true;
     bool dup = false;
     for (const auto &e : out) dup |= sameTechniques(e.options, c);

@@ -705,6 +705,13 @@ int compileMain(int argc, char **argv, int first) {
       for (const auto &u : peakUsageByRole(program, "host")) os << " " << u.role << " " << humanBytes(u.bytes) << ";";
       os << "\n";
     }
+    if (const rt::Space *nv = program.space("nvme")) {
+      os << "  nvme arena    " << humanBytes(nv->arenaBytes) << " per rank in " << program.nvmePath;
+      if (opts.nvmeCapacity > 0)
+        os << ", " << humanBytes(opts.nvmeCapacity) << " available"
+           << (haveHw && !args.has("--nvme-mem") ? " on " + hw.name : std::string(" (--nvme-mem)"));
+      os << "\n";
+    }
     char times[160];
     std::snprintf(times, sizeof times, "  time          %.2f s (parse %.2f, passes and emit %.2f, write %.2f)\n",
                   secs(t0, tEnd), secs(t0, tParsed), secs(tParsed, tEmitted), secs(tEmitted, tEnd));

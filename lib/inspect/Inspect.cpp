@@ -155,7 +155,7 @@ int64_t activationsKeptForBackward(const rt::Program &p) {
 }
 
 int streamRank(const std::string &s) {
-  return s == "compute" ? 0 : s == "h2d" ? 1 : s == "d2h" ? 2 : s == "host" ? 3 : 4;
+  return s == "compute" ? 0 : s == "h2d" ? 1 : s == "d2h" ? 2 : s == "host" ? 3 : s == "nvme" ? 4 : 5;
 }
 
 // Instructions per stream, with the bytes each stream's copies write (transfers between spaces).
@@ -195,6 +195,7 @@ std::vector<Lane> lanesOf(const rt::Program &p) {
                              {"h2d", "#1f77b4", "copies from host to device", {}, 0},
                              {"d2h", "#d62728", "copies from device to host", {}, 0},
                              {"host", "#8c564b", "work on the host (CPU Adam, ...)", {}, 0},
+                             {"nvme", "#e377c2", "copies between the nvme space and the host", {}, 0},
                              {"recompute", "#9467bd", "forward work repeated in the backward", {}, 0}};
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     const auto &ins = p.instructions[i];
@@ -430,6 +431,7 @@ int64_t spaceCapacity(const rt::Program &p, const rt::Space &s) {
   if (s.capacityBytes > 0) return s.capacityBytes;
   if (s.name == "device") return p.deviceCapacityBytes;
   if (s.name == "host") return p.hostCapacityBytes;
+  if (s.name == "nvme") return p.nvmeCapacityBytes;
   return 0;
 }
 
