@@ -9,11 +9,14 @@
 #     io_uring with 16 requests of 1 MiB in flight) give GB/s, read and write, against dd's;
 #  3. the step time against --offload cpu of the same model (the median of the steps after the
 #     first), and the host arena of both plans (bigc inspect --json).
+#  4. BIG=PRESET (e.g. 2.7b): a model whose state does not fit this machine's memory: compiled with
+#     --precision bf16 and --offload cpu (`bigc run` refuses it: the arenas exceed the physical
+#     memory) and --offload nvme (BIG_STEPS steps, default 2, run: its state on the disk).
 # Results as a Markdown table on stdout (docs/performance.md records them).
 #
 # Usage: bench/nvme/run.sh [build/bin] [DIR]   DIR: where the nvme space and dd's file go (default: a
 # new directory under the current one: the file system whose bandwidth matters). Environment:
-# PRESET (gpt2), STEPS (4), THREADS (all cores).
+# PRESET (gpt2), STEPS (4), THREADS (all cores), BIG (none), BIG_STEPS (2).
 set -euo pipefail
 BIN=${1:-build/bin}
 BASE=${2:-.}
@@ -70,3 +73,34 @@ print(f"| --offload cpu | {step['cpu']:.2f} s | {host['cpu'] / 2**30:.2f} GiB | 
 print(f"| --offload nvme | {step['nvme']:.2f} s ({step['nvme'] / step['cpu']:.2f}x) | {host['nvme'] / 2**30:.2f} GiB | "
       f"{'bit-identical' if same else 'DIFFER'} |")
 PY
+if [ -n "${BIG:-}" ]; then
+  echo "== $BIG: --precision bf16, --offload cpu and --offload nvme" >&2
+  "$BIN/bigc" gen gpt --preset "$BIG" --batch 1 --seq 128 -o "$W/big.mlir" > /dev/null
+  "$BIN/bigc" compile "$W/big.mlir" -o "$W/bigcpu.bigc" --precision bf16 --offload cpu --quiet
+  "$BIN/bigc" compile "$W/big.mlir" -o "$W/bignvme.bigc" --precision bf16 --offload nvme --nvme-path "$W/nv" --quiet
+  if "$BIN/bigc" run "$W/bigcpu.bigc" --synthetic --steps 1 --quiet 2> "$W/bigcpu.err"; then
+    echo "| $BIG, --offload cpu | runs (it fits this machine: pick a larger BIG) |"
+  else
+    echo
+    echo "$BIG with --offload cpu: $(head -c 400 "$W/bigcpu.err")"
+  fi
+  /usr/bin/time -v "$BIN/bigc" run "$W/bignvme.bigc" --synthetic --steps "${BIG_STEPS:-2}" --log "$W/big.jsonl" \
+    "${THR[@]}" 2> "$W/bignvme.err" >&2 || { cat "$W/bignvme.err" >&2; exit 1; }
+  /usr/bin/python3 - "$W" "$BIG" <<'PY'
+import json, re, sys
+W, big = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(f"{W}/big.jsonl") if l.strip()]
+err = open(f"{W}/bignvme.err").read()
+rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", err).group(1)) * 1024
+nv = rows[-1]["nvme"]
+print(f"\n{big} with --offload nvme: {len(rows)} steps, losses {[round(r['loss'], 4) for r in rows]}, "
+      f"{rows[-1]['elapsed_s']:.0f} s in all; peak resident {rss / 2**30:.1f} GiB; nvme read "
+      f"{nv['read_bytes'] / 2**30:.1f} GiB ({nv['read_bytes'] / nv['read_s'] / 1e9:.2f} GB/s), wrote "
+      f"{nv['write_bytes'] / 2**30:.1f} GiB ({nv['write_bytes'] / nv['write_s'] / 1e9:.2f} GB/s)")
+PY
+  "$BIN/bigc" inspect "$W/bignvme.bigc" --json | /usr/bin/python3 -c "
+import json, sys
+j = json.load(sys.stdin); sp = j['spaces']
+print('plan: %.2f B parameters; device %.2f GiB, host %.2f GiB, nvme %.2f GiB' % (j['parameters'] / 1e9,
+      sp['device']['arena_bytes'] / 2**30, sp['host']['arena_bytes'] / 2**30, sp['nvme']['arena_bytes'] / 2**30))"
+fi

@@ -72,7 +72,7 @@ rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::str
   header.hardwareName = o.haveHardware ? o.hardware.name : (o.deviceCapacity > 0 ? "custom" : "none");
   header.deviceCapacityBytes = o.deviceCapacity;
   header.hostCapacityBytes = o.hostCapacity;
-  header.nvmeCapacityBytes = o.nvmeCapacity;
+  header.nvmeCapacityBytes = o.offload == mlir::bigc::Offload::NVMe ? o.nvmeCapacity : 0;
   header.nvmePath = o.offload == mlir::bigc::Offload::NVMe ? o.nvmePath : std::string();
   header.deviceReserveBytes = o.deviceReserve;
   header.hostReserveBytes = o.hostReserve;

@@ -2,7 +2,7 @@
 //
 // What `bigc compile` runs between the parsed model and the emitter, as one
 // function: bigc-tensor-parallel, bigc-autodiff, bigc-mixed-precision,
-// bigc-grad-accum, bigc-recompute, bigc-shard, bigc-offload, bigc-schedule,
+// bigc-grad-accum, bigc-recompute, bigc-shard, bigc-offload, bigc-offload-nvme, bigc-schedule,
 // bigc-memory-plan, each when its option asks for it. The compile driver
 // builds its pass managers with buildTrainPipeline; bigc-opt runs the same
 // passes as `--bigc-train-pipeline="zero=3 offload=cpu ..."`.
