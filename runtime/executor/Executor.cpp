@@ -329,11 +329,11 @@ void Executor::launch(BoundOp &bound) {
   case OpKind::Transpose: cpu::transpose(fi(0), fo(0), op.shape.data(), op.perm.data(), int(op.shape.size())); break;
   case OpKind::Copy:
     if (nvme_ && isNvme(op.ins->in[0])) { // nvme -> host staging (offsets and sizes aligned: O_DIRECT)
-      nvme_->read(prog_.buffers[size_t(op.ins->in[0])].offset, op.rawOut[0], op.n);
+      nvme_->read(prog_.buffers[size_t(op.ins->in[0])].offset, op.rawOut[0], op.n, /*ownsRoundedExtent=*/true);
       break;
     }
     if (nvme_ && isNvme(op.ins->out[0])) { // host staging -> nvme
-      nvme_->write(prog_.buffers[size_t(op.ins->out[0])].offset, op.rawIn[0], op.n);
+      nvme_->write(prog_.buffers[size_t(op.ins->out[0])].offset, op.rawIn[0], op.n, /*ownsRoundedExtent=*/true);
       break;
     }
     [[fallthrough]];

@@ -105,22 +105,23 @@ NvmeFile::Stats NvmeFile::stats() const {
   return stats_;
 }
 
-void NvmeFile::read(int64_t offset, void *dst, int64_t bytes) {
-  transfer(false, offset, static_cast<char *>(dst), bytes);
+void NvmeFile::read(int64_t offset, void *dst, int64_t bytes, bool ownsRoundedExtent) {
+  transfer(false, offset, static_cast<char *>(dst), bytes, ownsRoundedExtent);
 }
 
-void NvmeFile::write(int64_t offset, const void *src, int64_t bytes) {
-  transfer(true, offset, static_cast<char *>(const_cast<void *>(src)), bytes);
+void NvmeFile::write(int64_t offset, const void *src, int64_t bytes, bool ownsRoundedExtent) {
+  transfer(true, offset, static_cast<char *>(const_cast<void *>(src)), bytes, ownsRoundedExtent);
 }
 
-void NvmeFile::transfer(bool write, int64_t offset, char *buf, int64_t bytes) {
+void NvmeFile::transfer(bool write, int64_t offset, char *buf, int64_t bytes, bool ownsRoundedExtent) {
   if (bytes <= 0) return;
   if (offset < 0 || offset + bytes > bytes_)
     throw UserError("nvme space: " + std::string(write ? "write" : "read") + " of " + std::to_string(bytes) +
                     " bytes at " + std::to_string(offset) + " is outside its " + std::to_string(bytes_) + " bytes");
   const double t0 = now();
   const int64_t rounded = (bytes + kNvmeAlignment - 1) / kNvmeAlignment * kNvmeAlignment;
-  if (aligned(offset) && aligned(int64_t(reinterpret_cast<uintptr_t>(buf))) && offset + rounded <= bytes_) {
+  if (aligned(offset) && aligned(int64_t(reinterpret_cast<uintptr_t>(buf))) && offset + rounded <= bytes_ &&
+      (rounded == bytes || ownsRoundedExtent)) {
     direct(write, offset, buf, rounded);
   } else {
     // Through an aligned bounce buffer: the aligned blocks around [offset, offset + bytes).

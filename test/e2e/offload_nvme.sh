@@ -13,7 +13,7 @@
 #     in and out, each step: within 10% of 12 B/param, the rest the 4096-byte rounding);
 #  3. every program obeys the stream discipline (check_streams.py --expect-nvme: only copies on the
 #     nvme stream touch the nvme space, ordered against the host updates);
-#  4. the scratch file never shows in the directory (it is removed as soon as it is open), also
+#  4. --load-weights into the nvme space trains as on the host; the scratch file never shows in the directory (it is removed as soon as it is open), also
 #     after a SIGKILL mid-run; the last checkpoint before the kill resumes and continues bit for bit;
 #  5. bad input, each one clear error (exit 1) before the first step and nothing written: a missing
 #     directory, a file in its place, a read-only file system (the first read-only mount found, if
@@ -117,6 +117,21 @@ last = rows("nfp32")[-1]["nvme"]
 per_step = (last["read_bytes"] / 8 / P, last["write_bytes"] / 8 / P)
 check("nvme traffic", all(12 <= x <= 12 * 1.1 for x in per_step) and last["engine"] in ("io_uring", "pread/pwrite"),
       f"read {per_step[0]:.2f} and wrote {per_step[1]:.2f} B/param per step through {last['engine']}")
+sys.exit(0 if ok else 1)
+PY
+
+# Weights loaded into the nvme space (--load-weights writes the masters there, the compute copies are
+# cast from them) train as they do on the host.
+for n in cfp32 nfp32; do
+  "$BIN/bigc" run "$d/$n.bigc" --synthetic --steps 3 --seed 3 --load-weights "$d/plain.safetensors" \
+    --log "$d/$n.loaded.jsonl" --quiet
+done
+$PY - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+rows = lambda n: [json.loads(l)["loss"] for l in open(f"{d}/{n}.loaded.jsonl") if l.strip()]
+ok = len(rows("cfp32")) == 3 and rows("cfp32") == rows("nfp32")
+print(("ok   " if ok else "FAIL ") + f"--load-weights into the nvme space: losses {rows('nfp32')} equal --offload cpu's")
 sys.exit(0 if ok else 1)
 PY
 

@@ -78,6 +78,18 @@ void roundTrip(bool ring) {
   EXPECT_EQ(back[1], data[776]);
   EXPECT_EQ(std::memcmp(back.data() + 2, small.data(), small.size()), 0);
   EXPECT_EQ(back[small.size() + 2], data[777 + small.size()]);
+  // An aligned address with a size that is not a multiple of 4096: nothing past the size is
+  // written (a caller's buffer ends there), unless the caller says it owns the rounded extent.
+  {
+    Aligned g(8192);
+    std::memset(g.p, 0xab, 8192);
+    const int64_t at = 1 << 20; // (of `data`, away from `small`)
+    f.read(4096 + at, g.p, 5000);
+    EXPECT_EQ(std::memcmp(g.p, data.data() + at, 5000), 0);
+    for (int k = 5000; k < 8192; ++k) ASSERT_EQ(g.p[k], 0xab) << "byte " << k << " past the read was written";
+    f.read(4096 + at, g.p, 5000, /*ownsRoundedExtent=*/true);
+    EXPECT_EQ(std::memcmp(g.p, data.data() + at, 8192), 0) << "the rounded extent is read whole";
+  }
   const NvmeFile::Stats st = f.stats();
   EXPECT_GE(st.writeBytes, int64_t(n + small.size()));
   EXPECT_GE(st.readBytes, int64_t(n));

@@ -25,11 +25,12 @@ public:
 
   // `bytes` at `offset` of the file into `dst` / from `src`. Direct (O_DIRECT, requests of
   // kRequestBytes, up to kQueueDepth in flight) when offset, size and address are aligned to
-  // kNvmeAlignment (the size may be rounded up to it: the nvme copies' buffers own their aligned
-  // extent), else through an aligned bounce buffer (checkpoints, weights). Thread-safe. Throws
+  // kNvmeAlignment, or offset and address are and `ownsRoundedExtent` says the memory at `dst` /
+  // `src` extends to the size rounded up to it (the nvme copies' host buffers, planned so); else
+  // through an aligned bounce buffer (checkpoints, weights, initial values). Thread-safe. Throws
   // UserError on an I/O error (naming the file, offset and error).
-  void read(int64_t offset, void *dst, int64_t bytes);
-  void write(int64_t offset, const void *src, int64_t bytes);
+  void read(int64_t offset, void *dst, int64_t bytes, bool ownsRoundedExtent = false);
+  void write(int64_t offset, const void *src, int64_t bytes, bool ownsRoundedExtent = false);
 
   int64_t size() const { return bytes_; }
   const std::string &path() const { return path_; }
@@ -47,7 +48,7 @@ public:
 
 private:
   struct Ring;
-  void transfer(bool write, int64_t offset, char *buf, int64_t bytes);
+  void transfer(bool write, int64_t offset, char *buf, int64_t bytes, bool ownsRoundedExtent);
   void direct(bool write, int64_t offset, char *buf, int64_t bytes);
   int fd_ = -1;
   int64_t bytes_ = 0;
