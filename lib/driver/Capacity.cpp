@@ -231,9 +231,9 @@ void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
   if (arena <= o.deviceCapacity) return;
   o.offloadParams = OffloadParams::Host;
   if (!o.quiet)
-    std::printf("bigc compile: --offload cpu: with the weights on the device the plan needs %s of device memory, "
+    std::printf("bigc compile: --offload %s: with the weights on the device the plan needs %s of device memory, "
                 "%s available: the weights stay on the host between uses (ZeRO-3-Offload)\n",
-                humanBytes(arena).c_str(), humanBytes(o.deviceCapacity).c_str());
+                toString(o.offload).c_str(), humanBytes(arena).c_str(), humanBytes(o.deviceCapacity).c_str());
 }
 
 // The smallest number N of ranked recomputation candidates (bigc-recompute
