@@ -3,7 +3,7 @@
 # end on the CPU backend, a 4-block GPT 128 wide (vocabulary 2048), 8 steps:
 #  1. the losses and final weights equal --offload cpu's and the plain run's bit for bit (fp32; the
 #     update is the same CPU Adam on the same values, only where they rest differs; measured:
-#     identical, 2026-11-25), and so do bf16, fp16 with clipping and loss-scale overflow, 2
+#     identical, 2026-11-25), and so do bf16, bf16 with bf16 AdamW moments, fp16 with clipping and loss-scale overflow, 2
 #     micro-batches, 8 ranks with ZeRO 1, 2 and 3, tensor parallelism 2 x dp 4 and 2 pipeline
 #     stages (each against --offload cpu of the same options);
 #  2. bigc inspect --json: the nvme space holds every master (4 B/param) and moment (8 B/param);
@@ -38,7 +38,8 @@ run() { # name, options...
     --save-weights "$d/$name.safetensors" --quiet "$@"
 }
 # name : options (each compiled with --offload cpu as c<name> and --offload nvme as n<name>)
-CONFIGS=("fp32:" "bf16:--precision bf16" "fp16:--precision fp16 --grad-clip 0.5"
+CONFIGS=("fp32:" "bf16:--precision bf16" "bs:--precision bf16 --optimizer-states bf16"
+         "fp16:--precision fp16 --grad-clip 0.5"
          "ov:--precision fp16 --loss-scale 1e30" "mb:--micro-batches 2"
          "z1:--ranks 8 --zero 1" "z2:--ranks 8 --zero 2" "z3:--ranks 8 --zero 3"
          "tp:--ranks 8 --tp 2 --zero 1" "pp:--ranks 2 --pp 2 --micro-batches 2")
