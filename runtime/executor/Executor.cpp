@@ -96,6 +96,11 @@ void *Executor::allocateArena(const Space &s, size_t bytes) {
     const int64_t size = (int64_t(bytes) + kNvmeAlignment - 1) / kNvmeAlignment * kNvmeAlignment;
     nvme_ = std::make_unique<NvmeFile>(prog_.nvmePath, size,
                                        "rank" + std::to_string(rank_.globalRank) + "-" + std::to_string(files++));
+    hostBlocksOwned_ = true;
+    for (const Space &h : prog_.spaces)
+      if (h.name == "host") hostBlocksOwned_ = h.arenaBytes % kNvmeAlignment == 0;
+    for (const Buffer &b : prog_.buffers)
+      if (b.space == "host" && b.offset % kNvmeAlignment != 0) hostBlocksOwned_ = false;
     return nullptr;
   }
   // Mapped, not touched: the kernel gives zero pages as they are first written, so the resident
@@ -329,11 +334,11 @@ void Executor::launch(BoundOp &bound) {
   case OpKind::Transpose: cpu::transpose(fi(0), fo(0), op.shape.data(), op.perm.data(), int(op.shape.size())); break;
   case OpKind::Copy:
     if (nvme_ && isNvme(op.ins->in[0])) { // nvme -> host staging (offsets and sizes aligned: O_DIRECT)
-      nvme_->read(prog_.buffers[size_t(op.ins->in[0])].offset, op.rawOut[0], op.n, /*ownsRoundedExtent=*/true);
+      nvme_->read(prog_.buffers[size_t(op.ins->in[0])].offset, op.rawOut[0], op.n, hostBlocksOwned_);
       break;
     }
     if (nvme_ && isNvme(op.ins->out[0])) { // host staging -> nvme
-      nvme_->write(prog_.buffers[size_t(op.ins->out[0])].offset, op.rawIn[0], op.n, /*ownsRoundedExtent=*/true);
+      nvme_->write(prog_.buffers[size_t(op.ins->out[0])].offset, op.rawIn[0], op.n, hostBlocksOwned_);
       break;
     }
     [[fallthrough]];
