@@ -226,8 +226,9 @@ void hoistOptimizer(Block &block) {
 /// NVMe offload (bigc-offload-nvme): each write back of a host update's staging tensor goes right
 /// after the update, and each read into it one update ahead: just before the previous update that
 /// streams from the nvme space (issued with it, so the read overlaps that update and the compute
-/// around it; the first read goes just before its own update). The host then holds the staging
-/// of about two updates at once.
+/// around it; the first read goes just before its own update). A staging tensor is free once its
+/// update and write back are joined, two layer boundaries later (the host stream's rule): the host
+/// holds about two layers' staging, whatever the depth.
 void placeNvmeCopies(Block &block) {
   llvm::StringMap<SmallVector<ParamCopyOp>> reads, writes; // by staging tensor
   SmallVector<AdamWOp> updates;
@@ -537,8 +538,8 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
     // A gather into a persistent weight frees nothing: the end of the step joins it (the next
     // step's reads of the weight come after that).
     if (isa<ParamAllGatherOp>(op)) continue;
-    // (nvme copies: the next boundary too, so that the host holds the staging of about one layer's
-    // updates, not two.)
+    // (nvme copies: the next boundary too; their staging is freed with the host update's join
+    // anyway, and fewer of them fall into the tail below, where each is joined in turn.)
     unsigned boundaries = opStream(&op) == "d2h" || opStream(&op) == kCommStream || opStream(&op) == kP2PStream ||
                                   opStream(&op) == kNvmeStream
                               ? 1

@@ -19,7 +19,7 @@ using namespace mlir::bigc;
 
 namespace {
 /// The space of the bigc.param `ref` names ("device" when there is none).
-StringRef valueSpaceOfSymbol(ModuleOp m, FlatSymbolRefAttr ref) {
+StringRef symbolSpace(ModuleOp m, FlatSymbolRefAttr ref) {
   auto p = m.lookupSymbol<ParamOp>(ref);
   return p ? paramSpace(p) : StringRef("device");
 }
@@ -127,7 +127,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       // The machine's drives, shared by its ranks (each moves its own tensors at once).
       auto pc = dyn_cast<ParamCopyOp>(op);
       const double bytes = pc ? double(symbolBytes(module, pc.getToAttr())) : 0.0;
-      const bool write = pc && valueSpaceOfSymbol(module, pc.getToAttr()) == "nvme";
+      const bool write = pc && symbolSpace(module, pc.getToAttr()) == "nvme";
       const double bw =
           (write ? hw.nvmeWriteBytesPerS : hw.nvmeReadBytesPerS) / double(std::max<int64_t>(1, hw.devices));
       dur = bw > 0 ? bytes / bw : 0;

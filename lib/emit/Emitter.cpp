@@ -219,28 +219,19 @@ void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation 
   for (rt::Buffer &b : p.buffers)
     if (b.liveFirst > b.liveLast) b.liveFirst = b.liveLast = 0; // a staging tensor nothing touches
 
-  // The host space (bigc-offload): its own arena.
-  bool host = false;
-  for (const rt::Buffer &b : p.buffers) host |= b.space == "host";
-  if (host) {
-    rt::Space h;
-    h.name = "host";
-    h.arenaBytes = i64Attr(func, bigcd::kHostArenaBytesAttrName);
-    h.lowerBoundBytes = i64Attr(func, bigcd::kHostLowerBoundBytesAttrName);
-    h.capacityBytes = p.hostCapacityBytes;
-    p.spaces.push_back(h);
-  }
-  // The nvme space (bigc-offload-nvme): a file-backed arena per rank.
-  bool nvme = false;
-  for (const rt::Buffer &b : p.buffers) nvme |= b.space == "nvme";
-  if (nvme) {
+  // The host space (bigc-offload) and the nvme space (bigc-offload-nvme, a file-backed arena per
+  // rank): each its own arena, when a buffer is there.
+  auto addSpace = [&](const char *name, llvm::StringRef arenaAttr, llvm::StringRef lowerBoundAttr, int64_t capacity) {
+    if (std::none_of(p.buffers.begin(), p.buffers.end(), [&](const rt::Buffer &b) { return b.space == name; })) return;
     rt::Space s;
-    s.name = "nvme";
-    s.arenaBytes = i64Attr(func, bigcd::kNvmeArenaBytesAttrName);
-    s.lowerBoundBytes = i64Attr(func, bigcd::kNvmeLowerBoundBytesAttrName);
-    s.capacityBytes = p.nvmeCapacityBytes;
+    s.name = name;
+    s.arenaBytes = i64Attr(func, arenaAttr);
+    s.lowerBoundBytes = i64Attr(func, lowerBoundAttr);
+    s.capacityBytes = capacity;
     p.spaces.push_back(s);
-  }
+  };
+  addSpace("host", bigcd::kHostArenaBytesAttrName, bigcd::kHostLowerBoundBytesAttrName, p.hostCapacityBytes);
+  addSpace("nvme", bigcd::kNvmeArenaBytesAttrName, bigcd::kNvmeLowerBoundBytesAttrName, p.nvmeCapacityBytes);
 }
 
 } // namespace

@@ -125,7 +125,8 @@ void NvmeFile::transfer(bool write, int64_t offset, char *buf, int64_t bytes, bo
     direct(write, offset, buf, rounded);
   } else {
     // Through an aligned bounce buffer: the aligned blocks around [offset, offset + bytes).
-    const int64_t chunk = kRequestBytes * kQueueDepth;
+    // (no larger than the transfer and the blocks around it: small tensors take small buffers)
+    const int64_t chunk = std::min(kRequestBytes * kQueueDepth, rounded + 2 * kNvmeAlignment);
     char *bounce = static_cast<char *>(std::aligned_alloc(size_t(kNvmeAlignment), size_t(chunk)));
     if (!bounce) throw UserError("nvme space: cannot allocate a bounce buffer of " + humanBytes(chunk));
     try {
