@@ -186,12 +186,21 @@ LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbols) {
   std::pair<FlatSymbolRefAttr, StringRef> refs[] = {
       {getParamAttr(), "param"}, {getExpAvgAttr(), "exp_avg"}, {getExpAvgSqAttr(), "exp_avg_sq"}};
   Type momentType;
+  const int64_t gradNumel = cast<RankedTensorType>(getGrad().getType()).getNumElements();
+  const std::optional<int64_t> count = getCount();
+  if (count.has_value() != getOffset().has_value()) return emitOpError("offset and count go together");
+  if (count && (*count <= 0 || *getOffset() < 0 || *getOffset() + *count > gradNumel))
+    return emitOpError("elements [") << *getOffset() << ", " << *getOffset() + *count << ") of a gradient of "
+                                     << gradNumel << ": out of range";
+  if (FlatSymbolRefAttr w = getWeightAttr())
+    if (failed(lookupParam(getOperation(), symbols, w, "weight"))) return failure();
   for (auto [ref, what] : refs) {
     FailureOr<ParamOp> p = lookupParam(getOperation(), symbols, ref, what);
     if (failed(p)) return failure();
-    if (p->getTensorType().getShape() != shapeOf(getGrad()))
+    if (count ? p->getTensorType().getNumElements() < *count : p->getTensorType().getShape() != shapeOf(getGrad()))
       return emitOpError() << what << " " << ref << " has shape " << str(p->getTensorType().getShape())
-                           << " but the gradient has shape " << str(shapeOf(getGrad()));
+                           << " but the gradient has shape " << str(shapeOf(getGrad()))
+                           << (count ? " and the update " + std::to_string(*count) + " elements" : std::string());
     Type et = p->getTensorType().getElementType();
     if (what != "param" && !et.isF32() && !et.isBF16())
       return emitOpError() << what << " " << ref << " must be f32 or bf16 (--optimizer-states), got " << et;
@@ -202,7 +211,8 @@ LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (FlatSymbolRefAttr half = getHalfAttr()) {
     FailureOr<ParamOp> h = lookupParam(getOperation(), symbols, half, "half");
     if (failed(h)) return failure();
-    if (h->getTensorType().getShape() != shapeOf(getGrad()))
+    const int64_t hn = h->getTensorType().getNumElements();
+    if (count ? hn != gradNumel && hn < *count : h->getTensorType().getShape() != shapeOf(getGrad()))
       return emitOpError() << "half " << half << " has shape " << str(h->getTensorType().getShape())
                            << " but the gradient has shape " << str(shapeOf(getGrad()));
     auto master = symbols.lookupNearestSymbolFrom<ParamOp>(getOperation(), getParamAttr());

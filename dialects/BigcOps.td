@@ -127,6 +127,15 @@ def Bigc_AdamWOp : Bigc_Op<"adamw", [
     compute copy `@sym` is written as `cast(param)`; `param` is then the fp32
     master. The gradient may be 16-bit (read as fp32).
 
+    `offset` and `count` (both or neither; bigc-offload-nvme's chunked
+    updates): the update covers elements [offset, offset + count) of the
+    (row-major) gradient; `param`, `exp_avg` and `exp_avg_sq` hold those
+    elements at [0, count) (each has at least `count`); `half` has the
+    gradient's element count (written at `offset`) or at least `count`
+    (written at [0, count)). `weight` names the tensor of record the update
+    is part of, when `param` is a staging copy of it or of a chunk of it
+    (for the runtime's gradient dump).
+
     ```mlir
     bigc.adamw %g {param = @w, exp_avg = @"w.exp_avg", exp_avg_sq = @"w.exp_avg_sq",
                    lr = 3.0e-04 : f64, beta1 = 0.9 : f64, beta2 = 0.95 : f64,
@@ -148,7 +157,10 @@ def Bigc_AdamWOp : Bigc_Op<"adamw", [
                        F64Attr:$eps,
                        F64Attr:$weight_decay,
                        DefaultValuedAttr<F64Attr, "0.0">:$max_norm,
-                       OptionalAttr<FlatSymbolRefAttr>:$half);
+                       OptionalAttr<FlatSymbolRefAttr>:$half,
+                       OptionalAttr<I64Attr>:$offset,
+                       OptionalAttr<I64Attr>:$count,
+                       OptionalAttr<FlatSymbolRefAttr>:$weight);
   let builders = [
     // The version-1 form: gradient and optional norm only.
     OpBuilder<(ins "::mlir::Value":$grad, "::mlir::Value":$norm,
@@ -161,7 +173,8 @@ def Bigc_AdamWOp : Bigc_Op<"adamw", [
                    "::mlir::FloatAttr":$max_norm), [{
       build($_builder, $_state, grad, norm, ::mlir::Value(), ::mlir::Value(),
             param, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
-            max_norm, ::mlir::FlatSymbolRefAttr());
+            max_norm, ::mlir::FlatSymbolRefAttr(), ::mlir::IntegerAttr(), ::mlir::IntegerAttr(),
+            ::mlir::FlatSymbolRefAttr());
     }]>
   ];
   let assemblyFormat = [{

@@ -134,6 +134,19 @@ LogicalResult ParamCopyOp::verifySymbolUses(SymbolTableCollection &symbols) {
           : paramSpace(ends[0]) != kHostSpace && paramSpace(ends[1]) != kHostSpace)
     return emitOpError("an nvme tensor is copied to or from a host tensor only, got @")
            << getFrom() << " (" << paramSpace(ends[0]) << ") to @" << getTo() << " (" << paramSpace(ends[1]) << ")";
+  if (std::optional<int64_t> count = getCount()) {
+    RankedTensorType from = ends[0].getTensorType(), to = ends[1].getTensorType();
+    if (from.getElementType() != to.getElementType())
+      return emitOpError("from ") << getFromAttr() << " has element type " << from.getElementType() << " but to "
+                                  << getToAttr() << " has " << to.getElementType() << " (a copy does not convert)";
+    const int64_t fo = getFromOffset().value_or(0), too = getToOffset().value_or(0);
+    if (*count <= 0 || fo < 0 || too < 0 || fo + *count > from.getNumElements() || too + *count > to.getNumElements())
+      return emitOpError("elements [") << fo << ", " << fo + *count << ") of " << getFromAttr() << " ("
+                                       << from.getNumElements() << ") to [" << too << ", " << too + *count << ") of "
+                                       << getToAttr() << " (" << to.getNumElements() << "): out of range";
+    return success();
+  }
+  if (getFromOffset() || getToOffset()) return emitOpError("from_offset and to_offset need count");
   if (ends[0].getType() != ends[1].getType())
     return emitOpError("from ") << getFromAttr() << " has type " << ends[0].getType() << " but to " << getToAttr()
                                 << " has type " << ends[1].getType() << " (a copy does not convert; use the same type)";

@@ -53,8 +53,22 @@ def Bigc_ParamCopyOp : Bigc_Op<"param_copy", [
     ```mlir
     bigc.param_copy {from = @"w.stage", to = @"w.half", bigc.stream = "h2d"}
     ```
+
+    With `count` (and optional `from_offset`, `to_offset`, all in elements):
+    elements [to_offset, to_offset + count) of `to` become elements
+    [from_offset, from_offset + count) of `from` (row-major; the element
+    types equal, the shapes may differ): bigc-offload-nvme's chunks.
   }];
-  let arguments = (ins FlatSymbolRefAttr:$from, FlatSymbolRefAttr:$to);
+  let arguments = (ins FlatSymbolRefAttr:$from, FlatSymbolRefAttr:$to,
+                       OptionalAttr<I64Attr>:$from_offset,
+                       OptionalAttr<I64Attr>:$to_offset,
+                       OptionalAttr<I64Attr>:$count);
+  let builders = [
+    // The whole tensor.
+    OpBuilder<(ins "::mlir::FlatSymbolRefAttr":$from, "::mlir::FlatSymbolRefAttr":$to), [{
+      build($_builder, $_state, from, to, ::mlir::IntegerAttr(), ::mlir::IntegerAttr(), ::mlir::IntegerAttr());
+    }]>
+  ];
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }

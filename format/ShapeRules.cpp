@@ -254,7 +254,21 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
   case OpKind::GlobalNorm: wantShape(out(0), {}, "norm"); break;
   case OpKind::Cast: sameShape(in(0), out(0), "output"); break;
   case OpKind::Copy:
-    sameShape(in(0), out(0), "output");
+    if (ins->attrs.count("count")) { // a range: out[out_offset, +count) = in[in_offset, +count)
+      const double c = ins->num("count", 0), io = ins->num("in_offset", 0), oo = ins->num("out_offset", 0);
+      for (auto [name, x] : {std::pair<const char *, double>{"count", c}, {"in_offset", io}, {"out_offset", oo}})
+        if (x != std::floor(x) || x < (std::string(name) == "count" ? 1 : 0))
+          bad(std::string("attribute '") + name +
+              "' must be an integer >= " + (std::string(name) == "count" ? "1" : "0"));
+      if (io + c > double(in(0).numel()) || oo + c > double(out(0).numel()))
+        bad("elements [" + std::to_string(int64_t(io)) + ", " + std::to_string(int64_t(io + c)) + ") of an input of " +
+            std::to_string(in(0).numel()) + " to [" + std::to_string(int64_t(oo)) + ", " +
+            std::to_string(int64_t(oo + c)) + ") of an output of " + std::to_string(out(0).numel()) + ": out of range");
+    } else {
+      if (ins->attrs.count("in_offset") || ins->attrs.count("out_offset"))
+        bad("attributes 'in_offset' and 'out_offset' need 'count'");
+      sameShape(in(0), out(0), "output");
+    }
     if (in(0).dtype != out(0).dtype)
       bad(std::string("copy keeps the dtype: ") + dtypeName(in(0).dtype) + " -> " + dtypeName(out(0).dtype) +
           " (use cast)");
@@ -367,12 +381,37 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
   }
   case OpKind::AdamW: {
     const Buffer &param = in(0);
-    wantShape(in(1), param.shape, "grad");
-    wantShape(in(2), param.shape, "m");
-    wantShape(in(3), param.shape, "v");
+    const bool chunk = ins->attrs.count("count") || ins->attrs.count("offset");
+    if (chunk) { // elements [offset, offset + count) of the gradient; param, m, v hold them at [0, count)
+      const double c = ins->num("count", 0), o = ins->num("offset", -1);
+      if (c != std::floor(c) || c < 1 || o != std::floor(o) || o < 0)
+        bad("attributes 'offset' (an integer >= 0) and 'count' (an integer >= 1) go together");
+      if (o + c > double(in(1).numel()))
+        bad("elements [" + std::to_string(int64_t(o)) + ", " + std::to_string(int64_t(o + c)) + ") of a gradient of " +
+            std::to_string(in(1).numel()) + ": out of range");
+      for (size_t k : {size_t(0), size_t(2), size_t(3)})
+        if (double(in(k).numel()) < c)
+          bad(std::string(k == 0   ? "param"
+                          : k == 2 ? "m"
+                                   : "v") +
+              " holds " + std::to_string(in(k).numel()) + " elements, fewer than the update's " +
+              std::to_string(int64_t(c)));
+      if (ins->out.size() == 4 && out(3).numel() != in(1).numel() && double(out(3).numel()) < c)
+        bad("half holds " + std::to_string(out(3).numel()) + " elements: neither the gradient's " +
+            std::to_string(in(1).numel()) + " nor at least the update's " + std::to_string(int64_t(c)));
+    } else {
+      wantShape(in(1), param.shape, "grad");
+      wantShape(in(2), param.shape, "m");
+      wantShape(in(3), param.shape, "v");
+    }
+    if (ins->attrs.count("weight")) {
+      const double w = ins->num("weight", -1);
+      if (w != std::floor(w) || w < 0 || w >= double(p.buffers.size()) || !p.buffers[size_t(w)].persistent())
+        bad("attribute 'weight' must be the id of a persistent buffer (the tensor of record)");
+    }
     for (size_t k = 4; k < ins->in.size(); ++k) wantShape(in(k), {}, "optional scalar input " + std::to_string(k));
     if (ins->out.size() == 4) {
-      wantShape(out(3), param.shape, "half");
+      if (!chunk) wantShape(out(3), param.shape, "half");
       for (size_t k = 0; k < ins->in.size(); ++k)
         if (ins->in[k] == ins->out[3])
           bad("half (output 3) must be a buffer of its own, not input " + std::to_string(k));

@@ -61,7 +61,8 @@ AdamWOp rebuildAdamW(OpBuilder &b, AdamWOp a, Value scale, Value found, FlatSymb
   auto n = b.create<AdamWOp>(a.getLoc(), a.getGrad(), a.getNorm(), scale ? scale : a.getLossScale(),
                              found ? found : a.getFoundInf(), a.getParamAttr(), a.getExpAvgAttr(), a.getExpAvgSqAttr(),
                              a.getLrAttr(), a.getBeta1Attr(), a.getBeta2Attr(), a.getEpsAttr(), a.getWeightDecayAttr(),
-                             a.getMaxNormAttr(), half ? half : a.getHalfAttr());
+                             a.getMaxNormAttr(), half ? half : a.getHalfAttr(), a.getOffsetAttr(), a.getCountAttr(),
+                             a.getWeightAttr());
   for (NamedAttribute na : a->getDiscardableAttrs()) n->setAttr(na.getName(), na.getValue());
   a.erase();
   return n;

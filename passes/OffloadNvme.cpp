@@ -4,7 +4,10 @@
 // bigc-offload, the tensors only a host bigc.adamw touches (its moments and
 // its fp32 master) move to the "nvme" space, and each update reads and
 // writes host staging copies of them, brought in and written back by
-// bigc.param_copy ops that bigc-schedule puts on the "nvme" stream.
+// bigc.param_copy ops that bigc-schedule puts on the "nvme" stream. With
+// params=true the compute weights bigc-offload left on the host follow:
+// written back after their update, read into a staging tensor of its own
+// before each use.
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,6 +43,11 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
                        "bigc-autodiff and bigc-offload first)");
       return signalPassFailure();
     }
+    if (chunk < 0 || chunk % kChunkQuantum != 0) {
+      module.emitError("bigc-offload-nvme: chunk must be a multiple of ")
+          << kChunkQuantum << " elements, got " << int64_t(chunk);
+      return signalPassFailure();
+    }
     Block &block = func.front();
     // How many ops touch each parameter (by bigc.get_param or by symbol).
     llvm::StringMap<int> touches;
@@ -58,7 +66,11 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
         return signalPassFailure();
       }
     MLIRContext *ctx = module.getContext();
-    for (AdamWOp a : updates) {
+    auto tag = [&](Operation *op, int64_t id) {
+      op->setAttr(kNvmeUpdateAttrName, IntegerAttr::get(IntegerType::get(ctx, 64), id));
+    };
+    for (auto [id, a] : llvm::enumerate(updates)) {
+      tag(a, int64_t(id));
       SmallVector<std::pair<StringRef, FlatSymbolRefAttr>> tensors = {{"exp_avg", a.getExpAvgAttr()},
                                                                       {"exp_avg_sq", a.getExpAvgSqAttr()}};
       if (masters) tensors.push_back({"param", a.getParamAttr()});
@@ -80,14 +92,201 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
         auto in = b.create<ParamCopyOp>(a.getLoc(), ref, ioRef);
         in->setAttr(kSpaceAttrName, StringAttr::get(ctx, kHostSpace));
         copyPlacementTags(a, in);
+        tag(in, int64_t(id));
         b.setInsertionPointAfter(a);
         auto out = b.create<ParamCopyOp>(a.getLoc(), ioRef, ref);
         out->setAttr(kSpaceAttrName, StringAttr::get(ctx, kNvmeSpace));
         copyPlacementTags(a, out);
+        tag(out, int64_t(id));
+        if (attr == "param") a.setWeightAttr(ref); // (the tensor of record, for the gradient dump)
         a->setAttr(attr, ioRef);
       }
     }
+    if (params && failed(moveWeights(module, block))) return signalPassFailure();
+    if (chunk > 0)
+      for (AdamWOp a : updates)
+        if (failed(splitUpdate(module, block, a, int64_t(updates.size())))) return signalPassFailure();
     module->setAttr(kOffloadAttrName, StringAttr::get(ctx, "nvme"));
+  }
+
+  /// Chunks start on 4096-byte boundaries of every tensor (2-byte elements and up): O_DIRECT.
+  static constexpr int64_t kChunkQuantum = kNvmeAlignment / 2;
+
+  /// An update whose state all streams from the nvme space and is larger than `chunk` elements
+  /// becomes one update per chunk (ZeRO-Infinity's sub-groups), each reading and writing its
+  /// chunk of the state through one of two sets of host staging tensors of `chunk` elements
+  /// (chunk k uses set k mod 2): the host holds two chunks of the state, not the whole tensor's.
+  /// The copies of a chunk read and write at its offset; the update reads the gradient and
+  /// writes a whole compute copy (`half`) at the offset, or a chunk-sized one written back at it.
+  LogicalResult splitUpdate(ModuleOp module, Block &block, AdamWOp a, int64_t firstId) {
+    MLIRContext *ctx = module.getContext();
+    const int64_t n = cast<RankedTensorType>(a.getGrad().getType()).getNumElements();
+    if (n <= chunk) return success();
+    const int64_t id = a->getAttrOfType<IntegerAttr>(kNvmeUpdateAttrName).getInt();
+    // The group: the copies carrying the update's number, each from or to a staging tensor.
+    SmallVector<ParamCopyOp> reads, writes;
+    for (Operation &op : block.without_terminator())
+      if (auto pc = dyn_cast<ParamCopyOp>(op))
+        if (auto t = pc->getAttrOfType<IntegerAttr>(kNvmeUpdateAttrName); t && t.getInt() == id) {
+          auto to = module.lookupSymbol<ParamOp>(pc.getToAttr());
+          (paramSpace(to) == kNvmeSpace ? writes : reads).push_back(pc);
+        }
+    // Every state tensor must stream (a host master, masters=false, is updated whole).
+    llvm::StringMap<ParamCopyOp> readInto;
+    for (ParamCopyOp pc : reads) readInto[pc.getTo()] = pc;
+    for (FlatSymbolRefAttr ref : {a.getParamAttr(), a.getExpAvgAttr(), a.getExpAvgSqAttr()})
+      if (!readInto.count(ref.getValue())) return success();
+    // Staging sets: NAME.c0 and NAME.c1, 1-D, `chunk` elements of NAME's type.
+    auto chunkSet = [&](StringRef name) -> FailureOr<std::array<FlatSymbolRefAttr, 2>> {
+      auto p = module.lookupSymbol<ParamOp>(name);
+      auto type = RankedTensorType::get({int64_t(chunk)}, p.getTensorType().getElementType());
+      std::array<FlatSymbolRefAttr, 2> out;
+      ParamOp after = p;
+      for (int s = 0; s < 2; ++s) {
+        std::string setName = (name + ".c" + llvm::Twine(s)).str();
+        FailureOr<ParamOp> q = addParamAfter(after, setName, type, "zeros", "transfer", "", "bigc-offload-nvme");
+        if (failed(q)) return failure();
+        q->getOperation()->setAttr(kSpaceAttrName, StringAttr::get(ctx, kHostSpace));
+        after = *q;
+        out[s] = FlatSymbolRefAttr::get(ctx, setName);
+      }
+      return out;
+    };
+    llvm::StringMap<std::array<FlatSymbolRefAttr, 2>> sets; // staging tensor -> its two chunk sets
+    for (ParamCopyOp pc : reads) {
+      auto s = chunkSet(pc.getTo());
+      if (failed(s)) return failure();
+      sets[pc.getTo()] = *s;
+    }
+    // The half: a staging tensor written back to the nvme space (--offload-params nvme) is
+    // chunked too; a host tensor copied whole to the device (.stage) is written at the offset.
+    ParamCopyOp halfWrite;
+    if (std::optional<StringRef> half = a.getHalf())
+      for (ParamCopyOp pc : writes)
+        if (pc.getFrom() == *half) halfWrite = pc;
+    if (halfWrite) {
+      auto s = chunkSet(halfWrite.getFrom());
+      if (failed(s)) return failure();
+      sets[halfWrite.getFrom()] = *s;
+    }
+    auto i64 = [&](int64_t v) { return IntegerAttr::get(IntegerType::get(ctx, 64), v); };
+    OpBuilder b(a);
+    const int64_t chunks = (n + chunk - 1) / chunk;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t off = k * chunk, count = std::min(int64_t(chunk), n - off);
+      const int s = int(k % 2);
+      const int64_t chunkId = k == 0 ? id : firstId + chunkCounter_++;
+      b.setInsertionPoint(a);
+      for (ParamCopyOp pc : reads) {
+        auto c = cast<ParamCopyOp>(b.clone(*pc));
+        c.setToAttr(sets[pc.getTo()][s]);
+        c.setFromOffsetAttr(i64(off));
+        c.setCountAttr(i64(count));
+        c->setAttr(kNvmeUpdateAttrName, i64(chunkId));
+      }
+      auto u = cast<AdamWOp>(b.clone(*a));
+      u.setParamAttr(sets[a.getParam()][s]);
+      u.setExpAvgAttr(sets[a.getExpAvg()][s]);
+      u.setExpAvgSqAttr(sets[a.getExpAvgSq()][s]);
+      if (halfWrite) u.setHalfAttr(sets[halfWrite.getFrom()][s]);
+      u.setOffsetAttr(i64(off));
+      u.setCountAttr(i64(count));
+      u.setWeightAttr(readInto[a.getParam()].getFromAttr());
+      u->setAttr(kNvmeUpdateAttrName, i64(chunkId));
+      for (ParamCopyOp pc : writes) {
+        auto c = cast<ParamCopyOp>(b.clone(*pc));
+        c.setFromAttr(sets[pc.getFrom()][s]);
+        c.setToOffsetAttr(i64(off));
+        c.setCountAttr(i64(count));
+        c->setAttr(kNvmeUpdateAttrName, i64(chunkId));
+      }
+    }
+    // The whole-tensor staging goes with the ops that used it.
+    llvm::SmallVector<StringRef> unused;
+    for (ParamCopyOp pc : reads) unused.push_back(pc.getTo());
+    if (halfWrite) unused.push_back(halfWrite.getFrom());
+    for (ParamCopyOp pc : reads) pc.erase();
+    for (ParamCopyOp pc : writes) pc.erase();
+    a.erase();
+    for (StringRef name : unused)
+      if (auto p = module.lookupSymbol<ParamOp>(name)) p.erase();
+    return success();
+  }
+
+  int64_t chunkCounter_ = 0;
+
+  /// --offload-params nvme: every compute copy on the host (role param) to the nvme space; its
+  /// update writes a staging copy written back after it, each read a staging copy of its own.
+  LogicalResult moveWeights(ModuleOp module, Block &block) {
+    MLIRContext *ctx = module.getContext();
+    SmallVector<ParamOp> weights;
+    for (ParamOp p : module.getOps<ParamOp>())
+      if (p.getRole() == "param" && paramSpace(p) == kHostSpace) weights.push_back(p);
+    if (weights.empty()) {
+      module.emitError("bigc-offload-nvme: params=true, but no weights live on the host (run bigc-offload with "
+                       "params=host first)");
+      return failure();
+    }
+    for (ParamOp w : weights) {
+      StringRef name = w.getSymName();
+      SmallVector<AdamWOp> writers;
+      SmallVector<GetParamOp> reads;
+      for (Operation &op : block.without_terminator()) {
+        if (auto gp = dyn_cast<GetParamOp>(op)) {
+          if (gp.getParam() == name) reads.push_back(gp);
+          continue;
+        }
+        auto a = dyn_cast<AdamWOp>(op);
+        if (a && a.getHalf() == name) {
+          writers.push_back(a);
+          continue;
+        }
+        for (NamedAttribute na : op.getAttrs())
+          if (auto ref = dyn_cast<FlatSymbolRefAttr>(na.getValue()); ref && ref.getValue() == name)
+            return op.emitError("bigc-offload-nvme: @")
+                   << name << " is touched by " << op.getName() << "; only updates and reads of a weight stream "
+                   << "from the nvme space";
+      }
+      if (writers.size() > 1)
+        return writers[1].emitError("bigc-offload-nvme: @") << name << " has more than one update";
+      for (GetParamOp gp : reads)
+        for (Operation *user : gp->getUsers())
+          if (opSpace(user) == kHostSpace)
+            return user->emitError("bigc-offload-nvme: a host op reads @") << name << " (only device uses are fetched)";
+      w->setAttr(kSpaceAttrName, StringAttr::get(ctx, kNvmeSpace));
+      if (!writers.empty()) {
+        AdamWOp a = writers.front();
+        std::string ioName = (name + ".io").str();
+        FailureOr<ParamOp> io = addParamAfter(w, ioName, w.getType(), "zeros", "transfer", "", "bigc-offload-nvme");
+        if (failed(io)) return failure();
+        io->getOperation()->setAttr(kSpaceAttrName, StringAttr::get(ctx, kHostSpace));
+        auto ioRef = FlatSymbolRefAttr::get(ctx, ioName);
+        a.setHalfAttr(ioRef);
+        OpBuilder b(a);
+        b.setInsertionPointAfter(a);
+        auto out = b.create<ParamCopyOp>(a.getLoc(), ioRef, FlatSymbolRefAttr::get(ctx, name));
+        out->setAttr(kSpaceAttrName, StringAttr::get(ctx, kNvmeSpace));
+        copyPlacementTags(a, out);
+        out->setAttr(kNvmeUpdateAttrName, a->getAttr(kNvmeUpdateAttrName));
+      }
+      Operation *after = w;
+      for (auto [k, gp] : llvm::enumerate(reads)) {
+        std::string fetchName = (name + ".fetch." + llvm::Twine(k)).str();
+        FailureOr<ParamOp> fetch =
+            addParamAfter(cast<ParamOp>(after), fetchName, w.getType(), "zeros", "transfer", "", "bigc-offload-nvme");
+        if (failed(fetch)) return failure();
+        after = *fetch;
+        fetch->getOperation()->setAttr(kSpaceAttrName, StringAttr::get(ctx, kHostSpace));
+        auto fetchRef = FlatSymbolRefAttr::get(ctx, fetchName);
+        OpBuilder b(gp);
+        auto in = b.create<ParamCopyOp>(gp.getLoc(), FlatSymbolRefAttr::get(ctx, name), fetchRef);
+        in->setAttr(kSpaceAttrName, StringAttr::get(ctx, kHostSpace));
+        copyPlacementTags(gp, in);
+        gp.setParamAttr(fetchRef);
+      }
+    }
+    module->setAttr(kOffloadParamsAttrName, StringAttr::get(ctx, "nvme"));
+    return success();
   }
 };
 

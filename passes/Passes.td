@@ -576,6 +576,15 @@ def BigcOffloadNvme : Pass<"bigc-offload-nvme", "::mlir::ModuleOp"> {
     - a tensor some other op also touches (by symbol or bigc.get_param)
       stays on the host.
 
+    With params=true (`--offload-params nvme`, after bigc-offload with
+    params=host), each compute copy on the host (role param: the 16-bit
+    weights, or their ZeRO-3 shard) moves to "nvme" too, as ZeRO-Infinity's
+    parameter offload: the update writes `@"W.io"`, written back after it;
+    each `bigc.get_param` of `@W` (one per device use, bigc-offload made
+    them) reads a staging tensor `@"W.fetch.K"` of its own, filled by a
+    `bigc.param_copy {from = @W, to = @"W.fetch.K"}` that bigc-schedule
+    issues a layer ahead of the host-to-device copy that reads it.
+
     The host then holds the staging of the updates in flight, not the whole
     optimizer state; bigc-memory-plan plans the "nvme" arena with 4096-byte
     alignment (O_DIRECT) and the host arena likewise.
@@ -584,6 +593,10 @@ def BigcOffloadNvme : Pass<"bigc-offload-nvme", "::mlir::ModuleOp"> {
   let options = [
     Option<"masters", "masters", "bool", /*default=*/"true",
            "Move the fp32 masters too (else the moments only)">,
+    Option<"params", "params", "bool", /*default=*/"false",
+           "Move the compute weights bigc-offload left on the host (params=host) too">,
+    Option<"chunk", "chunk", "int64_t", /*default=*/"0",
+           "Split each update larger than this many elements into chunks (0: none; a multiple of 2048)">,
   ];
 }
 

@@ -226,31 +226,36 @@ void hoistOptimizer(Block &block) {
 /// NVMe offload (bigc-offload-nvme): each write back of a host update's staging tensor goes right
 /// after the update, and each read into it one update ahead: just before the previous update that
 /// streams from the nvme space (issued with it, so the read overlaps that update and the compute
-/// around it; the first read goes just before its own update). A staging tensor is free once its
-/// update and write back are joined, two layer boundaries later (the host stream's rule): the host
-/// holds about two layers' staging, whatever the depth.
+/// around it; the first read goes just before its own update). The copies of an update (or of a
+/// chunk of one) carry its number (bigc.nvme_update). A staging tensor is free once its update and
+/// write back are joined, two layer boundaries later (the host stream's rule): the host holds
+/// about two layers' staging, whatever the depth; a chunked update's two staging sets take turns
+/// (a read into a set waits for the update two chunks before, the emitter's cross-stream order).
 void placeNvmeCopies(Block &block) {
-  llvm::StringMap<SmallVector<ParamCopyOp>> reads, writes; // by staging tensor
+  llvm::DenseMap<int64_t, SmallVector<ParamCopyOp>> reads, writes; // by update number
   SmallVector<AdamWOp> updates;
+  auto number = [](Operation *op) -> std::optional<int64_t> {
+    if (auto t = op->getAttrOfType<IntegerAttr>(kNvmeUpdateAttrName)) return t.getInt();
+    return std::nullopt;
+  };
   for (Operation &op : block.without_terminator()) {
     if (auto pc = dyn_cast<ParamCopyOp>(op); pc && isNvmeCopy(pc)) {
+      std::optional<int64_t> id = number(pc);
+      if (!id) continue; // (a weight's read for a use: placeNvmeFetches)
       auto to = SymbolTable::lookupNearestSymbolFrom<ParamOp>(pc, pc.getToAttr());
       if (to && paramSpace(to) == kNvmeSpace)
-        writes[pc.getFrom()].push_back(pc);
+        writes[*id].push_back(pc);
       else
-        reads[pc.getTo()].push_back(pc);
+        reads[*id].push_back(pc);
     } else if (auto a = dyn_cast<AdamWOp>(op)) {
       updates.push_back(a);
     }
   }
   Operation *previous = nullptr; // the last update with staging so far
   for (AdamWOp a : updates) {
-    SmallVector<ParamCopyOp> in, out;
-    for (NamedAttribute na : a->getAttrs())
-      if (auto ref = dyn_cast<FlatSymbolRefAttr>(na.getValue())) {
-        for (ParamCopyOp pc : reads.lookup(ref.getValue())) in.push_back(pc);
-        for (ParamCopyOp pc : writes.lookup(ref.getValue())) out.push_back(pc);
-      }
+    std::optional<int64_t> id = number(a);
+    if (!id) continue;
+    SmallVector<ParamCopyOp> in = reads.lookup(*id), out = writes.lookup(*id);
     if (in.empty() && out.empty()) continue;
     Operation *before = previous ? previous : a.getOperation();
     for (ParamCopyOp pc : in) pc->moveBefore(before);
@@ -260,6 +265,37 @@ void placeNvmeCopies(Block &block) {
       after = pc;
     }
     previous = a;
+  }
+}
+
+/// --offload-params nvme: each read of a weight from the nvme space into the staging tensor a
+/// bigc.get_param reads (for the host-to-device copy before a use, which prefetchParams and
+/// prefetchGathers have placed) goes to the start of the layer segment before the one that copy is
+/// issued in: the read overlaps a layer's compute, and the copy waits for it (the emitter's
+/// cross-stream conflicts). Its staging then lives about two layers.
+void placeNvmeFetches(Block &block) {
+  llvm::StringMap<Operation *> firstRead; // staging tensor -> its bigc.get_param
+  SmallVector<ParamCopyOp> fetches;
+  for (Operation &op : block.without_terminator()) {
+    if (auto gp = dyn_cast<GetParamOp>(op)) {
+      if (!firstRead.count(gp.getParam())) firstRead[gp.getParam()] = &op;
+    } else if (auto pc = dyn_cast<ParamCopyOp>(op); pc && isNvmeCopy(pc)) {
+      fetches.push_back(pc);
+    }
+  }
+  Segments seg = computeSegments(block);
+  for (ParamCopyOp pc : fetches) {
+    Operation *use = firstRead.lookup(pc.getTo());
+    if (!use) continue; // (an update's staging: placeNvmeCopies placed it)
+    Operation *target = use;
+    Operation *o = use;
+    while (o && !seg.position.count(o)) o = o->getNextNode();
+    if (o) {
+      unsigned s = seg.segment[seg.position.lookup(o)];
+      Operation *start = seg.ops[seg.firstOp[s > 0 ? s - 1 : 0]];
+      if (start->isBeforeInBlock(use)) target = start;
+    }
+    pc->moveBefore(target);
   }
 }
 
@@ -607,6 +643,7 @@ struct BigcSchedulePass : public mlir::bigc::impl::BigcScheduleBase<BigcSchedule
     prefetchParams(block);
     prefetchGathers(block, prefetch);
     hoistTpCollectives(block);
+    placeNvmeFetches(block);
     assignStreamsAndWaits(block, module);
   }
 };

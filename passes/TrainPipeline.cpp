@@ -34,8 +34,10 @@ template <> const std::vector<std::pair<Offload, const char *>> &choiceNames<Off
   return names;
 }
 template <> const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>() {
-  static const std::vector<std::pair<OffloadParams, const char *>> names = {
-      {OffloadParams::Auto, "auto"}, {OffloadParams::Device, "device"}, {OffloadParams::Host, "host"}};
+  static const std::vector<std::pair<OffloadParams, const char *>> names = {{OffloadParams::Auto, "auto"},
+                                                                            {OffloadParams::Device, "device"},
+                                                                            {OffloadParams::Host, "host"},
+                                                                            {OffloadParams::Nvme, "nvme"}};
   return names;
 }
 
@@ -115,10 +117,16 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
       BigcOffloadOptions oo;
       oo.offload = "cpu";
       // Auto: the driver decides before the pipeline; the weights stay on the device otherwise.
-      oo.params = o.offloadParams == OffloadParams::Host ? "host" : "device";
+      oo.params = o.offloadParams == OffloadParams::Host || o.offloadParams == OffloadParams::Nvme ? "host" : "device";
       pm.addPass(createBigcOffload(oo));
-      // nvme: the optimizer's state then moves from the host to the nvme space.
-      if (o.offload == Offload::NVMe) pm.addPass(createBigcOffloadNvme());
+      // nvme: the optimizer's state then moves from the host to the nvme space (and the weights
+      // with --offload-params nvme).
+      if (o.offload == Offload::NVMe) {
+        BigcOffloadNvmeOptions no;
+        no.params = o.offloadParams == OffloadParams::Nvme;
+        no.chunk = o.nvmeChunk;
+        pm.addPass(createBigcOffloadNvme(no));
+      }
     }
     return;
   }
@@ -184,12 +192,16 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                                            clEnumValN(Offload::CPU, "cpu", "cpu"),
                                            clEnumValN(Offload::NVMe, "nvme", "nvme"))};
   Option<OffloadParams> offloadParams{*this, "offload-params",
-                                      llvm::cl::desc("offload=cpu: where the weights live between uses"),
+                                      llvm::cl::desc("offload: where the weights live between uses"),
                                       llvm::cl::init(OffloadParams::Device),
                                       llvm::cl::values(clEnumValN(OffloadParams::Device, "device", "device"),
-                                                       clEnumValN(OffloadParams::Host, "host", "host"))};
+                                                       clEnumValN(OffloadParams::Host, "host", "host"),
+                                                       clEnumValN(OffloadParams::Nvme, "nvme", "nvme"))};
   Option<int64_t> prefetch{*this, "prefetch", llvm::cl::desc("ZeRO-3: layers an all-gather runs ahead"),
                            llvm::cl::init(1)};
+  Option<int64_t> nvmeChunk{*this, "nvme-chunk",
+                            llvm::cl::desc("offload=nvme: elements per chunk of a streamed update (0: none)"),
+                            llvm::cl::init(int64_t(1) << 24)};
   Option<double> lr{*this, "lr", llvm::cl::desc("AdamW learning rate"), llvm::cl::init(3e-4)};
   Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"), llvm::cl::init(0.9)};
   Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"), llvm::cl::init(0.95)};
@@ -220,6 +232,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
     c.offload = offload;
     c.offloadParams = offloadParams;
     c.prefetch = prefetch;
+    c.nvmeChunk = nvmeChunk;
     return c;
   }
 };

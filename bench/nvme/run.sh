@@ -8,7 +8,8 @@
 #     log's nvme counters (bytes and seconds inside the nvme stream's reads and writes, all through
 #     io_uring with 16 requests of 1 MiB in flight) give GB/s, read and write, against dd's;
 #  3. the step time against --offload cpu of the same model (the median of the steps after the
-#     first), and the host arena of both plans (bigc inspect --json).
+#     first), and the host arena of both plans (bigc inspect --json); also with the weights on the
+#     drive (--offload-params nvme: each use reads them from there).
 #  4. BIG=PRESET (e.g. 2.7b): a model whose state does not fit this machine's memory: compiled with
 #     --precision bf16 and --offload cpu (`bigc run` refuses it: the arenas exceed the physical
 #     memory) and --offload nvme (BIG_STEPS steps, default 2, run: its state on the disk).
@@ -31,14 +32,15 @@ dd if=/dev/zero of="$W/dd.bin" bs=64M count=32 oflag=direct 2> "$W/dd.write"
 sync
 dd if="$W/dd.bin" of=/dev/null bs=64M iflag=direct 2> "$W/dd.read"
 rm -f "$W/dd.bin"
-echo "== $PRESET: compile (--offload cpu, --offload nvme)" >&2
+echo "== $PRESET: compile (--offload cpu, --offload nvme, + --offload-params nvme)" >&2
 "$BIN/bigc" gen gpt --preset "$PRESET" --batch 1 --seq 128 -o "$W/m.mlir" > /dev/null
 "$BIN/bigc" compile "$W/m.mlir" -o "$W/cpu.bigc" --offload cpu --quiet
 "$BIN/bigc" compile "$W/m.mlir" -o "$W/nvme.bigc" --offload nvme --nvme-path "$W/nv" --quiet
+"$BIN/bigc" compile "$W/m.mlir" -o "$W/nvmep.bigc" --offload nvme --nvme-path "$W/nv" --offload-params nvme --quiet
 THR=()
 [ -n "${THREADS:-}" ] && THR=(--threads "$THREADS")
-for n in cpu nvme; do
-  echo "== $PRESET: $STEPS steps with --offload $n" >&2
+for n in cpu nvme nvmep; do
+  echo "== $PRESET: $STEPS steps with $n" >&2
   "$BIN/bigc" run "$W/$n.bigc" --synthetic --steps "$STEPS" --log "$W/$n.jsonl" "${THR[@]}" >&2
   "$BIN/bigc" inspect "$W/$n.bigc" --json > "$W/$n.json"
 done
@@ -50,12 +52,13 @@ def dd(f):
     m = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", txt)
     return int(m.group(1)) / float(m.group(2)) / 1e9
 ddw, ddr = dd(f"{W}/dd.write"), dd(f"{W}/dd.read")
-rows = {n: [json.loads(l) for l in open(f"{W}/{n}.jsonl") if l.strip()] for n in ("cpu", "nvme")}
-plan = {n: json.load(open(f"{W}/{n}.json")) for n in ("cpu", "nvme")}
+rows = {n: [json.loads(l) for l in open(f"{W}/{n}.jsonl") if l.strip()] for n in ("cpu", "nvme", "nvmep")}
+plan = {n: json.load(open(f"{W}/{n}.json")) for n in ("cpu", "nvme", "nvmep")}
 nv = rows["nvme"][-1]["nvme"]
 rbw, wbw = nv["read_bytes"] / nv["read_s"] / 1e9, nv["write_bytes"] / nv["write_s"] / 1e9
 step = {n: statistics.median([1.0 / r["tokens_per_s"] * 128 for r in rows[n][1:]]) for n in rows}
 same = [a["loss"] for a in rows["cpu"]] == [b["loss"] for b in rows["nvme"]]
+samep = [a["loss"] for a in rows["cpu"]] == [b["loss"] for b in rows["nvmep"]]
 P = plan["nvme"]["parameters"]
 host = {n: plan[n]["spaces"]["host"]["arena_bytes"] for n in plan}
 print(f"bench/nvme ({time.strftime('%Y-%m-%d')}): {preset}, {P / 1e6:.1f} M parameters, batch 1 x 128, fp32, "
@@ -72,6 +75,10 @@ print("|---|---|---|---|")
 print(f"| --offload cpu | {step['cpu']:.2f} s | {host['cpu'] / 2**30:.2f} GiB | |")
 print(f"| --offload nvme | {step['nvme']:.2f} s ({step['nvme'] / step['cpu']:.2f}x) | {host['nvme'] / 2**30:.2f} GiB | "
       f"{'bit-identical' if same else 'DIFFER'} |")
+np_ = rows["nvmep"][-1]["nvme"]
+print(f"| --offload nvme --offload-params nvme | {step['nvmep']:.2f} s ({step['nvmep'] / step['cpu']:.2f}x) | "
+      f"{host['nvmep'] / 2**30:.2f} GiB | {'bit-identical' if samep else 'DIFFER'}; per step "
+      f"{np_['read_bytes'] / steps / P:.1f} B/param read, {np_['write_bytes'] / steps / P:.1f} written |")
 PY
 if [ -n "${BIG:-}" ]; then
   echo "== $BIG: --precision bf16, --offload cpu and --offload nvme" >&2

@@ -185,10 +185,15 @@ OpCost mlir::bigc::opCost(Operation *op) {
     c.flops = 4;
   } else if (name == "adamw") {
     Value g = op->getOperand(0);
-    int64_t fallback = elements(g) * 4;
+    int64_t n = elements(g);
+    if (auto count = op->getAttrOfType<IntegerAttr>("count")) { // a chunk: its elements only
+      c.bytesRead -= typeBytes(g.getType()) - typeBytes(g.getType()) / std::max<int64_t>(1, n) * count.getInt();
+      n = count.getInt();
+    }
+    int64_t fallback = n * 4;
     int64_t p = symbolBytes(op, "param", fallback), m = symbolBytes(op, "exp_avg", fallback),
             v = symbolBytes(op, "exp_avg_sq", fallback);
-    c.flops = 16 * elements(g);
+    c.flops = 16 * n;
     c.bytesRead += p + m + v;
     c.bytesWritten += p + m + v;
   } else {

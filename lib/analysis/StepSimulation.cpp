@@ -28,6 +28,14 @@ int64_t symbolBytes(ModuleOp m, FlatSymbolRefAttr ref) {
   auto p = m.lookupSymbol<ParamOp>(ref);
   return p ? typeBytes(p.getType()) : 0;
 }
+
+/// The bytes a bigc.param_copy moves: its range's (a chunk), else its destination's.
+int64_t copyBytes(ModuleOp m, ParamCopyOp pc) {
+  auto p = m.lookupSymbol<ParamOp>(pc.getToAttr());
+  if (std::optional<int64_t> count = pc.getCount(); count && p)
+    return *count * int64_t(std::max<unsigned>(1, p.getTensorType().getElementTypeBitWidth() / 8));
+  return symbolBytes(m, pc.getToAttr());
+}
 } // namespace
 
 StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwareProfile &hw, const MessageTimes *arrivals,
@@ -118,7 +126,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     } else if (stream == "h2d" || stream == "d2h") {
       double bytes = 0;
       if (auto pc = dyn_cast<ParamCopyOp>(op))
-        bytes = double(symbolBytes(module, pc.getToAttr()));
+        bytes = double(copyBytes(module, pc));
       else
         for (Value r : op.getResults()) bytes += double(typeBytes(r.getType()));
       double bw = stream == "h2d" ? hw.h2dBytesPerS : hw.d2hBytesPerS;
@@ -126,7 +134,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     } else if (stream == "nvme") {
       // The machine's drives, shared by its ranks (each moves its own tensors at once).
       auto pc = dyn_cast<ParamCopyOp>(op);
-      const double bytes = pc ? double(symbolBytes(module, pc.getToAttr())) : 0.0;
+      const double bytes = pc ? double(copyBytes(module, pc)) : 0.0;
       const bool write = pc && symbolSpace(module, pc.getToAttr()) == "nvme";
       const double bw =
           (write ? hw.nvmeWriteBytesPerS : hw.nvmeReadBytesPerS) / double(std::max<int64_t>(1, hw.devices));

@@ -234,6 +234,16 @@ void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
     std::printf("bigc compile: --offload %s: with the weights on the device the plan needs %s of device memory, "
                 "%s available: the weights stay on the host between uses (ZeRO-3-Offload)\n",
                 toString(o.offload).c_str(), humanBytes(arena).c_str(), humanBytes(o.deviceCapacity).c_str());
+  // With a drive: the weights go there too when the host cannot hold them (ZeRO-Infinity).
+  if (o.offload != Offload::NVMe || o.hostCapacity <= 0) return;
+  for (const SpaceFit &f : checkFit(compileToProgram(parsed, o), o))
+    if (f.space == "host" && !f.fits) {
+      o.offloadParams = OffloadParams::Nvme;
+      if (!o.quiet)
+        std::printf("bigc compile: --offload nvme: with the weights on the host the plan needs %s of host memory, "
+                    "%s available: the weights stay in the nvme space between uses\n",
+                    humanBytes(f.needed).c_str(), humanBytes(f.capacity).c_str());
+    }
 }
 
 // The smallest number N of ranked recomputation candidates (bigc-recompute
@@ -473,7 +483,7 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
     if (sameTechniques(c, o)) continue;
     c.recomputeDrop = -1; // searched again for this option set
     if (o.offload == Offload::None && c.offload != Offload::None)
-      c.offloadParams = c.zero >= 1 ? OffloadParams::Device : OffloadParams::Auto;
+      c.offloadParams = c.zero == 1 || c.zero == 2 ? OffloadParams::Device : OffloadParams::Auto;
     if (c.offload == Offload::NVMe && c.nvmePath.empty()) c.nvmePath = "nvme"; // (the plan does not read it)
     c.quiet = true;
     bool dup = false;

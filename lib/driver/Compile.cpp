@@ -301,7 +301,19 @@ const Flag kFlags[] = {
      [](CompileOptions &o, const Value &v) {
        if ((o.nvmeCapacity = v.size()) <= 0) v.fail("must be positive");
      }},
-    {"--offload-params", true, nullptr, nullptr, // with --offload cpu: where the weights live (default: auto)
+    {"--nvme-chunk", true, "--nvme-chunk N",
+     "--offload nvme: a tensor's update streams its optimizer state\n"
+     "through the host in chunks of N elements (default 16777216 = 2^24;\n"
+     "a multiple of 2048; 0: whole tensors), two chunks in flight",
+     [](CompileOptions &o, const Value &v) {
+       o.nvmeChunk = v.integer();
+       if (o.nvmeChunk < 0 || o.nvmeChunk % 2048 != 0)
+         v.fail("must be 0 or a positive multiple of 2048 (chunks start on 4096-byte boundaries)");
+     }},
+    {"--offload-params", true, "--offload-params auto|device|host|nvme",
+     "with --offload: where the 16-bit weights (ZeRO-3: their shards)\n"
+     "live between uses; auto (default): the device when the plan fits\n"
+     "there, else the host, else (--offload nvme) the drive",
      [](CompileOptions &o, const Value &v) { o.offloadParams = v.choice<OffloadParams>(); }},
     {"--ranks", true, "--ranks N",
      "data-parallel ranks (default: the devices of --hardware, else 1);\n"
@@ -442,7 +454,7 @@ CompileOptions parseOptions(const cli::Args &args) {
   if (o.offload == Offload::NVMe && o.nvmePath.empty())
     throw UserError("option --offload nvme needs --nvme-path DIR: the directory on the NVMe drive where each rank "
                     "keeps its nvme space (a preallocated scratch file)");
-  for (const char *opt : {"--nvme-path", "--nvme-mem"})
+  for (const char *opt : {"--nvme-path", "--nvme-mem", "--nvme-chunk"})
     if (args.has(opt) && o.offload != Offload::NVMe)
       throw UserError(std::string("option ") + opt + ": only with --offload nvme");
   if (o.offload == Offload::NVMe && o.haveHardware && o.nvmeCapacity <= 0)
@@ -493,11 +505,16 @@ CompileOptions parseOptions(const cli::Args &args) {
   if (o.sequenceParallel && o.tp == 1)
     throw UserError(
         "option --sequence-parallel needs --tp N with N > 1 (it splits the sequence over the tensor ranks)");
-  if (o.offload != Offload::None && o.zero >= 1 && o.offloadParams == OffloadParams::Host)
-    throw UserError("option --offload-params host: not with --zero " + std::to_string(o.zero) +
-                    " in this version (ZeRO shards the weights over the ranks' devices; use --zero 3 to hold "
-                    "1/ranks of them per device)");
-  if (o.offload != Offload::None && o.zero >= 1) o.offloadParams = OffloadParams::Device;
+  if (o.offloadParams == OffloadParams::Nvme && o.offload != Offload::NVMe)
+    throw UserError("option --offload-params nvme: only with --offload nvme --nvme-path DIR (the weights then live "
+                    "on the drive with the optimizer's state)");
+  if ((o.zero == 1 || o.zero == 2) &&
+      (o.offloadParams == OffloadParams::Host || o.offloadParams == OffloadParams::Nvme))
+    throw UserError("option --offload-params " + toString(o.offloadParams) + ": not with --zero " +
+                    std::to_string(o.zero) + " (ZeRO " + std::to_string(o.zero) +
+                    " keeps every weight whole on each device; use --zero 3, whose weight shards then live "
+                    "off the device between uses, or --offload-params device)");
+  if (o.offload != Offload::None && (o.zero == 1 || o.zero == 2)) o.offloadParams = OffloadParams::Device;
   return o;
 }
 

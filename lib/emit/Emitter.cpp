@@ -453,6 +453,11 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
         ins.out.push_back(lookup(*half));
         ins.attrs["write_half"].num = 1.0;
       }
+      if (std::optional<int64_t> count = a.getCount()) { // a chunk of the update (bigc-offload-nvme)
+        ins.attrs["offset"].num = double(*a.getOffset());
+        ins.attrs["count"].num = double(*count);
+      }
+      if (auto w = a.getWeight()) ins.attrs["weight"].num = double(lookup(*w));
     } else if (auto u = dyn_cast<bigcd::LossScaleUpdateOp>(op)) {
       auto lookup = [&](llvm::StringRef name) {
         auto it = paramBuffer.find(name);
@@ -477,6 +482,11 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
       ins.op = "copy";
       ins.in = {paramBuffer[pc.getFrom()]};
       ins.out = {paramBuffer[pc.getTo()]};
+      if (std::optional<int64_t> count = pc.getCount()) { // a range (bigc-offload-nvme's chunks)
+        ins.attrs["in_offset"].num = double(pc.getFromOffset().value_or(0));
+        ins.attrs["out_offset"].num = double(pc.getToOffset().value_or(0));
+        ins.attrs["count"].num = double(*count);
+      }
     }
     if (auto pg = dyn_cast<bigcd::ParamAllGatherOp>(op)) { // persistent -> persistent: an `all_gather`
       for (llvm::StringRef sym : {pg.getFrom(), pg.getTo()})

@@ -332,16 +332,21 @@ void Executor::launch(BoundOp &bound) {
   case OpKind::Attention: cpu::attention(fi(0), fo(0), fo(1), op.B, op.T, op.C, op.H); break;
   case OpKind::AttentionGrad: cpu::attentionGrad(fi(0), fi(1), fi(2), fi(3), fo(0), op.B, op.T, op.C, op.H); break;
   case OpKind::Transpose: cpu::transpose(fi(0), fo(0), op.shape.data(), op.perm.data(), int(op.shape.size())); break;
-  case OpKind::Copy:
+  case OpKind::Copy: {
+    // (inOffset, outOffset: a range copy's, bytes; chunks start on 4096-byte boundaries)
+    char *to = static_cast<char *>(op.rawOut[0]) + op.outOffset;
+    const char *from = static_cast<const char *>(op.rawIn[0]) + op.inOffset;
     if (nvme_ && isNvme(op.ins->in[0])) { // nvme -> host staging (offsets and sizes aligned: O_DIRECT)
-      nvme_->read(prog_.buffers[size_t(op.ins->in[0])].offset, op.rawOut[0], op.n, hostBlocksOwned_);
+      nvme_->read(prog_.buffers[size_t(op.ins->in[0])].offset + op.inOffset, to, op.n, hostBlocksOwned_);
       break;
     }
     if (nvme_ && isNvme(op.ins->out[0])) { // host staging -> nvme
-      nvme_->write(prog_.buffers[size_t(op.ins->out[0])].offset, op.rawIn[0], op.n, hostBlocksOwned_);
+      nvme_->write(prog_.buffers[size_t(op.ins->out[0])].offset + op.outOffset, from, op.n, hostBlocksOwned_);
       break;
     }
-    [[fallthrough]];
+    if (to != from) std::memmove(to, from, size_t(op.n));
+    break;
+  }
   case OpKind::Reshape:
     if (op.rawIn[0] != op.rawOut[0]) std::memmove(op.rawOut[0], op.rawIn[0], size_t(op.n));
     break;
@@ -387,8 +392,10 @@ void Executor::launch(BoundOp &bound) {
     runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_);
     break;
   case OpKind::AdamW:
-    if (float *dst = op.capture) { // the grad as AdamW sees it, unscaled
-      toF32(op.rawIn[1], op.inType[1], dst, op.n);
+    if (op.capture) { // the grad as AdamW sees it, unscaled (a chunk's at its offset)
+      float *dst = op.capture + op.gradOffset;
+      toF32(static_cast<const char *>(op.rawIn[1]) + op.gradOffset * int64_t(dtypeSize(op.inType[1])), op.inType[1],
+            dst, op.n);
       if (op.unscale) {
         const double inv = 1.0 / double(scalar(size_t(op.iScale)));
         for (int64_t k = 0; k < op.n; ++k) dst[k] = float(double(dst[k]) * inv);

@@ -118,8 +118,16 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
     d.shape = in(0).shape;
     d.perm = ins.ints("perm");
     break;
-  case OpKind::Reshape:
-  case OpKind::Copy: d.n = in(0).bytes; break;
+  case OpKind::Reshape: d.n = in(0).bytes; break;
+  case OpKind::Copy:
+    d.n = in(0).bytes;
+    if (ins.attrs.count("count")) { // a range (bigc-offload-nvme's chunks), in bytes here
+      const int64_t size = int64_t(dtypeSize(in(0).dtype));
+      d.n = int64_t(ins.num("count", 0)) * size;
+      d.inOffset = int64_t(ins.num("in_offset", 0)) * size;
+      d.outOffset = int64_t(ins.num("out_offset", 0)) * size;
+    }
+    break;
   case OpKind::Split:
   case OpKind::Concat: {
     bool split = kind == OpKind::Split;
@@ -177,6 +185,11 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
   case OpKind::AdamW: {
     const Optimizer &o = p.optimizer;
     d.n = in(0).numel();
+    if (ins.attrs.count("count")) { // a chunk: elements [offset, offset + count) of the gradient
+      d.n = int64_t(ins.num("count", 0));
+      d.gradOffset = int64_t(ins.num("offset", 0));
+      if (ins.flag("write_half") && out(3).numel() == in(1).numel()) d.halfOffset = d.gradOffset;
+    }
     d.adam.lr = float(ins.num("lr", o.lr));
     d.adam.beta1 = float(ins.num("beta1", o.beta1));
     d.adam.beta2 = float(ins.num("beta2", o.beta2));
@@ -209,8 +222,11 @@ bool runOptimizerOpOnHost(OpKind kind, const OpDims &d, const std::vector<void *
   case OpKind::AdamW: {
     double inv = 1.0;
     if (d.unscale) inv = 1.0 / double(scalar(size_t(d.iScale)));
+    // A chunk of an update: its elements of the gradient (and of a whole half).
+    const void *grad = static_cast<const char *>(in[1]) + d.gradOffset * int64_t(dtypeSize(inT[1]));
+    void *half = d.writeHalf ? static_cast<char *>(out[3]) + d.halfOffset * int64_t(dtypeSize(outT[3])) : nullptr;
     if (d.skip && scalar(size_t(d.iFound)) != 0.0f) { // overflow: the weights and moments stay as they are,
-      if (d.writeHalf) convert(out[0], DType::F32, out[3], outT[3], d.n); // and half is (again) cast(param)
+      if (d.writeHalf) convert(out[0], DType::F32, half, outT[3], d.n); // and half is (again) cast(param)
       return true;
     }
     double c = 1.0;
@@ -221,7 +237,7 @@ bool runOptimizerOpOnHost(OpKind kind, const OpDims &d, const std::vector<void *
     CpuAdamArgs a = d.adam;
     a.gradScale = float(c * inv);
     a.step = updates + 1;
-    cpuAdamWStates(static_cast<float *>(out[0]), in[1], inT[1], out[1], out[2], outT[1], d.writeHalf ? out[3] : nullptr,
+    cpuAdamWStates(static_cast<float *>(out[0]), grad, inT[1], out[1], out[2], outT[1], half,
                    d.writeHalf ? outT[3] : DType::F32, d.n, a);
     return true;
   }

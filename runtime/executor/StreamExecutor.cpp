@@ -367,9 +367,12 @@ void StreamExecutor::enableGradCapture() {
   capture_ = true;
   for (auto &p : ops_) {
     if (p->kind != OpKind::AdamW) continue;
-    const Buffer &param = prog_.buffers[size_t(p->ins->in[0])];
-    auto &dst = grads_[param.name];
-    dst.assign(size_t(param.numel()), 0.0f);
+    // Under the name of the tensor of record (`weight`: the update reads a staging copy of it, or
+    // of a chunk of it, whose gradient lands at the chunk's offset).
+    const Buffer &weight =
+        prog_.buffers[size_t(p->ins->attrs.count("weight") ? int64_t(p->ins->num("weight", 0)) : p->ins->in[0])];
+    auto &dst = grads_[weight.name];
+    if (dst.size() != size_t(weight.numel())) dst.assign(size_t(weight.numel()), 0.0f);
     captureGrad(*p, dst);
   }
 }

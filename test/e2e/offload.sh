@@ -5,7 +5,9 @@
 #     one's code; measured: identical, 2026-11-24);
 #  2. the same with the weights on the host between uses (--offload-params host, ZeRO-3-Offload),
 #     and when `bigc compile` chooses that itself because --device-mem cannot hold the plan with
-#     the weights on the device;
+#     the weights on the device; with ZeRO-3 on 4 ranks, the weights' shards on the host (each
+#     copied to the device just before its all-gather) equal ZeRO-3 without offload bit for bit,
+#     and no weight rests on the device;
 #  3. bf16 and fp16 (loss scaling on the host), gradient clipping (the norm on the host) and fp16
 #     overflow (--loss-scale 1e30: skipped steps, the scale halved on the host) with offload
 #     equal the same run without it;
@@ -43,7 +45,9 @@ compile clip --grad-clip 0.5
 compile clipoff --grad-clip 0.5 --offload cpu
 compile fp16ov --precision fp16 --loss-scale 1e30
 compile fp16ovoff --precision fp16 --loss-scale 1e30 --offload cpu
-for n in plain off offh bf16 bf16off fp16 fp16off clip clipoff fp16ov fp16ovoff; do run $n; done
+compile z3 --ranks 4 --zero 3
+compile z3offh --ranks 4 --zero 3 --offload cpu --offload-params host
+for n in plain off offh bf16 bf16off fp16 fp16off clip clipoff fp16ov fp16ovoff z3 z3offh; do run $n; done
 
 # --device-mem between the two plans' device arenas: the compiler keeps the weights on the host.
 read -r DEV_OFF DEV_OFFH < <($PY - "$BIN" "$d" <<'PY'
@@ -66,7 +70,7 @@ run auto
 
 # The stream discipline of every offloaded program.
 for n in off bf16off auto; do $PY "$HERE/check_streams.py" "$d/$n.bigc" --expect-host; done
-for n in offh fp16off auto; do $PY "$HERE/check_streams.py" "$d/$n.bigc" --expect-host --expect-params-host; done
+for n in offh fp16off auto z3offh; do $PY "$HERE/check_streams.py" "$d/$n.bigc" --expect-host --expect-params-host; done
 # The checker can fail: drop every wait of the host-stream instructions and of the compute
 # stream's wait instructions.
 $PY - "$d/off.bigc" "$d/broken.bigc" <<'PY'
@@ -124,7 +128,7 @@ check("fp16 overflow", all(r["skipped"] for r in rows) and all(abs(b / a - 0.5) 
 base = losses("plain")
 check("plain learns", base[-1] < base[0] - 0.05, f"loss {base[0]:.4f} -> {base[-1]:.4f}")
 for n, ref in [("off", "plain"), ("offh", "plain"), ("auto", "plain"), ("bf16off", "bf16"), ("fp16off", "fp16"),
-               ("clipoff", "clip"), ("fp16ovoff", "fp16ov")]:
+               ("clipoff", "clip"), ("fp16ovoff", "fp16ov"), ("z3offh", "z3")]:
     r = rel(losses(ref), losses(n))
     check(f"{n} losses", r == 0, f"bit-identical to {ref} (max relative difference {r:.3g})")
     wa, wb = weights(ref), weights(n)
@@ -148,6 +152,12 @@ a0 = plain["spaces"]["device"]["arena_bytes"]
 a1 = off["spaces"]["device"]["arena_bytes"]
 a2 = offh["spaces"]["device"]["arena_bytes"]
 check("device arena", a2 < a1 < a0, f"plain {a0} > offload {a1} > weights on host {a2}")
+z3, z3h = inspect("z3"), inspect("z3offh")
+check("ZeRO-3 weights on the host", not z3h["spaces"]["device"]["by_role"].get("param")
+      and z3h["spaces"]["host"]["by_role"].get("param") == z3["spaces"]["device"]["by_role"].get("param") > 0
+      and z3h["spaces"]["device"]["arena_bytes"] < z3["spaces"]["device"]["arena_bytes"],
+      f"the {z3h['spaces']['host']['by_role'].get('param')} B of weight shards per rank on the host, none on the device "
+      f"(device arena {z3['spaces']['device']['arena_bytes']} -> {z3h['spaces']['device']['arena_bytes']} B)")
 print(f"device arena: plain {a0} B, --offload cpu {a1} B ({a1 / a0:.1%}), + weights on host {a2} B ({a2 / a0:.1%}); "
       f"host arena {off['spaces']['host']['arena_bytes']} B")
 print("PASS" if ok else "FAIL")

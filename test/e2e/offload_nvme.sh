@@ -5,12 +5,21 @@
 #     update is the same CPU Adam on the same values, only where they rest differs; measured:
 #     identical, 2026-11-25), and so do bf16, bf16 with bf16 AdamW moments, fp16 with clipping and loss-scale overflow, 2
 #     micro-batches, 8 ranks with ZeRO 1, 2 and 3, tensor parallelism 2 x dp 4 and 2 pipeline
-#     stages (each against --offload cpu of the same options);
+#     stages (each against --offload cpu of the same options); with the weights there too
+#     (--offload-params nvme, against --offload-params host): fp32 (also equal to the plain run),
+#     fp16 with loss-scale overflow and 8 ranks with ZeRO 3; with the updates streamed in chunks
+#     (--nvme-chunk): fp32, bf16 moments, the weights there with fp16 overflow, ZeRO 3 with chunks
+#     of 2048 elements (each against the unchunked --offload cpu run of the same options), and
+#     --dump-grads gives the same gradients under the weights' names;
 #  2. bigc inspect --json: the nvme space holds every master (4 B/param) and moment (8 B/param);
 #     the host arena holds only the staging of the updates in flight (about two layers' state):
 #     the same for 4 and 8 blocks 256 wide, where --offload cpu's grows by half or more, and under
-#     0.4x of it at 8 blocks (measured 31.8 MB against 90.2 MB); the run's log counts the nvme bytes read and written per step (the state,
-#     in and out, each step: within 10% of 12 B/param, the rest the 4096-byte rounding);
+#     0.4x of it at 8 blocks (measured 31.8 MB against 90.2 MB); in chunks of 16384 elements under
+#     0.6x of that (measured 16.1 MB); the run's log counts the nvme bytes read and written per step (the state,
+#     in and out, each step: within 10% of 12 B/param, the rest the 4096-byte rounding); with
+#     --offload-params nvme the weights are there too, none on the host, and each step writes
+#     them once (16 B/param) and reads them for every use (at least 20 B/param: forward and
+#     backward), the bytes the program's nvme reads add up to;
 #  3. every program obeys the stream discipline (check_streams.py --expect-nvme: only copies on the
 #     nvme stream touch the nvme space, ordered against the host updates);
 #  4. --load-weights into the nvme space trains as on the host; the scratch file never shows in the directory (it is removed as soon as it is open), also
@@ -42,7 +51,9 @@ CONFIGS=("fp32:" "bf16:--precision bf16" "bs:--precision bf16 --optimizer-states
          "fp16:--precision fp16 --grad-clip 0.5"
          "ov:--precision fp16 --loss-scale 1e30" "mb:--micro-batches 2"
          "z1:--ranks 8 --zero 1" "z2:--ranks 8 --zero 2" "z3:--ranks 8 --zero 3"
-         "tp:--ranks 8 --tp 2 --zero 1" "pp:--ranks 2 --pp 2 --micro-batches 2")
+         "tp:--ranks 8 --tp 2 --zero 1" "pp:--ranks 2 --pp 2 --micro-batches 2"
+         # the weights too: --offload-params host (c) against nvme (n)
+         "p32:@" "pov:@--precision fp16 --loss-scale 1e30" "pz3:@--ranks 8 --zero 3")
 compile plain
 run plain
 for L in 4 8; do # (compiled only: the host arena against the depth)
@@ -50,24 +61,44 @@ for L in 4 8; do # (compiled only: the host arena against the depth)
   "$BIN/bigc" compile "$d/deep$L.mlir" -o "$d/deep${L}n.bigc" --quiet --offload nvme --nvme-path "$d/nv"
   "$BIN/bigc" compile "$d/deep$L.mlir" -o "$d/deep${L}c.bigc" --quiet --offload cpu
 done
+"$BIN/bigc" compile "$d/deep8.mlir" -o "$d/deep8k.bigc" --quiet --offload nvme --nvme-path "$d/nv" --nvme-chunk 16384
 for c in "${CONFIGS[@]}"; do
-  n=${c%%:*}; o=${c#*:}
+  n=${c%%:*}; o=${c#*:}; pc=(); pn=()
+  if [ "${o:0:1}" = @ ]; then o=${o:1}; pc=(--offload-params host); pn=(--offload-params nvme); fi
   # shellcheck disable=SC2086
-  compile c$n --offload cpu $o
+  compile c$n --offload cpu "${pc[@]}" $o
   # shellcheck disable=SC2086
-  compile n$n --offload nvme --nvme-path "$d/nv" $o
+  compile n$n --offload nvme --nvme-path "$d/nv" "${pn[@]}" $o
   run c$n; run n$n
   [ -z "$(ls -A "$d/nv")" ] || { echo "FAIL: $n left files in the nvme directory: $(ls -A "$d/nv")"; exit 1; }
   $PY "$HERE/check_streams.py" "$d/n$n.bigc" --expect-host --expect-nvme > /dev/null ||
     { $PY "$HERE/check_streams.py" "$d/n$n.bigc" --expect-host --expect-nvme; exit 1; }
 done
-echo "ok   check_streams: ${#CONFIGS[@]} nvme programs obey the stream discipline"
+# Chunked updates (--nvme-chunk N): name, the --offload cpu run to equal, options.
+CHUNKED=("k32|cfp32|--nvme-chunk 65536" "kbs|cbs|--nvme-chunk 65536 --precision bf16 --optimizer-states bf16"
+         "kov|cpov|--nvme-chunk 65536 --offload-params nvme --precision fp16 --loss-scale 1e30"
+         "kz3|cpz3|--nvme-chunk 2048 --offload-params nvme --ranks 8 --zero 3")
+for c in "${CHUNKED[@]}"; do
+  IFS='|' read -r n _ o <<< "$c"
+  # shellcheck disable=SC2086
+  compile n$n --offload nvme --nvme-path "$d/nv" $o
+  run n$n
+  $PY "$HERE/check_streams.py" "$d/n$n.bigc" --expect-host --expect-nvme > /dev/null ||
+    { $PY "$HERE/check_streams.py" "$d/n$n.bigc" --expect-host --expect-nvme; exit 1; }
+done
+echo "ok   check_streams: $((${#CONFIGS[@]} + ${#CHUNKED[@]})) nvme programs obey the stream discipline"
+# --dump-grads: the gradients of an nvme program (chunked or not) under the weights' names.
+for n in cfp32 nfp32 nk32; do
+  "$BIN/bigc" run "$d/$n.bigc" --synthetic --steps 2 --seed 7 --quiet --dump-grads "$d/$n.grads.safetensors"
+done
 
-$PY - "$BIN" "$d" "${CONFIGS[@]}" <<'PY'
+$PY - "$BIN" "$d" "${CONFIGS[@]}" -- "${CHUNKED[@]}" <<'PY'
 import json, struct, subprocess, sys
 import numpy as np
 b, d = sys.argv[1], sys.argv[2]
-names = [c.split(":")[0] for c in sys.argv[3:]]
+sep = sys.argv.index("--")
+pairs = [(c.split(":")[0], "c" + c.split(":")[0], "n" + c.split(":")[0]) for c in sys.argv[3:sep]]
+pairs += [(c.split("|")[0], c.split("|")[1], "n" + c.split("|")[0]) for c in sys.argv[sep + 1:]]
 ok = True
 def check(name, cond, msg):
     global ok
@@ -82,16 +113,20 @@ def weights(n):
     return {k: raw[8 + hl + v["data_offsets"][0]:8 + hl + v["data_offsets"][1]] for k, v in head.items()
             if k != "__metadata__"}
 key = lambda r: (r["step"], r["loss"], r.get("loss_scale"), r.get("skipped"))
-for n in names:
-    a, c = rows("c" + n), rows("n" + n)
+for n, cn, nn in pairs:
+    a, c = rows(cn), rows(nn)
     check(f"{n} losses", len(a) == 8 and [key(r) for r in a] == [key(r) for r in c],
-          f"--offload nvme equals --offload cpu bit for bit over {len(c)} steps (last loss {c[-1]['loss']:.6f})")
-    wa, wb = weights("c" + n), weights("n" + n)
+          f"--offload nvme equals --offload cpu ({cn}) bit for bit over {len(c)} steps (last loss {c[-1]['loss']:.6f})")
+    wa, wb = weights(cn), weights(nn)
     same = set(wa) == set(wb) and all(wa[k] == wb[k] for k in wa)
     check(f"{n} weights", same, f"the {len(wb)} final weights equal --offload cpu's bit for bit")
+g = {n: weights(n + ".grads") for n in ("cfp32", "nfp32", "nk32")}
+check("--dump-grads", len(g["cfp32"]) > 0 and all(set(g[n]) == set(g["cfp32"]) and
+                                                   all(g[n][k] == g["cfp32"][k] for k in g[n]) for n in g),
+      f"the {len(g['cfp32'])} gradients of the nvme programs (whole and chunked updates) equal --offload cpu's")
 plain = rows("plain")
-check("fp32 vs plain", [key(r) for r in plain] == [key(r) for r in rows("nfp32")],
-      "--offload nvme equals the run without offload bit for bit")
+check("fp32 vs plain", [key(r) for r in plain] == [key(r) for r in rows("nfp32")] == [key(r) for r in rows("np32")],
+      "--offload nvme equals the run without offload bit for bit, also with the weights in the nvme space")
 check("learns", plain[-1]["loss"] < plain[0]["loss"] - 0.05, f"loss {plain[0]['loss']:.4f} -> {plain[-1]['loss']:.4f}")
 
 def inspect(n):
@@ -109,21 +144,44 @@ check("no state on the host", sp["host"]["by_role"].get("master", 0) == 0
       f"host: masters {sp['host']['by_role'].get('master', 0)} B, optimizer {sp['host']['by_role'].get('optimizer', 0)} B")
 # The host holds the staging of the updates in flight (about two layers' state), whatever the depth:
 # 4 and 8 blocks 256 wide plan the same host arena, where --offload cpu's grows with the state.
-host = {n: inspect(n)["spaces"]["host"]["arena_bytes"] for n in ("deep4n", "deep8n", "deep4c", "deep8c")}
+host = {n: inspect(n)["spaces"]["host"]["arena_bytes"] for n in ("deep4n", "deep8n", "deep4c", "deep8c", "deep8k")}
 check("host arena", host["deep8n"] <= host["deep4n"] * 1.05 and host["deep8c"] >= host["deep4c"] * 1.5
       and host["deep8n"] * 2.5 < host["deep8c"],
       f"4 -> 8 blocks: {host['deep4n']} -> {host['deep8n']} bytes with --offload nvme, "
       f"{host['deep4c']} -> {host['deep8c']} with --offload cpu")
+check("host arena, chunks", host["deep8k"] < 0.6 * host["deep8n"],
+      f"8 blocks with updates in chunks of 16384 elements: {host['deep8k']} bytes, against {host['deep8n']} whole")
 last = rows("nfp32")[-1]["nvme"]
 per_step = (last["read_bytes"] / 8 / P, last["write_bytes"] / 8 / P)
 check("nvme traffic", all(12 <= x <= 12 * 1.1 for x in per_step) and last["engine"] in ("io_uring", "pread/pwrite"),
       f"read {per_step[0]:.2f} and wrote {per_step[1]:.2f} B/param per step through {last['engine']}")
+# --offload-params nvme: the weights in the nvme space too, written once a step, read for every use.
+def program(n):
+    raw = open(f"{d}/{n}.bigc", "rb").read()
+    return json.loads(raw[raw.index(b"\n") + 1:])
+pw = inspect("np32")
+sp = pw["spaces"]
+check("weights in nvme", sp["nvme"]["by_role"].get("param", 0) >= 4 * P and not sp["host"]["by_role"].get("param")
+      and not sp["device"]["by_role"].get("param"),
+      f"weights {sp['nvme']['by_role'].get('param', 0) / P:.2f} B/param in the nvme space, none on the host or device "
+      f"(host arena {sp['host']['arena_bytes']} B against {inspect('cp32')['spaces']['host']['arena_bytes']} "
+      "with --offload cpu --offload-params host)")
+prog = program("np32")
+space = {x["id"]: x["space"] for x in prog["buffers"]}
+size = {x["id"]: x["bytes"] for x in prog["buffers"]}
+planned = sum(size[i["in"][0]] for i in prog["instructions"] if i.get("stream") == "nvme" and space[i["in"][0]] == "nvme")
+last = rows("np32")[-1]["nvme"]
+per_step = (last["read_bytes"] / 8 / P, last["write_bytes"] / 8 / P)
+check("nvme traffic, weights", 20 <= per_step[0] and 16 <= per_step[1] <= 16 * 1.1
+      and planned <= last["read_bytes"] / 8 <= planned * 1.1,
+      f"read {per_step[0]:.2f} and wrote {per_step[1]:.2f} B/param per step (the program's reads: "
+      f"{planned / P:.2f} B/param before rounding)")
 sys.exit(0 if ok else 1)
 PY
 
 # Weights loaded into the nvme space (--load-weights writes the masters there, the compute copies are
 # cast from them) train as they do on the host.
-for n in cfp32 nfp32; do
+for n in cfp32 nfp32 np32; do
   "$BIN/bigc" run "$d/$n.bigc" --synthetic --steps 3 --seed 3 --load-weights "$d/plain.safetensors" \
     --log "$d/$n.loaded.jsonl" --quiet
 done
@@ -131,8 +189,9 @@ $PY - "$d" <<'PY'
 import json, sys
 d = sys.argv[1]
 rows = lambda n: [json.loads(l)["loss"] for l in open(f"{d}/{n}.loaded.jsonl") if l.strip()]
-ok = len(rows("cfp32")) == 3 and rows("cfp32") == rows("nfp32")
-print(("ok   " if ok else "FAIL ") + f"--load-weights into the nvme space: losses {rows('nfp32')} equal --offload cpu's")
+ok = len(rows("cfp32")) == 3 and rows("cfp32") == rows("nfp32") == rows("np32")
+print(("ok   " if ok else "FAIL ") + f"--load-weights into the nvme space: losses {rows('nfp32')} equal --offload cpu's "
+      "(also with the weights there)")
 sys.exit(0 if ok else 1)
 PY
 

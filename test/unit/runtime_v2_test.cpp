@@ -750,3 +750,75 @@ TEST(RuntimeV2Executor, RefusesArenasBeyondPhysicalMemoryNamingSpaces) {
     EXPECT_NE(m.find("physical memory"), std::string::npos) << m;
   }
 }
+
+// A chunked update (bigc-offload-nvme --nvme-chunk): range copies of the state into chunk-sized
+// staging tensors, one adamw per chunk (offset, count: its elements of the gradient, and of a
+// whole half) and range copies back, equal the whole update bit for bit; the weight's gradient is
+// captured under `weight`'s name at each chunk's offset. Out-of-range ranges are refused.
+TEST(RuntimeV2Executor, ChunkedAdamWEqualsWholeUpdate) {
+  auto build = [](bool chunked) {
+    ProgramBuilder b(1, 1, 2);
+    int64_t tok = b.buffer("tokens", {1, 1}, "input", DType::I32),
+            tgt = b.buffer("targets", {1, 1}, "input", DType::I32);
+    int64_t w = b.buffer("w", {2, 5}, "master", DType::F32, Init{"normal", 1.0});
+    int64_t wh = b.buffer("w.half", {2, 5}, "param", DType::BF16, Init{"copy", 0, "w"});
+    int64_t grad = b.buffer("w.grad", {2, 5}, "param", DType::F32, Init{"normal", 1.0});
+    int64_t m = b.buffer("w.m", {2, 5}, "optimizer", DType::F32, Init{"normal", 0.1});
+    int64_t v = b.buffer("w.v", {2, 5}, "optimizer", DType::F32, Init{"fill", 0, "", 0.01});
+    int64_t loss = b.buffer("loss", {}, "activation");
+    b.p.tokenInputs = {tok}, b.p.targetInputs = {tgt}, b.p.loss = loss;
+    b.inst("fill", {}, {loss}, {{"value", num(1)}});
+    auto adam = adamAttrs(0.1, 0.0, 0.01);
+    adam["write_half"] = num(1);
+    if (!chunked) {
+      b.inst("adamw", {w, grad, m, v}, {w, m, v, wh}, adam);
+      return b.finish();
+    }
+    // Chunks of 6 and 4 elements through 6-element staging (two sets would take turns; one here).
+    int64_t ws = b.buffer("w.io.c0", {6}, "param", DType::F32, Init{"zeros"});
+    int64_t ms = b.buffer("w.m.io.c0", {6}, "param", DType::F32, Init{"zeros"});
+    int64_t vs = b.buffer("w.v.io.c0", {6}, "param", DType::F32, Init{"zeros"});
+    for (auto [off, count] : {std::pair<int, int>{0, 6}, {6, 4}}) {
+      auto range = [&](int in, int out) {
+        return std::map<std::string, Attr>{{"in_offset", num(in)}, {"out_offset", num(out)}, {"count", num(count)}};
+      };
+      for (auto [from, to] : {std::pair<int64_t, int64_t>{w, ws}, {m, ms}, {v, vs}})
+        b.inst("copy", {from}, {to}, range(off, 0));
+      auto a = adam;
+      a["offset"] = num(off), a["count"] = num(count), a["weight"] = num(double(w));
+      b.inst("adamw", {ws, grad, ms, vs}, {ws, ms, vs, wh}, a);
+      for (auto [from, to] : {std::pair<int64_t, int64_t>{ws, w}, {ms, m}, {vs, v}})
+        b.inst("copy", {from}, {to}, range(0, off));
+    }
+    return b.finish();
+  };
+  Program whole = build(false), chunked = build(true);
+  ASSERT_EQ(validateError(whole), "");
+  ASSERT_EQ(validateError(chunked), "");
+  Executor a(whole, 5), c(chunked, 5);
+  a.enableGradCapture();
+  c.enableGradCapture();
+  int32_t t = 0;
+  for (int s = 0; s < 3; ++s) a.step(&t, &t), c.step(&t, &t);
+  auto id = [](const Program &p, const std::string &name) {
+    for (const Buffer &x : p.buffers)
+      if (x.name == name) return x.id;
+    return int64_t(-1);
+  };
+  for (const char *name : {"w", "w.m", "w.v", "w.half"}) {
+    ASSERT_GE(id(chunked, name), 0) << name;
+    EXPECT_EQ(a.readF32(id(whole, name)), c.readF32(id(chunked, name))) << name << " after 3 steps";
+  }
+  EXPECT_EQ(a.capturedGrads().at("w"), c.capturedGrads().at("w"));
+  EXPECT_EQ(c.capturedGrads().count("w.io.c0"), 0u) << "captured under the weight's name";
+
+  Program bad = chunked;
+  bad.instructions[1].attrs["in_offset"] = num(5); // 5 + 6 > 10
+  EXPECT_ERROR_HAS(validateError(bad), "instruction 1 (copy", "elements [5, 11) of an input of 10", "out of range");
+  bad = chunked;
+  bad.instructions[4].attrs["offset"] = num(6); // 6 + 6 > 10
+  EXPECT_ERROR_HAS(validateError(bad), "instruction 4 (adamw", "elements [6, 12) of a gradient of 10");
+  bad = chunked;
+  bad.instructions[4].attrs.erase("count");
+  EXPECT_ERROR_HAS(validateError(bad), "instruction 4 (adamw", "'offset'", "'count'", "go together");
+}

@@ -72,6 +72,9 @@ inline constexpr llvm::StringLiteral kNvmeArenaBytesAttrName = "bigc.nvme_arena_
 inline constexpr llvm::StringLiteral kNvmeLowerBoundBytesAttrName = "bigc.nvme_lower_bound_bytes";
 // Offsets and sizes in the nvme space and the host space beside it: what O_DIRECT needs.
 inline constexpr int64_t kNvmeAlignment = 4096;
+/// bigc-offload-nvme: the update a bigc.adamw and its nvme copies belong to (one number per
+/// update, or per chunk of one); bigc-schedule places the copies by it.
+inline constexpr llvm::StringLiteral kNvmeUpdateAttrName = "bigc.nvme_update";
 
 //===----------------------------------------------------------------------===//
 // On the module

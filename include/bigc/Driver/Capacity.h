@@ -64,9 +64,10 @@ struct RoleUsage {
 std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &space,
                                        int64_t *peakInstruction = nullptr);
 
-// --offload cpu with offloadParams Auto: sets it to Host when the plan with the weights on the
-// device does not fit o.deviceCapacity (one compileToProgram), else Device; nothing for other
-// options. Prints one line when it chooses the host (unless o.quiet).
+// --offload cpu|nvme with offloadParams Auto: sets it to Host when the plan with the weights on
+// the device does not fit o.deviceCapacity (one compileToProgram), else Device; with --offload
+// nvme, to Nvme when the plan with them on the host does not fit o.hostCapacity either (a second
+// compile); nothing for other options. Prints one line per move (unless o.quiet).
 void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o);
 
 // --recompute auto: the smallest number of ranked recomputation candidates whose planned device

@@ -39,7 +39,7 @@ struct AdamWConfig {
 enum class Precision { FP32, BF16, FP16 };
 enum class RecomputePolicy { None, Full, Selective, Auto };
 enum class Offload { None, CPU, NVMe };
-enum class OffloadParams { Auto, Device, Host };
+enum class OffloadParams { Auto, Device, Host, Nvme };
 enum class PpSchedule { GPipe, OneFOneB, Interleaved, ZeroBubble };
 
 /// The names of an enum's values, as the options spell them.
@@ -92,6 +92,8 @@ struct TrainPipelineConfig {
   /// With offload: where the weights live between uses (Auto: decided by the
   /// driver before the pipeline runs; the pipeline treats it as Device).
   OffloadParams offloadParams = OffloadParams::Auto;
+  /// offload nvme: updates larger than this many elements stream their state in chunks of it.
+  int64_t nvmeChunk = int64_t(1) << 24;
   // bigc-schedule
   int64_t prefetch = 1; ///< ZeRO-3: layer segments an all-gather runs ahead of its use
 };

@@ -24,6 +24,8 @@ struct OpDims {
   CpuAdamArgs adam{};
   double maxNorm = 0.0;
   bool clip = false, unscale = false, skip = false, writeHalf = false;
+  // A range copy (bytes) or a chunk of an update (elements; half's offset: 0 for a chunk-sized half).
+  int64_t inOffset = 0, outOffset = 0, gradOffset = 0, halfOffset = 0;
   int iNorm = -1, iScale = -1, iFound = -1;
   // loss_scale_update
   double growthInterval = 2000, backoff = 0.5, growth = 2;

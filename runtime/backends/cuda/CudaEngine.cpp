@@ -91,6 +91,10 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
         throw UserError("memory space '" + s.name + "' is not supported by the CUDA backend (device and host are)");
       if (s.name == "device") deviceArena = s.arenaBytes;
     }
+    for (const auto &ins : prog_.instructions) // (only nvme programs have them, refused above)
+      if ((ins.op == "copy" || ins.op == "adamw") && ins.attrs.count("count"))
+        throw UserError("a " + ins.op + " of a range of elements (" + ins.loc +
+                        ") is not supported by the CUDA backend (the CPU backend runs it)");
     checkPhysicalMemory([](const Space &s) { return s.name == "host"; });
 
     prepare(); // decides the workspace size
