@@ -18,6 +18,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 
 namespace mlir {
@@ -103,9 +104,15 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
       }
     }
     if (params && failed(moveWeights(module, block))) return signalPassFailure();
-    if (chunk > 0)
+    if (chunk > 0) {
+      // (One pass over the block and the parameters: a module's symbol lookup walks all of them.)
+      for (ParamOp p : module.getOps<ParamOp>()) params_[p.getSymName()] = p;
+      for (Operation &op : block.without_terminator())
+        if (auto pc = dyn_cast<ParamCopyOp>(op))
+          if (auto t = pc->getAttrOfType<IntegerAttr>(kNvmeUpdateAttrName)) groups_[t.getInt()].push_back(pc);
       for (AdamWOp a : updates)
-        if (failed(splitUpdate(module, block, a, int64_t(updates.size())))) return signalPassFailure();
+        if (failed(splitUpdate(module, a, int64_t(updates.size())))) return signalPassFailure();
+    }
     module->setAttr(kOffloadAttrName, StringAttr::get(ctx, "nvme"));
   }
 
@@ -118,19 +125,15 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
   /// (chunk k uses set k mod 2): the host holds two chunks of the state, not the whole tensor's.
   /// The copies of a chunk read and write at its offset; the update reads the gradient and
   /// writes a whole compute copy (`half`) at the offset, or a chunk-sized one written back at it.
-  LogicalResult splitUpdate(ModuleOp module, Block &block, AdamWOp a, int64_t firstId) {
+  LogicalResult splitUpdate(ModuleOp module, AdamWOp a, int64_t firstId) {
     MLIRContext *ctx = module.getContext();
     const int64_t n = cast<RankedTensorType>(a.getGrad().getType()).getNumElements();
     if (n <= chunk) return success();
     const int64_t id = a->getAttrOfType<IntegerAttr>(kNvmeUpdateAttrName).getInt();
     // The group: the copies carrying the update's number, each from or to a staging tensor.
     SmallVector<ParamCopyOp> reads, writes;
-    for (Operation &op : block.without_terminator())
-      if (auto pc = dyn_cast<ParamCopyOp>(op))
-        if (auto t = pc->getAttrOfType<IntegerAttr>(kNvmeUpdateAttrName); t && t.getInt() == id) {
-          auto to = module.lookupSymbol<ParamOp>(pc.getToAttr());
-          (paramSpace(to) == kNvmeSpace ? writes : reads).push_back(pc);
-        }
+    for (ParamCopyOp pc : groups_.lookup(id))
+      (paramSpace(params_.lookup(pc.getTo())) == kNvmeSpace ? writes : reads).push_back(pc);
     // Every state tensor must stream (a host master, masters=false, is updated whole).
     llvm::StringMap<ParamCopyOp> readInto;
     for (ParamCopyOp pc : reads) readInto[pc.getTo()] = pc;
@@ -138,7 +141,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
       if (!readInto.count(ref.getValue())) return success();
     // Staging sets: NAME.c0 and NAME.c1, 1-D, `chunk` elements of NAME's type.
     auto chunkSet = [&](StringRef name) -> FailureOr<std::array<FlatSymbolRefAttr, 2>> {
-      auto p = module.lookupSymbol<ParamOp>(name);
+      ParamOp p = params_.lookup(name);
       auto type = RankedTensorType::get({int64_t(chunk)}, p.getTensorType().getElementType());
       std::array<FlatSymbolRefAttr, 2> out;
       ParamOp after = p;
@@ -209,11 +212,17 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
     for (ParamCopyOp pc : writes) pc.erase();
     a.erase();
     for (StringRef name : unused)
-      if (auto p = module.lookupSymbol<ParamOp>(name)) p.erase();
+      if (ParamOp p = params_.lookup(name)) {
+        std::string key = name.str(); // (the name lives in the op)
+        p.erase();
+        params_.erase(key);
+      }
     return success();
   }
 
   int64_t chunkCounter_ = 0;
+  llvm::StringMap<ParamOp> params_;                          // by name, for splitUpdate
+  llvm::DenseMap<int64_t, SmallVector<ParamCopyOp>> groups_; // update number -> its nvme copies
 
   /// --offload-params nvme: every compute copy on the host (role param) to the nvme space; its
   /// update writes a staging copy written back after it, each read a staging copy of its own.
@@ -227,26 +236,30 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
                        "params=host first)");
       return failure();
     }
+    // Who touches each weight, in one pass: reads (bigc.get_param), updates writing it (`half`),
+    // and any other op naming it.
+    llvm::StringMap<SmallVector<GetParamOp>> readsOf;
+    llvm::StringMap<SmallVector<AdamWOp>> writersOf;
+    llvm::StringMap<Operation *> otherOf;
+    for (Operation &op : block.without_terminator()) {
+      if (auto gp = dyn_cast<GetParamOp>(op)) {
+        readsOf[gp.getParam()].push_back(gp);
+        continue;
+      }
+      auto a = dyn_cast<AdamWOp>(op);
+      if (a && a.getHalf()) writersOf[*a.getHalf()].push_back(a);
+      for (NamedAttribute na : op.getAttrs())
+        if (auto ref = dyn_cast<FlatSymbolRefAttr>(na.getValue()))
+          if (!(a && na.getName() == "half") && !otherOf.count(ref.getValue())) otherOf[ref.getValue()] = &op;
+    }
     for (ParamOp w : weights) {
       StringRef name = w.getSymName();
-      SmallVector<AdamWOp> writers;
-      SmallVector<GetParamOp> reads;
-      for (Operation &op : block.without_terminator()) {
-        if (auto gp = dyn_cast<GetParamOp>(op)) {
-          if (gp.getParam() == name) reads.push_back(gp);
-          continue;
-        }
-        auto a = dyn_cast<AdamWOp>(op);
-        if (a && a.getHalf() == name) {
-          writers.push_back(a);
-          continue;
-        }
-        for (NamedAttribute na : op.getAttrs())
-          if (auto ref = dyn_cast<FlatSymbolRefAttr>(na.getValue()); ref && ref.getValue() == name)
-            return op.emitError("bigc-offload-nvme: @")
-                   << name << " is touched by " << op.getName() << "; only updates and reads of a weight stream "
-                   << "from the nvme space";
-      }
+      SmallVector<AdamWOp> writers = writersOf.lookup(name);
+      SmallVector<GetParamOp> reads = readsOf.lookup(name);
+      if (Operation *op = otherOf.lookup(name))
+        return op->emitError("bigc-offload-nvme: @")
+               << name << " is touched by " << op->getName() << "; only updates and reads of a weight stream "
+               << "from the nvme space";
       if (writers.size() > 1)
         return writers[1].emitError("bigc-offload-nvme: @") << name << " has more than one update";
       for (GetParamOp gp : reads)

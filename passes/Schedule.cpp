@@ -109,11 +109,23 @@ Operation *afterCollective(Block &block, const Segments &seg, Operation *collect
   return seg.ops[seg.firstOp[target]]->getPrevNode();
 }
 
+/// The space of every bigc.param by name (a module's symbol lookup is a walk over all of them;
+/// bigc-schedule moves ops but never changes a parameter's space).
+struct ParamSpaces {
+  llvm::StringMap<std::string> of;
+  explicit ParamSpaces(ModuleOp module) {
+    for (ParamOp p : module.getOps<ParamOp>()) of[p.getSymName()] = paramSpace(p).str();
+  }
+  /// "device" for a name that is no parameter.
+  StringRef space(StringRef name) const {
+    auto it = of.find(name);
+    return it == of.end() ? StringRef(kDeviceSpace) : StringRef(it->second);
+  }
+};
+
 /// A bigc.param_copy to or from the nvme space (bigc-offload-nvme).
-bool isNvmeCopy(ParamCopyOp pc) {
-  for (FlatSymbolRefAttr ref : {pc.getFromAttr(), pc.getToAttr()})
-    if (auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(pc, ref); p && paramSpace(p) == kNvmeSpace) return true;
-  return false;
+bool isNvmeCopy(ParamCopyOp pc, const ParamSpaces &spaces) {
+  return spaces.space(pc.getFrom()) == kNvmeSpace || spaces.space(pc.getTo()) == kNvmeSpace;
 }
 
 /// Moves each bigc.adamw to just after the latest of: the definitions of
@@ -122,7 +134,7 @@ bool isNvmeCopy(ParamCopyOp pc) {
 /// writes (`half`). Then each bigc.param_copy to just after the latest of:
 /// the op that writes its source (the adamw whose `half` it is) and every
 /// reader of its destination.
-void hoistOptimizer(Block &block) {
+void hoistOptimizer(Block &block, const ParamSpaces &spaces) {
   // Readers of each parameter, and the adamw ops in order.
   llvm::StringMap<SmallVector<Operation *>> readers;
   SmallVector<AdamWOp> updates;
@@ -137,7 +149,7 @@ void hoistOptimizer(Block &block) {
     } else if (auto a = dyn_cast<AdamWOp>(op)) {
       updates.push_back(a);
     } else if (auto pc = dyn_cast<ParamCopyOp>(op)) {
-      if (!isNvmeCopy(pc)) paramCopies.push_back(pc); // (placeNvmeCopies places those)
+      if (!isNvmeCopy(pc, spaces)) paramCopies.push_back(pc); // (placeNvmeCopies places those)
     } else if (auto pg = dyn_cast<ParamAllGatherOp>(op)) {
       paramGathers.push_back(pg);
     }
@@ -231,7 +243,7 @@ void hoistOptimizer(Block &block) {
 /// write back are joined, two layer boundaries later (the host stream's rule): the host holds
 /// about two layers' staging, whatever the depth; a chunked update's two staging sets take turns
 /// (a read into a set waits for the update two chunks before, the emitter's cross-stream order).
-void placeNvmeCopies(Block &block) {
+void placeNvmeCopies(Block &block, const ParamSpaces &spaces) {
   llvm::DenseMap<int64_t, SmallVector<ParamCopyOp>> reads, writes; // by update number
   SmallVector<AdamWOp> updates;
   auto number = [](Operation *op) -> std::optional<int64_t> {
@@ -239,11 +251,10 @@ void placeNvmeCopies(Block &block) {
     return std::nullopt;
   };
   for (Operation &op : block.without_terminator()) {
-    if (auto pc = dyn_cast<ParamCopyOp>(op); pc && isNvmeCopy(pc)) {
+    if (auto pc = dyn_cast<ParamCopyOp>(op); pc && isNvmeCopy(pc, spaces)) {
       std::optional<int64_t> id = number(pc);
       if (!id) continue; // (a weight's read for a use: placeNvmeFetches)
-      auto to = SymbolTable::lookupNearestSymbolFrom<ParamOp>(pc, pc.getToAttr());
-      if (to && paramSpace(to) == kNvmeSpace)
+      if (spaces.space(pc.getTo()) == kNvmeSpace)
         writes[*id].push_back(pc);
       else
         reads[*id].push_back(pc);
@@ -273,13 +284,13 @@ void placeNvmeCopies(Block &block) {
 /// prefetchGathers have placed) goes to the start of the layer segment before the one that copy is
 /// issued in: the read overlaps a layer's compute, and the copy waits for it (the emitter's
 /// cross-stream conflicts). Its staging then lives about two layers.
-void placeNvmeFetches(Block &block) {
+void placeNvmeFetches(Block &block, const ParamSpaces &spaces) {
   llvm::StringMap<Operation *> firstRead; // staging tensor -> its bigc.get_param
   SmallVector<ParamCopyOp> fetches;
   for (Operation &op : block.without_terminator()) {
     if (auto gp = dyn_cast<GetParamOp>(op)) {
       if (!firstRead.count(gp.getParam())) firstRead[gp.getParam()] = &op;
-    } else if (auto pc = dyn_cast<ParamCopyOp>(op); pc && isNvmeCopy(pc)) {
+    } else if (auto pc = dyn_cast<ParamCopyOp>(op); pc && isNvmeCopy(pc, spaces)) {
       fetches.push_back(pc);
     }
   }
@@ -461,7 +472,7 @@ void hoistTpCollectives(Block &block) {
 }
 
 /// The stream of a transfer-aware op from the spaces it connects.
-StringRef streamOf(Operation *op, ModuleOp module) {
+StringRef streamOf(Operation *op, const ParamSpaces &spaces) {
   if (isCollective(op)) return collectiveStream(op);
   if (isP2P(op)) return kP2PStream;
   auto between = [](StringRef from, StringRef to) -> StringRef {
@@ -471,23 +482,21 @@ StringRef streamOf(Operation *op, ModuleOp module) {
   };
   if (auto c = dyn_cast<CopyOp>(op)) return between(valueSpace(c.getX()), opSpace(op));
   if (auto pc = dyn_cast<ParamCopyOp>(op)) {
-    auto from = module.lookupSymbol<ParamOp>(pc.getFromAttr());
-    auto to = module.lookupSymbol<ParamOp>(pc.getToAttr());
-    return between(from ? paramSpace(from) : StringRef(kDeviceSpace), to ? paramSpace(to) : StringRef(kDeviceSpace));
+    return between(spaces.space(pc.getFrom()), spaces.space(pc.getTo()));
   }
   if (opSpace(op) == kHostSpace) return "host";
   return kComputeStream;
 }
 
 /// Streams, events and waits (see Passes.td). Returns the number of events.
-int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
+int64_t assignStreamsAndWaits(Block &block, ModuleOp module, const ParamSpaces &spaces) {
   MLIRContext *ctx = module.getContext();
   // Streams and events.
   int64_t events = 0;
   for (Operation &op : block.without_terminator()) {
     if (isa<GetParamOp>(op)) continue;
     op.removeAttr(kEventAttrName);
-    StringRef stream = streamOf(&op, module);
+    StringRef stream = streamOf(&op, spaces);
     if (stream == kComputeStream) {
       op.removeAttr(kStreamAttrName);
       continue;
@@ -551,10 +560,19 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
   // the backward) is joined at the boundary instead: what it reads (the
   // whole gradient) is free from there, not kept until its result is read.
   Segments seg = computeSegments(block);
+  // The first segment op at or after each op (one backward pass: the optimizer's tail can hold
+  // tens of thousands of side ops after the last compute op).
+  llvm::DenseMap<Operation *, Operation *> nextSegmentOp;
+  {
+    Operation *next = nullptr;
+    for (Operation &o : llvm::reverse(block)) {
+      if (seg.position.count(&o)) next = &o;
+      nextSegmentOp[&o] = next;
+    }
+  }
   // The segment of a compute op (or of the first segment op after it).
   auto segmentAt = [&](Operation *op) -> unsigned {
-    for (Operation *o = op; o; o = o->getNextNode())
-      if (auto it = seg.position.find(o); it != seg.position.end()) return seg.segment[it->second];
+    if (Operation *o = nextSegmentOp.lookup(op)) return seg.segment[seg.position.lookup(o)];
     return unsigned(seg.firstOp.size());
   };
   auto moveDataWait = [&](Operation *side, Operation *target) {
@@ -581,8 +599,7 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module) {
                               ? 1
                               : 2;
     // The first compute op after `op`.
-    Operation *next = op.getNextNode();
-    while (next && !seg.position.count(next)) next = next->getNextNode();
+    Operation *next = op.getNextNode() ? nextSegmentOp.lookup(op.getNextNode()) : nullptr;
     // The start of the `boundaries`-th segment after the one `next` is in
     // (at least one compute op runs alongside the transfer).
     unsigned target = next ? seg.segment[seg.position[next]] + boundaries : unsigned(seg.firstOp.size());
@@ -637,14 +654,15 @@ struct BigcSchedulePass : public mlir::bigc::impl::BigcScheduleBase<BigcSchedule
     for (Operation &op : llvm::make_early_inc_range(block))
       if (isa<WaitOp>(op)) op.erase();
     sinkToFirstUse(block);
-    hoistOptimizer(block);
-    placeNvmeCopies(block);
+    const ParamSpaces spaces(module);
+    hoistOptimizer(block, spaces);
+    placeNvmeCopies(block, spaces);
     accumulateShardsEarly(block);
     prefetchParams(block);
     prefetchGathers(block, prefetch);
     hoistTpCollectives(block);
-    placeNvmeFetches(block);
-    assignStreamsAndWaits(block, module);
+    placeNvmeFetches(block, spaces);
+    assignStreamsAndWaits(block, module, spaces);
   }
 };
 

@@ -11,8 +11,10 @@
 #   with the seeds' NVMe drive (one 3.2 TB, the profiles' nvme_bytes; CONFIGS="n" on v100-16g-x1, "n8"
 #   on v100-16g-x8):
 #     (n)  --precision fp16 --offload nvme --recompute auto: masters and AdamW states on the drive,
-#          the fp16 weights on the host between uses when the device cannot hold them
-#     (n8) 8 ranks --zero 3 --offload nvme --recompute auto --precision fp16
+#          the fp16 weights on the host between uses when the device cannot hold them, on the
+#          drive too when the host cannot either (--offload-params auto)
+#     (n8) 8 ranks --zero 3 --offload nvme --recompute auto --precision fp16 (likewise the weights'
+#          shards)
 #     goal: >= 100B parameters on the seeds' machine;
 # found by compiling (the exit status of `bigc compile --quiet`: 0 fits, 1 does not fit, 2 internal
 # error). With several ranks the host memory is the machine's, shared by its ranks: every rank's

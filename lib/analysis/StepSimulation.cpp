@@ -44,6 +44,10 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
   auto func = module.lookupSymbol<func::FuncOp>("train_step");
   if (!func || func.isExternal()) return est;
   const int64_t stage = pipelineStage(module);
+  // A measured CPU profile (bigc calibrate: `threads`): the CPU backend's ranks are threads on its
+  // cores, so with more ranks than devices each rank's compute and host work gets its share.
+  const double share =
+      hw.threads > 0 ? std::max(1.0, double(meshRanks(module)) / double(std::max<int64_t>(1, hw.devices))) : 1.0;
   int64_t stagesReduce = 0; // all-reduces over the stages, in order
   auto arrival = [&](const MessageKey &k) {
     if (!arrivals) return 0.0;
@@ -121,6 +125,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       const double n = double(meshAxisSize(module, g ? g.getValue() : StringRef("dp")));
       double factor = n <= 1 ? 0.0 : isa<AllReduceOp>(op) ? 2.0 * (n - 1) / n : (n - 1) / n;
       dur = hw.interconnectBytesPerS > 0 ? bytes * factor / hw.interconnectBytesPerS : 0;
+      if (n > 1) dur += hw.collectiveLatencyS; // (a measured profile's fixed cost)
     } else if (isa<WaitOp>(op)) {
       dur = 0;
     } else if (stream == "h2d" || stream == "d2h") {
@@ -141,9 +146,10 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       dur = bw > 0 ? bytes / bw : 0;
     } else if (stream == "host") {
       OpCost c = opCost(&op);
-      dur = hw.hostFlops > 0 ? double(c.flops) / hw.hostFlops : 0;
+      dur = hw.hostFlops > 0 ? double(c.flops) / hw.hostFlops * share : 0;
     } else {
-      dur = rooflineSeconds(opCost(&op), hw.deviceFlops, hw.deviceBytesPerS);
+      dur = rooflineSeconds(opCost(&op), hw.deviceFlops, hw.deviceBytesPerS) * share;
+      if (dur > 0) dur += hw.opOverheadS; // (a measured profile's fixed cost per instruction)
     }
     const double end = start + dur;
     if (trace) trace->push_back({&op, stream, start, end});

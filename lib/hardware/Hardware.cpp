@@ -184,6 +184,9 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
                                               "nvme_bytes",
                                               "nvme_read_bytes_per_s",
                                               "nvme_write_bytes_per_s",
+                                              "collective_latency_s",
+                                              "op_overhead_s",
+                                              "threads",
                                               "device_reserve",
                                               "host_reserve_bytes",
                                               "sources",
@@ -231,6 +234,20 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
             "the drives' sequential write bandwidth together, e.g. 4e9");
   } else if (r.get("nvme_read_bytes_per_s", false) || r.get("nvme_write_bytes_per_s", false)) {
     r.fail("nvme_bytes", "missing: the NVMe bandwidths are given, but not the drives' capacity");
+  }
+  // Measured profiles (bigc calibrate): per-collective latency, per-instruction overhead.
+  for (auto [field, dst] : {std::pair<const char *, double *>{"collective_latency_s", &p.collectiveLatencyS},
+                            {"op_overhead_s", &p.opOverheadS}}) {
+    const json *v = r.get(field, false);
+    if (!v) continue;
+    if (!v->is_number() || !(v->get<double>() >= 0)) r.fail(field, "expected seconds >= 0, got " + v->dump());
+    *dst = v->get<double>();
+    r.range(field, *dst, 0.0, 1.0, " s", "seconds, e.g. 2e-6");
+  }
+  if (const json *v = r.get("threads", false)) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 1)
+      r.fail("threads", "expected a positive integer, got " + v->dump());
+    p.threads = v->get<int64_t>();
   }
 
   // Absurd values: each names the field, the value and the accepted range.

@@ -37,6 +37,7 @@ const char *kUsage = "usage: bigc <command> [options]\n"
                      "  verify       prove a program's plan free of hazards (also done by compile and run)\n"
                      "  run          train: run a program on the CPU or CUDA backend\n"
                      "  data encode  turn a text file into byte-level tokens (vocabulary 256)\n"
+                     "  calibrate    measure this machine for the cost model: write a hardware profile\n"
                      "\n"
                      "  bigc <command> --help   options of one command\n"
                      "  bigc --version          the version\n"
@@ -47,7 +48,7 @@ const char *kUsage = "usage: bigc <command> [options]\n"
                      "  bigc inspect model.bigc --memory --timeline plan.svg\n"
                      "  bigc run model.bigc --synthetic --steps 100\n";
 
-const char *kCommands = "gen, import, compile, inspect, verify, run, data";
+const char *kCommands = "gen, import, compile, inspect, verify, run, data, calibrate";
 
 bool isHelp(const char *a) { return std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0; }
 
@@ -59,6 +60,7 @@ int dispatch(int argc, char **argv, const std::string &cmd) {
   if (cmd == "run") return bigc::rt::runMain(argc, argv, 2);
   if (cmd == "data") return bigc::rt::dataMain(argc, argv, 2);
   if (cmd == "verify") return bigc::rt::verifyMain(argc, argv, 2);
+  if (cmd == "calibrate") return bigc::rt::calibrateMain(argc, argv, 2);
   return -1;
 }
 

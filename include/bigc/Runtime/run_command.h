@@ -19,4 +19,8 @@ int dataMain(int argc, char **argv);
 // (include/bigc/Format/verifier.h). Exit 0 proven, 1 problems found (listed) or bad input.
 int verifyMain(int argc, char **argv, int first);
 
+// `bigc calibrate [-o FILE.json]`: measure this machine as the CPU backend uses it and write a
+// hardware profile with the measured rates (runtime/cli/CalibrateCommand.cpp).
+int calibrateMain(int argc, char **argv, int first);
+
 } // namespace bigc::rt

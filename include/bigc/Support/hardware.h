@@ -28,6 +28,10 @@ struct HardwareProfile {
   // read and write bandwidth, shared by the machine's ranks.
   int64_t nvmeBytes = 0;
   double nvmeReadBytesPerS = 0, nvmeWriteBytesPerS = 0;
+  // Measured profiles (bigc calibrate): the fixed cost of one collective and of one instruction
+  // (0: none counted), and the CPU threads the rates were measured with (0: not said).
+  double collectiveLatencyS = 0, opOverheadS = 0;
+  int64_t threads = 0;
   std::string path; // file it was read from
 };
 

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The cost model against the CPU backend: for each configuration of CONFIGS, the step time
+# `bigc compile --hardware PROFILE` estimates (the program's `estimate.step_seconds`) and the
+# median step `bigc run --synthetic` measures (steps 2..STEPS of the run log's elapsed_s), their
+# ratio, and the rank agreement of the two orders (Spearman's rho).
+# Model: a 4-block GPT 256 wide (4 heads), vocabulary 8192, batch 4 x 256 (the CPU comparison of
+# the GPU issue), fp32 unless a configuration says otherwise.
+# Usage: bench/costmodel/run.sh [build/bin] [PROFILE (default cpu) or a profile file]
+# Environment: STEPS (6), THREADS (all cores).
+set -euo pipefail
+BIN=${1:-build/bin}
+PROFILE=${2:-cpu}
+STEPS=${STEPS:-6}
+[ -x "$BIN/bigc" ] || { echo "bench/costmodel/run.sh: $BIN/bigc not found" >&2; exit 1; }
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+"$BIN/bigc" gen gpt --preset tiny --layers 4 --hidden 256 --heads 4 --vocab 8192 --batch 4 --seq 256 -o "$W/m.mlir" > /dev/null
+CONFIGS=("plain:" "recompute full:--recompute full" "recompute selective:--recompute selective"
+         "2 micro-batches:--micro-batches 2" "bf16:--precision bf16" "offload cpu:--offload cpu"
+         "2 ranks, ZeRO 1:--ranks 2 --zero 1" "2 ranks, ZeRO 3:--ranks 2 --zero 3" "tp 2:--ranks 2 --tp 2"
+         "pp 2:--ranks 2 --pp 2 --micro-batches 2" "4 ranks, ZeRO 2:--ranks 4 --zero 2"
+         "bf16, offload cpu:--precision bf16 --offload cpu")
+THR=()
+[ -n "${THREADS:-}" ] && THR=(--threads "$THREADS")
+i=0
+for c in "${CONFIGS[@]}"; do
+  name=${c%%:*}; o=${c#*:}
+  # shellcheck disable=SC2086
+  "$BIN/bigc" compile "$W/m.mlir" -o "$W/$i.bigc" --hardware "$PROFILE" --quiet $o
+  echo "== $name" >&2
+  "$BIN/bigc" run "$W/$i.bigc" --synthetic --steps "$STEPS" --log "$W/$i.jsonl" --quiet "${THR[@]}"
+  "$BIN/bigc" inspect "$W/$i.bigc" --json > "$W/$i.json"
+  i=$((i + 1))
+done
+/usr/bin/python3 - "$W" "$PROFILE" "${CONFIGS[@]}" <<'PY'
+import json, statistics, sys, time
+W, profile, configs = sys.argv[1], sys.argv[2], sys.argv[3:]
+rows = []
+for i, c in enumerate(configs):
+    log = [json.loads(l) for l in open(f"{W}/{i}.jsonl") if l.strip()]
+    el = [r["elapsed_s"] for r in log]
+    measured = statistics.median([b - a for a, b in zip(el, el[1:])])
+    est = json.load(open(f"{W}/{i}.json"))["estimate"]["step_seconds"]
+    rows.append((c.split(":")[0], c.split(":", 1)[1], est, measured))
+def ranks(xs):
+    order = sorted(range(len(xs)), key=lambda k: xs[k])
+    r = [0.0] * len(xs)
+    for pos, k in enumerate(order):
+        r[k] = pos + 1.0
+    return r
+re, rm = ranks([r[2] for r in rows]), ranks([r[3] for r in rows])
+n = len(rows)
+rho = 1 - 6 * sum((a - b) ** 2 for a, b in zip(re, rm)) / (n * (n * n - 1))
+print(f"bench/costmodel ({time.strftime('%Y-%m-%d')}): profile {profile}, a 4-block GPT 256 wide, vocabulary "
+      f"8192, batch 4 x 256")
+print()
+print("| configuration | options | estimated | measured (median) | estimated / measured |")
+print("|---|---|---:|---:|---:|")
+worst = 0.0
+for name, o, e, m in rows:
+    worst = max(worst, abs(e / m - 1))
+    print(f"| {name} | `{o or '(none)'}` | {e * 1e3:.1f} ms | {m * 1e3:.1f} ms | {e / m:.2f} |")
+print()
+print(f"largest error {worst:.0%}; Spearman's rho of the two orders {rho:.3f}")
+PY
