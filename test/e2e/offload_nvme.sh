@@ -26,8 +26,10 @@
 #     after a SIGKILL mid-run; the last checkpoint before the kill resumes and continues bit for bit;
 #  5. bad input, each one clear error (exit 1) before the first step and nothing written: a missing
 #     directory, a file in its place, a read-only file system (the first read-only mount found, if
-#     any), a file system without the room (a file size limit: the preallocation fails), --nvme-path
-#     for a program without an nvme space.
+#     any), a file system without the room (a file size limit: the preallocation fails), a file
+#     system without O_DIRECT (a preloaded shim, test/e2e/no_odirect_shim.c, makes open() with
+#     O_DIRECT fail with EINVAL under the directory, as tmpfs did before Linux 6.6), --nvme-path for
+#     a program without an nvme space.
 set -euo pipefail
 BIN=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -234,6 +236,9 @@ expect_error "missing directory" "No such file or directory" "${R[@]}" --nvme-pa
 touch "$d/afile"
 expect_error "a file, not a directory" "is not a directory" "${R[@]}" --nvme-path "$d/afile"
 expect_error "no room" "cannot preallocate the nvme arena" bash -c 'trap "" XFSZ; ulimit -f 64; exec "$@"' _ "${R[@]}"
+cc -shared -fPIC -O1 -o "$d/no_odirect.so" "$HERE/no_odirect_shim.c" -ldl
+expect_error "no O_DIRECT" "does not support O_DIRECT" env LD_PRELOAD="$d/no_odirect.so" BIGC_TEST_NO_ODIRECT="$d/nv" \
+  "${R[@]}" --nvme-path "$d/nv"
 expect_error "no nvme space" "keeps nothing in the nvme space" "$BIN/bigc" run "$d/plain.bigc" --synthetic --steps 1 \
   --quiet --log "$d/bad.jsonl" --nvme-path "$d/nv"
 RO=$(awk '$4 ~ /(^|,)ro(,|$)/ {print $2}' /proc/mounts | while read -r m; do [ -d "$m" ] && echo "$m" && break; done)
