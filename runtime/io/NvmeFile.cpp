@@ -53,7 +53,8 @@ NvmeFile::NvmeFile(const std::string &dir, int64_t bytes, const std::string &tag
   if (fd_ < 0) {
     const int e = errno;
     if (e == EINVAL)
-      throw UserError("nvme directory " + dir + ": its file system does not support O_DIRECT (tmpfs before Linux 6.6 and some " +
+      throw UserError("nvme directory " + dir +
+                      ": its file system does not support O_DIRECT (tmpfs before Linux 6.6 and some " +
                       "network file systems do not), which the nvme space needs to bypass the page cache" + fix);
     throw UserError("nvme directory " + dir + ": cannot create " + path_ + ": " + errnoText(e) +
                     (e == EACCES || e == EROFS || e == EPERM ? " (the directory must be writable)" : "") + fix);
