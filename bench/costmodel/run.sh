@@ -5,7 +5,8 @@
 # ratio, and the rank agreement of the two orders (Spearman's rho).
 # Model: a 4-block GPT 256 wide (4 heads), vocabulary 8192, batch 4 x 256 (the CPU comparison of
 # the GPU issue), fp32 unless a configuration says otherwise.
-# Usage: bench/costmodel/run.sh [build/bin] [PROFILE (default cpu) or a profile file]
+# Usage: bench/costmodel/run.sh [build/bin] [PROFILE (default cpu) or a profile file; `calibrate`: a
+# profile `bigc calibrate` writes first, in the same run]
 # Environment: STEPS (6), THREADS (all cores).
 set -euo pipefail
 BIN=${1:-build/bin}
@@ -14,9 +15,14 @@ STEPS=${STEPS:-6}
 [ -x "$BIN/bigc" ] || { echo "bench/costmodel/run.sh: $BIN/bigc not found" >&2; exit 1; }
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
+if [ "$PROFILE" = calibrate ]; then
+  "$BIN/bigc" calibrate -o "$W/calibrated.json" >&2
+  PROFILE="$W/calibrated.json"
+fi
 "$BIN/bigc" gen gpt --preset tiny --layers 4 --hidden 256 --heads 4 --vocab 8192 --batch 4 --seq 256 -o "$W/m.mlir" > /dev/null
 CONFIGS=("plain:" "recompute full:--recompute full" "recompute selective:--recompute selective"
-         "2 micro-batches:--micro-batches 2" "bf16:--precision bf16" "offload cpu:--offload cpu"
+         "2 micro-batches:--micro-batches 2" "4 micro-batches:--micro-batches 4" "bf16:--precision bf16"
+         "offload cpu:--offload cpu"
          "2 ranks, ZeRO 1:--ranks 2 --zero 1" "2 ranks, ZeRO 3:--ranks 2 --zero 3" "tp 2:--ranks 2 --tp 2"
          "pp 2:--ranks 2 --pp 2 --micro-batches 2" "4 ranks, ZeRO 2:--ranks 4 --zero 2"
          "bf16, offload cpu:--precision bf16 --offload cpu")

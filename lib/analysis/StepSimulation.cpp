@@ -148,7 +148,9 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       OpCost c = opCost(&op);
       dur = hw.hostFlops > 0 ? double(c.flops) / hw.hostFlops * share : 0;
     } else {
-      dur = rooflineSeconds(opCost(&op), hw.deviceFlops, hw.deviceBytesPerS) * share;
+      const double flops =
+          hw.opFlops.empty() ? hw.deviceFlops : hw.flopsOf(op.getName().getStringRef().drop_front(5).str()); // "bigc."
+      dur = rooflineSeconds(opCost(&op), flops, hw.deviceBytesPerS) * share;
       if (dur > 0) dur += hw.opOverheadS; // (a measured profile's fixed cost per instruction)
     }
     const double end = start + dur;

@@ -187,6 +187,7 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
                                               "collective_latency_s",
                                               "op_overhead_s",
                                               "threads",
+                                              "op_flops",
                                               "device_reserve",
                                               "host_reserve_bytes",
                                               "sources",
@@ -243,6 +244,17 @@ HardwareProfile parseProfile(const std::string &file, const std::string &text) {
     if (!v->is_number() || !(v->get<double>() >= 0)) r.fail(field, "expected seconds >= 0, got " + v->dump());
     *dst = v->get<double>();
     r.range(field, *dst, 0.0, 1.0, " s", "seconds, e.g. 2e-6");
+  }
+  if (const json *v = r.get("op_flops", false)) {
+    if (!v->is_object())
+      r.fail("op_flops", "expected an object of FLOP/s by op, e.g. {\"attention\": 2e9}, got " + v->dump());
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      const std::string field = "op_flops." + it.key();
+      if (!it->is_number() || !(it->get<double>() > 0))
+        r.fail(field, "expected a positive number (FLOP/s), got " + it->dump());
+      r.range(field, it->get<double>(), kMinFlops, kMaxDeviceFlops, " FLOP/s", "the op's sustained FLOP/s, e.g. 2e9");
+      p.opFlops.push_back({it.key(), it->get<double>()});
+    }
   }
   if (const json *v = r.get("threads", false)) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1)

@@ -40,6 +40,8 @@ const char *kCalibrateUsage =
     "                          the in-process communicator's all-reduce between 2 ranks (threads):\n"
     "                          16 MiB (bandwidth, the ring's 2(n-1)/n bytes) and one float (latency)\n"
     "  op_overhead_s           the cost of one small instruction (a kernel on 256 floats)\n"
+    "  op_flops                attention, gelu, cross-entropy, layernorm and their gradients, each\n"
+    "                          at a small GPT's sizes, in the cost model's FLOP counts\n"
     "Memory sizes are the machine's physical memory (the device arena and the host share it).\n"
     "  -o FILE.json   where to write it (default: standard output)\n"
     "  --name NAME    the profile's name (default: cpu-calibrated)\n"
@@ -65,7 +67,7 @@ double medianSeconds(const std::function<void()> &fn, double seconds) {
 
 std::string rate(double v, const char *unit) {
   char b[64];
-  std::snprintf(b, sizeof b, "%.3g %s", v, unit);
+  std::snprintf(b, sizeof b, v >= 1000 ? "%.0f %s" : "%.3g %s", v, unit); // (no exponent)
   return b;
 }
 
@@ -122,6 +124,57 @@ int calibrateMain(int argc, char **argv, int first) {
     say("sgemm " + rate(deviceFlops / 1e9, "GFLOP/s"));
     sources.push_back("device_flops: sgemm (bigc's matmul kernel, OpenBLAS) over 6 products of 256..2048 x 1024, " +
                       rate(deviceFlops / 1e9, "GFLOP/s"));
+
+    // Kernels far from the GEMM rate (transcendentals, softmax, attention's loops): each one's
+    // sustained rate in the cost model's FLOP counts (lib/analysis/CostModel.cpp's table), at the
+    // sizes of a 4-block GPT 256 wide, 4 heads, batch 4 x 256, vocabulary 8192.
+    nlohmann::ordered_json opFlops = nlohmann::ordered_json::object();
+    {
+      const int64_t B = 4, T = 256, C = 256, H = 4, N = B * T, V = 8192, F = 4 * C * N;
+      std::vector<float> qkv(size_t(N * 3 * C), 0.01f), att(size_t(N * C), 0.0f), lse(size_t(B * H * T), 0.0f),
+          dqkv(size_t(N * 3 * C), 0.0f), dout(size_t(N * C), 0.001f);
+      std::vector<float> xs(size_t(F), 0.5f), ys(size_t(F), 0.0f), dys(size_t(F), 0.1f);
+      std::vector<float> logits(size_t(N * V), 0.01f), dlogits(size_t(N * V), 0.0f);
+      std::vector<int32_t> targets(size_t(N), 7);
+      std::vector<float> lx(size_t(N * C), 0.3f), lw(size_t(C), 1.0f), lb(size_t(C), 0.0f), ly(size_t(N * C), 0.0f),
+          mean(size_t(N), 0.0f), rstd(size_t(N), 0.0f), ldx(size_t(N * C), 0.0f), ldw(size_t(C), 0.0f),
+          ldb(size_t(C), 0.0f);
+      const double pairs = double(B * H) * double(T * (T + 1) / 2), d = double(C / H);
+      cpu::attention(qkv.data(), att.data(), lse.data(), B, T, C, H);
+      int64_t bad = -1;
+      struct Kind {
+        const char *name;
+        double flops;
+        std::function<void()> run;
+      };
+      const std::vector<Kind> kinds = {
+          {"attention", 4 * pairs * d + 6 * pairs,
+           [&] { cpu::attention(qkv.data(), att.data(), lse.data(), B, T, C, H); }},
+          {"attention_grad", 10 * pairs * d + 8 * pairs + 2.0 * double(N * C),
+           [&] { cpu::attentionGrad(dout.data(), qkv.data(), att.data(), lse.data(), dqkv.data(), B, T, C, H); }},
+          {"gelu", 12.0 * double(F), [&] { cpu::gelu(xs.data(), ys.data(), F); }},
+          {"gelu_grad", 18.0 * double(F), [&] { cpu::geluGrad(xs.data(), dys.data(), ys.data(), F); }},
+          {"cross_entropy", 6.0 * double(N * V),
+           [&] { (void)cpu::crossEntropy(logits.data(), targets.data(), N, V, &bad); }},
+          {"cross_entropy_grad", 8.0 * double(N * V),
+           [&] { cpu::crossEntropyGrad(logits.data(), targets.data(), 1.0f, dlogits.data(), N, V); }},
+          {"layernorm", 8.0 * double(N * C),
+           [&] { cpu::layernorm(lx.data(), lw.data(), lb.data(), ly.data(), mean.data(), rstd.data(), N, C, 1e-5f); }},
+          {"layernorm_grad", 14.0 * double(N * C), [&] {
+             cpu::layernormGrad(ly.data(), lx.data(), lw.data(), mean.data(), rstd.data(), ldx.data(), ldw.data(),
+                                ldb.data(), N, C);
+           }}};
+      std::string list;
+      for (const Kind &k : kinds) {
+        const double f = k.flops / medianSeconds(k.run, seconds / double(kinds.size()));
+        opFlops[k.name] = f;
+        list += std::string(list.empty() ? "" : ", ") + k.name + " " + rate(f / 1e9, "GFLOP/s");
+      }
+      say("kernels: " + list);
+      sources.push_back("op_flops: each kernel at the sizes of a 4-block GPT 256 wide (4 heads, batch 4 x 256, "
+                        "vocabulary 8192), in the cost model's FLOP counts: " +
+                        list);
+    }
 
     // Memory bandwidth: c = a + b over 8 Mi floats each (reads 2, writes 1).
     const int64_t n = int64_t(8) << 20;
@@ -216,6 +269,7 @@ int calibrateMain(int argc, char **argv, int first) {
     j["device_bytes_per_s"] = deviceBw;
     j["collective_latency_s"] = latency;
     j["op_overhead_s"] = overhead;
+    j["op_flops"] = opFlops;
     j["threads"] = threads;
     j["sources"] = sources;
     j["notes"] = "Measured, not datasheet figures: rerun `bigc calibrate` after a change of machine, load or threads. "

@@ -32,6 +32,14 @@ struct HardwareProfile {
   // (0: none counted), and the CPU threads the rates were measured with (0: not said).
   double collectiveLatencyS = 0, opOverheadS = 0;
   int64_t threads = 0;
+  // Measured profiles: the sustained FLOP/s of particular ops (in the cost model's FLOP counts),
+  // used instead of device_flops for them ("attention", "gelu_grad", ...).
+  std::vector<std::pair<std::string, double>> opFlops;
+  double flopsOf(const std::string &op) const {
+    for (const auto &[name, f] : opFlops)
+      if (name == op) return f;
+    return deviceFlops;
+  }
   std::string path; // file it was read from
 };
 

@@ -6,13 +6,16 @@ import numpy as np
 
 p = json.load(open(sys.argv[1]))
 need = ["device_flops", "host_flops", "h2d_bytes_per_s", "d2h_bytes_per_s", "interconnect_bytes_per_s",
-        "device_bytes_per_s", "collective_latency_s", "op_overhead_s", "threads", "sources"]
+        "device_bytes_per_s", "collective_latency_s", "op_overhead_s", "threads", "op_flops", "sources"]
 missing = [k for k in need if k not in p]
 assert not missing, f"missing fields {missing}"
 assert 1e8 < p["device_flops"] < 1e14, p["device_flops"]
 assert 1e8 < p["device_bytes_per_s"] < 1e13, p["device_bytes_per_s"]
 assert 0 < p["collective_latency_s"] < 0.1 and 0 < p["op_overhead_s"] < 0.01, p
-assert len(p["sources"]) == 7, p["sources"]
+assert len(p["sources"]) == 8, p["sources"]
+kinds = {"attention", "attention_grad", "gelu", "gelu_grad", "cross_entropy", "cross_entropy_grad", "layernorm",
+         "layernorm_grad"}
+assert set(p["op_flops"]) == kinds and all(1e6 < f < 1e14 for f in p["op_flops"].values()), p["op_flops"]
 shapes = [(1024, 768, 256), (1024, 1024, 256), (1024, 256, 1024), (1024, 256, 1024), (256, 1024, 1024),
           (1024, 2048, 256)]
 flops = seconds = 0.0
