@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # NVMe offload (--offload nvme --nvme-path DIR, ZeRO-Infinity's optimizer state on a drive) end to
-# end on the CPU backend, a 4-block GPT 128 wide (vocabulary 2048), 8 steps:
+# end on the CPU backend, a 4-block GPT 128 wide (vocabulary 2048), 6 steps:
 #  1. the losses and final weights equal --offload cpu's and the plain run's bit for bit (fp32; the
 #     update is the same CPU Adam on the same values, only where they rest differs; measured:
-#     identical, 2026-11-25), and so do bf16, bf16 with bf16 AdamW moments, fp16 with clipping and loss-scale overflow, 2
-#     micro-batches, 8 ranks with ZeRO 1, 2 and 3, tensor parallelism 2 x dp 4 and 2 pipeline
+#     identical, 2026-11-25), and so do bf16, bf16 with bf16 AdamW moments, fp16 with loss-scale overflow, 2
+#     micro-batches with clipping, 8 ranks with ZeRO 1 and 3, tensor parallelism 2 x dp 4 and 2 pipeline
 #     stages (each against --offload cpu of the same options); with the weights there too
 #     (--offload-params nvme, against --offload-params host): fp32 (also equal to the plain run),
 #     fp16 with loss-scale overflow and 8 ranks with ZeRO 3; with the updates streamed in chunks
@@ -45,14 +45,13 @@ compile() { # name, options...
 }
 run() { # name, options...
   local name=$1; shift
-  "$BIN/bigc" run "$d/$name.bigc" --synthetic --steps 8 --seed 7 --log "$d/$name.jsonl" \
+  "$BIN/bigc" run "$d/$name.bigc" --synthetic --steps 6 --seed 7 --log "$d/$name.jsonl" \
     --save-weights "$d/$name.safetensors" --quiet "$@"
 }
 # name : options (each compiled with --offload cpu as c<name> and --offload nvme as n<name>)
 CONFIGS=("fp32:" "bf16:--precision bf16" "bs:--precision bf16 --optimizer-states bf16"
-         "fp16:--precision fp16 --grad-clip 0.5"
-         "ov:--precision fp16 --loss-scale 1e30" "mb:--micro-batches 2"
-         "z1:--ranks 8 --zero 1" "z2:--ranks 8 --zero 2" "z3:--ranks 8 --zero 3"
+         "ov:--precision fp16 --loss-scale 1e30" "mb:--micro-batches 2 --grad-clip 0.5"
+         "z1:--ranks 8 --zero 1" "z3:--ranks 8 --zero 3"
          "tp:--ranks 8 --tp 2 --zero 1" "pp:--ranks 2 --pp 2 --micro-batches 2"
          # the weights too: --offload-params host (c) against nvme (n)
          "p32:@" "pov:@--precision fp16 --loss-scale 1e30" "pz3:@--ranks 8 --zero 3")
@@ -117,7 +116,7 @@ def weights(n):
 key = lambda r: (r["step"], r["loss"], r.get("loss_scale"), r.get("skipped"))
 for n, cn, nn in pairs:
     a, c = rows(cn), rows(nn)
-    check(f"{n} losses", len(a) == 8 and [key(r) for r in a] == [key(r) for r in c],
+    check(f"{n} losses", len(a) == 6 and [key(r) for r in a] == [key(r) for r in c],
           f"--offload nvme equals --offload cpu ({cn}) bit for bit over {len(c)} steps (last loss {c[-1]['loss']:.6f})")
     wa, wb = weights(cn), weights(nn)
     same = set(wa) == set(wb) and all(wa[k] == wb[k] for k in wa)
@@ -154,7 +153,7 @@ check("host arena", host["deep8n"] <= host["deep4n"] * 1.05 and host["deep8c"] >
 check("host arena, chunks", host["deep8k"] < 0.6 * host["deep8n"],
       f"8 blocks with updates in chunks of 16384 elements: {host['deep8k']} bytes, against {host['deep8n']} whole")
 last = rows("nfp32")[-1]["nvme"]
-per_step = (last["read_bytes"] / 8 / P, last["write_bytes"] / 8 / P)
+per_step = (last["read_bytes"] / 6 / P, last["write_bytes"] / 6 / P)
 check("nvme traffic", all(12 <= x <= 12 * 1.1 for x in per_step) and last["engine"] in ("io_uring", "pread/pwrite"),
       f"read {per_step[0]:.2f} and wrote {per_step[1]:.2f} B/param per step through {last['engine']}")
 # --offload-params nvme: the weights in the nvme space too, written once a step, read for every use.
@@ -173,9 +172,9 @@ space = {x["id"]: x["space"] for x in prog["buffers"]}
 size = {x["id"]: x["bytes"] for x in prog["buffers"]}
 planned = sum(size[i["in"][0]] for i in prog["instructions"] if i.get("stream") == "nvme" and space[i["in"][0]] == "nvme")
 last = rows("np32")[-1]["nvme"]
-per_step = (last["read_bytes"] / 8 / P, last["write_bytes"] / 8 / P)
+per_step = (last["read_bytes"] / 6 / P, last["write_bytes"] / 6 / P)
 check("nvme traffic, weights", 20 <= per_step[0] and 16 <= per_step[1] <= 16 * 1.1
-      and planned <= last["read_bytes"] / 8 <= planned * 1.1,
+      and planned <= last["read_bytes"] / 6 <= planned * 1.1,
       f"read {per_step[0]:.2f} and wrote {per_step[1]:.2f} B/param per step (the program's reads: "
       f"{planned / P:.2f} B/param before rounding)")
 sys.exit(0 if ok else 1)
