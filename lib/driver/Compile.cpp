@@ -310,10 +310,11 @@ const Flag kFlags[] = {
        if (o.nvmeChunk < 0 || o.nvmeChunk % 2048 != 0)
          v.fail("must be 0 or a positive multiple of 2048 (chunks start on 4096-byte boundaries)");
      }},
-    {"--offload-params", true, "--offload-params auto|device|host|nvme",
+    {"--offload-params", true, "--offload-params P",
      "with --offload: where the 16-bit weights (ZeRO-3: their shards)\n"
-     "live between uses; auto (default): the device when the plan fits\n"
-     "there, else the host, else (--offload nvme) the drive",
+     "live between uses: auto (default: the device when the plan fits\n"
+     "there, else the host, else with --offload nvme the drive), device,\n"
+     "host or nvme",
      [](CompileOptions &o, const Value &v) { o.offloadParams = v.choice<OffloadParams>(); }},
     {"--ranks", true, "--ranks N",
      "data-parallel ranks (default: the devices of --hardware, else 1);\n"
@@ -415,7 +416,9 @@ std::string helpText() {
     std::string usage = f.usage;
     std::string lines = f.help;
     size_t start = 0;
-    for (bool first = true;; first = false) {
+    // A usage wider than the column goes on a line of its own.
+    if (usage.size() + 1 > column) h += "  " + usage + "\n";
+    for (bool first = usage.size() + 1 <= column;; first = false) {
       size_t nl = lines.find('\n', start);
       std::string line = lines.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
       h += "  " + (first ? usage + std::string(column - usage.size(), ' ') : std::string(column, ' ')) + line + "\n";
