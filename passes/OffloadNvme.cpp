@@ -33,6 +33,13 @@ using namespace mlir::bigc;
 
 namespace {
 
+/// A host staging tensor (role transfer) of `type` named `name`, after `after`.
+FailureOr<ParamOp> addHostStaging(ParamOp after, StringRef name, Type type) {
+  FailureOr<ParamOp> p = addParamAfter(after, name, type, "zeros", "transfer", "", "bigc-offload-nvme");
+  if (succeeded(p)) p->getOperation()->setAttr(kSpaceAttrName, StringAttr::get(after.getContext(), kHostSpace));
+  return p;
+}
+
 struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOffloadNvmePass> {
   using Base::Base;
 
@@ -84,9 +91,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
         // Only what this update alone touches, on the host, streams from the file.
         if (paramSpace(p) != kHostSpace || touches.lookup(ref.getValue()) != 1) continue;
         std::string ioName = (ref.getValue() + ".io").str();
-        FailureOr<ParamOp> io = addParamAfter(p, ioName, p.getType(), "zeros", "transfer", "", "bigc-offload-nvme");
-        if (failed(io)) return signalPassFailure();
-        io->getOperation()->setAttr(kSpaceAttrName, StringAttr::get(ctx, kHostSpace));
+        if (failed(addHostStaging(p, ioName, p.getType()))) return signalPassFailure();
         p->setAttr(kSpaceAttrName, StringAttr::get(ctx, kNvmeSpace));
         auto ioRef = FlatSymbolRefAttr::get(ctx, ioName);
         OpBuilder b(a);
@@ -147,9 +152,8 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
       ParamOp after = p;
       for (int s = 0; s < 2; ++s) {
         std::string setName = (name + ".c" + llvm::Twine(s)).str();
-        FailureOr<ParamOp> q = addParamAfter(after, setName, type, "zeros", "transfer", "", "bigc-offload-nvme");
+        FailureOr<ParamOp> q = addHostStaging(after, setName, type);
         if (failed(q)) return failure();
-        q->getOperation()->setAttr(kSpaceAttrName, StringAttr::get(ctx, kHostSpace));
         after = *q;
         out[s] = FlatSymbolRefAttr::get(ctx, setName);
       }
@@ -270,9 +274,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
       if (!writers.empty()) {
         AdamWOp a = writers.front();
         std::string ioName = (name + ".io").str();
-        FailureOr<ParamOp> io = addParamAfter(w, ioName, w.getType(), "zeros", "transfer", "", "bigc-offload-nvme");
-        if (failed(io)) return failure();
-        io->getOperation()->setAttr(kSpaceAttrName, StringAttr::get(ctx, kHostSpace));
+        if (failed(addHostStaging(w, ioName, w.getType()))) return failure();
         auto ioRef = FlatSymbolRefAttr::get(ctx, ioName);
         a.setHalfAttr(ioRef);
         OpBuilder b(a);
@@ -282,14 +284,12 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
         copyPlacementTags(a, out);
         out->setAttr(kNvmeUpdateAttrName, a->getAttr(kNvmeUpdateAttrName));
       }
-      Operation *after = w;
+      ParamOp after = w;
       for (auto [k, gp] : llvm::enumerate(reads)) {
         std::string fetchName = (name + ".fetch." + llvm::Twine(k)).str();
-        FailureOr<ParamOp> fetch =
-            addParamAfter(cast<ParamOp>(after), fetchName, w.getType(), "zeros", "transfer", "", "bigc-offload-nvme");
+        FailureOr<ParamOp> fetch = addHostStaging(after, fetchName, w.getType());
         if (failed(fetch)) return failure();
         after = *fetch;
-        fetch->getOperation()->setAttr(kSpaceAttrName, StringAttr::get(ctx, kHostSpace));
         auto fetchRef = FlatSymbolRefAttr::get(ctx, fetchName);
         OpBuilder b(gp);
         auto in = b.create<ParamCopyOp>(gp.getLoc(), FlatSymbolRefAttr::get(ctx, name), fetchRef);
