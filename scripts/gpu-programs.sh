@@ -27,6 +27,11 @@ for set in $SETS; do
     c tiny-fp32-recompute tiny --lr 3e-3 --recompute full
     c tiny-fp32-offload tiny --lr 3e-3 --offload cpu
     c tiny-fp32-offload-params tiny --lr 3e-3 --offload cpu --offload-params host
+    # The nvme space (its directory given at run time, --nvme-path): the optimizer state; with the
+    # weights too and the updates in chunks of 2048 elements; bf16 with the weights there.
+    c tiny-fp32-nvme tiny --lr 3e-3 --offload nvme --nvme-path /tmp
+    c tiny-fp32-nvme-params-chunk tiny --lr 3e-3 --offload nvme --nvme-path /tmp --offload-params nvme --nvme-chunk 2048
+    c tiny-bf16-nvme-params tiny --lr 3e-3 --precision bf16 --offload nvme --nvme-path /tmp --offload-params nvme
     c tiny-fp32-k2 tiny --lr 3e-3 --micro-batches 2
     c tiny-bf16 tiny --lr 3e-3 --precision bf16
     c tiny-bf16-offload-k2 tiny --lr 3e-3 --precision bf16 --offload cpu --micro-batches 2 --recompute selective

@@ -325,13 +325,9 @@ int runBody(int argc, char **argv, int first) {
                       " keeps nothing in the nvme space (compile with --offload nvme --nvme-path DIR)");
     for (int64_t st = 0; st < prog.pp; ++st) prog.stageProgram(st).nvmePath = args.str("--nvme-path");
   }
-  // Pipeline stages and the nvme space run on the CPU backend (the default backend for them).
-  if (backend.empty())
-    backend = prog.pp == 1 && !nvme && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
+  // Pipeline stages run on the CPU backend (the default backend for them).
+  if (backend.empty()) backend = prog.pp == 1 && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
   if (prog.pp > 1 && backend == "cuda") throw UserError(pipelineOnCpuOnly(prog.pp));
-  if (nvme && backend == "cuda")
-    throw UserError(programPath + " keeps tensors in the nvme space (--offload nvme), which this version runs on the "
-                                  "CPU backend only; run it with --backend cpu");
   if (args.has("--timeline") && prog.pp == 1)
     throw UserError("--timeline draws the measured pipeline diagram of a pipelined program (compiled with --pp); " +
                     programPath + " has one stage: `bigc inspect --timeline FILE.svg` draws its memory over the step");

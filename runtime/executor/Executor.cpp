@@ -42,6 +42,7 @@ Executor::Executor(Program program, uint64_t seed, RankContext rank)
                     " ranks: run it with `bigc run`, which "
                     "starts every rank with a communicator (one executor runs one rank)");
   checkPhysicalMemory([](const Space &s) { return s.name != "nvme"; });
+  nvmeRank_ = rank_.globalRank;
   allocateArenas();
   try {
     bindOps();
@@ -91,18 +92,6 @@ void Executor::freeStaging() {
 }
 
 void *Executor::allocateArena(const Space &s, size_t bytes) {
-  if (s.name == "nvme") { // a preallocated O_DIRECT file; its buffers have no address
-    static std::atomic<int> files{0};
-    const int64_t size = (int64_t(bytes) + kNvmeAlignment - 1) / kNvmeAlignment * kNvmeAlignment;
-    nvme_ = std::make_unique<NvmeFile>(prog_.nvmePath, size,
-                                       "rank" + std::to_string(rank_.globalRank) + "-" + std::to_string(files++));
-    hostBlocksOwned_ = true;
-    for (const Space &h : prog_.spaces)
-      if (h.name == "host") hostBlocksOwned_ = h.arenaBytes % kNvmeAlignment == 0;
-    for (const Buffer &b : prog_.buffers)
-      if (b.space == "host" && b.offset % kNvmeAlignment != 0) hostBlocksOwned_ = false;
-    return nullptr;
-  }
   // Mapped, not touched: the kernel gives zero pages as they are first written, so the resident
   // pages are what the steps used (measuredBytes). No transparent huge pages: a 2 MiB page would
   // count 2 MiB for one byte written.
@@ -135,17 +124,6 @@ std::map<std::string, int64_t> Executor::measuredBytes() const {
         if (resident[k] & 1) touched += std::min<int64_t>(page, int64_t(bytes - k * size_t(page)));
     out[s.name] = std::min<int64_t>(touched, s.arenaBytes);
   }
-  return out;
-}
-
-Engine::NvmeStats Executor::nvmeStats() const {
-  NvmeStats out;
-  if (!nvme_) return out;
-  const NvmeFile::Stats st = nvme_->stats();
-  out.files = 1;
-  out.readBytes = st.readBytes, out.writeBytes = st.writeBytes;
-  out.readSeconds = st.readSeconds, out.writeSeconds = st.writeSeconds;
-  out.engine = nvme_->engine();
   return out;
 }
 
@@ -336,14 +314,7 @@ void Executor::launch(BoundOp &bound) {
     // (inOffset, outOffset: a range copy's, bytes; chunks start on 4096-byte boundaries)
     char *to = static_cast<char *>(op.rawOut[0]) + op.outOffset;
     const char *from = static_cast<const char *>(op.rawIn[0]) + op.inOffset;
-    if (nvme_ && isNvme(op.ins->in[0])) { // nvme -> host staging (offsets and sizes aligned: O_DIRECT)
-      nvme_->read(prog_.buffers[size_t(op.ins->in[0])].offset + op.inOffset, to, op.n, hostBlocksOwned_);
-      break;
-    }
-    if (nvme_ && isNvme(op.ins->out[0])) { // host staging -> nvme
-      nvme_->write(prog_.buffers[size_t(op.ins->out[0])].offset + op.outOffset, from, op.n, hostBlocksOwned_);
-      break;
-    }
+    if (nvmeCopy(op)) break; // to or from the nvme space
     if (to != from) std::memmove(to, from, size_t(op.n));
     break;
   }

@@ -6,6 +6,7 @@
 #include "bigc/Support/format.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -47,6 +48,20 @@ void StreamExecutor::allocateArenas() {
   try {
     for (const Space &s : prog_.spaces) {
       size_t bytes = size_t((std::max<int64_t>(s.arenaBytes, 1) + kAlignment - 1) / kAlignment * kAlignment);
+      if (s.name == "nvme") { // a preallocated O_DIRECT file; its buffers have no address
+        static std::atomic<int> files{0};
+        const int64_t size = (int64_t(bytes) + kNvmeAlignment - 1) / kNvmeAlignment * kNvmeAlignment;
+        nvme_ = std::make_unique<NvmeFile>(prog_.nvmePath, size,
+                                           "rank" + std::to_string(nvmeRank_) + "-" + std::to_string(files++));
+        hostBlocksOwned_ = true;
+        for (const Space &h : prog_.spaces)
+          if (h.name == "host") hostBlocksOwned_ = h.arenaBytes % kNvmeAlignment == 0;
+        for (const Buffer &b : prog_.buffers)
+          if (b.space == "host" && b.offset % kNvmeAlignment != 0) hostBlocksOwned_ = false;
+        arenas_.push_back(nullptr);
+        arenaMapped_.push_back(0);
+        continue;
+      }
       void *p = allocateArena(s, bytes);
       arenas_.push_back(p);
       arenaMapped_.push_back(bytes);
@@ -63,10 +78,38 @@ void StreamExecutor::allocateArenas() {
       ptrs_[size_t(b.id)] = static_cast<char *>(arena) + b.offset;
 }
 
+bool StreamExecutor::nvmeCopy(const BoundOp &op) {
+  if (!nvme_) return false;
+  const int64_t from = op.ins->in[0], to = op.ins->out[0];
+  if (isNvme(from)) { // nvme -> host staging (offsets and sizes aligned: O_DIRECT)
+    nvme_->read(prog_.buffers[size_t(from)].offset + op.inOffset, static_cast<char *>(op.rawOut[0]) + op.outOffset,
+                op.n, hostBlocksOwned_);
+    return true;
+  }
+  if (isNvme(to)) { // host staging -> nvme
+    nvme_->write(prog_.buffers[size_t(to)].offset + op.outOffset, static_cast<const char *>(op.rawIn[0]) + op.inOffset,
+                 op.n, hostBlocksOwned_);
+    return true;
+  }
+  return false;
+}
+
+Engine::NvmeStats StreamExecutor::nvmeStats() const {
+  NvmeStats out;
+  if (!nvme_) return out;
+  const NvmeFile::Stats st = nvme_->stats();
+  out.files = 1;
+  out.readBytes = st.readBytes, out.writeBytes = st.writeBytes;
+  out.readSeconds = st.readSeconds, out.writeSeconds = st.writeSeconds;
+  out.engine = nvme_->engine();
+  return out;
+}
+
 void StreamExecutor::freeArenas() {
   for (size_t i = 0; i < arenas_.size(); ++i)
     if (arenas_[i]) freeArena(i, arenas_[i], arenaMapped_[i]);
   arenas_.clear(), arenaMapped_.clear();
+  nvme_.reset();
 }
 
 // ----- binding

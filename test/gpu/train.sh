@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Training on the GPU (bigc-run --backend cuda) against the CPU backend, 20 steps of synthetic
 # data from the same seed, with the programs of scripts/gpu-programs.sh (every precision, with
-# recomputation, offload, micro-batches, clipping, fp16 loss scaling and overflow; head sizes 16
-# and 64 so both attention paths run; the tiny LLaMA in fp32, fp32 with a sliding window and
+# recomputation, offload (to the host, and to the nvme space: the optimizer state, the weights,
+# chunked updates), micro-batches, clipping, fp16 loss scaling and overflow; head sizes 16 and 64
+# so both attention paths run; the tiny LLaMA in fp32, fp32 with a sliding window and
 # recomputation, and bf16: rmsnorm, rope, swiglu, grouped-query attention). Exit 77 ("skipped: no
 # GPU") where no GPU is visible.
 #
@@ -12,7 +13,10 @@
 #   bf16 <= 1e-2, fp16 <= 1.5e-3: the bounds of 16-bit against fp32 (test/e2e/precision.sh: about
 #        5 rounded ops on a logit's path, u = 2^-9 or 2^-12); two 16-bit runs whose fp32 values
 #        differ by rounding order stay within the same bound of each other;
-#   fp16 with --loss-scale 1e30: every step skipped on both, the same halving loss scales.
+#   fp16 with --loss-scale 1e30: every step skipped on both, the same halving loss scales;
+#   the fp32 nvme programs on the GPU equal tiny-fp32-offload on the GPU (<= 1e-6 relative: the
+#   same kernels and the same host AdamW, the state only kept elsewhere; measured 0), their grads
+#   (--dump-grads, whole and chunked updates) too.
 # And a plan larger than the GPU is refused with exit status 1 and a message naming GPU memory.
 set -euo pipefail
 BIN=$1
@@ -41,8 +45,10 @@ names=()
 for f in "$P"/tiny-*.bigc "$P"/mid-*.bigc "$P"/llama-*.bigc; do
   n=$(basename "$f" .bigc)
   names+=("$n")
+  extra=()
+  case $n in *nvme*) extra=(--nvme-path "$d" --dump-grads "$d/$n.grads") ;; tiny-fp32-offload) extra=(--dump-grads "$d/$n.grads") ;; esac
   for be in cpu cuda; do
-    "$RUN" "$f" --backend $be --synthetic --steps 20 --seed 5 --log "$d/$n.$be.jsonl" --quiet
+    "$RUN" "$f" --backend $be --synthetic --steps 20 --seed 5 --log "$d/$n.$be.jsonl" --quiet "${extra[@]}"
   done
 done
 echo "trained ${#names[@]} programs on cpu and cuda"
@@ -82,6 +88,34 @@ for n in names:
     check(fin and r <= tol, f"{n}: cuda vs cpu losses max rel {r:.2e} (<= {tol:g}); loss {lb[0]:.4f} -> {lb[-1]:.4f}")
     if "fp16" in n:
         check([x.get("skipped") for x in a] == [x.get("skipped") for x in b], f"{n}: the same steps skipped")
+def grads(n):  # the f32 tensors of a --dump-grads safetensors file (the last backend's: cuda)
+    import array, struct
+    raw = open(f"{d}/{n}.grads", "rb").read()
+    h = struct.unpack("<Q", raw[:8])[0]
+    out = {}
+    for k, v in json.loads(raw[8:8 + h]).items():
+        if k == "__metadata__":
+            continue
+        a = array.array("f")
+        a.frombytes(raw[8 + h + v["data_offsets"][0]:8 + h + v["data_offsets"][1]])
+        out[k] = a
+    return out
+# The nvme space on the GPU: the same training as --offload cpu on the GPU.
+base = [x["loss"] for x in rows("tiny-fp32-offload", "cuda")]
+for n in names:
+    if "nvme" not in n or "fp32" not in n:
+        continue
+    ln = [x["loss"] for x in rows(n, "cuda")]
+    r = max(abs(x - y) / abs(x) for x, y in zip(base, ln))
+    check(r <= 1e-6, f"{n}: cuda losses vs tiny-fp32-offload on cuda max rel {r:.2e} (<= 1e-6)")
+    ga, gb = grads("tiny-fp32-offload"), grads(n)
+    worst = max((max((abs(x - y) for x, y in zip(ga[k], gb[k])), default=0.0) / max(max(map(abs, ga[k])), 1e-30)
+                 for k in ga), default=float("inf"))
+    check(set(ga) == set(gb) and worst <= 1e-5,
+          f"{n}: its {len(gb)} gradients (--dump-grads) vs tiny-fp32-offload's on cuda max rel {worst:.2e} (<= 1e-5)")
+    last = rows(n, "cuda")[-1].get("nvme", {})
+    check(last.get("read_bytes", 0) > 0 and last.get("write_bytes", 0) > 0,
+          f"{n}: the nvme space read {last.get('read_bytes', 0)} B and wrote {last.get('write_bytes', 0)} B on cuda")
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
 PY

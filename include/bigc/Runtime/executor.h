@@ -88,7 +88,6 @@ public:
   // fp32 staging bytes per stream (allocated at construction, outside the arenas).
   std::map<std::string, int64_t> stagingBytes() const;
   std::map<std::string, int64_t> measuredBytes() const override;
-  NvmeStats nvmeStats() const override;
 
 private:
   struct Op;
@@ -109,11 +108,6 @@ private:
   bool multi_ = false;          // several streams: OpenBLAS calls serialised
   std::mutex blasMu_;           // OpenBLAS calls from two threads at once are not safe in every build
   RankContext rank_;
-  std::unique_ptr<NvmeFile> nvme_; // the nvme space (bigc-offload-nvme): no memory arena
-  // Every host buffer starts at a multiple of kNvmeAlignment (the compiler's plan with an nvme
-  // space): a staging buffer then owns its extent rounded up to it, which O_DIRECT transfers use.
-  bool hostBlocksOwned_ = false;
-  bool isNvme(int64_t id) const { return prog_.buffers.at(size_t(id)).space == "nvme"; }
 };
 
 } // namespace bigc::rt

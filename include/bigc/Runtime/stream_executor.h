@@ -27,6 +27,7 @@
 
 #include "bigc/Runtime/comm.h"
 #include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/nvme_file.h"
 #include "bigc/Runtime/op_dims.h"
 #include "bigc/Runtime/program.h"
 
@@ -99,6 +100,7 @@ public:
   std::vector<double> instructionSeconds() const override { return opSeconds_; }
   std::vector<std::pair<double, double>> instructionSpans() const override { return opSpans_; }
   int64_t profiledSteps() const override { return profiled_; }
+  NvmeStats nvmeStats() const override;
 
   // Test hooks. The longest an instruction waits for another stream before the step fails with
   // an error (default 300 s). An instruction marked never-finishing runs but never reports
@@ -145,7 +147,8 @@ protected:
   virtual const void *hostView(const BoundOp &op, int64_t id, const void *ptr, std::vector<unsigned char> &tmp) const;
 
   // ----- What devices call.
-  // Every space's arena, then every buffer's pointer. Frees what it allocated when one fails.
+  // Every space's arena, then every buffer's pointer. Frees what it allocated when one fails. The
+  // nvme space is no arena of the device's but a preallocated file (nvme_), named after nvmeRank_.
   void allocateArenas();
   void freeArenas();
   // Throws UserError when the spaces `counts` picks need more than this machine's physical memory.
@@ -172,6 +175,10 @@ protected:
   std::string where(const BoundOp &op) const;
   [[noreturn]] void stuck(const BoundOp &op, int64_t dep, const std::string &what) const;
   float scalar(int64_t bufferId) const;
+  bool isNvme(int64_t id) const { return prog_.buffers.at(size_t(id)).space == "nvme"; }
+  // A copy to or from the nvme space (op.n bytes at the op's offsets, through the host staging
+  // buffer): done here, on the calling thread, returning true; false for any other copy.
+  bool nvmeCopy(const BoundOp &op);
   BoundOp &op(size_t i) { return *ops_[i]; }
   const BoundOp &op(size_t i) const { return *ops_[i]; }
   size_t streamOf(const std::string &name) const;
@@ -183,6 +190,11 @@ protected:
   std::vector<void *> arenas_;      // per space
   std::vector<size_t> arenaMapped_; // bytes allocated per arena
   std::vector<void *> ptrs_;        // per buffer
+  std::unique_ptr<NvmeFile> nvme_;  // the nvme space (bigc-offload-nvme): a file, no memory arena
+  int nvmeRank_ = 0;                // the rank in the file's name
+  // Every host buffer starts at a multiple of kNvmeAlignment (the compiler's plan with an nvme
+  // space): a staging buffer then owns its extent rounded up to it, which O_DIRECT transfers use.
+  bool hostBlocksOwned_ = false;
   std::vector<std::unique_ptr<BoundOp>> ops_;
   std::vector<std::string> streamNames_;       // [0] = compute
   std::vector<std::vector<size_t>> streamOps_; // op indices per stream, program order

@@ -84,17 +84,14 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
   cudaDeviceProp props{};
   BIGC_CK(cudaGetDeviceProperties(&props, device_));
   try {
-    // Spaces: "device" in GPU memory, "host" pinned.
+    // Spaces: "device" in GPU memory, "host" pinned, "nvme" a file (the executor's).
     int64_t deviceArena = 0;
     for (const auto &s : prog_.spaces) {
-      if (s.name != "device" && s.name != "host")
-        throw UserError("memory space '" + s.name + "' is not supported by the CUDA backend (device and host are)");
+      if (s.name != "device" && s.name != "host" && s.name != "nvme")
+        throw UserError("memory space '" + s.name +
+                        "' is not supported by the CUDA backend (device, host and nvme are)");
       if (s.name == "device") deviceArena = s.arenaBytes;
     }
-    for (const auto &ins : prog_.instructions) // (only nvme programs have them, refused above)
-      if ((ins.op == "copy" || ins.op == "adamw") && ins.attrs.count("count"))
-        throw UserError("a " + ins.op + " of a range of elements (" + ins.loc +
-                        ") is not supported by the CUDA backend (the CPU backend runs it)");
     checkPhysicalMemory([](const Space &s) { return s.name == "host"; });
 
     prepare(); // decides the workspace size
@@ -114,7 +111,9 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
                       ". Compile for this GPU (--device-mem " + std::to_string(int64_t(freeB) >> 30) +
                       "G, or its --hardware profile) so the compiler recomputes, offloads or shrinks what it must");
 
+    nvmeRank_ = device_;
     allocateArenas();
+    arenasZeroed_ = true; // set to zeros (and the nvme file just created: it reads as zeros)
 
     cudaError_t e = cudaMalloc(&workspace_, size_t(workspaceBytes_));
     if (e != cudaSuccess) {
@@ -207,8 +206,10 @@ std::map<std::string, int64_t> CudaEngine::measuredBytes() const {
   size_t freeB = 0, totalB = 0;
   BIGC_CK(cudaSetDevice(device_));
   BIGC_CK(cudaMemGetInfo(&freeB, &totalB));
-  for (const auto &s : prog_.spaces)
-    out[s.name] = s.name == "device" ? int64_t(totalB) - int64_t(freeB) : s.arenaBytes; // host: pinned, resident
+  for (const auto &s : prog_.spaces) // host: pinned, resident; nvme: the preallocated file
+    out[s.name] = s.name == "device" ? int64_t(totalB) - int64_t(freeB)
+                  : s.name == "nvme" ? (nvme_ ? nvme_->size() : 0)
+                                     : s.arenaBytes;
   return out;
 }
 
@@ -257,7 +258,9 @@ void CudaEngine::prepare() {
   for (const auto &ins : prog_.instructions)
     if (std::find(names.begin(), names.end(), ins.stream) == names.end()) names.push_back(ins.stream);
   onHost_.assign(names.size(), false);
-  for (size_t s = 0; s < names.size(); ++s) onHost_[s] = names[s] == "host";
+  // The host stream (the offloaded optimizer) and the nvme stream (the drive's reads and writes
+  // into pinned host staging) run on host threads.
+  for (size_t s = 0; s < names.size(); ++s) onHost_[s] = names[s] == "host" || names[s] == "nvme";
   scratch_.assign(names.size(), 0), padOf_.assign(names.size(), 0);
   hasMatmul_.assign(names.size(), false);
   flagCount_ = 0;
@@ -352,14 +355,19 @@ void CudaEngine::planOp(BoundOp &bound) {
     if (!op.host)
       throw UserError(where() + ": the CUDA backend runs only the optimizer's instructions (adamw, global_norm, "
                                 "check_finite, loss_scale_update, cast, copy, fill, scale) on the host stream");
+    // Host memory only (and the nvme file, for a copy to or from it).
+    auto hostSide = [&](int64_t id) {
+      const std::string &sp = prog_.buffers[size_t(id)].space;
+      return sp == "host" || (sp == "nvme" && op.kind == OpKind::Copy);
+    };
     for (int64_t id : ins.in)
-      if (prog_.buffers[size_t(id)].space != "host")
-        throw UserError(where() + " runs on the host stream but reads buffer '" + prog_.buffers[size_t(id)].name +
-                        "' of space '" + prog_.buffers[size_t(id)].space + "'");
+      if (!hostSide(id))
+        throw UserError(where() + " runs on the " + ins.stream + " stream but reads buffer '" +
+                        prog_.buffers[size_t(id)].name + "' of space '" + prog_.buffers[size_t(id)].space + "'");
     for (int64_t id : ins.out)
-      if (prog_.buffers[size_t(id)].space != "host")
-        throw UserError(where() + " runs on the host stream but writes buffer '" + prog_.buffers[size_t(id)].name +
-                        "' of space '" + prog_.buffers[size_t(id)].space + "'");
+      if (!hostSide(id))
+        throw UserError(where() + " runs on the " + ins.stream + " stream but writes buffer '" +
+                        prog_.buffers[size_t(id)].name + "' of space '" + prog_.buffers[size_t(id)].space + "'");
   }
   scratch_[op.stream] = std::max(scratch_[op.stream], op.scratchBytes);
 }
@@ -369,6 +377,8 @@ void CudaEngine::upload(int64_t id, const void *src) {
   const Buffer &b = prog_.buffers.at(size_t(id));
   if (b.space == "device") {
     BIGC_CK(cudaMemcpy(ptrs_[size_t(id)], src, size_t(b.bytes), cudaMemcpyHostToDevice));
+  } else if (isNvme(id)) {
+    nvme_->write(b.offset, src, b.bytes);
   } else {
     std::memcpy(ptrs_[size_t(id)], src, size_t(b.bytes));
   }
@@ -379,18 +389,22 @@ void CudaEngine::download(int64_t id, void *dst) const {
   const Buffer &b = prog_.buffers.at(size_t(id));
   if (b.space == "device")
     BIGC_CK(cudaMemcpy(dst, ptrs_[size_t(id)], size_t(b.bytes), cudaMemcpyDeviceToHost));
+  else if (isNvme(id))
+    nvme_->read(b.offset, dst, b.bytes);
   else
     std::memcpy(dst, ptrs_[size_t(id)], size_t(b.bytes));
 }
 
-void CudaEngine::captureGrad(BoundOp &bound, std::vector<float> &) {
+// The grad an adamw reads (a chunk's: op.n elements at its offset) into pinned memory during the
+// step, converted to fp32 into `dst` after it.
+void CudaEngine::captureGrad(BoundOp &bound, std::vector<float> &dst) {
   Op &op = static_cast<Op &>(bound);
-  const Buffer &grad = prog_.buffers[size_t(op.ins->in[1])];
   unsigned char *pinned = nullptr;
-  BIGC_CK(cudaHostAlloc(reinterpret_cast<void **>(&pinned), size_t(std::max<int64_t>(grad.bytes, 1)),
-                        cudaHostAllocPortable));
+  BIGC_CK(cudaHostAlloc(reinterpret_cast<void **>(&pinned),
+                        size_t(std::max<int64_t>(op.n * int64_t(dtypeSize(op.inType[1])), 1)), cudaHostAllocPortable));
   capturePinned_.push_back(pinned);
   op.capture = pinned;
+  op.captureDst = dst.data() + op.gradOffset;
 }
 
 void CudaEngine::finishCapture() {
@@ -398,10 +412,9 @@ void CudaEngine::finishCapture() {
   for (size_t i = 0; i < ops_.size(); ++i) {
     const Op &op = cop(i);
     if (op.kind != OpKind::AdamW || !op.capture) continue;
-    auto &dst = grads_[prog_.buffers[size_t(op.ins->in[0])].name];
-    toF32(op.capture, op.inType[1], dst.data(), op.n);
+    toF32(op.capture, op.inType[1], op.captureDst, op.n);
     if (op.unscale)
-      for (float &x : dst) x = float(double(x) / double(lastScale_));
+      for (int64_t k = 0; k < op.n; ++k) op.captureDst[k] = float(double(op.captureDst[k]) / double(lastScale_));
   }
 }
 

@@ -214,12 +214,22 @@ void CudaEngine::bindKernel(Op &op) {
     };
     break;
   case OpKind::Reshape:
-  case OpKind::Copy:
+  case OpKind::Copy: // (a range copy: bytes at inOffset and outOffset)
+    if (!onHost && (isNvme(op.ins->in[0]) || isNvme(op.ins->out[0])))
+      throw UserError(where() +
+                      ": a copy to or from the nvme space runs on the nvme stream (a host thread), not on "
+                      "stream '" +
+                      op.ins->stream + "'");
     op.gpu = [](Op &o, cudaStream_t s, void *) {
-      if (o.in[0] != o.out[0]) BIGC_CK(cudaMemcpyAsync(o.out[0], o.in[0], size_t(o.n), cudaMemcpyDefault, s));
+      const char *from = static_cast<const char *>(o.in[0]) + o.inOffset;
+      char *to = static_cast<char *>(o.out[0]) + o.outOffset;
+      if (from != to) BIGC_CK(cudaMemcpyAsync(to, from, size_t(o.n), cudaMemcpyDefault, s));
     };
-    op.host = [](Op &o) {
-      if (o.rawIn[0] != o.rawOut[0]) std::memmove(o.rawOut[0], o.rawIn[0], size_t(o.n));
+    op.host = [this](Op &o) {
+      if (nvmeCopy(o)) return; // the drive's reads and writes (pinned host staging)
+      const char *from = static_cast<const char *>(o.rawIn[0]) + o.inOffset;
+      char *to = static_cast<char *>(o.rawOut[0]) + o.outOffset;
+      if (from != to) std::memmove(to, from, size_t(o.n));
     };
     break;
   case OpKind::Split:
@@ -292,10 +302,13 @@ void CudaEngine::bindKernel(Op &op) {
                       ": bf16 optimizer states (--optimizer-states bf16) are updated on the host in this version (the "
                       "CPU backend, or --offload cpu on a GPU); compile with --optimizer-states fp32 for the GPU's "
                       "AdamW");
+    if (!onHost && op.ins->attrs.count("count"))
+      throw UserError("adamw at " + op.ins->loc +
+                      ": an update of a chunk (--nvme-chunk) runs on the host stream in this version, not on the GPU");
     op.gpu = [this](Op &o, cudaStream_t s, void *) {
       if (o.capture)
-        BIGC_CK(cudaMemcpyAsync(o.capture, o.in[1], size_t(prog_.buffers[size_t(o.ins->in[1])].bytes),
-                                cudaMemcpyDefault, s));
+        BIGC_CK(
+            cudaMemcpyAsync(o.capture, o.in[1], size_t(o.n * int64_t(dtypeSize(o.inType[1]))), cudaMemcpyDefault, s));
       CpuAdamArgs a = o.adam;
       a.step = updates_ + 1;
       const AdamWConsts c = adamWConsts(a);
@@ -304,7 +317,9 @@ void CudaEngine::bindKernel(Op &op) {
                   o.unscale ? f32in(o, size_t(o.iScale)) : nullptr, o.skip ? f32in(o, size_t(o.iFound)) : nullptr, s);
     };
     op.host = [this, optimizerOnHost](Op &o) {
-      if (o.capture) std::memcpy(o.capture, o.rawIn[1], size_t(prog_.buffers[size_t(o.ins->in[1])].bytes));
+      if (o.capture) // (a chunk's grad: at its offset)
+        std::memcpy(o.capture, static_cast<const char *>(o.rawIn[1]) + o.gradOffset * int64_t(dtypeSize(o.inType[1])),
+                    size_t(o.n * int64_t(dtypeSize(o.inType[1]))));
       optimizerOnHost(o);
     };
     break;

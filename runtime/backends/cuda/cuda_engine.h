@@ -108,6 +108,7 @@ private:
     int flag = -1;              // check_finite: index of its int flag
     bool record = false;
     unsigned char *capture = nullptr; // pinned copy of the grad (grad capture)
+    float *captureDst = nullptr;      // where it goes in fp32 (the chunk's place in the whole grad)
     // The op's kernel, chosen once at bind time (bindKernel): its launch on a GPU stream (with the
     // stream's scratch), and its run on the host stream where the host can run it (else empty).
     std::function<void(Op &, cudaStream_t, void *scratch)> gpu;
