@@ -285,6 +285,24 @@ __device__ __forceinline__ void loadTile(T *tile, const T *src, int64_t stride, 
   }
 }
 
+// loadTile's asynchronous form (cp.async, 16 bytes each, zeros for rows at or beyond T): the copy
+// runs while the block computes on the other buffer; cpAsyncWait then __syncthreads before use.
+__device__ __forceinline__ void cpAsync16(void *dst, const void *src, bool valid) {
+  const unsigned a = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+template <class T, int D>
+__device__ __forceinline__ void loadTileAsync(T *tile, const T *src, int64_t stride, int64_t col, int r0, int T_) {
+  constexpr int LD = TileGeom<D>::LD, V = D / 8;
+  for (int i = threadIdx.x; i < kTile * V; i += blockDim.x) {
+    const int r = i / V, c = (i % V) * 8;
+    const bool valid = r0 + r < T_;
+    cpAsync16(tile + r * LD + c, src + int64_t(valid ? r0 + r : 0) * stride + col + c, valid);
+  }
+}
+
 template <class T, int D> size_t fwdSmem() {
   return size_t(3 * kTile * TileGeom<D>::LD) * sizeof(T) + size_t(kWarps * 16 * TileGeom<D>::SW) * 4 +
          size_t(kWarps * 16 * kPLd) * sizeof(T);
@@ -671,6 +689,14 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// 2^x in one instruction (the SFU's ex2.approx: relative error about 2^-22, denormal results
+// flushed to zero; 2^-inf = +0).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <class T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   if constexpr (std::is_same<T, bf16>::value) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -733,9 +759,9 @@ template <class T, int D>
 __global__ void __launch_bounds__(128) fa2FwdK(const T *qkv, T *out, float *lse, int T_, int C, int H, float scLog2) {
   constexpr int LD = TileGeom<D>::LD, DT = D / 8, KD = D / 16;
   extern __shared__ __align__(128) unsigned char smem[];
+  // Q, then two buffers of K and V: the next key tile loads while this one is used.
   T *sQ = reinterpret_cast<T *>(smem);
-  T *sK = sQ + kTile * LD;
-  T *sV = sK + kTile * LD;
+  T *sKV = sQ + kTile * LD; // [buffer][K, V][64][LD]
   const int qt = int(gridDim.x) - 1 - int(blockIdx.x);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, tc = lane & 3;
@@ -744,12 +770,20 @@ __global__ void __launch_bounds__(128) fa2FwdK(const T *qkv, T *out, float *lse,
   const T *base = qkv + int64_t(b) * T_ * C3;
   const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
 
-  loadTile<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
+  auto loadKV = [&](int kt) {
+    T *dst = sKV + (kt & 1) * 2 * kTile * LD;
+    loadTileAsync<T, D>(dst, base, C3, C + int64_t(h) * D, kt * kTile, T_);
+    loadTileAsync<T, D>(dst + kTile * LD, base, C3, 2LL * C + int64_t(h) * D, kt * kTile, T_);
+    cpAsyncCommit();
+  };
+  loadTileAsync<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
+  cpAsyncCommit();
+  loadKV(0);
+  cpAsyncWait<1>(); // Q (the first K, V may still be on their way)
   __syncthreads();
   uint32_t qf[KD][4];
 #pragma unroll
   for (int kk = 0; kk < KD; ++kk) ldsm4(qf[kk], aAddr<LD>(sQ, warp * 16, kk * 16, lane));
-
   float o[DT][4];
 #pragma unroll
   for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
@@ -757,38 +791,50 @@ __global__ void __launch_bounds__(128) fa2FwdK(const T *qkv, T *out, float *lse,
 
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile;
+    if (kt < qt) { // the next tile's copy starts; this one's is waited for
+      loadKV(kt + 1);
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
     __syncthreads();
-    loadTile<T, D>(sK, base, C3, C + int64_t(h) * D, k0, T_);
-    loadTile<T, D>(sV, base, C3, 2LL * C + int64_t(h) * D, k0, T_);
-    __syncthreads();
+    const T *sK = sKV + (kt & 1) * 2 * kTile * LD, *sV = sK + kTile * LD;
     float s[8][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
     mmaNK<T, LD, 8, KD>(s, qf, sK, lane);
+    // Only the diagonal tile has keys after a query (and the keys at or beyond T, in the last tile,
+    // are on it): the masking there alone. Every row sees key 0 in the first tile, so its running
+    // max is finite from then on and 2^(-inf - m) = 0 needs no test.
+    if (kt == qt) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = k0 + j * 8 + tc * 2 + (e & 1);
+          if (key > row[e >> 1] || key >= T_) s[j][e] = -INFINITY;
+        }
+    }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + j * 8 + tc * 2 + (e & 1), r = row[e >> 1];
-        const float v = (key <= r && key < T_) ? s[j][e] * scLog2 : -INFINITY;
-        s[j][e] = v;
-        mx[e >> 1] = fmaxf(mx[e >> 1], v);
-      }
-    float alpha[2], rs[2] = {0.0f, 0.0f};
+      for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+    float alpha[2], rs[2] = {0.0f, 0.0f}, ms[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      const float mn = fmaxf(m[i], mx[i]);
-      alpha[i] = m[i] == -INFINITY ? 0.0f : exp2f(m[i] - mn);
+      const float mn = fmaxf(m[i], mx[i] * scLog2); // (the scale is positive: the max of the scaled)
+      alpha[i] = ex2(m[i] - mn);                    // (0 on the first tile: m = -inf)
       m[i] = mn;
+      ms[i] = -mn;
     }
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float p = s[j][e] == -INFINITY ? 0.0f : exp2f(s[j][e] - m[e >> 1]);
+        const float p = ex2(fmaf(s[j][e], scLog2, ms[e >> 1]));
         s[j][e] = p;
         rs[e >> 1] += p;
       }
@@ -801,6 +847,7 @@ __global__ void __launch_bounds__(128) fa2FwdK(const T *qkv, T *out, float *lse,
 #pragma unroll
     for (int d = 0; d < DT; ++d) o[d][0] *= alpha[0], o[d][1] *= alpha[0], o[d][2] *= alpha[1], o[d][3] *= alpha[1];
     mmaPV<T, LD, DT>(o, s, sV, lane);
+    __syncthreads(); // this buffer is the one the iteration after next loads into
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -820,11 +867,12 @@ __global__ void __launch_bounds__(128)
     fa2DkvK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int T_, int C, int H, float sc) {
   constexpr int LD = TileGeom<D>::LD, DT = D / 8, KD = D / 16;
   extern __shared__ __align__(128) unsigned char smem[];
+  // K, V, then two buffers of Q and dO (the next query tile loads while this one is used), then lse
+  // and D of the current query tile.
   T *sK = reinterpret_cast<T *>(smem);
   T *sV = sK + kTile * LD;
-  T *sQ = sV + kTile * LD;
-  T *sO = sQ + kTile * LD;
-  float *sL = reinterpret_cast<float *>(sO + kTile * LD);
+  T *sQO = sV + kTile * LD; // [buffer][Q, dO][64][LD]
+  float *sL = reinterpret_cast<float *>(sQO + 4 * kTile * LD);
   float *sD = sL + kTile;
   const int nt = (T_ + kTile - 1) / kTile;
   const int jt = blockIdx.x;
@@ -837,8 +885,17 @@ __global__ void __launch_bounds__(128)
   const float scLog2 = sc * kLog2e;
   const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
 
-  loadTile<T, D>(sK, base, C3, C + int64_t(h) * D, k0, T_);
-  loadTile<T, D>(sV, base, C3, 2LL * C + int64_t(h) * D, k0, T_);
+  auto loadQO = [&](int it) {
+    T *dst = sQO + ((it - jt) & 1) * 2 * kTile * LD;
+    loadTileAsync<T, D>(dst, base, C3, int64_t(h) * D, it * kTile, T_);
+    loadTileAsync<T, D>(dst + kTile * LD, obase, C, int64_t(h) * D, it * kTile, T_);
+    cpAsyncCommit();
+  };
+  loadTileAsync<T, D>(sK, base, C3, C + int64_t(h) * D, k0, T_);
+  loadTileAsync<T, D>(sV, base, C3, 2LL * C + int64_t(h) * D, k0, T_);
+  cpAsyncCommit();
+  loadQO(jt);
+  cpAsyncWait<1>(); // K and V (the first Q, dO may still be on their way)
   __syncthreads();
   uint32_t kf[KD][4], vf[KD][4];
 #pragma unroll
@@ -854,9 +911,13 @@ __global__ void __launch_bounds__(128)
 
   for (int it = jt; it < nt; ++it) {
     const int q0 = it * kTile;
-    __syncthreads();
-    loadTile<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
-    loadTile<T, D>(sO, obase, C, int64_t(h) * D, q0, T_);
+    if (it + 1 < nt) { // the next tile's copy starts; this one's is waited for
+      loadQO(it + 1);
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    const T *sQ = sQO + ((it - jt) & 1) * 2 * kTile * LD, *sO = sQ + kTile * LD;
     for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
       const int q = q0 + i;
       sL[i] = q < T_ ? lse[int64_t(bh) * T_ + q] * kLog2e : 0.0f;
@@ -870,18 +931,24 @@ __global__ void __launch_bounds__(128)
       for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
     mmaNK<T, LD, 8, KD>(s, kf, sQ, lane);  // S^T = K Q^T (rows: keys, columns: queries)
     mmaNK<T, LD, 8, KD>(dp, vf, sO, lane); // dP^T = V dO^T
+    // Masked only on the diagonal tile and the last one (queries at or beyond T).
+    const bool edge = it == jt || q0 + kTile > T_;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int col = j * 8 + tc * 2 + (e & 1), q = q0 + col, k = key[e >> 1];
-        const bool on = q >= k && q < T_ && k < T_;
-        const float p = on ? exp2f(s[j][e] * scLog2 - sL[col]) : 0.0f;
+        const int col = j * 8 + tc * 2 + (e & 1);
+        float p = ex2(fmaf(s[j][e], scLog2, -sL[col]));
+        if (edge) {
+          const int q = q0 + col, k = key[e >> 1];
+          if (q < k || q >= T_ || k >= T_) p = 0.0f;
+        }
         s[j][e] = p;
         dp[j][e] = p * (dp[j][e] - sD[col]);
       }
     mmaPV<T, LD, DT>(dv, s, sO, lane);  // dV += P^T dO
     mmaPV<T, LD, DT>(dk, dp, sQ, lane); // dK += dS^T Q
+    __syncthreads();                    // (lse, D and this buffer are rewritten by the next iterations)
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -901,10 +968,10 @@ __global__ void __launch_bounds__(128)
     fa2DqK(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int T_, int C, int H, float sc) {
   constexpr int LD = TileGeom<D>::LD, DT = D / 8, KD = D / 16;
   extern __shared__ __align__(128) unsigned char smem[];
+  // Q, dO, then two buffers of K and V: the next key tile loads while this one is used.
   T *sQ = reinterpret_cast<T *>(smem);
   T *sO = sQ + kTile * LD;
-  T *sK = sO + kTile * LD;
-  T *sV = sK + kTile * LD;
+  T *sKV = sO + kTile * LD; // [buffer][K, V][64][LD]
   const int it = int(gridDim.x) - 1 - int(blockIdx.x);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, tc = lane & 3;
@@ -915,8 +982,17 @@ __global__ void __launch_bounds__(128)
   const float scLog2 = sc * kLog2e;
   const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
 
-  loadTile<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
-  loadTile<T, D>(sO, obase, C, int64_t(h) * D, q0, T_);
+  auto loadKV = [&](int jt) {
+    T *dst = sKV + (jt & 1) * 2 * kTile * LD;
+    loadTileAsync<T, D>(dst, base, C3, C + int64_t(h) * D, jt * kTile, T_);
+    loadTileAsync<T, D>(dst + kTile * LD, base, C3, 2LL * C + int64_t(h) * D, jt * kTile, T_);
+    cpAsyncCommit();
+  };
+  loadTileAsync<T, D>(sQ, base, C3, int64_t(h) * D, q0, T_);
+  loadTileAsync<T, D>(sO, obase, C, int64_t(h) * D, q0, T_);
+  cpAsyncCommit();
+  loadKV(0);
+  cpAsyncWait<1>(); // Q and dO (the first K, V may still be on their way)
   __syncthreads();
   uint32_t qf[KD][4], of[KD][4];
 #pragma unroll
@@ -936,10 +1012,14 @@ __global__ void __launch_bounds__(128)
 
   for (int jt = 0; jt <= it; ++jt) {
     const int k0 = jt * kTile;
+    if (jt < it) { // the next tile's copy starts; this one's is waited for
+      loadKV(jt + 1);
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
     __syncthreads();
-    loadTile<T, D>(sK, base, C3, C + int64_t(h) * D, k0, T_);
-    loadTile<T, D>(sV, base, C3, 2LL * C + int64_t(h) * D, k0, T_);
-    __syncthreads();
+    const T *sK = sKV + (jt & 1) * 2 * kTile * LD, *sV = sK + kTile * LD;
     float s[8][4], dp[8][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j)
@@ -947,16 +1027,23 @@ __global__ void __launch_bounds__(128)
       for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
     mmaNK<T, LD, 8, KD>(s, qf, sK, lane);  // S = Q K^T
     mmaNK<T, LD, 8, KD>(dp, of, sV, lane); // dP = dO V^T
+    // Masked only on the diagonal tile (the keys at or beyond T are on it; rows at or beyond T are
+    // not written).
+    const bool diag = jt == it;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int k = k0 + j * 8 + tc * 2 + (e & 1), i = e >> 1;
-        const bool on = k <= row[i] && k < T_ && row[i] < T_;
-        const float p = on ? exp2f(s[j][e] * scLog2 - L[i]) : 0.0f;
+        const int i = e >> 1;
+        float p = ex2(fmaf(s[j][e], scLog2, -L[i]));
+        if (diag) {
+          const int k = k0 + j * 8 + tc * 2 + (e & 1);
+          if (k > row[i] || k >= T_) p = 0.0f;
+        }
         s[j][e] = p * (dp[j][e] - Dr[i]);
       }
     mmaPV<T, LD, DT>(dq, s, sK, lane); // dQ += dS K
+    __syncthreads();                   // this buffer is the one the iteration after next loads into
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -974,8 +1061,8 @@ template <class K> void allowSmem(K kernel, size_t bytes) {
 
 template <class T, int D>
 void flashForward(const T *qkv, T *out, float *lse, int B, int T_, int C, int H, cudaStream_t s) {
-  if constexpr (D <= 64) { // the register-tiled kernels; the shared-memory ones for D = 128
-    const size_t smem = fa2Smem<T, D>(3);
+  if constexpr (D <= 64) {                // the register-tiled kernels; the shared-memory ones for D = 128
+    const size_t smem = fa2Smem<T, D>(5); // Q and two buffers of K, V
     static bool once = (allowSmem(fa2FwdK<T, D>, smem), true);
     (void)once;
     dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
@@ -994,7 +1081,7 @@ template <class T, int D>
 void flashBackward(const T *dout, const T *qkv, const float *lse, const float *Dv, T *dqkv, int B, int T_, int C, int H,
                    cudaStream_t s) {
   if constexpr (D <= 64) {
-    const size_t smem = fa2Smem<T, D>(4);
+    const size_t smem = fa2Smem<T, D>(6); // two tiles and two buffers of two
     static bool once = (allowSmem(fa2DkvK<T, D>, smem), allowSmem(fa2DqK<T, D>, smem), true);
     (void)once;
     dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));

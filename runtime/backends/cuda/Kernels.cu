@@ -520,19 +520,64 @@ __device__ __forceinline__ void lseCombine(float &m, float &s, float m2, float s
   m = M;
 }
 
-// Block-wide (max, sum of exp) of one row, online; every thread gets the result.
+// A row of V elements is read 16 bytes per load where it can be: the scalar elements before the
+// first 16-byte boundary (rowHead of them), vectors of kVec<T>, the scalar tail (rows of an odd
+// vocabulary start anywhere); the block's threads stride over it.
+template <class T> __device__ __forceinline__ int64_t rowHead(const T *row, int64_t V) {
+  const int64_t h = int64_t(((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15) / sizeof(T));
+  return h < V ? h : V;
+}
+// out[j] = g(j, row[j]) over a row, 16 bytes per load and store where both rows are alike aligned.
+template <class T, class G> __device__ __forceinline__ void mapRow(const T *row, T *out, int64_t V, G &&g) {
+  constexpr int W = kVec<T>;
+  if ((reinterpret_cast<uintptr_t>(row) & 15) != (reinterpret_cast<uintptr_t>(out) & 15)) {
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) st(out, j, g(j, ld(row, j)));
+    return;
+  }
+  const int64_t head = rowHead(row, V), nv = (V - head) / W;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) st(out, j, g(j, ld(row, j)));
+  for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+    float x[W];
+    load16(row + head + v * W, x);
+#pragma unroll
+    for (int k = 0; k < W; ++k) x[k] = g(head + v * W + k, x[k]);
+    store16(out + head + v * W, x);
+  }
+  for (int64_t j = head + nv * W + threadIdx.x; j < V; j += blockDim.x) st(out, j, g(j, ld(row, j)));
+}
+
+// Block-wide (max, sum of exp) of one row, online; every thread gets the result. Columns of -inf
+// (masked) add nothing, also when the whole row is -inf (sum 0, no NaN).
 template <class T> __device__ void rowLse(const T *row, int64_t V, float &M, float &S) {
   __shared__ float shm[32], shs[32];
+  constexpr int W = kVec<T>;
   float m = -INFINITY, s = 0.0f;
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    const float x = ld(row, j);
+  auto one = [&](float x) {
     if (x > m) {
-      s = s * expf(m - x) + 1.0f;
+      s = s * __expf(m - x) + 1.0f; // (m = -inf: s was 0)
       m = x;
-    } else {
-      s += expf(x - m);
+    } else if (m != -INFINITY) {
+      s += __expf(x - m);
     }
+  };
+  // Vectors of W: the running max moves once per vector.
+  const int64_t head = rowHead(row, V), nv = (V - head) / W;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) one(ld(row, j));
+  for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+    float x[W];
+    load16(row + head + v * W, x);
+    float cm = x[0];
+#pragma unroll
+    for (int k = 1; k < W; ++k) cm = fmaxf(cm, x[k]);
+    if (cm > m) {
+      s *= __expf(m - cm);
+      m = cm;
+    }
+    if (m != -INFINITY)
+#pragma unroll
+      for (int k = 0; k < W; ++k) s += __expf(x[k] - m);
   }
+  for (int64_t j = head + nv * W + threadIdx.x; j < V; j += blockDim.x) one(ld(row, j));
   for (int o = 16; o > 0; o >>= 1) {
     float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
     lseCombine(m, s, m2, s2);
@@ -552,6 +597,11 @@ template <class T> __device__ void rowLse(const T *row, int64_t V, float &M, flo
   __syncthreads();
   M = shm[0], S = shs[0];
 }
+
+// Threads per row of the loss kernels: the gradient reads its row twice (the log-sum-exp, then the
+// softmax), and with 1024 threads a block the rows in flight (two blocks per SM: about 26 MB of a
+// 50257-wide bf16 vocabulary on 132 SMs) stay in L2 for the second read.
+constexpr int kCeThreads = 1024;
 
 template <class T>
 __global__ void ceRowK(const T *logits, const int32_t *targets, float *rowLoss, int64_t N, int64_t V, ErrSlot e) {
@@ -652,12 +702,10 @@ __global__ void ceGradK(const T *logits, const int32_t *targets, const float *dl
   const float g = *dloss / float(N);
   const float f = g / S;
   const int32_t t = targets[n];
-  T *drow = dlogits + n * V;
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    float d = expf(ld(row, j) - M) * f;
-    if (j == t) d -= g;
-    st(drow, j, d);
-  }
+  mapRow(row, dlogits + n * V, V, [&](int64_t j, float x) {
+    const float d = __expf(x - M) * f;
+    return j == t ? d - g : d;
+  });
 }
 
 // ---- multi-tensor reductions ---------------------------------------------------------------
@@ -1007,15 +1055,15 @@ void crossEntropy(DType t, const void *logits, const int32_t *targets, float *lo
   float *rows = static_cast<float *>(ws);
   if (N > 0)
     BIGC_DISPATCH(t,
-                  ceRowK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, rows, N, V, e));
+                  ceRowK<T><<<unsigned(N), kCeThreads, 0, s>>>(static_cast<const T *>(logits), targets, rows, N, V, e));
   meanK<<<1, kThreads, 0, s>>>(rows, N, loss);
 }
 
 void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const float *dloss, void *dlogits, int64_t N,
                       int64_t V, cudaStream_t s) {
   if (N <= 0) return;
-  BIGC_DISPATCH(t, ceGradK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, dloss,
-                                                               static_cast<T *>(dlogits), N, V));
+  BIGC_DISPATCH(t, ceGradK<T><<<unsigned(N), kCeThreads, 0, s>>>(static_cast<const T *>(logits), targets, dloss,
+                                                                 static_cast<T *>(dlogits), N, V));
 }
 
 void vocabCeStats(DType t, const void *logits, const int32_t *targets, float *stats, int64_t N, int64_t V,
