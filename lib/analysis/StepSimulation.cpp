@@ -38,6 +38,25 @@ int64_t copyBytes(ModuleOp m, ParamCopyOp pc) {
 }
 } // namespace
 
+/// The CPU backend computes an op on 16-bit tensors in fp32: each 16-bit operand is converted into
+/// fp32 staging (2 bytes read, 4 written per element) and each 16-bit result back (4 read, 2
+/// written), at the profile's memory bandwidth. Ops that read and write their dtypes themselves
+/// (casts, copies, embeddings, the optimizer's and the collectives) convert nothing.
+static double cpuStagingSeconds(Operation *op, const ::bigc::HardwareProfile &hw) {
+  if (hw.deviceBytesPerS <= 0 || isCollective(op) ||
+      isa<CastOp, ReshapeOp, EmbeddingOp, AdamWOp, ParamCopyOp, WaitOp, GlobalNormOp>(op))
+    return 0;
+  auto halfElements = [](Type t) -> double {
+    auto rt = dyn_cast<RankedTensorType>(t);
+    if (!rt || !rt.getElementType().isa<FloatType>() || rt.getElementType().getIntOrFloatBitWidth() != 16) return 0;
+    return double(rt.getNumElements());
+  };
+  double n = 0;
+  for (Value v : op->getOperands()) n += halfElements(v.getType());
+  for (Value v : op->getResults()) n += halfElements(v.getType());
+  return n * 6.0 / hw.deviceBytesPerS;
+}
+
 StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwareProfile &hw, const MessageTimes *arrivals,
                                       MessageTimes *sent, std::vector<OpSpan> *trace) {
   StepEstimate est;
@@ -48,6 +67,12 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
   // cores, so with more ranks than devices each rank's compute and host work gets its share.
   const double share =
       hw.threads > 0 ? std::max(1.0, double(meshRanks(module)) / double(std::max<int64_t>(1, hw.devices))) : 1.0;
+  // On such a profile the offloaded optimizer (stream host) and the copies between the arenas
+  // (h2d, d2h: memcpy) run on the same cores as the compute stream: they take their turn on its
+  // timeline instead of running beside it.
+  auto timelineOf = [&](const std::string &stream) {
+    return hw.threads > 0 && (stream == "host" || stream == "h2d" || stream == "d2h") ? std::string("compute") : stream;
+  };
   int64_t stagesReduce = 0; // all-reduces over the stages, in order
   auto arrival = [&](const MessageKey &k) {
     if (!arrivals) return 0.0;
@@ -94,7 +119,8 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     if (auto pg = dyn_cast<ParamAllGatherOp>(op)) readsSym(pg.getFromAttr());
 
     const double ready = start;
-    start = std::max(start, streamFree[stream]);
+    const std::string timeline = timelineOf(stream);
+    start = std::max(start, streamFree[timeline]);
     double dur = 0;
     auto g = op.getAttrOfType<StringAttr>("group");
     if (isCollective(&op) && g && g.getValue() == "pp") {
@@ -151,12 +177,13 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       const double flops =
           hw.opFlops.empty() ? hw.deviceFlops : hw.flopsOf(op.getName().getStringRef().drop_front(5).str()); // "bigc."
       dur = rooflineSeconds(opCost(&op), flops, hw.deviceBytesPerS) * share;
+      if (hw.threads > 0) dur += cpuStagingSeconds(&op, hw) * share;
       if (dur > 0) dur += hw.opOverheadS; // (a measured profile's fixed cost per instruction)
     }
     const double end = start + dur;
     if (trace) trace->push_back({&op, stream, start, end});
     endOf[&op] = end;
-    streamFree[stream] = end;
+    streamFree[timeline] = end;
     est.stepSeconds = std::max(est.stepSeconds, end);
     if (stream == "compute") {
       lastComputeEnd = end;
