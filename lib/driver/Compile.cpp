@@ -10,6 +10,7 @@
 
 #include "bigc/Driver/Compile.h"
 #include "bigc/Driver/Capacity.h"
+#include "bigc/Driver/Auto.h"
 
 #include "bigc/Dialect/BigcDialect.h"
 #include "bigc/Dialect/BigcOps.h"
@@ -397,6 +398,17 @@ const Flag kFlags[] = {
      "also write the IR the passes end with to FILE (-: stdout); bigc-opt\n"
      "--bigc-train-pipeline runs the same passes",
      [](CompileOptions &o, const Value &v) { o.emitMlir = v.text(); }},
+    {"--auto", false, "--auto",
+     "choose the mesh (--ranks, --tp, --pp), --zero, --micro-batches,\n"
+     "--recompute and --offload from compiled plans ranked by the\n"
+     "cost model (needs --hardware; the global batch of the command\n"
+     "line and every other option kept; a flag given pins its choice)",
+     [](CompileOptions &o, const Value &) { o.autoSearch = true; }},
+    {"--pareto", true, "--pareto FILE.svg", "--auto: draw the plans that fit, device memory against step time",
+     [](CompileOptions &o, const Value &v) {
+       o.paretoSvg = v.text();
+       if (o.paretoSvg.empty()) v.fail("needs a file name");
+     }},
     {"--quiet", false, "--quiet", "print nothing on success", [](CompileOptions &o, const Value &) { o.quiet = true; }},
     {"--help", false, nullptr, nullptr, nullptr}, // compileMain answers it first
 };
@@ -438,7 +450,14 @@ CompileOptions parseOptions(const cli::Args &args) {
   o.input = args.positional[0];
   o.output = defaultOutput(o.input);
   for (const Flag &f : kFlags)
-    if (f.set && args.has(f.name)) f.set(o, Value{f.name, args});
+    if (f.set && args.has(f.name)) {
+      f.set(o, Value{f.name, args});
+      o.given.insert(f.name);
+    }
+  if (o.autoSearch && !o.haveHardware)
+    throw UserError("option --auto needs --hardware NAME|FILE: the machine's memory and speeds are what it chooses by");
+  if (!o.paretoSvg.empty() && !o.autoSearch)
+    throw UserError("option --pareto: only with --auto (it draws the plans the search compiled)");
 
   for (const auto &[part, b] : o.deviceReserveParts) o.deviceReserve += b;
   auto usable = [](int64_t mem, int64_t reserve, const char *what, const char *memOpt, const char *resOpt) -> int64_t {
@@ -622,8 +641,47 @@ int compileMain(int argc, char **argv, int first) {
     return 1;
   }
 
+  // --auto: the search compiles the candidates; the fastest that fits is the program.
+  std::optional<AutoResult> searched;
+  if (opts.autoSearch) {
+    // The command line to paste: the user's, less --auto, --pareto and what the search decides.
+    std::string command = "bigc compile";
+    const std::set<std::string> decided = {"--auto", "--pareto", "--ranks", "--tp", "--pp", "--zero",
+                                           "--micro-batches", "--recompute", "--offload"};
+    for (int i = first; i < argc; ++i) {
+      std::string a = argv[i];
+      const std::string name = a.substr(0, a.find('='));
+      bool valued = false;
+      for (const Flag &f : kFlags)
+        if (name == f.name) valued = f.valued;
+      if (decided.count(name)) {
+        if (valued && a.find('=') == std::string::npos) ++i; // its value
+        continue;
+      }
+      command += " " + a;
+    }
+    try {
+      searched = autoSearch(*module, opts, command);
+    } catch (const UserError &e) {
+      std::fprintf(stderr, "bigc compile: %s: %s; nothing written\n", input.c_str(), e.what());
+      return 1;
+    }
+    if (!opts.paretoSvg.empty()) rt::writeFileAtomic(opts.paretoSvg, paretoSvg(*searched));
+    if (searched->chosen < 0) {
+      std::fprintf(stderr, "%s", searched->report.c_str());
+      std::fprintf(stderr, "bigc compile: %s: --auto found no configuration that fits %s; nothing written\n",
+                   input.c_str(), hw.name.c_str());
+      return 1;
+    }
+    if (!quiet) std::fputs(searched->report.c_str(), stdout);
+    AutoPlan &chosen = searched->plans[size_t(searched->chosen)];
+    const std::string out = opts.output, ir = opts.emitMlir;
+    opts = chosen.options;
+    opts.output = out, opts.emitMlir = ir, opts.quiet = quiet;
+  }
+
   // --global-batch: the ranks must divide it into the model's batch per rank and K micro-batches.
-  if (opts.globalBatch) {
+  if (opts.globalBatch && !searched) {
     const int64_t g = *opts.globalBatch;
     auto fwd = module->lookupSymbol<mlir::func::FuncOp>("forward");
     const int64_t b = llvm::cast<mlir::RankedTensorType>(fwd.getFunctionType().getInput(0)).getDimSize(0);
@@ -653,9 +711,13 @@ int compileMain(int argc, char **argv, int first) {
   std::string finalIR;
   std::vector<std::string> notes; // choices of the compiler the user should hear of
   try {
-    // The choices the compiler makes before the final pipeline (--offload cpu, --recompute auto).
-    makeChoices(*module, opts, haveHw && !args.has("--device-mem"));
-    program = compileToProgram(*module, opts, opts.emitMlir.empty() ? nullptr : &finalIR, &notes);
+    if (searched && opts.emitMlir.empty()) {
+      program = std::move(searched->plans[size_t(searched->chosen)].program); // compiled by the search
+    } else {
+      // The choices the compiler makes before the final pipeline (--offload cpu, --recompute auto).
+      makeChoices(*module, opts, haveHw && !args.has("--device-mem"));
+      program = compileToProgram(*module, opts, opts.emitMlir.empty() ? nullptr : &finalIR, &notes);
+    }
   } catch (const InternalError &e) {
     std::fprintf(stderr, "bigc compile: %s; nothing written\n", e.what());
     return 2;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,6 +53,11 @@ struct CompileOptions : mlir::bigc::TrainPipelineConfig {
   int64_t nvmeCapacity = 0;
   int64_t memoryBudget = 0;           // --recompute auto: bytes; 0: the device capacity
   std::optional<int64_t> globalBatch; // --global-batch: checked against the model
+  // --auto (Auto.h): the compiler chooses the strategy; --pareto FILE: its picture; `given`: the
+  // flags on the command line (they pin their dimension of the search).
+  bool autoSearch = false;
+  std::string paretoSvg;
+  std::set<std::string> given;
 };
 
 // A failure that is the compiler's fault (exit status 2).

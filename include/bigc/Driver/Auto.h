@@ -1,0 +1,57 @@
+//===- Auto.h - bigc compile --auto: the compiler chooses the strategy -*- C++ -*-===//
+//
+// `bigc compile model.mlir --auto --hardware H` searches the mesh (data x tensor x pipeline
+// ranks), the ZeRO stage, the micro-batches (the global batch kept), recomputation and offload,
+// with the precision and every other option as given; a flag given with --auto pins its
+// dimension. Candidates whose model state alone exceeds a memory space (a lower bound computed
+// from the parameter count) are ruled out before compiling; the others are compiled for real,
+// cheapest techniques first for each mesh and ZeRO stage, and every plan kept fits and carries
+// the cost model's step estimate. The fastest wins; the report lists the runner-ups and the
+// Pareto front of device memory against step time (text, and an SVG with --pareto FILE).
+// Uses Capacity.h's compileWithChoices and checkFit.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "bigc/Driver/Compile.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir {
+class ModuleOp;
+}
+
+namespace bigc {
+
+struct AutoPlan {
+  CompileOptions options;
+  std::string flags; // what `bigc compile` needs besides the user's other flags
+  bool compiled = false, fits = false;
+  bool estimated = false; // its figures come from compiles of the model cut to a few layers
+  std::string why; // not compiled or not fitting: the reason
+  double stepSeconds = 0;
+  int64_t deviceBytes = 0, hostBytes = 0; // per rank; host: per machine
+  rt::Program program;                    // the plan (compiled ones)
+};
+
+struct AutoResult {
+  std::vector<AutoPlan> plans; // every configuration considered, in the order of the search
+  int chosen = -1;             // index into plans; -1: none fits
+  int considered = 0, ruledOut = 0, compiled = 0, fitting = 0, skippedForTime = 0;
+  int proxies = 0; // compiles of the cut model
+  double seconds = 0;
+  int64_t globalBatch = 0, batch = 0;
+  std::string report; // the text bigc compile prints
+};
+
+// Searches on `parsed` from the user's options `base` (which flags were given: base.given).
+// Throws rt::UserError when the search cannot run (no hardware profile, a global batch no mesh
+// divides). `command` is the user's command line without --auto and --pareto (for the line to
+// paste).
+AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const std::string &command);
+
+// The Pareto front of the fitting plans (device memory against step time) as an SVG picture.
+std::string paretoSvg(const AutoResult &r);
+
+} // namespace bigc

@@ -1,0 +1,531 @@
+//===- Auto.cpp - bigc compile --auto -----------------------------------===//
+//
+// See include/bigc/Driver/Auto.h. The search, in order:
+//   1. the model's facts (parameters, layers, heads, batch) and the global batch (the user's
+//      command line's: data-parallel ranks x micro-batches x the model's batch, or --global-batch);
+//   2. the meshes: tp in 1, 2, 4, 8 (dividing the ranks, every attention's heads, within one
+//      machine), pp in 1, 2, 4, 8 (dividing what is left, at most the layers); the micro-batches
+//      follow from the global batch (pp > 1: at least pp of them);
+//   3. per mesh and ZeRO stage (0-3 with several data-parallel ranks), the techniques cheapest
+//      first: nothing, selective then full recomputation, offload to the host (with each
+//      recompute), to the drive; a configuration whose model state alone exceeds the device or
+//      the host (a lower bound from the parameter count) is ruled out uncompiled; the first that
+//      compiles and fits ends that mesh and stage (each later one adds work);
+//   4. the fitting plans ranked by the cost model's step time.
+//
+//===----------------------------------------------------------------------===//
+
+#include "bigc/Driver/Auto.h"
+#include "bigc/Driver/Capacity.h"
+
+#include "bigc/Dialect/BigcAttrNames.h"
+#include "bigc/Dialect/BigcOps.h"
+#include "bigc/Support/format.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <sstream>
+
+namespace bigc {
+
+namespace {
+
+using mlir::bigc::Offload;
+using mlir::bigc::OffloadParams;
+using mlir::bigc::Precision;
+using mlir::bigc::RecomputePolicy;
+using mlir::bigc::toString;
+using rt::UserError;
+
+struct ModelFacts {
+  int64_t params = 0; // elements of the model's weights
+  int64_t layers = 0;
+  int64_t headsGcd = 0; // of every attention's heads (and kv heads)
+  int64_t batch = 0;    // the model's batch (per micro-batch and data-parallel rank)
+};
+
+ModelFacts factsOf(mlir::ModuleOp m) {
+  ModelFacts f;
+  m.walk([&](mlir::Operation *op) {
+    if (auto p = llvm::dyn_cast<mlir::bigc::ParamOp>(op)) {
+      if (auto t = llvm::dyn_cast<mlir::RankedTensorType>(p.getType())) f.params += t.getNumElements();
+    }
+    if (auto l = op->getAttrOfType<mlir::IntegerAttr>(mlir::bigc::kLayerAttrName))
+      f.layers = std::max<int64_t>(f.layers, l.getInt() + 1);
+    for (const char *a : {"heads", "kv_heads"})
+      if (auto h = op->getAttrOfType<mlir::IntegerAttr>(a)) f.headsGcd = std::gcd(f.headsGcd, h.getInt());
+  });
+  if (auto fwd = m.lookupSymbol<mlir::func::FuncOp>("forward"))
+    if (fwd.getNumArguments() > 0)
+      if (auto t = llvm::dyn_cast<mlir::RankedTensorType>(fwd.getFunctionType().getInput(0)); t && t.getRank() > 0)
+        f.batch = t.getDimSize(0);
+  return f;
+}
+
+// The model cut to its first k layers (ops tagged bigc.layer >= k removed, the head fed from layer
+// k-1's output, the removed layers' weights undeclared): a proxy whose plan is compiled in a
+// fraction of the time. Null when the model is not a chain of layers (one value between
+// consecutive layers, one from the last layer into the head).
+mlir::OwningOpRef<mlir::ModuleOp> truncated(mlir::ModuleOp parsed, int64_t k, int64_t layers) {
+  mlir::OwningOpRef<mlir::ModuleOp> owned(llvm::cast<mlir::ModuleOp>(parsed->clone()));
+  auto fwd = owned->lookupSymbol<mlir::func::FuncOp>("forward");
+  if (!fwd || fwd.isExternal()) return nullptr;
+  auto layerOf = [](mlir::Operation *op) -> int64_t {
+    auto l = op->getAttrOfType<mlir::IntegerAttr>(mlir::bigc::kLayerAttrName);
+    return l ? l.getInt() : -1;
+  };
+  // The one value crossing from layer `from` into ops accepted by `into`.
+  auto crossing = [&](int64_t from, auto into) -> mlir::Value {
+    mlir::Value found;
+    for (mlir::Operation &op : fwd.getBody().front())
+      if (layerOf(&op) == from)
+        for (mlir::Value v : op.getResults())
+          for (mlir::Operation *u : v.getUsers())
+            if (into(u)) {
+              if (found && found != v) return nullptr;
+              found = v;
+            }
+    return found;
+  };
+  mlir::Value boundary = crossing(k - 1, [&](mlir::Operation *u) { return layerOf(u) == k; });
+  mlir::Value last = crossing(layers - 1, [&](mlir::Operation *u) { return layerOf(u) < 0; });
+  if (!boundary || !last) return nullptr;
+  last.replaceUsesWithIf(boundary, [&](mlir::OpOperand &use) { return layerOf(use.getOwner()) < 0; });
+  std::vector<mlir::Operation *> dead;
+  for (mlir::Operation &op : fwd.getBody().front())
+    if (layerOf(&op) >= k) dead.push_back(&op);
+  for (auto it = dead.rbegin(); it != dead.rend(); ++it) {
+    if (!(*it)->use_empty()) return nullptr; // a later layer's value used outside the cut
+    (*it)->erase();
+  }
+  std::vector<mlir::Operation *> unused;
+  for (auto p : owned->getOps<mlir::bigc::ParamOp>())
+    if (mlir::SymbolTable::symbolKnownUseEmpty(p.getOperation(), *owned)) unused.push_back(p.getOperation());
+  for (mlir::Operation *p : unused) p->erase();
+  return owned;
+}
+
+double stepOf(const rt::Program &p) {
+  if (p.pp > 1 && p.pipelineEstimate.present) return p.pipelineEstimate.stepSeconds;
+  return p.estimate.stepSeconds;
+}
+
+// The least bytes of model state per rank on the device and per machine on the host that a
+// configuration needs whatever the schedule (weights, gradients, fp32 masters and AdamW moments,
+// divided by what shards them): below what any compiled plan holds, so ruling out by it is safe.
+struct StateBound {
+  int64_t device = 0, host = 0, nvme = 0;
+};
+StateBound stateBound(const ModelFacts &m, const CompileOptions &c) {
+  const bool half = c.precision != Precision::FP32;
+  const double P = double(m.params) / double(c.tp * c.pp); // the average stage's share of a tensor rank
+  const double dp = double(std::max<int64_t>(1, c.ranks / (c.tp * c.pp)));
+  const double weight = half ? 2 : 4, grad = half ? 2 : 4, master = half ? 4 : 0;
+  const double moments = c.adamw.bf16States ? 4 : 8;
+  const double optShard = c.zero >= 1 ? dp : 1, gradShard = c.zero >= 2 ? dp : 1, wShard = c.zero >= 3 ? dp : 1;
+  StateBound b;
+  const double opt = P * (master + moments) / optShard;
+  if (c.offload == Offload::None) {
+    b.device = int64_t(P * (weight / wShard + grad / gradShard) + opt);
+  } else {
+    // The optimizer's state off the device; the weights too where they may leave it (ZeRO 0 and 3
+    // with --offload-params auto), the gradients streamed out.
+    const bool weightsStay = c.zero == 1 || c.zero == 2;
+    b.device = weightsStay ? int64_t(P * weight) : 0;
+    const double ranksPerMachine = std::min<double>(double(c.ranks), double(std::max<int64_t>(1, c.hardware.devices)));
+    (c.offload == Offload::CPU ? b.host : b.nvme) = int64_t(opt * ranksPerMachine);
+  }
+  return b;
+}
+
+std::string gib(int64_t b) { return humanBytes(b); }
+
+std::string ms(double s) {
+  char buf[32];
+  if (s < 1e-3)
+    std::snprintf(buf, sizeof buf, "%.0f us", s * 1e6);
+  else
+    std::snprintf(buf, sizeof buf, s < 1.0 ? "%.1f ms" : "%.2f s", s < 1.0 ? s * 1e3 : s);
+  return buf;
+}
+
+// The technique flags of a configuration, as a user writes them (those at their defaults left out).
+std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) {
+  std::string f;
+  auto add = [&](const std::string &s) { f += (f.empty() ? "" : " ") + s; };
+  add("--ranks " + std::to_string(c.ranks));
+  if (c.tp > 1) add("--tp " + std::to_string(c.tp));
+  if (c.pp > 1) add("--pp " + std::to_string(c.pp));
+  if (c.zero > 0) add("--zero " + std::to_string(c.zero));
+  if (c.microBatches > 1) add("--micro-batches " + std::to_string(c.microBatches));
+  if (c.recompute != RecomputePolicy::None) add("--recompute " + toString(c.recompute));
+  if (c.offload != Offload::None)
+    add("--offload " + toString(c.offload) +
+        (c.offload == Offload::NVMe && base.nvmePath.empty() ? " --nvme-path DIR" : std::string()));
+  return f;
+}
+
+} // namespace
+
+AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const std::string &command) {
+  if (!base.haveHardware)
+    throw UserError("--auto needs --hardware NAME|FILE: the machine's memory and speeds are what it chooses by");
+  auto t0 = std::chrono::steady_clock::now();
+  AutoResult r;
+  const ModelFacts m = factsOf(parsed);
+  if (m.batch <= 0) throw UserError("--auto: the model's @forward has no batch dimension to keep");
+  r.batch = m.batch;
+  auto given = [&](const char *flag) { return base.given.count(flag) > 0; };
+  // The global batch: --global-batch, else what the command line without --auto trains.
+  const int64_t userDp = base.ranks / std::max<int64_t>(1, base.tp * base.pp);
+  r.globalBatch = base.globalBatch ? *base.globalBatch : userDp * base.microBatches * m.batch;
+  const int64_t R = base.ranks, perMachine = std::max<int64_t>(1, base.hardware.devices);
+
+  // Meshes.
+  struct Mesh {
+    int64_t tp, pp, dp, k;
+  };
+  std::vector<Mesh> meshes;
+  std::vector<std::string> meshNotes;
+  for (int64_t pp : {1, 2, 4, 8})
+    for (int64_t tp : {1, 2, 4, 8}) {
+      if ((given("--tp") && tp != base.tp) || (given("--pp") && pp != base.pp)) continue;
+      if (R % (tp * pp) != 0 || tp > perMachine) continue;
+      if (tp > 1 && m.headsGcd > 0 && m.headsGcd % tp != 0) continue;
+      if (pp > 1 && (m.layers < pp || m.layers == 0)) continue;
+      const int64_t dp = R / (tp * pp);
+      if (r.globalBatch % (dp * m.batch) != 0) continue;
+      const int64_t k = r.globalBatch / (dp * m.batch);
+      if (given("--micro-batches") && k != base.microBatches) continue;
+      if (pp > 1 && k < pp) continue; // fewer micro-batches than stages: mostly bubble
+      meshes.push_back({tp, pp, dp, k});
+    }
+  if (meshes.empty())
+    throw UserError("--auto: no mesh of " + std::to_string(R) + " ranks trains the global batch of " +
+                    std::to_string(r.globalBatch) + " sequences with the model's batch of " + std::to_string(m.batch) +
+                    (base.given.empty() ? "" : " under the flags given") +
+                    " (the data-parallel ranks x micro-batches must divide it by the model's batch); give "
+                    "--global-batch N or regenerate the model with another --batch");
+  // Simplest meshes first (they compile fastest and are what a tie prefers).
+  std::stable_sort(meshes.begin(), meshes.end(),
+                   [](const Mesh &a, const Mesh &b) { return a.tp * a.pp * 100 + a.pp < b.tp * b.pp * 100 + b.pp; });
+
+  struct Tech {
+    RecomputePolicy recompute;
+    Offload offload;
+  };
+  using RP = RecomputePolicy;
+  std::vector<Tech> techs = {{RP::None, Offload::None},     {RP::Selective, Offload::None}, {RP::Full, Offload::None},
+                             {RP::None, Offload::CPU},      {RP::Selective, Offload::CPU},  {RP::Full, Offload::CPU}};
+  if (base.nvmeCapacity > 0 && !base.nvmePath.empty()) techs.push_back({RP::Full, Offload::NVMe});
+  if (base.nvmeCapacity > 0 && base.nvmePath.empty())
+    r.report += "  (the drive is not searched: --offload nvme needs --nvme-path DIR; give it with --auto)\n";
+
+  // Each configuration is first estimated from two compiles of the model cut to P and 2P layers
+  // (P: its stages; one and two layers a stage), extrapolated linearly to every layer (memory and
+  // step time grow by the layer); the most promising are then compiled whole. A budget bounds the
+  // compiling: what is left when it is spent is named, not compiled.
+  const double budget = 25.0;
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  mlir::ScopedDiagnosticHandler quiet(parsed->getContext(), [](mlir::Diagnostic &) { return mlir::success(); });
+  std::map<int64_t, mlir::OwningOpRef<mlir::ModuleOp>> cuts; // layers -> the cut model (null: cannot cut)
+  auto cut = [&](int64_t k) -> mlir::ModuleOp {
+    auto it = cuts.find(k);
+    if (it == cuts.end()) it = cuts.emplace(k, k < m.layers ? truncated(parsed, k, m.layers) : nullptr).first;
+    return it->second ? *it->second : nullptr;
+  };
+  struct Measured {
+    int64_t device = 0, host = 0;
+    double step = 0;
+  };
+  auto measure = [&](mlir::ModuleOp module, CompileOptions c, Measured &out) {
+    rt::Program p = compileWithChoices(module, c);
+    for (const SpaceFit &f : checkFit(fullestStage(p, c), c)) {
+      if (f.space == "device") out.device = f.needed;
+      if (f.space == "host") out.host = f.needed;
+    }
+    out.step = stepOf(p);
+    return p;
+  };
+  // Whole compiles: the plan itself, its fit and step.
+  auto compileWhole = [&](AutoPlan &plan) {
+    try {
+      Measured w;
+      plan.program = measure(parsed, plan.options, w);
+      plan.compiled = true;
+      ++r.compiled;
+      plan.fits = allFit(checkFit(fullestStage(plan.program, plan.options), plan.options));
+      plan.deviceBytes = w.device, plan.hostBytes = w.host, plan.stepSeconds = w.step;
+      plan.estimated = false;
+      if (!plan.fits) {
+        plan.why = "does not fit (compiled whole: " + gib(w.device) + " a device" +
+                   (w.host ? ", " + gib(w.host) + " of host" : std::string()) + ")";
+        plan.program = rt::Program{};
+      }
+    } catch (const std::exception &e) {
+      std::string w = e.what();
+      plan.why = "refused: " + w.substr(0, w.find('\n'));
+      plan.fits = false;
+    }
+  };
+  for (const Mesh &mesh : meshes) {
+    std::vector<int64_t> zeros;
+    for (int64_t z = 0; z <= 3; ++z)
+      if ((mesh.dp > 1 || z == 0) && (!given("--zero") || z == base.zero)) zeros.push_back(z);
+    for (int64_t z : zeros) {
+      for (const Tech &t : techs) {
+        if (given("--recompute") && t.recompute != base.recompute) continue;
+        if (given("--offload") && t.offload != base.offload) continue;
+        AutoPlan plan;
+        CompileOptions &c = plan.options;
+        c = base;
+        c.tp = mesh.tp, c.pp = mesh.pp, c.zero = z, c.microBatches = mesh.k;
+        c.recompute = t.recompute, c.offload = t.offload;
+        c.recomputeDrop = -1;
+        if (c.offload != base.offload) c.offloadParams = OffloadParams::Auto;
+        if (c.offload != Offload::None && (c.zero == 1 || c.zero == 2)) c.offloadParams = OffloadParams::Device;
+        c.quiet = true;
+        c.autoSearch = false;
+        plan.flags = techniqueFlags(c, base);
+        ++r.considered;
+        const StateBound lb = stateBound(m, c);
+        auto over = [](int64_t need, int64_t cap) { return cap > 0 && need > cap; };
+        if (over(lb.device, base.deviceCapacity) || over(lb.host, base.hostCapacity) ||
+            over(lb.nvme, base.nvmeCapacity)) {
+          plan.why = "ruled out: its model state alone needs " +
+                     (over(lb.device, base.deviceCapacity) ? gib(lb.device) + " per device"
+                      : over(lb.host, base.hostCapacity)   ? gib(lb.host) + " of host memory"
+                                                           : gib(lb.nvme) + " of the drive");
+          ++r.ruledOut;
+          r.plans.push_back(std::move(plan));
+          continue;
+        }
+        if (elapsed() > budget) {
+          plan.why = "not compiled (the search's time budget is spent)";
+          ++r.skippedForTime;
+          r.plans.push_back(std::move(plan));
+          break; // the next mesh and stage: their cheapest configurations first
+        }
+        const int64_t k1 = c.pp, k2 = 2 * c.pp;
+        mlir::ModuleOp a = cut(k1), b = a ? cut(k2) : nullptr;
+        if (a && b) {
+          try {
+            CompileOptions pc = c;
+            pc.initialWeights.clear();
+            Measured x, y;
+            measure(a, pc, x);
+            measure(b, pc, y);
+            r.proxies += 2;
+            const double f = double(m.layers - k1) / double(k2 - k1);
+            auto at = [&](double u, double v) { return u + (v - u) * f; };
+            plan.deviceBytes = int64_t(at(double(x.device), double(y.device)));
+            plan.hostBytes = int64_t(at(double(x.host), double(y.host)));
+            plan.stepSeconds = at(x.step, y.step);
+            plan.estimated = true;
+            plan.fits = !over(plan.deviceBytes, base.deviceCapacity) && !over(plan.hostBytes, base.hostCapacity);
+            if (!plan.fits)
+              plan.why = "does not fit (estimated: " + gib(plan.deviceBytes) + " a device" +
+                         (plan.hostBytes ? ", " + gib(plan.hostBytes) + " of host" : std::string()) + ")";
+          } catch (const std::exception &e) {
+            std::string w = e.what();
+            plan.why = "refused: " + w.substr(0, w.find('\n'));
+          }
+        } else {
+          compileWhole(plan); // a model that cannot be cut, or of too few layers
+        }
+        const bool done = plan.fits;
+        r.plans.push_back(std::move(plan));
+        if (done) break; // the cheapest techniques that fit this mesh and stage
+      }
+    }
+  }
+  // The fastest, compiled whole until three of them fit: the plans kept are real.
+  {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < r.plans.size(); ++i)
+      if (r.plans[i].fits) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return r.plans[x].stepSeconds < r.plans[y].stepSeconds; });
+    int real = 0;
+    for (size_t i : order) {
+      if (real >= 3) break;
+      if (!r.plans[i].estimated) {
+        ++real;
+        continue;
+      }
+      // (A whole compile of a large model takes long: past the budget only while none is real yet,
+      // and not past twice the budget.)
+      if ((elapsed() > budget && real > 0) || elapsed() > 2 * budget) {
+        r.plans[i].why = "estimated to fit; not compiled whole (the search's time budget is spent)";
+        continue;
+      }
+      compileWhole(r.plans[i]);
+      real += r.plans[i].fits;
+    }
+  }
+  for (const AutoPlan &p : r.plans) r.fitting += p.fits && !p.estimated;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // Ranked by step time (ties: the order of the search, simplest first).
+  std::vector<int> fit, guessed; // compiled whole and fitting; estimated to fit
+  for (size_t i = 0; i < r.plans.size(); ++i)
+    if (r.plans[i].fits) (r.plans[i].estimated ? guessed : fit).push_back(int(i));
+  std::stable_sort(fit.begin(), fit.end(),
+                   [&](int a, int b) { return r.plans[size_t(a)].stepSeconds < r.plans[size_t(b)].stepSeconds; });
+  if (!fit.empty()) r.chosen = fit.front();
+
+  std::ostringstream os;
+  os << "bigc compile --auto: " << R << " rank" << (R > 1 ? "s" : "") << " of " << base.hardware.name
+     << ", global batch " << r.globalBatch << " (the model's batch " << m.batch << " x data-parallel ranks x "
+     << "micro-batches), precision " << toString(base.precision) << "\n";
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "  searched %d configurations in %.1f s: %d ruled out by their model state, %d estimated from %d "
+                "compiles of the model cut to a few layers, %d compiled whole (%d fit)%s\n",
+                r.considered, r.seconds, r.ruledOut, r.considered - r.ruledOut - r.skippedForTime, r.proxies,
+                r.compiled, r.fitting,
+                r.skippedForTime ? (", " + std::to_string(r.skippedForTime) + " not compiled (time)").c_str() : "");
+  os << line << r.report;
+  if (fit.empty()) {
+    // The closest: those with figures (compiled or estimated) by how far over they are, then the
+    // ruled-out ones by their model state.
+    auto excess = [&](const AutoPlan &p) {
+      double e = 0;
+      if (base.deviceCapacity > 0) e = std::max(e, double(p.deviceBytes) / double(base.deviceCapacity));
+      if (base.hostCapacity > 0) e = std::max(e, double(p.hostBytes) / double(base.hostCapacity));
+      return e;
+    };
+    std::vector<const AutoPlan *> near;
+    for (const AutoPlan &p : r.plans)
+      if (!p.why.empty() && (p.deviceBytes > 0 || p.hostBytes > 0)) near.push_back(&p);
+    std::stable_sort(near.begin(), near.end(),
+                     [&](const AutoPlan *a, const AutoPlan *b) { return excess(*a) < excess(*b); });
+    for (const AutoPlan &p : r.plans)
+      if (!p.why.empty() && p.deviceBytes == 0 && p.hostBytes == 0) near.push_back(&p);
+    os << "  no configuration fits; the closest:\n";
+    for (size_t i = 0; i < near.size() && i < 6; ++i) os << "    " << near[i]->flags << ": " << near[i]->why << "\n";
+    r.report = os.str();
+    return r;
+  }
+  os << "\n  " << std::left;
+  std::snprintf(line, sizeof line, "%-4s %-11s %-12s %-12s %s\n", "", "step", "device/rank", "host", "options");
+  os << line;
+  for (size_t i = 0; i < fit.size() && i < 8; ++i) {
+    const AutoPlan &p = r.plans[size_t(fit[i])];
+    std::snprintf(line, sizeof line, "  %-4s %-11s %-12s %-12s %s\n", i == 0 ? "*" : std::to_string(i + 1).c_str(),
+                  ms(p.stepSeconds).c_str(), gib(p.deviceBytes).c_str(), p.hostBytes ? gib(p.hostBytes).c_str() : "-",
+                  p.flags.c_str());
+    os << "  " << (line + 2);
+  }
+  if (fit.size() > 8) os << "  (and " << fit.size() - 8 << " more that fit)\n";
+  if (!guessed.empty()) {
+    std::stable_sort(guessed.begin(), guessed.end(),
+                     [&](int a, int b) { return r.plans[size_t(a)].stepSeconds < r.plans[size_t(b)].stepSeconds; });
+    os << "  estimated to fit from the cut model, not compiled whole:\n";
+    for (size_t i = 0; i < guessed.size() && i < 5; ++i) {
+      const AutoPlan &p = r.plans[size_t(guessed[i])];
+      std::snprintf(line, sizeof line, "  %-4s ~%-10s ~%-11s %-12s %s\n", "", ms(p.stepSeconds).c_str(),
+                    gib(p.deviceBytes).c_str(), p.hostBytes ? ("~" + gib(p.hostBytes)).c_str() : "-", p.flags.c_str());
+      os << line;
+    }
+    if (guessed.size() > 5) os << "  (and " << guessed.size() - 5 << " more)\n";
+  }
+  // The Pareto front: no other plan is both faster and smaller on the device.
+  os << "\n  Pareto front (device memory per rank against step time):";
+  std::vector<int> byMem = fit;
+  byMem.insert(byMem.end(), guessed.begin(), guessed.end());
+  std::stable_sort(byMem.begin(), byMem.end(), [&](int a, int b) {
+    return r.plans[size_t(a)].deviceBytes < r.plans[size_t(b)].deviceBytes;
+  });
+  double best = 1e300;
+  for (int i : byMem) {
+    const AutoPlan &p = r.plans[size_t(i)];
+    if (p.stepSeconds < best) {
+      best = p.stepSeconds;
+      os << "\n    " << (p.estimated ? "~" : "") << gib(p.deviceBytes) << ", " << (p.estimated ? "~" : "")
+         << ms(p.stepSeconds) << ": " << p.flags << (p.estimated ? " (estimated)" : "");
+    }
+  }
+  const AutoPlan &c = r.plans[size_t(r.chosen)];
+  os << "\n\n  chosen: " << command << " " << c.flags << "\n";
+  r.report = os.str();
+  return r;
+}
+
+std::string paretoSvg(const AutoResult &r) {
+  std::vector<const AutoPlan *> fit;
+  for (const AutoPlan &p : r.plans)
+    if (p.fits) fit.push_back(&p);
+  const double W = 720, H = 440, L = 80, Rm = 30, T = 40, B = 60;
+  double xmax = 0, ymax = 0;
+  for (const AutoPlan *p : fit) xmax = std::max(xmax, p->stepSeconds), ymax = std::max(ymax, double(p->deviceBytes));
+  xmax = xmax > 0 ? xmax * 1.1 : 1, ymax = ymax > 0 ? ymax * 1.1 : 1;
+  auto X = [&](double s) { return L + (W - L - Rm) * s / xmax; };
+  auto Y = [&](double b) { return H - B - (H - T - B) * b / ymax; };
+  std::ostringstream o;
+  char buf[512];
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%g\" y=\"22\" font-size=\"13\">bigc compile --auto: %d plans that fit (of %d configurations), "
+                "global batch %lld</text>\n",
+                L, r.fitting, r.considered, (long long)r.globalBatch);
+  o << buf;
+  std::snprintf(buf, sizeof buf,
+                "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"black\"/><line x1=\"%g\" y1=\"%g\" x2=\"%g\" "
+                "y2=\"%g\" stroke=\"black\"/>\n",
+                L, H - B, W - Rm, H - B, L, H - B, L, T);
+  o << buf;
+  for (int i = 0; i <= 4; ++i) {
+    const double s = xmax * i / 4, b = ymax * i / 4;
+    std::snprintf(buf, sizeof buf,
+                  "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">%s</text><text x=\"%g\" y=\"%g\" "
+                  "text-anchor=\"end\">%s</text>\n",
+                  X(s), H - B + 16, ms(s).c_str(), L - 6, Y(b) + 4, humanBytes(int64_t(b)).c_str());
+    o << buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">estimated step time</text>\n<text x=\"16\" y=\"%g\" "
+                "transform=\"rotate(-90 16 %g)\" text-anchor=\"middle\">device memory per rank</text>\n",
+                (L + W - Rm) / 2, H - 18, (T + H - B) / 2, (T + H - B) / 2);
+  o << buf;
+  // The front, as a staircase through its plans.
+  std::vector<const AutoPlan *> byMem = fit;
+  std::stable_sort(byMem.begin(), byMem.end(),
+                   [](const AutoPlan *a, const AutoPlan *b) { return a->deviceBytes < b->deviceBytes; });
+  std::vector<const AutoPlan *> front;
+  double best = 1e300;
+  for (const AutoPlan *p : byMem)
+    if (p->stepSeconds < best) best = p->stepSeconds, front.push_back(p);
+  if (!front.empty()) {
+    o << "<polyline fill=\"none\" stroke=\"#e67e22\" stroke-width=\"2\" points=\"";
+    for (const AutoPlan *p : front) o << X(p->stepSeconds) << "," << Y(double(p->deviceBytes)) << " ";
+    o << "\"/>\n";
+  }
+  const AutoPlan *chosen = r.chosen >= 0 ? &r.plans[size_t(r.chosen)] : nullptr;
+  for (const AutoPlan *p : fit) {
+    const bool onFront = std::find(front.begin(), front.end(), p) != front.end();
+    std::snprintf(buf, sizeof buf, "<circle cx=\"%g\" cy=\"%g\" r=\"%d\" fill=\"%s\"><title>%s: %s, %s</title></circle>\n",
+                  X(p->stepSeconds), Y(double(p->deviceBytes)), p == chosen ? 6 : 4,
+                  p == chosen ? "#c0392b" : onFront ? "#e67e22" : "#2e86c1", p->flags.c_str(), ms(p->stepSeconds).c_str(),
+                  humanBytes(p->deviceBytes).c_str());
+    o << buf;
+    if (onFront || p == chosen) {
+      std::snprintf(buf, sizeof buf, "<text x=\"%g\" y=\"%g\">%s%s</text>\n", X(p->stepSeconds) + 8,
+                    Y(double(p->deviceBytes)) - 6, p == chosen ? "chosen: " : "", p->flags.c_str());
+      o << buf;
+    }
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+} // namespace bigc
