@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -223,8 +224,8 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     Offload offload;
   };
   using RP = RecomputePolicy;
-  std::vector<Tech> techs = {{RP::None, Offload::None},     {RP::Selective, Offload::None}, {RP::Full, Offload::None},
-                             {RP::None, Offload::CPU},      {RP::Selective, Offload::CPU},  {RP::Full, Offload::CPU}};
+  std::vector<Tech> techs = {{RP::None, Offload::None}, {RP::Selective, Offload::None}, {RP::Full, Offload::None},
+                             {RP::None, Offload::CPU},  {RP::Selective, Offload::CPU},  {RP::Full, Offload::CPU}};
   if (base.nvmeCapacity > 0 && !base.nvmePath.empty()) techs.push_back({RP::Full, Offload::NVMe});
   if (base.nvmeCapacity > 0 && base.nvmePath.empty())
     r.report += "  (the drive is not searched: --offload nvme needs --nvme-path DIR; give it with --auto)\n";
@@ -235,7 +236,20 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   // compiling: what is left when it is spent is named, not compiled.
   const double budget = 25.0;
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  mlir::ScopedDiagnosticHandler quiet(parsed->getContext(), [](mlir::Diagnostic &) { return mlir::success(); });
+  std::string firstDiag; // the first error of a refused compile (its diagnostics are not printed)
+  mlir::ScopedDiagnosticHandler quiet(parsed->getContext(), [&](mlir::Diagnostic &d) {
+    if (firstDiag.empty() && d.getSeverity() == mlir::DiagnosticSeverity::Error) firstDiag = d.str();
+    return mlir::success();
+  });
+  // A refusal: the options do not suit the model ("refused: ..."; the mesh is then left), or the
+  // compiler failed on them ("internal error: ..."; the other ZeRO stages of the mesh are still
+  // tried).
+  auto refusal = [&](const std::exception &e) {
+    std::string w = firstDiag.empty() ? std::string(e.what()) : firstDiag;
+    firstDiag.clear();
+    const bool internal = dynamic_cast<const InternalError *>(&e) != nullptr;
+    return std::string(internal ? "internal error (please report it): " : "refused: ") + w.substr(0, w.find('\n'));
+  };
   std::map<int64_t, mlir::OwningOpRef<mlir::ModuleOp>> cuts; // layers -> the cut model (null: cannot cut)
   auto cut = [&](int64_t k) -> mlir::ModuleOp {
     auto it = cuts.find(k);
@@ -271,8 +285,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
         plan.program = rt::Program{};
       }
     } catch (const std::exception &e) {
-      std::string w = e.what();
-      plan.why = "refused: " + w.substr(0, w.find('\n'));
+      plan.why = refusal(e);
       plan.fits = false;
     }
   };
@@ -280,7 +293,9 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     std::vector<int64_t> zeros;
     for (int64_t z = 0; z <= 3; ++z)
       if ((mesh.dp > 1 || z == 0) && (!given("--zero") || z == base.zero)) zeros.push_back(z);
+    bool meshRefused = false; // the model cannot take this mesh (e.g. a tensor size that does not divide it)
     for (int64_t z : zeros) {
+      if (meshRefused) break;
       for (const Tech &t : techs) {
         if (given("--recompute") && t.recompute != base.recompute) continue;
         if (given("--offload") && t.offload != base.offload) continue;
@@ -335,15 +350,15 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
               plan.why = "does not fit (estimated: " + gib(plan.deviceBytes) + " a device" +
                          (plan.hostBytes ? ", " + gib(plan.hostBytes) + " of host" : std::string()) + ")";
           } catch (const std::exception &e) {
-            std::string w = e.what();
-            plan.why = "refused: " + w.substr(0, w.find('\n'));
+            plan.why = refusal(e);
           }
         } else {
           compileWhole(plan); // a model that cannot be cut, or of too few layers
         }
-        const bool done = plan.fits;
+        const bool done = plan.fits, failed = plan.why.rfind("internal error", 0) == 0;
+        meshRefused = plan.why.rfind("refused: ", 0) == 0;
         r.plans.push_back(std::move(plan));
-        if (done) break; // the cheapest techniques that fit this mesh and stage
+        if (done || meshRefused || failed) break; // the cheapest techniques that fit this mesh and stage
       }
     }
   }
@@ -394,6 +409,18 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
                 r.compiled, r.fitting,
                 r.skippedForTime ? (", " + std::to_string(r.skippedForTime) + " not compiled (time)").c_str() : "");
   os << line << r.report;
+  int internal = 0;
+  const AutoPlan *firstInternal = nullptr;
+  for (const AutoPlan &p : r.plans)
+    if (p.why.rfind("internal error", 0) == 0 && internal++ == 0) firstInternal = &p;
+  if (firstInternal)
+    os << "  " << internal << " configuration" << (internal > 1 ? "s" : "") << " failed inside the compiler (left out; "
+       << "please report it): " << firstInternal->flags << ": " << firstInternal->why << "\n";
+  // BIGC_AUTO_ALL=1: every configuration and what became of it (for looking into a search).
+  if (const char *all = std::getenv("BIGC_AUTO_ALL"); all && std::string(all) == "1")
+    for (const AutoPlan &p : r.plans)
+      os << "    [" << (p.fits ? (p.estimated ? "fits, estimated" : "fits") : "no") << "] " << p.flags << ": "
+         << (p.why.empty() ? ms(p.stepSeconds) + ", " + gib(p.deviceBytes) : p.why) << "\n";
   if (fit.empty()) {
     // The closest: those with figures (compiled or estimated) by how far over they are, then the
     // ruled-out ones by their model state.
@@ -442,9 +469,8 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   os << "\n  Pareto front (device memory per rank against step time):";
   std::vector<int> byMem = fit;
   byMem.insert(byMem.end(), guessed.begin(), guessed.end());
-  std::stable_sort(byMem.begin(), byMem.end(), [&](int a, int b) {
-    return r.plans[size_t(a)].deviceBytes < r.plans[size_t(b)].deviceBytes;
-  });
+  std::stable_sort(byMem.begin(), byMem.end(),
+                   [&](int a, int b) { return r.plans[size_t(a)].deviceBytes < r.plans[size_t(b)].deviceBytes; });
   double best = 1e300;
   for (int i : byMem) {
     const AutoPlan &p = r.plans[size_t(i)];
@@ -474,10 +500,11 @@ std::string paretoSvg(const AutoResult &r) {
   char buf[512];
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
     << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  std::snprintf(buf, sizeof buf,
-                "<text x=\"%g\" y=\"22\" font-size=\"13\">bigc compile --auto: %d plans that fit (of %d configurations), "
-                "global batch %lld</text>\n",
-                L, r.fitting, r.considered, (long long)r.globalBatch);
+  std::snprintf(
+      buf, sizeof buf,
+      "<text x=\"%g\" y=\"22\" font-size=\"13\">bigc compile --auto: %d plans that fit (of %d configurations), "
+      "global batch %lld</text>\n",
+      L, r.fitting, r.considered, (long long)r.globalBatch);
   o << buf;
   std::snprintf(buf, sizeof buf,
                 "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"black\"/><line x1=\"%g\" y1=\"%g\" x2=\"%g\" "
@@ -513,10 +540,13 @@ std::string paretoSvg(const AutoResult &r) {
   const AutoPlan *chosen = r.chosen >= 0 ? &r.plans[size_t(r.chosen)] : nullptr;
   for (const AutoPlan *p : fit) {
     const bool onFront = std::find(front.begin(), front.end(), p) != front.end();
-    std::snprintf(buf, sizeof buf, "<circle cx=\"%g\" cy=\"%g\" r=\"%d\" fill=\"%s\"><title>%s: %s, %s</title></circle>\n",
+    std::snprintf(buf, sizeof buf,
+                  "<circle cx=\"%g\" cy=\"%g\" r=\"%d\" fill=\"%s\"><title>%s: %s, %s</title></circle>\n",
                   X(p->stepSeconds), Y(double(p->deviceBytes)), p == chosen ? 6 : 4,
-                  p == chosen ? "#c0392b" : onFront ? "#e67e22" : "#2e86c1", p->flags.c_str(), ms(p->stepSeconds).c_str(),
-                  humanBytes(p->deviceBytes).c_str());
+                  p == chosen ? "#c0392b"
+                  : onFront   ? "#e67e22"
+                              : "#2e86c1",
+                  p->flags.c_str(), ms(p->stepSeconds).c_str(), humanBytes(p->deviceBytes).c_str());
     o << buf;
     if (onFront || p == chosen) {
       std::snprintf(buf, sizeof buf, "<text x=\"%g\" y=\"%g\">%s%s</text>\n", X(p->stepSeconds) + 8,

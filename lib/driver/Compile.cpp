@@ -646,8 +646,8 @@ int compileMain(int argc, char **argv, int first) {
   if (opts.autoSearch) {
     // The command line to paste: the user's, less --auto, --pareto and what the search decides.
     std::string command = "bigc compile";
-    const std::set<std::string> decided = {"--auto", "--pareto", "--ranks", "--tp", "--pp", "--zero",
-                                           "--micro-batches", "--recompute", "--offload"};
+    const std::set<std::string> decided = {"--auto", "--pareto",        "--ranks",     "--tp",     "--pp",
+                                           "--zero", "--micro-batches", "--recompute", "--offload"};
     for (int i = first; i < argc; ++i) {
       std::string a = argv[i];
       const std::string name = a.substr(0, a.find('='));

@@ -29,7 +29,7 @@ struct AutoPlan {
   std::string flags; // what `bigc compile` needs besides the user's other flags
   bool compiled = false, fits = false;
   bool estimated = false; // its figures come from compiles of the model cut to a few layers
-  std::string why; // not compiled or not fitting: the reason
+  std::string why;        // not compiled or not fitting: the reason
   double stepSeconds = 0;
   int64_t deviceBytes = 0, hostBytes = 0; // per rank; host: per machine
   rt::Program program;                    // the plan (compiled ones)
