@@ -199,6 +199,11 @@ void hoistOptimizer(Block &block, const ParamSpaces &spaces) {
       if (it != readers.end())
         for (Operation *r : it->second) later(r);
     }
+    // Never after another update: those move too (a layer after a collective can be where an
+    // update still stands, e.g. in a pipeline stage whose backward ends in updates), and "after
+    // it" would follow it to its new place, possibly before this update's gradient. The op before
+    // it stays, and is at or after everything this update waits for (updates define nothing).
+    while (after && isa<AdamWOp>(after)) after = after->getPrevNode();
     moves.push_back({a, after});
   }
   for (auto &[a, after] : llvm::reverse(moves)) {
