@@ -108,21 +108,6 @@ LogicalResult ParamOp::verify() {
     return emitOpError("init = \"copy\" requires a source attribute naming "
                        "the persistent tensor it is a cast of");
   if (init != "copy" && getSource()) return emitOpError("source is only allowed with init = \"copy\"");
-  if (init == "copy") {
-    auto module = (*this)->getParentOp();
-    auto src = module ? SymbolTable::lookupSymbolIn(module, *getSource()) : nullptr;
-    auto srcParam = dyn_cast_or_null<ParamOp>(src);
-    if (!srcParam) return emitOpError("source \"") << *getSource() << "\" does not name a bigc.param";
-    // The logical shapes (bigc.full_shape of a shard, bigc-shard) must
-    // match: a copy of a sharded master may be whole, or a shard.
-    auto logical = [](ParamOp p) {
-      if (auto f = p->getAttrOfType<DenseI64ArrayAttr>(kFullShapeAttrName)) return SmallVector<int64_t>(f.asArrayRef());
-      return SmallVector<int64_t>(p.getTensorType().getShape());
-    };
-    if (logical(srcParam) != logical(*this))
-      return emitOpError("source \"") << *getSource() << "\" has shape " << str(srcParam.getTensorType().getShape())
-                                      << ", this copy has shape " << str(getTensorType().getShape());
-  }
   StringRef role = getRole();
   if (role != "param" && role != "optimizer" && role != "master" &&
       role != "transfer") // transfer: a host staging tensor of bigc-offload
@@ -142,6 +127,27 @@ static FailureOr<ParamOp> lookupParam(Operation *op, SymbolTableCollection &symb
   auto param = symbols.lookupNearestSymbolFrom<ParamOp>(op, ref);
   if (!param) return op->emitOpError() << what << " " << ref << " does not name a bigc.param";
   return param;
+}
+
+// A copy's source (through the module's symbol table, built once for the verifier's walk: a
+// lookup per copy by walking the module made verifying a large model quadratic).
+LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (getInit() != "copy" || !getSource()) return success();
+  Operation *module = (*this)->getParentOp();
+  auto srcParam = module ? dyn_cast_or_null<ParamOp>(symbols.lookupSymbolIn(module, StringAttr::get(getContext(),
+                                                                                                  *getSource())))
+                         : ParamOp();
+  if (!srcParam) return emitOpError("source \"") << *getSource() << "\" does not name a bigc.param";
+  // The logical shapes (bigc.full_shape of a shard, bigc-shard) must
+  // match: a copy of a sharded master may be whole, or a shard.
+  auto logical = [](ParamOp p) {
+    if (auto f = p->getAttrOfType<DenseI64ArrayAttr>(kFullShapeAttrName)) return SmallVector<int64_t>(f.asArrayRef());
+    return SmallVector<int64_t>(p.getTensorType().getShape());
+  };
+  if (logical(srcParam) != logical(*this))
+    return emitOpError("source \"") << *getSource() << "\" has shape " << str(srcParam.getTensorType().getShape())
+                                    << ", this copy has shape " << str(getTensorType().getShape());
+  return success();
 }
 
 LogicalResult GetParamOp::verifySymbolUses(SymbolTableCollection &symbols) {

@@ -35,7 +35,7 @@ def Bigc_AnyTensor : StaticShapeTensorOf<[F32, BF16, F16, I32]>;
 // Parameters and optimizer
 //===----------------------------------------------------------------------===//
 
-def Bigc_ParamOp : Bigc_Op<"param", [Symbol]> {
+def Bigc_ParamOp : Bigc_Op<"param", [Symbol, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "declares a persistent tensor (model weight or optimizer state)";
   let description = [{
     A module-level, named, persistent tensor. `init` is how the runtime

@@ -66,8 +66,8 @@ void mlir::bigc::copyPlacementTags(Operation *from, Operation *to) {
 }
 
 FailureOr<ParamOp> mlir::bigc::addParamAfter(ParamOp after, StringRef name, Type type, StringRef init, StringRef role,
-                                             StringRef source, StringRef pass) {
-  if (SymbolTable::lookupSymbolIn(after->getParentOp(), name))
+                                             StringRef source, StringRef pass, SymbolTable *symbols) {
+  if (symbols ? symbols->lookup(name) != nullptr : SymbolTable::lookupSymbolIn(after->getParentOp(), name) != nullptr)
     return after.emitError() << pass << ": cannot add the parameter @\"" << name << "\": the name is taken";
   OpBuilder b(after->getContext());
   b.setInsertionPointAfter(after);
@@ -75,6 +75,7 @@ FailureOr<ParamOp> mlir::bigc::addParamAfter(ParamOp after, StringRef name, Type
       b.create<ParamOp>(after.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr(init), FloatAttr(),
                         b.getStringAttr(role), source.empty() ? StringAttr() : b.getStringAttr(source), FloatAttr());
   copyTpSplit(after, p); // a state or copy of a tensor-parallel chunk is a chunk too
+  if (symbols) symbols->insert(p);
   return p;
 }
 

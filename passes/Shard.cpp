@@ -57,6 +57,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   }
 
   ModuleOp module;
+  SymbolTable *symbols = nullptr; // the module's, built once (a lookup by the module walks it)
+  ParamOp paramOf(FlatSymbolRefAttr ref) const { return ref ? symbols->lookup<ParamOp>(ref.getValue()) : ParamOp(); }
   Block *block = nullptr;
   int64_t R = 1;
 
@@ -208,7 +210,9 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     if (zero < 0 || zero > 3) return module.emitError("bigc-shard: zero must be 0, 1, 2 or 3, got ") << zero;
     if (module->hasAttr(kZeroAttrName))
       return module.emitError("bigc-shard: already applied (the module has bigc.zero)");
-    auto func = module.lookupSymbol<func::FuncOp>("train_step");
+    SymbolTable table(module);
+    symbols = &table;
+    auto func = table.lookup<func::FuncOp>("train_step");
     if (!func) return module.emitError("bigc-shard: the module has no func.func @train_step (run bigc-autodiff first)");
     if (func.isExternal() || !func.getBody().hasOneBlock())
       return func.emitError("bigc-shard: @train_step must have a body of one block");
@@ -244,11 +248,11 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     if (zero >= 1)
       for (AdamWOp a : updates) {
         if (a.getHalfAttr()) continue;
-        auto p = module.lookupSymbol<ParamOp>(a.getParamAttr());
+        auto p = paramOf(a.getParamAttr());
         if (!p) return a.emitError("bigc-shard: unknown parameter @") << a.getParam();
         std::string halfName = (p.getSymName() + ".half").str();
         FailureOr<ParamOp> half =
-            addParamAfter(p, halfName, p.getType(), "copy", "param", p.getSymName(), "bigc-shard");
+            addParamAfter(p, halfName, p.getType(), "copy", "param", p.getSymName(), "bigc-shard", symbols);
         if (failed(half)) return failure();
         StringRef name = p.getSymName();
         p.setRole("master");
@@ -336,11 +340,11 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       // Optimizer states and masters as shards.
       for (AdamWOp a : updates) {
         for (FlatSymbolRefAttr ref : {a.getParamAttr(), a.getExpAvgAttr(), a.getExpAvgSqAttr()}) {
-          auto p = module.lookupSymbol<ParamOp>(ref);
+          auto p = paramOf(ref);
           if (!p) return a.emitError("bigc-shard: unknown parameter ") << ref;
           if (!p->hasAttr(kFullShapeAttrName)) shardParam(p);
         }
-        auto half = module.lookupSymbol<ParamOp>(a.getHalfAttr());
+        auto half = paramOf(a.getHalfAttr());
         if (!half) return a.emitError("bigc-shard: unknown compute copy ") << a.getHalfAttr();
         if (zero == 3) {
           shardParam(half); // the weight itself is a shard; gathered before each use below
@@ -350,7 +354,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         // then every rank gathers the whole copy.
         std::string shardName = (half.getSymName() + ".shard").str();
         FailureOr<ParamOp> sh =
-            addParamAfter(half, shardName, shardType(half.getType()), "copy", "param", a.getParam(), "bigc-shard");
+            addParamAfter(half, shardName, shardType(half.getType()), "copy", "param", a.getParam(), "bigc-shard",
+                          symbols);
         if (failed(sh)) return failure();
         (*sh)->setAttr(kFullShapeAttrName, OpBuilder(ctx).getDenseI64ArrayAttr(half.getTensorType().getShape()));
         a.setHalfAttr(FlatSymbolRefAttr::get(ctx, shardName));
@@ -497,7 +502,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         AdamWOp update;
         for (Operation *u : g.getUsers())
           if (auto a = dyn_cast<AdamWOp>(u); a && a.getGrad() == g) update = a;
-        auto p = update ? module.lookupSymbol<ParamOp>(update.getParamAttr()) : ParamOp();
+        auto p = update ? paramOf(update.getParamAttr()) : ParamOp();
         if (!p)
           return gn.emitError("bigc-shard: a gradient of the global norm updates no parameter; cannot tell "
                               "whether it is split over the tensor ranks");
@@ -552,7 +557,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     for (Operation &op : block->without_terminator()) {
       auto gp = dyn_cast<GetParamOp>(op);
       if (!gp) continue;
-      auto p = module.lookupSymbol<ParamOp>(gp.getParamAttr());
+      auto p = paramOf(gp.getParamAttr());
       if (!p || !p->hasAttr(kFullShapeAttrName) || p.getType() == gp.getType())
         continue; // not a sharded weight (or already a shard read)
       reads.push_back(gp);
@@ -571,7 +576,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       OpBuilder b(nd.firstUser);
       for (auto &[gpOp, uses] : nd.uses) {
         auto gp = cast<GetParamOp>(gpOp);
-        auto p = module.lookupSymbol<ParamOp>(gp.getParamAttr());
+        auto p = paramOf(gp.getParamAttr());
         auto shardRead = b.create<GetParamOp>(gp.getLoc(), p.getType(), gp.getParamAttr());
         copyPlacementTags(nd.firstUser, shardRead);
         auto ag = createCollective<AllGatherOp>(b, gp.getLoc(), shardRead, gp.getType(), "");

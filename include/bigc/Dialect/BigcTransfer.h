@@ -53,9 +53,11 @@ int64_t opLayer(Operation *op);
 void copyPlacementTags(Operation *from, Operation *to);
 
 /// A new bigc.param `name` right after `after` (no std or value), or a
-/// located error naming `pass` when the name is taken.
+/// located error naming `pass` when the name is taken. With `symbols` (the
+/// module's table, kept by a pass that adds many) the name is looked up there
+/// and the new param registered in it, instead of a walk over the module.
 FailureOr<ParamOp> addParamAfter(ParamOp after, StringRef name, Type type, StringRef init, StringRef role,
-                                 StringRef source, StringRef pass);
+                                 StringRef source, StringRef pass, SymbolTable *symbols = nullptr);
 
 } // namespace bigc
 } // namespace mlir
