@@ -134,9 +134,9 @@ static FailureOr<ParamOp> lookupParam(Operation *op, SymbolTableCollection &symb
 LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (getInit() != "copy" || !getSource()) return success();
   Operation *module = (*this)->getParentOp();
-  auto srcParam = module ? dyn_cast_or_null<ParamOp>(symbols.lookupSymbolIn(module, StringAttr::get(getContext(),
-                                                                                                  *getSource())))
-                         : ParamOp();
+  auto srcParam =
+      module ? dyn_cast_or_null<ParamOp>(symbols.lookupSymbolIn(module, StringAttr::get(getContext(), *getSource())))
+             : ParamOp();
   if (!srcParam) return emitOpError("source \"") << *getSource() << "\" does not name a bigc.param";
   // The logical shapes (bigc.full_shape of a shard, bigc-shard) must
   // match: a copy of a sharded master may be whole, or a shard.

@@ -353,9 +353,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         // ZeRO-1/2: the update writes the rank's shard of the compute copy,
         // then every rank gathers the whole copy.
         std::string shardName = (half.getSymName() + ".shard").str();
-        FailureOr<ParamOp> sh =
-            addParamAfter(half, shardName, shardType(half.getType()), "copy", "param", a.getParam(), "bigc-shard",
-                          symbols);
+        FailureOr<ParamOp> sh = addParamAfter(half, shardName, shardType(half.getType()), "copy", "param", a.getParam(),
+                                              "bigc-shard", symbols);
         if (failed(sh)) return failure();
         (*sh)->setAttr(kFullShapeAttrName, OpBuilder(ctx).getDenseI64ArrayAttr(half.getTensorType().getShape()));
         a.setHalfAttr(FlatSymbolRefAttr::get(ctx, shardName));
