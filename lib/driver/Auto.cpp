@@ -195,7 +195,6 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     int64_t tp, pp, dp, k;
   };
   std::vector<Mesh> meshes;
-  std::vector<std::string> meshNotes;
   for (int64_t pp : {1, 2, 4, 8})
     for (int64_t tp : {1, 2, 4, 8}) {
       if ((given("--tp") && tp != base.tp) || (given("--pp") && pp != base.pp)) continue;
@@ -212,7 +211,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   if (meshes.empty())
     throw UserError("--auto: no mesh of " + std::to_string(R) + " ranks trains the global batch of " +
                     std::to_string(r.globalBatch) + " sequences with the model's batch of " + std::to_string(m.batch) +
-                    (base.given.empty() ? "" : " under the flags given") +
+                    (given("--tp") || given("--pp") || given("--micro-batches") ? " under the flags given" : "") +
                     " (the data-parallel ranks x micro-batches must divide it by the model's batch); give "
                     "--global-batch N or regenerate the model with another --batch");
   // Simplest meshes first (they compile fastest and are what a tie prefers).
