@@ -258,13 +258,16 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   struct Measured {
     int64_t device = 0, host = 0;
     double step = 0;
+    bool fits = false;
   };
   auto measure = [&](mlir::ModuleOp module, CompileOptions c, Measured &out) {
     rt::Program p = compileWithChoices(module, c);
-    for (const SpaceFit &f : checkFit(fullestStage(p, c), c)) {
+    std::vector<SpaceFit> fits = checkFit(fullestStage(p, c), c);
+    for (const SpaceFit &f : fits) {
       if (f.space == "device") out.device = f.needed;
       if (f.space == "host") out.host = f.needed;
     }
+    out.fits = allFit(fits);
     out.step = stepOf(p);
     return p;
   };
@@ -275,7 +278,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
       plan.program = measure(parsed, plan.options, w);
       plan.compiled = true;
       ++r.compiled;
-      plan.fits = allFit(checkFit(fullestStage(plan.program, plan.options), plan.options));
+      plan.fits = w.fits;
       plan.deviceBytes = w.device, plan.hostBytes = w.host, plan.stepSeconds = w.step;
       plan.estimated = false;
       if (!plan.fits) {
@@ -537,15 +540,17 @@ std::string paretoSvg(const AutoResult &r) {
     o << "\"/>\n";
   }
   const AutoPlan *chosen = r.chosen >= 0 ? &r.plans[size_t(r.chosen)] : nullptr;
+  auto colour = [&](const AutoPlan *p) {
+    return p == chosen ? "#c0392b" : std::find(front.begin(), front.end(), p) != front.end() ? "#e67e22" : "#2e86c1";
+  };
   for (const AutoPlan *p : fit) {
     const bool onFront = std::find(front.begin(), front.end(), p) != front.end();
-    std::snprintf(buf, sizeof buf,
-                  "<circle cx=\"%g\" cy=\"%g\" r=\"%d\" fill=\"%s\"><title>%s: %s, %s</title></circle>\n",
-                  X(p->stepSeconds), Y(double(p->deviceBytes)), p == chosen ? 6 : 4,
-                  p == chosen ? "#c0392b"
-                  : onFront   ? "#e67e22"
-                              : "#2e86c1",
-                  p->flags.c_str(), ms(p->stepSeconds).c_str(), humanBytes(p->deviceBytes).c_str());
+    std::snprintf(
+        buf, sizeof buf,
+        "<circle cx=\"%g\" cy=\"%g\" r=\"%d\" fill=\"%s\" stroke=\"%s\"><title>%s: %s%s, %s</title></circle>\n",
+        X(p->stepSeconds), Y(double(p->deviceBytes)), p == chosen ? 6 : 4, p->estimated ? "white" : colour(p),
+        colour(p), // estimated from the cut model: hollow
+        p->flags.c_str(), p->estimated ? "~" : "", ms(p->stepSeconds).c_str(), humanBytes(p->deviceBytes).c_str());
     o << buf;
     if (onFront || p == chosen) {
       std::snprintf(buf, sizeof buf, "<text x=\"%g\" y=\"%g\">%s%s</text>\n", X(p->stepSeconds) + 8,

@@ -15,7 +15,8 @@
 #        differ by rounding order stay within the same bound of each other;
 #   fp16 with --loss-scale 1e30: every step skipped on both, the same halving loss scales;
 #   the fp32 nvme programs on the GPU equal tiny-fp32-offload on the GPU (<= 1e-6 relative: the
-#   same kernels and the same host AdamW, the state only kept elsewhere; measured 0), their grads
+#   same kernels and the same host AdamW, the state only kept elsewhere; 0 when both backends of this
+#   script are the CPU's; on an H200 within the bound, the figure not recorded), their grads
 #   (--dump-grads, whole and chunked updates) too.
 # And a plan larger than the GPU is refused with exit status 1 and a message naming GPU memory.
 set -euo pipefail
