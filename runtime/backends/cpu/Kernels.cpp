@@ -5,13 +5,17 @@
 // - Everything else is plain C++ with OpenMP over rows (or over column blocks where a reduction
 //   across rows must stay race-free). No kernel allocates memory: scratch is a small fixed-size
 //   stack array, and nothing grows with T, N or V.
-// - Attention is flash-style: the forward walks the keys of a query row in blocks of kKeyBlock,
-//   keeps a running max and sum (online softmax) and accumulates directly into the output row;
-//   the backward recomputes each probability from q, k and the saved log-sum-exp. The T×T matrix
-//   is never stored.
+// - Attention is FlashAttention-2 on blocks of 64 queries x 64 keys: the forward keeps a running
+//   max and sum per row (online softmax) and accumulates P V into the output rows; the backward
+//   recomputes each block of probabilities from q, k and the saved log-sum-exp. Every product of
+//   blocks is an sgemm (OpenBLAS runs it on the calling thread inside the parallel region). The
+//   T x T matrix is never stored.
+// - exp is fastExp (fast_math.h), which vectorises (libm's is a scalar call); GELU's tanh is written
+//   as a sigmoid, 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), which has no cancellation for u < 0.
 // - Elementwise kernels read element i before writing element i, so the output may alias one
 //   input exactly.
 #include "bigc/Runtime/kernels.h"
+#include "bigc/Runtime/fast_math.h"
 
 #include <algorithm>
 #include <cblas.h>
@@ -29,8 +33,9 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 14;
 // Column block for kernels that reduce over rows (race-free: one thread owns a block of columns).
 constexpr int64_t kColBlock = 32;
-// Keys per block in the attention forward (scores of one block live on the stack).
-constexpr int64_t kKeyBlock = 128;
+// Queries x keys per block of attention (the scores of one block live on the stack: 16 KiB).
+constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kKeyBlock = 64;
 
 inline float dot(const float *a, const float *b, int64_t n) {
   float s = 0.0f;
@@ -245,7 +250,7 @@ void gelu(const float *x, float *y, int64_t n, bool exact) {
   for (int64_t i = 0; i < n; ++i) {
     const float xi = x[i];
     const float u = kGeluS * (xi + kGeluC * xi * xi * xi);
-    y[i] = 0.5f * xi * (1.0f + std::tanh(u));
+    y[i] = xi / (1.0f + fastExp(-2.0f * u)); // 0.5 (1 + tanh u) = sigmoid(2u), no cancellation
   }
 }
 
@@ -264,9 +269,11 @@ void geluGrad(const float *x, const float *dy, float *dx, int64_t n, bool exact)
   for (int64_t i = 0; i < n; ++i) {
     const float xi = x[i];
     const float u = kGeluS * (xi + kGeluC * xi * xi * xi);
-    const float th = std::tanh(u);
+    // With s = sigmoid(2u) = 0.5 (1 + tanh u): 1 - tanh^2 u = 4 s (1 - s), 1 - s = e s, e = exp(-2u).
+    const float e = fastExp(-2.0f * u);
+    const float sg = 1.0f / (1.0f + e);
     const float du = kGeluS * (1.0f + 3.0f * kGeluC * xi * xi);
-    const float g = 0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du;
+    const float g = sg + 2.0f * xi * (sg * (e * sg)) * du;
     dx[i] = dy[i] * g;
   }
 }
@@ -277,14 +284,14 @@ void geluGrad(const float *x, const float *dy, float *dx, int64_t n, bool exact)
 
 void silu(const float *x, float *y, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + fastExp(-x[i]));
 }
 
 // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
 void siluGrad(const float *x, const float *dy, float *dx, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const float s = 1.0f / (1.0f + std::exp(-x[i]));
+    const float s = fastSigmoid(x[i]);
     dx[i] = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
   }
 }
@@ -292,7 +299,7 @@ void siluGrad(const float *x, const float *dy, float *dx, int64_t n) {
 void swiglu(const float *g, const float *u, float *y, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const float a = g[i] / (1.0f + std::exp(-g[i]));
+    const float a = g[i] / (1.0f + fastExp(-g[i]));
     y[i] = a * u[i];
   }
 }
@@ -301,8 +308,9 @@ void swigluGrad(const float *g, const float *u, const float *dy, float *dg, floa
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i], ui = u[i], d = dy[i];
-    const float s = 1.0f / (1.0f + std::exp(-gi));
-    const float a = gi / (1.0f + std::exp(-gi));
+    const float e = fastExp(-gi);
+    const float s = 1.0f / (1.0f + e);
+    const float a = gi / (1.0f + e);
     dg[i] = (d * ui) * (s * (1.0f + gi * (1.0f - s)));
     du[i] = d * a;
   }
@@ -389,57 +397,106 @@ void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, 
 //
 // lse[b,h,t] = log sum_j exp(scale * q_t . k_j) over the keys row t sees.
 
+namespace {
+// One block of scores, row-major [rows x cols], rows <= kQueryBlock, cols <= kKeyBlock, with its
+// leading dimension kKeyBlock: S = scale * Q K^T through sgemm (single-threaded inside the parallel
+// region), then the causal and window masks as -inf. Returns false when every entry is masked.
+void scoreBlock(const AttentionGeometry &g, const float *q, const float *k, int64_t t0, int64_t rows, int64_t j0,
+                int64_t cols, float *S) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(cols),
+              static_cast<blasint>(g.D), g.scale, q, static_cast<blasint>(g.sq), k, static_cast<blasint>(g.skv), 0.0f,
+              S, static_cast<blasint>(kKeyBlock));
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const bool causalCut = j0 + cols - 1 > t0;                                // some key after some query
+  const bool windowCut = g.window > 0 && j0 < t0 + rows - 1 - g.window + 1; // some key before a window
+  if (!causalCut && !windowCut) return;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t t = t0 + i;
+    const int64_t lo = g.window > 0 ? t - g.window + 1 : 0;
+    float *Si = S + i * kKeyBlock;
+    for (int64_t j = 0; j < cols; ++j)
+      if (j0 + j > t || j0 + j < lo) Si[j] = ninf;
+  }
+}
+
+// The key blocks a query block [t0, t1) sees: [first, t1) with first the window's start.
+inline int64_t firstKey(const AttentionGeometry &g, int64_t t0) {
+  return g.window > 0 ? std::max<int64_t>(0, t0 - g.window + 1) : 0;
+}
+} // namespace
+
 void attention(const AttentionGeometry &g, const float *qp, const float *kp, const float *vp, float *out, float *lse) {
   const int64_t B = g.B, T = g.T, H = g.H, hs = g.D;
-  const float sc = g.scale;
-#pragma omp parallel for collapse(3) schedule(dynamic, 16) if (B * H * T * T * hs >= kParallelMin)
+  const int64_t nq = (T + kQueryBlock - 1) / kQueryBlock;
+  // Work grows with the query block's index (causal): the last blocks first, handed out one at a
+  // time, keeps both threads busy to the end.
+#pragma omp parallel for collapse(3) schedule(dynamic, 1) if (B * H * T * T * hs >= kParallelMin)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t) {
+      for (int64_t qbRev = 0; qbRev < nq; ++qbRev) {
+        const int64_t qb = nq - 1 - qbRev;
+        const int64_t t0 = qb * kQueryBlock, rows = std::min(T, t0 + kQueryBlock) - t0;
         const int64_t kh = g.kvHead(h);
-        const float *q = qp + (b * T + t) * g.sq + h * hs;
+        const float *q = qp + (b * T + t0) * g.sq + h * hs;
         const float *kb = kp + b * T * g.skv + kh * hs, *vb = vp + b * T * g.skv + kh * hs;
-        float *o = out + (b * T + t) * g.so + h * hs;
-        for (int64_t d = 0; d < hs; ++d) o[d] = 0.0f;
-        float m = -std::numeric_limits<float>::infinity();
-        float l = 0.0f;
-        float s[kKeyBlock];
-        const int64_t jFirst = g.window > 0 ? std::max<int64_t>(0, t - g.window + 1) : 0;
-        for (int64_t j0 = jFirst; j0 <= t; j0 += kKeyBlock) {
-          const int64_t j1 = std::min(t + 1, j0 + kKeyBlock);
-          float bmax = -std::numeric_limits<float>::infinity();
-          for (int64_t j = j0; j < j1; ++j) {
-            const float v = sc * dot(q, kb + j * g.skv, hs);
-            s[j - j0] = v;
-            bmax = std::max(bmax, v);
-          }
-          const float mNew = std::max(m, bmax);
-          if (mNew > m && l > 0.0f) { // rescale what was accumulated under the old max
-            const float corr = std::exp(m - mNew);
-            l *= corr;
-            scaleInPlace(o, corr, hs);
-          }
-          m = mNew;
-          for (int64_t j = j0; j < j1; ++j) {
-            const float p = std::exp(s[j - j0] - m);
-            l += p;
-            axpy(p, vb + j * g.skv, o, hs);
-          }
+        float *o = out + (b * T + t0) * g.so + h * hs;
+        float S[kQueryBlock * kKeyBlock];
+        float m[kQueryBlock], l[kQueryBlock];
+        for (int64_t i = 0; i < rows; ++i) {
+          m[i] = -std::numeric_limits<float>::infinity();
+          l[i] = 0.0f;
+          std::memset(o + i * g.so, 0, sizeof(float) * hs);
         }
-        scaleInPlace(o, 1.0f / l, hs);
-        lse[(b * H + h) * T + t] = m + std::log(l);
+        for (int64_t j0 = firstKey(g, t0); j0 < t0 + rows; j0 += kKeyBlock) {
+          const int64_t cols = std::min(t0 + rows, j0 + kKeyBlock) - j0;
+          scoreBlock(g, q, kb + j0 * g.skv, t0, rows, j0, cols, S);
+          for (int64_t i = 0; i < rows; ++i) {
+            float *Si = S + i * kKeyBlock;
+            float bmax = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : bmax)
+            for (int64_t j = 0; j < cols; ++j) bmax = std::max(bmax, Si[j]);
+            const float mNew = std::max(m[i], bmax);
+            if (mNew == -std::numeric_limits<float>::infinity()) { // nothing seen yet on this row
+              for (int64_t j = 0; j < cols; ++j) Si[j] = 0.0f;
+              continue;
+            }
+            if (mNew > m[i] && l[i] > 0.0f) { // rescale what was accumulated under the old max
+              const float corr = fastExp(m[i] - mNew);
+              l[i] *= corr;
+              scaleInPlace(o + i * g.so, corr, hs);
+            }
+            m[i] = mNew;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < cols; ++j) {
+              const float p = fastExp(Si[j] - mNew);
+              Si[j] = p;
+              sum += p;
+            }
+            l[i] += sum;
+          }
+          // O += P V
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), static_cast<blasint>(hs),
+                      static_cast<blasint>(cols), 1.0f, S, static_cast<blasint>(kKeyBlock), vb + j0 * g.skv,
+                      static_cast<blasint>(g.skv), 1.0f, o, static_cast<blasint>(g.so));
+        }
+        for (int64_t i = 0; i < rows; ++i) {
+          scaleInPlace(o + i * g.so, 1.0f / l[i], hs);
+          lse[(b * H + h) * T + t0 + i] = m[i] + std::log(l[i]);
+        }
       }
 }
 
 // Per (b, key/value head) (dk, dv accumulate over the query rows of every query head reading that
-// key/value head, so they belong to one thread):
+// key/value head, and dq over the key blocks, so all of them belong to one thread), FlashAttention-2's
+// backward on blocks of kQueryBlock queries x kKeyBlock keys, each product an sgemm:
 //   D_t = dout_t . out_t
-//   p_tj = exp(scale q_t.k_j - lse_t), dp_tj = dout_t . v_j, ds_tj = p_tj (dp_tj - D_t)
-//   dq_t += scale ds_tj k_j; dk_j += scale ds_tj q_t; dv_j += p_tj dout_t
+//   P = exp(scale Q K^T - lse), dV += P^T dO, dP = dO V^T, dS = P (dP - D),
+//   dQ += scale dS K, dK += scale dS^T Q
 void attentionGrad(const AttentionGeometry &g, const float *dout, const float *qp, const float *kp, const float *vp,
                    const float *out, const float *lse, float *dqp, float *dkp, float *dvp) {
   const int64_t B = g.B, T = g.T, H = g.H, hs = g.D, Hkv = g.Hkv;
-  const float sc = g.scale;
+  const int64_t nq = (T + kQueryBlock - 1) / kQueryBlock;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (B * H * T * T * hs >= kParallelMin)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t kh = 0; kh < Hkv; ++kh) {
@@ -447,28 +504,49 @@ void attentionGrad(const AttentionGeometry &g, const float *dout, const float *q
         std::memset(dkp + (b * T + t) * g.skv + kh * hs, 0, sizeof(float) * hs);
         std::memset(dvp + (b * T + t) * g.skv + kh * hs, 0, sizeof(float) * hs);
       }
+      const float *kb = kp + b * T * g.skv + kh * hs, *vb = vp + b * T * g.skv + kh * hs;
+      float *dkb = dkp + b * T * g.skv + kh * hs, *dvb = dvp + b * T * g.skv + kh * hs;
+      float S[kQueryBlock * kKeyBlock], dP[kQueryBlock * kKeyBlock], D[kQueryBlock];
       for (int64_t h = 0; h < H; ++h) {
         if (g.kvHead(h) != kh) continue;
         for (int64_t t = 0; t < T; ++t) std::memset(dqp + (b * T + t) * g.sq + h * hs, 0, sizeof(float) * hs);
-        for (int64_t t = 0; t < T; ++t) {
-          const float *q = qp + (b * T + t) * g.sq + h * hs;
-          float *dq = dqp + (b * T + t) * g.sq + h * hs;
-          const float *dor = dout + (b * T + t) * g.so + h * hs;
-          const float *orow = out + (b * T + t) * g.so + h * hs;
-          const float L = lse[(b * H + h) * T + t];
-          const float D = dot(dor, orow, hs);
-          const int64_t jFirst = g.window > 0 ? std::max<int64_t>(0, t - g.window + 1) : 0;
-          for (int64_t j = jFirst; j <= t; ++j) {
-            const float *k = kp + (b * T + j) * g.skv + kh * hs;
-            const float *v = vp + (b * T + j) * g.skv + kh * hs;
-            float *dk = dkp + (b * T + j) * g.skv + kh * hs;
-            float *dv = dvp + (b * T + j) * g.skv + kh * hs;
-            const float p = std::exp(sc * dot(q, k, hs) - L);
-            const float dp = dot(dor, v, hs);
-            const float ds = sc * p * (dp - D);
-            axpy(ds, k, dq, hs);
-            axpy(ds, q, dk, hs);
-            axpy(p, dor, dv, hs);
+        for (int64_t qb = 0; qb < nq; ++qb) {
+          const int64_t t0 = qb * kQueryBlock, rows = std::min(T, t0 + kQueryBlock) - t0;
+          const float *q = qp + (b * T + t0) * g.sq + h * hs;
+          const float *dO = dout + (b * T + t0) * g.so + h * hs;
+          const float *O = out + (b * T + t0) * g.so + h * hs;
+          const float *L = lse + (b * H + h) * T + t0;
+          float *dq = dqp + (b * T + t0) * g.sq + h * hs;
+          for (int64_t i = 0; i < rows; ++i) D[i] = dot(dO + i * g.so, O + i * g.so, hs);
+          for (int64_t j0 = firstKey(g, t0); j0 < t0 + rows; j0 += kKeyBlock) {
+            const int64_t cols = std::min(t0 + rows, j0 + kKeyBlock) - j0;
+            scoreBlock(g, q, kb + j0 * g.skv, t0, rows, j0, cols, S);
+            for (int64_t i = 0; i < rows; ++i) {
+              float *Si = S + i * kKeyBlock;
+              const float Li = L[i];
+#pragma omp simd
+              for (int64_t j = 0; j < cols; ++j) Si[j] = fastExp(Si[j] - Li); // masked: exp(-inf) = 0
+            }
+            const auto ib = [](int64_t v) { return static_cast<blasint>(v); };
+            // dV_j += P^T dO
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ib(cols), ib(hs), ib(rows), 1.0f, S, ib(kKeyBlock), dO,
+                        ib(g.so), 1.0f, dvb + j0 * g.skv, ib(g.skv));
+            // dP = dO V_j^T
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ib(rows), ib(cols), ib(hs), 1.0f, dO, ib(g.so),
+                        vb + j0 * g.skv, ib(g.skv), 0.0f, dP, ib(kKeyBlock));
+            // dS = scale P (dP - D), in dP
+            for (int64_t i = 0; i < rows; ++i) {
+              const float *Si = S + i * kKeyBlock;
+              float *dPi = dP + i * kKeyBlock;
+              const float Di = D[i];
+#pragma omp simd
+              for (int64_t j = 0; j < cols; ++j) dPi[j] = g.scale * Si[j] * (dPi[j] - Di);
+            }
+            // dQ += dS K_j; dK_j += dS^T Q
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ib(rows), ib(hs), ib(cols), 1.0f, dP, ib(kKeyBlock),
+                        kb + j0 * g.skv, ib(g.skv), 1.0f, dq, ib(g.sq));
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ib(cols), ib(hs), ib(rows), 1.0f, dP, ib(kKeyBlock), q,
+                        ib(g.sq), 1.0f, dkb + j0 * g.skv, ib(g.skv));
           }
         }
       }
@@ -553,14 +631,26 @@ void concat(const float *const *xs, float *y, int64_t outer, int64_t inner, int6
 // Loss
 
 namespace {
-// log Σ_j exp(row[j]), stable (the row's max taken out), summed in double.
-double rowLogSumExp(const float *row, int64_t V) {
+// The row's max, vectorised (a NaN in the row comes out of the sum below).
+float rowMax(const float *row, int64_t V) {
   float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
   for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
+  return mx;
+}
+
+// Σ_j exp(row[j] - mx), each term in fp32, summed in double.
+double rowSumExp(const float *row, int64_t V, float mx) {
   double s = 0.0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < V; ++j) s += static_cast<double>(std::exp(row[j] - mx));
-  return std::log(s) + static_cast<double>(mx);
+  for (int64_t j = 0; j < V; ++j) s += static_cast<double>(fastExp(row[j] - mx));
+  return s;
+}
+
+// log Σ_j exp(row[j]), stable (the row's max taken out), summed in double.
+double rowLogSumExp(const float *row, int64_t V) {
+  const float mx = rowMax(row, V);
+  return std::log(rowSumExp(row, V, mx)) + static_cast<double>(mx);
 }
 } // namespace
 
@@ -588,14 +678,10 @@ void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, 
   for (int64_t n = 0; n < N; ++n) {
     const float *row = logits + n * V;
     float *drow = dlogits + n * V;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < V; ++j) s += static_cast<double>(std::exp(row[j] - mx));
-    const float f = g / static_cast<float>(s);
+    const float mx = rowMax(row, V);
+    const float f = g / static_cast<float>(rowSumExp(row, V, mx));
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j) drow[j] = std::exp(row[j] - mx) * f;
+    for (int64_t j = 0; j < V; ++j) drow[j] = fastExp(row[j] - mx) * f;
     const int64_t tgt = targets[n];
     if (tgt >= 0 && tgt < V) drow[tgt] -= g;
   }
@@ -628,7 +714,7 @@ void vocabCeStatsGrad(const float *dstats, const float *logits, const int32_t *t
     float *drow = dlogits + n * V;
     const float lse = stats[2 * n], g = dstats[2 * n];
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j) drow[j] = g * std::exp(row[j] - lse);
+    for (int64_t j = 0; j < V; ++j) drow[j] = g * fastExp(row[j] - lse);
     const int64_t t = int64_t(targets[n]) - offset;
     if (t >= 0 && t < V) drow[t] += dstats[2 * n + 1];
   }
