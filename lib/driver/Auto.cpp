@@ -163,6 +163,7 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
   std::string f;
   auto add = [&](const std::string &s) { f += (f.empty() ? "" : " ") + s; };
   add("--ranks " + std::to_string(c.ranks));
+  if (c.precision != base.precision) add("--precision " + toString(c.precision));
   if (c.tp > 1) add("--tp " + std::to_string(c.tp));
   if (c.pp > 1) add("--pp " + std::to_string(c.pp));
   if (c.zero > 0) add("--zero " + std::to_string(c.zero));
@@ -176,7 +177,8 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
 
 } // namespace
 
-AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const std::string &command) {
+AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const std::string &command,
+                      const AutoScope &scope) {
   if (!base.haveHardware)
     throw UserError("--auto needs --hardware NAME|FILE: the machine's memory and speeds are what it chooses by");
   auto t0 = std::chrono::steady_clock::now();
@@ -225,8 +227,9 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   using RP = RecomputePolicy;
   std::vector<Tech> techs = {{RP::None, Offload::None}, {RP::Selective, Offload::None}, {RP::Full, Offload::None},
                              {RP::None, Offload::CPU},  {RP::Selective, Offload::CPU},  {RP::Full, Offload::CPU}};
-  if (base.nvmeCapacity > 0 && !base.nvmePath.empty()) techs.push_back({RP::Full, Offload::NVMe});
-  if (base.nvmeCapacity > 0 && base.nvmePath.empty())
+  if (base.nvmeCapacity > 0 && (!base.nvmePath.empty() || scope.driveWithoutPath))
+    techs.push_back({RP::Full, Offload::NVMe});
+  if (base.nvmeCapacity > 0 && base.nvmePath.empty() && !scope.driveWithoutPath)
     r.report += "  (the drive is not searched: --offload nvme needs --nvme-path DIR; give it with --auto)\n";
 
   // Each configuration is first estimated from two compiles of the model cut to P and 2P layers
@@ -296,75 +299,80 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     for (int64_t z = 0; z <= 3; ++z)
       if ((mesh.dp > 1 || z == 0) && (!given("--zero") || z == base.zero)) zeros.push_back(z);
     bool meshRefused = false; // the model cannot take this mesh (e.g. a tensor size that does not divide it)
-    for (int64_t z : zeros) {
-      if (meshRefused) break;
-      for (const Tech &t : techs) {
-        if (given("--recompute") && t.recompute != base.recompute) continue;
-        if (given("--offload") && t.offload != base.offload) continue;
-        AutoPlan plan;
-        CompileOptions &c = plan.options;
-        c = base;
-        c.tp = mesh.tp, c.pp = mesh.pp, c.zero = z, c.microBatches = mesh.k;
-        c.recompute = t.recompute, c.offload = t.offload;
-        c.recomputeDrop = -1;
-        if (c.offload != base.offload) c.offloadParams = OffloadParams::Auto;
-        if (c.offload != Offload::None && (c.zero == 1 || c.zero == 2)) c.offloadParams = OffloadParams::Device;
-        c.quiet = true;
-        c.autoSearch = false;
-        plan.flags = techniqueFlags(c, base);
-        ++r.considered;
-        const StateBound lb = stateBound(m, c);
-        auto over = [](int64_t need, int64_t cap) { return cap > 0 && need > cap; };
-        if (over(lb.device, base.deviceCapacity) || over(lb.host, base.hostCapacity) ||
-            over(lb.nvme, base.nvmeCapacity)) {
-          plan.why = "ruled out: its model state alone needs " +
-                     (over(lb.device, base.deviceCapacity) ? gib(lb.device) + " per device"
-                      : over(lb.host, base.hostCapacity)   ? gib(lb.host) + " of host memory"
-                                                           : gib(lb.nvme) + " of the drive");
-          ++r.ruledOut;
-          r.plans.push_back(std::move(plan));
-          continue;
-        }
-        if (elapsed() > budget) {
-          plan.why = "not compiled (the search's time budget is spent)";
-          ++r.skippedForTime;
-          r.plans.push_back(std::move(plan));
-          break; // the next mesh and stage: their cheapest configurations first
-        }
-        const int64_t k1 = c.pp, k2 = 2 * c.pp;
-        mlir::ModuleOp a = cut(k1), b = a ? cut(k2) : nullptr;
-        if (a && b) {
-          try {
-            CompileOptions pc = c;
-            pc.initialWeights.clear();
-            Measured x, y;
-            measure(a, pc, x);
-            measure(b, pc, y);
-            r.proxies += 2;
-            const double f = double(m.layers - k1) / double(k2 - k1);
-            auto at = [&](double u, double v) { return u + (v - u) * f; };
-            plan.deviceBytes = int64_t(at(double(x.device), double(y.device)));
-            plan.hostBytes = int64_t(at(double(x.host), double(y.host)));
-            plan.stepSeconds = at(x.step, y.step);
-            plan.estimated = true;
-            plan.fits = !over(plan.deviceBytes, base.deviceCapacity) && !over(plan.hostBytes, base.hostCapacity);
-            if (!plan.fits)
-              plan.why = "does not fit (estimated: " + gib(plan.deviceBytes) + " a device" +
-                         (plan.hostBytes ? ", " + gib(plan.hostBytes) + " of host" : std::string()) + ")";
-          } catch (const std::exception &e) {
-            plan.why = refusal(e);
+    const std::vector<Precision> precisions =
+        scope.precisions.empty() ? std::vector<Precision>{base.precision} : scope.precisions;
+    for (int64_t z : zeros)
+      for (Precision prec : precisions) {
+        if (meshRefused) break;
+        for (const Tech &t : techs) {
+          if (given("--recompute") && t.recompute != base.recompute) continue;
+          if (given("--offload") && t.offload != base.offload) continue;
+          AutoPlan plan;
+          CompileOptions &c = plan.options;
+          c = base;
+          c.tp = mesh.tp, c.pp = mesh.pp, c.zero = z, c.microBatches = mesh.k;
+          c.recompute = t.recompute, c.offload = t.offload, c.precision = prec;
+          if (c.offload == Offload::NVMe && c.nvmePath.empty()) c.nvmePath = "nvme"; // (the plan does not read it)
+          c.recomputeDrop = -1;
+          if (c.offload != base.offload) c.offloadParams = OffloadParams::Auto;
+          if (c.offload != Offload::None && (c.zero == 1 || c.zero == 2)) c.offloadParams = OffloadParams::Device;
+          c.quiet = true;
+          c.autoSearch = false;
+          plan.flags = techniqueFlags(c, base);
+          ++r.considered;
+          const StateBound lb = stateBound(m, c);
+          auto over = [](int64_t need, int64_t cap) { return cap > 0 && need > cap; };
+          if (over(lb.device, base.deviceCapacity) || over(lb.host, base.hostCapacity) ||
+              over(lb.nvme, base.nvmeCapacity)) {
+            plan.why = "ruled out: its model state alone needs " +
+                       (over(lb.device, base.deviceCapacity) ? gib(lb.device) + " per device"
+                        : over(lb.host, base.hostCapacity)   ? gib(lb.host) + " of host memory"
+                                                             : gib(lb.nvme) + " of the drive");
+            ++r.ruledOut;
+            r.plans.push_back(std::move(plan));
+            continue;
           }
-        } else {
-          compileWhole(plan); // a model that cannot be cut, or of too few layers
+          if (elapsed() > budget) {
+            plan.why = "not compiled (the search's time budget is spent)";
+            ++r.skippedForTime;
+            r.plans.push_back(std::move(plan));
+            break; // the next mesh and stage: their cheapest configurations first
+          }
+          const int64_t k1 = c.pp, k2 = 2 * c.pp;
+          mlir::ModuleOp a = cut(k1), b = a ? cut(k2) : nullptr;
+          if (a && b) {
+            try {
+              CompileOptions pc = c;
+              pc.initialWeights.clear();
+              Measured x, y;
+              measure(a, pc, x);
+              measure(b, pc, y);
+              r.proxies += 2;
+              const double f = double(m.layers - k1) / double(k2 - k1);
+              auto at = [&](double u, double v) { return u + (v - u) * f; };
+              plan.deviceBytes = int64_t(at(double(x.device), double(y.device)));
+              plan.hostBytes = int64_t(at(double(x.host), double(y.host)));
+              plan.stepSeconds = at(x.step, y.step);
+              plan.estimated = true;
+              plan.fits = !over(plan.deviceBytes, base.deviceCapacity) && !over(plan.hostBytes, base.hostCapacity);
+              if (!plan.fits)
+                plan.why = "does not fit (estimated: " + gib(plan.deviceBytes) + " a device" +
+                           (plan.hostBytes ? ", " + gib(plan.hostBytes) + " of host" : std::string()) + ")";
+            } catch (const std::exception &e) {
+              plan.why = refusal(e);
+            }
+          } else {
+            compileWhole(plan); // a model that cannot be cut, or of too few layers
+          }
+          const bool done = plan.fits, failed = plan.why.rfind("internal error", 0) == 0;
+          meshRefused = plan.why.rfind("refused: ", 0) == 0;
+          r.plans.push_back(std::move(plan));
+          if ((done && !scope.everyTechnique) || meshRefused || failed)
+            break; // the cheapest techniques that fit this mesh and stage
         }
-        const bool done = plan.fits, failed = plan.why.rfind("internal error", 0) == 0;
-        meshRefused = plan.why.rfind("refused: ", 0) == 0;
-        r.plans.push_back(std::move(plan));
-        if (done || meshRefused || failed) break; // the cheapest techniques that fit this mesh and stage
       }
-    }
   }
-  // The fastest, compiled whole until three of them fit: the plans kept are real.
+  // The fastest, compiled whole until scope.wholeCompiles (3 for --auto) of them fit: the plans kept are real.
   {
     std::vector<size_t> order;
     for (size_t i = 0; i < r.plans.size(); ++i)
@@ -373,7 +381,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
                      [&](size_t x, size_t y) { return r.plans[x].stepSeconds < r.plans[y].stepSeconds; });
     int real = 0;
     for (size_t i : order) {
-      if (real >= 3) break;
+      if (real >= scope.wholeCompiles) break;
       if (!r.plans[i].estimated) {
         ++real;
         continue;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Capacity.h"
+#include "bigc/Driver/Auto.h"
 #include "bigc/Runtime/ops.h"
 #include "bigc/Dialect/BigcOps.h"
 #include "bigc/Support/format.h"
@@ -115,6 +116,15 @@ std::string pct(double x) {
 std::string secs(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, s < 0.01 ? "%.1e s" : s < 10 ? "%.2f s" : "%.0f s", s);
+  return buf;
+}
+
+std::string stepStr(double s) {
+  char buf[32];
+  if (s < 1e-3)
+    std::snprintf(buf, sizeof buf, "%.0f us", s * 1e6);
+  else
+    std::snprintf(buf, sizeof buf, s < 1.0 ? "%.1f ms" : "%.2f s", s < 1.0 ? s * 1e3 : s);
   return buf;
 }
 
@@ -564,9 +574,71 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
     if (op->getName().getStringRef() == "bigc.attention")
       if (auto h = op->getAttrOfType<mlir::IntegerAttr>("heads")) headsGcd = std::gcd(headsGcd, h.getInt());
   });
-  std::vector<Candidate> cands = candidateOptionSets(o, maxCands, hostOverAny, headsGcd);
+  // With a hardware profile (speeds to rank by): the search of `bigc compile --auto` (Auto.h), wider
+  // (a 16-bit precision too, every technique that fits each mesh and ZeRO stage, the drive without
+  // a path), the global batch kept; its plans compiled whole are the suggestions, fastest first.
+  // Without one, or when that search cannot run: a fixed list of option sets, each compiled.
+  std::vector<Candidate> cands;
   int compiled = 0;
-  {
+  bool searched = false;
+  std::string searchedStr;
+  if (o.haveHardware && maxCands > 0) {
+    CompileOptions base = o;
+    base.given.clear();
+    base.autoSearch = false;
+    base.quiet = true;
+    AutoScope scope;
+    scope.precisions = {o.precision};
+    if (o.precision == Precision::FP32)
+      scope.precisions.push_back(o.hardware.name.rfind("v100", 0) == 0 ? Precision::FP16 : Precision::BF16);
+    scope.driveWithoutPath = true;
+    scope.everyTechnique = true;
+    scope.wholeCompiles = int(std::min<size_t>(maxCands, 6));
+    try {
+      AutoResult r = autoSearch(parsed, base, "", scope);
+      searched = true;
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "searched %d configurations in %.2f s as --auto does: %d ruled out by their model state, %d "
+                    "estimated from compiles of the model cut to a few layers, %d compiled whole",
+                    r.considered, r.seconds, r.ruledOut, r.considered - r.ruledOut - r.skippedForTime, r.compiled);
+      searchedStr = buf;
+      for (const AutoPlan &pl : r.plans) {
+        if (!pl.compiled && !pl.estimated) continue; // ruled out, refused or not reached
+        Candidate c;
+        c.options = pl.options;
+        c.flags = flagsOf(o, pl.options);
+        if (c.flags.empty()) continue; // the user's own options
+        c.compiled = true;
+        c.stepSeconds = pl.stepSeconds;
+        if (pl.fits && !pl.estimated) {
+          const rt::Program &stage = fullestStage(pl.program, pl.options);
+          c.spaces = checkFit(stage, pl.options);
+          c.fits = allFit(c.spaces);
+          c.work = extraWork(stage, pl.options);
+        } else if (!pl.fits) { // its figures, compiled or estimated, for the closest misses
+          auto space = [&](const char *name, int64_t needed) {
+            SpaceFit f;
+            f.space = name, f.needed = needed, f.capacity = spaceCapacity(o, name);
+            f.fits = f.capacity <= 0 || needed <= f.capacity;
+            c.spaces.push_back(f);
+          };
+          space("device", pl.deviceBytes);
+          if (pl.hostBytes > 0) space("host", pl.hostBytes);
+        } else {
+          continue; // estimated to fit, not compiled whole: not a suggestion to paste
+        }
+        cands.push_back(std::move(c));
+        ++compiled;
+      }
+    } catch (const UserError &) {
+      searched = false; // no mesh keeps the global batch, ...: the fixed list below
+      cands.clear();
+      compiled = 0;
+    }
+  }
+  if (!searched) cands = candidateOptionSets(o, maxCands, hostOverAny, headsGcd);
+  if (!searched) {
     mlir::ScopedDiagnosticHandler quiet(parsed->getContext(), [](mlir::Diagnostic &) { return mlir::success(); });
     for (auto &c : cands) {
       // Bounded: big models take seconds per compile; stop trying after 60 s.
@@ -604,8 +676,9 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   std::vector<const Candidate *> good, bad;
   for (const auto &c : cands)
     if (c.compiled) (c.fits ? good : bad).push_back(&c);
-  std::stable_sort(good.begin(), good.end(),
-                   [](const Candidate *a, const Candidate *b) { return a->work.seconds < b->work.seconds; });
+  // Searched: by the cost model's step; the fixed list: by the work added to the step.
+  auto cost = [&](const Candidate *c) { return searched ? c->stepSeconds : c->work.seconds; };
+  std::stable_sort(good.begin(), good.end(), [&](const Candidate *a, const Candidate *b) { return cost(a) < cost(b); });
   // A fitting set that adds flags to a cheaper one without saving memory in any space says
   // nothing new (e.g. --recompute auto that recomputes nothing): leave it out.
   auto needed = [](const Candidate *c, const std::string &space) {
@@ -614,8 +687,8 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
     return int64_t(0);
   };
   auto dominates = [&](const Candidate *d, const Candidate *c) {
-    if (d->flags.size() >= c->flags.size() || d->work.seconds > c->work.seconds) return false;
-    if (d->options.tp != c->options.tp) return false; // another global batch: not comparable
+    if (d->flags.size() >= c->flags.size() || cost(d) > cost(c)) return false;
+    if (!searched && d->options.tp != c->options.tp) return false; // another global batch: not comparable
     for (const auto &f : c->spaces)
       if (needed(d, f.space) > f.needed) return false;
     for (const auto &f : d->spaces)
@@ -642,9 +715,19 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   std::snprintf(triedStr, sizeof triedStr, "tried %d option set%s in %.2f s", compiled, compiled == 1 ? "" : "s", took);
   os << "\n  options that would make it fit:\n";
   size_t fw = 10;
-  for (const auto *c : good) fw = std::max(fw, c->flags.size() + 2);
-  for (const auto *c : bad) fw = std::max(fw, c->flags.size() + 2);
-  if (!good.empty()) {
+  for (size_t i = 0; i < good.size() && i < maxCands; ++i) fw = std::max(fw, good[i]->flags.size() + 2);
+  for (size_t i = 0; i < bad.size() && i < maxCands; ++i) fw = std::max(fw, bad[i]->flags.size() + 2);
+  if (!good.empty() && searched) {
+    for (size_t i = 0; i < good.size() && i < maxCands; ++i)
+      os << "    " << padRight(good[i]->flags, fw) << bytesBySpace(good[i]->spaces) << "; step "
+         << stepStr(good[i]->stepSeconds) << ", " << workStr(good[i]->work) << "\n";
+    if (good.size() > maxCands)
+      os << "    (and " << good.size() - maxCands << " more that fit, slower; bigc compile --auto lists them all with "
+         << "BIGC_AUTO_ALL=1)\n";
+    os << "    (" << searchedStr << "; fastest first by the cost model's step on " << o.hardware.name
+       << ", the global batch kept)\n";
+    os << "  other ways:\n";
+  } else if (!good.empty()) {
     for (const auto *c : good)
       os << "    " << padRight(c->flags, fw) << bytesBySpace(c->spaces) << "; " << workStr(c->work) << "\n";
     os << "    (" << triedStr
@@ -698,8 +781,9 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
     else if (compiled == 0)
       os << "    (none of the " << cands.size() << " other option sets could be compiled)\n";
     else
-      os << "    - none of the option sets tried fits (" << triedStr << "):\n";
-    for (const auto *c : bad) os << "        " << padRight(c->flags, fw) << bytesBySpace(c->spaces) << "\n";
+      os << "    - none of the option sets tried fits (" << (searched ? searchedStr : std::string(triedStr)) << "):\n";
+    for (size_t i = 0; i < bad.size() && i < maxCands; ++i)
+      os << "        " << padRight(bad[i]->flags, fw) << bytesBySpace(bad[i]->spaces) << "\n";
   }
   if (tried) *tried = cands;
   return os.str();

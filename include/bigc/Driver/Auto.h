@@ -45,11 +45,22 @@ struct AutoResult {
   std::string report; // the text bigc compile prints
 };
 
+// What a search covers beyond --auto's own (the not-fit table of Capacity.h uses the same search,
+// wider: it suggests a 16-bit precision too, the drive without --nvme-path, and every technique
+// that fits rather than the cheapest of each mesh and ZeRO stage).
+struct AutoScope {
+  std::vector<mlir::bigc::Precision> precisions; // empty: base.precision only (--auto keeps the precision)
+  bool driveWithoutPath = false;                 // --offload nvme searched when the profile has a drive, path or not
+  bool everyTechnique = false;                   // go on past the first technique that fits a mesh and ZeRO stage
+  int wholeCompiles = 3;                         // the fastest plans compiled whole (the plans kept are these)
+};
+
 // Searches on `parsed` from the user's options `base` (which flags were given: base.given).
 // Throws rt::UserError when the search cannot run (no hardware profile, a global batch no mesh
 // divides). `command` is the user's command line without --auto and --pareto (for the line to
 // paste).
-AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const std::string &command);
+AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const std::string &command,
+                      const AutoScope &scope = {});
 
 // The Pareto front of the fitting plans (device memory against step time) as an SVG picture.
 std::string paretoSvg(const AutoResult &r);

@@ -93,7 +93,8 @@ struct Candidate {
   bool fits = false;
   std::vector<SpaceFit> spaces;
   ExtraWork work;
-  std::string why; // when it was not compiled: the first line of the error
+  double stepSeconds = 0; // the cost model's step (the not-fit table's search; 0 for the fixed list)
+  std::string why;        // when it was not compiled: the first line of the error
 };
 
 // Candidate option sets derived from `o` (at most `maxCandidates`, none equal to `o`), in the
