@@ -25,6 +25,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <algorithm>
 #include <chrono>
@@ -107,9 +108,16 @@ mlir::OwningOpRef<mlir::ModuleOp> truncated(mlir::ModuleOp parsed, int64_t k, in
     if (!(*it)->use_empty()) return nullptr; // a later layer's value used outside the cut
     (*it)->erase();
   }
+  // The parameters no op refers to any more: every symbol use collected in one walk (asking each
+  // parameter's uses walked the whole module once per parameter: 40% of gpt2-xl's search).
+  llvm::DenseSet<mlir::StringAttr> used;
+  owned->walk([&](mlir::Operation *op) {
+    if (!mlir::isa<mlir::bigc::ParamOp>(op))
+      op->getAttrDictionary().walk([&](mlir::SymbolRefAttr r) { used.insert(r.getRootReference()); });
+  });
   std::vector<mlir::Operation *> unused;
   for (auto p : owned->getOps<mlir::bigc::ParamOp>())
-    if (mlir::SymbolTable::symbolKnownUseEmpty(p.getOperation(), *owned)) unused.push_back(p.getOperation());
+    if (!used.contains(p.getSymNameAttr())) unused.push_back(p.getOperation());
   for (mlir::Operation *p : unused) p->erase();
   return owned;
 }
