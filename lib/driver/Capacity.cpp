@@ -119,15 +119,6 @@ std::string secs(double s) {
   return buf;
 }
 
-std::string stepStr(double s) {
-  char buf[32];
-  if (s < 1e-3)
-    std::snprintf(buf, sizeof buf, "%.0f us", s * 1e6);
-  else
-    std::snprintf(buf, sizeof buf, s < 1.0 ? "%.1f ms" : "%.2f s", s < 1.0 ? s * 1e3 : s);
-  return buf;
-}
-
 std::string workStr(const ExtraWork &w) {
   std::string s;
   if (w.flopsAdded > 0)
@@ -720,7 +711,7 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
   if (!good.empty() && searched) {
     for (size_t i = 0; i < good.size() && i < maxCands; ++i)
       os << "    " << padRight(good[i]->flags, fw) << bytesBySpace(good[i]->spaces) << "; step "
-         << stepStr(good[i]->stepSeconds) << ", " << workStr(good[i]->work) << "\n";
+         << durationStr(good[i]->stepSeconds) << ", " << workStr(good[i]->work) << "\n";
     if (good.size() > maxCands)
       os << "    (and " << good.size() - maxCands << " more that fit, slower; bigc compile --auto lists them all with "
          << "BIGC_AUTO_ALL=1)\n";

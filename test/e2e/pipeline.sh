@@ -106,8 +106,11 @@ check("one rank learns", len(base) == 10 and base[-1] < base[0] - 0.05, f"loss {
 # differences. Measured here (2026-11-25): fp32 losses 9.3e-8 to 1.95e-7 (about one ulp of a loss
 # near 5), weights 2.2e-6 to 6.7e-6 of the update; bf16 (pp 4 x dp 2) 2.2e-4 and 1.2e-2 (1.5e-4 before
 # the tied weight's two gradient parts were accumulated apart in f32; one rank adds them in bf16
-# each micro-batch), so the shared bf16 bound is 1.45x that here.
-F32, BF16, FP16 = (4e-7, 2e-5), (3.2e-4, 6e-2), (4.5e-4, 2e-2)
+# each micro-batch), so the shared bf16 bound is 1.45x that here. After the CPU kernels' vectorised
+# exp and blocked attention (2026-11-26) the bf16 losses differ by 4.2e-4 (a different rounding of
+# the fp32 values before each bf16 cast; the fp32 pairs stay within their bounds): the loss bound
+# is 1.45x that.
+F32, BF16, FP16 = (4e-7, 2e-5), (6.1e-4, 6e-2), (4.5e-4, 2e-2)
 pairs = [(n, "one", *F32) for n in ["pp2", "pp2_gpipe", "pp4", "pp8", "pp4_split", "pp4_zb", "pp4_il", "pp2_dp2_il4_z1", "pp2_dp2_z2_zb",
                                      "pp2_dp4_z1", "pp2_dp4_z3",
                                      "pp4_dp2_z1", "pp2_tp2_dp2_sp", "pp2_rc", "pp2_dp2_off", "pp2_dp2_z2_rcs"]]
