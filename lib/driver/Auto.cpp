@@ -42,6 +42,7 @@ namespace {
 
 using mlir::bigc::Offload;
 using mlir::bigc::OffloadParams;
+using mlir::bigc::PpSchedule;
 using mlir::bigc::Precision;
 using mlir::bigc::RecomputePolicy;
 using mlir::bigc::toString;
@@ -174,6 +175,9 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
   if (c.precision != base.precision) add("--precision " + toString(c.precision));
   if (c.tp > 1) add("--tp " + std::to_string(c.tp));
   if (c.pp > 1) add("--pp " + std::to_string(c.pp));
+  if (c.pp > 1 && c.ppSchedule != base.ppSchedule) add("--pp-schedule " + toString(c.ppSchedule));
+  if (c.pp > 1 && c.ppSchedule == PpSchedule::Interleaved && c.virtualStages != 2)
+    add("--virtual-stages " + std::to_string(c.virtualStages));
   if (c.zero > 0) add("--zero " + std::to_string(c.zero));
   if (c.microBatches > 1) add("--micro-batches " + std::to_string(c.microBatches));
   if (c.recompute != RecomputePolicy::None) add("--recompute " + toString(c.recompute));
@@ -302,6 +306,40 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
       plan.fits = false;
     }
   };
+  auto over = [](int64_t need, int64_t cap) { return cap > 0 && need > cap; };
+  // A configuration's figures from the model cut to U and 2U layers (U: its stages, times the model
+  // chunks of a stage under the interleaved schedule), extrapolated to every layer; a model that
+  // cannot be cut (or has too few layers) is compiled whole.
+  auto estimate = [&](AutoPlan &plan) {
+    const CompileOptions &c = plan.options;
+    const int64_t unit = c.pp * (c.ppSchedule == PpSchedule::Interleaved ? c.virtualStages : 1);
+    const int64_t k1 = unit, k2 = 2 * unit;
+    mlir::ModuleOp a = cut(k1), b = a ? cut(k2) : nullptr;
+    if (!a || !b) {
+      compileWhole(plan);
+      return;
+    }
+    try {
+      CompileOptions pc = c;
+      pc.initialWeights.clear();
+      Measured x, y;
+      measure(a, pc, x);
+      measure(b, pc, y);
+      r.proxies += 2;
+      const double f = double(m.layers - k1) / double(k2 - k1);
+      auto at = [&](double u, double v) { return u + (v - u) * f; };
+      plan.deviceBytes = int64_t(at(double(x.device), double(y.device)));
+      plan.hostBytes = int64_t(at(double(x.host), double(y.host)));
+      plan.stepSeconds = at(x.step, y.step);
+      plan.estimated = true;
+      plan.fits = !over(plan.deviceBytes, base.deviceCapacity) && !over(plan.hostBytes, base.hostCapacity);
+      if (!plan.fits)
+        plan.why = "does not fit (estimated: " + gib(plan.deviceBytes) + " a device" +
+                   (plan.hostBytes ? ", " + gib(plan.hostBytes) + " of host" : std::string()) + ")";
+    } catch (const std::exception &e) {
+      plan.why = refusal(e);
+    }
+  };
   for (const Mesh &mesh : meshes) {
     std::vector<int64_t> zeros;
     for (int64_t z = 0; z <= 3; ++z)
@@ -329,7 +367,6 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           plan.flags = techniqueFlags(c, base);
           ++r.considered;
           const StateBound lb = stateBound(m, c);
-          auto over = [](int64_t need, int64_t cap) { return cap > 0 && need > cap; };
           if (over(lb.device, base.deviceCapacity) || over(lb.host, base.hostCapacity) ||
               over(lb.nvme, base.nvmeCapacity)) {
             plan.why = "ruled out: its model state alone needs " +
@@ -346,32 +383,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
             r.plans.push_back(std::move(plan));
             break; // the next mesh and stage: their cheapest configurations first
           }
-          const int64_t k1 = c.pp, k2 = 2 * c.pp;
-          mlir::ModuleOp a = cut(k1), b = a ? cut(k2) : nullptr;
-          if (a && b) {
-            try {
-              CompileOptions pc = c;
-              pc.initialWeights.clear();
-              Measured x, y;
-              measure(a, pc, x);
-              measure(b, pc, y);
-              r.proxies += 2;
-              const double f = double(m.layers - k1) / double(k2 - k1);
-              auto at = [&](double u, double v) { return u + (v - u) * f; };
-              plan.deviceBytes = int64_t(at(double(x.device), double(y.device)));
-              plan.hostBytes = int64_t(at(double(x.host), double(y.host)));
-              plan.stepSeconds = at(x.step, y.step);
-              plan.estimated = true;
-              plan.fits = !over(plan.deviceBytes, base.deviceCapacity) && !over(plan.hostBytes, base.hostCapacity);
-              if (!plan.fits)
-                plan.why = "does not fit (estimated: " + gib(plan.deviceBytes) + " a device" +
-                           (plan.hostBytes ? ", " + gib(plan.hostBytes) + " of host" : std::string()) + ")";
-            } catch (const std::exception &e) {
-              plan.why = refusal(e);
-            }
-          } else {
-            compileWhole(plan); // a model that cannot be cut, or of too few layers
-          }
+          estimate(plan);
           const bool done = plan.fits, failed = plan.why.rfind("internal error", 0) == 0;
           meshRefused = plan.why.rfind("refused: ", 0) == 0;
           r.plans.push_back(std::move(plan));
@@ -380,6 +392,39 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
         }
       }
   }
+  // Pipeline schedules: the most promising pipelined plans (1F1B, within 1.5x of the fastest
+  // estimate and at most three) are tried again interleaved (2 model chunks a stage, where the
+  // layers and micro-batches allow: Megatron's virtual stages) and zero-bubble (ZB-H1), each
+  // estimated the same way; a --pp-schedule given pins the schedule.
+  if (!given("--pp-schedule") && !given("--virtual-stages")) {
+    double fastest = 1e300;
+    std::vector<size_t> pipes;
+    for (size_t i = 0; i < r.plans.size(); ++i)
+      if (r.plans[i].fits) fastest = std::min(fastest, r.plans[i].stepSeconds);
+    for (size_t i = 0; i < r.plans.size(); ++i) {
+      const AutoPlan &p = r.plans[i];
+      if (p.fits && p.options.pp > 1 && p.options.ppSchedule == PpSchedule::OneFOneB && p.stepSeconds <= 1.5 * fastest)
+        pipes.push_back(i);
+    }
+    std::stable_sort(pipes.begin(), pipes.end(),
+                     [&](size_t x, size_t y) { return r.plans[x].stepSeconds < r.plans[y].stepSeconds; });
+    if (pipes.size() > 3) pipes.resize(3);
+    for (size_t i : pipes)
+      for (PpSchedule sched : {PpSchedule::Interleaved, PpSchedule::ZeroBubble}) {
+        if (elapsed() > budget) break;
+        AutoPlan plan;
+        plan.options = r.plans[i].options;
+        CompileOptions &c = plan.options;
+        c.ppSchedule = sched;
+        c.virtualStages = sched == PpSchedule::Interleaved ? 2 : 1;
+        if (sched == PpSchedule::Interleaved && (m.layers < 2 * c.pp || c.microBatches % c.pp != 0)) continue;
+        plan.flags = techniqueFlags(c, base);
+        ++r.considered;
+        estimate(plan);
+        r.plans.push_back(std::move(plan));
+      }
+  }
+
   // The fastest, compiled whole until scope.wholeCompiles (3 for --auto) of them fit: the plans kept are real.
   {
     std::vector<size_t> order;

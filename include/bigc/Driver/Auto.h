@@ -1,7 +1,8 @@
 //===- Auto.h - bigc compile --auto: the compiler chooses the strategy -*- C++ -*-===//
 //
 // `bigc compile model.mlir --auto --hardware H` searches the mesh (data x tensor x pipeline
-// ranks), the ZeRO stage, the micro-batches (the global batch kept), recomputation and offload,
+// ranks; the most promising pipelines again in the interleaved schedule over 2 virtual stages and
+// in zero-bubble), the ZeRO stage, the micro-batches (the global batch kept), recomputation and offload,
 // with the precision and every other option as given; a flag given with --auto pins its
 // dimension. Candidates whose model state alone exceeds a memory space (a lower bound computed
 // from the parameter count) are ruled out before compiling; the others are compiled for real,
