@@ -21,7 +21,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
-from torch_gpt2 import GPT  # noqa: E402  (the same module as the GPU peer)
+from torch_gpt2 import GPT, make_step  # noqa: E402  (the same module and step as the GPU peer)
 
 
 def main():
@@ -41,22 +41,7 @@ def main():
     torch.manual_seed(0)
     model = GPT(a.layers, a.hidden, a.heads, a.vocab, a.seq)
     nparams = sum(p.numel() for p in model.parameters())
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
-    step_model = torch.compile(model) if a.mode == "compile" else model
-    g = torch.Generator()
-    g.manual_seed(1)
-
-    def step():
-        x = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
-        y = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
-        loss = step_model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    step = make_step(model, a.mode, a.vocab, a.batch, a.seq, "cpu")
 
     t0 = time.time()
     for _ in range(a.warmup):

@@ -66,6 +66,31 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))  # fp32 under autocast
 
 
+def make_step(model, mode, vocab, batch, seq, device, autocast=None, fused=None):
+    """One training step of `model` as bigc trains it (AdamW lr 3e-4, betas 0.9/0.95, eps 1e-8, weight
+    decay 0.1 on parameters of rank >= 2 only) on random tokens; `mode` "compile": torch.compile;
+    `autocast`: the dtype of torch.autocast (None: none). Shared with bench/cpu/torch_gpt.py."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=fused)
+    step_model = torch.compile(model) if mode == "compile" else model
+    g = torch.Generator(device=device)
+    g.manual_seed(1)
+
+    def step():
+        x = torch.randint(0, vocab, (batch, seq), device=device, generator=g)
+        y = torch.randint(0, vocab, (batch, seq), device=device, generator=g)
+        with torch.autocast(device_type=device, dtype=autocast, enabled=autocast is not None):
+            loss = step_model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="gpt2", choices=sorted(PRESETS))
@@ -84,23 +109,7 @@ def main():
     dev = "cuda"
     model = GPT(L, C, H, a.vocab, a.seq).to(dev)
     nparams = sum(p.numel() for p in model.parameters())
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    step_model = torch.compile(model) if a.mode == "compile" else model
-    g = torch.Generator(device=dev)
-    g.manual_seed(1)
-
-    def step():
-        x = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev, generator=g)
-        y = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev, generator=g)
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            loss = step_model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    step = make_step(model, a.mode, a.vocab, a.batch, a.seq, dev, autocast=torch.bfloat16, fused=True)
 
     t0 = time.time()
     for _ in range(a.warmup):

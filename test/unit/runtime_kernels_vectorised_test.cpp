@@ -45,7 +45,7 @@ double maxAbs(const VecD &v) {
 
 } // namespace
 
-// Every 1024th float in [-87, 88] (about 2.2 million values): measured 8.3e-8 at most (0.7 of fp32's
+// Every 1024th float in [-87, 88] (about 2.2 million values): measured 7.9e-8 at most (0.66 of fp32's
 // unit roundoff 1.19e-7) on 2026-11-26.
 TEST(FastMath, ExpRelativeError) {
   double worst = 0.0;
@@ -62,7 +62,7 @@ TEST(FastMath, ExpRelativeError) {
   for (uint32_t b = 0; b <= 0x42B00000u; b += 1024) check(b);           // [0, 88]
   for (uint32_t b = 0x80000000u; b <= 0xC2AE0000u; b += 1024) check(b); // [-87, -0]
   EXPECT_GT(n, 2000000);
-  EXPECT_LE(worst, 1.2e-7) << "at x = " << at;
+  EXPECT_LE(worst, 9e-8) << "at x = " << at; // every float of the range: 8.53e-8 (fast_math.h)
 }
 
 TEST(FastMath, ExpSpecialValues) {

@@ -400,7 +400,7 @@ void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, 
 namespace {
 // One block of scores, row-major [rows x cols], rows <= kQueryBlock, cols <= kKeyBlock, with its
 // leading dimension kKeyBlock: S = scale * Q K^T through sgemm (single-threaded inside the parallel
-// region), then the causal and window masks as -inf. Returns false when every entry is masked.
+// region), then the causal and window masks as -inf.
 void scoreBlock(const AttentionGeometry &g, const float *q, const float *k, int64_t t0, int64_t rows, int64_t j0,
                 int64_t cols, float *S) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(cols),
