@@ -69,9 +69,10 @@ compile_configs() {
     i=$((i + 1))
   done
 }
-# With `calibrate` and several rounds, a second calibration before round 2 and the geometric mean of
-# the two for each figure: one calibration in one of the machine's slow (or fast) spells would
-# otherwise make every estimate long (or short).
+# With `calibrate` and several rounds, a second calibration before round 2 and the faster figure of
+# the two for each rate (the shorter for each latency), as each configuration's faster round counts:
+# a calibration in one of the machine's slow spells made every estimate up to 44% long (CI,
+# 2026-11-26), the geometric mean of two did not prevent it.
 calibrate() {
   "$BIN/bigc" calibrate -o "$W/cal$1.json" --seconds "${CALIBRATE_SECONDS:-0.5}" >&2
   if [ "$1" = 1 ]; then
@@ -81,14 +82,18 @@ calibrate() {
   /usr/bin/python3 - "$W/cal1.json" "$W/cal$1.json" "$PROFILE" <<'PY'
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-def mean(k, x, y):
-    if isinstance(x, dict):
-        return {kk: mean(kk, x[kk], y.get(kk, x[kk])) for kk in x}
+def faster(k, x, y, rate=False):
+    if isinstance(x, dict):  # op_flops: a rate per kernel
+        return {kk: faster(kk, x[kk], y.get(kk, x[kk]), k == "op_flops") for kk in x}
     if not isinstance(x, float):  # names, sizes, counts: the first calibration's
         return x
-    return (x * y) ** 0.5
-merged = {k: mean(k, v, b.get(k, v)) for k, v in a.items()}
-merged["sources"] = ["the geometric mean of two calibrations a minute or two apart, each figure"] + a.get("sources", [])
+    if rate or k.endswith("_flops") or k.endswith("_bytes_per_s"):
+        return max(x, y)
+    if k.endswith("_s"):  # latencies and overheads
+        return min(x, y)
+    return x
+merged = {k: faster(k, v, b.get(k, v)) for k, v in a.items()}
+merged["sources"] = ["the faster of two calibrations a minute or two apart, each figure"] + a.get("sources", [])
 json.dump(merged, open(sys.argv[3], "w"), indent=2)
 PY
 }
