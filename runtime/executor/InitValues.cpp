@@ -22,6 +22,7 @@
 #include <cstring>
 #include <omp.h>
 #include <string>
+#include <type_traits>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -56,25 +57,40 @@ typedef double V4d __attribute__((vector_size(32)));
 typedef uint64_t V4u __attribute__((vector_size(32)));
 typedef int64_t V4i __attribute__((vector_size(32)));
 
-// Pairs [k0, k0 + np) the fast way, interleaved as the elements: v[2j] = std·r·cos,
-// v[2j + 1] = std·r·sin, and sr[2j] = sr[2j + 1] = std·r.
-void fastPairs(uint64_t s0, int64_t k0, int np, double std, double *v, double *sr) {
-  alignas(32) double u1[kBlock], x[kBlock];
-  for (int j = 0; j < np; ++j) {
-    const uint64_t k = uint64_t(k0 + j);
-    const uint64_t a = mix64(s0 + (2 * k + 1) * kGamma), b = mix64(s0 + (2 * k + 2) * kGamma);
-    u1[j] = double((a >> 11) + 1) * kInv53;
-    x[j] = kTwoPi * (double(b >> 11) * kInv53); // the argument the definition passes to cos and sin
-  }
-  for (int j = np; j < (np + 3) / 4 * 4; ++j) u1[j] = 0.5, x[j] = 1.0;
+inline V4u mix64(V4u z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// x < 2^53 as a double, exactly, without a 64-bit integer conversion (which AVX2 lacks): x >> 1
+// (< 2^52) through the 2^52 exponent trick, doubled, plus the low bit.
+inline V4d toDouble53(V4u x) {
+  const V4d half = (V4d)((x >> 1) | 0x4330000000000000ull) - 4503599627370496.0;
+  return half + half + (V4d)((x & 1u) | 0x4330000000000000ull) - 4503599627370496.0;
+}
+
+// Pairs [k0, k0 + np) the fast way (np a multiple of 4): c[j] = std·r·cos, s[j] = std·r·sin and
+// a[j] = std·r of pair k0 + j.
+void fastPairs(uint64_t s0, int64_t k0, int np, double std, double *c, double *s, double *a) {
   const double ln2Hi = 6.93147180369123816490e-01, ln2Lo = 1.90821492927058770002e-10;
   const double pio2_1 = 1.57079632673412561417e+00, pio2_2 = 6.07710050630396597660e-11,
                pio2_3 = 2.02226624871116645580e-21, twoOverPi = 6.36619772367581382433e-01;
   const double toInt = 6755399441055744.0; // 1.5·2^52: adding it rounds to an integer
-  for (int j = 0; j < np; j += 4) {
-    V4d u, xv;
-    std::memcpy(&u, &u1[j], 32);
-    std::memcpy(&xv, &x[j], 32);
+  // Three passes over the block (draws; radius; angle), each a short loop whose iterations the
+  // processor overlaps: one pass doing all three is a long dependency chain (a division, a square
+  // root) per iteration, and ran at two thirds of this speed.
+  for (int j = 0; j < np; j += 4) { // draws 2k + 1 and 2k + 2 of the SplitMix64 stream (k = k0 + j + lane)
+    const V4u k = V4u{0, 1, 2, 3} + uint64_t(k0 + j);
+    const V4u da = mix64(s0 + (2 * k + 1) * kGamma), db = mix64(s0 + (2 * k + 2) * kGamma);
+    const V4d u = (toDouble53(da >> 11) + 1.0) * kInv53;
+    const V4d xv = kTwoPi * (toDouble53(db >> 11) * kInv53); // the argument the definition passes to cos and sin
+    std::memcpy(a + j, &u, 32);
+    std::memcpy(c + j, &xv, 32);
+  }
+  for (int j = 0; j < np; j += 4) { // std·r = std·sqrt(−2 ln u1)
+    V4d u;
+    std::memcpy(&u, a + j, 32);
     // ln u1 = e·ln 2 + ln m, m in [√½, √2): ln m = 2 atanh(t), t = (m − 1)/(m + 1), |t| ≤ 0.172.
     const V4u bits = (V4u)u;
     const V4u eb = (bits >> 52) | 0x4330000000000000ull; // 2^52 + biased exponent, as a double
@@ -99,7 +115,14 @@ void fastPairs(uint64_t s0, int64_t k0, int np, double std, double *v, double *s
     V4d r;
     for (int l = 0; l < 4; ++l) r[l] = std::sqrt(arg[l]);
 #endif
-    // cos x, sin x: x = q·π/2 + y, |y| ≤ π/4 (x in [0, 2π): q in 0..4), Taylor to y^13.
+    const V4d av = std * r;
+    std::memcpy(a + j, &av, 32);
+  }
+  for (int j = 0; j < np; j += 4) { // std·r·cos x, std·r·sin x
+    V4d xv, av;
+    std::memcpy(&xv, c + j, 32);
+    std::memcpy(&av, a + j, 32);
+    // x = q·π/2 + y, |y| ≤ π/4 (x in [0, 2π): q in 0..4), Taylor to y^13.
     const V4d qr = xv * twoOverPi + toInt; // q in the low mantissa bits
     const V4d qd = qr - toInt;
     const V4d y = ((xv - qd * pio2_1) - qd * pio2_2) - qd * pio2_3, y2 = y * y;
@@ -120,11 +143,9 @@ void fastPairs(uint64_t s0, int64_t k0, int np, double std, double *v, double *s
     const V4u cyb = (V4u)cosY, syb = (V4u)sinY;
     const V4d cosX = (V4d)((odd ? syb : cyb) ^ (((q + 1u) & 2u) << 62));
     const V4d sinX = (V4d)((odd ? cyb : syb) ^ ((q & 2u) << 62));
-    const V4d a = std * r, cv = a * cosX, sv = a * sinX;
-    for (int l = 0; l < 4; ++l) {
-      v[2 * (j + l)] = cv[l], v[2 * (j + l) + 1] = sv[l];
-      sr[2 * (j + l)] = sr[2 * (j + l) + 1] = a[l];
-    }
+    const V4d cv = av * cosX, sv = av * sinX;
+    std::memcpy(c + j, &cv, 32);
+    std::memcpy(s + j, &sv, 32);
   }
 }
 
@@ -139,48 +160,54 @@ template <DType D> inline uint32_t roundTo(double v) {
     return f32ToF16(f64ToF32RoundOdd(v));
 }
 
-template <DType D> inline void store(void *x, int64_t i, uint32_t bits) {
-  if constexpr (D == DType::F32)
-    static_cast<uint32_t *>(x)[i] = bits;
-  else
-    static_cast<uint16_t *>(x)[i] = uint16_t(bits);
-}
-
 // Elements [begin, end) of the stream into x (x[0] is element begin).
 template <DType D> void normalRange(void *x, int64_t begin, int64_t end, double std, uint64_t s0) {
-  alignas(32) double v[2 * kBlock], sr[2 * kBlock];
-  alignas(32) uint32_t lo[2 * kBlock], hi[2 * kBlock];
+  using Bits = std::conditional_t<D == DType::F32, uint32_t, uint16_t>;
+  alignas(32) double c[kBlock], s[kBlock], a[kBlock];
+  alignas(32) Bits buf[2 * kBlock];
+  alignas(32) uint8_t bad[kBlock];
   // Bound on |fast − defined|: the defined value is within a few ulps (2^-52) of the exact one, the
   // fast one within 2e-12 (the series' truncation: ln to t^15, sin to y^13, cos to y^12); 2^-34
   // (6e-11) leaves a factor of 30 and sends about 1 element in 500 the defined way; 2^-80·std·r
-  // covers values near a zero of cos or sin.
+  // covers values near a zero of cos or sin. A value whose v − δ and v + δ round alike has that
+  // rounding as its defined one; the others (and 0, for its sign) are computed the defined way.
   const double rel = 0x1p-34, abs = 0x1p-80;
   for (int64_t k0 = begin / 2; 2 * k0 < end; k0 += kBlock) {
     const int np = int(std::min<int64_t>(kBlock, (end + 1) / 2 - k0));
-    fastPairs(s0, k0, np, std, v, sr);
-    const int first = int(std::max<int64_t>(begin - 2 * k0, 0)), last = int(std::min<int64_t>(end - 2 * k0, 2 * np));
-    if constexpr (D == DType::F32) { // branch-free, so that it vectorizes
-      for (int i = first; i < last; ++i) {
-        const double d = std::fabs(v[i]) * rel + std::fabs(sr[i]) * abs;
-        lo[i] = floatBits(float(v[i] - d));
-        hi[i] = floatBits(float(v[i] + d)) | uint32_t(v[i] == 0.0); // never equal at 0: the sign
+    const int np4 = (np + 3) / 4 * 4;
+    fastPairs(s0, k0, np4, std, c, s, a);
+    // A whole block of the range goes straight to x, a part of one through `buf`.
+    const int64_t first = std::max<int64_t>(begin - 2 * k0, 0), last = std::min<int64_t>(end - 2 * k0, 2 * np);
+    Bits *dst = static_cast<Bits *>(x) + (2 * k0 + first - begin);
+    const bool whole = first == 0 && last == 2 * np4;
+    Bits *out = whole ? dst : buf;
+    // Branch-free over the block, so that it vectorizes.
+    for (int j = 0; j < np4; ++j) {
+      const double dc = std::fabs(c[j]) * rel + a[j] * abs, ds = std::fabs(s[j]) * rel + a[j] * abs;
+      uint32_t loC, hiC, loS, hiS;
+      if constexpr (D == DType::F32) {
+        loC = floatBits(float(c[j] - dc)), hiC = floatBits(float(c[j] + dc));
+        loS = floatBits(float(s[j] - ds)), hiS = floatBits(float(s[j] + ds));
+      } else {
+        loC = roundTo<D>(c[j] - dc), hiC = roundTo<D>(c[j] + dc);
+        loS = roundTo<D>(s[j] - ds), hiS = roundTo<D>(s[j] + ds);
       }
-    } else {
-      for (int i = first; i < last; ++i) {
-        const double d = std::fabs(v[i]) * rel + std::fabs(sr[i]) * abs;
-        lo[i] = roundTo<D>(v[i] - d);
-        hi[i] = roundTo<D>(v[i] + d) | uint32_t(v[i] == 0.0);
-      }
+      out[2 * j] = Bits(loC), out[2 * j + 1] = Bits(loS);
+      bad[j] = uint8_t((loC != hiC) | (loS != hiS) | (c[j] == 0.0) | (s[j] == 0.0));
     }
-    for (int i = first; i < last; ++i) {
-      uint32_t bits = lo[i];
-      if (lo[i] != hi[i]) { // near a rounding boundary (or 0): the defined way
+    for (int j = np4; j < (np4 + 7) / 8 * 8; ++j) bad[j] = 0;
+    for (int j0 = 0; j0 < np; j0 += 8) { // eight flags at a time: one in about 250 is set
+      uint64_t any;
+      std::memcpy(&any, bad + j0, 8);
+      if (!any) continue;
+      for (int j = j0; j < std::min(np, j0 + 8); ++j) {
+        if (!bad[j]) continue; // near a rounding boundary (or 0): the defined way
         double rc, rs;
-        referencePair(s0, k0 + i / 2, std, rc, rs);
-        bits = roundTo<D>(i % 2 ? rs : rc);
+        referencePair(s0, k0 + j, std, rc, rs);
+        out[2 * j] = Bits(roundTo<D>(rc)), out[2 * j + 1] = Bits(roundTo<D>(rs));
       }
-      store<D>(x, 2 * k0 + i - begin, bits);
     }
+    if (!whole) std::memcpy(dst, out + first, size_t(last - first) * sizeof(Bits));
   }
 }
 
