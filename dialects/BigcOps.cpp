@@ -592,6 +592,54 @@ LogicalResult CrossEntropyGradOp::verify() {
   return success();
 }
 
+/// linear_ce_stats(_grad): h [...,C], w [C,V] or [V,C] (transpose_b), targets [...]: the shape
+/// rules; `c`, `v`, `n` get C, V and the positions.
+static LogicalResult verifyLinearCe(Operation *op, Value h, Value w, Value targets, bool tb, int64_t chunk, int64_t &c,
+                                    int64_t &v, int64_t &n) {
+  auto hs = shapeOf(h), ws = shapeOf(w);
+  if (hs.size() < 2) return op->emitOpError("h must have rank >= 2 [...,C], got ") << str(hs);
+  if (ws.size() != 2) return op->emitOpError("w must have rank 2, got ") << str(ws);
+  c = hs.back();
+  if ((tb ? ws[1] : ws[0]) != c)
+    return op->emitOpError("w ") << str(ws) << " must be " << (tb ? "[V,C]" : "[C,V]") << " for h's C = " << c;
+  v = tb ? ws[0] : ws[1];
+  n = tensorOf(h).getNumElements() / std::max<int64_t>(1, c);
+  if (eltOf(h) != eltOf(w)) return op->emitOpError("h and w must have the same element type");
+  if (chunk < 1) return op->emitOpError("chunk must be at least 1 column, got ") << chunk;
+  return expectShape(op, "targets", targets, hs.drop_back());
+}
+
+static LogicalResult expectWorkspace(Operation *op, Value ws, int64_t elements) {
+  if (!eltOf(ws).isF32() || shapeOf(ws) != ArrayRef<int64_t>{elements})
+    return op->emitOpError("workspace must be tensor<") << elements << "xf32>, got " << ws.getType();
+  return success();
+}
+
+LogicalResult LinearCeStatsOp::verify() {
+  int64_t c, v, n;
+  if (failed(verifyLinearCe(*this, getH(), getW(), getTargets(), getTransposeB(), int64_t(getChunk()), c, v, n)))
+    return failure();
+  SmallVector<int64_t> st(shapeOf(getTargets()));
+  st.push_back(2);
+  if (failed(expectShape(*this, "stats", getStats(), st)) || failed(expectF32(*this, "stats", getStats())))
+    return failure();
+  return expectWorkspace(*this, getWorkspace(), n * std::min<int64_t>(int64_t(getChunk()), v) + 2 * n);
+}
+
+LogicalResult LinearCeStatsGradOp::verify() {
+  int64_t c, v, n;
+  if (failed(verifyLinearCe(*this, getH(), getW(), getTargets(), getTransposeB(), int64_t(getChunk()), c, v, n)))
+    return failure();
+  if (getDh().getType() != getH().getType()) return emitOpError("dh must have h's type");
+  if (getDw().getType() != getW().getType()) return emitOpError("dw must have w's type");
+  if (getDstats().getType() != getStats().getType()) return emitOpError("dstats must have the stats' type");
+  SmallVector<int64_t> st(shapeOf(getTargets()));
+  st.push_back(2);
+  if (failed(expectShape(*this, "stats", getStats(), st)) || failed(expectF32(*this, "stats", getStats())))
+    return failure();
+  return expectWorkspace(*this, getWorkspace(), n * std::min<int64_t>(int64_t(getChunk()), v) + n * c);
+}
+
 LogicalResult GlobalNormOp::verify() {
   if (getInputs().empty()) return emitOpError("requires at least one input");
   return success();
@@ -802,6 +850,20 @@ LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> result
   Value dlogits =
       b.create<CrossEntropyGradOp>(getLoc(), getLogits().getType(), getLogits(), getTargets(), resultGrads[0]);
   operandGrads.assign({dlogits, Value()});
+  return success();
+}
+
+LogicalResult LinearCeStatsOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                             SmallVectorImpl<Value> &operandGrads) {
+  if (!resultGrads[0]) return emitOpError("has no gradient of its stats");
+  const int64_t c = shapeOf(getH()).back(), n = tensorOf(getH()).getNumElements() / std::max<int64_t>(1, c),
+                v = getTransposeB() ? shapeOf(getW())[0] : shapeOf(getW())[1];
+  auto wsT = RankedTensorType::get({n * std::min<int64_t>(int64_t(getChunk()), v) + n * c}, b.getF32Type());
+  auto g = b.create<LinearCeStatsGradOp>(getLoc(), TypeRange{getH().getType(), getW().getType(), wsT}, resultGrads[0],
+                                         getH(), getW(), getTargets(), getStats(), getChunkAttr(), getTransposeBAttr());
+  for (NamedAttribute a : (*this)->getDiscardableAttrs())
+    if (a.getName() == kVocabGroupAttrName) g->setAttr(a.getName(), a.getValue());
+  operandGrads.assign({Value(g.getDh()), Value(g.getDw()), Value()});
   return success();
 }
 

@@ -543,6 +543,42 @@ def Bigc_CrossEntropyGradOp : Bigc_ComputeOp<"cross_entropy_grad"> {
   let results = (outs Bigc_FloatTensor:$dlogits);
 }
 
+def Bigc_LinearCeStatsOp : Bigc_DiffOp<"linear_ce_stats"> {
+  let summary = "vocab_ce_stats of the LM head's logits, computed chunk by chunk and never stored";
+  let description = [{
+    h `[...,C]`, w `[C,V]` (`[V,C]` with `transpose_b`), targets `[...]` i32
+    → stats `[...,2]` f32 and a workspace `[N*chunk + 2*N]` f32 (N positions).
+    For the logits l = h @ op(w): stats[i,0] = log Σ_j exp(l[i,j]) and
+    stats[i,1] = l[i, target_i - offset] when the target is one of these V
+    columns, else 0 (offset = t*V on tensor rank t with the
+    `bigc.vocab_group` attribute, else 0): bigc.vocab_ce_stats of
+    bigc.matmul(h, w), with the N×V logits computed `chunk` columns at a time
+    into the workspace (an online log-sum-exp over the chunks). Written by
+    bigc-fuse-loss.
+    ```mlir
+    %s, %ws = bigc.linear_ce_stats %h, %w, %t {chunk = 64 : i64, transpose_b} : (tensor<4x64x32xf32>, tensor<256x32xf32>, tensor<4x64xi32>) -> (tensor<4x64x2xf32>, tensor<16896xf32>)
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$h, Bigc_FloatTensor:$w, Bigc_IdTensor:$targets, I64Attr:$chunk,
+                       UnitAttr:$transpose_b);
+  let results = (outs Bigc_FloatTensor:$stats, Bigc_FloatTensor:$workspace);
+}
+
+def Bigc_LinearCeStatsGradOp : Bigc_ComputeOp<"linear_ce_stats_grad"> {
+  let summary = "the gradients of linear_ce_stats, the logits recomputed chunk by chunk";
+  let description = [{
+    dstats, h, w, targets, stats (linear_ce_stats's operands and result) →
+    dh (h's type), dw (w's type) and a workspace `[N*chunk + N*C]` f32: with
+    dl = dstats[...,0] · exp(l − stats[...,0]) + dstats[...,1] · onehot (the
+    gradient of the logits, as bigc.vocab_ce_stats_grad), dh = dl @ op(w)ᵀ
+    and dw the matmul's gradient for w, from `chunk` columns of l at a time
+    (dh accumulated in f32 in the workspace).
+  }];
+  let arguments = (ins Bigc_FloatTensor:$dstats, Bigc_FloatTensor:$h, Bigc_FloatTensor:$w,
+                       Bigc_IdTensor:$targets, Bigc_FloatTensor:$stats, I64Attr:$chunk, UnitAttr:$transpose_b);
+  let results = (outs Bigc_FloatTensor:$dh, Bigc_FloatTensor:$dw, Bigc_FloatTensor:$workspace);
+}
+
 def Bigc_GlobalNormOp : Bigc_ComputeOp<"global_norm"> {
   let summary = "sqrt of the sum of squares of all elements of all inputs";
   let description = [{

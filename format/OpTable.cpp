@@ -53,6 +53,8 @@ const std::vector<OpSignature> &opSignatures() {
       {"gqa_attention_grad", OpKind::GqaAttentionGrad, 6, 6, 3, 3, 0, false},
       {"send", OpKind::Send, 1, 1, 0, 0, 0, false},
       {"recv", OpKind::Recv, 0, 0, 1, 1, 0, false},
+      {"linear_ce_stats", OpKind::LinearCeStats, 3, 3, 2, 2, 0b100, false},
+      {"linear_ce_stats_grad", OpKind::LinearCeStatsGrad, 5, 5, 3, 3, 0b1000, false},
   };
   return table;
 }
@@ -95,6 +97,14 @@ OperandType operandType(OpKind k, bool isIn, size_t j) {
   case OpKind::VocabCeStatsGrad: return isIn ? (j == 2 ? Want::I32 : j == 1 ? Want::Float : Want::F32) : Want::Float;
   case OpKind::VocabCeLoss:
   case OpKind::VocabCeLossGrad: return Want::F32;
+  // h, w, targets -> stats, workspace
+  case OpKind::LinearCeStats: return isIn ? (j == 2 ? Want::I32 : Want::Float) : Want::F32;
+  // dstats, h, w, targets, stats -> dh, dw, workspace
+  case OpKind::LinearCeStatsGrad:
+    return isIn ? (j == 3             ? Want::I32
+                   : j == 1 || j == 2 ? Want::Float
+                                      : Want::F32)
+                : (j == 2 ? Want::F32 : Want::Float);
   default: return Want::Float;
   }
 }

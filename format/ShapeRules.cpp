@@ -351,6 +351,37 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     }
     break;
   }
+  case OpKind::LinearCeStats:
+  case OpKind::LinearCeStatsGrad: {
+    const bool fwd = sig.kind == OpKind::LinearCeStats;
+    const Buffer &h = in(fwd ? 0 : 1), &w = in(fwd ? 1 : 2), &t = in(fwd ? 2 : 3);
+    const bool tb = ins->flag("transpose_b");
+    minRank(h, 2, "h");
+    if (w.shape.size() != 2) bad("w must be [C,V] (or [V,C] with transpose_b), " + desc(w) + " is not");
+    const int64_t C = h.shape.back(), V = tb ? w.shape[0] : w.shape[1];
+    if ((tb ? w.shape[1] : w.shape[0]) != C)
+      bad("w " + desc(w) + " does not match h's width " + std::to_string(C) + (tb ? " (transpose_b)" : ""));
+    if (h.dtype != w.dtype)
+      bad(std::string("h and w must have one dtype, are ") + dtypeName(h.dtype) + " and " + dtypeName(w.dtype));
+    wantShape(t, lead(h), "targets");
+    const double chunk = ins->num("chunk", 0);
+    if (!(chunk >= 1) || chunk != std::floor(chunk)) bad("attribute 'chunk' must be a positive integer");
+    const int64_t N = C ? h.numel() / C : 0, cols = std::min<int64_t>(int64_t(chunk), V);
+    auto st = lead(h);
+    st.push_back(2);
+    if (fwd) {
+      wantShape(out(0), st, "stats");
+      wantShape(out(1), {N * cols + 2 * N}, "workspace");
+    } else {
+      wantShape(in(0), st, "dstats");
+      wantShape(in(4), st, "stats");
+      wantShape(out(0), h.shape, "dh");
+      wantShape(out(1), w.shape, "dw");
+      wantShape(out(2), {N * cols + N * C}, "workspace");
+      if (out(0).dtype != h.dtype || out(1).dtype != w.dtype) bad("dh and dw must have h's and w's dtype");
+    }
+    break;
+  }
   case OpKind::VocabCeLoss:
   case OpKind::VocabCeLossGrad: {
     const Buffer &s = in(0);

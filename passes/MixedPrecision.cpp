@@ -36,6 +36,8 @@ bool staysF32(OpResult r) {
   // The vocabulary-parallel loss's statistics, and the tensor-parallel moves
   // and slices of values that stay f32.
   if (isa<VocabCeStatsOp, VocabCeLossGradOp>(op)) return true;
+  // The fused LM head's statistics and workspaces (f32 logits of a chunk, f32 accumulators).
+  if (isa<LinearCeStatsOp>(op) || (isa<LinearCeStatsGradOp>(op) && r.getResultNumber() == 2)) return true;
   if (isa<TpAllGatherOp, TpSliceOp, TpAllReduceOp, TpCopyOp, TpReduceScatterOp>(op))
     if (auto d = dyn_cast<OpResult>(op->getOperand(0))) return staysF32(d);
   auto t = dyn_cast<RankedTensorType>(r.getType());

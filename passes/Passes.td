@@ -138,6 +138,44 @@ def BigcTensorParallel : Pass<"bigc-tensor-parallel", "::mlir::ModuleOp"> {
   ];
 }
 
+def BigcFuseLoss : Pass<"bigc-fuse-loss", "::mlir::ModuleOp"> {
+  let summary = "The LM head and the cross-entropy fused, the logits computed in chunks and never stored";
+  let description = [{
+    Runs on @forward before bigc-autodiff (after bigc-tensor-parallel). The
+    logits of a language model (N positions × V vocabulary, the largest
+    activation of the step: 16 × 1024 × 50257 fp32 is 3.3 GB, and with a
+    128k vocabulary several times that) exist only to be reduced to a loss.
+    This pass replaces
+
+      %logits = bigc.matmul %h, %w {transpose_b}    (h [...,C], w [V,C] or [C,V])
+      %loss = bigc.cross_entropy %logits, %targets
+
+    by `bigc.linear_ce_stats` (per position: the log-sum-exp of the logits
+    and the target's logit, computed `chunk` vocabulary columns at a time
+    into an N × chunk workspace) and `bigc.vocab_ce_loss` over those
+    statistics (one part). Its gradient, `bigc.linear_ce_stats_grad`,
+    recomputes each chunk of logits from h and w in the backward (one more
+    GEMM of the LM head's size: the price of never keeping N × V floats) and
+    accumulates dh and dw from it. After bigc-tensor-parallel the
+    vocabulary-parallel loss (`bigc.vocab_ce_stats` of this rank's columns)
+    is fused the same way, so each tensor rank holds N × chunk floats of
+    logits instead of N × V/T. A `bigc.reshape` that only merges the leading
+    dimensions of the logits (`logits.view(-1, V)` in PyTorch) is looked
+    through (h is reshaped to match).
+
+    `chunk` = 0 picks the columns per chunk: C rounded up to a multiple of 64
+    (the workspace then holds as many floats as the head's input h), at most
+    V. Logits with another user (returned, or read by another op) are left
+    alone: there is nothing to save. A model without such a head is an error
+    naming what the pass looked for.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"chunk", "chunk", "int64_t", /*default=*/"0",
+           "Vocabulary columns per chunk (0: C rounded up to 64)">,
+  ];
+}
+
 def BigcShard : Pass<"bigc-shard", "::mlir::ModuleOp"> {
   let summary = "Data parallelism and ZeRO-1/2/3 over the dp axis of the device mesh: collectives as ops";
   let description = [{

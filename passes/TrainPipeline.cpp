@@ -60,6 +60,11 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
       to.sequenceParallel = o.sequenceParallel;
       pm.addPass(createBigcTensorParallel(to));
     }
+    if (o.fuseLoss) {
+      BigcFuseLossOptions fo;
+      fo.chunk = o.lossChunk;
+      pm.addPass(createBigcFuseLoss(fo));
+    }
     BigcAutodiffOptions ao;
     ao.lr = o.adamw.lr;
     ao.beta1 = o.adamw.beta1;
@@ -155,6 +160,11 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<int64_t> tp{*this, "tp", llvm::cl::desc("Tensor-parallel ranks"), llvm::cl::init(1)};
   Option<bool> sequenceParallel{*this, "sequence-parallel", llvm::cl::desc("With tp: Megatron sequence parallelism"),
                                 llvm::cl::init(false)};
+  Option<bool> fuseLoss{*this, "fuse-loss",
+                        llvm::cl::desc("The LM head and the cross-entropy fused, the logits never stored"),
+                        llvm::cl::init(false)};
+  Option<int64_t> lossChunk{*this, "loss-chunk", llvm::cl::desc("fuse-loss: vocabulary columns per chunk (0: picked)"),
+                            llvm::cl::init(0)};
   Option<double> bucketMb{*this, "bucket-mb", llvm::cl::desc("Largest merged collective in MiB"), llvm::cl::init(25)};
   Option<Precision> precision{*this, "precision", llvm::cl::desc("Compute precision"), llvm::cl::init(Precision::FP32),
                               llvm::cl::values(clEnumValN(Precision::FP32, "fp32", "fp32"),
@@ -217,6 +227,8 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
     c.zero = zero;
     c.tp = tp;
     c.sequenceParallel = sequenceParallel;
+    c.fuseLoss = fuseLoss;
+    c.lossChunk = lossChunk;
     c.bucketMb = bucketMb;
     c.precision = precision;
     c.lossScaleInit = lossScale;

@@ -18,6 +18,8 @@
 //   swiglu                                     6  per output; swiglu_grad 10
 //   cross_entropy                              6  per logit (max 1, exp 4, sum 1)
 //   cross_entropy_grad                         8  per logit (softmax 6, minus one-hot and scale 2)
+//   linear_ce_stats                           2NCV + 6 per logit; its grad 6NCV + 4 per logit (the
+//                                              logits recomputed, then dh and dw)
 //   global_norm                                2  per input element
 //   check_finite                               1  per input element
 //   adamw                                     16  per parameter element
@@ -175,6 +177,15 @@ OpCost mlir::bigc::opCost(Operation *op) {
     c.flops = 4 * elements(op->getOperand(1));
   } else if (name == "vocab_ce_loss" || name == "vocab_ce_loss_grad") {
     c.flops = 4 * elements(op->getOperand(0));
+  } else if (name == "linear_ce_stats" || name == "linear_ce_stats_grad") {
+    // The fused LM head (bigc-fuse-loss): h [N,C] @ op(w) -> N x V logits a chunk at a time, then
+    // the statistics (6 per logit); the gradient recomputes them (2NCV), forms dlogits (4 per
+    // logit) and multiplies twice more (dh, dw: 4NCV).
+    const bool grad = name == "linear_ce_stats_grad";
+    Value h = op->getOperand(grad ? 1 : 0), w = op->getOperand(grad ? 2 : 1);
+    const int64_t cdim = shape(h).empty() ? 0 : shape(h).back(), n = cdim ? elements(h) / cdim : 0;
+    const int64_t v = cdim ? elements(w) / cdim : 0;
+    c.flops = grad ? 6 * n * cdim * v + 4 * n * v : 2 * n * cdim * v + 6 * n * v;
   } else if (name == "tp_slice" || name == "tp_copy") {
     c.flops = 0;
   } else if (name == "global_norm") {

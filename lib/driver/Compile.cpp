@@ -344,6 +344,17 @@ const Flag kFlags[] = {
      "with --tp: layernorms and the residual stream split along the\n"
      "sequence (Megatron-SP: reduce-scatter + all-gather for all-reduce)",
      [](CompileOptions &o, const Value &) { o.sequenceParallel = true; }},
+    {"--fuse-loss", false, "--fuse-loss",
+     "the LM head and the cross-entropy fused: the logits (positions x\n"
+     "vocabulary) computed a chunk of the vocabulary at a time, never\n"
+     "stored; the backward recomputes them (one more GEMM of the head)",
+     [](CompileOptions &o, const Value &) { o.fuseLoss = true; }},
+    {"--loss-chunk", true, "--loss-chunk N",
+     "with --fuse-loss: vocabulary columns per chunk (default: the model\n"
+     "width rounded up to 64; the workspace holds positions x N floats)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.lossChunk = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.lossChunk));
+     }},
     {"--pp", true, "--pp P",
      "pipeline parallelism: the layers split into P stages, one per\n"
      "group of ranks (the mesh is dp x tp x pp = ranks), balanced by the\n"
@@ -524,6 +535,8 @@ CompileOptions parseOptions(const cli::Args &args) {
   for (const char *opt : {"--pp-schedule", "--pp-split", "--virtual-stages"})
     if (args.has(opt) && o.pp == 1)
       throw UserError(std::string("option ") + opt + ": only with --pp P, P > 1 (pipeline parallelism)");
+  if (args.has("--loss-chunk") && !o.fuseLoss)
+    throw UserError("option --loss-chunk: only with --fuse-loss (it sets the fused loss's chunk of the vocabulary)");
   if (o.sequenceParallel && o.tp == 1)
     throw UserError(
         "option --sequence-parallel needs --tp N with N > 1 (it splits the sequence over the tensor ranks)");

@@ -366,6 +366,9 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
       b.shape = info.shape;
       b.role = forward ? "activation" : "activation_grad";
       if (isa<bigcd::CopyOp>(op)) b.role = "transfer"; // a gradient's host copy becomes "grad" below
+      if ((isa<bigcd::LinearCeStatsOp>(op) && r.getResultNumber() == 1) ||
+          (isa<bigcd::LinearCeStatsGradOp>(op) && r.getResultNumber() == 2))
+        b.role = "workspace"; // the fused loss's chunk of logits (and accumulators): live in its op only
       b.liveFirst = b.liveLast = index[&op];
       bufferOf[r] = addBuffer(b);
     }

@@ -267,6 +267,23 @@ void Executor::launch(BoundOp &bound) {
     break;
   }
   case OpKind::VocabCeStatsGrad: cpu::vocabCeStatsGrad(fi(0), fi(1), ii(2), fi(3), fo(0), op.N, op.V, op.offset); break;
+  case OpKind::LinearCeStats: {
+    int64_t bad = -1;
+    {
+      std::unique_lock<std::mutex> l(blasMu_, std::defer_lock);
+      if (multi_) l.lock();
+      cpu::linearCeStats(fi(0), fi(1), ii(2), fo(0), fo(1), op.N, op.C, op.V, op.n, op.tb, op.offset, op.vocab, &bad);
+    }
+    if (bad >= 0) badId(op, true, ii(2)[bad], bad, op.vocab);
+    break;
+  }
+  case OpKind::LinearCeStatsGrad: {
+    std::unique_lock<std::mutex> l(blasMu_, std::defer_lock);
+    if (multi_) l.lock();
+    cpu::linearCeStatsGrad(fi(0), fi(1), fi(2), ii(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C, op.V, op.n, op.tb,
+                           op.offset);
+    break;
+  }
   case OpKind::VocabCeLoss: *fo(0) = cpu::vocabCeLoss(fi(0), op.N, op.n); break;
   case OpKind::VocabCeLossGrad: cpu::vocabCeLossGrad(fi(0), *fi(1), fo(0), op.N, op.n); break;
   case OpKind::Matmul:

@@ -152,6 +152,19 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
     d.N = d.V ? in(1).numel() / d.V : 0;
     d.vocabParallel = true, d.vocab = d.V * p.tp;
     break;
+  case OpKind::LinearCeStats:
+  case OpKind::LinearCeStatsGrad: { // h [N,C] @ op(w) -> V columns, n at a time
+    const bool fwd = kind == OpKind::LinearCeStats;
+    const Buffer &h = in(fwd ? 0 : 1), &w = in(fwd ? 1 : 2);
+    d.tb = ins.flag("transpose_b");
+    d.C = h.shape.back();
+    d.N = d.C ? h.numel() / d.C : 0;
+    d.V = d.tb ? w.shape[0] : w.shape[1];
+    d.n = std::min<int64_t>(int64_t(ins.num("chunk", 1)), d.V);
+    d.vocabParallel = ins.num("vocab_axis", 0) == 1;
+    d.vocab = d.vocabParallel ? d.V * p.tp : d.V;
+    break;
+  }
   case OpKind::VocabCeLoss:
   case OpKind::VocabCeLossGrad: // n parts of N positions
     d.n = int64_t(ins.num("parts", 1));

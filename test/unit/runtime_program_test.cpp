@@ -52,7 +52,8 @@ TEST(RuntimeProgram, DTypes) {
 }
 
 TEST(RuntimeProgram, OpTableCoversTheFormat) {
-  EXPECT_EQ(opSignatures().size(), 47u);
+  EXPECT_EQ(opSignatures().size(), 49u);
+  for (const char *f : {"linear_ce_stats", "linear_ce_stats_grad"}) EXPECT_NE(findOpSignature(f), nullptr) << f;
   for (const char *pp : {"send", "recv"}) EXPECT_NE(findOpSignature(pp), nullptr) << pp;
   for (const char *l : {"rmsnorm", "rmsnorm_grad", "rope", "silu", "silu_grad", "swiglu", "swiglu_grad",
                         "gqa_attention", "gqa_attention_grad"})

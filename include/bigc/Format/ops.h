@@ -61,6 +61,9 @@ enum class OpKind {
   // pipeline parallelism: point-to-point between the stages (stream "p2p", attributes `peer`, `tag`)
   Send,
   Recv,
+  // the LM head fused with the loss's statistics (bigc-fuse-loss)
+  LinearCeStats,
+  LinearCeStatsGrad,
 };
 
 struct OpSignature {

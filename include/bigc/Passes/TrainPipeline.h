@@ -72,6 +72,9 @@ struct TrainPipelineConfig {
   int64_t tp = 1;    ///< tensor-parallel ranks (the tp axis; dp = ranks / tp)
   bool sequenceParallel = false;
   double bucketMb = 25; ///< largest merged collective, MiB
+  // bigc-fuse-loss
+  bool fuseLoss = false; ///< the LM head + cross-entropy in vocabulary chunks, the logits never stored
+  int64_t lossChunk = 0; ///< vocabulary columns per chunk (0: picked by the pass)
   // bigc-mixed-precision
   Precision precision = Precision::FP32;
   double lossScaleInit = 65536.0;         ///< fp16 dynamic loss scaling: initial scale

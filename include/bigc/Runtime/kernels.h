@@ -81,6 +81,16 @@ void vocabCeStats(const float *logits, const int32_t *targets, float *stats, int
                   int64_t vocab, int64_t *badIndex);
 void vocabCeStatsGrad(const float *dstats, const float *logits, const int32_t *targets, const float *stats,
                       float *dlogits, int64_t N, int64_t V, int64_t offset);
+// The LM head fused with vocabCeStats (bigc-fuse-loss): the same stats for the logits h [N,C] @
+// op(w) (w [C,V], or [V,C] with tb), computed `chunk` columns at a time into the workspace ws
+// (N*chunk + 2*N floats); the logits are never stored whole.
+void linearCeStats(const float *h, const float *w, const int32_t *targets, float *stats, float *ws, int64_t N,
+                   int64_t C, int64_t V, int64_t chunk, bool tb, int64_t offset, int64_t vocab, int64_t *badIndex);
+// Its gradient: dlogits as vocabCeStatsGrad, recomputed a chunk at a time, then dh = dlogits @ op(w)ᵀ and
+// dw = the matmul's gradient (ws: N*chunk + N*C floats; dh accumulated in f32 there).
+void linearCeStatsGrad(const float *dstats, const float *h, const float *w, const int32_t *targets, const float *stats,
+                       float *dh, float *dw, float *ws, int64_t N, int64_t C, int64_t V, int64_t chunk, bool tb,
+                       int64_t offset);
 // stats of P parts of N positions each: mean over positions of logsumexp_r(lse) - sum_r(target).
 float vocabCeLoss(const float *stats, int64_t N, int64_t P);
 void vocabCeLossGrad(const float *stats, float dloss, float *dstats, int64_t N, int64_t P);

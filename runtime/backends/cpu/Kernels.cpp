@@ -720,6 +720,87 @@ void vocabCeStatsGrad(const float *dstats, const float *logits, const int32_t *t
   }
 }
 
+// The LM head fused with the statistics of the loss (bigc-fuse-loss): the logits h @ op(w) a chunk
+// of `chunk` vocabulary columns at a time, into the workspace.
+namespace {
+// L [N, cw] = h [N, C] @ op(w)'s columns [c0, c0 + cw).
+void headChunk(const float *h, const float *w, float *L, int64_t N, int64_t C, int64_t V, int64_t c0, int64_t cw,
+               bool tb) {
+  const blasint n = blasint(N), c = blasint(C), k = blasint(cw);
+  if (tb) // w [V, C]: rows c0..
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, k, c, 1.0f, h, c, w + c0 * C, c, 0.0f, L, k);
+  else // w [C, V]: columns c0..
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, c, 1.0f, h, c, w + c0, blasint(V), 0.0f, L, k);
+}
+} // namespace
+
+void linearCeStats(const float *h, const float *w, const int32_t *targets, float *stats, float *ws, int64_t N,
+                   int64_t C, int64_t V, int64_t chunk, bool tb, int64_t offset, int64_t vocab, int64_t *badIndex) {
+  *badIndex = -1;
+  for (int64_t n = 0; n < N; ++n)
+    if (targets[n] < 0 || targets[n] >= vocab) {
+      *badIndex = n;
+      return;
+    }
+  if (N <= 0) return;
+  chunk = std::max<int64_t>(1, std::min(chunk, V));
+  float *L = ws;
+  char *sums = reinterpret_cast<char *>(ws + N * chunk); // N doubles: Σ exp(l - running max)
+  for (int64_t n = 0; n < N; ++n) stats[2 * n] = -std::numeric_limits<float>::infinity(), stats[2 * n + 1] = 0.0f;
+  std::memset(sums, 0, size_t(N) * sizeof(double));
+  for (int64_t c0 = 0; c0 < V; c0 += chunk) {
+    const int64_t cw = std::min(chunk, V - c0);
+    headChunk(h, w, L, N, C, V, c0, cw, tb);
+#pragma omp parallel for schedule(static) if (N * cw >= kParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+      const float *row = L + n * cw;
+      const float mc = rowMax(row, cw), m = stats[2 * n], mx = std::max(m, mc);
+      double s;
+      std::memcpy(&s, sums + n * sizeof(double), sizeof(double));
+      s = (s == 0.0 ? 0.0 : s * std::exp(double(m) - double(mx))) + rowSumExp(row, cw, mx);
+      std::memcpy(sums + n * sizeof(double), &s, sizeof(double));
+      stats[2 * n] = mx;
+      const int64_t t = int64_t(targets[n]) - offset - c0;
+      if (t >= 0 && t < cw) stats[2 * n + 1] = row[t];
+    }
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    double s;
+    std::memcpy(&s, sums + n * sizeof(double), sizeof(double));
+    stats[2 * n] = static_cast<float>(std::log(s) + double(stats[2 * n]));
+  }
+}
+
+void linearCeStatsGrad(const float *dstats, const float *h, const float *w, const int32_t *targets, const float *stats,
+                       float *dh, float *dw, float *ws, int64_t N, int64_t C, int64_t V, int64_t chunk, bool tb,
+                       int64_t offset) {
+  chunk = std::max<int64_t>(1, std::min(chunk, V));
+  float *dL = ws, *acc = ws + N * chunk; // dh accumulated in f32 over the chunks
+  std::memset(acc, 0, sizeof(float) * size_t(N * C));
+  for (int64_t c0 = 0; c0 < V; c0 += chunk) {
+    const int64_t cw = std::min(chunk, V - c0);
+    headChunk(h, w, dL, N, C, V, c0, cw, tb);
+#pragma omp parallel for schedule(static) if (N * cw >= kParallelMin)
+    for (int64_t n = 0; n < N; ++n) { // the gradient of the logits, as vocab_ce_stats_grad
+      float *row = dL + n * cw;
+      const float lse = stats[2 * n], g = dstats[2 * n];
+#pragma omp simd
+      for (int64_t j = 0; j < cw; ++j) row[j] = g * fastExp(row[j] - lse);
+      const int64_t t = int64_t(targets[n]) - offset - c0;
+      if (t >= 0 && t < cw) row[t] += dstats[2 * n + 1];
+    }
+    const blasint n = blasint(N), c = blasint(C), k = blasint(cw);
+    if (tb) { // w [V, C]: dw rows c0.. = dLᵀ h; dh += dL w[c0.., :]
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, c, n, 1.0f, dL, k, h, c, 0.0f, dw + c0 * C, c);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, c, k, 1.0f, dL, k, w + c0 * C, c, 1.0f, acc, c);
+    } else { // w [C, V]: dw columns c0.. = hᵀ dL; dh += dL w[:, c0..]ᵀ
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c, k, n, 1.0f, h, c, dL, k, 0.0f, dw + c0, blasint(V));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, c, k, 1.0f, dL, k, w + c0, blasint(V), 1.0f, acc, c);
+    }
+  }
+  std::memcpy(dh, acc, sizeof(float) * size_t(N * C));
+}
+
 namespace {
 // log Σ_r exp(stats[r, n, 0]) over the P parts.
 double partsLse(const float *stats, int64_t N, int64_t P, int64_t n) {

@@ -343,6 +343,11 @@ void CudaEngine::bindKernel(Op &op) {
   case OpKind::Recv:
     throw UserError(where() + ": " + op.ins->op +
                     " (pipeline parallelism) runs on the CPU backend only in this version; use --backend cpu");
+  case OpKind::LinearCeStats:
+  case OpKind::LinearCeStatsGrad:
+    throw UserError(where() + ": " + op.ins->op +
+                    " (the fused LM head and loss of `bigc compile --fuse-loss`) runs on the CPU backend only in "
+                    "this version; compile without --fuse-loss for the CUDA backend, or use --backend cpu");
   }
   if (!op.gpu) throw UserError(where() + ": op kind not supported by the CUDA backend (internal error)");
 }
