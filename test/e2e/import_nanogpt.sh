@@ -7,6 +7,9 @@
 source "$(dirname "$0")/import_crosscheck.shlib" "$1"
 M="$HERE/import_nanogpt_model.py"
 crosscheck nanogpt 4 32 -- torch "$M:make" -- --torch "$M:make"
+# The same model with the LM head and loss fused (--fuse-loss, chunks of 100 of the 256 columns):
+# the same bounds against PyTorch's unfused step.
+COMPILE_FLAGS="--fuse-loss --loss-chunk 100" crosscheck fused 4 32 -- torch "$M:make" -- --torch "$M:make"
 grep -q 'approximate = "none"' "$d/nanogpt.mlir" || { echo "FAIL: nn.GELU() is not gelu's exact form"; exit 1; }
 grep -q "bigc.attention " "$d/nanogpt.mlir" || { echo "FAIL: the packed q, k, v are not bigc.attention"; exit 1; }
 grep -q 'loc(".*import_nanogpt_model.py":[0-9]*:0)' "$d/nanogpt.mlir" || { echo "FAIL: no source locations"; exit 1; }
