@@ -29,29 +29,38 @@ namespace {
 
 RankedTensorType tensorOf(Value v) { return cast<RankedTensorType>(v.getType()); }
 
+/// The matmul whose result `logits` is (through a reshape that merges leading dimensions), when the
+/// loss is its only reader and the matmul is h [...,C] @ op(w [2-D]); the reshape in `reshape`.
+MatmulOp headOf(Value logits, ReshapeOp &reshape) {
+  reshape = nullptr;
+  if (!logits.hasOneUse()) return nullptr;
+  if (auto r = logits.getDefiningOp<ReshapeOp>()) {
+    auto in = tensorOf(r.getX()), out = tensorOf(r.getY());
+    if (in.getRank() < 2 || out.getRank() < 1 || in.getShape().back() != out.getShape().back()) return nullptr;
+    reshape = r;
+    logits = r.getX();
+    if (!logits.hasOneUse()) return nullptr;
+  }
+  auto mm = logits.getDefiningOp<MatmulOp>();
+  if (!mm || mm.getTransposeA() || tensorOf(mm.getB()).getRank() != 2 || tensorOf(mm.getA()).getRank() < 2)
+    return nullptr;
+  return mm;
+}
+
+/// The losses of @forward (cross_entropy, vocab_ce_stats), in order.
+SmallVector<Operation *> lossesOf(func::FuncOp func) {
+  SmallVector<Operation *> losses;
+  func.walk([&](Operation *op) {
+    if (isa<CrossEntropyOp, VocabCeStatsOp>(op)) losses.push_back(op);
+  });
+  return losses;
+}
+
 struct BigcFuseLossPass : public mlir::bigc::impl::BigcFuseLossBase<BigcFuseLossPass> {
   using Base::Base;
 
   void runOnOperation() override {
     if (failed(run())) signalPassFailure();
-  }
-
-  /// The matmul whose result `logits` is (through a reshape that merges leading dimensions), when
-  /// `use` is its only reader and the matmul is h [...,C] @ op(w [2-D]); the reshape in `reshape`.
-  static MatmulOp headOf(Value logits, ReshapeOp &reshape) {
-    reshape = nullptr;
-    if (!logits.hasOneUse()) return nullptr;
-    if (auto r = logits.getDefiningOp<ReshapeOp>()) {
-      auto in = tensorOf(r.getX()), out = tensorOf(r.getY());
-      if (in.getRank() < 2 || out.getRank() < 1 || in.getShape().back() != out.getShape().back()) return nullptr;
-      reshape = r;
-      logits = r.getX();
-      if (!logits.hasOneUse()) return nullptr;
-    }
-    auto mm = logits.getDefiningOp<MatmulOp>();
-    if (!mm || mm.getTransposeA() || tensorOf(mm.getB()).getRank() != 2 || tensorOf(mm.getA()).getRank() < 2)
-      return nullptr;
-    return mm;
   }
 
   LogicalResult run() {
@@ -60,10 +69,7 @@ struct BigcFuseLossPass : public mlir::bigc::impl::BigcFuseLossBase<BigcFuseLoss
     auto func = module.lookupSymbol<func::FuncOp>("forward");
     if (!func || func.isExternal())
       return module.emitError("bigc-fuse-loss: the module has no func.func @forward (it runs before bigc-autodiff)");
-    SmallVector<Operation *> losses;
-    func.walk([&](Operation *op) {
-      if (isa<CrossEntropyOp, VocabCeStatsOp>(op)) losses.push_back(op);
-    });
+    SmallVector<Operation *> losses = lossesOf(func);
     int fused = 0;
     for (Operation *op : losses) {
       Value logits = isa<CrossEntropyOp>(op) ? cast<CrossEntropyOp>(op).getLogits() : op->getOperand(0);
@@ -124,3 +130,14 @@ struct BigcFuseLossPass : public mlir::bigc::impl::BigcFuseLossBase<BigcFuseLoss
 };
 
 } // namespace
+
+int64_t mlir::bigc::countFusableLossHeads(ModuleOp module) {
+  auto func = module.lookupSymbol<func::FuncOp>("forward");
+  if (!func || func.isExternal()) return 0;
+  int64_t n = 0;
+  for (Operation *op : lossesOf(func)) {
+    ReshapeOp reshape;
+    n += headOf(op->getOperand(0), reshape) ? 1 : 0;
+  }
+  return n;
+}

@@ -7,8 +7,9 @@
 //      machine), pp in 1, 2, 4, 8 (dividing what is left, at most the layers); the micro-batches
 //      follow from the global batch (pp > 1: at least pp of them);
 //   3. per mesh and ZeRO stage (0-3 with several data-parallel ranks), the techniques cheapest
-//      first: nothing, selective then full recomputation, offload to the host (with each
-//      recompute), to the drive; a configuration whose model state alone exceeds the device or
+//      first: nothing, selective recomputation, the fused LM head and loss (--fuse-loss, with
+//      each), full recomputation (and fused), the same with offload to the host, to the drive;
+//      a configuration whose model state alone exceeds the device or
 //      the host (a lower bound from the parameter count) is ruled out uncompiled; the first that
 //      compiles and fits ends that mesh and stage (each later one adds work);
 //   4. the fitting plans ranked by the cost model's step time.
@@ -17,6 +18,7 @@
 
 #include "bigc/Driver/Auto.h"
 #include "bigc/Driver/Capacity.h"
+#include "bigc/Passes/Passes.h"
 
 #include "bigc/Dialect/BigcAttrNames.h"
 #include "bigc/Dialect/BigcOps.h"
@@ -181,6 +183,7 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
   if (c.zero > 0) add("--zero " + std::to_string(c.zero));
   if (c.microBatches > 1) add("--micro-batches " + std::to_string(c.microBatches));
   if (c.recompute != RecomputePolicy::None) add("--recompute " + toString(c.recompute));
+  if (c.fuseLoss && !base.fuseLoss) add("--fuse-loss");
   if (c.offload != Offload::None)
     add("--offload " + toString(c.offload) +
         (c.offload == Offload::NVMe && base.nvmePath.empty() ? " --nvme-path DIR" : std::string()));
@@ -199,6 +202,9 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   if (m.batch <= 0) throw UserError("--auto: the model's @forward has no batch dimension to keep");
   r.batch = m.batch;
   auto given = [&](const char *flag) { return base.given.count(flag) > 0; };
+  // --fuse-loss is a technique of the ladder where the model has an LM head to fuse and the command
+  // line does not pin it.
+  const bool canFuse = !base.fuseLoss && !given("--fuse-loss") && mlir::bigc::countFusableLossHeads(parsed) > 0;
   // The global batch: --global-batch, else what the command line without --auto trains.
   const int64_t userDp = base.ranks / std::max<int64_t>(1, base.tp * base.pp);
   r.globalBatch = base.globalBatch ? *base.globalBatch : userDp * base.microBatches * m.batch;
@@ -235,12 +241,26 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   struct Tech {
     RecomputePolicy recompute;
     Offload offload;
+    bool fused = false; // --fuse-loss
   };
   using RP = RecomputePolicy;
-  std::vector<Tech> techs = {{RP::None, Offload::None}, {RP::Selective, Offload::None}, {RP::Full, Offload::None},
-                             {RP::None, Offload::CPU},  {RP::Selective, Offload::CPU},  {RP::Full, Offload::CPU}};
-  if (base.nvmeCapacity > 0 && (!base.nvmePath.empty() || scope.driveWithoutPath))
+  // Cheapest first. The fused loss costs one more GEMM of the LM head (about a tenth of gpt2's
+  // step), selective recomputation a few elementwise ops, full recomputation a forward pass.
+  std::vector<Tech> techs;
+  for (Offload off : {Offload::None, Offload::CPU})
+    for (Tech t : std::initializer_list<Tech>{{RP::None, off},
+                                              {RP::Selective, off},
+                                              {RP::None, off, true},
+                                              {RP::Selective, off, true},
+                                              {RP::Full, off},
+                                              {RP::Full, off, true}})
+      techs.push_back(t);
+  if (base.nvmeCapacity > 0 && (!base.nvmePath.empty() || scope.driveWithoutPath)) {
     techs.push_back({RP::Full, Offload::NVMe});
+    techs.push_back({RP::Full, Offload::NVMe, true});
+  }
+  if (!canFuse)
+    techs.erase(std::remove_if(techs.begin(), techs.end(), [](const Tech &t) { return t.fused; }), techs.end());
   if (base.nvmeCapacity > 0 && base.nvmePath.empty() && !scope.driveWithoutPath)
     r.report += "  (the drive is not searched: --offload nvme needs --nvme-path DIR; give it with --auto)\n";
 
@@ -350,14 +370,18 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     for (int64_t z : zeros)
       for (Precision prec : precisions) {
         if (meshRefused) break;
+        std::vector<std::pair<RecomputePolicy, Offload>> fitUnfused; // (every technique: no fused twin then)
         for (const Tech &t : techs) {
           if (given("--recompute") && t.recompute != base.recompute) continue;
           if (given("--offload") && t.offload != base.offload) continue;
+          if (t.fused && std::count(fitUnfused.begin(), fitUnfused.end(), std::make_pair(t.recompute, t.offload)))
+            continue;
           AutoPlan plan;
           CompileOptions &c = plan.options;
           c = base;
           c.tp = mesh.tp, c.pp = mesh.pp, c.zero = z, c.microBatches = mesh.k;
           c.recompute = t.recompute, c.offload = t.offload, c.precision = prec;
+          c.fuseLoss = base.fuseLoss || t.fused;
           if (c.offload == Offload::NVMe && c.nvmePath.empty()) c.nvmePath = "nvme"; // (the plan does not read it)
           c.recomputeDrop = -1;
           if (c.offload != base.offload) c.offloadParams = OffloadParams::Auto;
@@ -385,6 +409,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           }
           estimate(plan);
           const bool done = plan.fits, failed = plan.why.rfind("internal error", 0) == 0;
+          if (done && !t.fused) fitUnfused.push_back({t.recompute, t.offload});
           meshRefused = plan.why.rfind("refused: ", 0) == 0;
           r.plans.push_back(std::move(plan));
           if ((done && !scope.everyTechnique) || meshRefused || failed)

@@ -91,6 +91,7 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   if (c.precision != base.precision) add("--precision " + toString(c.precision));
   if (c.microBatches != base.microBatches) add("--micro-batches " + std::to_string(c.microBatches));
   if (c.recompute != base.recompute) add("--recompute " + toString(c.recompute));
+  if (c.fuseLoss && !base.fuseLoss) add("--fuse-loss");
   if (c.offload != base.offload)
     add("--offload " + toString(c.offload) +
         (c.offload == Offload::NVMe && base.nvmePath.empty() ? " --nvme-path DIR" : std::string()));
@@ -104,7 +105,7 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
 bool sameTechniques(const CompileOptions &a, const CompileOptions &b) {
   return a.precision == b.precision && a.microBatches == b.microBatches && a.recompute == b.recompute &&
          a.offload == b.offload && a.memoryBudget == b.memoryBudget && a.zero == b.zero && a.tp == b.tp &&
-         a.pp == b.pp && a.sequenceParallel == b.sequenceParallel;
+         a.pp == b.pp && a.sequenceParallel == b.sequenceParallel && a.fuseLoss == b.fuseLoss;
 }
 
 std::string pct(double x) {

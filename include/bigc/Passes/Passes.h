@@ -46,6 +46,10 @@ LogicalResult buildTrainStep(ModuleOp module, const AdamWConfig &config);
 /// gradient to its total gradient (summed over uses with bigc.add).
 LogicalResult buildBackward(OpBuilder &b, Block &block, llvm::DenseMap<Value, Value> &grads);
 
+/// The LM heads bigc-fuse-loss would fuse in `module`'s @forward (cross-entropies, or
+/// vocabulary-parallel statistics, of a matmul whose logits nothing else reads); 0 when none.
+int64_t countFusableLossHeads(ModuleOp module);
+
 } // namespace bigc
 } // namespace mlir
 
