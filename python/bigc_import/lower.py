@@ -1531,6 +1531,23 @@ class Lowerer:
             tt = self.emit("reshape", [tt], [lt.shape[:-1]], result_dtypes=["i32"])[0]
         return self.emit("cross_entropy", [lt, tt], [()], hints=["loss"])[0]
 
+    def op__linear_cross_entropy_batch_chunked(self, node, a):
+        """F.linear_cross_entropy with chunking options (PyTorch's chunked op, which computes the
+        gradients in its forward): the head's matmul and the cross-entropy, the forms bigc's
+        --fuse-loss fuses and chunks (without options the call exports as those two ops)."""
+        if a.get("linear_bias") is not None:
+            self.fail_node(node, "linear_cross_entropy with a bias on the head")
+        if a.get("reduction", "mean") != "mean":
+            self.fail_node(node, "linear_cross_entropy without the mean reduction")
+        logits = self.op_linear(node, {"input": a["input"], "weight": a["linear_weight"], "bias": None})
+        loss = self.op_cross_entropy_loss(node, {"self": logits, "target": a["target"], "weight": a.get("weight"),
+                                                 "reduction": 1, "ignore_index": a.get("ignore_index", -100),
+                                                 "label_smoothing": a.get("label_smoothing", 0.0)})
+        self.notes.append(f"{source.display(source.location(node))}: linear_cross_entropy in chunks: bigc "
+                          f"imports the head's matmul and the cross-entropy; `bigc compile --fuse-loss` computes "
+                          f"them a chunk of the vocabulary at a time without storing the logits")
+        return (loss, None, None, None)
+
 
 UNARY_OPS = {"neg": "neg", "tanh": "tanh", "sigmoid": "sigmoid", "silu": "silu", "exp": "exp",
              "log": "log", "erf": "erf", "sqrt": "sqrt", "rsqrt": "rsqrt", "relu": "relu",

@@ -7,9 +7,10 @@
 source "$(dirname "$0")/import_crosscheck.shlib" "$1"
 M="$HERE/import_nanogpt_model.py"
 crosscheck nanogpt 4 32 -- torch "$M:make" -- --torch "$M:make"
-# The same model with the LM head and loss fused (--fuse-loss, chunks of 100 of the 256 columns):
-# the same bounds against PyTorch's unfused step.
-COMPILE_FLAGS="--fuse-loss --loss-chunk 100" crosscheck fused 4 32 -- torch "$M:make" -- --torch "$M:make"
+# The same model with its loss as F.linear_cross_entropy in PyTorch's batch chunks (imported as the
+# head's matmul and the cross-entropy), compiled with the LM head and loss fused (--fuse-loss,
+# chunks of 100 of the 256 columns): the same bounds against PyTorch's chunked step.
+COMPILE_FLAGS="--fuse-loss --loss-chunk 100" crosscheck chunked 4 32 -- torch "$M:make_chunked" -- --torch "$M:make_chunked"
 grep -q 'approximate = "none"' "$d/nanogpt.mlir" || { echo "FAIL: nn.GELU() is not gelu's exact form"; exit 1; }
 grep -q "bigc.attention " "$d/nanogpt.mlir" || { echo "FAIL: the packed q, k, v are not bigc.attention"; exit 1; }
 grep -q 'loc(".*import_nanogpt_model.py":[0-9]*:0)' "$d/nanogpt.mlir" || { echo "FAIL: no source locations"; exit 1; }

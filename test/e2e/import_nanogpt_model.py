@@ -107,6 +107,22 @@ class GPT(nn.Module):
         return logits, loss
 
 
+class ChunkedLoss(GPT):
+    """The same GPT with its loss as PyTorch 2.15's F.linear_cross_entropy in batch chunks (the
+    chunked op computes the gradients in its forward; the importer maps it to the head's matmul and
+    the cross-entropy)."""
+
+    def forward(self, idx, targets=None):
+        b, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        return F.linear_cross_entropy(x.view(-1, EMBD), self.lm_head.weight, targets.view(-1),
+                                      options=nn.LinearCrossEntropyOptions(batch_chunk_size=32))
+
+
 class LogitsOnly(nn.Module):
     """The same GPT called as module(tokens) -> logits: the importer adds the loss."""
 
@@ -126,6 +142,11 @@ def batch():
 def make():
     torch.manual_seed(1234)
     return GPT(), batch()
+
+
+def make_chunked():
+    torch.manual_seed(1234)
+    return ChunkedLoss(), batch()
 
 
 def make_logits():
