@@ -757,7 +757,8 @@ void linearCeStats(const float *h, const float *w, const int32_t *targets, float
       const float mc = rowMax(row, cw), m = stats[2 * n], mx = std::max(m, mc);
       double s;
       std::memcpy(&s, sums + n * sizeof(double), sizeof(double));
-      s = (s == 0.0 ? 0.0 : s * std::exp(double(m) - double(mx))) + rowSumExp(row, cw, mx);
+      if (mx != -std::numeric_limits<float>::infinity()) // (columns of -inf so far: nothing to add)
+        s = (s == 0.0 ? 0.0 : s * std::exp(double(m) - double(mx))) + rowSumExp(row, cw, mx);
       std::memcpy(sums + n * sizeof(double), &s, sizeof(double));
       stats[2 * n] = mx;
       const int64_t t = int64_t(targets[n]) - offset - c0;

@@ -25,6 +25,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
+#include <set>
+#include <utility>
 
 namespace bigc::rt::cuda {
 
@@ -1055,23 +1058,36 @@ __global__ void __launch_bounds__(128)
   }
 }
 
+// Opts `kernel` in to `bytes` of dynamic shared memory above the default 48 KiB. The attribute
+// belongs to the current device: set once per (kernel, device), so that every GPU of a process
+// (one engine per device) can launch the kernel, not only the first one that did.
 template <class K> void allowSmem(K kernel, size_t bytes) {
-  if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (bytes <= 48 * 1024) return;
+  static std::mutex mu;
+  static std::set<std::pair<const void *, int>> done;
+  auto check = [](cudaError_t e, const char *what) {
+    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+  };
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count({reinterpret_cast<const void *>(kernel), device})) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+        "cudaFuncSetAttribute (the attention kernel's shared memory)");
+  done.insert({reinterpret_cast<const void *>(kernel), device});
 }
 
 template <class T, int D>
 void flashForward(const T *qkv, T *out, float *lse, int B, int T_, int C, int H, cudaStream_t s) {
   if constexpr (D <= 64) {                // the register-tiled kernels; the shared-memory ones for D = 128
     const size_t smem = fa2Smem<T, D>(5); // Q and two buffers of K, V
-    static bool once = (allowSmem(fa2FwdK<T, D>, smem), true);
-    (void)once;
+    allowSmem(fa2FwdK<T, D>, smem);
     dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
     fa2FwdK<T, D><<<grid, kWarps * 32, smem, s>>>(qkv, out, lse, T_, C, H, kLog2e / sqrtf(float(D)));
     return;
   }
   const size_t smem = fwdSmem<T, D>();
-  static bool once = (allowSmem(flashFwdK<T, D>, smem), true);
-  (void)once;
+  allowSmem(flashFwdK<T, D>, smem);
   dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
   const float sc = 1.0f / sqrtf(float(D));
   flashFwdK<T, D><<<grid, kWarps * 32, smem, s>>>(qkv, out, lse, T_, C, H, sc * kLog2e);
@@ -1082,8 +1098,8 @@ void flashBackward(const T *dout, const T *qkv, const float *lse, const float *D
                    cudaStream_t s) {
   if constexpr (D <= 64) {
     const size_t smem = fa2Smem<T, D>(6); // two tiles and two buffers of two
-    static bool once = (allowSmem(fa2DkvK<T, D>, smem), allowSmem(fa2DqK<T, D>, smem), true);
-    (void)once;
+    allowSmem(fa2DkvK<T, D>, smem);
+    allowSmem(fa2DqK<T, D>, smem);
     dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
     const float sc = 1.0f / sqrtf(float(D));
     fa2DkvK<T, D><<<grid, kWarps * 32, smem, s>>>(dout, qkv, lse, Dv, dqkv, T_, C, H, sc);
@@ -1093,8 +1109,8 @@ void flashBackward(const T *dout, const T *qkv, const float *lse, const float *D
   const size_t smemKv = bwdSmem<T, D>();
   const size_t smemQ = size_t(4 * kTile * TileGeom<D>::LD) * sizeof(T) + size_t(2 * kTile) * 4 +
                        size_t(2 * kWarps * 16 * TileGeom<D>::SW) * 4 + size_t(kWarps * 16 * kPLd) * sizeof(T);
-  static bool once = (allowSmem(flashDkvK<T, D>, smemKv), allowSmem(flashDqK<T, D>, smemQ), true);
-  (void)once;
+  allowSmem(flashDkvK<T, D>, smemKv);
+  allowSmem(flashDqK<T, D>, smemQ);
   dim3 grid(unsigned((T_ + kTile - 1) / kTile), unsigned(B * H));
   const float sc = 1.0f / sqrtf(float(D));
   flashDkvK<T, D><<<grid, kWarps * 32, smemKv, s>>>(dout, qkv, lse, Dv, dqkv, T_, C, H, sc);

@@ -219,6 +219,9 @@ CudaEngine::~CudaEngine() {
 }
 
 void CudaEngine::release() {
+  // This engine's device: the destructor may run on a thread whose current device is another
+  // rank's (one engine per GPU in a process).
+  cudaSetDevice(device_);
   cudaDeviceSynchronize();
   for (auto &plan : plans_)
     for (auto &p : plan.shapes) {

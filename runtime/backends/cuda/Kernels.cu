@@ -96,10 +96,16 @@ int sortBits(int64_t V) {
   return bits;
 }
 
+// A CUDA call's error as an exception naming the call (the engine reports it with the op).
+void checkCuda(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
 size_t cubSortBytes(int64_t N, int64_t V) {
   size_t bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int32_t *)nullptr, (int32_t *)nullptr,
-                                  (const int32_t *)nullptr, (int32_t *)nullptr, int(N), 0, sortBits(V));
+  checkCuda(cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int32_t *)nullptr, (int32_t *)nullptr,
+                                            (const int32_t *)nullptr, (int32_t *)nullptr, int(N), 0, sortBits(V)),
+            "cub::DeviceRadixSort::SortPairs (workspace size)");
   return bytes;
 }
 
@@ -826,10 +832,11 @@ void embeddingGrad(DType t, const void *dy, const int32_t *ids, void *dtable, in
   if (N > 0) {
     embKeysK<<<blocksFor(N), kThreads, 0, s>>>(ids, keysIn, valsIn, N, V, offset, vocab, e);
     size_t bytes = sortBytes;
-    cub::DeviceRadixSort::SortPairs(temp, bytes, keysIn, keysOut, valsIn, valsOut, int(N), 0, sortBits(V), s);
+    checkCuda(cub::DeviceRadixSort::SortPairs(temp, bytes, keysIn, keysOut, valsIn, valsOut, int(N), 0, sortBits(V), s),
+              "cub::DeviceRadixSort::SortPairs (embedding_grad)");
   }
-  cudaMemsetAsync(start, 0, size_t(V + 1) * 4, s);
-  cudaMemsetAsync(end, 0, size_t(V + 1) * 4, s);
+  checkCuda(cudaMemsetAsync(start, 0, size_t(V + 1) * 4, s), "cudaMemsetAsync (embedding_grad)");
+  checkCuda(cudaMemsetAsync(end, 0, size_t(V + 1) * 4, s), "cudaMemsetAsync (embedding_grad)");
   if (N > 0) embBoundsK<<<blocksFor(N), kThreads, 0, s>>>(keysOut, start, end, N);
   if (V > 0)
     BIGC_DISPATCH(t, embRowsK<T><<<unsigned(V), 128, 0, s>>>(static_cast<const T *>(dy), valsOut, start, end,
