@@ -55,6 +55,14 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
     delete v;
   });
   comms->c.assign(size_t(local), nullptr);
+  // The collectives use ncclBfloat16 and ncclAvg (NCCL 2.10): the library loaded at run time may be
+  // older than the headers this was built with.
+  int ncclVersion = 0;
+  BIGC_NCCL(ncclGetVersion(&ncclVersion));
+  if (ncclVersion < 21000)
+    throw UserError("the CUDA backend's collectives need NCCL 2.10 or newer (bf16 sums, average reductions); the "
+                    "NCCL library loaded reports version code " +
+                    std::to_string(ncclVersion) + " (install a newer NCCL, or run with --backend cpu)");
   BIGC_NCCL(ncclGroupStart());
   for (int l = 0; l < local; ++l) {
     BIGC_CK(cudaSetDevice(firstDevice + l));
