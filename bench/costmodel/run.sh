@@ -16,7 +16,7 @@
 # CHECK="MAXERR MINRHO" (make test's e2e.costmodel: "0.35 0.8", AUTO_TOL=0.20, PASSES=2 STEPS=5): exit 1 unless
 # every configuration's estimate is within MAXERR of its measured median, the orders agree to
 # Spearman's rho >= MINRHO and each --auto pick is within AUTO_TOL of the fastest on its ranks;
-# without the 4-micro-batch configuration (12 remain); a second calibration and measurement when
+# without the 4-micro-batch configuration (13 remain); a second calibration and measurement when
 # the first misses (this machine's speed drifts by 10-20% between runs minutes apart: docs/performance.md).
 set -euo pipefail
 BIN=${1:-build/bin}
@@ -39,7 +39,7 @@ CONFIGS=("plain:" "recompute full:--recompute full" "recompute selective:--recom
          "offload cpu:--offload cpu"
          "2 ranks, ZeRO 1:--ranks 2 --zero 1" "2 ranks, ZeRO 3:--ranks 2 --zero 3" "tp 2:--ranks 2 --tp 2"
          "pp 2:--ranks 2 --pp 2 --micro-batches 2" "4 ranks, ZeRO 2:--ranks 4 --zero 2"
-         "bf16, offload cpu:--precision bf16 --offload cpu")
+         "bf16, offload cpu:--precision bf16 --offload cpu" "fused loss:--fuse-loss")
 if [ -n "${CHECK:-}" ]; then
   KEEP=()
   for c in "${CONFIGS[@]}"; do [ "${c%%:*}" = "4 micro-batches" ] || KEEP+=("$c"); done
