@@ -136,6 +136,32 @@ std::string phaseOf(const std::vector<Phase> &phases, int64_t i) {
 
 // Activation bytes kept for the backward: activation buffers live across a forward -> backward
 // boundary (the most at any one, with micro-batches), -1 when the program has no backward.
+// The fused LM head and loss (bigc-fuse-loss): the first linear_ce_stats instruction's positions,
+// vocabulary columns and chunk, the bytes of the logits it does not store, its workspace; `count`
+// instructions in all (one per micro-batch).
+struct FusedLoss {
+  int count = 0;
+  int64_t positions = 0, columns = 0, chunk = 0, logitsBytes = 0, workspaceBytes = 0;
+};
+FusedLoss fusedLossOf(const rt::Program &p) {
+  FusedLoss f;
+  for (const auto &ins : p.instructions) {
+    if (ins.op != "linear_ce_stats" || ins.in.size() < 2 || ins.out.size() < 2) continue;
+    if (f.count++) continue;
+    const rt::Buffer &h = p.buffers[size_t(ins.in[0])], &w = p.buffers[size_t(ins.in[1])];
+    const int64_t c = h.shape.empty() ? 0 : h.shape.back();
+    f.positions = c ? h.numel() / c : 0;
+    f.columns = w.shape.size() == 2 ? (ins.flag("transpose_b") ? w.shape[0] : w.shape[1]) : 0;
+    f.chunk = std::min<int64_t>(int64_t(ins.num("chunk", 0)), f.columns);
+    f.logitsBytes = f.positions * f.columns * int64_t(rt::dtypeSize(h.dtype));
+    f.workspaceBytes = p.buffers[size_t(ins.out[1])].bytes;
+    for (const auto &g : p.instructions) // its gradient's workspace (the larger: it holds dh's accumulator)
+      if (g.op == "linear_ce_stats_grad" && g.out.size() == 3)
+        f.workspaceBytes = std::max(f.workspaceBytes, p.buffers[size_t(g.out[2])].bytes);
+  }
+  return f;
+}
+
 int64_t activationsKeptForBackward(const rt::Program &p) {
   std::vector<int64_t> boundaries;
   for (size_t i = 1; i < p.instructions.size(); ++i)
@@ -649,6 +675,13 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     o << "\n";
   }
 
+  if (FusedLoss fl = fusedLossOf(p); fl.count > 0)
+    o << "fused loss (--fuse-loss): the LM head and the cross-entropy " << fl.chunk << " of " << fl.columns
+      << " vocabulary columns at a time; the " << withCommas(fl.positions) << " x " << withCommas(fl.columns)
+      << " logits (" << humanBytes(fl.logitsBytes) << ", and as much for their gradient) not stored"
+      << (fl.count > 1 ? " in each of " + std::to_string(fl.count) + " micro-batches" : std::string()) << "; workspace "
+      << humanBytes(fl.workspaceBytes) << "\n";
+
   if (int64_t kept = activationsKeptForBackward(p); kept >= 0)
     o << "activations kept for the backward: " << humanBytes(kept)
       << " (activation buffers live across the forward/backward boundary)\n";
@@ -816,6 +849,10 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
   for (const auto &ph : inferPhases(p)) phases.push_back({{"name", ph.name}, {"begin", ph.begin}, {"end", ph.end}});
   j["phases"] = phases;
   j["activations_kept_bytes"] = activationsKeptForBackward(p);
+  if (FusedLoss fl = fusedLossOf(p); fl.count > 0)
+    j["fused_loss"] = {{"instructions", fl.count},       {"positions", fl.positions},
+                       {"columns", fl.columns},          {"chunk", fl.chunk},
+                       {"logits_bytes", fl.logitsBytes}, {"workspace_bytes", fl.workspaceBytes}};
   json streams = json::object();
   for (const auto &st : streamStats(p))
     streams[st.name] = {{"instructions", st.instructions}, {"copies", st.copies}, {"bytes", st.bytes}};
