@@ -15,6 +15,7 @@
 //               divide them, else replicated on every rank (tp_heads)
 //   rope        keeps a split on whole heads
 //   rmsnorm     as layernorm
+//   reshape     keeps a split of the last dimension when it keeps that dimension (logits.view(-1, V))
 //   layernorm, bias_add, add, mul, scale, gelu, silu, swiglu, cast: keep a split (and,
 //               with sequence parallelism, take partial sums as the
 //               reduce-scatter onto this rank's part of the sequence)
@@ -248,6 +249,35 @@ struct CrossEntropyTp : TensorParallelOpInterface::ExternalModel<CrossEntropyTp,
   }
 };
 
+/// A reshape that keeps the last dimension and regroups the leading ones (PyTorch's
+/// logits.view(-1, V) before the loss, x.view(B * T, C)): a split of the last dimension stays a
+/// split of the last dimension, partial sums stay partial sums (the reshape is linear), a
+/// replicated value stays replicated. Anything else runs replicated.
+struct ReshapeTp : TensorParallelOpInterface::ExternalModel<ReshapeTp, ReshapeOp> {
+  TpRule getTpRule(Operation *op, ArrayRef<TpLayout> in, const TpContext &) const {
+    auto x = cast<RankedTensorType>(op->getOperand(0).getType());
+    auto y = cast<RankedTensorType>(op->getResult(0).getType());
+    const bool keepsLast = x.getRank() >= 1 && y.getRank() >= 1 && x.getShape().back() == y.getShape().back();
+    TpRule rule;
+    if (keepsLast && in[0].isSplit(x.getRank() - 1) && in[0].segments == 1) {
+      rule.operands = {TpLayout::split(x.getRank() - 1)};
+      rule.results = {TpLayout::split(y.getRank() - 1)};
+      return rule;
+    }
+    if (in[0].isPartial()) {
+      rule.operands = {TpLayout::partial()};
+      rule.results = {TpLayout::partial()};
+      return rule;
+    }
+    if (in[0].isRep() && !in[0].freeParam) {
+      rule.operands = {TpLayout::rep()};
+      rule.results = {TpLayout::rep()};
+      return rule;
+    }
+    return allReplicated(op, "a reshape of a split that does not keep the split (last) dimension");
+  }
+};
+
 } // namespace
 
 void mlir::bigc::attachTensorParallelRules(MLIRContext &ctx) {
@@ -267,4 +297,5 @@ void mlir::bigc::attachTensorParallelRules(MLIRContext &ctx) {
   RmsNormOp::attachInterface<RmsNormTp>(ctx);
   RopeOp::attachInterface<RopeTp>(ctx);
   GqaAttentionOp::attachInterface<GqaAttentionTp>(ctx);
+  ReshapeOp::attachInterface<ReshapeTp>(ctx);
 }
