@@ -93,14 +93,16 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx, targets=None):
+    def trunk(self, idx):
         b, t = idx.size()
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
             x = block(x)
-        x = self.transformer.ln_f(x)
-        logits = self.lm_head(x)
+        return self.transformer.ln_f(x)
+
+    def forward(self, idx, targets=None):
+        logits = self.lm_head(self.trunk(idx))
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
@@ -113,12 +115,7 @@ class ChunkedLoss(GPT):
     the cross-entropy)."""
 
     def forward(self, idx, targets=None):
-        b, t = idx.size()
-        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for block in self.transformer.h:
-            x = block(x)
-        x = self.transformer.ln_f(x)
+        x = self.trunk(idx)
         return F.linear_cross_entropy(x.view(-1, EMBD), self.lm_head.weight, targets.view(-1),
                                       options=nn.LinearCrossEntropyOptions(batch_chunk_size=32))
 
