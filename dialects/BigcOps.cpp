@@ -603,6 +603,7 @@ static LogicalResult verifyLinearCe(Operation *op, Value h, Value w, Value targe
   if ((tb ? ws[1] : ws[0]) != c)
     return op->emitOpError("w ") << str(ws) << " must be " << (tb ? "[V,C]" : "[C,V]") << " for h's C = " << c;
   v = tb ? ws[0] : ws[1];
+  if (c < 1 || v < 1) return op->emitOpError("needs C >= 1 and V >= 1, got C = ") << c << ", V = " << v;
   n = tensorOf(h).getNumElements() / std::max<int64_t>(1, c);
   if (eltOf(h) != eltOf(w)) return op->emitOpError("h and w must have the same element type");
   if (chunk < 1) return op->emitOpError("chunk must be at least 1 column, got ") << chunk;

@@ -359,6 +359,7 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     minRank(h, 2, "h");
     if (w.shape.size() != 2) bad("w must be [C,V] (or [V,C] with transpose_b), " + desc(w) + " is not");
     const int64_t C = h.shape.back(), V = tb ? w.shape[0] : w.shape[1];
+    if (C < 1 || V < 1) bad("h's width and w's vocabulary columns must be at least 1: " + desc(h) + ", " + desc(w));
     if ((tb ? w.shape[1] : w.shape[0]) != C)
       bad("w " + desc(w) + " does not match h's width " + std::to_string(C) + (tb ? " (transpose_b)" : ""));
     if (h.dtype != w.dtype)

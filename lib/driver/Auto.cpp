@@ -204,7 +204,11 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   auto given = [&](const char *flag) { return base.given.count(flag) > 0; };
   // --fuse-loss is a technique of the ladder where the model has an LM head to fuse and the command
   // line does not pin it.
-  const bool canFuse = !base.fuseLoss && !given("--fuse-loss") && mlir::bigc::countFusableLossHeads(parsed) > 0;
+  // Only on the CPU backend's profiles (cpu, cpu-calibrated) until the CUDA backend has the fused
+  // op's kernel: a plan the machine could not run is no choice.
+  const bool cpuProfile = base.hardware.name == "cpu" || base.hardware.name.rfind("cpu-", 0) == 0;
+  const bool canFuse =
+      cpuProfile && !base.fuseLoss && !given("--fuse-loss") && mlir::bigc::countFusableLossHeads(parsed) > 0;
   // The global batch: --global-batch, else what the command line without --auto trains.
   const int64_t userDp = base.ranks / std::max<int64_t>(1, base.tp * base.pp);
   r.globalBatch = base.globalBatch ? *base.globalBatch : userDp * base.microBatches * m.batch;
@@ -371,10 +375,12 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
       for (Precision prec : precisions) {
         if (meshRefused) break;
         std::vector<std::pair<RecomputePolicy, Offload>> fitUnfused; // (every technique: no fused twin then)
+        bool fusedRefused = false; // the fused loss does not suit this mesh: no other fused variant
         for (const Tech &t : techs) {
           if (given("--recompute") && t.recompute != base.recompute) continue;
           if (given("--offload") && t.offload != base.offload) continue;
-          if (t.fused && std::count(fitUnfused.begin(), fitUnfused.end(), std::make_pair(t.recompute, t.offload)))
+          if (t.fused && (fusedRefused ||
+                          std::count(fitUnfused.begin(), fitUnfused.end(), std::make_pair(t.recompute, t.offload))))
             continue;
           AutoPlan plan;
           CompileOptions &c = plan.options;
@@ -410,7 +416,11 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           estimate(plan);
           const bool done = plan.fits, failed = plan.why.rfind("internal error", 0) == 0;
           if (done && !t.fused) fitUnfused.push_back({t.recompute, t.offload});
-          meshRefused = plan.why.rfind("refused: ", 0) == 0;
+          const bool refused = plan.why.rfind("refused: ", 0) == 0;
+          // A refused fused variant (e.g. no head left to fuse after tensor parallelism) leaves the
+          // mesh to the unfused techniques.
+          meshRefused = refused && !t.fused;
+          fusedRefused |= refused && t.fused;
           r.plans.push_back(std::move(plan));
           if ((done && !scope.everyTechnique) || meshRefused || failed)
             break; // the cheapest techniques that fit this mesh and stage

@@ -530,6 +530,11 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
       auto t = cast<RankedTensorType>(ce.getLogits().getType());
       p.vocab = t.getDimSize(t.getRank() - 1);
     }
+    if (auto fl = dyn_cast<bigcd::LinearCeStatsOp>(op); fl && p.vocab == 0) { // the fused head's columns
+      auto w = cast<RankedTensorType>(fl.getW().getType());
+      p.vocab = fl.getTransposeB() ? w.getDimSize(0) : w.getDimSize(1);
+      if (fl->hasAttr(bigcd::kVocabGroupAttrName)) p.vocab *= bigcd::meshAxisSize(module, "tp");
+    }
   }
   // bigc-mixed-precision / bigc-grad-accum record what they did on the module.
   p.precision = "fp32";

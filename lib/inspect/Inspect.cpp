@@ -134,8 +134,6 @@ std::string phaseOf(const std::vector<Phase> &phases, int64_t i) {
   return "";
 }
 
-// Activation bytes kept for the backward: activation buffers live across a forward -> backward
-// boundary (the most at any one, with micro-batches), -1 when the program has no backward.
 // The fused LM head and loss (bigc-fuse-loss): the first linear_ce_stats instruction's positions,
 // vocabulary columns and chunk, the bytes of the logits it does not store, its workspace; `count`
 // instructions in all (one per micro-batch).
@@ -143,25 +141,30 @@ struct FusedLoss {
   int count = 0;
   int64_t positions = 0, columns = 0, chunk = 0, logitsBytes = 0, workspaceBytes = 0;
 };
-FusedLoss fusedLossOf(const rt::Program &p) {
+FusedLoss fusedLossOf(const rt::Program &whole) {
   FusedLoss f;
-  for (const auto &ins : p.instructions) {
-    if (ins.op != "linear_ce_stats" || ins.in.size() < 2 || ins.out.size() < 2) continue;
-    if (f.count++) continue;
-    const rt::Buffer &h = p.buffers[size_t(ins.in[0])], &w = p.buffers[size_t(ins.in[1])];
-    const int64_t c = h.shape.empty() ? 0 : h.shape.back();
-    f.positions = c ? h.numel() / c : 0;
-    f.columns = w.shape.size() == 2 ? (ins.flag("transpose_b") ? w.shape[0] : w.shape[1]) : 0;
-    f.chunk = std::min<int64_t>(int64_t(ins.num("chunk", 0)), f.columns);
-    f.logitsBytes = f.positions * f.columns * int64_t(rt::dtypeSize(h.dtype));
-    f.workspaceBytes = p.buffers[size_t(ins.out[1])].bytes;
-    for (const auto &g : p.instructions) // its gradient's workspace (the larger: it holds dh's accumulator)
-      if (g.op == "linear_ce_stats_grad" && g.out.size() == 3)
-        f.workspaceBytes = std::max(f.workspaceBytes, p.buffers[size_t(g.out[2])].bytes);
+  for (int64_t st = 0; st < std::max<int64_t>(1, whole.pp) && f.count == 0; ++st) { // (pp: the last stage's)
+    const rt::Program &p = whole.stageProgram(st);
+    for (const auto &ins : p.instructions) {
+      if (ins.op != "linear_ce_stats" || ins.in.size() < 2 || ins.out.size() < 2) continue;
+      if (f.count++) continue;
+      const rt::Buffer &h = p.buffers[size_t(ins.in[0])], &w = p.buffers[size_t(ins.in[1])];
+      const int64_t c = h.shape.empty() ? 0 : h.shape.back();
+      f.positions = c ? h.numel() / c : 0;
+      f.columns = w.shape.size() == 2 ? (ins.flag("transpose_b") ? w.shape[0] : w.shape[1]) : 0;
+      f.chunk = std::min<int64_t>(int64_t(ins.num("chunk", 0)), f.columns);
+      f.logitsBytes = f.positions * f.columns * int64_t(rt::dtypeSize(h.dtype));
+      f.workspaceBytes = p.buffers[size_t(ins.out[1])].bytes;
+      for (const auto &g : p.instructions) // its gradient's workspace (the larger: it holds dh's accumulator)
+        if (g.op == "linear_ce_stats_grad" && g.out.size() == 3)
+          f.workspaceBytes = std::max(f.workspaceBytes, p.buffers[size_t(g.out[2])].bytes);
+    }
   }
   return f;
 }
 
+// Activation bytes kept for the backward: activation buffers live across a forward -> backward
+// boundary (the most at any one, with micro-batches), -1 when the program has no backward.
 int64_t activationsKeptForBackward(const rt::Program &p) {
   std::vector<int64_t> boundaries;
   for (size_t i = 1; i < p.instructions.size(); ++i)

@@ -64,10 +64,12 @@ inline V4u mix64(V4u z) {
 }
 
 // x < 2^53 as a double, exactly, without a 64-bit integer conversion (which AVX2 lacks): x >> 1
-// (< 2^52) through the 2^52 exponent trick, doubled, plus the low bit.
+// (< 2^52) through the 2^52 exponent trick, doubled, plus the low bit. The low bit is made 0 or 1
+// before it is added: 2(x >> 1) + 2^52 + 1 would be rounded to even above 2^53.
 inline V4d toDouble53(V4u x) {
   const V4d half = (V4d)((x >> 1) | 0x4330000000000000ull) - 4503599627370496.0;
-  return half + half + (V4d)((x & 1u) | 0x4330000000000000ull) - 4503599627370496.0;
+  const V4d low = (V4d)((x & 1u) | 0x4330000000000000ull) - 4503599627370496.0;
+  return (half + half) + low;
 }
 
 // Pairs [k0, k0 + np) the fast way (np a multiple of 4): c[j] = std·r·cos, s[j] = std·r·sin and
@@ -183,7 +185,8 @@ template <DType D> void normalRange(void *x, int64_t begin, int64_t end, double 
     Bits *out = whole ? dst : buf;
     // Branch-free over the block, so that it vectorizes.
     for (int j = 0; j < np4; ++j) {
-      const double dc = std::fabs(c[j]) * rel + a[j] * abs, ds = std::fabs(s[j]) * rel + a[j] * abs;
+      const double dc = std::fabs(c[j]) * rel + std::fabs(a[j]) * abs,
+                   ds = std::fabs(s[j]) * rel + std::fabs(a[j]) * abs;
       uint32_t loC, hiC, loS, hiS;
       if constexpr (D == DType::F32) {
         loC = floatBits(float(c[j] - dc)), hiC = floatBits(float(c[j] + dc));
