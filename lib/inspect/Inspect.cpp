@@ -143,8 +143,9 @@ struct FusedLoss {
 };
 FusedLoss fusedLossOf(const rt::Program &whole) {
   FusedLoss f;
-  for (int64_t st = 0; st < std::max<int64_t>(1, whole.pp) && f.count == 0; ++st) { // (pp: the last stage's)
-    const rt::Program &p = whole.stageProgram(st);
+  // This program and its pipeline stages, if it holds them (a stage's own program holds none).
+  for (size_t st = 0; st <= whole.stages.size() && f.count == 0; ++st) {
+    const rt::Program &p = st == 0 ? whole : whole.stages[st - 1];
     for (const auto &ins : p.instructions) {
       if (ins.op != "linear_ce_stats" || ins.in.size() < 2 || ins.out.size() < 2) continue;
       if (f.count++) continue;

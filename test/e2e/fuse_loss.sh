@@ -113,4 +113,8 @@ PY
 grep -q "fused loss (--fuse-loss): the LM head and the cross-entropy 64 of 1000 vocabulary columns at a time; the 512 x 1,000 logits (1.95 MiB, and as much for their gradient) not stored" "$d/g_f.txt" &&
   grep -q "workspace" "$d/g_f.txt" || { echo "FAIL: bigc inspect does not show the fused loss:"; cat "$d/g_f.txt"; exit 1; }
 echo "ok: bigc inspect shows the fused loss and its workspaces"
+# A pipelined program: the head is in the last stage, which inspect shows as rank 1.
+"$BIN/bigc" inspect "$d/g_pp2_f.bigc" --rank 1 > "$d/pp_rank1.txt"
+grep -q "fused loss (--fuse-loss)" "$d/pp_rank1.txt" || { echo "FAIL: inspect --rank 1 of the pipelined program:"; cat "$d/pp_rank1.txt"; exit 1; }
+echo "ok: bigc inspect --rank 1 of the 2-stage program shows the fused loss"
 echo "PASS"
