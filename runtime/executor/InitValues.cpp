@@ -34,7 +34,8 @@ constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
 constexpr double kTwoPi = 6.283185307179586476925286766559;
 constexpr double kInv53 = 1.0 / 9007199254740992.0; // 2^-53
 
-inline uint64_t mix64(uint64_t z) {
+// SplitMix64's output function, on one state or on four lanes of them (V4u below).
+template <class U> inline U mix64(U z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -56,12 +57,6 @@ constexpr int kBlock = 256; // pairs computed together (a multiple of 4)
 typedef double V4d __attribute__((vector_size(32)));
 typedef uint64_t V4u __attribute__((vector_size(32)));
 typedef int64_t V4i __attribute__((vector_size(32)));
-
-inline V4u mix64(V4u z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 // x < 2^53 as a double, exactly, without a 64-bit integer conversion (which AVX2 lacks): x >> 1
 // (< 2^52) through the 2^52 exponent trick, doubled, plus the low bit. The low bit is made 0 or 1

@@ -781,15 +781,8 @@ void linearCeStatsGrad(const float *dstats, const float *h, const float *w, cons
   for (int64_t c0 = 0; c0 < V; c0 += chunk) {
     const int64_t cw = std::min(chunk, V - c0);
     headChunk(h, w, dL, N, C, V, c0, cw, tb);
-#pragma omp parallel for schedule(static) if (N * cw >= kParallelMin)
-    for (int64_t n = 0; n < N; ++n) { // the gradient of the logits, as vocab_ce_stats_grad
-      float *row = dL + n * cw;
-      const float lse = stats[2 * n], g = dstats[2 * n];
-#pragma omp simd
-      for (int64_t j = 0; j < cw; ++j) row[j] = g * fastExp(row[j] - lse);
-      const int64_t t = int64_t(targets[n]) - offset - c0;
-      if (t >= 0 && t < cw) row[t] += dstats[2 * n + 1];
-    }
+    // The gradient of these logits, in place: vocab_ce_stats_grad of columns [offset + c0, ...).
+    vocabCeStatsGrad(dstats, dL, targets, stats, dL, N, cw, offset + c0);
     const blasint n = blasint(N), c = blasint(C), k = blasint(cw);
     if (tb) { // w [V, C]: dw rows c0.. = dLᵀ h; dh += dL w[c0.., :]
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, c, n, 1.0f, dL, k, h, c, 0.0f, dw + c0 * C, c);
