@@ -848,9 +848,10 @@ LogicalResult ConcatOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 
 LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                             SmallVectorImpl<Value> &operandGrads) {
-  Value dlogits =
+  auto dlogits =
       b.create<CrossEntropyGradOp>(getLoc(), getLogits().getType(), getLogits(), getTargets(), resultGrads[0]);
-  operandGrads.assign({dlogits, Value()});
+  if (Attribute c = (*this)->getAttr(kClassesAttrName)) dlogits->setAttr(kClassesAttrName, c); // a padded vocabulary
+  operandGrads.assign({Value(dlogits), Value()});
   return success();
 }
 
@@ -863,7 +864,7 @@ LogicalResult LinearCeStatsOp::buildGradient(OpBuilder &b, ArrayRef<Value> resul
   auto g = b.create<LinearCeStatsGradOp>(getLoc(), TypeRange{getH().getType(), getW().getType(), wsT}, resultGrads[0],
                                          getH(), getW(), getTargets(), getStats(), getChunkAttr(), getTransposeBAttr());
   for (NamedAttribute a : (*this)->getDiscardableAttrs())
-    if (a.getName() == kVocabGroupAttrName) g->setAttr(a.getName(), a.getValue());
+    if (a.getName() == kVocabGroupAttrName || a.getName() == kClassesAttrName) g->setAttr(a.getName(), a.getValue());
   operandGrads.assign({Value(g.getDh()), Value(g.getDw()), Value()});
   return success();
 }

@@ -137,8 +137,9 @@ LogicalResult TpSliceOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads
 
 LogicalResult VocabCeStatsOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                             SmallVectorImpl<Value> &operandGrads) {
-  Value d = b.create<VocabCeStatsGradOp>(getLoc(), getLogits().getType(), resultGrads[0], getLogits(), getTargets(),
-                                         getStats(), getGroupAttr());
+  auto d = b.create<VocabCeStatsGradOp>(getLoc(), getLogits().getType(), resultGrads[0], getLogits(), getTargets(),
+                                        getStats(), getGroupAttr());
+  if (Attribute c = (*this)->getAttr(kClassesAttrName)) d->setAttr(kClassesAttrName, c); // a padded vocabulary
   operandGrads.assign({d, Value()});
   return success();
 }
@@ -151,6 +152,6 @@ LogicalResult VocabCeLossOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultG
 }
 
 void mlir::bigc::copyTpSplit(Operation *from, Operation *to) {
-  for (StringRef name : {StringRef(kTpSplitAttrName), StringRef(kTpFullShapeAttrName)})
+  for (StringRef name : {StringRef(kTpSplitAttrName), StringRef(kTpFullShapeAttrName), StringRef(kVocabRowsAttrName)})
     if (Attribute a = from->getAttr(name)) to->setAttr(name, a);
 }

@@ -51,6 +51,14 @@ struct InstructionCheck {
   void sameShape(const Buffer &a, const Buffer &b, const char *what) const {
     if (a.shape != b.shape) bad(std::string(what) + ": shapes differ: " + desc(a) + " vs " + desc(b));
   }
+  // bigc-pad-vocab: attribute `classes` (optional) an integer in 1..vocab, the logits' whole
+  // vocabulary (the columns from there on are padding).
+  void classesWithin(int64_t vocab) const {
+    if (!ins->attrs.count("classes")) return;
+    const double c = ins->num("classes", 0);
+    if (!(c >= 1) || c != std::floor(c) || c > double(vocab))
+      bad("attribute 'classes' must be an integer in 1.." + std::to_string(vocab) + " (the vocabulary's columns)");
+  }
   void wantShape(const Buffer &b, const std::vector<int64_t> &s, const std::string &what) const {
     if (b.shape != s) bad(what + " must have shape " + shapeStr(s) + ", " + desc(b) + " has not");
   }

@@ -68,13 +68,7 @@ int64_t Program::parameterCount() const {
     if (b.name.size() > shardSuffix.size() &&
         b.name.compare(b.name.size() - shardSuffix.size(), shardSuffix.size(), shardSuffix) == 0)
       continue;
-    if (b.tpDim >= 0) { // a tensor-parallel chunk: the whole weight
-      int64_t w = 1;
-      for (int64_t d : b.tpFullShape) w *= d;
-      n += w;
-      continue;
-    }
-    n += b.fullNumel();
+    n += b.logicalNumel(); // a tensor-parallel chunk: the whole weight; a padded vocabulary: its rows
   }
   return n;
 }

@@ -243,6 +243,7 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     const Buffer &l = in(0);
     minRank(l, 1, "logits");
     wantShape(in(1), lead(l), "targets");
+    classesWithin(l.shape.back());
     if (sig.kind == OpKind::CrossEntropy) {
       wantShape(out(0), {}, "loss");
     } else {
@@ -340,6 +341,7 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     minRank(l, 1, "logits");
     const Buffer &t = in(sig.kind == OpKind::VocabCeStats ? 1 : 2);
     wantShape(t, lead(l), "targets");
+    classesWithin(l.shape.back() * p.tp);
     auto st = lead(l);
     st.push_back(2);
     if (sig.kind == OpKind::VocabCeStats) {
@@ -365,6 +367,8 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     if (h.dtype != w.dtype)
       bad(std::string("h and w must have one dtype, are ") + dtypeName(h.dtype) + " and " + dtypeName(w.dtype));
     wantShape(t, lead(h), "targets");
+    classesWithin(ins->num("vocab_axis", 0) == 1 ? V * p.tp : V);
+    if (ins->attrs.count("classes") && !tb) bad("attribute 'classes' (a padded vocabulary) needs transpose_b");
     const double chunk = ins->num("chunk", 0);
     if (!(chunk >= 1) || chunk != std::floor(chunk)) bad("attribute 'chunk' must be a positive integer");
     const int64_t N = C ? h.numel() / C : 0, cols = std::min<int64_t>(int64_t(chunk), V);

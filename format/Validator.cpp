@@ -132,6 +132,13 @@ void validateStage(const Program &p, const std::string &path) {
           fail(path, where + ": the chunk of " + shapeStr(b.tpFullShape) + " split on dim " + std::to_string(b.tpDim) +
                          " over tp " + std::to_string(p.tp) + " is not " + shapeStr(local));
     }
+    if (b.vocabRows != 0) { // bigc-pad-vocab: the whole tensor's first rows are the model's
+      const std::vector<int64_t> &w = b.wholeShape();
+      if (!b.persistent() || w.size() < 2 || b.vocabRows < 1 || b.vocabRows > w[0])
+        fail(path, where + ": vocab_rows " + std::to_string(b.vocabRows) +
+                       " must be in 1.. the first dimension of a persistent tensor of 2 or more dimensions (is " +
+                       shapeStr(w) + ", role '" + b.role + "')");
+    }
     if (b.offset < 0 || b.offset % kAlignment != 0)
       fail(path, where + ": offset " + std::to_string(b.offset) + " is not aligned to " + std::to_string(kAlignment) +
                      " bytes");

@@ -74,6 +74,7 @@ json payloadJson(const Program &p) {
     }
     if (b.shard) jb["shard"] = {{"axis", "dp"}, {"full_shape", b.fullShape}};
     if (b.tpDim >= 0) jb["tp"] = {{"dim", b.tpDim}, {"segments", b.tpSegments}, {"full_shape", b.tpFullShape}};
+    if (b.vocabRows > 0) jb["vocab_rows"] = b.vocabRows;
     bufs.push_back(std::move(jb));
   }
   root["buffers"] = std::move(bufs);

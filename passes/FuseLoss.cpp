@@ -101,6 +101,7 @@ struct BigcFuseLossPass : public mlir::bigc::impl::BigcFuseLossBase<BigcFuseLoss
       auto fusedOp = b.create<LinearCeStatsOp>(loc, TypeRange{statsT, wsT}, h, w, targets, b.getI64IntegerAttr(cols),
                                                tb ? b.getUnitAttr() : UnitAttr());
       copyPlacementTags(op, fusedOp);
+      if (Attribute cl = op->getAttr(kClassesAttrName)) fusedOp->setAttr(kClassesAttrName, cl); // a padded vocabulary
       if (auto vs = dyn_cast<VocabCeStatsOp>(op)) {
         fusedOp->setAttr(kVocabGroupAttrName, vs.getGroupAttr());
         vs.getStats().replaceAllUsesWith(fusedOp.getStats());

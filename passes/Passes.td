@@ -138,6 +138,39 @@ def BigcTensorParallel : Pass<"bigc-tensor-parallel", "::mlir::ModuleOp"> {
   ];
 }
 
+def BigcPadVocab : Pass<"bigc-pad-vocab", "::mlir::ModuleOp"> {
+  let summary = "The vocabulary padded to a multiple: aligned LM-head GEMMs, and --tp for any vocabulary";
+  let description = [{
+    Runs on @forward first (before bigc-tensor-parallel). GPT-2's 50257 rows
+    leave the LM head's GEMM without the 16-byte row alignment tensor cores
+    want (the CUDA backend stages such a GEMM through padded copies), and a
+    tensor size that does not divide the vocabulary cannot split it. As
+    Megatron-LM (`make_vocab_size_divisible_by`) and llm.c do, this pass pads
+    the vocabulary to Vp, the next multiple of `multiple` x `tp`:
+
+      - the LM head's weight (w [V,C] of `bigc.matmul %h, %w {transpose_b}`
+        whose logits only a `bigc.cross_entropy` reads, possibly through a
+        reshape) and every embedding table of V rows (tied or not) become
+        [Vp,C], with `bigc.vocab_rows = V`: the runtime leaves rows V.. at
+        zero (not initialised, not saved with the weights, not loaded);
+      - the logits become [...,Vp] and the cross-entropy gets
+        `bigc.classes = V`: columns from V on are outside the softmax and get
+        a zero gradient, so the padding rows' gradients are zero and AdamW
+        keeps them at zero. The losses are those of the unpadded model.
+
+    Checkpoints' weights (model.safetensors, --save-weights) keep the model's
+    shapes, so a padded run's weights load into an unpadded program and back.
+    Vp = V leaves the module unchanged. A weight of the head read by anything
+    else, logits read besides the loss, or a head that is not such a matmul
+    of a [V,C] parameter is an error naming it.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"multiple", "multiple", "int64_t", /*default=*/"64", "Pad the vocabulary to a multiple of this x tp">,
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks (each holds Vp / tp rows)">,
+  ];
+}
+
 def BigcFuseLoss : Pass<"bigc-fuse-loss", "::mlir::ModuleOp"> {
   let summary = "The LM head and the cross-entropy fused, the logits computed in chunks and never stored";
   let description = [{

@@ -102,8 +102,10 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
           const int64_t padded = (n + T - 1) / T * T, mega = (n + 128 * T - 1) / (128 * T) * (128 * T);
           return reader->emitError("--tp ")
                  << T << " does not divide the vocabulary (" << n << " rows of @\"" << name
-                 << "\"), which the vocabulary-parallel embedding and loss split over the tensor ranks; pad the "
-                    "vocabulary to a multiple of "
+                 << "\"), which the vocabulary-parallel embedding and loss split over the tensor ranks; compile "
+                    "with --pad-vocab 64 (the compiler pads the vocabulary to a multiple of 64 x tp, the padding "
+                    "outside the loss and kept zero; the model's tensors keep their shape), or pad the vocabulary "
+                    "of the model to a multiple of "
                  << T << " (`bigc gen gpt --vocab " << padded << "`; Megatron pads to a multiple of 128 x tp: " << mega
                  << ")";
         }
@@ -307,6 +309,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
         auto stats =
             b.create<VocabCeStatsOp>(ce.getLoc(), statsT, ce.getLogits(), ce.getTargets(), b.getStringAttr(kTp));
         copyPlacementTags(op, stats);
+        if (Attribute c = op->getAttr(kClassesAttrName)) stats->setAttr(kClassesAttrName, c); // a padded vocabulary
         auto all = b.create<TpAllGatherOp>(ce.getLoc(), wholeType(statsT, 0), stats.getResult(), b.getStringAttr(kTp),
                                            b.getI64IntegerAttr(0), b.getStringAttr("slice"));
         copyPlacementTags(op, all);

@@ -52,7 +52,14 @@ template <> const std::vector<std::pair<PpSchedule, const char *>> &choiceNames<
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainStage stage) {
   switch (stage) {
   case TrainStage::Model: {
-    // Tensor parallelism (on the forward), then backward + optimizer.
+    // The vocabulary padded (before tensor parallelism splits it), tensor parallelism (on the
+    // forward), then backward + optimizer.
+    if (o.padVocab > 0) {
+      BigcPadVocabOptions po;
+      po.multiple = o.padVocab;
+      po.tp = o.tp;
+      pm.addPass(createBigcPadVocab(po));
+    }
     if (o.tp > 1) {
       BigcTensorParallelOptions to;
       to.tp = o.tp;
@@ -160,6 +167,9 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<int64_t> tp{*this, "tp", llvm::cl::desc("Tensor-parallel ranks"), llvm::cl::init(1)};
   Option<bool> sequenceParallel{*this, "sequence-parallel", llvm::cl::desc("With tp: Megatron sequence parallelism"),
                                 llvm::cl::init(false)};
+  Option<int64_t> padVocab{*this, "pad-vocab",
+                           llvm::cl::desc("Pad the vocabulary to a multiple of this x tp (0: no padding)"),
+                           llvm::cl::init(0)};
   Option<bool> fuseLoss{*this, "fuse-loss",
                         llvm::cl::desc("The LM head and the cross-entropy fused, the logits never stored"),
                         llvm::cl::init(false)};
@@ -227,6 +237,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
     c.zero = zero;
     c.tp = tp;
     c.sequenceParallel = sequenceParallel;
+    c.padVocab = padVocab;
     c.fuseLoss = fuseLoss;
     c.lossChunk = lossChunk;
     c.bucketMb = bucketMb;

@@ -344,6 +344,15 @@ const Flag kFlags[] = {
      "with --tp: layernorms and the residual stream split along the\n"
      "sequence (Megatron-SP: reduce-scatter + all-gather for all-reduce)",
      [](CompileOptions &o, const Value &) { o.sequenceParallel = true; }},
+    {"--pad-vocab", true, "--pad-vocab N",
+     "the vocabulary padded to a multiple of N x tp (Megatron's\n"
+     "make_vocab_size_divisible_by; 64 suits the GPU's GEMMs): the LM\n"
+     "head and embedding get zero rows outside the loss, the losses are\n"
+     "the unpadded model's, saved weights keep the model's shapes; lets\n"
+     "--tp split any vocabulary",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.padVocab = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.padVocab));
+     }},
     {"--fuse-loss", false, "--fuse-loss",
      "the LM head and the cross-entropy fused: the logits (positions x\n"
      "vocabulary) computed a chunk of the vocabulary at a time, never\n"

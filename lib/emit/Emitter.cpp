@@ -304,6 +304,8 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
       b.tpSegments = split[1];
       b.tpFullShape.assign(whole.asArrayRef().begin(), whole.asArrayRef().end());
     }
+    if (auto rows = param->getAttrOfType<IntegerAttr>(bigcd::kVocabRowsAttrName); rows && b.persistent())
+      b.vocabRows = rows.getInt(); // bigc-pad-vocab: the model's rows of the whole tensor
     paramBuffer[b.name] = addBuffer(b);
   }
 
@@ -511,11 +513,14 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
     if (isa<bigcd::TpSliceOp, bigcd::VocabCeStatsOp, bigcd::VocabCeStatsGradOp>(op))
       ins.attrs["axis"].num = 1.0; // the mesh axis whose rank picks the chunk
     if (op.hasAttr(bigcd::kVocabGroupAttrName)) ins.attrs["vocab_axis"].num = 1.0; // ids of other ranks: zeros
+    if (auto classes = op.getAttrOfType<IntegerAttr>(bigcd::kClassesAttrName))     // bigc-pad-vocab: columns from
+      ins.attrs["classes"].num = double(classes.getInt());                         // here on are padding
     if (isa<bigcd::WaitOp>(op)) ins.attrs.clear(); // its events become the instruction's wait list
     p.instructions.push_back(std::move(ins));
   }
 
-  // Config: B, T from the tokens, V from the embedding table (else the logits).
+  // Config: B, T from the tokens, V from the embedding table (else the logits); a padded
+  // vocabulary (bigc-pad-vocab) is the model's: the classes of its loss.
   const rt::Buffer &tok = p.buffers[size_t(p.tokenInputs.at(0))];
   if (tok.shape.size() != 2) fail("tokens must be [B, T]");
   p.batch = tok.shape[0];
@@ -536,6 +541,8 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
       if (fl->hasAttr(bigcd::kVocabGroupAttrName)) p.vocab *= bigcd::meshAxisSize(module, "tp");
     }
   }
+  for (const rt::Buffer &b : p.buffers) // a padded table's or head's rows are Vp: the model's V
+    if (b.vocabRows > 0 && b.wholeShape()[0] == p.vocab) p.vocab = b.vocabRows;
   // bigc-mixed-precision / bigc-grad-accum record what they did on the module.
   p.precision = "fp32";
   if (auto prec = module->getAttrOfType<StringAttr>(bigcd::kPrecisionAttrName)) p.precision = prec.getValue().str();

@@ -164,6 +164,30 @@ FusedLoss fusedLossOf(const rt::Program &whole) {
   return f;
 }
 
+// The padded vocabulary (bigc-pad-vocab): the model's rows and the padded ones, the weights padded
+// (by name, once), and the bytes of padding over every persistent tensor (whole tensors: weights,
+// their copies, the optimizer's moments), this program's and its stages' (a tied weight in each).
+struct VocabPadding {
+  int64_t vocab = 0, padded = 0, bytes = 0;
+  std::vector<std::string> weights;
+};
+VocabPadding vocabPaddingOf(const rt::Program &whole) {
+  VocabPadding v;
+  for (size_t st = 0; st <= whole.stages.size(); ++st) {
+    const rt::Program &p = st == 0 ? whole : whole.stages[st - 1];
+    for (const auto &b : p.buffers) {
+      if (b.vocabRows <= 0 || !b.persistent()) continue;
+      const int64_t rows = b.wholeShape()[0];
+      v.vocab = b.vocabRows, v.padded = rows;
+      v.bytes += (rows - b.vocabRows) * (b.logicalNumel() / b.vocabRows) * int64_t(rt::dtypeSize(b.dtype));
+      if ((b.role == "param" || b.role == "master") && b.init.kind != "copy" &&
+          std::find(v.weights.begin(), v.weights.end(), b.name) == v.weights.end())
+        v.weights.push_back(b.name);
+    }
+  }
+  return v;
+}
+
 // Activation bytes kept for the backward: activation buffers live across a forward -> backward
 // boundary (the most at any one, with micro-batches), -1 when the program has no backward.
 int64_t activationsKeptForBackward(const rt::Program &p) {
@@ -686,6 +710,13 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       << (fl.count > 1 ? " in each of " + std::to_string(fl.count) + " micro-batches" : std::string()) << "; workspace "
       << humanBytes(fl.workspaceBytes) << "\n";
 
+  if (VocabPadding vp = vocabPaddingOf(p); vp.vocab > 0) {
+    o << "vocabulary padded (--pad-vocab): " << withCommas(vp.vocab) << " -> " << withCommas(vp.padded) << " rows of ";
+    for (size_t k = 0; k < vp.weights.size(); ++k) o << (k ? ", " : "") << vp.weights[k];
+    o << " (zero rows outside the loss; " << humanBytes(vp.bytes)
+      << " of padding in the weights, their copies and the optimizer's moments)\n";
+  }
+
   if (int64_t kept = activationsKeptForBackward(p); kept >= 0)
     o << "activations kept for the backward: " << humanBytes(kept)
       << " (activation buffers live across the forward/backward boundary)\n";
@@ -857,6 +888,9 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
     j["fused_loss"] = {{"instructions", fl.count},       {"positions", fl.positions},
                        {"columns", fl.columns},          {"chunk", fl.chunk},
                        {"logits_bytes", fl.logitsBytes}, {"workspace_bytes", fl.workspaceBytes}};
+  if (VocabPadding vp = vocabPaddingOf(p); vp.vocab > 0)
+    j["vocab_padding"] = {
+        {"vocabulary", vp.vocab}, {"padded", vp.padded}, {"weights", vp.weights}, {"bytes", vp.bytes}};
   json streams = json::object();
   for (const auto &st : streamStats(p))
     streams[st.name] = {{"instructions", st.instructions}, {"copies", st.copies}, {"bytes", st.bytes}};

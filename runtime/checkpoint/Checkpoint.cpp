@@ -245,10 +245,11 @@ Info writeSnap(const Snap &s, WriteStats *stats) {
       const std::map<std::string, std::string> md = {
           {"format", "pt"}, {"producer", "bigc"}, {"content", "weights"}, {"step", std::to_string(step)}};
       std::vector<safetensors::OutTensor> ts;
-      bool f32 = true;
+      bool f32 = true; // (and no padded vocabulary: the image holds whole tensors back to back)
       for (size_t i : s.weights) {
-        ts.push_back({s.state[i]->name, DType::F32, s.state[i]->shape, s.state[i]->numel() * 4});
-        f32 = f32 && s.state[i]->dtype == DType::F32;
+        const Buffer &b = *s.state[i]; // the model's shape: a padded vocabulary's first rows
+        ts.push_back({b.name, DType::F32, b.logicalShape(), b.logicalNumel() * 4});
+        f32 = f32 && b.dtype == DType::F32 && b.logicalNumel() == b.numel();
       }
       std::vector<uint8_t> conv;
       if (s.image && f32) // the image begins with the weights of record, in this order
@@ -260,8 +261,8 @@ Info writeSnap(const Snap &s, WriteStats *stats) {
                                              const Buffer &b = *s.state[s.weights[k]];
                                              const uint8_t *p = s.bytes(s.weights[k], conv);
                                              if (b.dtype == DType::F32) return p;
-                                             buf.resize(size_t(b.numel() * 4));
-                                             convert(p, b.dtype, buf.data(), DType::F32, b.numel());
+                                             buf.resize(size_t(b.logicalNumel() * 4));
+                                             convert(p, b.dtype, buf.data(), DType::F32, b.logicalNumel());
                                              return buf.data();
                                            }));
     }

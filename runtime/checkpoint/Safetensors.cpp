@@ -2,6 +2,7 @@
 #include "bigc/Runtime/safetensors.h"
 #include "bigc/Runtime/comm.h"
 #include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/executor.h" // initConstantRange
 
 #include "bigc/Runtime/half.h"
 #include "bigc/Runtime/xxh64.h"
@@ -17,6 +18,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -477,8 +479,8 @@ std::pair<int64_t, uint64_t> writeImage(const std::string &path, const std::map<
 std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,
                                           const std::map<std::string, std::string> &metadata) {
   std::vector<const Buffer *> ws = ex.weights();
-  std::vector<OutTensor> ts;
-  for (const Buffer *b : ws) ts.push_back({b->name, DType::F32, b->shape, b->numel() * 4});
+  std::vector<OutTensor> ts; // the model's shapes: a padded vocabulary's first rows (the data's prefix)
+  for (const Buffer *b : ws) ts.push_back({b->name, DType::F32, b->logicalShape(), b->logicalNumel() * 4});
   std::map<std::string, std::string> md = {{"format", "pt"}, {"producer", "bigc"}};
   for (const auto &[k, v] : metadata) md[k] = v;
   return writeStreaming(path, md, ts, [&](size_t i, std::vector<uint8_t> &buf) {
@@ -489,11 +491,11 @@ std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine 
         mpiWorld().first == 1 ? ex.hostPieces(b.id) : std::vector<Engine::HostPiece>();
     if (pieces.size() == 1 && pieces[0].begin == 0 && pieces[0].count == b.numel()) {
       if (b.dtype == DType::F32) return static_cast<const uint8_t *>(pieces[0].data);
-      buf.resize(size_t(b.numel() * 4));
-      convert(pieces[0].data, b.dtype, buf.data(), DType::F32, b.numel());
+      buf.resize(size_t(b.logicalNumel() * 4));
+      convert(pieces[0].data, b.dtype, buf.data(), DType::F32, b.logicalNumel());
       return static_cast<const uint8_t *>(buf.data());
     }
-    buf.resize(size_t(b.numel() * 4));
+    buf.resize(size_t(b.logicalNumel() * 4));
     std::vector<float> v = ex.readF32(b.id);
     std::memcpy(buf.data(), v.data(), buf.size());
     return static_cast<const uint8_t *>(buf.data());
@@ -504,8 +506,8 @@ File weightsOf(const Engine &ex) {
   File f;
   f.metadata["format"] = "pt";
   f.metadata["producer"] = "bigc";
-  for (const Buffer *b : ex.weights()) // masters when there are, as f32
-    f.tensors.push_back(Tensor::fromF32(b->name, b->shape, ex.readF32(b->id).data()));
+  for (const Buffer *b : ex.weights()) // masters when there are, as f32; a padded vocabulary's rows
+    f.tensors.push_back(Tensor::fromF32(b->name, b->logicalShape(), ex.readF32(b->id).data()));
   return f;
 }
 
@@ -518,7 +520,7 @@ File gradsOf(const Engine &ex) {
   for (const Buffer *b : ex.weights()) {
     auto it = grads.find(b->name);
     if (it == grads.end()) continue;
-    f.tensors.push_back(Tensor::fromF32(b->name, b->shape, it->second.data()));
+    f.tensors.push_back(Tensor::fromF32(b->name, b->logicalShape(), it->second.data()));
   }
   return f;
 }
@@ -550,11 +552,13 @@ matchWeights(const Engine &ex, const std::vector<const Tensor *> &tensors, const
   }
   for (const Buffer *b : weights) {
     auto it = byName.find(b->name);
+    // A padded vocabulary (bigc-pad-vocab): the model's shape (its first rows), or the padded one.
+    const std::vector<int64_t> model = b->logicalShape();
     if (it == byName.end())
-      fail(path, "parameter '" + b->name + "' " + shapeStr(b->shape) + " is missing from the weights file");
-    if (it->second->shape != b->shape)
-      fail(path, "parameter '" + b->name + "': expected shape " + shapeStr(b->shape) + ", found " +
-                     shapeStr(it->second->shape));
+      fail(path, "parameter '" + b->name + "' " + shapeStr(model) + " is missing from the weights file");
+    if (it->second->shape != model && it->second->shape != b->shape)
+      fail(path,
+           "parameter '" + b->name + "': expected shape " + shapeStr(model) + ", found " + shapeStr(it->second->shape));
   }
   for (const auto &[name, t] : byName)
     if (!params.count(name))
@@ -629,21 +633,31 @@ void addReads(std::vector<ReadJob> &jobs, int fd, const Tensor &t, int64_t begin
 void readTensors(Engine &ex, const std::vector<TensorRead> &items) {
   std::vector<ReadJob> jobs;
   std::vector<unsigned char> whole;
+  // A padded vocabulary's tensor read from a file of the model's shape: its elements are the
+  // buffer's first ones; the rest (the padding rows) are zeros.
+  std::vector<std::tuple<char *, DType, int64_t>> zeros;
   for (const TensorRead &it : items) {
     const Buffer &b = *it.buffer;
+    int64_t inFile = 1;
+    for (int64_t d : it.tensor->shape) inFile *= d;
     const std::vector<Engine::HostPiece> pieces = ex.hostPieces(b.id);
+    const int64_t e = dtypeSize(b.dtype);
     if (pieces.empty()) { // not in host memory: the whole tensor, then writeBytes
-      whole.resize(size_t(b.bytes));
+      whole.assign(size_t(b.bytes), 0);
       std::vector<ReadJob> one;
-      addReads(one, it.fd, *it.tensor, 0, b.numel(), whole.data(), b.dtype, *it.path);
+      addReads(one, it.fd, *it.tensor, 0, std::min(b.numel(), inFile), whole.data(), b.dtype, *it.path);
       runReads(one);
       ex.writeBytes(b.id, whole.data());
       continue;
     }
-    for (const Engine::HostPiece &pc : pieces) // each rank's own shard (or replica)
-      addReads(jobs, it.fd, *it.tensor, pc.begin, pc.count, pc.data, b.dtype, *it.path);
+    for (const Engine::HostPiece &pc : pieces) { // each rank's own shard (or replica)
+      const int64_t n = std::clamp<int64_t>(inFile - pc.begin, 0, pc.count);
+      if (n > 0) addReads(jobs, it.fd, *it.tensor, pc.begin, n, pc.data, b.dtype, *it.path);
+      if (n < pc.count) zeros.emplace_back(static_cast<char *>(pc.data) + n * e, b.dtype, pc.count - n);
+    }
   }
   runReads(jobs);
+  for (const auto &[at, dtype, count] : zeros) initConstantRange(at, dtype, count, 0.0f);
 }
 
 void loadWeights(Engine &ex, const File &file, const std::string &path) {
@@ -652,15 +666,19 @@ void loadWeights(Engine &ex, const File &file, const std::string &path) {
   std::vector<unsigned char> whole;
   for (const auto &[b, t] : matchWeights(ex, tensors, path)) {
     const std::vector<Engine::HostPiece> pieces = ex.hostPieces(b->id);
-    const int64_t fe = dtypeSize(t->dtype);
+    const int64_t fe = dtypeSize(t->dtype), be = dtypeSize(b->dtype);
+    const int64_t inFile = int64_t(t->data.size()) / fe; // a padded vocabulary's: its first elements
     if (pieces.empty()) {
-      whole.resize(size_t(b->bytes));
-      convert(t->data.data(), t->dtype, whole.data(), b->dtype, b->numel());
+      whole.assign(size_t(b->bytes), 0);
+      convert(t->data.data(), t->dtype, whole.data(), b->dtype, std::min(b->numel(), inFile));
       ex.writeBytes(b->id, whole.data());
       continue;
     }
-    for (const Engine::HostPiece &pc : pieces)
-      convert(t->data.data() + pc.begin * fe, t->dtype, pc.data, b->dtype, pc.count);
+    for (const Engine::HostPiece &pc : pieces) {
+      const int64_t n = std::clamp<int64_t>(inFile - pc.begin, 0, pc.count);
+      if (n > 0) convert(t->data.data() + pc.begin * fe, t->dtype, pc.data, b->dtype, n);
+      if (n < pc.count) initConstantRange(static_cast<char *>(pc.data) + n * be, b->dtype, pc.count - n, 0.0f);
+    }
   }
   ex.refreshCopies(); // compute copies (init kind copy) follow the loaded masters
 }

@@ -72,8 +72,16 @@ std::vector<const Buffer *> Engine::weights() const {
 }
 
 namespace {
-// Buffer b's init values for elements [begin, begin + count) of the whole tensor into x.
+// Buffer b's init values for elements [begin, begin + count) of the whole tensor into x; a padded
+// vocabulary's rows (bigc-pad-vocab) zero, the model's rows drawn as those of the unpadded tensor.
 void initValues(const Buffer &b, void *x, int64_t begin, int64_t count, uint64_t seed) {
+  if (b.vocabRows > 0) {
+    const int64_t model = std::clamp<int64_t>(b.logicalNumel() - begin, 0, count);
+    if (model < count)
+      initConstantRange(static_cast<char *>(x) + model * dtypeSize(b.dtype), b.dtype, count - model, 0.0f);
+    count = model;
+    if (count == 0) return;
+  }
   if (b.init.kind == "normal")
     initNormalRange(x, b.dtype, begin, count, b.init.std, seed, b.name);
   else if (b.init.kind == "zeros")

@@ -262,26 +262,33 @@ void Executor::launch(BoundOp &bound) {
   }
   case OpKind::VocabCeStats: {
     int64_t bad = -1;
-    cpu::vocabCeStats(fi(0), ii(1), fo(0), op.N, op.V, op.offset, op.vocab, &bad);
-    if (bad >= 0) badId(op, true, ii(1)[bad], bad, op.vocab);
+    const int64_t vocab = op.classes > 0 ? op.classes : op.vocab;
+    cpu::vocabCeStats(fi(0), ii(1), fo(0), op.N, op.vocabCols, op.offset, vocab, &bad, op.V);
+    if (bad >= 0) badId(op, true, ii(1)[bad], bad, vocab);
     break;
   }
-  case OpKind::VocabCeStatsGrad: cpu::vocabCeStatsGrad(fi(0), fi(1), ii(2), fi(3), fo(0), op.N, op.V, op.offset); break;
+  case OpKind::VocabCeStatsGrad:
+    cpu::vocabCeStatsGrad(fi(0), fi(1), ii(2), fi(3), fo(0), op.N, op.vocabCols, op.offset, op.V);
+    break;
   case OpKind::LinearCeStats: {
     int64_t bad = -1;
     {
       std::unique_lock<std::mutex> l(blasMu_, std::defer_lock);
       if (multi_) l.lock();
-      cpu::linearCeStats(fi(0), fi(1), ii(2), fo(0), fo(1), op.N, op.C, op.V, op.n, op.tb, op.offset, op.vocab, &bad);
+      // A padded vocabulary (transpose_b: w's first vocabCols rows are the classes) as a smaller one.
+      cpu::linearCeStats(fi(0), fi(1), ii(2), fo(0), fo(1), op.N, op.C, op.vocabCols, op.n, op.tb, op.offset,
+                         op.classes > 0 ? op.classes : op.vocab, &bad);
     }
-    if (bad >= 0) badId(op, true, ii(2)[bad], bad, op.vocab);
+    if (bad >= 0) badId(op, true, ii(2)[bad], bad, op.classes > 0 ? op.classes : op.vocab);
     break;
   }
   case OpKind::LinearCeStatsGrad: {
     std::unique_lock<std::mutex> l(blasMu_, std::defer_lock);
     if (multi_) l.lock();
-    cpu::linearCeStatsGrad(fi(0), fi(1), fi(2), ii(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C, op.V, op.n, op.tb,
-                           op.offset);
+    cpu::linearCeStatsGrad(fi(0), fi(1), fi(2), ii(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C, op.vocabCols, op.n,
+                           op.tb, op.offset);
+    if (op.vocabCols < op.V) // a padded vocabulary's rows of dw (transpose_b): zero
+      std::fill(fo(1) + op.vocabCols * op.C, fo(1) + op.V * op.C, 0.0f);
     break;
   }
   case OpKind::VocabCeLoss: *fo(0) = cpu::vocabCeLoss(fi(0), op.N, op.n); break;
@@ -342,12 +349,12 @@ void Executor::launch(BoundOp &bound) {
   case OpKind::Concat: cpu::concat(op.cparts.data(), fo(0), op.rows, op.cols, op.n); break;
   case OpKind::CrossEntropy: {
     int64_t bad = -1;
-    float loss = cpu::crossEntropy(fi(0), ii(1), op.N, op.V, &bad);
-    if (bad >= 0) badId(op, true, ii(1)[bad], bad, op.V);
+    float loss = cpu::crossEntropy(fi(0), ii(1), op.N, op.vocabCols, &bad, op.V);
+    if (bad >= 0) badId(op, true, ii(1)[bad], bad, op.vocabCols);
     *fo(0) = loss;
     break;
   }
-  case OpKind::CrossEntropyGrad: cpu::crossEntropyGrad(fi(0), ii(1), *fi(2), fo(0), op.N, op.V); break;
+  case OpKind::CrossEntropyGrad: cpu::crossEntropyGrad(fi(0), ii(1), *fi(2), fo(0), op.N, op.vocabCols, op.V); break;
   case OpKind::GlobalNorm:
     runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_);
     break;

@@ -143,11 +143,13 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
   case OpKind::CrossEntropy:
   case OpKind::CrossEntropyGrad:
   case OpKind::VocabCeStats:
+    d.classes = int64_t(ins.num("classes", 0));
     d.V = in(0).shape.back();
     d.N = d.V ? in(0).numel() / d.V : 0;
     d.vocabParallel = true, d.vocab = d.V * p.tp;
     break;
   case OpKind::VocabCeStatsGrad:
+    d.classes = int64_t(ins.num("classes", 0));
     d.V = in(1).shape.back();
     d.N = d.V ? in(1).numel() / d.V : 0;
     d.vocabParallel = true, d.vocab = d.V * p.tp;
@@ -163,6 +165,7 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
     d.n = std::min<int64_t>(int64_t(ins.num("chunk", 1)), d.V);
     d.vocabParallel = ins.num("vocab_axis", 0) == 1;
     d.vocab = d.vocabParallel ? d.V * p.tp : d.V;
+    d.classes = int64_t(ins.num("classes", 0));
     break;
   }
   case OpKind::VocabCeLoss:

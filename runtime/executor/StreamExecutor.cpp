@@ -151,7 +151,12 @@ void StreamExecutor::bindOps() {
     }
     static_cast<OpDims &>(op) = decodeOp(prog_, ins, op.kind);
     if (op.vocabParallel) op.offset = int64_t(tpRank_) * op.V; // this rank's rows of the vocabulary
-    if (op.tpHeads) op.headOffset = int64_t(tpRank_) * op.H;   // this rank's query heads
+    op.vocabCols = op.V; // a padded vocabulary: the columns of this op's (this rank's) V that are classes
+    if (op.classes > 0) {
+      const bool whole = op.kind == OpKind::CrossEntropy || op.kind == OpKind::CrossEntropyGrad;
+      op.vocabCols = std::clamp<int64_t>(op.classes - (whole ? 0 : op.offset), 0, op.V);
+    }
+    if (op.tpHeads) op.headOffset = int64_t(tpRank_) * op.H; // this rank's query heads
     if (op.isCollective()) {
       op.axis = int(ins.num("axis", 0));
       op.reduce = Reduce(int(ins.num("reduce", 0)));

@@ -204,6 +204,32 @@ TEST(RuntimeExecutor, InitIsDeterministicAndIndependentOfBufferOrder) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(odd[size_t(i)], even[size_t(i)]);
 }
 
+// A padded vocabulary (bigc-pad-vocab, vocab_rows): the model's rows get the values the unpadded
+// tensor gets, the padding rows zero; vocab_rows outside 1..rows is refused by the validator.
+TEST(RuntimeExecutor, InitLeavesAPaddedVocabularysRowsZero) {
+  Program p = TM::build();
+  Executor a(p, 42);
+  Program q = TM::build();
+  const int64_t rows = TM::V - 3;
+  q.buffers[size_t(TM::WTE)].vocabRows = rows;
+  validateProgram(q, "padded");
+  Executor b(q, 42);
+  for (int64_t i = 0; i < TM::V * TM::C; ++i)
+    ASSERT_EQ(b.f32(TM::WTE)[i], i < rows * TM::C ? a.f32(TM::WTE)[i] : 0.0f) << "element " << i;
+  EXPECT_EQ(q.parameterCount(), p.parameterCount() - 3 * TM::C);
+  for (int64_t bad : {int64_t(-1), TM::V + 1}) {
+    Program r = TM::build();
+    r.buffers[size_t(TM::WTE)].vocabRows = bad;
+    try {
+      validateProgram(r, "r");
+      FAIL() << "vocab_rows " << bad << " accepted";
+    } catch (const UserError &e) {
+      EXPECT_NE(std::string(e.what()).find("vocab_rows " + std::to_string(bad) + " must be in 1.."), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(RuntimeExecutor, ReshapeInPlaceAndCopy) {
   // The same program with x2/dl2 aliased onto x/dlogits (free reshape) computes the same loss.
   Program a = TM::build(0.05);

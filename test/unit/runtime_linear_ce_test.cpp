@@ -109,3 +109,56 @@ TEST(LinearCrossEntropy, TargetOutsideTheVocabularyIsReported) {
   cpu::linearCeStats(h.data(), w.data(), t.data(), stats.data(), ws.data(), 2, 4, 8, 8, true, 0, 8, &bad);
   EXPECT_EQ(bad, 1);
 }
+
+// A padded vocabulary (bigc-pad-vocab): rows of `ld` logits of which the first V are classes. The
+// loss, the statistics and the gradients of the classes are those of the unpadded rows bit for bit
+// (the same arithmetic on the same values), whatever the padding columns hold; their gradient is 0.
+TEST(PaddedVocabulary, ColumnsPastTheClassesAreOutsideTheLoss) {
+  const int64_t N = 7, V = 37, ld = 48, offset = 37, vocab = 96; // (stats: rank 1's columns of a larger one)
+  std::mt19937 g(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> padded(size_t(N * ld)), compact(size_t(N * V));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < ld; ++j) {
+      const float x = j < V ? nd(g) : 100.0f + float(j); // padding: large, would dominate a softmax
+      padded[size_t(n * ld + j)] = x;
+      if (j < V) compact[size_t(n * V + j)] = x;
+    }
+  std::vector<int32_t> t(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) t[size_t(n)] = int32_t((n * 11) % V);
+  int64_t bad = -1;
+  const float lp = cpu::crossEntropy(padded.data(), t.data(), N, V, &bad, ld);
+  EXPECT_EQ(bad, -1);
+  EXPECT_EQ(lp, cpu::crossEntropy(compact.data(), t.data(), N, V, &bad));
+  std::vector<float> dp(size_t(N * ld), -1.0f), dc(size_t(N * V));
+  cpu::crossEntropyGrad(padded.data(), t.data(), 0.7f, dp.data(), N, V, ld);
+  cpu::crossEntropyGrad(compact.data(), t.data(), 0.7f, dc.data(), N, V);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < ld; ++j)
+      ASSERT_EQ(dp[size_t(n * ld + j)], j < V ? dc[size_t(n * V + j)] : 0.0f) << "row " << n << " column " << j;
+  // A target in the padding is outside the vocabulary.
+  std::vector<int32_t> tb = t;
+  tb[3] = int32_t(V + 2);
+  cpu::crossEntropy(padded.data(), tb.data(), N, V, &bad, ld);
+  EXPECT_EQ(bad, 3);
+  // The vocabulary-parallel statistics and their gradient, this rank's ids [37, 74) of 96.
+  std::vector<int32_t> tv(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) // a third of the targets another rank's
+    tv[size_t(n)] = int32_t(n % 3 == 0 ? (n * 7) % offset : offset + (n * 5) % V);
+  std::vector<float> sp(size_t(2 * N)), sc(size_t(2 * N));
+  cpu::vocabCeStats(padded.data(), tv.data(), sp.data(), N, V, offset, vocab, &bad, ld);
+  EXPECT_EQ(bad, -1);
+  cpu::vocabCeStats(compact.data(), tv.data(), sc.data(), N, V, offset, vocab, &bad);
+  EXPECT_EQ(sp, sc);
+  std::vector<float> ds(size_t(2 * N));
+  for (auto &x : ds) x = nd(g);
+  std::fill(dp.begin(), dp.end(), -1.0f);
+  cpu::vocabCeStatsGrad(ds.data(), padded.data(), tv.data(), sp.data(), dp.data(), N, V, offset, ld);
+  cpu::vocabCeStatsGrad(ds.data(), compact.data(), tv.data(), sc.data(), dc.data(), N, V, offset);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < ld; ++j)
+      ASSERT_EQ(dp[size_t(n * ld + j)], j < V ? dc[size_t(n * V + j)] : 0.0f) << "row " << n << " column " << j;
+  // A rank holding no class (V = 0 of its columns): log-sum-exp -inf, target 0, gradient 0.
+  cpu::vocabCeStats(padded.data(), tv.data(), sp.data(), N, 0, 96, vocab, &bad, ld);
+  EXPECT_TRUE(std::isinf(sp[0]) && sp[0] < 0 && sp[1] == 0.0f);
+}

@@ -54,6 +54,13 @@ inline constexpr llvm::StringLiteral kTpFullShapeAttrName = "bigc.tp_full_shape"
 /// On an embedding (and its gradient) over a vocabulary split on mesh axis
 /// "tp": ids outside this rank's rows give zeros.
 inline constexpr llvm::StringLiteral kVocabGroupAttrName = "bigc.vocab_group";
+/// bigc-pad-vocab: on a bigc.param whose first dimension is a vocabulary
+/// padded to a multiple, i64 the model's rows (the rest are zero padding);
+/// on a cross-entropy op (and its gradient, the vocabulary-parallel and fused
+/// forms), i64 the classes: logits columns from there on are padding, outside
+/// the softmax, with zero gradient.
+inline constexpr llvm::StringLiteral kVocabRowsAttrName = "bigc.vocab_rows";
+inline constexpr llvm::StringLiteral kClassesAttrName = "bigc.classes";
 /// On a sharded bigc.param: the shape of the whole tensor it is a shard of.
 inline constexpr llvm::StringLiteral kFullShapeAttrName = "bigc.full_shape";
 /// bigc-memory-plan: i64 offset of a bigc.param in its space's arena; the

@@ -25,7 +25,8 @@ namespace bigc {
 /// Attaches the tensor-parallel rules (BigcTensorParallelRules.cpp).
 void attachTensorParallelRules(MLIRContext &ctx);
 /// Copies the tensor-parallel split of weight `from` onto `to` (a state or
-/// copy of the same shape derived from it).
+/// copy of the same shape derived from it), and its vocabulary padding
+/// (bigc.vocab_rows).
 void copyTpSplit(Operation *from, Operation *to);
 } // namespace bigc
 } // namespace mlir

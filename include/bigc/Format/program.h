@@ -48,8 +48,28 @@ struct Buffer {
   // divided by tp. tpDim -1: not split.
   int64_t tpDim = -1, tpSegments = 1;
   std::vector<int64_t> tpFullShape;
+  // bigc-pad-vocab (--pad-vocab): the whole tensor's rows from vocabRows on (its first dimension,
+  // a vocabulary padded to a multiple) are padding: zero from the start and kept zero by the
+  // step, not initialised, saved or loaded (the model's tensor is the first vocabRows rows). 0:
+  // no padding.
+  int64_t vocabRows = 0;
 
   bool sharded() const { return shard; }
+  // The whole tensor's shape (before any tensor-parallel chunk or ZeRO shard).
+  const std::vector<int64_t> &wholeShape() const { return tpDim >= 0 ? tpFullShape : shard ? fullShape : shape; }
+  // The elements of the whole tensor that are the model's (all but the vocabulary's padding rows).
+  int64_t logicalNumel() const {
+    const std::vector<int64_t> &w = wholeShape();
+    int64_t n = 1;
+    for (size_t d = 0; d < w.size(); ++d) n *= d == 0 && vocabRows > 0 ? vocabRows : w[d];
+    return n;
+  }
+  // The model's shape of the tensor (the whole shape without the padding rows).
+  std::vector<int64_t> logicalShape() const {
+    std::vector<int64_t> s = wholeShape();
+    if (vocabRows > 0 && !s.empty()) s[0] = vocabRows;
+    return s;
+  }
   int64_t fullNumel() const {
     if (!shard) return numel();
     int64_t n = 1;

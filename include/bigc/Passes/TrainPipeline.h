@@ -72,6 +72,8 @@ struct TrainPipelineConfig {
   int64_t tp = 1;    ///< tensor-parallel ranks (the tp axis; dp = ranks / tp)
   bool sequenceParallel = false;
   double bucketMb = 25; ///< largest merged collective, MiB
+  // bigc-pad-vocab
+  int64_t padVocab = 0; ///< the vocabulary padded to a multiple of this x tp (0: not padded)
   // bigc-fuse-loss
   bool fuseLoss = false; ///< the LM head + cross-entropy in vocabulary chunks, the logits never stored
   int64_t lossChunk = 0; ///< vocabulary columns per chunk (0: picked by the pass)

@@ -73,14 +73,17 @@ void split(const float *x, float *const *ys, int64_t outer, int64_t inner, int64
 void concat(const float *const *xs, float *y, int64_t outer, int64_t inner, int64_t parts);
 
 // Mean over N rows of -log softmax(logits[n,:])[targets[n]]. Returns the index of the first
-// target outside [0, V) through badIndex (or -1).
-float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64_t V, int64_t *badIndex);
+// target outside [0, V) through badIndex (or -1). `ld` (0: V): the rows' stride, for logits whose
+// columns from V on are a padded vocabulary's (bigc-pad-vocab: outside the softmax; the
+// gradients write zeros there). Likewise for the vocabulary-parallel forms below.
+float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64_t V, int64_t *badIndex,
+                   int64_t ld = 0);
 // Vocabulary-parallel cross-entropy (docs/program-format.md): this rank's V columns start at id
 // `offset` of a vocabulary of `vocab`. stats[i] = (log-sum-exp of row i, its target's logit or 0).
 void vocabCeStats(const float *logits, const int32_t *targets, float *stats, int64_t N, int64_t V, int64_t offset,
-                  int64_t vocab, int64_t *badIndex);
+                  int64_t vocab, int64_t *badIndex, int64_t ld = 0);
 void vocabCeStatsGrad(const float *dstats, const float *logits, const int32_t *targets, const float *stats,
-                      float *dlogits, int64_t N, int64_t V, int64_t offset);
+                      float *dlogits, int64_t N, int64_t V, int64_t offset, int64_t ld = 0);
 // The LM head fused with vocabCeStats (bigc-fuse-loss): the same stats for the logits h [N,C] @
 // op(w) (w [C,V], or [V,C] with tb), computed `chunk` columns at a time into the workspace ws
 // (N*chunk + 2*N floats); the logits are never stored whole.
@@ -97,7 +100,8 @@ void vocabCeLossGrad(const float *stats, float dloss, float *dstats, int64_t N, 
 // embeddingGrad for the rows [offset, offset + V) of the table (ids elsewhere contribute nothing).
 void embeddingGradRows(const float *dy, const int32_t *ids, float *dtable, int64_t N, int64_t V, int64_t C,
                        int64_t offset);
-void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N, int64_t V);
+void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N, int64_t V,
+                      int64_t ld = 0);
 
 // Sum of squares of n elements (accumulated in double).
 double sumSquares(const float *x, int64_t n);

@@ -35,6 +35,10 @@ struct OpDims {
   // cols = whole rows, slicePre = elements before it, sliceRun = bytes of one row after it.
   bool vocabParallel = false;
   int64_t vocab = 0;
+  // The loss ops of a padded vocabulary (bigc-pad-vocab, attribute `classes`): the vocabulary's
+  // classes (0: not padded); vocabCols, set by the engine, the columns of this op's V (of this
+  // rank's, vocabulary-parallel) that are classes, the rest padding.
+  int64_t classes = 0, vocabCols = 0;
   int64_t slicePre = 1, sliceRun = 1;
   // gelu(_grad): the exact erf form (else tanh).
   bool exact = false;

@@ -654,7 +654,8 @@ double rowLogSumExp(const float *row, int64_t V) {
 }
 } // namespace
 
-float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64_t V, int64_t *badIndex) {
+float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64_t V, int64_t *badIndex, int64_t ld) {
+  if (ld <= 0) ld = V;
   for (int64_t n = 0; n < N; ++n)
     if (targets[n] < 0 || targets[n] >= V) {
       if (badIndex) *badIndex = n;
@@ -665,23 +666,26 @@ float crossEntropy(const float *logits, const int32_t *targets, int64_t N, int64
   double total = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : total) if (N * V >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const float *row = logits + n * V;
+    const float *row = logits + n * ld;
     total += rowLogSumExp(row, V) - static_cast<double>(row[targets[n]]);
   }
   return static_cast<float>(total / static_cast<double>(N));
 }
 
-void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N, int64_t V) {
+void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, float *dlogits, int64_t N, int64_t V,
+                      int64_t ld) {
   if (N <= 0) return;
+  if (ld <= 0) ld = V;
   const float g = dloss / static_cast<float>(N);
-#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * ld >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const float *row = logits + n * V;
-    float *drow = dlogits + n * V;
+    const float *row = logits + n * ld;
+    float *drow = dlogits + n * ld;
     const float mx = rowMax(row, V);
     const float f = g / static_cast<float>(rowSumExp(row, V, mx));
 #pragma omp simd
     for (int64_t j = 0; j < V; ++j) drow[j] = fastExp(row[j] - mx) * f;
+    std::fill(drow + V, drow + ld, 0.0f); // a padded vocabulary's columns
     const int64_t tgt = targets[n];
     if (tgt >= 0 && tgt < V) drow[tgt] -= g;
   }
@@ -690,31 +694,34 @@ void crossEntropyGrad(const float *logits, const int32_t *targets, float dloss, 
 // Vocabulary-parallel cross-entropy: each rank's V columns of the logits, ids [offset, offset + V).
 
 void vocabCeStats(const float *logits, const int32_t *targets, float *stats, int64_t N, int64_t V, int64_t offset,
-                  int64_t vocab, int64_t *badIndex) {
+                  int64_t vocab, int64_t *badIndex, int64_t ld) {
   *badIndex = -1;
+  if (ld <= 0) ld = V;
   for (int64_t n = 0; n < N; ++n)
     if (targets[n] < 0 || targets[n] >= vocab) {
       *badIndex = n;
       return;
     }
-#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * ld >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const float *row = logits + n * V;
-    stats[2 * n] = static_cast<float>(rowLogSumExp(row, V));
+    const float *row = logits + n * ld;
+    stats[2 * n] = static_cast<float>(rowLogSumExp(row, V)); // (no columns: -inf, nothing in the sum)
     const int64_t t = int64_t(targets[n]) - offset;
     stats[2 * n + 1] = t >= 0 && t < V ? row[t] : 0.0f;
   }
 }
 
 void vocabCeStatsGrad(const float *dstats, const float *logits, const int32_t *targets, const float *stats,
-                      float *dlogits, int64_t N, int64_t V, int64_t offset) {
-#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+                      float *dlogits, int64_t N, int64_t V, int64_t offset, int64_t ld) {
+  if (ld <= 0) ld = V;
+#pragma omp parallel for schedule(static) if (N * ld >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const float *row = logits + n * V;
-    float *drow = dlogits + n * V;
+    const float *row = logits + n * ld;
+    float *drow = dlogits + n * ld;
     const float lse = stats[2 * n], g = dstats[2 * n];
 #pragma omp simd
     for (int64_t j = 0; j < V; ++j) drow[j] = g * fastExp(row[j] - lse);
+    std::fill(drow + V, drow + ld, 0.0f); // a padded vocabulary's columns
     const int64_t t = int64_t(targets[n]) - offset;
     if (t >= 0 && t < V) drow[t] += dstats[2 * n + 1];
   }

@@ -78,12 +78,14 @@ void CudaEngine::bindKernel(Op &op) {
     break;
   case OpKind::VocabCeStats:
     op.gpu = [this](Op &o, cudaStream_t s, void *) {
-      cuda::vocabCeStats(o.t, o.in[0], ids(o, 1), f32out(o, 0), o.N, o.V, o.offset, o.vocab, errSlot(o), s);
+      cuda::vocabCeStats(o.t, o.in[0], ids(o, 1), f32out(o, 0), o.N, o.vocabCols, o.V, o.offset,
+                         o.classes > 0 ? o.classes : o.vocab, errSlot(o), s);
     };
     break;
   case OpKind::VocabCeStatsGrad:
     op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::vocabCeStatsGrad(o.t, f32in(o, 0), o.in[1], ids(o, 2), f32in(o, 3), o.out[0], o.N, o.V, o.offset, s);
+      cuda::vocabCeStatsGrad(o.t, f32in(o, 0), o.in[1], ids(o, 2), f32in(o, 3), o.out[0], o.N, o.vocabCols, o.V,
+                             o.offset, s);
     };
     break;
   case OpKind::VocabCeLoss:
@@ -250,12 +252,12 @@ void CudaEngine::bindKernel(Op &op) {
   case OpKind::CrossEntropy:
     op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N));
     op.gpu = [this](Op &o, cudaStream_t s, void *w) {
-      cuda::crossEntropy(o.t, o.in[0], ids(o, 1), f32out(o, 0), o.N, o.V, w, errSlot(o), s);
+      cuda::crossEntropy(o.t, o.in[0], ids(o, 1), f32out(o, 0), o.N, o.vocabCols, o.V, w, errSlot(o), s);
     };
     break;
   case OpKind::CrossEntropyGrad:
     op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::crossEntropyGrad(o.t, o.in[0], ids(o, 1), f32in(o, 2), o.out[0], o.N, o.V, s);
+      cuda::crossEntropyGrad(o.t, o.in[0], ids(o, 1), f32in(o, 2), o.out[0], o.N, o.vocabCols, o.V, s);
     };
     break;
   case OpKind::GlobalNorm: {

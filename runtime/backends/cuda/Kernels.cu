@@ -610,9 +610,10 @@ template <class T> __device__ void rowLse(const T *row, int64_t V, float &M, flo
 constexpr int kCeThreads = 1024;
 
 template <class T>
-__global__ void ceRowK(const T *logits, const int32_t *targets, float *rowLoss, int64_t N, int64_t V, ErrSlot e) {
+__global__ void ceRowK(const T *logits, const int32_t *targets, float *rowLoss, int64_t N, int64_t V, int64_t ldr,
+                       ErrSlot e) {
   const int64_t n = blockIdx.x;
-  const T *row = logits + n * V;
+  const T *row = logits + n * ldr; // (ldr > V: a padded vocabulary's columns after the V classes)
   float M, S;
   rowLse(row, V, M, S);
   if (threadIdx.x == 0) {
@@ -629,10 +630,10 @@ __global__ void ceRowK(const T *logits, const int32_t *targets, float *rowLoss, 
 // Vocabulary-parallel cross-entropy (the logits' V columns are ids [offset, offset + V) of `vocab`):
 // per position its log-sum-exp over the columns and its target's logit (0 when another rank's).
 template <class T>
-__global__ void vocabStatsK(const T *logits, const int32_t *targets, float *stats, int64_t V, int64_t offset,
-                            int64_t vocab, ErrSlot e) {
+__global__ void vocabStatsK(const T *logits, const int32_t *targets, float *stats, int64_t V, int64_t ldr,
+                            int64_t offset, int64_t vocab, ErrSlot e) {
   const int64_t n = blockIdx.x;
-  const T *row = logits + n * V;
+  const T *row = logits + n * ldr;
   float M, S;
   rowLse(row, V, M, S);
   if (threadIdx.x == 0) {
@@ -646,14 +647,14 @@ __global__ void vocabStatsK(const T *logits, const int32_t *targets, float *stat
 
 template <class T>
 __global__ void vocabStatsGradK(const float *dstats, const T *logits, const int32_t *targets, const float *stats,
-                                T *dlogits, int64_t V, int64_t offset) {
+                                T *dlogits, int64_t V, int64_t ldr, int64_t offset) {
   const int64_t n = blockIdx.x;
-  const T *row = logits + n * V;
-  T *drow = dlogits + n * V;
+  const T *row = logits + n * ldr;
+  T *drow = dlogits + n * ldr;
   const float lse = stats[2 * n], g = dstats[2 * n], gt = dstats[2 * n + 1];
   const int64_t t = int64_t(targets[n]) - offset;
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    float d = g * expf(ld(row, j) - lse);
+  for (int64_t j = threadIdx.x; j < ldr; j += blockDim.x) {
+    float d = j < V ? g * expf(ld(row, j) - lse) : 0.0f; // a padded vocabulary's columns: 0
     if (j == t) d += gt;
     st(drow, j, d);
   }
@@ -700,15 +701,17 @@ __global__ void meanK(const float *x, int64_t n, float *out) {
 }
 
 template <class T>
-__global__ void ceGradK(const T *logits, const int32_t *targets, const float *dloss, T *dlogits, int64_t N, int64_t V) {
+__global__ void ceGradK(const T *logits, const int32_t *targets, const float *dloss, T *dlogits, int64_t N, int64_t V,
+                        int64_t ldr) {
   const int64_t n = blockIdx.x;
-  const T *row = logits + n * V;
+  const T *row = logits + n * ldr;
   float M, S;
   rowLse(row, V, M, S);
   const float g = *dloss / float(N);
   const float f = g / S;
   const int32_t t = targets[n];
-  mapRow(row, dlogits + n * V, V, [&](int64_t j, float x) {
+  mapRow(row, dlogits + n * ldr, ldr, [&](int64_t j, float x) {
+    if (j >= V) return 0.0f; // a padded vocabulary's columns
     const float d = __expf(x - M) * f;
     return j == t ? d - g : d;
   });
@@ -1057,34 +1060,35 @@ void copy2d(int elemBytes, const void *src, int64_t srcPitch, void *dst, int64_t
 
 size_t crossEntropyWorkspace(int64_t N) { return align256(size_t(std::max<int64_t>(N, 1)) * 4); }
 
-void crossEntropy(DType t, const void *logits, const int32_t *targets, float *loss, int64_t N, int64_t V, void *ws,
-                  ErrSlot e, cudaStream_t s) {
+void crossEntropy(DType t, const void *logits, const int32_t *targets, float *loss, int64_t N, int64_t V, int64_t ldr,
+                  void *ws, ErrSlot e, cudaStream_t s) {
   float *rows = static_cast<float *>(ws);
   if (N > 0)
-    BIGC_DISPATCH(t,
-                  ceRowK<T><<<unsigned(N), kCeThreads, 0, s>>>(static_cast<const T *>(logits), targets, rows, N, V, e));
+    BIGC_DISPATCH(t, ceRowK<T>
+                  <<<unsigned(N), kCeThreads, 0, s>>>(static_cast<const T *>(logits), targets, rows, N, V, ldr, e));
   meanK<<<1, kThreads, 0, s>>>(rows, N, loss);
 }
 
 void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const float *dloss, void *dlogits, int64_t N,
-                      int64_t V, cudaStream_t s) {
+                      int64_t V, int64_t ldr, cudaStream_t s) {
   if (N <= 0) return;
   BIGC_DISPATCH(t, ceGradK<T><<<unsigned(N), kCeThreads, 0, s>>>(static_cast<const T *>(logits), targets, dloss,
-                                                                 static_cast<T *>(dlogits), N, V));
+                                                                 static_cast<T *>(dlogits), N, V, ldr));
 }
 
-void vocabCeStats(DType t, const void *logits, const int32_t *targets, float *stats, int64_t N, int64_t V,
+void vocabCeStats(DType t, const void *logits, const int32_t *targets, float *stats, int64_t N, int64_t V, int64_t ldr,
                   int64_t offset, int64_t vocab, ErrSlot e, cudaStream_t s) {
   if (N <= 0) return;
-  BIGC_DISPATCH(t, vocabStatsK<T>
-                <<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, stats, V, offset, vocab, e));
+  BIGC_DISPATCH(t, vocabStatsK<T><<<unsigned(N), kThreads, 0, s>>>(static_cast<const T *>(logits), targets, stats, V,
+                                                                   ldr, offset, vocab, e));
 }
 
 void vocabCeStatsGrad(DType t, const float *dstats, const void *logits, const int32_t *targets, const float *stats,
-                      void *dlogits, int64_t N, int64_t V, int64_t offset, cudaStream_t s) {
+                      void *dlogits, int64_t N, int64_t V, int64_t ldr, int64_t offset, cudaStream_t s) {
   if (N <= 0) return;
-  BIGC_DISPATCH(t, vocabStatsGradK<T><<<unsigned(N), kThreads, 0, s>>>(dstats, static_cast<const T *>(logits), targets,
-                                                                       stats, static_cast<T *>(dlogits), V, offset));
+  BIGC_DISPATCH(t,
+                vocabStatsGradK<T><<<unsigned(N), kThreads, 0, s>>>(dstats, static_cast<const T *>(logits), targets,
+                                                                    stats, static_cast<T *>(dlogits), V, ldr, offset));
 }
 
 size_t vocabCeLossWorkspace(int64_t N) { return crossEntropyWorkspace(N); }

@@ -89,20 +89,22 @@ void copy2d(int elemBytes, const void *src, int64_t srcPitch, void *dst, int64_t
 void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, const int64_t *perm, int rank,
                cudaStream_t s);
 
+// Rows of `ldr` logits of which the first V are the classes (ldr > V: a padded vocabulary,
+// bigc-pad-vocab: the rest outside the softmax, their gradients 0); likewise below.
 size_t crossEntropyWorkspace(int64_t N);
-void crossEntropy(DType t, const void *logits, const int32_t *targets, float *loss, int64_t N, int64_t V, void *ws,
-                  ErrSlot e, cudaStream_t s);
+void crossEntropy(DType t, const void *logits, const int32_t *targets, float *loss, int64_t N, int64_t V, int64_t ldr,
+                  void *ws, ErrSlot e, cudaStream_t s);
 void crossEntropyGrad(DType t, const void *logits, const int32_t *targets, const float *dloss, void *dlogits, int64_t N,
-                      int64_t V, cudaStream_t s);
+                      int64_t V, int64_t ldr, cudaStream_t s);
 
 // Vocabulary-parallel cross-entropy (program format: vocab_ce_*). logits [N, V] are ids
 // [offset, offset + V) of `vocab`; stats [N, 2] f32: per position the log-sum-exp of its V logits
 // and its target's logit (0 when the target is another rank's). vocab_ce_loss: stats of P parts
 // [P, N, 2] -> the mean over positions of log Σ_parts exp(lse) - Σ_parts target logit.
-void vocabCeStats(DType t, const void *logits, const int32_t *targets, float *stats, int64_t N, int64_t V,
+void vocabCeStats(DType t, const void *logits, const int32_t *targets, float *stats, int64_t N, int64_t V, int64_t ldr,
                   int64_t offset, int64_t vocab, ErrSlot e, cudaStream_t s);
 void vocabCeStatsGrad(DType t, const float *dstats, const void *logits, const int32_t *targets, const float *stats,
-                      void *dlogits, int64_t N, int64_t V, int64_t offset, cudaStream_t s);
+                      void *dlogits, int64_t N, int64_t V, int64_t ldr, int64_t offset, cudaStream_t s);
 size_t vocabCeLossWorkspace(int64_t N);
 void vocabCeLoss(const float *stats, float *loss, int64_t N, int64_t P, void *ws, cudaStream_t s);
 void vocabCeLossGrad(const float *stats, const float *dloss, float *dstats, int64_t N, int64_t P, cudaStream_t s);
