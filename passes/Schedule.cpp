@@ -344,9 +344,17 @@ void accumulateShardsEarly(Block &block) {
     if (after->isBeforeInBlock(&op))
       moves.push_back({&op, after}); // (an add right after its cast still follows the cast's move)
   }
-  // In order: an add moves after the cast it reads, which moved before it.
-  for (auto &[op, after] : moves)
-    if (after->isBeforeInBlock(op)) op->moveAfter(after);
+  // In order: an add moves after the cast it reads, which moved before it. The place is checked
+  // again against the operands where they are now: an anchor (the op before a segment) may be an
+  // accumulation that moved up itself (interleaved pipelines with ZeRO 2/3 and several buckets
+  // interleave micro-batches' segments), which would put the op above its collective.
+  for (auto &[op, after] : moves) {
+    Operation *at = after;
+    for (Value v : op->getOperands())
+      if (Operation *d = v.getDefiningOp() ? inBlock(block, v.getDefiningOp()) : nullptr)
+        if (at->isBeforeInBlock(d)) at = d;
+    if (at->isBeforeInBlock(op)) op->moveAfter(at);
+  }
 }
 
 /// A device copy of a parameter (bigc-offload with params=host) and the

@@ -39,6 +39,10 @@ compile pp4_split b4 --ranks 4 --pp 4 --micro-batches 8 --pp-split 1,2,6
 compile pp4_zb b4 --ranks 4 --pp 4 --micro-batches 8 --pp-schedule zero-bubble
 compile pp4_il b4 --ranks 4 --pp 4 --micro-batches 8 --pp-schedule interleaved
 compile pp2_dp2_il4_z1 b8 --ranks 4 --pp 2 --micro-batches 2 --pp-schedule interleaved --virtual-stages 4 --zero 1
+# Interleaved with ZeRO 2 and gradient buckets smaller than a layer: bigc-schedule's early
+# accumulation of the gradient shards once moved an add above its reduce-scatter here (an internal
+# error naming "does not dominate"; --auto met it on gpt2 with tp 2 x pp 2).
+compile pp2_dp2_il_z2_b b4 --ranks 4 --pp 2 --micro-batches 4 --pp-schedule interleaved --zero 2 --bucket-mb 0.01
 # With the data axis: dp 4 x pp 2 (ZeRO 1, 3), dp 2 x pp 4 (ZeRO 2 below).
 compile pp2_dp4_z1 b2 --ranks 8 --pp 2 --micro-batches 4 --zero 1
 compile pp2_dp4_z3 b2 --ranks 8 --pp 2 --micro-batches 4 --zero 3
@@ -54,7 +58,7 @@ compile pp4_bf16 b4 --ranks 8 --pp 4 --micro-batches 4 --zero 1 --precision bf16
 compile pp4_clip b4 --ranks 4 --pp 4 --micro-batches 8 --grad-clip 0.05
 compile pp4_fp16 b4 --ranks 4 --pp 4 --micro-batches 8 --precision fp16
 compile pp4_fp16mix_zb b4 --ranks 8 --pp 4 --micro-batches 8 --precision fp16 --loss-scale 1e6 --pp-schedule zero-bubble --tp 2
-names="one one_bf16 one_clip pp2 pp2_gpipe pp4 pp8 pp4_split pp4_zb pp4_il pp2_dp2_il4_z1 pp2_dp2_z2_zb pp2_dp4_z1 pp2_dp4_z3 pp4_dp2_z1 pp2_tp2_dp2_sp pp2_rc
+names="one one_bf16 one_clip pp2 pp2_gpipe pp4 pp8 pp4_split pp4_zb pp4_il pp2_dp2_il4_z1 pp2_dp2_il_z2_b pp2_dp2_z2_zb pp2_dp4_z1 pp2_dp4_z3 pp4_dp2_z1 pp2_tp2_dp2_sp pp2_rc
   pp2_dp2_off pp2_dp2_z2_rcs pp4_bf16 pp4_clip one_fp16_k8 one_fp16mix_k8 pp4_fp16 pp4_fp16mix_zb"
 for n in $names; do run $n; done
 "$BIN/bigc" run "$d/one.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
@@ -111,7 +115,8 @@ check("one rank learns", len(base) == 10 and base[-1] < base[0] - 0.05, f"loss {
 # the fp32 values before each bf16 cast; the fp32 pairs stay within their bounds): the loss bound
 # is 1.45x that.
 F32, BF16, FP16 = (4e-7, 2e-5), (6.1e-4, 6e-2), (4.5e-4, 2e-2)
-pairs = [(n, "one", *F32) for n in ["pp2", "pp2_gpipe", "pp4", "pp8", "pp4_split", "pp4_zb", "pp4_il", "pp2_dp2_il4_z1", "pp2_dp2_z2_zb",
+pairs = [(n, "one", *F32) for n in ["pp2", "pp2_gpipe", "pp4", "pp8", "pp4_split", "pp4_zb", "pp4_il", "pp2_dp2_il4_z1",
+                                     "pp2_dp2_il_z2_b", "pp2_dp2_z2_zb",
                                      "pp2_dp4_z1", "pp2_dp4_z3",
                                      "pp4_dp2_z1", "pp2_tp2_dp2_sp", "pp2_rc", "pp2_dp2_off", "pp2_dp2_z2_rcs"]]
 pairs += [("pp4_bf16", "one_bf16", *BF16)]
