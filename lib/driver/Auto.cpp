@@ -4,8 +4,9 @@
 //   1. the model's facts (parameters, layers, heads, batch) and the global batch (the user's
 //      command line's: data-parallel ranks x micro-batches x the model's batch, or --global-batch);
 //   2. the meshes: tp in 1, 2, 4, 8 (dividing the ranks, every attention's heads, within one
-//      machine), pp in 1, 2, 4, 8 (dividing what is left, at most the layers); the micro-batches
-//      follow from the global batch (pp > 1: at least pp of them);
+//      machine; a vocabulary tp does not divide padded with --pad-vocab 64), pp in 1, 2, 4, 8
+//      (dividing what is left, at most the layers); the micro-batches follow from the global
+//      batch (pp > 1: at least pp of them);
 //   3. per mesh and ZeRO stage (0-3 with several data-parallel ranks), the techniques cheapest
 //      first: nothing, selective recomputation, the fused LM head and loss (--fuse-loss, with
 //      each), full recomputation (and fused), the same with offload to the host, to the drive;
@@ -55,6 +56,7 @@ struct ModelFacts {
   int64_t layers = 0;
   int64_t headsGcd = 0; // of every attention's heads (and kv heads)
   int64_t batch = 0;    // the model's batch (per micro-batch and data-parallel rank)
+  int64_t vocab = 0;    // the classes of its cross-entropy (0: none)
 };
 
 ModelFacts factsOf(mlir::ModuleOp m) {
@@ -67,6 +69,8 @@ ModelFacts factsOf(mlir::ModuleOp m) {
       f.layers = std::max<int64_t>(f.layers, l.getInt() + 1);
     for (const char *a : {"heads", "kv_heads"})
       if (auto h = op->getAttrOfType<mlir::IntegerAttr>(a)) f.headsGcd = std::gcd(f.headsGcd, h.getInt());
+    if (auto ce = llvm::dyn_cast<mlir::bigc::CrossEntropyOp>(op))
+      f.vocab = llvm::cast<mlir::RankedTensorType>(ce.getLogits().getType()).getShape().back();
   });
   if (auto fwd = m.lookupSymbol<mlir::func::FuncOp>("forward"))
     if (fwd.getNumArguments() > 0)
@@ -184,6 +188,7 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
   if (c.microBatches > 1) add("--micro-batches " + std::to_string(c.microBatches));
   if (c.recompute != RecomputePolicy::None) add("--recompute " + toString(c.recompute));
   if (c.fuseLoss && !base.fuseLoss) add("--fuse-loss");
+  if (c.padVocab != base.padVocab) add("--pad-vocab " + std::to_string(c.padVocab));
   if (c.offload != Offload::None)
     add("--offload " + toString(c.offload) +
         (c.offload == Offload::NVMe && base.nvmePath.empty() ? " --nvme-path DIR" : std::string()));
@@ -388,6 +393,10 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           c.tp = mesh.tp, c.pp = mesh.pp, c.zero = z, c.microBatches = mesh.k;
           c.recompute = t.recompute, c.offload = t.offload, c.precision = prec;
           c.fuseLoss = base.fuseLoss || t.fused;
+          // A tensor size that does not divide the vocabulary (GPT-2's 50257): the vocabulary padded,
+          // as Megatron does, unless the command line says otherwise.
+          if (c.tp > 1 && m.vocab > 0 && m.vocab % c.tp != 0 && base.padVocab == 0 && !given("--pad-vocab"))
+            c.padVocab = 64;
           if (c.offload == Offload::NVMe && c.nvmePath.empty()) c.nvmePath = "nvme"; // (the plan does not read it)
           c.recomputeDrop = -1;
           if (c.offload != base.offload) c.offloadParams = OffloadParams::Auto;

@@ -99,13 +99,15 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   if (c.tp != base.tp) add("--tp " + std::to_string(c.tp));
   if (c.pp != base.pp) add("--pp " + std::to_string(c.pp));
   if (c.sequenceParallel != base.sequenceParallel && c.sequenceParallel) add("--sequence-parallel");
+  if (c.padVocab != base.padVocab) add("--pad-vocab " + std::to_string(c.padVocab));
   return f;
 }
 
 bool sameTechniques(const CompileOptions &a, const CompileOptions &b) {
   return a.precision == b.precision && a.microBatches == b.microBatches && a.recompute == b.recompute &&
          a.offload == b.offload && a.memoryBudget == b.memoryBudget && a.zero == b.zero && a.tp == b.tp &&
-         a.pp == b.pp && a.sequenceParallel == b.sequenceParallel && a.fuseLoss == b.fuseLoss;
+         a.pp == b.pp && a.sequenceParallel == b.sequenceParallel && a.fuseLoss == b.fuseLoss &&
+         a.padVocab == b.padVocab;
 }
 
 std::string pct(double x) {
@@ -407,7 +409,7 @@ ExtraWork extraWork(const rt::Program &p, const CompileOptions &o) {
 }
 
 std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCandidates, bool withoutOffload,
-                                           int64_t headsGcd) {
+                                           int64_t headsGcd, int64_t vocab) {
   // 16-bit type of the suggestions: V100s have no bf16 tensor cores.
   Precision h = Precision::BF16;
   if (o.haveHardware && o.hardware.name.rfind("v100", 0) == 0) h = Precision::FP16;
@@ -444,8 +446,8 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
       if (o.zero < z.zero) all.push_back(z);
   // Several ranks and no tensor parallelism yet: split each layer over the most ranks of a
   // machine (at most 8, dividing the ranks and the heads) that the model allows (a set whose
-  // tensor size does not divide the hidden size or the vocabulary fails to compile and is not
-  // listed).
+  // tensor size does not divide the hidden size fails to compile and is not listed; one that does
+  // not divide the vocabulary pads it, --pad-vocab 64).
   if (o.ranks > 1 && o.tp == 1)
     for (int t : {8, 4, 2})
       if (t <= o.ranks && o.ranks % t == 0 && (headsGcd == 0 || headsGcd % t == 0)) {
@@ -481,6 +483,7 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
     if (s.offload) c.offload = *s.offload;
     if (s.zero >= 0) c.zero = s.zero;
     if (s.tp > 0) c.tp = s.tp, c.sequenceParallel = s.sequenceParallel;
+    if (c.tp > 1 && vocab > 0 && vocab % c.tp != 0 && c.padVocab == 0) c.padVocab = 64;
     if (s.pp > 0) c.pp = s.pp, c.microBatches = o.microBatches * s.pp;
     if (sameTechniques(c, o)) continue;
     c.recomputeDrop = -1; // searched again for this option set
@@ -561,10 +564,12 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
     long v = std::strtol(env, &end, 10);
     if (*end == '\0' && v >= 0 && v <= 16) maxCands = size_t(v);
   }
-  int64_t headsGcd = 0;
+  int64_t headsGcd = 0, vocab = 0;
   parsed->walk([&](mlir::Operation *op) {
     if (op->getName().getStringRef() == "bigc.attention")
       if (auto h = op->getAttrOfType<mlir::IntegerAttr>("heads")) headsGcd = std::gcd(headsGcd, h.getInt());
+    if (auto ce = llvm::dyn_cast<mlir::bigc::CrossEntropyOp>(op))
+      vocab = llvm::cast<mlir::RankedTensorType>(ce.getLogits().getType()).getShape().back();
   });
   // With a hardware profile (speeds to rank by): the search of `bigc compile --auto` (Auto.h), wider
   // (a 16-bit precision too, every technique that fits each mesh and ZeRO stage, the drive without
@@ -629,7 +634,7 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
       compiled = 0;
     }
   }
-  if (!searched) cands = candidateOptionSets(o, maxCands, hostOverAny, headsGcd);
+  if (!searched) cands = candidateOptionSets(o, maxCands, hostOverAny, headsGcd, vocab);
   if (!searched) {
     mlir::ScopedDiagnosticHandler quiet(parsed->getContext(), [](mlir::Diagnostic &) { return mlir::success(); });
     for (auto &c : cands) {

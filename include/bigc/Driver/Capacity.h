@@ -100,9 +100,10 @@ struct Candidate {
 // Candidate option sets derived from `o` (at most `maxCandidates`, none equal to `o`), in the
 // order of preference when their costs tie. `withoutOffload`: also try --offload none (when the
 // host is what does not fit). `headsGcd`: the greatest common divisor of the model's attention
-// heads (0: no attention), which a tensor size to suggest must divide.
+// heads (0: no attention), which a tensor size to suggest must divide; `vocab`: the classes of the
+// model's cross-entropy (0: none), padded (--pad-vocab 64) for a tensor size that does not divide it.
 std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCandidates = 6,
-                                           bool withoutOffload = false, int64_t headsGcd = 0);
+                                           bool withoutOffload = false, int64_t headsGcd = 0, int64_t vocab = 0);
 
 // The whole message of a plan that does not fit (the caller prints it to stderr and exits 1).
 // Compiles the candidates on `parsed` (diagnostics of failed candidates are swallowed); at most
