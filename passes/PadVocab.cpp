@@ -68,7 +68,8 @@ struct BigcPadVocabPass : public mlir::bigc::impl::BigcPadVocabBase<BigcPadVocab
     };
     if (!logits.hasOneUse()) return notHead("its logits are read by another op too");
     if (auto r = logits.getDefiningOp<ReshapeOp>()) {
-      if (tensorOf(r.getX()).getShape().back() != v) return notHead("its logits are a reshape that moves the vocabulary");
+      if (tensorOf(r.getX()).getShape().back() != v)
+        return notHead("its logits are a reshape that moves the vocabulary");
       h.reshape = r;
       logits = r.getX();
       if (!logits.hasOneUse()) return notHead("its logits are read by another op too");
@@ -162,8 +163,7 @@ struct BigcPadVocabPass : public mlir::bigc::impl::BigcPadVocabBase<BigcPadVocab
       p.setTypeAttr(TypeAttr::get(withDim(p.getTensorType(), 0, vp)));
       p->setAttr(kVocabRowsAttrName, b.getI64IntegerAttr(v));
     }
-    for (GetParamOp gp : reads)
-      gp.getResult().setType(module.lookupSymbol<ParamOp>(gp.getParam()).getTensorType());
+    for (GetParamOp gp : reads) gp.getResult().setType(module.lookupSymbol<ParamOp>(gp.getParam()).getTensorType());
     for (Head &h : heads) {
       const int64_t vp = (h.vocab + step - 1) / step * step;
       Value y = h.matmul.getC();
