@@ -3,7 +3,8 @@
 # with a GPU but no MLIR (the runtime built with -DBIGC_ENABLE_COMPILER=OFF) can run them:
 #   scripts/gpu-programs.sh build/bin OUTDIR [tiny] [bench]
 # tiny:  small GPTs in every precision and technique, and the tiny LLaMA (test/gpu/train.sh)
-# bench: gpt2 and gpt2-medium in bf16 for bench/gpu/run.sh (batch $BENCH_BATCH, default 16 x 1024)
+# bench: gpt2 and gpt2-medium in bf16 for bench/gpu/run.sh (batch $BENCH_BATCH, default 16 x 1024),
+#        as compiled and with --pad-vocab 64
 set -euo pipefail
 BIN=$1
 OUT=$2
@@ -38,6 +39,10 @@ for set in $SETS; do
     c tiny-fp16 tiny --lr 3e-3 --precision fp16
     c tiny-fp16-offload tiny --lr 3e-3 --precision fp16 --offload cpu --grad-clip 1
     c tiny-fp16-overflow tiny --lr 3e-3 --precision fp16 --loss-scale 1e30
+    # A vocabulary of 250 padded to 256 (--pad-vocab 64): the loss kernels' classes (row stride).
+    "$BIN/bigc" gen gpt --preset tiny --vocab 250 -o "$OUT/odd.mlir" > /dev/null
+    c tiny-fp32-padvocab odd --lr 3e-3 --pad-vocab 64
+    c tiny-bf16-padvocab odd --lr 3e-3 --pad-vocab 64 --precision bf16
     c mid-fp32 mid --lr 1e-3
     c mid-bf16 mid --lr 1e-3 --precision bf16
     c mid-fp16 mid --lr 1e-3 --precision fp16
@@ -58,6 +63,7 @@ for set in $SETS; do
     for p in gpt2 gpt2-medium; do
       "$BIN/bigc" gen gpt --preset $p --batch "$B" --seq 1024 -o "$OUT/$p.mlir" > /dev/null
       c "$p-bf16" "$p" --precision bf16 --lr 3e-4 --device-mem 80G
+      c "$p-bf16-pad" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64
     done
     ;;
   *) echo "gpu-programs.sh: unknown set '$set' (tiny, bench)" >&2; exit 1 ;;

@@ -4,7 +4,8 @@
 # recomputation, offload (to the host, and to the nvme space: the optimizer state, the weights,
 # chunked updates), micro-batches, clipping, fp16 loss scaling and overflow; head sizes 16 and 64
 # so both attention paths run; the tiny LLaMA in fp32, fp32 with a sliding window and
-# recomputation, and bf16: rmsnorm, rope, swiglu, grouped-query attention). Exit 77 ("skipped: no
+# recomputation, and bf16: rmsnorm, rope, swiglu, grouped-query attention; a vocabulary of 250
+# padded to 256 by --pad-vocab 64 in fp32 and bf16: the loss kernels' classes). Exit 77 ("skipped: no
 # GPU") where no GPU is visible.
 #
 # Per-step loss, relative to the CPU backend running the same program:
