@@ -655,6 +655,8 @@ LogicalResult EmbeddingOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
   auto grad = b.create<EmbeddingGradOp>(getLoc(), getTable().getType(), resultGrads[0], getIds());
   if (Attribute g = (*this)->getAttr(kVocabGroupAttrName)) // vocabulary-parallel
     grad->setAttr(kVocabGroupAttrName, g);
+  if (Attribute c = (*this)->getAttr(kClassesAttrName)) // a padded vocabulary
+    grad->setAttr(kClassesAttrName, c);
   Value dtable = grad;
   operandGrads.assign({dtable, Value()});
   return success();

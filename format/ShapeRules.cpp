@@ -13,6 +13,7 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
   case OpKind::Embedding: {
     const Buffer &t = in(0), &ids = in(1), &y = out(0);
     if (t.shape.size() != 2) bad("table must be [V,C], " + desc(t) + " is not");
+    classesWithin(t.shape[0] * (ins->num("vocab_axis", 0) == 1 ? p.tp : 1));
     auto want = ids.shape;
     want.push_back(t.shape[1]);
     wantShape(y, want, "output");
@@ -21,6 +22,7 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
   case OpKind::EmbeddingGrad: {
     const Buffer &dy = in(0), &ids = in(1), &dt = out(0);
     if (dt.shape.size() != 2) bad("dtable must be [V,C], " + desc(dt) + " is not");
+    classesWithin(dt.shape[0] * (ins->num("vocab_axis", 0) == 1 ? p.tp : 1));
     auto want = ids.shape;
     want.push_back(dt.shape[1]);
     wantShape(dy, want, "dy");

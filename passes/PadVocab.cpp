@@ -163,7 +163,12 @@ struct BigcPadVocabPass : public mlir::bigc::impl::BigcPadVocabBase<BigcPadVocab
       p.setTypeAttr(TypeAttr::get(withDim(p.getTensorType(), 0, vp)));
       p->setAttr(kVocabRowsAttrName, b.getI64IntegerAttr(v));
     }
-    for (GetParamOp gp : reads) gp.getResult().setType(module.lookupSymbol<ParamOp>(gp.getParam()).getTensorType());
+    for (GetParamOp gp : reads) {
+      gp.getResult().setType(module.lookupSymbol<ParamOp>(gp.getParam()).getTensorType());
+      for (Operation *user : gp.getResult().getUsers()) // an id from the padding is no token
+        if (isa<EmbeddingOp>(user))
+          user->setAttr(kClassesAttrName, b.getI64IntegerAttr(padded.lookup(gp.getParamAttr().getAttr())));
+    }
     for (Head &h : heads) {
       const int64_t vp = (h.vocab + step - 1) / step * step;
       Value y = h.matmul.getC();

@@ -207,9 +207,9 @@ void Executor::launch(BoundOp &bound) {
   switch (op.kind) {
   case OpKind::Embedding: {
     const int32_t *ids = ii(1);
-    const int64_t vocab = op.vocab;
+    const int64_t vocab = op.vocab, tokens = op.classes > 0 ? op.classes : vocab; // (a padded table's)
     for (int64_t k = 0; k < op.n; ++k)
-      if (ids[k] < 0 || ids[k] >= vocab) badId(op, false, ids[k], k, vocab);
+      if (ids[k] < 0 || ids[k] >= tokens) badId(op, false, ids[k], k, tokens);
     if (vocab != op.V) { // vocabulary-parallel: this rank's rows; other ids give zeros
       const int64_t C = op.C, e = dtypeSize(op.outType[0]);
       for (int64_t k = 0; k < op.n; ++k) {
@@ -244,9 +244,9 @@ void Executor::launch(BoundOp &bound) {
     break;
   }
   case OpKind::EmbeddingGrad: {
-    const int64_t vocab = op.vocab;
+    const int64_t vocab = op.vocab, tokens = op.classes > 0 ? op.classes : vocab;
     for (int64_t k = 0; k < op.n; ++k)
-      if (ii(1)[k] < 0 || ii(1)[k] >= vocab) badId(op, false, ii(1)[k], k, vocab);
+      if (ii(1)[k] < 0 || ii(1)[k] >= tokens) badId(op, false, ii(1)[k], k, tokens);
     if (vocab != op.V)
       cpu::embeddingGradRows(fi(0), ii(1), fo(0), op.n, op.V, op.C, op.offset);
     else

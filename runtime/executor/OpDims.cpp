@@ -26,11 +26,13 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
     d.V = in(0).shape[0], d.C = in(0).shape[1], d.n = in(1).numel();
     d.vocabParallel = ins.num("vocab_axis", 0) == 1;
     d.vocab = d.vocabParallel ? d.V * p.tp : d.V;
+    d.classes = int64_t(ins.num("classes", 0)); // a padded table: ids from here on are no tokens
     break;
   case OpKind::EmbeddingGrad:
     d.V = out(0).shape[0], d.C = out(0).shape[1], d.n = in(1).numel();
     d.vocabParallel = ins.num("vocab_axis", 0) == 1;
     d.vocab = d.vocabParallel ? d.V * p.tp : d.V;
+    d.classes = int64_t(ins.num("classes", 0));
     break;
   case OpKind::Matmul: {
     const auto &a = in(0).shape, &b = in(1).shape;

@@ -9,7 +9,7 @@
 // CHECK:       bigc.param @wte.weight : tensor<32x8xf32> {bigc.vocab_rows = 30 : i64, init = "normal", std = 2.000000e-02 : f64}
 // CHECK-LABEL: func.func @forward
 // CHECK:       %[[WTE:.*]] = bigc.get_param @wte.weight : tensor<32x8xf32>
-// CHECK:       bigc.embedding %[[WTE]], %{{.*}} : (tensor<32x8xf32>, tensor<2x3xi32>) -> tensor<2x3x8xf32>
+// CHECK:       bigc.embedding %[[WTE]], %{{.*}} {bigc.classes = 30 : i64} : (tensor<32x8xf32>, tensor<2x3xi32>) -> tensor<2x3x8xf32>
 // CHECK:       %[[L:.*]] = bigc.matmul %{{.*}}, %[[WTE]] {transpose_b} : (tensor<2x3x8xf32>, tensor<32x8xf32>) -> tensor<2x3x32xf32>
 // CHECK:       bigc.cross_entropy %[[L]], %{{.*}} {bigc.classes = 30 : i64} : (tensor<2x3x32xf32>, tensor<2x3xi32>) -> tensor<f32>
 // TP:          bigc.param @wte.weight : tensor<32x8xf32> {bigc.vocab_rows = 30 : i64

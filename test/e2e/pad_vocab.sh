@@ -19,6 +19,7 @@
 #     parallel padded program), the same losses after; a padded run resumes its own checkpoint
 #     to the losses of the straight run and an unpadded program refuses it naming --load-weights;
 #   - `bigc inspect` (text and --json) reports the padding, the parameter count is the model's;
+#   - a token id in the padding (1010) is refused as outside the vocabulary of 1001, padded or not;
 #   - bad input: --pad-vocab 0, logits read besides the loss, a multiple that leaves a tensor rank
 #     no real row (one error each, nothing written).
 set -euo pipefail
@@ -88,6 +89,17 @@ echo "ok: an unpadded program refuses the padded checkpoint: $(head -c 160 "$d/e
 "$BIN/bigc" inspect "$d/g_tp2_p.bigc" > "$d/tp.txt"
 "$BIN/bigc" inspect "$d/l_p.bigc" --json > "$d/l_p.json"
 "$BIN/bigc" inspect "$d/l.bigc" --json > "$d/l.json"
+
+# A token from the padding (1010 of a vocabulary of 1001) is no token: the same error as without
+# the padding, naming the model's vocabulary.
+$PY -c "import array, sys; a = array.array('H', [(7 * i) % 1001 for i in range(20000)]); a[100] = 1010; a.tofile(open(sys.argv[1], 'wb'))" "$d/pad_token.bin"
+for n in g g_p g_tp2_p; do
+  if "$BIN/bigc" run "$d/$n.bigc" --data "$d/pad_token.bin" --steps 1 --threads 1 --quiet > "$d/out" 2> "$d/err"; then
+    echo "FAIL: $n trained on token 1010 of a vocabulary of 1001"; exit 1
+  fi
+  grep -q "token 1010 at position 100 is outside the model.s vocabulary \[0, 1001)" "$d/err" || { echo "FAIL: $n:"; cat "$d/err"; exit 1; }
+done
+echo "ok: token 1010 refused by the unpadded, padded and tensor-parallel padded programs: $(head -c 150 "$d/err")"
 
 # Bad input.
 bad "does not divide the vocabulary .*compile with --pad-vocab 64" "$d/gpt8.mlir" --ranks 2 --tp 2

@@ -301,7 +301,8 @@ void CudaEngine::prepare() {
              op.kind == OpKind::CrossEntropyGrad || op.kind == OpKind::VocabCeStats) &&
             op.ins->in.size() > 1 && op.ins->in[1] == id;
         if (reads) {
-          idChecks_.push_back({op.index, k, target, op.vocab > 0 ? op.vocab : op.V}); // the whole vocabulary
+          idChecks_.push_back({op.index, k, target,
+                               op.classes > 0 ? op.classes : op.vocab > 0 ? op.vocab : op.V}); // the whole vocabulary
           break;
         }
       }
@@ -539,7 +540,7 @@ void CudaEngine::checkDeviceErrors() {
     BIGC_CK(cudaMemset(err_, 0, sizeof err));
     const BoundOp &op = this->op(size_t(err[0] - 1));
     const bool target = op.kind == OpKind::CrossEntropy || op.kind == OpKind::VocabCeStats;
-    badId(op, target, err[2], err[1], op.vocab > 0 ? op.vocab : op.V);
+    badId(op, target, err[2], err[1], op.classes > 0 ? op.classes : op.vocab > 0 ? op.vocab : op.V);
   }
 }
 
