@@ -302,7 +302,9 @@ void CudaEngine::prepare() {
             op.ins->in.size() > 1 && op.ins->in[1] == id;
         if (reads) {
           idChecks_.push_back({op.index, k, target,
-                               op.classes > 0 ? op.classes : op.vocab > 0 ? op.vocab : op.V}); // the whole vocabulary
+                               op.classes > 0 ? op.classes
+                               : op.vocab > 0 ? op.vocab
+                                              : op.V}); // the whole vocabulary
           break;
         }
       }
