@@ -173,12 +173,15 @@ std::string stateSignature(const Program &p) {
   // The training state a checkpoint holds, whatever the rank count, ZeRO stage, schedule,
   // recomputation or offload of the program that wrote it: every persistent tensor that is not a
   // compute copy (weights of record, AdamW moments, loss scale), as a whole tensor, and the
-  // optimizer and precision that update it.
+  // optimizer and precision that update it. A padded vocabulary's tensors count in the model's
+  // shape (the checkpoint holds their model rows), so a run resumes with or without the padding.
   std::vector<std::string> items;
   for (const Buffer &b : p.buffers) {
     if (!b.persistent() || b.init.kind == "copy") continue;
     std::string it = b.name + ":" + dtypeName(b.dtype) + ":";
-    for (int64_t d : (b.shard ? b.fullShape : b.shape)) it += std::to_string(d) + ",";
+    std::vector<int64_t> shape = b.shard ? b.fullShape : b.shape;
+    if (b.vocabRows > 0 && !shape.empty()) shape[0] = b.vocabRows;
+    for (int64_t d : shape) it += std::to_string(d) + ",";
     items.push_back(it);
   }
   std::sort(items.begin(), items.end());
@@ -245,11 +248,11 @@ Info writeSnap(const Snap &s, WriteStats *stats) {
       const std::map<std::string, std::string> md = {
           {"format", "pt"}, {"producer", "bigc"}, {"content", "weights"}, {"step", std::to_string(step)}};
       std::vector<safetensors::OutTensor> ts;
-      bool f32 = true; // (and no padded vocabulary: the image holds whole tensors back to back)
+      bool f32 = true;
       for (size_t i : s.weights) {
         const Buffer &b = *s.state[i]; // the model's shape: a padded vocabulary's first rows
         ts.push_back({b.name, DType::F32, b.logicalShape(), b.logicalNumel() * 4});
-        f32 = f32 && b.dtype == DType::F32 && b.logicalNumel() == b.numel();
+        f32 = f32 && b.dtype == DType::F32;
       }
       std::vector<uint8_t> conv;
       if (s.image && f32) // the image begins with the weights of record, in this order
@@ -269,17 +272,19 @@ Info writeSnap(const Snap &s, WriteStats *stats) {
     // Test hook: a pause in the middle of writing, so that a test can kill the process there.
     if (const char *pause = std::getenv("BIGC_TEST_CHECKPOINT_PAUSE_MS"))
       ::usleep(useconds_t(std::atoll(pause)) * 1000);
-    // state.safetensors: every persistent buffer as stored.
+    // state.safetensors: every persistent buffer as stored (a padded vocabulary's: its model rows).
     {
       const std::map<std::string, std::string> md = {
           {"format", "pt"}, {"producer", "bigc"}, {"content", "training state"}};
       std::vector<safetensors::OutTensor> ts;
+      auto out = [](const Buffer &b) {
+        return safetensors::OutTensor{b.name, b.dtype, b.logicalShape(), b.logicalNumel() * dtypeSize(b.dtype)};
+      };
       if (s.image) {
-        for (size_t i : s.order)
-          ts.push_back({s.state[i]->name, s.state[i]->dtype, s.state[i]->shape, s.state[i]->bytes});
+        for (size_t i : s.order) ts.push_back(out(*s.state[i]));
         record("state.safetensors", safetensors::writeImage(tmp + "/state.safetensors", md, ts, s.image));
       } else {
-        for (const Buffer *b : s.state) ts.push_back({b->name, b->dtype, b->shape, b->bytes});
+        for (const Buffer *b : s.state) ts.push_back(out(*b));
         record("state.safetensors",
                safetensors::writeStreaming(tmp + "/state.safetensors", md, ts,
                                            [&](size_t i, std::vector<uint8_t> &buf) { return s.bytes(i, buf); }));
@@ -434,8 +439,8 @@ void Writer::save(const Engine &ex, const data::TokenSource &source, uint64_t se
       if (!isWeight[i]) order.push_back(i);
   }
   std::vector<int64_t> offset(s.state.size(), 0);
-  int64_t total = 0;
-  for (size_t i : order) offset[i] = total, total += s.state[i]->bytes;
+  int64_t total = 0; // (a padded vocabulary's tensor: its model rows, the first elements)
+  for (size_t i : order) offset[i] = total, total += s.state[i]->logicalNumel() * dtypeSize(s.state[i]->dtype);
   total = (total + 4095) / 4096 * 4096;
   if (!arena_ || arenaBytes_ < total) {
     if (arena_) ::munmap(arena_, size_t(arenaBytes_));
@@ -460,15 +465,22 @@ void Writer::save(const Engine &ex, const data::TokenSource &source, uint64_t se
   std::vector<Copy> copies;
   const bool oneProcess = mpiWorld().first == 1;
   std::vector<Engine::HostPiece> whole;
+  std::vector<char> padded; // a padded tensor read whole, its model rows kept
   for (size_t i = 0; i < s.state.size(); ++i) {
     const Buffer &b = *s.state[i];
     char *dst = arena_ + offset[i];
-    const int64_t e = dtypeSize(b.dtype);
+    const int64_t e = dtypeSize(b.dtype), keep = b.logicalNumel() * e;
     if (oneProcess && wholeFromPieces(ex.hostPieces(b.id), b.numel(), whole)) {
-      for (const auto &pc : whole)
-        for (int64_t at = 0; at < pc.count * e; at += int64_t(16) << 20)
+      for (const auto &pc : whole) {
+        const int64_t end = std::min(pc.count * e, keep - pc.begin * e);
+        for (int64_t at = 0; at < end; at += int64_t(16) << 20)
           copies.push_back(Copy{static_cast<const char *>(pc.data) + at, dst + pc.begin * e + at,
-                                std::min<int64_t>(int64_t(16) << 20, pc.count * e - at)});
+                                std::min<int64_t>(int64_t(16) << 20, end - at)});
+      }
+    } else if (keep < b.bytes) {
+      padded.resize(size_t(b.bytes));
+      ex.readBytes(b.id, padded.data()); // (under mpirun every process reads in this order: follow())
+      std::memcpy(dst, padded.data(), size_t(keep));
     } else {
       ex.readBytes(b.id, dst); // (under mpirun every process reads in this order: follow())
     }
@@ -583,7 +595,7 @@ Info load(const std::string &path, Engine &ex, data::TokenSource &source) {
       continue;                                  // whole copies gathered at the next step's start)
     }
     if (!t) fail(spath, "has no tensor '" + b.name + "'");
-    if (t->dtype != b.dtype || t->shape != b.shape)
+    if (t->dtype != b.dtype || (t->shape != b.shape && t->shape != b.logicalShape())) // (padded: its model rows)
       fail(spath, "tensor '" + b.name + "' is " + safetensors::dtypeTag(t->dtype) +
                       " of another shape or dtype than the program's " + safetensors::dtypeTag(b.dtype) + " buffer");
     reads.push_back({&b, t, -1, &spath});
