@@ -175,10 +175,12 @@ void Engine::initialize(uint64_t seed) {
     for (size_t j = 0; j < jobs.size(); ++j) {
       const Job &job = jobs[j];
       if (job.zero != zeros) continue;
-      if (job.zero) // freshly mapped zero pages are populated rather than written
+      if (job.zero) { // freshly mapped zero pages are populated rather than written
         zeroFill(job.dst, job.count, fresh);
-      else
+      } else {
+        if (fresh) populatePages(job.dst, job.count * dtypeSize(job.b->dtype)); // the pages in bulk, then the values
         initValues(*job.b, job.dst, job.begin, job.count, seed);
+      }
     }
     if (!zeros) {
 #pragma omp parallel for schedule(dynamic, 1)

@@ -241,6 +241,16 @@ void initNormalAs(void *x, DType dtype, int64_t n, double std, uint64_t seed, co
   initNormalRange(x, dtype, 0, n, std, seed, name);
 }
 
+void populatePages(void *x, int64_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (uintptr_t(x) + page - 1) / page * page, hi = (uintptr_t(x) + uintptr_t(bytes)) / page * page;
+  if (hi > lo) (void)::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_POPULATE_WRITE); // (else: faults)
+#else
+  (void)x, (void)bytes;
+#endif
+}
+
 void zeroFill(void *x, int64_t bytes, bool mappedZero) {
   // In 16 MiB chunks over the threads. Memory known to be freshly mapped (zero pages) is only
   // populated (MADV_POPULATE_WRITE: the kernel maps zeroed pages in bulk, several times faster than

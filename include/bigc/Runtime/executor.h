@@ -36,6 +36,9 @@ void initNormalRange(void *x, DType dtype, int64_t begin, int64_t count, double 
 // `bytes` zero bytes at x, in parallel; `mappedZero`: x is freshly mapped memory (zero pages), so
 // its pages are only populated.
 void zeroFill(void *x, int64_t bytes, bool mappedZero);
+// Maps the whole pages of [x, x + bytes) of freshly mapped memory in bulk before they are written
+// (MADV_POPULATE_WRITE; nothing where it is not supported): cheaper than a fault per page.
+void populatePages(void *x, int64_t bytes);
 // count elements equal to `value` in `dtype`, in parallel.
 void initConstantRange(void *x, DType dtype, int64_t count, float value);
 uint64_t splitmix64(uint64_t &state);
