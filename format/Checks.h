@@ -55,6 +55,7 @@ struct InstructionCheck {
   // vocabulary (the columns from there on are padding).
   void classesWithin(int64_t vocab) const {
     if (!ins->attrs.count("classes")) return;
+    if (p.version < 4) bad("attribute 'classes' (a padded vocabulary) needs program format version 4");
     const double c = ins->num("classes", 0);
     if (!(c >= 1) || c != std::floor(c) || c > double(vocab))
       bad("attribute 'classes' must be an integer in 1.." + std::to_string(vocab) + " (the vocabulary's columns)");

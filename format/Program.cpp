@@ -1,6 +1,8 @@
 // The program's data model: dtypes, the payload hash, counts (docs/program-format.md). No MLIR here.
 #include "bigc/Format/program.h"
 
+#include <algorithm>
+
 namespace bigc::rt {
 
 const char *dtypeName(DType d) {
@@ -46,13 +48,24 @@ uint64_t fnv1a64(const void *data, size_t n, uint64_t h) {
   return h;
 }
 
+int writtenVersion(const Program &p) {
+  auto padded = [](const Program &q) {
+    for (const Buffer &b : q.buffers)
+      if (b.vocabRows > 0) return true;
+    for (const Instruction &ins : q.instructions)
+      if (ins.attrs.count("classes")) return true;
+    return false;
+  };
+  bool any = padded(p);
+  for (const Program &s : p.stages) any = any || padded(s);
+  return any ? 4 : std::min(p.version, 3);
+}
+
 int64_t Program::stateBytes() const {
   int64_t n = 0;
   for (const auto &b : buffers) {
     if (!b.persistent()) continue;
-    int64_t e = 1;
-    for (int64_t d : b.tpDim >= 0 ? b.tpFullShape : b.shard ? b.fullShape : b.shape) e *= d;
-    n += e * dtypeSize(b.dtype);
+    n += b.logicalNumel() * dtypeSize(b.dtype); // (a padded vocabulary: its model rows, as a checkpoint)
   }
   for (const Program &s : stages) n += s.stateBytes(); // a pipeline's other stages
   return n;

@@ -239,7 +239,10 @@ Program fromJson(const json &root, const std::string &path, bool top) {
       b.tpSegments = r.integerOr(jt, "segments", where + " tp", 1);
       b.tpFullShape = r.ints(jt, "full_shape", where + " tp");
     }
-    if (jb.contains("vocab_rows") && !jb["vocab_rows"].is_null()) b.vocabRows = r.integer(jb, "vocab_rows", where);
+    if (jb.contains("vocab_rows") && !jb["vocab_rows"].is_null()) {
+      if (p.version < 4) fail(path, where + ": vocab_rows (a padded vocabulary) needs program format version 4");
+      b.vocabRows = r.integer(jb, "vocab_rows", where);
+    }
     p.buffers.push_back(std::move(b));
   }
 

@@ -31,7 +31,7 @@ namespace {
 // The payload object of one program (one stage of a pipelined program, without its "stages").
 json payloadJson(const Program &p) {
   json root = json::object();
-  root["version"] = p.version;
+  root["version"] = writtenVersion(p);
   root["producer"] = p.producer;
   root["source"] = p.source;
   root["config"] = {{"batch", p.batch},
@@ -186,8 +186,8 @@ std::string serializeProgram(const Program &p) {
   payload += "\n";
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a64(payload.data(), payload.size()));
-  return "BIGC-PROGRAM " + std::to_string(kProgramVersion) + " " + std::to_string(payload.size()) + " " + hash + "\n" +
-         payload;
+  return "BIGC-PROGRAM " + std::to_string(writtenVersion(p)) + " " + std::to_string(payload.size()) + " " + hash +
+         "\n" + payload;
 }
 
 } // namespace bigc::rt

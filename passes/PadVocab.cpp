@@ -109,15 +109,16 @@ struct BigcPadVocabPass : public mlir::bigc::impl::BigcPadVocabBase<BigcPadVocab
       const int64_t vp = (h->vocab + step - 1) / step * step;
       if (vp == h->vocab) continue; // a multiple already
       if (tp > 1 && h->vocab <= vp - vp / tp) {
-        int64_t works = 1; // the largest multiple (a power of two) leaving every tensor rank a class
-        for (int64_t m = 1; m < multiple; m *= 2) {
-          const int64_t p = (h->vocab + m * tp - 1) / (m * tp) * (m * tp);
-          if (h->vocab > p - p / tp) works = m;
-        }
-        return ce.emitError("--pad-vocab ")
-               << int64_t(multiple) << " with --tp " << int64_t(tp) << " pads the vocabulary of " << h->vocab << " to "
-               << vp << " rows, leaving the last tensor rank's " << vp / tp
-               << " rows all padding; use a smaller multiple (--pad-vocab " << works << ")";
+        const int64_t works = padMultipleFor(h->vocab, tp, multiple);
+        auto d = ce.emitError("--pad-vocab ")
+                 << int64_t(multiple) << " with --tp " << int64_t(tp) << " pads the vocabulary of " << h->vocab
+                 << " to " << vp << " rows, leaving the last tensor rank's " << vp / tp << " rows all padding";
+        if (works > 0)
+          d << "; use a smaller multiple (--pad-vocab " << works << ")";
+        else
+          d << "; " << h->vocab << " rows are too few to split over " << int64_t(tp)
+            << " tensor ranks: use a smaller --tp";
+        return d;
       }
       heads.push_back(*h);
       padded[h->weight.getSymNameAttr()] = h->vocab;
@@ -184,3 +185,12 @@ struct BigcPadVocabPass : public mlir::bigc::impl::BigcPadVocabBase<BigcPadVocab
 };
 
 } // namespace
+
+int64_t mlir::bigc::padMultipleFor(int64_t vocab, int64_t tp, int64_t want) {
+  int64_t works = 0;
+  for (int64_t m = 1; m <= std::max<int64_t>(1, want); m *= 2) {
+    const int64_t step = m * std::max<int64_t>(1, tp), vp = (vocab + step - 1) / step * step;
+    if (tp <= 1 || vocab > vp - vp / tp) works = m;
+  }
+  return works;
+}

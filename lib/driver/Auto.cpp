@@ -396,7 +396,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           // A tensor size that does not divide the vocabulary (GPT-2's 50257): the vocabulary padded,
           // as Megatron does, unless the command line says otherwise.
           if (c.tp > 1 && m.vocab > 0 && m.vocab % c.tp != 0 && base.padVocab == 0 && !given("--pad-vocab"))
-            c.padVocab = 64;
+            c.padVocab = mlir::bigc::padMultipleFor(m.vocab, c.tp);                  // 64, less for a small vocabulary
           if (c.offload == Offload::NVMe && c.nvmePath.empty()) c.nvmePath = "nvme"; // (the plan does not read it)
           c.recomputeDrop = -1;
           if (c.offload != base.offload) c.offloadParams = OffloadParams::Auto;

@@ -10,6 +10,7 @@
 #include "bigc/Driver/Auto.h"
 #include "bigc/Runtime/ops.h"
 #include "bigc/Dialect/BigcOps.h"
+#include "bigc/Passes/Passes.h"
 #include "bigc/Support/format.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -483,7 +484,8 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
     if (s.offload) c.offload = *s.offload;
     if (s.zero >= 0) c.zero = s.zero;
     if (s.tp > 0) c.tp = s.tp, c.sequenceParallel = s.sequenceParallel;
-    if (c.tp > 1 && vocab > 0 && vocab % c.tp != 0 && c.padVocab == 0) c.padVocab = 64;
+    if (c.tp > 1 && vocab > 0 && vocab % c.tp != 0 && c.padVocab == 0)
+      c.padVocab = mlir::bigc::padMultipleFor(vocab, c.tp); // 64, less for a small vocabulary
     if (s.pp > 0) c.pp = s.pp, c.microBatches = o.microBatches * s.pp;
     if (sameTechniques(c, o)) continue;
     c.recomputeDrop = -1; // searched again for this option set

@@ -175,6 +175,9 @@ rt::Program compileStages(mlir::ModuleOp module, const CompileOptions &o, std::s
   }
   // The config is the step's: the vocabulary of the embedding (stage 0) for every stage.
   for (rt::Program &sp : program.stages) sp.vocab = program.vocab;
+  // One format version for the file: 4 when any stage has a padded vocabulary.
+  program.version = rt::writtenVersion(program);
+  for (rt::Program &sp : program.stages) sp.version = program.version;
   estimatePipeline(stageModules, o, program);
   return program;
 }

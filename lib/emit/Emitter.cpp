@@ -544,6 +544,7 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
   for (const rt::Buffer &b : p.buffers) // a padded table's or head's rows are Vp: the model's V
     if (b.vocabRows > 0 && b.wholeShape()[0] == p.vocab) p.vocab = b.vocabRows;
   // bigc-mixed-precision / bigc-grad-accum record what they did on the module.
+  p.version = rt::writtenVersion(p); // 4 with a padded vocabulary (bigc-pad-vocab)
   p.precision = "fp32";
   if (auto prec = module->getAttrOfType<StringAttr>(bigcd::kPrecisionAttrName)) p.precision = prec.getValue().str();
   p.microBatches = microBatches;

@@ -354,6 +354,10 @@ int runBody(int argc, char **argv, int first) {
   if (args.has("--dump-grads") && R > 1 && prog.zero >= 1)
     throw UserError("--dump-grads: the gradients of this program are sharded over its " + std::to_string(R) +
                     " ranks (ZeRO " + std::to_string(prog.zero) + "); dump them from a --zero 0 program (or one rank)");
+  if (args.has("--dump-grads") && prog.tp > 1)
+    throw UserError("--dump-grads: the gradients of this program are split over its " + std::to_string(prog.tp) +
+                    " tensor ranks (--tp " + std::to_string(prog.tp) +
+                    "); dump them from a program without --tp (or one rank)");
 
   std::unique_ptr<data::TokenSource> source;
   if (args.has("--data"))

@@ -20,7 +20,7 @@
 // GRAD-NEXT:   bigc.param @wte.weight.exp_avg_sq : tensor<32x8xf32> {bigc.vocab_rows = 30 : i64
 // GRAD:        bigc.cross_entropy_grad {{.*}} {bigc.classes = 30 : i64{{.*}}} : (tensor<2x3x32xf32>
 // Tensor-parallel and fused: each rank's 16 rows, the fused head and its
-// gradient with the classes (rank 1 holds 14 of them).
+// gradient with the classes.
 // FUSED:       bigc.param @wte.weight : tensor<16x8xf32> {bigc.tp_full_shape = array<i64: 32, 8>, bigc.tp_split = array<i64: 0, 1>, bigc.vocab_rows = 30 : i64
 // FUSED:       bigc.linear_ce_stats {{.*}}bigc.classes = 30 : i64{{.*}} : (tensor<2x3x8xf32>, tensor<16x8xf32>
 // FUSED:       bigc.linear_ce_stats_grad {{.*}}bigc.classes = 30 : i64
@@ -46,6 +46,10 @@ module {
 // CHECK:       %[[L:.*]] = bigc.matmul {{.*}} -> tensor<2x3x24xf32>
 // CHECK:       %[[F:.*]] = bigc.reshape %[[L]] : (tensor<2x3x24xf32>) -> tensor<6x24xf32>
 // CHECK:       bigc.cross_entropy %[[F]], %{{.*}} {bigc.classes = 20 : i64} : (tensor<6x24xf32>
+// With tp 2 the multiple is 16: 32 rows (each tensor rank 16; the second holds 4 of the 20).
+// TP-LABEL:    bigc.param @embed.weight : tensor<32x8xf32> {bigc.vocab_rows = 20 : i64
+// TP:          bigc.param @head.weight : tensor<32x8xf32> {bigc.vocab_rows = 20 : i64
+// TP:          bigc.cross_entropy {{.*}} {bigc.classes = 20 : i64} : (tensor<6x32xf32>
 module {
   bigc.param @"embed.weight" : tensor<20x8xf32> {init = "normal", std = 0.02}
   bigc.param @"head.weight" : tensor<20x8xf32> {init = "normal", std = 0.02}

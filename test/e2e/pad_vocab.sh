@@ -103,6 +103,14 @@ for n in g g_p g_tp2_p; do
   grep -q "token 1010 at position 100 is outside the model.s vocabulary \[0, 1001)" "$d/err" || { echo "FAIL: $n:"; cat "$d/err"; exit 1; }
 done
 echo "ok: token 1010 refused by the unpadded, padded and tensor-parallel padded programs: $(head -c 150 "$d/err")"
+# --dump-grads of a tensor-parallel program (which the padding now allows for an odd vocabulary): refused
+# (its gradients are split over the tensor ranks), nothing written.
+if "$BIN/bigc" run "$d/g_tp2_p.bigc" --synthetic --steps 1 --dump-grads "$d/tp.grads" --quiet 2> "$d/err"; then
+  echo "FAIL: --dump-grads of a tp 2 program accepted"; exit 1
+fi
+grep -q "dump-grads: the gradients of this program are split over its 2 tensor ranks" "$d/err" && [ ! -e "$d/tp.grads" ] ||
+  { echo "FAIL: --dump-grads of tp 2:"; cat "$d/err"; exit 1; }
+echo "ok: $(head -n1 "$d/err")"
 
 # Bad input.
 bad "does not divide the vocabulary .*compile with --pad-vocab 64" "$d/gpt8.mlir" --ranks 2 --tp 2

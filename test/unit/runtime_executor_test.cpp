@@ -161,6 +161,33 @@ TEST(RuntimeExecutor, BadTokenIsAUserErrorNamingStepAndLoc) {
   EXPECT_NE(m.find("cross_entropy"), std::string::npos) << m;
 }
 
+// A padded table (bigc-pad-vocab): the embedding's `classes` bounds the token ids, the padding rows
+// are no tokens (the data loader refuses them first; this is the kernel's own check).
+TEST(RuntimeExecutor, TokenInAPaddedTablesPaddingIsAUserError) {
+  Program p = TM::build();
+  p.version = 4;
+  for (auto &ins : p.instructions)
+    if (ins.op == "embedding" || ins.op == "embedding_grad") ins.attrs["classes"].num = double(TM::V - 2);
+  validateProgram(p, "padded");
+  Executor ex(p, 1);
+  Batch b = fixedBatch();
+  for (auto &t : b.tokens) t %= int32_t(TM::V - 2);
+  for (auto &t : b.targets) t %= int32_t(TM::V - 2);
+  ex.step(b.tokens.data(), b.targets.data());
+  b.tokens[5] = int32_t(TM::V - 1); // a row of the table, but of its padding
+  std::string m = runError(ex, b);
+  EXPECT_NE(m.find(std::to_string(TM::V - 1)), std::string::npos) << m;
+  EXPECT_NE(m.find("[0, " + std::to_string(TM::V - 2) + ")"), std::string::npos) << m;
+  // Attribute `classes` needs format version 4.
+  p.version = 3;
+  try {
+    validateProgram(p, "v3");
+    FAIL() << "classes accepted in a version-3 program";
+  } catch (const UserError &e) {
+    EXPECT_NE(std::string(e.what()).find("needs program format version 4"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RuntimeExecutor, InitIsDeterministicAndIndependentOfBufferOrder) {
   Program p = TM::build();
   Executor a(p, 42), b2(p, 42), c(p, 43);

@@ -233,7 +233,11 @@ struct Program {
   int64_t stateBytes() const;
 };
 
-constexpr int kProgramVersion = 3;
+// Version 4: a padded vocabulary (buffer field vocab_rows, instruction attribute classes), which a
+// version-3 reader would skip and so train another model; a program without it is written as 3.
+constexpr int kProgramVersion = 4;
+// The version a program is written as: 4 where it has a padded vocabulary, else 3.
+int writtenVersion(const Program &p);
 constexpr int kOldestProgramVersion = 2; // read too (no collectives, one rank)
 constexpr int64_t kAlignment = 64;
 // The nvme space's offsets and sizes, and those of the host buffers its copies read and write

@@ -46,6 +46,11 @@ LogicalResult buildTrainStep(ModuleOp module, const AdamWConfig &config);
 /// gradient to its total gradient (summed over uses with bigc.add).
 LogicalResult buildBackward(OpBuilder &b, Block &block, llvm::DenseMap<Value, Value> &grads);
 
+/// bigc-pad-vocab: the largest power of two m <= `want` such that padding a vocabulary of `vocab`
+/// rows to a multiple of m x `tp` leaves every tensor rank at least one of the vocabulary's rows;
+/// 0 when none does (fewer rows than the ranks need).
+int64_t padMultipleFor(int64_t vocab, int64_t tp, int64_t want = 64);
+
 /// The LM heads bigc-fuse-loss would fuse in `module`'s @forward (cross-entropies, or
 /// vocabulary-parallel statistics, of a matmul whose logits nothing else reads); 0 when none.
 int64_t countFusableLossHeads(ModuleOp module);

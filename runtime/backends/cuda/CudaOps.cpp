@@ -56,14 +56,15 @@ void CudaEngine::bindKernel(Op &op) {
   switch (op.kind) {
   case OpKind::Embedding:
     op.gpu = [this](Op &o, cudaStream_t s, void *) {
-      cuda::embedding(o.t, o.in[0], ids(o, 1), o.out[0], o.n, o.V, o.C, errSlot(o), s, o.offset, o.vocab);
+      cuda::embedding(o.t, o.in[0], ids(o, 1), o.out[0], o.n, o.V, o.C, errSlot(o), s, o.offset,
+                      o.classes > 0 ? o.classes : o.vocab); // (a padded table: its padding is no token)
     };
     break;
   case OpKind::EmbeddingGrad:
     op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V));
     op.gpu = [this](Op &o, cudaStream_t s, void *w) {
       cuda::embeddingGrad(o.t, o.in[0], ids(o, 1), o.out[0], o.n, o.V, o.C, w, size_t(o.scratchBytes), errSlot(o), s,
-                          o.offset, o.vocab);
+                          o.offset, o.classes > 0 ? o.classes : o.vocab);
     };
     break;
   case OpKind::TpSlice: // tensor rank t's chunk of the split dimension: slicePre rows of bytes
