@@ -31,6 +31,9 @@ namespace {
 
 RankedTensorType tensorOf(Value v) { return cast<RankedTensorType>(v.getType()); }
 
+/// `v` rounded up to a multiple of `step`.
+int64_t roundUp(int64_t v, int64_t step) { return (v + step - 1) / step * step; }
+
 RankedTensorType withDim(RankedTensorType t, int64_t dim, int64_t size) {
   SmallVector<int64_t> s(t.getShape());
   s[size_t(dim)] = size;
@@ -106,7 +109,7 @@ struct BigcPadVocabPass : public mlir::bigc::impl::BigcPadVocabBase<BigcPadVocab
     for (CrossEntropyOp ce : losses) {
       FailureOr<Head> h = headOf(module, ce);
       if (failed(h)) return failure();
-      const int64_t vp = (h->vocab + step - 1) / step * step;
+      const int64_t vp = roundUp(h->vocab, step);
       if (vp == h->vocab) continue; // a multiple already
       if (tp > 1 && h->vocab <= vp - vp / tp) {
         const int64_t works = padMultipleFor(h->vocab, tp, multiple);
@@ -160,7 +163,7 @@ struct BigcPadVocabPass : public mlir::bigc::impl::BigcPadVocabBase<BigcPadVocab
     Builder b(module.getContext());
     for (auto [sym, v] : padded) {
       auto p = module.lookupSymbol<ParamOp>(sym);
-      const int64_t vp = (v + step - 1) / step * step;
+      const int64_t vp = roundUp(v, step);
       p.setTypeAttr(TypeAttr::get(withDim(p.getTensorType(), 0, vp)));
       p->setAttr(kVocabRowsAttrName, b.getI64IntegerAttr(v));
     }
@@ -171,7 +174,7 @@ struct BigcPadVocabPass : public mlir::bigc::impl::BigcPadVocabBase<BigcPadVocab
           user->setAttr(kClassesAttrName, b.getI64IntegerAttr(padded.lookup(gp.getParamAttr().getAttr())));
     }
     for (Head &h : heads) {
-      const int64_t vp = (h.vocab + step - 1) / step * step;
+      const int64_t vp = roundUp(h.vocab, step);
       Value y = h.matmul.getC();
       y.setType(withDim(tensorOf(y), tensorOf(y).getRank() - 1, vp));
       if (h.reshape) {
@@ -189,7 +192,7 @@ struct BigcPadVocabPass : public mlir::bigc::impl::BigcPadVocabBase<BigcPadVocab
 int64_t mlir::bigc::padMultipleFor(int64_t vocab, int64_t tp, int64_t want) {
   int64_t works = 0;
   for (int64_t m = 1; m <= std::max<int64_t>(1, want); m *= 2) {
-    const int64_t step = m * std::max<int64_t>(1, tp), vp = (vocab + step - 1) / step * step;
+    const int64_t vp = roundUp(vocab, m * std::max<int64_t>(1, tp));
     if (tp <= 1 || vocab > vp - vp / tp) works = m;
   }
   return works;

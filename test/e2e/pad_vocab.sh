@@ -126,18 +126,6 @@ import json, sys
 import numpy as np
 sys.path.insert(0, sys.argv[2])
 import runlog
-import struct
-
-
-def st_read(path):
-    """name -> (shape, raw bytes) of a safetensors file (any dtype)."""
-    raw = open(path, "rb").read()
-    (hl,) = struct.unpack("<Q", raw[:8])
-    head = json.loads(raw[8:8 + hl])
-    return {k: (v["shape"], raw[8 + hl + v["data_offsets"][0]:8 + hl + v["data_offsets"][1]])
-            for k, v in head.items() if k != "__metadata__"}
-
-
 d, cases = sys.argv[1], sys.argv[3:]
 check = runlog.Checks()
 w0 = {"g": runlog.weights(f"{d}/g_init.safetensors"), "l": runlog.weights(f"{d}/l_init.safetensors")}
@@ -174,8 +162,8 @@ for name, first, rest, ref, tol in [("padded bf16 -> unpadded", "ck_a", "ck_u", 
     check(f"resume {name}", len(got) == 6 and r <= tol, f"3 steps, checkpoint, resumed to 6: max relative "
           f"difference {r:.3g} from the straight run ({ref}, <= {tol:g})")
 ck = sorted(p for p in __import__("os").listdir(f"{d}/ck") if p.startswith("step-"))[-1]
-state = st_read(f"{d}/ck/{ck}/state.safetensors")
-model = st_read(f"{d}/ck/{ck}/model.safetensors")
+state = runlog.tensors(f"{d}/ck/{ck}/state.safetensors")
+model = runlog.tensors(f"{d}/ck/{ck}/model.safetensors")
 pads = {k: v[0] for k, v in state.items() if k.startswith("wte.weight")}
 check("state shapes", len(pads) == 4 and all(v == [1001, 64] for v in pads.values()),
       f"the checkpoint's state holds {pads} (the model's rows)")

@@ -12,18 +12,18 @@ def losses(path):
     return np.array([r["loss"] for r in rows]), rows
 
 
-def weights(path):
-    """name -> (shape, f32 values) of a --save-weights safetensors file."""
+def tensors(path):
+    """name -> (shape, raw bytes) of a safetensors file, any dtype."""
     raw = open(path, "rb").read()
     (hl,) = struct.unpack("<Q", raw[:8])
     head = json.loads(raw[8:8 + hl])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        lo, hi = v["data_offsets"]
-        out[k] = (v["shape"], np.frombuffer(raw[8 + hl + lo:8 + hl + hi], dtype=np.float32))
-    return out
+    return {k: (v["shape"], raw[8 + hl + v["data_offsets"][0]:8 + hl + v["data_offsets"][1]])
+            for k, v in head.items() if k != "__metadata__"}
+
+
+def weights(path):
+    """name -> (shape, f32 values) of a --save-weights safetensors file."""
+    return {k: (shape, np.frombuffer(b, dtype=np.float32)) for k, (shape, b) in tensors(path).items()}
 
 
 class Checks:
