@@ -4,7 +4,7 @@
 #   scripts/gpu-programs.sh build/bin OUTDIR [tiny] [bench]
 # tiny:  small GPTs in every precision and technique, and the tiny LLaMA (test/gpu/train.sh)
 # bench: gpt2 and gpt2-medium in bf16 for bench/gpu/run.sh (batch $BENCH_BATCH, default 16 x 1024),
-#        as compiled and with --pad-vocab 64
+#        as compiled, with --pad-vocab 64, and with --pad-vocab 64 --fuse-loss
 set -euo pipefail
 BIN=$1
 OUT=$2
@@ -43,6 +43,11 @@ for set in $SETS; do
     "$BIN/bigc" gen gpt --preset tiny --vocab 250 -o "$OUT/odd.mlir" > /dev/null
     c tiny-fp32-padvocab odd --lr 3e-3 --pad-vocab 64
     c tiny-bf16-padvocab odd --lr 3e-3 --pad-vocab 64 --precision bf16
+    # The fused LM head and loss (--fuse-loss: chunks of 64 of the 250 or 256 columns, the last
+    # narrower or padding), GPT-2's tied head in fp32 and bf16, padded, and the LLaMA's untied one.
+    c tiny-fp32-fuseloss odd --lr 3e-3 --fuse-loss
+    c tiny-bf16-fuseloss odd --lr 3e-3 --fuse-loss --precision bf16
+    c tiny-bf16-fuseloss-padvocab odd --lr 3e-3 --fuse-loss --pad-vocab 64 --precision bf16
     c mid-fp32 mid --lr 1e-3
     c mid-bf16 mid --lr 1e-3 --precision bf16
     c mid-fp16 mid --lr 1e-3 --precision fp16
@@ -53,6 +58,7 @@ for set in $SETS; do
     c llama-fp32 llama --lr 3e-3
     c llama-fp32-window-recompute llama-window --lr 3e-3 --recompute full
     c llama-bf16 llama --lr 3e-3 --precision bf16
+    c llama-bf16-fuseloss llama --lr 3e-3 --precision bf16 --fuse-loss
     # A plan larger than any one GPU (13b in fp32: ~170 GiB of device arena).
     "$BIN/bigc" gen gpt --preset 13b -o "$OUT/big.mlir" > /dev/null
     c too-big big --device-mem 1T
@@ -64,6 +70,7 @@ for set in $SETS; do
       "$BIN/bigc" gen gpt --preset $p --batch "$B" --seq 1024 -o "$OUT/$p.mlir" > /dev/null
       c "$p-bf16" "$p" --precision bf16 --lr 3e-4 --device-mem 80G
       c "$p-bf16-pad" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64
+      c "$p-bf16-pad-fuse" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --fuse-loss
     done
     ;;
   *) echo "gpu-programs.sh: unknown set '$set' (tiny, bench)" >&2; exit 1 ;;

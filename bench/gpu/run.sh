@@ -3,7 +3,7 @@
 # and gpt2-medium (350M) in bf16 with the same model, batch, sequence length, AdamW and precision
 # (fp32 master weights and AdamW states, bf16 compute; see torch_gpt2.py). Prints tokens/s, MFU
 # and peak GPU memory of each, and bigc's speed against each peer (the faster of bigc's programs: as
-# compiled, and with --pad-vocab 64 where the programs include it).
+# compiled, with --pad-vocab 64, and with --pad-vocab 64 --fuse-loss, where the programs include them).
 #
 #   bash bench/gpu/run.sh BIN PROGRAMS      # BIN: bigc-run's dir; PROGRAMS: scripts/gpu-programs.sh ... bench
 # Environment: PRESETS ("gpt2 gpt2-medium"), STEPS (20), WARMUP (5), BENCH_BATCH (16, must match the
@@ -26,8 +26,9 @@ RES=$OUT/gpu_bench.jsonl
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 for p in $PRESETS; do
   # The program as compiled plainly, and (where scripts/gpu-programs.sh wrote it) with the vocabulary
-  # padded to a multiple of 64 (--pad-vocab 64: the LM head's GEMMs without staging).
-  for v in bf16 bf16-pad; do
+  # padded to a multiple of 64 (--pad-vocab 64: the LM head's GEMMs without staging), and padded with
+  # the LM head and loss fused (--fuse-loss: the logits never stored).
+  for v in bf16 bf16-pad bf16-pad-fuse; do
     prog=$P/$p-$v.bigc
     [ -e "$prog" ] || continue
     echo "== bigc $p ($v)" >&2
@@ -37,7 +38,7 @@ for p in $PRESETS; do
     "$PY" - "$OUT/$p.$v.bigc.jsonl" "$OUT/$p.$v.bigc.out" "$p" "$B" "$WARMUP" "$PEAK" "$v" >> "$RES" <<'PY'
 import json, re, statistics, sys
 log, out, preset, B, warm, peak = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
-impl = "bigc" if sys.argv[7] == "bf16" else "bigc --pad-vocab 64"
+impl = {"bf16": "bigc", "bf16-pad": "bigc --pad-vocab 64", "bf16-pad-fuse": "bigc --pad-vocab 64 --fuse-loss"}[sys.argv[7]]
 rows = [json.loads(l) for l in open(log) if l.strip()][warm:]
 text = open(out).read()
 params = int(re.search(r"cuda backend, (\d+) parameters", text).group(1))

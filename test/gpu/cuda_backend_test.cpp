@@ -363,6 +363,73 @@ TEST(CudaKernels, VocabularyParallelLoss) {
   }
 }
 
+// The fused LM head and loss (linear_ce_stats and its gradient, bigc compile --fuse-loss): h [2,33,C]
+// @ w [V,C] (transpose_b, GPT-2's tied head) or [C,V], a chunk of columns at a time (the last one
+// narrower), with and without a padded vocabulary (attribute classes: the last rows of w are no
+// classes; their dw rows 0). Statistics and dh, dw against the CPU executor; the GEMMs read h and w
+// in their type and write f32 on both backends (products of 16-bit values are exact in f32), so the
+// statistics differ by the order of sums only (1e-5); the GPU rounds the chunk's logit gradient to
+// the 16-bit type before its two GEMMs (the unfused program stores it so too), within tolFor.
+TEST(CudaKernels, FusedLmHeadAndLoss) {
+  REQUIRE_GPU();
+  const int64_t N = 66, C = 48;
+  struct Case {
+    int64_t V, chunk, classes;
+    bool tb;
+  };
+  for (DType t : kTypes)
+    for (Case c : {Case{300, 64, 0, true}, Case{300, 64, 0, false}, Case{301, 128, 0, true}, Case{320, 64, 301, true},
+                   Case{40, 64, 0, true}}) {
+      SCOPED_TRACE(std::string(dtypeName(t)) + " V=" + std::to_string(c.V) + " chunk=" + std::to_string(c.chunk) +
+                   " classes=" + std::to_string(c.classes) + (c.tb ? " transpose_b" : ""));
+      const int64_t cols = std::min(c.V, c.chunk), vocab = c.classes ? c.classes : c.V;
+      ProgramBuilder b(2, 33, vocab);
+      int64_t tok = b.buffer("tokens", {2, 33}, "input", DType::I32),
+              tgt = b.buffer("targets", {2, 33}, "input", DType::I32);
+      int64_t h = b.buffer("h", {2, 33, C}, "param", t, Init{"normal", 1.0});
+      int64_t w = b.buffer("w", c.tb ? std::vector<int64_t>{c.V, C} : std::vector<int64_t>{C, c.V}, "param", t,
+                           Init{"normal", 0.3});
+      int64_t dstatsIn = b.buffer("dstats_in", {2, 33, 2}, "param", DType::F32, Init{"normal", 1.0});
+      int64_t stats = b.buffer("stats", {2, 33, 2}, "activation");
+      int64_t ws = b.buffer("ws", {N * cols + 2 * N}, "activation");
+      int64_t dh = b.buffer("dh", {2, 33, C}, "activation_grad", t);
+      int64_t dw =
+          b.buffer("dw", c.tb ? std::vector<int64_t>{c.V, C} : std::vector<int64_t>{C, c.V}, "activation_grad", t);
+      int64_t ws2 = b.buffer("ws2", {N * cols + N * C}, "activation_grad");
+      int64_t loss = b.buffer("loss", {}, "activation");
+      b.p.tokenInputs = {tok}, b.p.targetInputs = {tgt}, b.p.loss = loss;
+      std::map<std::string, Attr> attrs = {{"chunk", num(double(c.chunk))}};
+      if (c.tb) attrs["transpose_b"] = num(1);
+      if (c.classes) attrs["classes"] = num(double(c.classes));
+      b.inst("linear_ce_stats", {h, w, tgt}, {stats, ws}, attrs);
+      b.inst("linear_ce_stats_grad", {dstatsIn, h, w, tgt, stats}, {dh, dw, ws2}, attrs);
+      b.inst("vocab_ce_loss", {stats}, {loss}, {{"parts", num(1)}});
+      Program p = b.finish();
+      Executor cpu(p, 5);
+      auto gpu = makeCudaEngine(p, 5);
+      std::vector<int32_t> ids(static_cast<size_t>(N));
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((int64_t(i) * 37) % vocab);
+      float lc = cpu.step(ids.data(), ids.data()), lg = gpu->step(ids.data(), ids.data());
+      EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
+      EXPECT_LE(relErr(gpu->readF32(stats), cpu.readF32(stats)), 1e-5);
+      EXPECT_LE(relErr(gpu->readF32(dh), cpu.readF32(dh)), tolFor(t));
+      const std::vector<float> dwg = gpu->readF32(dw);
+      EXPECT_LE(relErr(dwg, cpu.readF32(dw)), tolFor(t));
+      if (c.classes) { // the padding rows' gradient: 0
+        for (int64_t i = c.classes * C; i < c.V * C; ++i) ASSERT_EQ(dwg[size_t(i)], 0.0f) << "dw element " << i;
+      }
+      ids[64] = int32_t(vocab); // outside the vocabulary (a padded one: a padding row's id)
+      try {
+        gpu->step(ids.data(), ids.data());
+        ADD_FAILURE() << "expected an error for target id " << vocab;
+      } catch (const UserError &e) {
+        EXPECT_NE(std::string(e.what()).find("target id " + std::to_string(vocab) + " at position 64"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+}
+
 TEST(CudaKernels, TpSliceOfOneRankIsACopy) {
   REQUIRE_GPU();
   for (DType t : kTypes) {

@@ -5,8 +5,9 @@
 # chunked updates), micro-batches, clipping, fp16 loss scaling and overflow; head sizes 16 and 64
 # so both attention paths run; the tiny LLaMA in fp32, fp32 with a sliding window and
 # recomputation, and bf16: rmsnorm, rope, swiglu, grouped-query attention; a vocabulary of 250
-# padded to 256 by --pad-vocab 64 in fp32 and bf16: the loss kernels' classes). Exit 77 ("skipped: no
-# GPU") where no GPU is visible.
+# padded to 256 by --pad-vocab 64 in fp32 and bf16: the loss kernels' classes; the fused LM head and
+# loss, --fuse-loss, in fp32 and bf16, padded, and the LLaMA's). Exit 77 ("skipped: no GPU") where no
+# GPU is visible.
 #
 # Per-step loss, relative to the CPU backend running the same program:
 #   fp32 <= 1e-4 (the issue's bound: GEMMs and reductions sum in another order, ~1e-7 per op,

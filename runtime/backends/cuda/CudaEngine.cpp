@@ -140,7 +140,10 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
     BIGC_LT(cublasLtCreate(&lt_));
     fuseBiases();
     for (size_t i = 0; i < ops_.size(); ++i)
-      if (cop(i).kind == OpKind::Matmul) planMatmul(cop(i));
+      if (cop(i).kind == OpKind::Matmul)
+        planMatmul(cop(i));
+      else if (cop(i).kind == OpKind::LinearCeStats || cop(i).kind == OpKind::LinearCeStatsGrad)
+        planLinearCe(cop(i));
 
     cu_.assign(streamNames_.size(), nullptr);
     for (size_t s = 0; s < streamNames_.size(); ++s)
@@ -339,7 +342,16 @@ void CudaEngine::planOp(BoundOp &bound) {
   auto where = [&] {
     return "instruction " + std::to_string(op.index) + " (" + ins.op + (ins.loc.empty() ? "" : " at " + ins.loc) + ")";
   };
-  if (!onHost_[op.stream] && !handlesOwnDtypes(op.kind)) {
+  const bool fusedLoss = op.kind == OpKind::LinearCeStats || op.kind == OpKind::LinearCeStatsGrad;
+  if (!onHost_[op.stream] && fusedLoss) {
+    // h and w in their own type (the GEMMs take it), the statistics and the workspace f32.
+    const size_t h = op.kind == OpKind::LinearCeStats ? 0 : 1;
+    op.t = op.inType[h];
+    if (op.inType[h + 1] != op.t)
+      throw UserError(where() + ": h and w of the fused LM head differ in dtype (" + dtypeName(op.t) + ", " +
+                      dtypeName(op.inType[h + 1]) + "; internal error)");
+    hasMatmul_[op.stream] = true;
+  } else if (!onHost_[op.stream] && !handlesOwnDtypes(op.kind)) {
     // One storage type for the op's floating-point tensors; when they differ, every 16-bit one
     // is converted into fp32 staging and the fp32 kernel runs (the CPU backend's way).
     std::set<DType> types;
@@ -541,7 +553,8 @@ void CudaEngine::checkDeviceErrors() {
   if (err[0] != 0) {
     BIGC_CK(cudaMemset(err_, 0, sizeof err));
     const BoundOp &op = this->op(size_t(err[0] - 1));
-    const bool target = op.kind == OpKind::CrossEntropy || op.kind == OpKind::VocabCeStats;
+    const bool target =
+        op.kind == OpKind::CrossEntropy || op.kind == OpKind::VocabCeStats || op.kind == OpKind::LinearCeStats;
     badId(op, target, err[2], err[1], op.classes > 0 ? op.classes : op.vocab > 0 ? op.vocab : op.V);
   }
 }

@@ -348,9 +348,10 @@ void CudaEngine::bindKernel(Op &op) {
                     " (pipeline parallelism) runs on the CPU backend only in this version; use --backend cpu");
   case OpKind::LinearCeStats:
   case OpKind::LinearCeStatsGrad:
-    throw UserError(where() + ": " + op.ins->op +
-                    " (the fused LM head and loss of `bigc compile --fuse-loss`) runs on the CPU backend only in "
-                    "this version; compile without --fuse-loss for the CUDA backend, or use --backend cpu");
+    // The gradient of a chunk's logits in the type of h and w for its two GEMMs (f32: in place).
+    op.scratchBytes = op.t == DType::F32 ? 0 : int64_t(cuda::align256(size_t(op.N * op.n * dtypeSize(op.t))));
+    op.gpu = [this](Op &o, cudaStream_t s, void *w) { launchLinearCe(o, s, w); };
+    break;
   }
   if (!op.gpu) throw UserError(where() + ": op kind not supported by the CUDA backend (internal error)");
 }
@@ -404,29 +405,39 @@ CudaEngine::Staging CudaEngine::matmulStaging(const Op &op) const {
 
 CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                                               int64_t ldc, const void *aPtr, const void *bPtr, const void *cPtr) {
+  LtGemm g;
+  g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.ta = op.ta, g.tb = op.tb;
+  g.ab = g.c = op.t;
+  g.bias = op.bias;
+  g.batch = op.batch, g.sA = op.sA, g.sB = op.sB, g.sC = op.sC;
+  g.aPtr = aPtr, g.bPtr = bPtr, g.cPtr = cPtr;
+  return ltShape(op, g);
+}
+
+CudaEngine::MatmulShape CudaEngine::ltShape(const Op &op, const LtGemm &g) {
   MatmulShape p;
-  const cudaDataType_t ty = cudaType(op.t);
+  const cudaDataType_t ty = cudaType(g.ab), cty = cudaType(g.c);
   BIGC_LT(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // Row-major c[M,N] = op(a)[M,K] op(b)[K,N] is column-major c^T[N,M] = op(b)^T op(a)^T: cuBLASLt's
   // A is our b and its B our a.
-  cublasOperation_t opA = op.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opB = op.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opA = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opB = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA));
   BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB));
-  const uint64_t aRows = op.tb ? k : n, aCols = op.tb ? n : k; // our b, column-major
-  const uint64_t bRows = op.ta ? m : k, bCols = op.ta ? k : m; // our a, column-major
-  BIGC_LT(cublasLtMatrixLayoutCreate(&p.a, ty, aRows, aCols, ldb));
-  BIGC_LT(cublasLtMatrixLayoutCreate(&p.b, ty, bRows, bCols, lda));
-  BIGC_LT(cublasLtMatrixLayoutCreate(&p.c, ty, uint64_t(n), uint64_t(m), ldc));
-  if (op.bias) {
+  const uint64_t aRows = g.tb ? g.k : g.n, aCols = g.tb ? g.n : g.k; // our b, column-major
+  const uint64_t bRows = g.ta ? g.m : g.k, bCols = g.ta ? g.k : g.m; // our a, column-major
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.a, ty, aRows, aCols, g.ldb));
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.b, ty, bRows, bCols, g.lda));
+  BIGC_LT(cublasLtMatrixLayoutCreate(&p.c, cty, uint64_t(g.n), uint64_t(g.m), g.ldc));
+  if (g.bias) {
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &op.bias, sizeof op.bias));
-    cudaDataType_t bt = ty;
+    BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+    cudaDataType_t bt = cty;
     BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
   }
-  if (op.batch > 1) {
-    int32_t count = int32_t(op.batch);
-    for (auto [layout, stride] : {std::pair{p.a, op.sB}, std::pair{p.b, op.sA}, std::pair{p.c, op.sC}}) {
+  if (g.batch > 1) {
+    int32_t count = int32_t(g.batch);
+    for (auto [layout, stride] : {std::pair{p.a, g.sB}, std::pair{p.b, g.sA}, std::pair{p.c, g.sC}}) {
       BIGC_LT(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
       int64_t st = stride;
       BIGC_LT(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st, sizeof st));
@@ -436,10 +447,15 @@ CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t n
   BIGC_LT(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t ws = uint64_t(ltBytes_[op.stream]);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  const int64_t es = dtypeSize(op.t);
-  uint32_t alA = alignmentOf(bPtr, op.batch > 1 ? op.sB * es : 0);
-  uint32_t alB = alignmentOf(aPtr, op.batch > 1 ? op.sA * es : 0);
-  uint32_t alC = alignmentOf(cPtr, op.batch > 1 ? op.sC * es : 0);
+  // The alignment every call of this shape has: of the pointer, of the batch's stride and of the step
+  // between the calls' pointers (the chunks of a chunked GEMM).
+  const int64_t es = dtypeSize(g.ab), ces = dtypeSize(g.c);
+  auto aligned = [&](const void *ptr, int64_t batchStride, int64_t step) {
+    return std::min(alignmentOf(ptr, g.batch > 1 ? batchStride : 0), alignmentOf(ptr, step));
+  };
+  uint32_t alA = aligned(g.bPtr, g.sB * es, g.stepB);
+  uint32_t alB = aligned(g.aPtr, g.sA * es, g.stepA);
+  uint32_t alC = aligned(g.cPtr, g.sC * ces, g.stepC);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alA, sizeof alA);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alB, sizeof alB);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alC, sizeof alC);
@@ -452,10 +468,10 @@ CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t n
     MatmulPlan keep;
     keep.shapes.push_back(p);
     plans_.push_back(keep); // destroyed with the others
-    throw std::runtime_error("cuBLASLt has no algorithm for instruction " + std::to_string(op.index) + " (matmul " +
-                             std::to_string(op.batch) + " x [" + std::to_string(m) + "," + std::to_string(k) + "] @ [" +
-                             std::to_string(k) + "," + std::to_string(n) + "], " + dtypeName(op.t) + ", status " +
-                             std::to_string(int(st)) + ")");
+    throw std::runtime_error("cuBLASLt has no algorithm for instruction " + std::to_string(op.index) + " (" +
+                             op.ins->op + ": " + std::to_string(g.batch) + " x [" + std::to_string(g.m) + "," +
+                             std::to_string(g.k) + "] @ [" + std::to_string(g.k) + "," + std::to_string(g.n) + "], " +
+                             dtypeName(g.ab) + " -> " + dtypeName(g.c) + ", status " + std::to_string(int(st)) + ")");
   }
   p.algo = res.algo;
   return p;
@@ -547,6 +563,105 @@ void CudaEngine::launchMatmul(Op &op, cudaStream_t s, void *scratch) {
       BIGC_CK(cudaMemcpy2DAsync(c + m0 * op.N * es, size_t(op.N * es), Cs, size_t(n * es), size_t(op.N * es), size_t(m),
                                 cudaMemcpyDeviceToDevice, s));
   }
+}
+
+// The fused LM head and loss (linear_ce_stats and its gradient, bigc-fuse-loss), as the CPU
+// backend computes it: the logits a chunk of `chunk` (op.n) vocabulary columns at a time into the
+// f32 workspace, L [N, cw] = h @ op(w)'s columns (cuBLASLt, h and w in their type, the output f32),
+// then the chunk's statistics merged into the running ones; the gradient recomputes each chunk's
+// logits, turns them into their gradient dL (in h's type), and takes dw's chunk = dL^T h (or h^T dL)
+// and dh += dL op(w)'s chunk accumulated in f32 in the workspace, cast to dh at the end. Shapes:
+// per chunk width (the full one, the last one) the logits' GEMM, then for the gradient dw's and dh's.
+void CudaEngine::planLinearCe(Op &op) {
+  const bool fwd = op.kind == OpKind::LinearCeStats;
+  const int64_t N = op.N, C = op.C, Vw = op.V, V = op.vocabCols, chunk = std::max<int64_t>(1, op.n);
+  const int64_t es = dtypeSize(op.t);
+  const void *h = op.in[fwd ? 0 : 1], *w = op.in[fwd ? 1 : 2];
+  float *ws = static_cast<float *>(op.out[fwd ? 1 : 2]);
+  void *dL = op.t == DType::F32 ? static_cast<void *>(ws) : scratchBase(op.stream);
+  const int64_t stepW = op.tb ? chunk * C * es : chunk * es; // between the chunks' columns of w
+  MatmulPlan plan;
+  if (V <= 0) // (bigc-pad-vocab refuses a multiple that leaves a tensor rank no classes)
+    throw UserError("instruction " + std::to_string(op.index) + " (" + op.ins->op +
+                    "): this rank's part of the vocabulary holds no classes (internal error)");
+  std::vector<int64_t> widths; // the full chunk's width, and a narrower last one's
+  widths.push_back(std::min(chunk, V));
+  if (V > chunk && V % chunk != 0) widths.push_back(V % chunk);
+  struct Keep { // shapes made before a failing one: destroyed with the others
+    std::vector<MatmulPlan> &plans;
+    MatmulPlan &plan;
+    bool done = false;
+    ~Keep() {
+      if (!done) plans.push_back(std::move(plan));
+    }
+  } keep{plans_, plan};
+  for (int64_t cw : widths) {
+    LtGemm l; // L [N, cw] = h [N, C] @ op(w)[C, cw]
+    l.m = N, l.n = cw, l.k = C, l.lda = C, l.ldb = op.tb ? C : Vw, l.ldc = cw, l.tb = op.tb;
+    l.ab = op.t, l.c = DType::F32, l.aPtr = h, l.bPtr = w, l.cPtr = ws, l.stepB = stepW;
+    plan.shapes.push_back(ltShape(op, l));
+    if (fwd) continue;
+    LtGemm d;  // dw's chunk, in w's type
+    if (op.tb) // [cw, C] = dL^T h
+      d.m = cw, d.n = C, d.k = N, d.lda = cw, d.ldb = C, d.ldc = C, d.ta = true, d.aPtr = dL, d.bPtr = h,
+      d.stepC = chunk * C * es;
+    else // [C, cw] = h^T dL, columns of dw [C, V]
+      d.m = C, d.n = cw, d.k = N, d.lda = C, d.ldb = cw, d.ldc = Vw, d.ta = true, d.aPtr = h, d.bPtr = dL,
+      d.stepC = chunk * es;
+    d.ab = d.c = op.t, d.cPtr = op.out[1];
+    plan.shapes.push_back(ltShape(op, d));
+    LtGemm a; // acc [N, C] (f32, after L in the workspace) += dL [N, cw] @ op(w)'s chunk^T
+    a.m = N, a.n = C, a.k = cw, a.lda = cw, a.ldb = op.tb ? C : Vw, a.ldc = C, a.tb = !op.tb;
+    a.ab = op.t, a.c = DType::F32, a.aPtr = dL, a.bPtr = w, a.cPtr = ws + N * chunk, a.stepB = stepW;
+    plan.shapes.push_back(ltShape(op, a));
+  }
+  keep.done = true;
+  op.mm = int(plans_.size());
+  plans_.push_back(std::move(plan));
+}
+
+void CudaEngine::launchLinearCe(Op &op, cudaStream_t s, void *scratch) {
+  const bool fwd = op.kind == OpKind::LinearCeStats;
+  const int64_t N = op.N, C = op.C, Vw = op.V, V = op.vocabCols, chunk = std::max<int64_t>(1, op.n);
+  if (N <= 0) return;
+  const MatmulPlan &plan = plans_[size_t(op.mm)];
+  const int64_t es = dtypeSize(op.t), per = fwd ? 1 : 3;
+  const char *h = static_cast<const char *>(op.in[fwd ? 0 : 1]), *w = static_cast<const char *>(op.in[fwd ? 1 : 2]);
+  const int32_t *targets = static_cast<const int32_t *>(op.in[fwd ? 2 : 3]);
+  float *ws = static_cast<float *>(op.out[fwd ? 1 : 2]), *acc = ws + N * chunk;
+  void *dL = op.t == DType::F32 ? static_cast<void *>(ws) : scratch;
+  void *ltws = static_cast<char *>(workspace_) + ltOffset_[op.stream];
+  const size_t ltBytes = size_t(ltBytes_[op.stream]);
+  const float one = 1.0f, zero = 0.0f;
+  const int64_t vocab = op.classes > 0 ? op.classes : op.vocab;
+  if (!fwd) BIGC_CK(cudaMemsetAsync(acc, 0, size_t(N * C) * 4, s));
+  for (int64_t c0 = 0; c0 < V; c0 += chunk) {
+    const int64_t cw = std::min(chunk, V - c0);
+    const MatmulShape *sh = &plan.shapes[size_t(cw == std::min(chunk, V) ? 0 : per)];
+    const char *wc = w + (op.tb ? c0 * C : c0) * es; // the chunk's rows (columns) of w
+    BIGC_LT(cublasLtMatmul(lt_, sh[0].desc, &one, wc, sh[0].a, h, sh[0].b, &zero, ws, sh[0].c, ws, sh[0].c, &sh[0].algo,
+                           ltws, ltBytes, s));
+    if (fwd) {
+      cuda::linearCeChunkStats(ws, targets, static_cast<float *>(op.out[0]), ws + N * chunk, N, cw, c0, op.offset,
+                               vocab, c0 == 0, errSlot(op), s);
+      continue;
+    }
+    const float *dstats = static_cast<const float *>(op.in[0]), *stats = static_cast<const float *>(op.in[4]);
+    cuda::linearCeChunkGrad(op.t, dstats, ws, targets, stats, dL, N, cw, op.offset + c0, s);
+    char *dwc = static_cast<char *>(op.out[1]) + (op.tb ? c0 * C : c0) * es;
+    const void *dA = op.tb ? dL : static_cast<const void *>(h), *dB = op.tb ? static_cast<const void *>(h) : dL;
+    BIGC_LT(cublasLtMatmul(lt_, sh[1].desc, &one, dB, sh[1].a, dA, sh[1].b, &zero, dwc, sh[1].c, dwc, sh[1].c,
+                           &sh[1].algo, ltws, ltBytes, s));
+    BIGC_LT(cublasLtMatmul(lt_, sh[2].desc, &one, wc, sh[2].a, dL, sh[2].b, &one, acc, sh[2].c, acc, sh[2].c,
+                           &sh[2].algo, ltws, ltBytes, s));
+  }
+  if (fwd) {
+    cuda::linearCeFinish(static_cast<float *>(op.out[0]), ws + N * chunk, N, s);
+    return;
+  }
+  cuda::cast(DType::F32, acc, op.t, op.out[0], N * C, s);
+  if (V < Vw) // a padded vocabulary's rows of dw (transpose_b): zero
+    BIGC_CK(cudaMemsetAsync(static_cast<char *>(op.out[1]) + V * C * es, 0, size_t((Vw - V) * C * es), s));
 }
 
 void CudaEngine::issueCollective(Op &op, cudaStream_t s) {

@@ -660,6 +660,44 @@ __global__ void vocabStatsGradK(const float *dstats, const T *logits, const int3
   }
 }
 
+// The fused LM head and loss: one chunk's statistics merged into the running ones (one block a row).
+__global__ void linearCeChunkStatsK(const float *L, const int32_t *targets, float *stats, float *run, int64_t cw,
+                                    int64_t c0, int64_t offset, int64_t vocab, bool first, ErrSlot e) {
+  const int64_t n = blockIdx.x;
+  const float *row = L + n * cw;
+  float M, S;
+  rowLse(row, cw, M, S);
+  if (threadIdx.x == 0) {
+    const int32_t t = targets[n];
+    float m = first ? -INFINITY : stats[2 * n], s = first ? 0.0f : run[n];
+    if (first) {
+      if (t < 0 || t >= vocab) report(e, n, t);
+      stats[2 * n + 1] = 0.0f;
+    }
+    const float mx = fmaxf(m, M);
+    if (mx != -INFINITY) s = (s == 0.0f ? 0.0f : s * __expf(m - mx)) + (S == 0.0f ? 0.0f : S * __expf(M - mx));
+    stats[2 * n] = mx;
+    run[n] = s;
+    const int64_t j = int64_t(t) - offset - c0;
+    if (t >= 0 && t < vocab && j >= 0 && j < cw) stats[2 * n + 1] = row[j];
+  }
+}
+
+__global__ void linearCeFinishK(float *stats, const float *run, int64_t N) {
+  BIGC_GRID_LOOP(n, N) stats[2 * n] = logf(run[n]) + stats[2 * n];
+}
+
+template <class T>
+__global__ void linearCeChunkGradK(const float *dstats, const float *L, const int32_t *targets, const float *stats,
+                                   T *dL, int64_t N, int64_t cw, int64_t offset) {
+  BIGC_GRID_LOOP(i, N * cw) {
+    const int64_t n = i / cw, j = i - n * cw;
+    float d = dstats[2 * n] * expf(L[i] - stats[2 * n]);
+    if (j == int64_t(targets[n]) - offset) d += dstats[2 * n + 1];
+    st(dL, i, d);
+  }
+}
+
 // stats: P parts of N positions, (lse, target logit) each. Per position: log Σ_r exp(lse_r), in double.
 __device__ double partsLseD(const float *stats, int64_t N, int64_t P, int64_t n) {
   double mx = -INFINITY;
@@ -1092,6 +1130,23 @@ void vocabCeStatsGrad(DType t, const float *dstats, const void *logits, const in
 }
 
 size_t vocabCeLossWorkspace(int64_t N) { return crossEntropyWorkspace(N); }
+
+void linearCeChunkStats(const float *L, const int32_t *targets, float *stats, float *run, int64_t N, int64_t cw,
+                        int64_t c0, int64_t offset, int64_t vocab, bool first, ErrSlot e, cudaStream_t s) {
+  if (N <= 0) return;
+  linearCeChunkStatsK<<<unsigned(N), 256, 0, s>>>(L, targets, stats, run, cw, c0, offset, vocab, first, e);
+}
+
+void linearCeFinish(float *stats, const float *run, int64_t N, cudaStream_t s) {
+  if (N > 0) linearCeFinishK<<<blocksFor(N), kThreads, 0, s>>>(stats, run, N);
+}
+
+void linearCeChunkGrad(DType t, const float *dstats, const float *L, const int32_t *targets, const float *stats,
+                       void *dL, int64_t N, int64_t cw, int64_t offset, cudaStream_t s) {
+  if (N * cw <= 0) return;
+  BIGC_DISPATCH(t, linearCeChunkGradK<T><<<blocksFor(N * cw), kThreads, 0, s>>>(dstats, L, targets, stats,
+                                                                                static_cast<T *>(dL), N, cw, offset));
+}
 
 void vocabCeLoss(const float *stats, float *loss, int64_t N, int64_t P, void *ws, cudaStream_t s) {
   float *rows = static_cast<float *>(ws);

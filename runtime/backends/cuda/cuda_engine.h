@@ -95,6 +95,18 @@ private:
     int64_t Np = 0, Kp = 0, mc = 0;
     int64_t offA = 0, offB = 0, offC = 0, bytes = 0; // into the op's scratch
   };
+  // One GEMM for cuBLASLt: row-major c[m,n] = op(a)[m,k] op(b)[k,n], a and b of type `ab`, c of
+  // type `c`; the alignment of the pointers, of a batch's strides (elements) and of the step (bytes)
+  // between the pointers of successive calls with this shape.
+  struct LtGemm {
+    int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+    bool ta = false, tb = false;
+    DType ab = DType::F32, c = DType::F32;
+    const void *bias = nullptr;
+    int64_t batch = 1, sA = 0, sB = 0, sC = 0;
+    const void *aPtr = nullptr, *bPtr = nullptr, *cPtr = nullptr;
+    int64_t stepA = 0, stepB = 0, stepC = 0;
+  };
   struct MatmulPlan {
     std::vector<MatmulShape> shapes; // [0]: chunks of mc rows (or the whole GEMM), [1]: the last chunk
     Staging st;
@@ -144,6 +156,9 @@ private:
   void launchMatmul(Op &op, cudaStream_t s, void *scratch);
   MatmulShape makeShape(const Op &op, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                         const void *aPtr, const void *bPtr, const void *cPtr);
+  MatmulShape ltShape(const Op &op, const LtGemm &g);
+  void planLinearCe(Op &op);
+  void launchLinearCe(Op &op, cudaStream_t s, void *scratch);
   void fuseBiases();
   Staging matmulStaging(const Op &op) const;
   int64_t matmulStagingBytes(const Op &op) const { return matmulStaging(op).bytes; }

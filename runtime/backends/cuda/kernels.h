@@ -106,6 +106,17 @@ void vocabCeStats(DType t, const void *logits, const int32_t *targets, float *st
 void vocabCeStatsGrad(DType t, const float *dstats, const void *logits, const int32_t *targets, const float *stats,
                       void *dlogits, int64_t N, int64_t V, int64_t ldr, int64_t offset, cudaStream_t s);
 size_t vocabCeLossWorkspace(int64_t N);
+// The fused LM head and loss (linear_ce_stats, bigc-fuse-loss), a chunk of cw vocabulary columns
+// [c0, c0 + cw) at a time; L [N, cw] f32 the chunk's logits (a GEMM's output). Chunk statistics:
+// per position the running max in stats[2n], the running sum of exp in run[n], the target's logit
+// in stats[2n + 1] (ids [offset, offset + V) of `vocab`; `first` resets them and checks the
+// targets); finish: stats[2n] = log run[n] + max. Gradient: dL [N, cw] (type t; in place over L
+// when t is f32) = dstats[2n] exp(L - stats[2n]) + dstats[2n + 1] at the target's column.
+void linearCeChunkStats(const float *L, const int32_t *targets, float *stats, float *run, int64_t N, int64_t cw,
+                        int64_t c0, int64_t offset, int64_t vocab, bool first, ErrSlot e, cudaStream_t s);
+void linearCeFinish(float *stats, const float *run, int64_t N, cudaStream_t s);
+void linearCeChunkGrad(DType t, const float *dstats, const float *L, const int32_t *targets, const float *stats,
+                       void *dL, int64_t N, int64_t cw, int64_t offset, cudaStream_t s);
 void vocabCeLoss(const float *stats, float *loss, int64_t N, int64_t P, void *ws, cudaStream_t s);
 void vocabCeLossGrad(const float *stats, const float *dloss, float *dstats, int64_t N, int64_t P, cudaStream_t s);
 
