@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Compiles the programs the GPU tests and the GPU benchmark run, into OUTDIR, so that a machine
 # with a GPU but no MLIR (the runtime built with -DBIGC_ENABLE_COMPILER=OFF) can run them:
-#   scripts/gpu-programs.sh build/bin OUTDIR [tiny] [bench]
+#   scripts/gpu-programs.sh build/bin OUTDIR [tiny] [ranks] [bench]
 # tiny:  small GPTs in every precision and technique, and the tiny LLaMA (test/gpu/train.sh)
+# ranks: multi-rank programs of the tiny GPT and LLaMA (ZeRO, tensor parallelism) for test/gpu/ranks.sh
 # bench: gpt2 and gpt2-medium in bf16 for bench/gpu/run.sh (batch $BENCH_BATCH, default 16 x 1024),
 #        as compiled, with --pad-vocab 64, and with --pad-vocab 64 --fuse-loss
 set -euo pipefail
 BIN=$1
 OUT=$2
 shift 2
-SETS=${*:-tiny bench}
+SETS=${*:-tiny ranks bench}
 mkdir -p "$OUT"
 c() { # name, model, options...
   local name=$1 model=$2
@@ -64,6 +65,23 @@ for set in $SETS; do
     c too-big big --device-mem 1T
     rm -f "$OUT/big.mlir"
     ;;
+  ranks)
+    "$BIN/bigc" gen gpt --preset tiny --heads 8 --batch 4 -o "$OUT/m.mlir" > /dev/null
+    "$BIN/bigc" gen llama --preset tiny -o "$OUT/llama.mlir" > /dev/null
+    "$BIN/bigc" gen llama --preset tiny --kv-heads 1 -o "$OUT/llama_kv1.mlir" > /dev/null
+    c ranks-z0 m --ranks 2 --zero 0
+    c ranks-z2 m --ranks 2 --zero 2
+    c ranks-z3 m --ranks 2 --zero 3
+    c ranks-z3-bf16-offload m --ranks 2 --zero 3 --precision bf16 --offload cpu
+    c ranks-tp2 m --ranks 2 --tp 2
+    c ranks-tp2-sp m --ranks 2 --tp 2 --sequence-parallel
+    c ranks-tp2-bf16 m --ranks 2 --tp 2 --precision bf16
+    c ranks-tp2-dp2 m --ranks 4 --tp 2 --zero 1 --sequence-parallel
+    c ranks-tp2-dp2-bf16 m --ranks 4 --tp 2 --zero 1 --precision bf16
+    c ranks-llama-tp2 llama --ranks 2 --tp 2
+    c ranks-llama-kv1-tp2 llama_kv1 --ranks 2 --tp 2
+    c ranks-llama-kv1-tp2-bf16 llama_kv1 --ranks 2 --tp 2 --precision bf16
+    ;;
   bench)
     B=${BENCH_BATCH:-16}
     for p in gpt2 gpt2-medium; do
@@ -73,7 +91,7 @@ for set in $SETS; do
       c "$p-bf16-pad-fuse" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --fuse-loss
     done
     ;;
-  *) echo "gpu-programs.sh: unknown set '$set' (tiny, bench)" >&2; exit 1 ;;
+  *) echo "gpu-programs.sh: unknown set '$set' (tiny, ranks, bench)" >&2; exit 1 ;;
   esac
 done
 rm -f "$OUT"/*.mlir

@@ -76,6 +76,9 @@ const char *kRunUsage =
     "  --timeline FILE.svg a pipelined program (--pp): draw the last step's pipeline as measured (each\n"
     "                      stage's compute instructions by micro-batch, the bubbles hatched) above the\n"
     "                      cost model's; turns on --profile; needs 2 steps or more, one process\n"
+    "  --virtual-ranks     a multi-rank program on the CUDA backend: every rank on this one GPU, each\n"
+    "                      with its own arenas and streams, the collectives through host memory in\n"
+    "                      the CPU backend's order (to check a sharded program on one GPU; slower)\n"
     "  --comm-timeout S    multi-rank programs: the longest a rank waits for the others in one\n"
     "                      collective before every rank stops with an error (default 300)\n"
     "  --nvme-path DIR     a program compiled with --offload nvme: the directory of its nvme space (one\n"
@@ -258,8 +261,9 @@ int runBody(int argc, char **argv, int first) {
                                         "--comm-timeout",
                                         "--nvme-path",
                                         "--timeline"};
-  const std::set<std::string> switches = {"--synthetic", "--quiet",     "--resume",         "--help",
-                                          "--profile",   "--no-verify", "--check-numerics", "--checkpoint-sync"};
+  const std::set<std::string> switches = {"--synthetic",      "--quiet",           "--resume",
+                                          "--help",           "--profile",         "--no-verify",
+                                          "--check-numerics", "--checkpoint-sync", "--virtual-ranks"};
   cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
   if (args.has("--help")) {
     std::cout << kRunUsage;
@@ -338,6 +342,10 @@ int runBody(int argc, char **argv, int first) {
   const Program stages = args.has("--timeline") ? prog : Program();                   // the engine takes `prog`
   const double programSeconds = secondsSince(runBegan);
   const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks, tpSize = prog.tp;
+  if (args.has("--virtual-ranks") && (backend != "cuda" || R == 1))
+    throw UserError("--virtual-ranks runs the ranks of a multi-rank program on one GPU (the CUDA backend); " +
+                    programPath +
+                    (R == 1 ? " has one rank" : " runs on the " + backend + " backend here (--backend cuda)"));
   const int64_t dpSize = prog.dp, ppSize = prog.pp;
   const double commTimeout = args.has("--comm-timeout") ? args.number("--comm-timeout", 300.0) : 300.0;
   if (!(commTimeout > 0)) throw UserError("--comm-timeout must be a positive number of seconds");
@@ -392,7 +400,7 @@ int runBody(int argc, char **argv, int first) {
   std::optional<Engine::LoadingWeights> loading;
   if (args.has("--load-weights") || !prog.initialWeights.empty()) loading.emplace();
   if (backend == "cuda" && R > 1)
-    engine = makeCudaRankGroup(std::move(prog), seed, commTimeout);
+    engine = makeCudaRankGroup(std::move(prog), seed, commTimeout, args.has("--virtual-ranks"));
   else if (backend == "cuda")
     engine = makeCudaEngine(std::move(prog), seed);
   else if (R > 1)

@@ -676,6 +676,12 @@ void installMpiMesh(RankGroup &g, const std::vector<MeshRank> &mesh,
   g.setMeshCommunicators(all, dpOf, dpLocal);
 }
 
+RankContext inProcessRankContext(const InProcessMesh *mesh, std::shared_ptr<Communicator> world, int tp, int local) {
+  if (!mesh) return RankContext{local, std::move(world), false};
+  const int dp = mesh->dpSize, s = local / (dp * tp), d = (local / tp) % dp, t = local % tp;
+  return RankContext{d, mesh->dp[size_t(s * tp + t)], false, mesh->tp[size_t(s * dp + d)], t, t};
+}
+
 std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, double commTimeout) {
   auto [world, proc] = mpiWorld();
   std::shared_ptr<Communicator> comm;
@@ -710,10 +716,9 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, comm,
       [c, seed, streamWait, tp, dp, mesh, mpiMesh, firstRank](const Program &p, int local) {
-        RankContext ctx{local, c, false};
+        RankContext ctx = inProcessRankContext(mesh.get(), c, tp, local);
         if (mesh) { // one process: local = global rank (s * dp + d) * tp + t
           const int s = local / (dp * tp), d = (local / tp) % dp, t = local % tp;
-          ctx = RankContext{d, mesh->dp[size_t(s * tp + t)], false, mesh->tp[size_t(s * dp + d)], t, t};
           if (p.pp > 1)
             ctx.p2p = c, ctx.p2pLocal = local, ctx.globalRank = local, ctx.ppComm = mesh->pp[size_t(d * tp + t)],
             ctx.ppLocal = s;

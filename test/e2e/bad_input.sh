@@ -77,5 +77,9 @@ printf 'garbage!' > "$d/bad.safetensors"
 expect_error 1 "bad.safetensors" - -- "$BIN/bigc" run "$d/model.bigc" --load-weights "$d/bad.safetensors" --steps 1
 # A plan that does not fit.
 expect_error 1 "does not fit" "$d/x.bigc" -- "$BIN/bigc" compile "$d/model.mlir" -o "$d/x.bigc" --device-mem 1M
+# --virtual-ranks: for a multi-rank program on the CUDA backend only.
+expect_error 1 "virtual-ranks.*has one rank" - -- "$BIN/bigc" run "$d/model.bigc" --virtual-ranks --backend cpu --steps 1
+"$BIN/bigc" compile "$d/model.mlir" -o "$d/r2.bigc" --ranks 2 --zero 1 --quiet
+expect_error 1 "virtual-ranks.*runs on the cpu backend here" - -- "$BIN/bigc" run "$d/r2.bigc" --virtual-ranks --backend cpu --steps 1
 [ $fail -eq 0 ] && echo "PASS" || echo "FAILED"
 exit $fail

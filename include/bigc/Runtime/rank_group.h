@@ -183,6 +183,12 @@ struct InProcessMesh {
   void install(RankGroup &g) const;
 };
 
+struct RankContext; // executor.h
+
+// The communicators of rank `local` of one process's dp x tp mesh (rank = d * tp + t; one stage): the
+// world's communicator `world` when there is no mesh, else the mesh's groups of its t and its d.
+RankContext inProcessRankContext(const InProcessMesh *mesh, std::shared_ptr<Communicator> world, int tp, int local);
+
 // Under mpirun: gives the group the host-side mesh communicators of makeMpiMesh (`configure`).
 void installMpiMesh(RankGroup &g, const std::vector<MeshRank> &mesh,
                     const std::vector<std::shared_ptr<Communicator>> &all);
@@ -193,7 +199,11 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
 // The same on the CUDA backend: one GPU per rank of this process (GPU l for local rank l), device
 // collectives through NCCL (one communicator per rank; bootstrapped over MPI under mpirun), host
 // ones (initialisation) through the in-process or MPI communicator. Throws UserError when this
-// build has no CUDA or NCCL, or the process has fewer GPUs than ranks.
-std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout);
+// build has no CUDA or NCCL, or the process has fewer GPUs than ranks. `virtualRanks` (bigc run
+// --virtual-ranks): every rank on one GPU instead (each its own arenas and streams), the device
+// collectives through the CPU backend's in-process communicators, staged in pinned host memory: a
+// sharded program checked on one GPU against the CPU backend (slower than NCCL; one process).
+std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout,
+                                             bool virtualRanks = false);
 
 } // namespace bigc::rt

@@ -76,7 +76,7 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
   if (prog_.pp > 1) throw UserError(pipelineOnCpuOnly(prog_.pp));
   std::string why;
   if (!cudaDeviceVisible(&why)) throw UserError(why);
-  if (prog_.ranks != 1 && (!rank_.nccl || (prog_.tp > 1 && !rank_.ncclTp)))
+  if (prog_.ranks != 1 && !rank_.host && (!rank_.nccl || (prog_.tp > 1 && !rank_.ncclTp)))
     throw UserError("this program has " + std::to_string(prog_.ranks) +
                     " ranks: run it with `bigc run`, which starts "
                     "every rank with its GPU and NCCL communicators");
@@ -111,7 +111,7 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
                       ". Compile for this GPU (--device-mem " + std::to_string(int64_t(freeB) >> 30) +
                       "G, or its --hardware profile) so the compiler recomputes, offloads or shrinks what it must");
 
-    nvmeRank_ = device_;
+    nvmeRank_ = rank_.host ? rank_.globalRank : device_; // (virtual ranks share the GPU)
     allocateArenas();
     arenasZeroed_ = true; // set to zeros (and the nvme file just created: it reads as zeros)
 
@@ -134,6 +134,17 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
     const int64_t bt = prog_.batch * prog_.seq * int64_t(prog_.tokenInputs.size());
     BIGC_CK(cudaHostAlloc(reinterpret_cast<void **>(&inputStage_), size_t(std::max<int64_t>(2 * bt, 1)) * 4,
                           cudaHostAllocPortable));
+    hostColl_.assign(streamNames_.size(), nullptr); // virtual ranks: each comm stream's pinned staging
+    for (size_t st = 0; st < streamNames_.size(); ++st)
+      if (hostCollOf_[st] > 0) {
+        e = cudaHostAlloc(&hostColl_[st], size_t(hostCollOf_[st]), cudaHostAllocPortable);
+        if (e != cudaSuccess) {
+          cudaGetLastError();
+          hostColl_[st] = nullptr;
+          throw UserError("cannot allocate " + human(hostCollOf_[st]) + " of pinned host memory for the '" +
+                          streamNames_[st] + "' stream's collectives (virtual ranks): " + cudaGetErrorString(e));
+        }
+      }
 
     // Final pointers: arena, or the stream's staging for operands converted to fp32.
     bindOperands([&](size_t s) { return stagingBase(s); });
@@ -163,7 +174,10 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
                   device_, props.name, human(int64_t(props.totalGlobalMem)).c_str(), human(outside).c_str(),
                   human(usedBeforeArenas_).c_str(), human(workspaceBytes_ + padBytes_).c_str());
     info_ = buf;
-    if (prog_.deviceReserveBytes > 0 && outside > prog_.deviceReserveBytes)
+    if (rank_.host) // (the other ranks' arenas share the GPU)
+      info_ +=
+          "; virtual rank " + std::to_string(rank_.globalRank) + " of " + std::to_string(prog_.ranks) + " on this GPU";
+    else if (prog_.deviceReserveBytes > 0 && outside > prog_.deviceReserveBytes)
       info_ += "; note: more than the " + human(prog_.deviceReserveBytes) +
                " the plan reserved (raise device_reserve in the hardware profile)";
     if (rank_.initialize) initialize(seed);
@@ -250,6 +264,8 @@ void CudaEngine::release() {
   if (workspace_) cudaFree(workspace_), workspace_ = nullptr;
   if (pad_) cudaFree(pad_), pad_ = nullptr;
   if (inputStage_) cudaFreeHost(inputStage_), inputStage_ = nullptr;
+  for (void *&p : hostColl_)
+    if (p) cudaFreeHost(p), p = nullptr;
   for (unsigned char *p : capturePinned_)
     if (p) cudaFreeHost(p);
   capturePinned_.clear();
@@ -267,7 +283,7 @@ void CudaEngine::prepare() {
   // The host stream (the offloaded optimizer) and the nvme stream (the drive's reads and writes
   // into pinned host staging) run on host threads.
   for (size_t s = 0; s < names.size(); ++s) onHost_[s] = names[s] == "host" || names[s] == "nvme";
-  scratch_.assign(names.size(), 0), padOf_.assign(names.size(), 0);
+  scratch_.assign(names.size(), 0), padOf_.assign(names.size(), 0), hostCollOf_.assign(names.size(), 0);
   hasMatmul_.assign(names.size(), false);
   flagCount_ = 0;
   waitedOn_.clear();
@@ -285,8 +301,9 @@ void CudaEngine::prepare() {
   // NCCL calls on different communicators must be issued in the same order on every rank: a
   // collective is issued after the one before it in program order (issued, not finished: the data
   // and tensor axes' collectives still overlap on the GPU).
+  // (Virtual ranks: the host communicators' collectives, ordered as on the CPU backend.)
   int64_t lastCollective = -1;
-  for (size_t i = 0; i < ops_.size(); ++i) {
+  for (size_t i = 0; i < ops_.size() && !rank_.host; ++i) {
     Op &op = cop(i);
     if (!op.isCollective()) continue;
     if (lastCollective >= 0 && cop(size_t(lastCollective)).stream != op.stream) op.issuedAfter = lastCollective;

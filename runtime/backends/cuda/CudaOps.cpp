@@ -4,6 +4,7 @@
 // casts, copies, fills, scales), its run on the host with the CPU backend's code. A new op is one
 // case here. Also the GEMMs' cuBLASLt plans (with the padded staging of odd shapes and the bias
 // epilogue) and the NCCL collectives.
+#include "bigc/Runtime/comm.h"
 #include "bigc/Runtime/cpu_adam.h"
 #include "bigc/Runtime/half.h"
 #include "bigc/Runtime/loss_scale.h"
@@ -332,6 +333,23 @@ void CudaEngine::bindKernel(Op &op) {
     if (onHost || (op.ins->stream != "comm" && op.ins->stream != "comm_tp"))
       throw UserError(where() + ": collectives run on the comm or comm_tp stream");
     const int64_t D = prog_.axisSize(int64_t(op.ins->num("axis", 0)));
+    if (rank_.host) { // virtual ranks: the bucket staged in pinned memory, in and out (hostCollective)
+      int64_t bytes = 0, floats = 0;
+      for (size_t k = 0; k < op.ins->in.size(); ++k) {
+        bytes += int64_t(cuda::align256(size_t(op.inNumel[k] * dtypeSize(op.inType[k])))) +
+                 int64_t(cuda::align256(size_t(op.outNumel[k] * dtypeSize(op.outType[k]))));
+        floats += (op.inNumel[k] + D - 1) / D;
+      }
+      hostCollOf_[op.stream] = std::max(hostCollOf_[op.stream], bytes);
+      const RankContext &h = *rank_.host;
+      const int axis = int(op.ins->num("axis", 0));
+      Communicator *c = (axis == 1 ? h.tpComm : axis == 2 ? h.ppComm : h.comm).get();
+      if (!c)
+        throw UserError(where() + ": no communicator for the collective's mesh axis (virtual ranks; internal error)");
+      c->reserve(floats); // (as the CPU backend's ranks: no collective allocates during a step)
+      op.gpu = [this](Op &o, cudaStream_t s, void *) { hostCollective(o, s); };
+      break;
+    }
     int64_t pad = 0;
     for (size_t k = 0; k < op.ins->in.size() && op.kind != OpKind::AllReduce; ++k) {
       const int64_t whole = op.kind == OpKind::ReduceScatter ? op.inNumel[k] : op.outNumel[k];
@@ -662,6 +680,33 @@ void CudaEngine::launchLinearCe(Op &op, cudaStream_t s, void *scratch) {
   cuda::cast(DType::F32, acc, op.t, op.out[0], N * C, s);
   if (V < Vw) // a padded vocabulary's rows of dw (transpose_b): zero
     BIGC_CK(cudaMemsetAsync(static_cast<char *>(op.out[1]) + V * C * es, 0, size_t((Vw - V) * C * es), s));
+}
+
+// Virtual ranks: the bucket's inputs copied to pinned memory, the CPU backend's collective among the
+// ranks' threads (its host communicator: the CPU backend's order and f32 sums, 16-bit tensors too),
+// the outputs copied back. The stream's thread waits for the stream, then for the other ranks.
+void CudaEngine::hostCollective(Op &op, cudaStream_t s) {
+  const RankContext &h = *rank_.host;
+  const int axis = int(op.ins->num("axis", 0));
+  Communicator *c = (axis == 1 ? h.tpComm : axis == 2 ? h.ppComm : h.comm).get();
+  char *at = static_cast<char *>(hostColl_[op.stream]);
+  std::vector<CollectiveTensor> ts;
+  for (size_t k = 0; k < op.rawIn.size(); ++k) {
+    const size_t inB = size_t(op.inNumel[k] * dtypeSize(op.inType[k]));
+    const size_t outB = size_t(op.outNumel[k] * dtypeSize(op.outType[k]));
+    char *in = at, *out = at + cuda::align256(inB);
+    at = out + cuda::align256(outB);
+    BIGC_CK(cudaMemcpyAsync(in, op.rawIn[k], inB, cudaMemcpyDeviceToHost, s));
+    ts.push_back(CollectiveTensor{in, out, op.inType[k], op.inNumel[k], op.outNumel[k]});
+  }
+  BIGC_CK(cudaStreamSynchronize(s));
+  const CollectiveKind kind = op.kind == OpKind::AllReduce       ? CollectiveKind::AllReduce
+                              : op.kind == OpKind::ReduceScatter ? CollectiveKind::ReduceScatter
+                                                                 : CollectiveKind::AllGather;
+  c->run(axis == 1 ? h.tpLocal : axis == 2 ? h.ppLocal : h.local, kind, op.reduce, ts, where(op));
+  for (size_t k = 0; k < op.rawIn.size(); ++k)
+    BIGC_CK(cudaMemcpyAsync(op.rawOut[k], ts[k].out, size_t(op.outNumel[k] * dtypeSize(op.outType[k])),
+                            cudaMemcpyHostToDevice, s));
 }
 
 void CudaEngine::issueCollective(Op &op, cudaStream_t s) {

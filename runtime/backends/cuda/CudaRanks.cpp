@@ -11,12 +11,43 @@
 
 namespace bigc::rt {
 
-std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout) {
+namespace {
+// Every rank on the current GPU; the device collectives through the in-process communicators (the
+// CPU backend's), each rank's engine staging its buckets in pinned memory (hostCollective).
+std::unique_ptr<RankGroup> virtualRankGroup(Program program, uint64_t seed, double commTimeout) {
+  if (mpiWorld().first > 1)
+    throw UserError("--virtual-ranks runs every rank of the program in one process on one GPU: start it without "
+                    "mpirun");
+  int device = 0;
+  BIGC_CK(cudaGetDevice(&device));
+  const int ranks = int(program.ranks), tp = int(program.tp), dp = int(program.dp);
+  std::shared_ptr<Communicator> world = makeInProcessCommunicator(ranks);
+  world->setTimeout(commTimeout);
+  auto mesh = tp > 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout) : nullptr;
+  auto group = std::make_unique<RankGroup>(
+      std::move(program), seed, world,
+      [world, mesh, seed, device, tp](const Program &p, int local) {
+        CudaRank r;
+        r.device = device, r.initialize = false, r.tpRank = local % tp, r.globalRank = local;
+        r.host = std::make_shared<RankContext>(inProcessRankContext(mesh.get(), world, tp, local));
+        return makeCudaRankEngine(p, seed, r);
+      },
+      /*deviceInHostMemory=*/false,
+      [&](RankGroup &g) {
+        if (mesh) mesh->install(g);
+      });
+  group->setStragglerTimeout(commTimeout);
+  return group;
+}
+} // namespace
+
+std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout, bool virtualRanks) {
   if (program.pp > 1) throw UserError(pipelineOnCpuOnly(program.pp));
+  if (virtualRanks) return virtualRankGroup(std::move(program), seed, commTimeout);
 #if !BIGC_HAVE_NCCL
   (void)program, (void)seed, (void)commTimeout;
-  throw UserError("this build's CUDA toolkit has no NCCL: programs of several ranks run on the CPU backend only "
-                  "(--backend cpu)");
+  throw UserError("this build's CUDA toolkit has no NCCL: programs of several ranks run on the CPU backend "
+                  "(--backend cpu), or all on one GPU with --virtual-ranks");
 #else
   const auto [world, proc] = mpiWorld();
   const int ranks = int(program.ranks);
@@ -30,7 +61,8 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
     throw UserError("the program runs " + std::to_string(local) + " ranks in this process, one GPU each, but " +
                     std::to_string(devices) + " GPU(s) are visible; start them across machines with mpirun (" +
                     std::to_string(local) + " GPUs per process), compile for --ranks " + std::to_string(devices) +
-                    ", or run with --backend cpu");
+                    ", run them all on one GPU with --virtual-ranks (to check the sharded program; slower), or "
+                    "run with --backend cpu");
   // One NCCL communicator per local rank, bootstrapped from process 0's id (over MPI under mpirun).
   ncclUniqueId id{};
   if (proc == 0) BIGC_NCCL(ncclGetUniqueId(&id));

@@ -16,7 +16,7 @@ std::unique_ptr<Engine> makeCudaEngine(Program, uint64_t) {
                   "nvcc is on PATH, or run with --backend cpu");
 }
 
-std::unique_ptr<RankGroup> makeCudaRankGroup(Program, uint64_t, double) {
+std::unique_ptr<RankGroup> makeCudaRankGroup(Program, uint64_t, double, bool) {
   throw UserError("this build has no CUDA backend (no CUDA toolkit was found when it was built); run with --backend "
                   "cpu");
 }

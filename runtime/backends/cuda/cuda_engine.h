@@ -4,6 +4,7 @@
 #pragma once
 
 #include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/executor.h"
 #include "bigc/Runtime/program.h"
 #include "bigc/Runtime/stream_executor.h"
 #include "kernels.h"
@@ -56,12 +57,17 @@ namespace bigc::rt {
 // axis, stream comm), and whether the engine initialises its buffers (a RankGroup does it for every
 // rank); with tensor parallelism, the communicator of its tensor-parallel group (stream comm_tp)
 // and its place in that group.
+// Virtual ranks (bigc run --virtual-ranks): every rank on one GPU, `host` its communicators as the
+// CPU backend's ranks get them (the collectives go through them, staged in pinned host memory), and
+// `globalRank` its rank (its nvme file).
 struct CudaRank {
   int device = 0;
   ncclComm_t nccl = nullptr;
   bool initialize = true;
   ncclComm_t ncclTp = nullptr;
   int tpRank = 0;
+  std::shared_ptr<RankContext> host;
+  int globalRank = 0;
 };
 
 class CudaEngine final : public StreamExecutor {
@@ -165,6 +171,9 @@ private:
   bool allowStaging_ = true; // off when the GPU cannot spare the workspace
   void issue(Op &op);
   void issueCollective(Op &op, cudaStream_t s);
+  void hostCollective(Op &op, cudaStream_t s); // virtual ranks
+  std::vector<int64_t> hostCollOf_;            // per stream: pinned bytes its collectives stage (virtual ranks)
+  std::vector<void *> hostColl_;
   void upload(int64_t id, const void *src);
   void download(int64_t id, void *dst) const;
   void release();
