@@ -81,6 +81,10 @@ for set in $SETS; do
     c ranks-llama-tp2 llama --ranks 2 --tp 2
     c ranks-llama-kv1-tp2 llama_kv1 --ranks 2 --tp 2
     c ranks-llama-kv1-tp2-bf16 llama_kv1 --ranks 2 --tp 2 --precision bf16
+    # Pipelines (virtual ranks only: send/recv are not on NCCL yet): 1F1B, zero-bubble, with tp 2.
+    c ranks-pp2 m --ranks 2 --pp 2 --micro-batches 4
+    c ranks-pp2-zb-bf16 m --ranks 2 --pp 2 --micro-batches 4 --pp-schedule zero-bubble --precision bf16
+    c ranks-pp2-tp2-dp2 m --ranks 8 --pp 2 --tp 2 --zero 1 --micro-batches 2
     ;;
   bench)
     B=${BENCH_BATCH:-16}

@@ -329,12 +329,18 @@ int runBody(int argc, char **argv, int first) {
                       " keeps nothing in the nvme space (compile with --offload nvme --nvme-path DIR)");
     for (int64_t st = 0; st < prog.pp; ++st) prog.stageProgram(st).nvmePath = args.str("--nvme-path");
   }
-  // Pipeline stages run on the CPU backend (the default backend for them).
-  if (backend.empty()) backend = prog.pp == 1 && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
-  if (prog.pp > 1 && backend == "cuda") throw UserError(pipelineOnCpuOnly(prog.pp));
+  // Pipeline stages run on the CPU backend (the default backend for them), or on one GPU with virtual ranks.
+  // (On one GPU with --virtual-ranks too.)
+  const bool virtualRanks = args.has("--virtual-ranks");
+  if (backend.empty())
+    backend = (prog.pp == 1 || virtualRanks) && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
+  if (prog.pp > 1 && backend == "cuda" && !virtualRanks) throw UserError(pipelineOnCpuOnly(prog.pp));
   if (args.has("--timeline") && prog.pp == 1)
     throw UserError("--timeline draws the measured pipeline diagram of a pipelined program (compiled with --pp); " +
                     programPath + " has one stage: `bigc inspect --timeline FILE.svg` draws its memory over the step");
+  if (args.has("--timeline") && virtualRanks)
+    throw UserError("--timeline draws the CPU backend's measured pipeline; run it with --backend cpu (not with "
+                    "--virtual-ranks)");
   if (args.has("--timeline") && mpiWorld().first > 1)
     throw UserError("--timeline: not under mpirun (the stages' clocks are compared in one process); run all ranks in "
                     "one process");
@@ -342,7 +348,7 @@ int runBody(int argc, char **argv, int first) {
   const Program stages = args.has("--timeline") ? prog : Program();                   // the engine takes `prog`
   const double programSeconds = secondsSince(runBegan);
   const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks, tpSize = prog.tp;
-  if (args.has("--virtual-ranks") && (backend != "cuda" || R == 1))
+  if (virtualRanks && (backend != "cuda" || R == 1))
     throw UserError("--virtual-ranks runs the ranks of a multi-rank program on one GPU (the CUDA backend); " +
                     programPath +
                     (R == 1 ? " has one rank" : " runs on the " + backend + " backend here (--backend cuda)"));
@@ -400,7 +406,7 @@ int runBody(int argc, char **argv, int first) {
   std::optional<Engine::LoadingWeights> loading;
   if (args.has("--load-weights") || !prog.initialWeights.empty()) loading.emplace();
   if (backend == "cuda" && R > 1)
-    engine = makeCudaRankGroup(std::move(prog), seed, commTimeout, args.has("--virtual-ranks"));
+    engine = makeCudaRankGroup(std::move(prog), seed, commTimeout, virtualRanks);
   else if (backend == "cuda")
     engine = makeCudaEngine(std::move(prog), seed);
   else if (R > 1)

@@ -110,7 +110,8 @@ struct Injected : std::runtime_error {
 
 std::string pipelineOnCpuOnly(int64_t pp) {
   return "pipeline parallelism (pp " + std::to_string(pp) +
-         ") runs on the CPU backend in this version (in one process or under mpirun); run it with --backend cpu";
+         ") runs on the CPU backend in this version (in one process or under mpirun), or on one GPU with "
+         "--virtual-ranks; run it with --backend cpu";
 }
 
 RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make,
@@ -679,7 +680,11 @@ void installMpiMesh(RankGroup &g, const std::vector<MeshRank> &mesh,
 RankContext inProcessRankContext(const InProcessMesh *mesh, std::shared_ptr<Communicator> world, int tp, int local) {
   if (!mesh) return RankContext{local, std::move(world), false};
   const int dp = mesh->dpSize, s = local / (dp * tp), d = (local / tp) % dp, t = local % tp;
-  return RankContext{d, mesh->dp[size_t(s * tp + t)], false, mesh->tp[size_t(s * dp + d)], t, t};
+  RankContext ctx{d, mesh->dp[size_t(s * tp + t)], false, mesh->tp[size_t(s * dp + d)], t, t};
+  if (mesh->ppSize > 1) // the stages' messages over the world communicator; tied weights over the pp group
+    ctx.p2p = std::move(world), ctx.p2pLocal = local, ctx.globalRank = local, ctx.ppComm = mesh->pp[size_t(d * tp + t)],
+    ctx.ppLocal = s;
+  return ctx;
 }
 
 std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, double commTimeout) {
@@ -715,14 +720,10 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   const int firstRank = world > 1 ? proc * (ranks / world) : 0;
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, comm,
-      [c, seed, streamWait, tp, dp, mesh, mpiMesh, firstRank](const Program &p, int local) {
+      [c, seed, streamWait, tp, mesh, mpiMesh, firstRank](const Program &p, int local) {
+        // One process: local = global rank (s * dp + d) * tp + t.
         RankContext ctx = inProcessRankContext(mesh.get(), c, tp, local);
-        if (mesh) { // one process: local = global rank (s * dp + d) * tp + t
-          const int s = local / (dp * tp), d = (local / tp) % dp, t = local % tp;
-          if (p.pp > 1)
-            ctx.p2p = c, ctx.p2pLocal = local, ctx.globalRank = local, ctx.ppComm = mesh->pp[size_t(d * tp + t)],
-            ctx.ppLocal = s;
-        } else if (!mpiMesh.empty()) {
+        if (!mesh && !mpiMesh.empty()) {
           const MeshRank &m = mpiMesh[size_t(local)];
           ctx = RankContext{m.dpLocal, m.dp, false, m.tp, m.tpLocal, (firstRank + local) % tp};
           if (p.pp > 1)

@@ -3,12 +3,12 @@
 # compiled for 2 ranks under zero 0, 2 and 3 (and bf16 with offload), and tensor-parallel as tp 2
 # (with and without sequence parallelism, and bf16), tp 2 x dp 2 under zero 1 (fp32 with SP; bf16,
 # whose compute copies start from sharded masters), the tiny LLaMA (4 heads, 2 kv heads) as tp 2 (kv
-# heads split) and with 1 kv head as tp 2 (replicated: tp_heads), fp32 and bf16; trained 10 steps
-# with --backend cuda they give the CPU backend's losses (its in-process communicators) of the same
+# heads split) and with 1 kv head as tp 2 (replicated: tp_heads), fp32 and bf16, and pipelines (pp 2
+# under 1F1B; zero-bubble in bf16; pp 2 x tp 2 x dp 2 under ZeRO 1); trained 10 steps with --backend cuda they give the CPU backend's losses (its in-process communicators) of the same
 # program: fp32 to 1e-4 relative, bf16 to 1e-2. Two ways:
 #   - one GPU per rank, NCCL (each rank's communicator split per mesh axis), where the machine has
 #     as many GPUs as the program has ranks (NCCL sums 16-bit gradients in their dtype, the CPU rings
-#     in f32);
+#     in f32); not the pipelines (their messages are not on NCCL yet);
 #   - every rank on GPU 0 (--virtual-ranks: each rank its arenas and streams, the collectives through
 #     the CPU backend's host communicators), on any machine with a GPU.
 # The programs are compiled here, or (a build without the compiler) read from $BIGC_GPU_PROGRAMS
@@ -41,7 +41,7 @@ for f in "$P"/ranks-*.bigc; do
   name=$(basename "$f" .bigc)
   names="$names $name"
   ranks=2
-  case $name in *dp2*) ranks=4 ;; esac
+  case $name in *pp2*) ranks=999 ;; *dp2*) ranks=4 ;; esac
   "$RUN" "$f" --backend cpu --synthetic --steps 10 --seed 7 --log "$d/$name.cpu.jsonl" --quiet
   "$RUN" "$f" --backend cuda --virtual-ranks --synthetic --steps 10 --seed 7 --log "$d/$name.virtual.jsonl" --quiet
   if [ "$n" -ge $ranks ]; then
@@ -58,7 +58,7 @@ for name in sys.argv[2:]:
     a = [json.loads(l)["loss"] for l in open(f"{d}/{name}.cpu.jsonl")]
     for way, what in (("virtual", "one GPU, virtual ranks"), ("nccl", "a GPU per rank, NCCL")):
         if not os.path.exists(f"{d}/{name}.{way}.jsonl"):
-            print(f"--   {name}: {what}: not run (needs more GPUs)")
+            print(f"--   {name}: {what}: not run ({'pipelines: virtual ranks only' if 'pp2' in name else 'needs more GPUs'})")
             continue
         b = [json.loads(l)["loss"] for l in open(f"{d}/{name}.{way}.jsonl")]
         r = max(abs(x - y) / abs(x) for x, y in zip(a, b))

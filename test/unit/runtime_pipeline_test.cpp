@@ -620,7 +620,8 @@ TEST(Pipeline, ADeadlockedPipelineTimesOut) {
 // they run: e2e.mpirun_pipeline).
 TEST(Pipeline, RefusedOnTheCudaBackend) {
   EXPECT_EQ(pipelineOnCpuOnly(2), "pipeline parallelism (pp 2) runs on the CPU backend in this version (in one "
-                                  "process or under mpirun); run it with --backend cpu");
+                                  "process or under mpirun), or on one GPU with --virtual-ranks; run it with "
+                                  "--backend cpu");
   if (!cudaBackendCompiled()) GTEST_SKIP() << "this build has no CUDA backend";
   for (int which = 0; which < 2; ++which) {
     std::string err;

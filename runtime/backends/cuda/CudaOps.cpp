@@ -362,8 +362,14 @@ void CudaEngine::bindKernel(Op &op) {
   }
   case OpKind::Send:
   case OpKind::Recv:
-    throw UserError(where() + ": " + op.ins->op +
-                    " (pipeline parallelism) runs on the CPU backend only in this version; use --backend cpu");
+    if (!rank_.host || !rank_.host->p2p)
+      throw UserError(where() + ": " + op.ins->op +
+                      " (pipeline parallelism) runs on the CPU backend, or on one GPU with bigc run --virtual-ranks, "
+                      "in this version");
+    if (onHost) throw UserError(where() + ": send and recv run on a GPU stream");
+    hostCollOf_[op.stream] = std::max(hostCollOf_[op.stream], int64_t(cuda::align256(size_t(op.n))));
+    op.gpu = [this](Op &o, cudaStream_t s, void *) { hostSendRecv(o, s); };
+    break;
   case OpKind::LinearCeStats:
   case OpKind::LinearCeStatsGrad:
     // The gradient of a chunk's logits in the type of h and w for its two GEMMs (f32: in place).
@@ -707,6 +713,24 @@ void CudaEngine::hostCollective(Op &op, cudaStream_t s) {
   for (size_t k = 0; k < op.rawIn.size(); ++k)
     BIGC_CK(cudaMemcpyAsync(op.rawOut[k], ts[k].out, size_t(op.outNumel[k] * dtypeSize(op.outType[k])),
                             cudaMemcpyHostToDevice, s));
+}
+
+// Virtual ranks' pipeline messages: the CPU backend's (its world communicator's send and recv
+// between the stages' ranks) through the stream's pinned staging.
+void CudaEngine::hostSendRecv(Op &op, cudaStream_t s) {
+  const RankContext &h = *rank_.host;
+  // The rank of stage `peer` with this rank's dp and tp indices.
+  const int peer = h.globalRank + int((op.peer - prog_.stage) * prog_.dp * prog_.tp);
+  void *stage = hostColl_[op.stream];
+  BIGC_CK(cudaStreamSynchronize(s)); // the stream's work before it, and the staging's last copy, done
+  if (op.kind == OpKind::Send) {
+    BIGC_CK(cudaMemcpyAsync(stage, op.rawIn[0], size_t(op.n), cudaMemcpyDeviceToHost, s));
+    BIGC_CK(cudaStreamSynchronize(s));
+    h.p2p->send(h.p2pLocal, peer, op.tag, stage, op.n, where(op)); // (copies the bytes: the staging is free)
+  } else {
+    h.p2p->recv(h.p2pLocal, peer, op.tag, stage, op.n, where(op));
+    BIGC_CK(cudaMemcpyAsync(op.rawOut[0], stage, size_t(op.n), cudaMemcpyHostToDevice, s));
+  }
 }
 
 void CudaEngine::issueCollective(Op &op, cudaStream_t s) {

@@ -20,10 +20,11 @@ std::unique_ptr<RankGroup> virtualRankGroup(Program program, uint64_t seed, doub
                     "mpirun");
   int device = 0;
   BIGC_CK(cudaGetDevice(&device));
-  const int ranks = int(program.ranks), tp = int(program.tp), dp = int(program.dp);
+  const int ranks = int(program.ranks), tp = int(program.tp), dp = int(program.dp), pp = int(program.pp);
   std::shared_ptr<Communicator> world = makeInProcessCommunicator(ranks);
   world->setTimeout(commTimeout);
-  auto mesh = tp > 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout) : nullptr;
+  // The mesh as on the CPU backend (pipeline stages too: their messages over `world`).
+  auto mesh = tp > 1 || pp > 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp) : nullptr;
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, world,
       [world, mesh, seed, device, tp](const Program &p, int local) {
@@ -42,8 +43,8 @@ std::unique_ptr<RankGroup> virtualRankGroup(Program program, uint64_t seed, doub
 } // namespace
 
 std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout, bool virtualRanks) {
-  if (program.pp > 1) throw UserError(pipelineOnCpuOnly(program.pp));
   if (virtualRanks) return virtualRankGroup(std::move(program), seed, commTimeout);
+  if (program.pp > 1) throw UserError(pipelineOnCpuOnly(program.pp));
 #if !BIGC_HAVE_NCCL
   (void)program, (void)seed, (void)commTimeout;
   throw UserError("this build's CUDA toolkit has no NCCL: programs of several ranks run on the CPU backend "
