@@ -81,6 +81,11 @@ for set in $SETS; do
     c ranks-llama-tp2 llama --ranks 2 --tp 2
     c ranks-llama-kv1-tp2 llama_kv1 --ranks 2 --tp 2
     c ranks-llama-kv1-tp2-bf16 llama_kv1 --ranks 2 --tp 2 --precision bf16
+    # The fused LM head and loss over each rank's vocabulary columns (the second rank's offset), and
+    # a vocabulary of 250 padded to 256 over tp 2.
+    "$BIN/bigc" gen gpt --preset tiny --heads 8 --batch 4 --vocab 250 -o "$OUT/odd8.mlir" > /dev/null
+    c ranks-tp2-fuseloss m --ranks 2 --tp 2 --fuse-loss
+    c ranks-tp2-fuseloss-padvocab-bf16 odd8 --ranks 2 --tp 2 --fuse-loss --pad-vocab 64 --precision bf16
     # Pipelines (virtual ranks only: send/recv are not on NCCL yet): 1F1B, zero-bubble, with tp 2.
     c ranks-pp2 m --ranks 2 --pp 2 --micro-batches 4
     c ranks-pp2-zb-bf16 m --ranks 2 --pp 2 --micro-batches 4 --pp-schedule zero-bubble --precision bf16

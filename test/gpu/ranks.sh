@@ -3,9 +3,10 @@
 # compiled for 2 ranks under zero 0, 2 and 3 (and bf16 with offload), and tensor-parallel as tp 2
 # (with and without sequence parallelism, and bf16), tp 2 x dp 2 under zero 1 (fp32 with SP; bf16,
 # whose compute copies start from sharded masters), the tiny LLaMA (4 heads, 2 kv heads) as tp 2 (kv
-# heads split) and with 1 kv head as tp 2 (replicated: tp_heads), fp32 and bf16, and pipelines (pp 2
-# under 1F1B; zero-bubble in bf16; pp 2 x tp 2 x dp 2 under ZeRO 1); trained 10 steps with --backend cuda they give the CPU backend's losses (its in-process communicators) of the same
-# program: fp32 to 1e-4 relative, bf16 to 1e-2. Two ways:
+# heads split) and with 1 kv head as tp 2 (replicated: tp_heads), fp32 and bf16, the fused LM head and
+# loss over tp 2 (and padded, bf16), and pipelines (pp 2 under 1F1B; zero-bubble in bf16; pp 2 x tp 2 x
+# dp 2 under ZeRO 1); trained 10 steps with --backend cuda they give the CPU backend's losses (its
+# in-process communicators) of the same program: fp32 to 1e-4 relative, bf16 to 1e-2. Two ways:
 #   - one GPU per rank, NCCL (each rank's communicator split per mesh axis), where the machine has
 #     as many GPUs as the program has ranks (NCCL sums 16-bit gradients in their dtype, the CPU rings
 #     in f32); not the pipelines (their messages are not on NCCL yet);
@@ -43,9 +44,11 @@ for f in "$P"/ranks-*.bigc; do
   ranks=2
   case $name in *pp2*) ranks=999 ;; *dp2*) ranks=4 ;; esac
   "$RUN" "$f" --backend cpu --synthetic --steps 10 --seed 7 --log "$d/$name.cpu.jsonl" --quiet
-  "$RUN" "$f" --backend cuda --virtual-ranks --synthetic --steps 10 --seed 7 --log "$d/$name.virtual.jsonl" --quiet
+  # (--comm-timeout 60: a message or collective that never comes fails in a minute, naming the rank)
+  "$RUN" "$f" --backend cuda --virtual-ranks --synthetic --steps 10 --seed 7 --comm-timeout 60 \
+    --log "$d/$name.virtual.jsonl" --quiet
   if [ "$n" -ge $ranks ]; then
-    "$RUN" "$f" --backend cuda --synthetic --steps 10 --seed 7 --log "$d/$name.nccl.jsonl" --quiet
+    "$RUN" "$f" --backend cuda --synthetic --steps 10 --seed 7 --comm-timeout 60 --log "$d/$name.nccl.jsonl" --quiet
   fi
 done
 [ -n "$names" ] || { echo "FAIL: no ranks-*.bigc programs in $P"; exit 1; }

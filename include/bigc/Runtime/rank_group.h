@@ -185,8 +185,9 @@ struct InProcessMesh {
 
 struct RankContext; // executor.h
 
-// The communicators of rank `local` of one process's dp x tp mesh (rank = d * tp + t; one stage): the
-// world's communicator `world` when there is no mesh, else the mesh's groups of its t and its d.
+// The communicators of rank `local` of one process's pp x dp x tp mesh (rank = (s * dp + d) * tp + t):
+// the world's communicator `world` when there is no mesh, else the mesh's groups of its t and its d,
+// and with pipeline stages the stages' messages over `world` and its pipeline group.
 RankContext inProcessRankContext(const InProcessMesh *mesh, std::shared_ptr<Communicator> world, int tp, int local);
 
 // Under mpirun: gives the group the host-side mesh communicators of makeMpiMesh (`configure`).

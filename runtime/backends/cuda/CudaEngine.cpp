@@ -316,10 +316,12 @@ void CudaEngine::prepare() {
       const int64_t id = target ? prog_.targetInputs[k] : prog_.tokenInputs[k];
       for (const auto &p : ops_) {
         const BoundOp &op = *p;
+        // (the fused LM head and loss reads the targets as its third operand)
         const bool reads =
-            (op.kind == OpKind::Embedding || op.kind == OpKind::EmbeddingGrad || op.kind == OpKind::CrossEntropy ||
-             op.kind == OpKind::CrossEntropyGrad || op.kind == OpKind::VocabCeStats) &&
-            op.ins->in.size() > 1 && op.ins->in[1] == id;
+            ((op.kind == OpKind::Embedding || op.kind == OpKind::EmbeddingGrad || op.kind == OpKind::CrossEntropy ||
+              op.kind == OpKind::CrossEntropyGrad || op.kind == OpKind::VocabCeStats) &&
+             op.ins->in.size() > 1 && op.ins->in[1] == id) ||
+            (op.kind == OpKind::LinearCeStats && op.ins->in.size() > 2 && op.ins->in[2] == id);
         if (reads) {
           idChecks_.push_back({op.index, k, target,
                                op.classes > 0 ? op.classes

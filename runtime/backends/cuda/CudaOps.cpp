@@ -373,7 +373,9 @@ void CudaEngine::bindKernel(Op &op) {
   case OpKind::LinearCeStats:
   case OpKind::LinearCeStatsGrad:
     // The gradient of a chunk's logits in the type of h and w for its two GEMMs (f32: in place).
-    op.scratchBytes = op.t == DType::F32 ? 0 : int64_t(cuda::align256(size_t(op.N * op.n * dtypeSize(op.t))));
+    op.scratchBytes = op.kind == OpKind::LinearCeStats || op.t == DType::F32
+                          ? 0
+                          : int64_t(cuda::align256(size_t(op.N * op.n * dtypeSize(op.t))));
     op.gpu = [this](Op &o, cudaStream_t s, void *w) { launchLinearCe(o, s, w); };
     break;
   }
@@ -702,7 +704,7 @@ void CudaEngine::hostCollective(Op &op, cudaStream_t s) {
     const size_t outB = size_t(op.outNumel[k] * dtypeSize(op.outType[k]));
     char *in = at, *out = at + cuda::align256(inB);
     at = out + cuda::align256(outB);
-    BIGC_CK(cudaMemcpyAsync(in, op.rawIn[k], inB, cudaMemcpyDeviceToHost, s));
+    BIGC_CK(cudaMemcpyAsync(in, op.rawIn[k], inB, cudaMemcpyDefault, s)); // (device or pinned host)
     ts.push_back(CollectiveTensor{in, out, op.inType[k], op.inNumel[k], op.outNumel[k]});
   }
   BIGC_CK(cudaStreamSynchronize(s));
@@ -712,7 +714,7 @@ void CudaEngine::hostCollective(Op &op, cudaStream_t s) {
   c->run(axis == 1 ? h.tpLocal : axis == 2 ? h.ppLocal : h.local, kind, op.reduce, ts, where(op));
   for (size_t k = 0; k < op.rawIn.size(); ++k)
     BIGC_CK(cudaMemcpyAsync(op.rawOut[k], ts[k].out, size_t(op.outNumel[k] * dtypeSize(op.outType[k])),
-                            cudaMemcpyHostToDevice, s));
+                            cudaMemcpyDefault, s));
 }
 
 // Virtual ranks' pipeline messages: the CPU backend's (its world communicator's send and recv
@@ -722,14 +724,14 @@ void CudaEngine::hostSendRecv(Op &op, cudaStream_t s) {
   // The rank of stage `peer` with this rank's dp and tp indices.
   const int peer = h.globalRank + int((op.peer - prog_.stage) * prog_.dp * prog_.tp);
   void *stage = hostColl_[op.stream];
-  BIGC_CK(cudaStreamSynchronize(s)); // the stream's work before it, and the staging's last copy, done
-  if (op.kind == OpKind::Send) {
-    BIGC_CK(cudaMemcpyAsync(stage, op.rawIn[0], size_t(op.n), cudaMemcpyDeviceToHost, s));
+  if (op.kind == OpKind::Send) { // (after the stream's earlier copies out of the staging: stream order)
+    BIGC_CK(cudaMemcpyAsync(stage, op.rawIn[0], size_t(op.n), cudaMemcpyDefault, s));
     BIGC_CK(cudaStreamSynchronize(s));
     h.p2p->send(h.p2pLocal, peer, op.tag, stage, op.n, where(op)); // (copies the bytes: the staging is free)
   } else {
+    BIGC_CK(cudaStreamSynchronize(s)); // the staging's last copy to the GPU done before the host writes it
     h.p2p->recv(h.p2pLocal, peer, op.tag, stage, op.n, where(op));
-    BIGC_CK(cudaMemcpyAsync(op.rawOut[0], stage, size_t(op.n), cudaMemcpyHostToDevice, s));
+    BIGC_CK(cudaMemcpyAsync(op.rawOut[0], stage, size_t(op.n), cudaMemcpyDefault, s));
   }
 }
 

@@ -5,6 +5,7 @@
 #include "bigc/Runtime/rank_group.h"
 #include "cuda_engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <vector>
@@ -25,13 +26,18 @@ std::unique_ptr<RankGroup> virtualRankGroup(Program program, uint64_t seed, doub
   world->setTimeout(commTimeout);
   // The mesh as on the CPU backend (pipeline stages too: their messages over `world`).
   auto mesh = tp > 1 || pp > 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp) : nullptr;
+  // A stream waiting for a collective (issued when it has finished, here) waits longer than the
+  // collective itself may: the communicator's timeout names the rank that did not come.
+  const double streamWait = std::max(300.0, 2.0 * commTimeout);
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, world,
-      [world, mesh, seed, device, tp](const Program &p, int local) {
+      [world, mesh, seed, device, tp, streamWait](const Program &p, int local) {
         CudaRank r;
         r.device = device, r.initialize = false, r.tpRank = local % tp, r.globalRank = local;
         r.host = std::make_shared<RankContext>(inProcessRankContext(mesh.get(), world, tp, local));
-        return makeCudaRankEngine(p, seed, r);
+        auto e = std::make_unique<CudaEngine>(p, seed, r);
+        e->setWaitTimeoutForTesting(streamWait);
+        return std::unique_ptr<Engine>(std::move(e));
       },
       /*deviceInHostMemory=*/false,
       [&](RankGroup &g) {
