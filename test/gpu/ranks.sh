@@ -22,18 +22,10 @@ if [ "${n:-0}" -lt 1 ]; then
   exit 77
 fi
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
-if [ -x "$BIN/bigc" ]; then
-  bash "$ROOT/scripts/gpu-programs.sh" "$BIN" "$d/programs" ranks > /dev/null
-  P=$d/programs
-elif [ -n "${BIGC_GPU_PROGRAMS:-}" ]; then
-  P=$BIGC_GPU_PROGRAMS
-else
-  echo "skipped: this build has no compiler and \$BIGC_GPU_PROGRAMS names no programs (scripts/gpu-programs.sh)"
-  exit 77
-fi
+. "$HERE/programs.shlib"
+gpu_programs ranks "$d/programs"
 RUN=$BIN/bigc-run
 PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3

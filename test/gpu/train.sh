@@ -24,22 +24,14 @@
 set -euo pipefail
 BIN=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
 if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "skipped: no GPU"
   exit 77
 fi
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
-if [ -x "$BIN/bigc" ]; then
-  bash "$ROOT/scripts/gpu-programs.sh" "$BIN" "$d/programs" tiny > /dev/null
-  P=$d/programs
-elif [ -n "${BIGC_GPU_PROGRAMS:-}" ]; then
-  P=$BIGC_GPU_PROGRAMS
-else
-  echo "skipped: this build has no compiler and \$BIGC_GPU_PROGRAMS names no programs (scripts/gpu-programs.sh)"
-  exit 77
-fi
+. "$HERE/programs.shlib"
+gpu_programs tiny "$d/programs"
 RUN=$BIN/bigc-run
 PY=${PYTHON:-python3}
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
