@@ -144,9 +144,24 @@ def main():
             for n, p in P.items():
                 if n in bigc_grads:
                     check(f"gradient of {n}", rel(bigc_grads[n], p.grad))
+        if step == 0:
+            G1 = {k: v.grad.detach().clone() for k, v in P.items()}
         opt.step()
+    noise_floor = []
     for n, p in P.items():
         got, want = bigc_final[n], p.detach()
+        # Elements whose step-1 gradient is rounding noise (below 1e-4 of the tensor's rms gradient:
+        # the two implementations' sums differ there by a large fraction of the value) are moved by
+        # AdamW by up to +-lr however small the gradient (it divides by its root mean square): they
+        # are compared below, as counted, not by the norm of the difference. Measured on an AVX-512
+        # machine: one element of h.0.mlp.c_fc.weight, gradient 1.43e-8 (bigc) against 1.51e-8 (torch)
+        # with an rms of 4.0e-3, ended 1.36e-5 apart (the next 1.3e-7), 5.3e-6 of the tensor's norm.
+        g1 = G1[n].flatten()
+        noise = g1.abs() < 1e-4 * g1.pow(2).mean().sqrt()
+        if noise.any() and not n.endswith("attn.c_attn.bias"):
+            noise_floor.append((n, int(noise.sum()), g1.numel()))
+            keep = ~noise
+            got, want = got.flatten()[keep], want.flatten()[keep]
         if n.endswith("attn.c_attn.bias"):
             # The key bias columns [C, 2C) have an exactly zero gradient (softmax is invariant to
             # adding the same q.b_k to every score of a row); both implementations compute rounding
@@ -158,6 +173,10 @@ def main():
             got = torch.cat([got[:C], got[2 * C:]])
             want = torch.cat([want[:C], want[2 * C:]])
         check(f"{n} after {a.steps} steps", rel(got, want))
+    for n, k, total in noise_floor:  # a few such elements (at most 1%), not a tensor's worth
+        print(f"{n}: {k} of {total} elements with a step-1 gradient at rounding-noise level, compared by count")
+        if k > total // 100:
+            failures.append(f"{n}: {k} of {total} elements have a step-1 gradient below 1e-4 of its rms")
     print(f"checked {len(P)} parameters, {a.steps} steps; worst relative error {worst:.3e}")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
