@@ -329,8 +329,8 @@ int runBody(int argc, char **argv, int first) {
                       " keeps nothing in the nvme space (compile with --offload nvme --nvme-path DIR)");
     for (int64_t st = 0; st < prog.pp; ++st) prog.stageProgram(st).nvmePath = args.str("--nvme-path");
   }
-  // Pipeline stages run on the CPU backend (the default backend for them), or on one GPU with virtual ranks.
-  // (On one GPU with --virtual-ranks too.)
+  // Pipeline stages run on the CPU backend (the default backend for them), or on one GPU with
+  // --virtual-ranks.
   const bool virtualRanks = args.has("--virtual-ranks");
   if (backend.empty())
     backend = (prog.pp == 1 || virtualRanks) && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
