@@ -430,13 +430,14 @@ CudaEngine::Staging CudaEngine::matmulStaging(const Op &op) const {
 }
 
 CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-                                              int64_t ldc, const void *aPtr, const void *bPtr, const void *cPtr) {
+                                              int64_t ldc, const void *aPtr, const void *bPtr, const void *cPtr,
+                                              int64_t stepA, int64_t stepC) {
   LtGemm g;
   g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.ta = op.ta, g.tb = op.tb;
   g.ab = g.c = op.t;
   g.bias = op.bias;
   g.batch = op.batch, g.sA = op.sA, g.sB = op.sB, g.sC = op.sC;
-  g.aPtr = aPtr, g.bPtr = bPtr, g.cPtr = cPtr;
+  g.aPtr = aPtr, g.bPtr = bPtr, g.cPtr = cPtr, g.stepA = stepA, g.stepC = stepC;
   return ltShape(op, g);
 }
 
@@ -515,12 +516,17 @@ void CudaEngine::planMatmul(Op &op) {
     char *scratch = static_cast<char *>(scratchBase(op.stream));
     const void *aPtr = st.stageA ? scratch + st.offA : a, *bPtr = st.stageB ? scratch + st.offB : b;
     const void *cPtr = st.stageC ? scratch + st.offC : c;
+    // The chunks' pointers into a and c where they are not staged (launchMatmul): the algorithm must
+    // suit every chunk's alignment, not only the first's.
+    const int64_t es = dtypeSize(op.t);
+    const int64_t stepA = st.stageA ? 0 : (op.ta ? st.mc : st.mc * op.K) * es,
+                  stepC = st.stageC ? 0 : st.mc * op.N * es;
     for (int64_t m : {st.mc, op.M % st.mc}) {
       if (m == 0) continue;
       const int64_t ldA = st.stageA ? (op.ta ? m : st.Kp) : lda;
       const int64_t ldB = st.stageB ? (op.tb ? st.Kp : st.Np) : ldb;
-      plan.shapes.push_back(
-          makeShape(op, m, st.stageC ? st.Np : op.N, st.Kp, ldA, ldB, st.stageC ? st.Np : op.N, aPtr, bPtr, cPtr));
+      plan.shapes.push_back(makeShape(op, m, st.stageC ? st.Np : op.N, st.Kp, ldA, ldB, st.stageC ? st.Np : op.N, aPtr,
+                                      bPtr, cPtr, stepA, stepC));
     }
   }
   op.mm = int(plans_.size());

@@ -160,8 +160,9 @@ private:
   cuda::ErrSlot errSlot(const Op &op) const { return {err_, int(op.index)}; }
   void planMatmul(Op &op);
   void launchMatmul(Op &op, cudaStream_t s, void *scratch);
+  // (stepA, stepC: bytes between the a and c pointers of successive calls: the chunks of rows)
   MatmulShape makeShape(const Op &op, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
-                        const void *aPtr, const void *bPtr, const void *cPtr);
+                        const void *aPtr, const void *bPtr, const void *cPtr, int64_t stepA = 0, int64_t stepC = 0);
   MatmulShape ltShape(const Op &op, const LtGemm &g);
   void planLinearCe(Op &op);
   void launchLinearCe(Op &op, cudaStream_t s, void *scratch);
