@@ -216,7 +216,14 @@ void StreamExecutor::bindOperands(const std::function<void *(size_t)> &stagingBa
 void StreamExecutor::startStreams() {
   for (size_t s = 1; s < streamNames_.size(); ++s)
     threads_.emplace_back([this, s] {
-      onStreamThread();
+      // A failure to set the thread up (the CUDA backend: selecting the rank's GPU) is the error of
+      // every step this stream would run.
+      std::exception_ptr setupError;
+      try {
+        onStreamThread();
+      } catch (...) {
+        setupError = std::current_exception();
+      }
       int64_t seen = 0;
       for (;;) {
         {
@@ -227,6 +234,7 @@ void StreamExecutor::startStreams() {
         }
         omp_set_num_threads(ompThreads_);
         try {
+          if (setupError) std::rethrow_exception(setupError);
           runStream(s);
         } catch (const Aborted &) {
         } catch (...) {

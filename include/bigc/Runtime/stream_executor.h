@@ -131,7 +131,7 @@ protected:
   // Whether the profile of `op` is the wall time of its launch (else the device measures it).
   virtual bool timedOnHost(const BoundOp &) const { return true; }
   virtual void enableDeviceProfiling() {}
-  // Each worker thread, once, before it runs a stream.
+  // Each worker thread, once, before it runs a stream (what it throws fails every step of the stream).
   virtual void onStreamThread() {}
   // After every stream has issued its work: wait for the device (reporting an error with fail()).
   virtual void synchronize() {}

@@ -145,7 +145,7 @@ private:
   void waitDevice(const BoundOp &op, int64_t dep, std::chrono::steady_clock::time_point deadline) override;
   bool timedOnHost(const BoundOp &op) const override { return onHost_[op.stream]; }
   void enableDeviceProfiling() override;
-  void onStreamThread() override { cudaSetDevice(device_); }
+  void onStreamThread() override { BIGC_CK(cudaSetDevice(device_)); }
   void synchronize() override;
   void collectProfile() override;
   void checkDeviceErrors() override;
