@@ -177,7 +177,7 @@ void Executor::planOp(BoundOp &op) {
                     ") moves a value between pipeline stages, but this executor runs one rank without a "
                     "communicator for them");
   if (op.isCollective()) {
-    Communicator *c = collectiveComm(op.axis).get();
+    Communicator *c = rank_.commOf(op.axis).get();
     if (!c)
       throw UserError("instruction " + std::to_string(op.index) + " (" + op.ins->op +
                       ") is a collective, but "
@@ -363,19 +363,12 @@ void Executor::launch(BoundOp &bound) {
   case OpKind::AllReduce:
   case OpKind::ReduceScatter:
   case OpKind::AllGather: {
-    const CollectiveKind k = op.kind == OpKind::AllReduce       ? CollectiveKind::AllReduce
-                             : op.kind == OpKind::ReduceScatter ? CollectiveKind::ReduceScatter
-                                                                : CollectiveKind::AllGather;
-    collectiveComm(op.axis)->run(op.axis == 1   ? rank_.tpLocal
-                                 : op.axis == 2 ? rank_.ppLocal
-                                                : rank_.local,
-                                 k, op.reduce, op.coll, where(op));
+    rank_.commOf(op.axis)->run(rank_.localOf(op.axis), op.collectiveKind(), op.reduce, op.coll, where(op));
     break;
   }
   case OpKind::Send:
   case OpKind::Recv: {
-    // The rank of stage `peer` with this rank's dp and tp indices.
-    const int peer = rank_.globalRank + int((op.peer - prog_.stage) * prog_.dp * prog_.tp);
+    const int peer = peerRank(op, rank_.globalRank);
     if (op.kind == OpKind::Send)
       rank_.p2p->send(rank_.p2pLocal, peer, op.tag, op.rawIn[0], op.n, where(op));
     else

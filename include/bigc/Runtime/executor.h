@@ -66,6 +66,10 @@ struct RankContext {
   int globalRank = 0;
   std::shared_ptr<Communicator> ppComm;
   int ppLocal = 0;
+  // The communicator of a collective over mesh axis `axis` (0 dp, 1 tp, 2 pp), and this rank's
+  // local index in it.
+  const std::shared_ptr<Communicator> &commOf(int axis) const { return axis == 1 ? tpComm : axis == 2 ? ppComm : comm; }
+  int localOf(int axis) const { return axis == 1 ? tpLocal : axis == 2 ? ppLocal : local; }
 };
 
 // The CPU device under the one executor (stream_executor.h): arenas mapped from the kernel
@@ -102,10 +106,6 @@ private:
   void loadInputs(const int32_t *tokens, const int32_t *targets) override;
   void captureGrad(BoundOp &op, std::vector<float> &dst) override;
   void freeStaging();
-  // The communicator of a collective over mesh axis `axis` (0 dp, 1 tp, 2 pp).
-  const std::shared_ptr<Communicator> &collectiveComm(int axis) const {
-    return axis == 1 ? rank_.tpComm : axis == 2 ? rank_.ppComm : rank_.comm;
-  }
 
   std::vector<void *> staging_; // per stream
   bool multi_ = false;          // several streams: OpenBLAS calls serialised

@@ -63,6 +63,11 @@ struct BoundOp : OpDims {
   bool isCollective() const {
     return kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::AllGather;
   }
+  CollectiveKind collectiveKind() const {
+    return kind == OpKind::AllReduce       ? CollectiveKind::AllReduce
+           : kind == OpKind::ReduceScatter ? CollectiveKind::ReduceScatter
+                                           : CollectiveKind::AllGather;
+  }
 };
 
 class StreamExecutor : public Engine {
@@ -173,6 +178,10 @@ protected:
   [[noreturn]] void badId(const BoundOp &op, bool target, int64_t id, int64_t position, int64_t limit) const;
   // "step S: instruction I (op at loc)"
   std::string where(const BoundOp &op) const;
+  // send / recv: the global rank of stage op.peer with the dp and tp indices of this rank (`globalRank`).
+  int peerRank(const BoundOp &op, int globalRank) const {
+    return globalRank + int((op.peer - prog_.stage) * prog_.dp * prog_.tp);
+  }
   [[noreturn]] void stuck(const BoundOp &op, int64_t dep, const std::string &what) const;
   float scalar(int64_t bufferId) const;
   bool isNvme(int64_t id) const { return prog_.buffers.at(size_t(id)).space == "nvme"; }

@@ -341,9 +341,7 @@ void CudaEngine::bindKernel(Op &op) {
         floats += (op.inNumel[k] + D - 1) / D;
       }
       hostCollOf_[op.stream] = std::max(hostCollOf_[op.stream], bytes);
-      const RankContext &h = *rank_.host;
-      const int axis = int(op.ins->num("axis", 0));
-      Communicator *c = (axis == 1 ? h.tpComm : axis == 2 ? h.ppComm : h.comm).get();
+      Communicator *c = rank_.host->commOf(op.axis).get();
       if (!c)
         throw UserError(where() + ": no communicator for the collective's mesh axis (virtual ranks; internal error)");
       c->reserve(floats); // (as the CPU backend's ranks: no collective allocates during a step)
@@ -701,8 +699,6 @@ void CudaEngine::launchLinearCe(Op &op, cudaStream_t s, void *scratch) {
 // the outputs copied back. The stream's thread waits for the stream, then for the other ranks.
 void CudaEngine::hostCollective(Op &op, cudaStream_t s) {
   const RankContext &h = *rank_.host;
-  const int axis = int(op.ins->num("axis", 0));
-  Communicator *c = (axis == 1 ? h.tpComm : axis == 2 ? h.ppComm : h.comm).get();
   char *at = static_cast<char *>(hostColl_[op.stream]);
   std::vector<CollectiveTensor> ts;
   for (size_t k = 0; k < op.rawIn.size(); ++k) {
@@ -714,10 +710,7 @@ void CudaEngine::hostCollective(Op &op, cudaStream_t s) {
     ts.push_back(CollectiveTensor{in, out, op.inType[k], op.inNumel[k], op.outNumel[k]});
   }
   BIGC_CK(cudaStreamSynchronize(s));
-  const CollectiveKind kind = op.kind == OpKind::AllReduce       ? CollectiveKind::AllReduce
-                              : op.kind == OpKind::ReduceScatter ? CollectiveKind::ReduceScatter
-                                                                 : CollectiveKind::AllGather;
-  c->run(axis == 1 ? h.tpLocal : axis == 2 ? h.ppLocal : h.local, kind, op.reduce, ts, where(op));
+  h.commOf(op.axis)->run(h.localOf(op.axis), op.collectiveKind(), op.reduce, ts, where(op));
   for (size_t k = 0; k < op.rawIn.size(); ++k)
     BIGC_CK(cudaMemcpyAsync(op.rawOut[k], ts[k].out, size_t(op.outNumel[k] * dtypeSize(op.outType[k])),
                             cudaMemcpyDefault, s));
@@ -727,8 +720,7 @@ void CudaEngine::hostCollective(Op &op, cudaStream_t s) {
 // between the stages' ranks) through the stream's pinned staging.
 void CudaEngine::hostSendRecv(Op &op, cudaStream_t s) {
   const RankContext &h = *rank_.host;
-  // The rank of stage `peer` with this rank's dp and tp indices.
-  const int peer = h.globalRank + int((op.peer - prog_.stage) * prog_.dp * prog_.tp);
+  const int peer = peerRank(op, h.globalRank);
   void *stage = hostColl_[op.stream];
   if (op.kind == OpKind::Send) { // (after the stream's earlier copies out of the staging: stream order)
     BIGC_CK(cudaMemcpyAsync(stage, op.rawIn[0], size_t(op.n), cudaMemcpyDefault, s));
