@@ -466,6 +466,90 @@ LogicalResult LayerNormGradOp::verify() {
   return success();
 }
 
+// ---- fused ops (BigcFusedOps.td): the rules of the pair each replaces --------------------------
+
+LogicalResult AddLayerNormOp::verify() {
+  auto x = shapeOf(getA());
+  if (x.empty()) return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(*this, {getA(), getR(), getW(), getB(), getS(), getY()}))) return failure();
+  if (failed(expectF32(*this, "result mean", getMean())) || failed(expectF32(*this, "result rstd", getRstd())))
+    return failure();
+  int64_t c = x.back();
+  if (failed(expectShape(*this, "r", getR(), x)) || failed(expectShape(*this, "weight", getW(), {c})) ||
+      failed(expectShape(*this, "bias", getB(), {c})) || failed(expectShape(*this, "result s", getS(), x)) ||
+      failed(expectShape(*this, "result y", getY(), x)) ||
+      failed(expectShape(*this, "result mean", getMean(), x.drop_back())) ||
+      failed(expectShape(*this, "result rstd", getRstd(), x.drop_back())))
+    return failure();
+  if (!(getEps().convertToDouble() > 0.0)) return emitOpError("eps must be positive");
+  return success();
+}
+
+LogicalResult AddRmsNormOp::verify() {
+  auto x = shapeOf(getA());
+  if (x.empty()) return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(*this, {getA(), getR(), getW(), getS(), getY()})) ||
+      failed(expectF32(*this, "result rstd", getRstd())))
+    return failure();
+  if (failed(expectShape(*this, "r", getR(), x)) || failed(expectShape(*this, "weight", getW(), {x.back()})) ||
+      failed(expectShape(*this, "result s", getS(), x)) || failed(expectShape(*this, "result y", getY(), x)) ||
+      failed(expectShape(*this, "result rstd", getRstd(), x.drop_back())))
+    return failure();
+  if (!(getEps().convertToDouble() > 0.0)) return emitOpError("eps must be positive");
+  return success();
+}
+
+LogicalResult LayerNormGradAddOp::verify() {
+  auto x = shapeOf(getX());
+  if (x.empty()) return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(*this, {getDy(), getX(), getW(), getR(), getDx(), getDw(), getDb()}))) return failure();
+  if (failed(expectF32(*this, "mean", getMean())) || failed(expectF32(*this, "rstd", getRstd()))) return failure();
+  int64_t c = x.back();
+  if (failed(expectShape(*this, "dy", getDy(), x)) || failed(expectShape(*this, "weight", getW(), {c})) ||
+      failed(expectShape(*this, "mean", getMean(), x.drop_back())) ||
+      failed(expectShape(*this, "rstd", getRstd(), x.drop_back())) || failed(expectShape(*this, "r", getR(), x)) ||
+      failed(expectShape(*this, "result dx", getDx(), x)) || failed(expectShape(*this, "result dw", getDw(), {c})) ||
+      failed(expectShape(*this, "result db", getDb(), {c})))
+    return failure();
+  return success();
+}
+
+LogicalResult RmsNormGradAddOp::verify() {
+  auto x = shapeOf(getX());
+  if (x.empty()) return emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(*this, {getDy(), getX(), getW(), getR(), getDx(), getDw()})) ||
+      failed(expectF32(*this, "rstd", getRstd())))
+    return failure();
+  if (failed(expectShape(*this, "dy", getDy(), x)) || failed(expectShape(*this, "weight", getW(), {x.back()})) ||
+      failed(expectShape(*this, "rstd", getRstd(), x.drop_back())) || failed(expectShape(*this, "r", getR(), x)) ||
+      failed(expectShape(*this, "result dx", getDx(), x)) ||
+      failed(expectShape(*this, "result dw", getDw(), {x.back()})))
+    return failure();
+  return success();
+}
+
+LogicalResult BiasGeluOp::verify() {
+  if (failed(verifyApproximate(*this, getApproximate()))) return failure();
+  if (failed(sameElementTypes(*this, {getX(), getB(), getPre(), getY()}))) return failure();
+  auto x = shapeOf(getX()), b = shapeOf(getB());
+  if (b.empty() || !isSuffixOf(b, x))
+    return emitOpError("bias shape ") << str(b) << " must be a non-empty suffix of the input shape " << str(x);
+  if (failed(expectShape(*this, "result pre", getPre(), x)) || failed(expectShape(*this, "result y", getY(), x)))
+    return failure();
+  return success();
+}
+
+LogicalResult GeluGradBiasOp::verify() {
+  if (failed(verifyApproximate(*this, getApproximate()))) return failure();
+  if (failed(sameElementTypes(*this, {getX(), getDy(), getDx(), getDb()}))) return failure();
+  auto x = shapeOf(getX()), db = shapeOf(getDb());
+  if (failed(expectShape(*this, "dy", getDy(), x)) || failed(expectShape(*this, "result dx", getDx(), x)))
+    return failure();
+  if (db.empty() || !isSuffixOf(db, x))
+    return emitOpError("result db shape ") << str(db) << " must be a non-empty suffix of the input shape " << str(x);
+  return success();
+}
+
 /// Checks qkv [B,T,3C] and `heads`; returns C.
 static FailureOr<int64_t> verifyQkv(Operation *op, Value qkv, int64_t heads) {
   auto s = shapeOf(qkv);

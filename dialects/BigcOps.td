@@ -605,5 +605,6 @@ def Bigc_CastOp : Bigc_DiffOp<"cast"> {
 include "BigcTransferOps.td" // copy, param_copy, wait (CPU offload, streams)
 include "BigcCollectiveOps.td" // all_reduce, reduce_scatter, all_gather (bigc-shard)
 include "BigcTensorParallelOps.td" // tp_copy, tp_all_reduce, ..., vocab_ce_* (bigc-tensor-parallel)
+include "BigcFusedOps.td" // add_layernorm, ..., gelu_grad_bias (bigc-fuse)
 
 #endif // BIGC_OPS_TD

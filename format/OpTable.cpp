@@ -55,6 +55,12 @@ const std::vector<OpSignature> &opSignatures() {
       {"recv", OpKind::Recv, 0, 0, 1, 1, 0, false},
       {"linear_ce_stats", OpKind::LinearCeStats, 3, 3, 2, 2, 0b100, false},
       {"linear_ce_stats_grad", OpKind::LinearCeStatsGrad, 5, 5, 3, 3, 0b1000, false},
+      {"add_layernorm", OpKind::AddLayernorm, 4, 4, 4, 4, 0, true},
+      {"add_rmsnorm", OpKind::AddRmsNorm, 3, 3, 3, 3, 0, true},
+      {"layernorm_grad_add", OpKind::LayernormGradAdd, 6, 6, 3, 3, 0, true},
+      {"rmsnorm_grad_add", OpKind::RmsNormGradAdd, 5, 5, 2, 2, 0, true},
+      {"bias_gelu", OpKind::BiasGelu, 2, 2, 2, 2, 0, true},
+      {"gelu_grad_bias", OpKind::GeluGradBias, 2, 2, 2, 2, 0, true},
   };
   return table;
 }
@@ -63,6 +69,19 @@ const OpSignature *findOpSignature(const std::string &name) {
   for (const auto &s : opSignatures())
     if (name == s.name) return &s;
   return nullptr;
+}
+
+bool mayAlias(const OpSignature &sig, size_t out, size_t in) {
+  if (!sig.inPlace) return false;
+  switch (sig.kind) {
+  case OpKind::AddLayernorm:
+  case OpKind::AddRmsNorm: return out == 0 && in <= 1;       // s over a or r
+  case OpKind::LayernormGradAdd: return out == 0 && in == 5; // dx over r
+  case OpKind::RmsNormGradAdd: return out == 0 && in == 4;   // dx over r
+  case OpKind::BiasGelu: return out == 0 && in == 0;         // pre over x
+  case OpKind::GeluGradBias: return out == 0 && in <= 1;     // dx over x or dy
+  default: return true;
+  }
 }
 
 // Which dtypes an operand may have (format doc, "Dtypes"): ids are i32; statistics (layernorm
@@ -77,6 +96,10 @@ OperandType operandType(OpKind k, bool isIn, size_t j) {
   case OpKind::CrossEntropyGrad: return isIn ? (j == 1 ? Want::I32 : j == 2 ? Want::F32 : Want::Float) : Want::Float;
   case OpKind::Layernorm: return !isIn && j >= 1 ? Want::F32 : Want::Float;
   case OpKind::LayernormGrad: return isIn && j >= 3 ? Want::F32 : Want::Float;
+  case OpKind::AddLayernorm: return !isIn && j >= 2 ? Want::F32 : Want::Float;
+  case OpKind::LayernormGradAdd: return isIn && (j == 3 || j == 4) ? Want::F32 : Want::Float;
+  case OpKind::AddRmsNorm: return !isIn && j == 2 ? Want::F32 : Want::Float;
+  case OpKind::RmsNormGradAdd: return isIn && j == 3 ? Want::F32 : Want::Float;
   case OpKind::Attention: return !isIn && j == 1 ? Want::F32 : Want::Float;
   case OpKind::AttentionGrad: return isIn && j == 3 ? Want::F32 : Want::Float;
   case OpKind::RmsNorm: return !isIn && j == 1 ? Want::F32 : Want::Float;

@@ -182,6 +182,49 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     wantShape(out(2), c, "db");
     break;
   }
+  case OpKind::AddLayernorm:
+  case OpKind::AddRmsNorm: {
+    const bool ln = sig.kind == OpKind::AddLayernorm;
+    const Buffer &x = in(0);
+    minRank(x, 1, "a");
+    std::vector<int64_t> c{x.shape.back()};
+    wantShape(in(1), x.shape, "r");
+    wantShape(in(2), c, "w");
+    if (ln) wantShape(in(3), c, "b");
+    wantShape(out(0), x.shape, "s");
+    wantShape(out(1), x.shape, "y");
+    for (size_t k = 2; k < ins->out.size(); ++k) wantShape(out(k), lead(x), ln && k == 2 ? "mean" : "rstd");
+    if (!(ins->num("eps", ln ? 1e-5 : 0) > 0)) bad("attribute 'eps' (a positive number) is required");
+    break;
+  }
+  case OpKind::LayernormGradAdd:
+  case OpKind::RmsNormGradAdd: {
+    const bool ln = sig.kind == OpKind::LayernormGradAdd;
+    const Buffer &x = in(1);
+    minRank(x, 1, "x");
+    std::vector<int64_t> c{x.shape.back()};
+    wantShape(in(0), x.shape, "dy");
+    wantShape(in(2), c, "w");
+    if (ln) wantShape(in(3), lead(x), "mean");
+    wantShape(in(ln ? 4 : 3), lead(x), "rstd");
+    wantShape(in(ln ? 5 : 4), x.shape, "r");
+    wantShape(out(0), x.shape, "dx");
+    wantShape(out(1), c, "dw");
+    if (ln) wantShape(out(2), c, "db");
+    break;
+  }
+  case OpKind::BiasGelu:
+    if (in(1).shape.empty() || !isSuffix(in(1).shape, in(0).shape))
+      bad("bias " + desc(in(1)) + " must be a non-empty suffix of x " + desc(in(0)));
+    sameShape(in(0), out(0), "pre");
+    sameShape(in(0), out(1), "y");
+    break;
+  case OpKind::GeluGradBias:
+    sameShape(in(0), in(1), "x and dy");
+    sameShape(in(0), out(0), "dx");
+    if (out(1).shape.empty() || !isSuffix(out(1).shape, in(0).shape))
+      bad("db " + desc(out(1)) + " must be a non-empty suffix of x " + desc(in(0)));
+    break;
   case OpKind::Attention:
   case OpKind::AttentionGrad: {
     bool grad = sig.kind == OpKind::AttentionGrad;

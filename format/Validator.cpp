@@ -36,11 +36,14 @@ void InstructionCheck::overlaps(const OpSignature &sig) const {
       const Buffer &x = in(i);
       if (x.id == y.id || !intersect(x, y)) continue;
       bool exact = x.offset == y.offset && x.bytes == y.bytes;
-      if (sig.inPlace && exact && (sig.kind == OpKind::Reshape || x.liveLast == int64_t(idx))) continue;
+      const bool may = mayAlias(sig, o, i);
+      if (may && exact && (sig.kind == OpKind::Reshape || x.liveLast == int64_t(idx))) continue;
       std::string why = !sig.inPlace ? std::string(" (") + sig.name + " does not work in place)"
-                        : !exact     ? std::string(" (in place needs exactly the same offset and size)")
-                                     : std::string(" (in place needs this to be the input's last use, "
-                                                       "but it is live until instruction ") +
+                        : !may       ? std::string(" (") + sig.name + "'s output " + std::to_string(o) +
+                                     " may not take the place of input " + std::to_string(i) + ")"
+                        : !exact ? std::string(" (in place needs exactly the same offset and size)")
+                                 : std::string(" (in place needs this to be the input's last use, "
+                                               "but it is live until instruction ") +
                                        std::to_string(x.liveLast) + ")";
       bad("output " + std::to_string(o) + " (" + desc(y) + " at offset " + std::to_string(y.offset) +
           ") overlaps input " + std::to_string(i) + " (" + desc(x) + " at offset " + std::to_string(x.offset) + ")" +

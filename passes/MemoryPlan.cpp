@@ -51,6 +51,21 @@ bool mlir::bigc::isInPlaceElementwise(Operation *op) {
   return isa<AddOp, BiasAddOp, MulOp, ScaleOp, GeluOp, GeluGradOp, SiluOp, SiluGradOp, SwigluOp, RopeOp>(op);
 }
 
+SmallVector<unsigned> mlir::bigc::inPlaceOperands(Operation *op, unsigned result) {
+  // (the program format's rule, rt::mayAlias: the fused ops' kernels allow these pairs)
+  if (isInPlaceElementwise(op) && op->getNumResults() == 1) {
+    SmallVector<unsigned> all;
+    for (unsigned k = 0; k < op->getNumOperands(); ++k) all.push_back(k);
+    return all;
+  }
+  if (result != 0) return {};
+  if (isa<AddLayerNormOp, AddRmsNormOp, GeluGradBiasOp>(op)) return {0, 1};
+  if (isa<LayerNormGradAddOp>(op)) return {5};
+  if (isa<RmsNormGradAddOp>(op)) return {4};
+  if (isa<BiasGeluOp>(op)) return {0};
+  return {};
+}
+
 func::FuncOp mlir::bigc::getTrainStep(ModuleOp module) { return module.lookupSymbol<func::FuncOp>("train_step"); }
 
 int64_t MemoryPlan::offsetOf(Value v) const {
@@ -267,10 +282,12 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncO
       g.unite(mp.valueId[rs.getX()], mp.valueId[rs.getY()]);
       continue;
     }
-    if (!isInPlaceElementwise(&op) || op.getNumResults() != 1) continue;
+    SmallVector<unsigned> candidates = inPlaceOperands(&op, 0);
+    if (candidates.empty()) continue;
     Value r = op.getResult(0);
     unsigned rid = mp.valueId[r];
-    for (Value operand : op.getOperands()) {
+    for (unsigned k : candidates) {
+      Value operand = op.getOperand(k);
       if (operand.getType() != r.getType()) continue;
       unsigned root = g.find(mp.valueId[operand]);
       const AliasGroup &d = g.data[root];

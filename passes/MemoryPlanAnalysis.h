@@ -84,6 +84,10 @@ func::FuncOp getTrainStep(ModuleOp module);
 /// Elementwise ops whose result may reuse the buffer of an operand that dies
 /// there (the in-place rule of docs/program-format.md).
 bool isInPlaceElementwise(Operation *op);
+/// The operands whose buffer result `result` of `op` may take over at their last use: every operand
+/// of an in-place elementwise op; the fused ops' allowed pairs (add_layernorm's sum over a or r,
+/// layernorm_grad_add's dx over r, bias_gelu's pre over x, gelu_grad_bias's dx over x or dy).
+SmallVector<unsigned> inPlaceOperands(Operation *op, unsigned result);
 
 } // namespace bigc
 } // namespace mlir

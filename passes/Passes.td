@@ -672,6 +672,43 @@ def BigcOffloadNvme : Pass<"bigc-offload-nvme", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+def BigcFuse : Pass<"bigc-fuse", "::mlir::ModuleOp"> {
+  let summary = "Pairs of memory-bound ops fused: residual add + norm, norm gradient + residual gradient, bias + GELU, GELU gradient + bias gradient";
+  let description = [{
+    Runs on @train_step after every technique (mixed precision, micro-batches,
+    pipeline stages, recomputation, ZeRO, offload) and before bigc-schedule
+    and bigc-memory-plan. Each pattern is a producer and the one op that
+    consumes it in the transformer block, two memory-bound ops whose
+    intermediate tensor is written and read back:
+
+      %s = bigc.add %a, %r;  %y, %m, %rs = bigc.layernorm %s, %w, %b
+        -> %s, %y, %m, %rs = bigc.add_layernorm %a, %r, %w, %b
+      (bigc.rmsnorm likewise -> bigc.add_rmsnorm)
+      %dx, %dw, %db = bigc.layernorm_grad ...;  %g = bigc.add %r, %dx
+        -> %g, %dw, %db = bigc.layernorm_grad_add ..., %r
+      (bigc.rmsnorm_grad likewise -> bigc.rmsnorm_grad_add)
+      %p = bigc.bias_add %x, %b;  %y = bigc.gelu %p
+        -> %p, %y = bigc.bias_gelu %x, %b
+      %dx = bigc.gelu_grad %x, %dy;  %db = bigc.reduce_sum %dx
+        -> %dx, %db = bigc.gelu_grad_bias %x, %dy
+
+    A pair is fused only when both ops carry the same discardable attributes
+    (phase, micro-batch, recompute, weight-gradient part of a zero-bubble
+    pipeline; the layer may differ), when the layernorm_grad's dx has no
+    other reader, and when the fused op can take the place of one of the two
+    without moving a use before its definition. The fused op computes what
+    the pair computes, with the intermediate rounded to the tensors' type as
+    the pair stores it: the program's numbers do not change. On the CUDA
+    backend a matmul followed by bias_gelu becomes one cuBLASLt GEMM with the
+    GELU_AUX_BIAS epilogue.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Scheduling and memory planning
 //===----------------------------------------------------------------------===//
 

@@ -143,6 +143,8 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
     return;
   }
   case TrainStage::Plan: {
+    // Pairs of memory-bound ops fused, once every technique has placed its ops.
+    if (o.fuse) pm.addPass(createBigcFuse());
     BigcScheduleOptions so;
     so.prefetch = o.prefetch;
     pm.addPass(createBigcSchedule(so));
@@ -173,6 +175,9 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<bool> fuseLoss{*this, "fuse-loss",
                         llvm::cl::desc("The LM head and the cross-entropy fused, the logits never stored"),
                         llvm::cl::init(false)};
+  Option<bool> fuse{*this, "fuse",
+                    llvm::cl::desc("Residual add + norm, bias + GELU and their gradients fused (bigc-fuse)"),
+                    llvm::cl::init(false)};
   Option<int64_t> lossChunk{*this, "loss-chunk", llvm::cl::desc("fuse-loss: vocabulary columns per chunk (0: picked)"),
                             llvm::cl::init(0)};
   Option<double> bucketMb{*this, "bucket-mb", llvm::cl::desc("Largest merged collective in MiB"), llvm::cl::init(25)};
@@ -239,6 +244,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
     c.sequenceParallel = sequenceParallel;
     c.padVocab = padVocab;
     c.fuseLoss = fuseLoss;
+    c.fuse = fuse;
     c.lossChunk = lossChunk;
     c.bucketMb = bucketMb;
     c.precision = precision;

@@ -5,7 +5,7 @@
 # tiny:  small GPTs in every precision and technique, and the tiny LLaMA (test/gpu/train.sh)
 # ranks: multi-rank programs of the tiny GPT and LLaMA (ZeRO, tensor parallelism) for test/gpu/ranks.sh
 # bench: gpt2 and gpt2-medium in bf16 for bench/gpu/run.sh (batch $BENCH_BATCH, default 16 x 1024),
-#        as compiled, with --pad-vocab 64, and with --pad-vocab 64 --fuse-loss
+#        as compiled, with --pad-vocab 64, with --pad-vocab 64 --fuse-loss, and with --fuse too
 set -euo pipefail
 BIN=$1
 OUT=$2
@@ -49,6 +49,13 @@ for set in $SETS; do
     c tiny-fp32-fuseloss odd --lr 3e-3 --fuse-loss
     c tiny-bf16-fuseloss odd --lr 3e-3 --fuse-loss --precision bf16
     c tiny-bf16-fuseloss-padvocab odd --lr 3e-3 --fuse-loss --pad-vocab 64 --precision bf16
+    # The fused pairs (--fuse): add + layernorm, layernorm_grad + add, bias + GELU (the GEMM's
+    # GELU_AUX_BIAS epilogue), GELU's gradient + bias gradient; with recompute, micro-batches and both
+    # fused losses; the LLaMA's add + rmsnorm below.
+    c tiny-fp32-fuse tiny --lr 3e-3 --fuse
+    c tiny-bf16-fuse tiny --lr 3e-3 --fuse --precision bf16
+    c tiny-fp16-fuse-recompute-k2 tiny --lr 3e-3 --fuse --precision fp16 --recompute full --micro-batches 2
+    c tiny-bf16-fuse-fuseloss-padvocab odd --lr 3e-3 --fuse --fuse-loss --pad-vocab 64 --precision bf16
     c mid-fp32 mid --lr 1e-3
     c mid-bf16 mid --lr 1e-3 --precision bf16
     c mid-fp16 mid --lr 1e-3 --precision fp16
@@ -58,6 +65,7 @@ for set in $SETS; do
     "$BIN/bigc" gen llama --preset tiny --window 24 -o "$OUT/llama-window.mlir" > /dev/null
     c llama-fp32 llama --lr 3e-3
     c llama-fp32-window-recompute llama-window --lr 3e-3 --recompute full
+    c llama-bf16-fuse llama --lr 3e-3 --precision bf16 --fuse
     c llama-bf16 llama --lr 3e-3 --precision bf16
     c llama-bf16-fuseloss llama --lr 3e-3 --precision bf16 --fuse-loss
     # A plan larger than any one GPU (13b in fp32: ~170 GiB of device arena).
@@ -86,6 +94,7 @@ for set in $SETS; do
     "$BIN/bigc" gen gpt --preset tiny --heads 8 --batch 4 --vocab 250 -o "$OUT/odd8.mlir" > /dev/null
     c ranks-tp2-fuseloss m --ranks 2 --tp 2 --fuse-loss
     c ranks-tp2-fuseloss-padvocab-bf16 odd8 --ranks 2 --tp 2 --fuse-loss --pad-vocab 64 --precision bf16
+    c ranks-tp2-sp-fuse-bf16 m --ranks 2 --tp 2 --sequence-parallel --fuse --precision bf16
     # Pipelines (virtual ranks only: send/recv are not on NCCL yet): 1F1B, zero-bubble, with tp 2.
     c ranks-pp2 m --ranks 2 --pp 2 --micro-batches 4
     c ranks-pp2-zb-bf16 m --ranks 2 --pp 2 --micro-batches 4 --pp-schedule zero-bubble --precision bf16
@@ -98,6 +107,7 @@ for set in $SETS; do
       c "$p-bf16" "$p" --precision bf16 --lr 3e-4 --device-mem 80G
       c "$p-bf16-pad" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64
       c "$p-bf16-pad-fuse" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --fuse-loss
+      c "$p-bf16-pad-fuse-all" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --fuse-loss --fuse
     done
     ;;
   *) echo "gpu-programs.sh: unknown set '$set' (tiny, ranks, bench)" >&2; exit 1 ;;

@@ -27,8 +27,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 for p in $PRESETS; do
   # The program as compiled plainly, and (where scripts/gpu-programs.sh wrote it) with the vocabulary
   # padded to a multiple of 64 (--pad-vocab 64: the LM head's GEMMs without staging), and padded with
-  # the LM head and loss fused (--fuse-loss: the logits never stored).
-  for v in bf16 bf16-pad bf16-pad-fuse; do
+  # the LM head and loss fused (--fuse-loss: the logits never stored), and with the pairs of
+  # memory-bound ops fused too (--fuse).
+  for v in bf16 bf16-pad bf16-pad-fuse bf16-pad-fuse-all; do
     prog=$P/$p-$v.bigc
     [ -e "$prog" ] || continue
     echo "== bigc $p ($v)" >&2
@@ -38,7 +39,8 @@ for p in $PRESETS; do
     "$PY" - "$OUT/$p.$v.bigc.jsonl" "$OUT/$p.$v.bigc.out" "$p" "$B" "$WARMUP" "$PEAK" "$v" >> "$RES" <<'PY'
 import json, re, statistics, sys
 log, out, preset, B, warm, peak = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
-impl = {"bf16": "bigc", "bf16-pad": "bigc --pad-vocab 64", "bf16-pad-fuse": "bigc --pad-vocab 64 --fuse-loss"}[sys.argv[7]]
+impl = {"bf16": "bigc", "bf16-pad": "bigc --pad-vocab 64", "bf16-pad-fuse": "bigc --pad-vocab 64 --fuse-loss",
+        "bf16-pad-fuse-all": "bigc --pad-vocab 64 --fuse-loss --fuse"}[sys.argv[7]]
 rows = [json.loads(l) for l in open(log) if l.strip()][warm:]
 text = open(out).read()
 params = int(re.search(r"cuda backend, (\d+) parameters", text).group(1))

@@ -20,6 +20,8 @@
 //   cross_entropy_grad                         8  per logit (softmax 6, minus one-hot and scale 2)
 //   linear_ce_stats                           2NCV + 6 per logit; its grad 6NCV + 4 per logit (the
 //                                              logits recomputed, then dh and dw)
+//   add_layernorm, add_rmsnorm, layernorm_grad_add, rmsnorm_grad_add, bias_gelu, gelu_grad_bias
+//                                             the pair's (bigc-fuse): 1 + the norm's or GELU's
 //   global_norm                                2  per input element
 //   check_finite                               1  per input element
 //   adamw                                     16  per parameter element
@@ -122,6 +124,18 @@ OpCost mlir::bigc::opCost(Operation *op) {
     c.flops = 14 * elements(op->getOperand(1));
   } else if (name == "gelu") {
     c.flops = 12 * n0;
+  } else if (name == "add_layernorm") {
+    c.flops = 9 * elements(op->getOperand(0));
+  } else if (name == "add_rmsnorm") {
+    c.flops = 5 * elements(op->getOperand(0));
+  } else if (name == "layernorm_grad_add") {
+    c.flops = 15 * elements(op->getOperand(1));
+  } else if (name == "rmsnorm_grad_add") {
+    c.flops = 10 * elements(op->getOperand(1));
+  } else if (name == "bias_gelu") {
+    c.flops = 13 * n0;
+  } else if (name == "gelu_grad_bias") {
+    c.flops = 19 * n0;
   } else if (name == "gelu_grad") {
     c.flops = 18 * n0;
   } else if (name == "attention") {

@@ -107,7 +107,7 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
 bool sameTechniques(const CompileOptions &a, const CompileOptions &b) {
   return a.precision == b.precision && a.microBatches == b.microBatches && a.recompute == b.recompute &&
          a.offload == b.offload && a.memoryBudget == b.memoryBudget && a.zero == b.zero && a.tp == b.tp &&
-         a.pp == b.pp && a.sequenceParallel == b.sequenceParallel && a.fuseLoss == b.fuseLoss &&
+         a.pp == b.pp && a.sequenceParallel == b.sequenceParallel && a.fuseLoss == b.fuseLoss && a.fuse == b.fuse &&
          a.padVocab == b.padVocab;
 }
 

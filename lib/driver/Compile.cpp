@@ -364,6 +364,12 @@ const Flag kFlags[] = {
      [](CompileOptions &o, const Value &v) {
        if ((o.lossChunk = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.lossChunk));
      }},
+    {"--fuse", false, "--fuse",
+     "pairs of memory-bound ops fused (bigc-fuse): the residual add and\n"
+     "the norm after it, the norm's gradient and the residual gradient,\n"
+     "bias and GELU, GELU's gradient and the bias gradient; the same\n"
+     "numbers, one tensor less written and read per pair",
+     [](CompileOptions &o, const Value &) { o.fuse = true; }},
     {"--pp", true, "--pp P",
      "pipeline parallelism: the layers split into P stages, one per\n"
      "group of ranks (the mesh is dp x tp x pp = ranks), balanced by the\n"

@@ -164,6 +164,30 @@ FusedLoss fusedLossOf(const rt::Program &whole) {
   return f;
 }
 
+// The fused pairs of ops (bigc-fuse): instructions by name, this program's and its stages', and the
+// bytes of memory traffic they save per step: the value between the pair's two ops read back once
+// (add + norm, bias + GELU, GELU's gradient + bias gradient), or written and read back (a norm's
+// gradient + the residual's).
+struct FusedPairs {
+  std::map<std::string, int64_t> count;
+  int64_t total = 0, savedBytes = 0;
+};
+FusedPairs fusedPairsOf(const rt::Program &whole) {
+  FusedPairs f;
+  for (size_t st = 0; st <= whole.stages.size(); ++st) {
+    const rt::Program &p = st == 0 ? whole : whole.stages[st - 1];
+    for (const auto &ins : p.instructions) {
+      const bool twice = ins.op == "layernorm_grad_add" || ins.op == "rmsnorm_grad_add";
+      if (!twice && ins.op != "add_layernorm" && ins.op != "add_rmsnorm" && ins.op != "bias_gelu" &&
+          ins.op != "gelu_grad_bias")
+        continue;
+      ++f.count[ins.op], ++f.total;
+      if (!ins.out.empty()) f.savedBytes += (twice ? 2 : 1) * p.buffers[size_t(ins.out[0])].bytes;
+    }
+  }
+  return f;
+}
+
 // The padded vocabulary (bigc-pad-vocab): the model's rows and the padded ones, the weights padded
 // (by name, once), and the bytes of padding over every persistent tensor (whole tensors: weights,
 // their copies, the optimizer's moments), this program's and its stages' (a tied weight in each).
@@ -710,6 +734,13 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       << (fl.count > 1 ? " in each of " + std::to_string(fl.count) + " micro-batches" : std::string()) << "; workspace "
       << humanBytes(fl.workspaceBytes) << "\n";
 
+  if (FusedPairs fp = fusedPairsOf(p); fp.total > 0) {
+    o << "fused pairs (--fuse): " << fp.total << " instructions (";
+    bool first = true;
+    for (const auto &[name, n] : fp.count) o << (first ? "" : ", ") << name << " x" << n, first = false;
+    o << "); " << humanBytes(fp.savedBytes) << " less memory traffic per step (values not written or read back)\n";
+  }
+
   if (VocabPadding vp = vocabPaddingOf(p); vp.vocab > 0) {
     o << "vocabulary padded (--pad-vocab): " << withCommas(vp.vocab) << " -> " << withCommas(vp.padded) << " rows of ";
     for (size_t k = 0; k < vp.weights.size(); ++k) o << (k ? ", " : "") << vp.weights[k];
@@ -888,6 +919,8 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
     j["fused_loss"] = {{"instructions", fl.count},       {"positions", fl.positions},
                        {"columns", fl.columns},          {"chunk", fl.chunk},
                        {"logits_bytes", fl.logitsBytes}, {"workspace_bytes", fl.workspaceBytes}};
+  if (FusedPairs fp = fusedPairsOf(p); fp.total > 0)
+    j["fused_pairs"] = {{"instructions", fp.count}, {"saved_bytes", fp.savedBytes}};
   if (VocabPadding vp = vocabPaddingOf(p); vp.vocab > 0)
     j["vocab_padding"] = {
         {"vocabulary", vp.vocab}, {"padded", vp.padded}, {"weights", vp.weights}, {"bytes", vp.bytes}};

@@ -28,6 +28,16 @@ struct Executor::Op : BoundOp {
 };
 
 namespace {
+// The fused ops (bigc-fuse) round the value between their two halves as the unfused pair stores
+// it: to the type of their first output.
+cpu::Round roundOf(const BoundOp &op) {
+  switch (op.outType[0]) {
+  case DType::BF16: return cpu::Round::BF16;
+  case DType::F16: return cpu::Round::F16;
+  default: return cpu::Round::None;
+  }
+}
+
 // Ops that read and write their operands in their stored dtypes themselves (no staging): on the
 // CPU also the embedding (rows copied or converted) and tp_slice (bytes).
 bool direct(OpKind k) { return handlesOwnDtypes(k) || k == OpKind::Embedding || k == OpKind::TpSlice; }
@@ -310,6 +320,22 @@ void Executor::launch(BoundOp &bound) {
   case OpKind::Layernorm: cpu::layernorm(fi(0), fi(1), fi(2), fo(0), fo(1), fo(2), op.N, op.C, op.value); break;
   case OpKind::LayernormGrad:
     cpu::layernormGrad(fi(0), fi(1), fi(2), fi(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C);
+    break;
+  case OpKind::AddLayernorm:
+    cpu::addLayernorm(fi(0), fi(1), fi(2), fi(3), fo(0), fo(1), fo(2), fo(3), op.N, op.C, op.value, roundOf(op));
+    break;
+  case OpKind::AddRmsNorm:
+    cpu::addRmsnorm(fi(0), fi(1), fi(2), fo(0), fo(1), fo(2), op.N, op.C, op.value, roundOf(op));
+    break;
+  case OpKind::LayernormGradAdd:
+    cpu::layernormGrad(fi(0), fi(1), fi(2), fi(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C, fi(5), roundOf(op));
+    break;
+  case OpKind::RmsNormGradAdd:
+    cpu::rmsnormGrad(fi(0), fi(1), fi(2), fi(3), fo(0), fo(1), op.N, op.C, fi(4), roundOf(op));
+    break;
+  case OpKind::BiasGelu: cpu::biasGelu(fi(0), fi(1), fo(0), fo(1), op.rows, op.cols, op.exact, roundOf(op)); break;
+  case OpKind::GeluGradBias:
+    cpu::geluGradBias(fi(0), fi(1), fo(0), fo(1), op.rows, op.cols, op.exact, roundOf(op));
     break;
   case OpKind::Gelu: cpu::gelu(fi(0), fo(0), op.n, op.exact); break;
   case OpKind::GeluGrad: cpu::geluGrad(fi(0), fi(1), fo(0), op.n, op.exact); break;

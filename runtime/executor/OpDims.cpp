@@ -102,9 +102,31 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
     d.cols = out(0).numel();
     d.rows = d.cols ? in(0).numel() / d.cols : 0;
     break;
+  case OpKind::BiasGelu:
+    d.cols = in(1).numel();
+    d.n = in(0).numel();
+    d.rows = d.cols ? d.n / d.cols : 0;
+    d.exact = ins.flag("exact");
+    break;
+  case OpKind::GeluGradBias:
+    d.cols = out(1).numel();
+    d.n = in(0).numel();
+    d.rows = d.cols ? d.n / d.cols : 0;
+    d.exact = ins.flag("exact");
+    break;
+  case OpKind::AddRmsNorm:
+  case OpKind::RmsNormGradAdd: {
+    const Buffer &x = kind == OpKind::AddRmsNorm ? in(0) : in(1);
+    d.C = x.shape.back();
+    d.N = d.C ? x.numel() / d.C : 0;
+    d.value = float(ins.num("eps", 1e-6));
+    break;
+  }
   case OpKind::Layernorm:
-  case OpKind::LayernormGrad: {
-    const Buffer &x = kind == OpKind::Layernorm ? in(0) : in(1);
+  case OpKind::LayernormGrad:
+  case OpKind::AddLayernorm:
+  case OpKind::LayernormGradAdd: {
+    const Buffer &x = kind == OpKind::Layernorm || kind == OpKind::AddLayernorm ? in(0) : in(1);
     d.C = x.shape.back();
     d.N = d.C ? x.numel() / d.C : 0;
     d.value = float(ins.num("eps", 1e-5));

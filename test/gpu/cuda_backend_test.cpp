@@ -211,6 +211,61 @@ TEST(CudaKernels, MatmulThenBiasAddInPlaceFusesIntoTheEpilogue) {
   }
 }
 
+// The fused pairs of bigc-fuse against the CPU backend's (which equal the unfused pairs bit for bit:
+// test/e2e/fuse.sh), each dtype: the norms with a second input, the norm gradients with the
+// residual's, bias + GELU (tanh and exact) and GELU's gradient with the bias gradient; then the
+// in-place forms (sum over a, dx over r, pre over x) and a matmul whose bias_gelu becomes the
+// GELU_AUX_BIAS epilogue.
+TEST(CudaKernels, FusedPairs) {
+  REQUIRE_GPU();
+  for (DType t : kTypes) {
+    SCOPED_TRACE(dtypeName(t));
+    OneOp o;
+    const int64_t B = 3, T = 15, C = 200;
+    int64_t a = o.input("a", {B, T, C}, t, 2.0), r = o.input("r", {B, T, C}, t), w = o.input("w", {C}, t);
+    int64_t bb = o.input("b", {C}, t), dy = o.input("dy", {B, T, C}, t);
+    int64_t s = o.output("s", {B, T, C}, t), y = o.output("y", {B, T, C}, t);
+    int64_t mean = o.output("mean", {B, T}), rstd = o.output("rstd", {B, T});
+    int64_t s2 = o.output("s2", {B, T, C}, t), y2 = o.output("y2", {B, T, C}, t), rstd2 = o.output("rstd2", {B, T});
+    int64_t g = o.output("g", {B, T, C}, t), dw = o.output("dw", {C}, t), db = o.output("db", {C}, t);
+    int64_t g2 = o.output("g2", {B, T, C}, t), dw2 = o.output("dw2", {C}, t);
+    o.b.inst("add_layernorm", {a, r, w, bb}, {s, y, mean, rstd}, {{"eps", num(1e-5)}});
+    o.b.inst("add_rmsnorm", {a, r, w}, {s2, y2, rstd2}, {{"eps", num(1e-6)}});
+    o.b.inst("layernorm_grad_add", {dy, s, w, mean, rstd, r}, {g, dw, db});
+    o.b.inst("rmsnorm_grad_add", {dy, s2, w, rstd2, r}, {g2, dw2});
+    for (int exact : {0, 1}) {
+      const std::string k = exact ? "_exact" : "";
+      int64_t pre = o.output("pre" + k, {B, T, C}, t), ge = o.output("gelu" + k, {B, T, C}, t);
+      int64_t gd = o.output("dpre" + k, {B, T, C}, t), gdb = o.output("dbias" + k, {C}, t);
+      o.b.inst("bias_gelu", {a, bb}, {pre, ge},
+               exact ? std::map<std::string, Attr>{{"exact", num(1)}} : std::map<std::string, Attr>{});
+      o.b.inst("gelu_grad_bias", {pre, dy}, {gd, gdb},
+               exact ? std::map<std::string, Attr>{{"exact", num(1)}} : std::map<std::string, Attr>{});
+    }
+    o.check(tolFor(t));
+  }
+  for (DType t : kTypes) { // in place; the matmul + bias_gelu epilogue (N = 96: a multiple of 8)
+    SCOPED_TRACE(std::string("in place, ") + dtypeName(t));
+    OneOp o;
+    int64_t x = o.input("x", {4, 32, 64}, t), wm = o.input("wm", {64, 96}, t), bias = o.input("bias", {96}, t);
+    int64_t r = o.input("r", {4, 32, 64}, t), w = o.input("w", {64}, t), bb = o.input("b", {64}, t);
+    int64_t dy = o.input("dy", {4, 32, 64}, t);
+    int64_t h = o.b.buffer("h", {4, 32, 96}, "activation", t);
+    int64_t pre = o.output("pre", {4, 32, 96}, t), ge = o.output("gelu", {4, 32, 96}, t);
+    int64_t a = o.b.buffer("a", {4, 32, 64}, "activation", t), rr = o.b.buffer("rr", {4, 32, 64}, "activation", t);
+    int64_t s = o.output("s", {4, 32, 64}, t), y = o.output("y", {4, 32, 64}, t);
+    int64_t mean = o.output("mean", {4, 32}), rstd = o.output("rstd", {4, 32});
+    int64_t g = o.output("g", {4, 32, 64}, t), dw = o.output("dw", {64}, t), db = o.output("db", {64}, t);
+    o.b.inst("matmul", {x, wm}, {h});
+    o.b.inst("bias_gelu", {h, bias}, {pre, ge});
+    o.b.inst("scale", {x}, {a}, {{"factor", num(1.0)}});
+    o.b.inst("scale", {r}, {rr}, {{"factor", num(0.5)}});
+    o.b.inst("add_layernorm", {a, r, w, bb}, {s, y, mean, rstd}, {{"eps", num(1e-5)}});
+    o.b.inst("layernorm_grad_add", {dy, s, w, mean, rstd, rr}, {g, dw, db});
+    o.check(tolFor(t), {{pre, h}, {s, a}, {g, rr}});
+  }
+}
+
 TEST(CudaKernels, MatmulWithUnalignedRowsRunsInChunks) {
   REQUIRE_GPU();
   // An LM head's shapes with an odd vocabulary (rows of 4099 elements are not 16-byte aligned):

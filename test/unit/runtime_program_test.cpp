@@ -52,8 +52,11 @@ TEST(RuntimeProgram, DTypes) {
 }
 
 TEST(RuntimeProgram, OpTableCoversTheFormat) {
-  EXPECT_EQ(opSignatures().size(), 49u);
+  EXPECT_EQ(opSignatures().size(), 55u);
   for (const char *f : {"linear_ce_stats", "linear_ce_stats_grad"}) EXPECT_NE(findOpSignature(f), nullptr) << f;
+  for (const char *f :
+       {"add_layernorm", "add_rmsnorm", "layernorm_grad_add", "rmsnorm_grad_add", "bias_gelu", "gelu_grad_bias"})
+    EXPECT_NE(findOpSignature(f), nullptr) << f;
   for (const char *pp : {"send", "recv"}) EXPECT_NE(findOpSignature(pp), nullptr) << pp;
   for (const char *l : {"rmsnorm", "rmsnorm_grad", "rope", "silu", "silu_grad", "swiglu", "swiglu_grad",
                         "gqa_attention", "gqa_attention_grad"})
@@ -340,6 +343,29 @@ TEST(RuntimeProgram, InPlaceAliasing) {
   b3.p.instructions[1].op = "transpose";
   b3.p.instructions[1].attrs["perm"] = ProgramBuilder::list({0, 1, 2});
   EXPECT_ERROR_HAS(validateError(b3.finish({{y, x}})), "transpose does not work in place");
+
+  // A fused op (bigc-fuse) takes the places its kernel allows: bias_gelu's pre over x, not its y.
+  auto fused = [&](int64_t out) {
+    ProgramBuilder f(1, 2, 4);
+    int64_t ftok = f.buffer("tokens", {1, 2}, "input", DType::I32);
+    int64_t ftgt = f.buffer("targets", {1, 2}, "input", DType::I32);
+    int64_t fwte = f.param("wte.weight", {4, 4}, 0.02);
+    int64_t bias = f.param("b", {4}, 0.02);
+    int64_t fx = f.buffer("x", {1, 2, 4}, "activation");
+    int64_t pre = f.buffer("pre", {1, 2, 4}, "activation");
+    int64_t fy = f.buffer("y", {1, 2, 4}, "activation");
+    int64_t s = f.buffer("s", {1, 2, 4}, "activation");
+    int64_t floss = f.buffer("loss", {}, "activation");
+    f.p.tokenInputs = {ftok}, f.p.targetInputs = {ftgt}, f.p.loss = floss;
+    f.inst("embedding", {fwte, ftok}, {fx});
+    f.inst("bias_gelu", {fx, bias}, {pre, fy});
+    f.inst("add", {pre, fy}, {s});
+    f.inst("cross_entropy", {s, ftgt}, {floss});
+    return f.finish({{out == 0 ? pre : fy, fx}});
+  };
+  EXPECT_EQ(validateError(fused(0)), "");
+  EXPECT_ERROR_HAS(validateError(fused(1)), "instruction 1 (bias_gelu",
+                   "bias_gelu's output 1 may not take the place of input 0");
 }
 
 TEST(RuntimeProgram, MatmulForms) {

@@ -64,6 +64,13 @@ enum class OpKind {
   // the LM head fused with the loss's statistics (bigc-fuse-loss)
   LinearCeStats,
   LinearCeStatsGrad,
+  // pairs of ops fused (bigc-fuse): the same numbers, one pass over memory
+  AddLayernorm,
+  AddRmsNorm,
+  LayernormGradAdd,
+  RmsNormGradAdd,
+  BiasGelu,
+  GeluGradBias,
 };
 
 struct OpSignature {
@@ -81,6 +88,10 @@ struct OpSignature {
 const std::vector<OpSignature> &opSignatures();
 // nullptr when `name` is not an op.
 const OpSignature *findOpSignature(const std::string &name);
+// Whether output `out` may share the memory of input `in` (an in-place op, at the input's last use):
+// every input for the single-output in-place ops; for the fused ops, the pairs their kernels
+// allow (add_layernorm's sum over a or r, layernorm_grad_add's dx over r, bias_gelu's pre over x, ...).
+bool mayAlias(const OpSignature &sig, size_t out, size_t in);
 
 // The dtype an operand must have (format doc, "Dtypes"): ids are I32; statistics (layernorm
 // mean/rstd, attention lse), scalars, AdamW's master weight, moments and optional scalars are

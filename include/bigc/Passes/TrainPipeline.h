@@ -76,6 +76,7 @@ struct TrainPipelineConfig {
   int64_t padVocab = 0; ///< the vocabulary padded to a multiple of this x tp (0: not padded)
   // bigc-fuse-loss
   bool fuseLoss = false; ///< the LM head + cross-entropy in vocabulary chunks, the logits never stored
+  bool fuse = false;     ///< bigc-fuse: residual add + norm, bias + GELU and their gradients, one op each
   int64_t lossChunk = 0; ///< vocabulary columns per chunk (0: picked by the pass)
   // bigc-mixed-precision
   Precision precision = Precision::FP32;

@@ -9,6 +9,11 @@
 
 namespace bigc::rt::cpu {
 
+// How the fused kernels (bigc-fuse) round the value the unfused pair stores between its two ops:
+// not at all (f32 tensors) or to the 16-bit type of the tensors, so that the fused op's numbers are
+// the pair's.
+enum class Round { None, BF16, F16 };
+
 // y[n, :] = table[ids[n], :] for n < N. Returns the index of the first id outside [0, V), or -1.
 int64_t embedding(const float *table, const int32_t *ids, float *y, int64_t N, int64_t V, int64_t C);
 // dtable = 0; dtable[ids[n], :] += dy[n, :].
@@ -31,8 +36,12 @@ void fill(float *y, float value, int64_t n);
 
 void layernorm(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd, int64_t N, int64_t C,
                float eps);
+// `res` (layernorm_grad_add): dx = res + dx rounded by `t`; dx may be res.
 void layernormGrad(const float *dy, const float *x, const float *w, const float *mean, const float *rstd, float *dx,
-                   float *dw, float *db, int64_t N, int64_t C);
+                   float *dw, float *db, int64_t N, int64_t C, const float *res = nullptr, Round t = Round::None);
+// add_layernorm: s = a + r (rounded by t), then the layernorm of s; s may be a or r.
+void addLayernorm(const float *a, const float *r, const float *w, const float *b, float *s, float *y, float *mean,
+                  float *rstd, int64_t N, int64_t C, float eps, Round t);
 
 // GELU, tanh approximation; `exact`: x * Phi(x) (erf).
 void gelu(const float *x, float *y, int64_t n, bool exact = false);
@@ -47,7 +56,14 @@ void swigluGrad(const float *g, const float *u, const float *dy, float *dg, floa
 // RMSNorm over rows of C: rstd = 1/sqrt(mean(x^2) + eps), y = (x * rstd) * w.
 void rmsnorm(const float *x, const float *w, float *y, float *rstd, int64_t N, int64_t C, float eps);
 void rmsnormGrad(const float *dy, const float *x, const float *w, const float *rstd, float *dx, float *dw, int64_t N,
-                 int64_t C);
+                 int64_t C, const float *res = nullptr, Round t = Round::None);
+void addRmsnorm(const float *a, const float *r, const float *w, float *s, float *y, float *rstd, int64_t N, int64_t C,
+                float eps, Round t);
+// bias_gelu: pre = x + b (rounded by t; pre may be x), y = gelu(pre). gelu_grad_bias: dx = dy gelu'(x)
+// (rounded by t; dx may be x or dy), db[j] = sum_i dx[i, j].
+void biasGelu(const float *x, const float *b, float *pre, float *y, int64_t rows, int64_t cols, bool exact, Round t);
+void geluGradBias(const float *x, const float *dy, float *dx, float *db, int64_t rows, int64_t cols, bool exact,
+                  Round t);
 
 // Rotary embeddings of x [B,T,C] with heads of D columns (docs/frontend.md): token t, frequency
 // i < D/2 rotated by a = f32(invFreq[i]) * f32(t) (by -a when `inverse`), times `scale`. y may be x.

@@ -16,6 +16,7 @@
 //   input exactly.
 #include "bigc/Runtime/kernels.h"
 #include "bigc/Runtime/fast_math.h"
+#include "bigc/Runtime/half.h"
 
 #include <algorithm>
 #include <cblas.h>
@@ -164,33 +165,65 @@ void fill(float *y, float value, int64_t n) {
 // ---------------------------------------------------------------------------------------------
 // LayerNorm
 
+namespace {
+// One row of layernorm (layernorm and add_layernorm run the same code on each row).
+inline void layernormRow(const float *xr, const float *w, const float *b, float *yr, float *mean, float *rstd,
+                         int64_t n, int64_t C, float eps) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < C; ++j) s += xr[j];
+  const float m = s / static_cast<float>(C);
+  float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+  for (int64_t j = 0; j < C; ++j) {
+    const float d = xr[j] - m;
+    v += d * d;
+  }
+  v /= static_cast<float>(C);
+  const float rs = 1.0f / std::sqrt(v + eps);
+#pragma omp simd
+  for (int64_t j = 0; j < C; ++j) yr[j] = (xr[j] - m) * rs * w[j] + b[j];
+  if (mean) mean[n] = m;
+  if (rstd) rstd[n] = rs;
+}
+
+// v as the 16-bit type `r` stores it (r = None: v).
+inline float rounded(float v, Round r) {
+  switch (r) {
+  case Round::BF16: return bf16ToF32(f32ToBf16(v));
+  case Round::F16: return f16ToF32(f32ToF16(v));
+  default: return v;
+  }
+}
+inline void roundAll(float *x, int64_t n, Round r) {
+  if (r == Round::None) return;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) x[i] = rounded(x[i], r);
+}
+} // namespace
+
 void layernorm(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd, int64_t N, int64_t C,
                float eps) {
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) layernormRow(x + n * C, w, b, y + n * C, mean, rstd, n, C, eps);
+}
+
+void addLayernorm(const float *a, const float *r, const float *w, const float *b, float *s, float *y, float *mean,
+                  float *rstd, int64_t N, int64_t C, float eps, Round t) {
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const float *xr = x + n * C;
-    float *yr = y + n * C;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < C; ++j) s += xr[j];
-    const float m = s / static_cast<float>(C);
-    float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-    for (int64_t j = 0; j < C; ++j) {
-      const float d = xr[j] - m;
-      v += d * d;
-    }
-    v /= static_cast<float>(C);
-    const float rs = 1.0f / std::sqrt(v + eps);
+    const float *ar = a + n * C, *rr = r + n * C;
+    float *sr = s + n * C;
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j) yr[j] = (xr[j] - m) * rs * w[j] + b[j];
-    if (mean) mean[n] = m;
-    if (rstd) rstd[n] = rs;
+    for (int64_t j = 0; j < C; ++j) sr[j] = ar[j] + rr[j];
+    if (t != Round::None)
+      for (int64_t j = 0; j < C; ++j) sr[j] = rounded(sr[j], t);
+    layernormRow(sr, w, b, y + n * C, mean, rstd, n, C, eps);
   }
 }
 
 void layernormGrad(const float *dy, const float *x, const float *w, const float *mean, const float *rstd, float *dx,
-                   float *dw, float *db, int64_t N, int64_t C) {
+                   float *dw, float *db, int64_t N, int64_t C, const float *res, Round t) {
   // dw, db first (each thread owns a block of columns; overwritten, not accumulated), so that
   // dy and x are fully read before dx is written.
   const int64_t nBlocks = (C + kColBlock - 1) / kColBlock;
@@ -229,10 +262,19 @@ void layernormGrad(const float *dy, const float *x, const float *w, const float 
       sDN += dn * ((xr[j] - m) * rs);
     }
     const float mD = sD / static_cast<float>(C), mDN = sDN / static_cast<float>(C);
+    if (!res) {
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j) {
-      const float norm = (xr[j] - m) * rs;
-      dxr[j] = rs * (dyr[j] * w[j] - mD - norm * mDN);
+      for (int64_t j = 0; j < C; ++j) {
+        const float norm = (xr[j] - m) * rs;
+        dxr[j] = rs * (dyr[j] * w[j] - mD - norm * mDN);
+      }
+    } else { // layernorm_grad_add: dx as stored, plus the residual's gradient (dx may be res)
+      const float *rr = res + n * C;
+#pragma omp simd
+      for (int64_t j = 0; j < C; ++j) {
+        const float norm = (xr[j] - m) * rs;
+        dxr[j] = rounded(rs * (dyr[j] * w[j] - mD - norm * mDN), t) + rr[j];
+      }
     }
   }
 }
@@ -316,24 +358,40 @@ void swigluGrad(const float *g, const float *u, const float *dy, float *dg, floa
   }
 }
 
+namespace {
+inline void rmsnormRow(const float *xr, const float *w, float *yr, float *rstd, int64_t n, int64_t C, float eps) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < C; ++j) s += xr[j] * xr[j];
+  const float rs = 1.0f / std::sqrt(s / static_cast<float>(C) + eps);
+#pragma omp simd
+  for (int64_t j = 0; j < C; ++j) yr[j] = w[j] * (xr[j] * rs);
+  if (rstd) rstd[n] = rs;
+}
+} // namespace
+
 void rmsnorm(const float *x, const float *w, float *y, float *rstd, int64_t N, int64_t C, float eps) {
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) rmsnormRow(x + n * C, w, y + n * C, rstd, n, C, eps);
+}
+
+void addRmsnorm(const float *a, const float *r, const float *w, float *s, float *y, float *rstd, int64_t N, int64_t C,
+                float eps, Round t) {
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const float *xr = x + n * C;
-    float *yr = y + n * C;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < C; ++j) s += xr[j] * xr[j];
-    const float rs = 1.0f / std::sqrt(s / static_cast<float>(C) + eps);
+    const float *ar = a + n * C, *rr = r + n * C;
+    float *sr = s + n * C;
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j) yr[j] = w[j] * (xr[j] * rs);
-    if (rstd) rstd[n] = rs;
+    for (int64_t j = 0; j < C; ++j) sr[j] = ar[j] + rr[j];
+    if (t != Round::None)
+      for (int64_t j = 0; j < C; ++j) sr[j] = rounded(sr[j], t);
+    rmsnormRow(sr, w, y + n * C, rstd, n, C, eps);
   }
 }
 
 // y = w * xh, xh = x r: dw = sum_rows dy xh; dx = r (dxh - xh mean(dxh xh)), dxh = dy w.
 void rmsnormGrad(const float *dy, const float *x, const float *w, const float *rstd, float *dx, float *dw, int64_t N,
-                 int64_t C) {
+                 int64_t C, const float *res, Round t) {
   const int64_t nBlocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t blk = 0; blk < nBlocks; ++blk) {
@@ -357,9 +415,29 @@ void rmsnormGrad(const float *dy, const float *x, const float *w, const float *r
 #pragma omp simd reduction(+ : sDN)
     for (int64_t j = 0; j < C; ++j) sDN += (dyr[j] * w[j]) * (xr[j] * rs);
     const float mDN = sDN / static_cast<float>(C);
+    if (!res) {
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j) dxr[j] = rs * (dyr[j] * w[j] - (xr[j] * rs) * mDN);
+      for (int64_t j = 0; j < C; ++j) dxr[j] = rs * (dyr[j] * w[j] - (xr[j] * rs) * mDN);
+    } else { // rmsnorm_grad_add (dx may be res)
+      const float *rr = res + n * C;
+#pragma omp simd
+      for (int64_t j = 0; j < C; ++j) dxr[j] = rounded(rs * (dyr[j] * w[j] - (xr[j] * rs) * mDN), t) + rr[j];
+    }
   }
+}
+
+// The unfused pairs' kernels in turn, the intermediate rounded as the pair stores it.
+void biasGelu(const float *x, const float *b, float *pre, float *y, int64_t rows, int64_t cols, bool exact, Round t) {
+  biasAdd(x, b, pre, rows, cols);
+  roundAll(pre, rows * cols, t);
+  gelu(pre, y, rows * cols, exact);
+}
+
+void geluGradBias(const float *x, const float *dy, float *dx, float *db, int64_t rows, int64_t cols, bool exact,
+                  Round t) {
+  geluGrad(x, dy, dx, rows * cols, exact);
+  roundAll(dx, rows * cols, t);
+  reduceSum(dx, db, rows, cols);
 }
 
 void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq, float scale,

@@ -191,6 +191,41 @@ void CudaEngine::bindKernel(Op &op) {
       cuda::layernorm(o.t, o.in[0], o.in[1], o.in[2], o.out[0], f32out(o, 1), f32out(o, 2), o.N, o.C, o.value, s);
     };
     break;
+  case OpKind::AddLayernorm:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::layernorm(o.t, o.in[0], o.in[2], o.in[3], o.out[1], f32out(o, 2), f32out(o, 3), o.N, o.C, o.value, s,
+                      o.in[1], o.out[0]);
+    };
+    break;
+  case OpKind::AddRmsNorm:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      cuda::rmsnorm(o.t, o.in[0], o.in[2], o.out[1], f32out(o, 2), o.N, o.C, o.value, s, o.in[1], o.out[0]);
+    };
+    break;
+  case OpKind::LayernormGradAdd:
+    op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C));
+    op.gpu = [](Op &o, cudaStream_t s, void *w) {
+      cuda::layernormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), f32in(o, 4), o.out[0], o.out[1], o.out[2], o.N,
+                          o.C, w, s, o.in[5]);
+    };
+    break;
+  case OpKind::RmsNormGradAdd:
+    op.scratchBytes = int64_t(cuda::rmsnormGradWorkspace(op.N, op.C));
+    op.gpu = [](Op &o, cudaStream_t s, void *w) {
+      cuda::rmsnormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), o.out[0], o.out[1], o.N, o.C, w, s, o.in[4]);
+    };
+    break;
+  case OpKind::BiasGelu:
+    op.gpu = [](Op &o, cudaStream_t s, void *) {
+      if (!o.fusedAway) cuda::biasGelu(o.t, o.in[0], o.in[1], o.out[0], o.out[1], o.rows, o.cols, o.exact, s);
+    };
+    break;
+  case OpKind::GeluGradBias:
+    op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols));
+    op.gpu = [](Op &o, cudaStream_t s, void *w) {
+      cuda::geluGradBias(o.t, o.in[0], o.in[1], o.out[0], o.out[1], o.rows, o.cols, o.exact, w, s);
+    };
+    break;
   case OpKind::LayernormGrad:
     op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C));
     op.gpu = [](Op &o, cudaStream_t s, void *w) {
@@ -382,18 +417,23 @@ void CudaEngine::bindKernel(Op &op) {
 
 // A bias_add right after the matmul that produces its input, in place (the program format's
 // in-place rule: the matmul's output dies there), on the same stream with no waits of its own:
-// cuBLASLt adds the bias in the GEMM's epilogue and the bias_add does nothing. BIGC_FUSE=0 turns
-// this off.
+// cuBLASLt adds the bias in the GEMM's epilogue and the bias_add does nothing. Likewise a bias_gelu
+// (bigc-fuse) whose pre takes the matmul's output's place, tanh GELU, N a multiple of 8 and 16-byte
+// aligned outputs: the GELU_AUX_BIAS epilogue writes pre and y. BIGC_FUSE=0 turns this off.
 void CudaEngine::fuseBiases() {
   const char *env = std::getenv("BIGC_FUSE");
   if (env && std::string(env) == "0") return;
   for (size_t i = 0; i + 1 < ops_.size(); ++i) {
     Op &m = cop(i), &b = cop(i + 1);
-    if (m.kind != OpKind::Matmul || b.kind != OpKind::BiasAdd || m.stream != b.stream || onHost_[m.stream]) continue;
+    const bool gelu = b.kind == OpKind::BiasGelu;
+    if (m.kind != OpKind::Matmul || (b.kind != OpKind::BiasAdd && !gelu) || m.stream != b.stream || onHost_[m.stream])
+      continue;
     if (!b.ins->wait.empty() || b.ins->in[0] != m.ins->out[0] || b.out[0] != m.out[0]) continue;
     if (!m.pre.empty() || !m.post.empty() || !b.pre.empty() || !b.post.empty() || m.t != b.t) continue;
     if (m.batch != 1 || b.cols != m.N || matmulStaging(m).chunked) continue;
+    if (gelu && (b.exact || m.N % 8 != 0 || alignmentOf(b.out[0], 0) < 16 || alignmentOf(b.out[1], 0) < 16)) continue;
     m.bias = b.in[1];
+    if (gelu) m.epiOut = b.out[1], m.epiOp = int(i + 1);
     b.fusedAway = true;
   }
 }
@@ -434,6 +474,7 @@ CudaEngine::MatmulShape CudaEngine::makeShape(const Op &op, int64_t m, int64_t n
   g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.ta = op.ta, g.tb = op.tb;
   g.ab = g.c = op.t;
   g.bias = op.bias;
+  g.aux = op.epiOut ? op.out[0] : nullptr;
   g.batch = op.batch, g.sA = op.sA, g.sB = op.sB, g.sC = op.sC;
   g.aPtr = aPtr, g.bPtr = bPtr, g.cPtr = cPtr, g.stepA = stepA, g.stepC = stepC;
   return ltShape(op, g);
@@ -454,11 +495,16 @@ CudaEngine::MatmulShape CudaEngine::ltShape(const Op &op, const LtGemm &g) {
   BIGC_LT(cublasLtMatrixLayoutCreate(&p.b, ty, bRows, bCols, g.lda));
   BIGC_LT(cublasLtMatrixLayoutCreate(&p.c, cty, uint64_t(g.n), uint64_t(g.m), g.ldc));
   if (g.bias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi = g.aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
     BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
     cudaDataType_t bt = cty;
     BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    if (g.aux) { // the pre-GELU values, in D's type and layout
+      BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
+      const int64_t ld = g.ldc;
+      BIGC_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
   }
   if (g.batch > 1) {
     int32_t count = int32_t(g.batch);
@@ -508,7 +554,16 @@ void CudaEngine::planMatmul(Op &op) {
   plan.st = st;
   const int64_t lda = op.ta ? op.M : op.K, ldb = op.tb ? op.K : op.N;
   char *a = static_cast<char *>(op.in[0]), *b = static_cast<char *>(op.in[1]), *c = static_cast<char *>(op.out[0]);
-  if (!st.chunked) {
+  if (op.epiOut) { // the GELU epilogue (fuseBiases): D is bias_gelu's y; without an algorithm, unfused
+    try {
+      plan.shapes.push_back(makeShape(op, op.M, op.N, op.K, lda, ldb, op.N, a, b, op.epiOut));
+    } catch (const std::runtime_error &) {
+      op.bias = nullptr, op.epiOut = nullptr;
+      cop(size_t(op.epiOp)).fusedAway = false;
+      planMatmul(op);
+      return;
+    }
+  } else if (!st.chunked) {
     plan.shapes.push_back(makeShape(op, op.M, op.N, op.K, lda, ldb, op.N, a, b, c));
   } else {
     char *scratch = static_cast<char *>(scratchBase(op.stream));
@@ -537,8 +592,9 @@ void CudaEngine::launchMatmul(Op &op, cudaStream_t s, void *scratch) {
   void *ltws = static_cast<char *>(workspace_) + ltOffset_[op.stream];
   if (!plan.st.chunked) {
     const MatmulShape &p = plan.shapes[0];
-    BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, op.in[1], p.a, op.in[0], p.b, &beta, op.out[0], p.c, op.out[0], p.c,
-                           &p.algo, ltws, size_t(ltBytes_[op.stream]), s));
+    void *d = op.epiOut ? op.epiOut : op.out[0];
+    BIGC_LT(cublasLtMatmul(lt_, p.desc, &alpha, op.in[1], p.a, op.in[0], p.b, &beta, d, p.c, d, p.c, &p.algo, ltws,
+                           size_t(ltBytes_[op.stream]), s));
     return;
   }
   const Staging &st = plan.st;

@@ -347,6 +347,35 @@ template <class L> void colPartial(L load, float *part, int64_t rows, int64_t co
   colPartialK<<<grid, block, 0, s>>>(load, part, rows, cols, p.rowsPerChunk);
 }
 
+// v as a tensor of T stores it (the fused ops round the value between their halves so).
+template <class T> __device__ __forceinline__ float rnd(float v) {
+  const T h = fromFloat<T>(v);
+  return ld(&h, 0);
+}
+
+// gelu_grad_bias's column sums: the load of (r, c) computes dx there (as gelu_grad stores it),
+// writes it, and returns it to the sum (each element is loaded once, in reduce_sum's order).
+template <class T, class F> struct GeluGradBiasLoad {
+  const T *x, *dy;
+  T *dx;
+  F f;
+  __device__ float operator()(int64_t r, int64_t c, int64_t cols) const {
+    const int64_t i = r * cols + c;
+    const float g = rnd<T>(f(ld(x, i), ld(dy, i)));
+    st(dx, i, g);
+    return g;
+  }
+};
+
+template <class T, class F>
+__global__ void biasGeluK(const T *x, const T *b, T *pre, T *y, int64_t rows, int64_t cols, F f) {
+  BIGC_GRID_LOOP(i, rows * cols) {
+    const float p = rnd<T>(ld(x, i) + ld(b, i % cols));
+    st(pre, i, p);
+    st(y, i, f(p, 0.0f));
+  }
+}
+
 // ---- layernorm ---------------------------------------------------------------------------------
 
 __device__ __forceinline__ float warpSum(float v) {
@@ -354,13 +383,21 @@ __device__ __forceinline__ float warpSum(float v) {
   return v;
 }
 
+// x2 (add_layernorm): the row is first x + x2, stored in sum (each lane reads back its own
+// columns); sum may be x or x2.
 template <class T>
 __global__ void layernormK(const T *x, const T *w, const T *b, T *y, float *mean, float *rstd, int64_t N, int64_t C,
-                           float eps) {
+                           float eps, const T *x2, T *sum) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
   const T *xr = x + row * C;
+  if (x2) {
+    T *sr = sum + row * C;
+    const T *x2r = x2 + row * C;
+    for (int64_t c = lane; c < C; c += 32) st(sr, c, ld(xr, c) + ld(x2r, c));
+    xr = sr;
+  }
   float s = 0.0f;
   for (int64_t c = lane; c < C; c += 32) s += ld(xr, c);
   const float m = warpSum(s) / float(C);
@@ -380,9 +417,10 @@ __global__ void layernormK(const T *x, const T *w, const T *b, T *y, float *mean
 }
 
 // dx = rstd * (dy*w - mean(dy*w) - norm * mean(dy*w*norm)), norm = (x - mean) * rstd.
+// res (layernorm_grad_add): dx = res + dx as stored; dx may be res.
 template <class T>
 __global__ void layernormDxK(const T *dy, const T *x, const T *w, const float *mean, const float *rstd, T *dx,
-                             int64_t N, int64_t C) {
+                             int64_t N, int64_t C, const T *res) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -396,9 +434,11 @@ __global__ void layernormDxK(const T *dy, const T *x, const T *w, const float *m
   }
   const float mD = warpSum(sD) / float(C), mDN = warpSum(sDN) / float(C);
   T *dxr = dx + row * C;
+  const T *rr = res ? res + row * C : nullptr;
   for (int64_t c = lane; c < C; c += 32) {
     const float norm = (ld(xr, c) - m) * rs;
-    st(dxr, c, rs * (ld(dyr, c) * ld(w, c) - mD - norm * mDN));
+    const float v = rs * (ld(dyr, c) * ld(w, c) - mD - norm * mDN);
+    st(dxr, c, rr ? rnd<T>(v) + ld(rr, c) : v);
   }
 }
 
@@ -406,11 +446,18 @@ __global__ void layernormDxK(const T *dy, const T *x, const T *w, const float *m
 
 // One warp per row: rstd = 1/sqrt(mean(x^2) + eps), y = w * (x * rstd).
 template <class T>
-__global__ void rmsnormK(const T *x, const T *w, T *y, float *rstd, int64_t N, int64_t C, float eps) {
+__global__ void rmsnormK(const T *x, const T *w, T *y, float *rstd, int64_t N, int64_t C, float eps, const T *x2,
+                         T *sum) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
   const T *xr = x + row * C;
+  if (x2) { // add_rmsnorm, as add_layernorm
+    T *sr = sum + row * C;
+    const T *x2r = x2 + row * C;
+    for (int64_t c = lane; c < C; c += 32) st(sr, c, ld(xr, c) + ld(x2r, c));
+    xr = sr;
+  }
   float s = 0.0f;
   for (int64_t c = lane; c < C; c += 32) {
     const float v = ld(xr, c);
@@ -432,7 +479,8 @@ template <class T> struct RmsDwLoad { // dy * (x * rstd)
 
 // dx = rstd * (dy*w - xh * mean(dy*w*xh)), xh = x * rstd.
 template <class T>
-__global__ void rmsnormDxK(const T *dy, const T *x, const T *w, const float *rstd, T *dx, int64_t N, int64_t C) {
+__global__ void rmsnormDxK(const T *dy, const T *x, const T *w, const float *rstd, T *dx, int64_t N, int64_t C,
+                           const T *res) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -442,7 +490,11 @@ __global__ void rmsnormDxK(const T *dy, const T *x, const T *w, const float *rst
   for (int64_t c = lane; c < C; c += 32) sDN += (ld(dyr, c) * ld(w, c)) * (ld(xr, c) * rs);
   const float mDN = warpSum(sDN) / float(C);
   T *dxr = dx + row * C;
-  for (int64_t c = lane; c < C; c += 32) st(dxr, c, rs * (ld(dyr, c) * ld(w, c) - (ld(xr, c) * rs) * mDN));
+  const T *rr = res ? res + row * C : nullptr;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float v = rs * (ld(dyr, c) * ld(w, c) - (ld(xr, c) * rs) * mDN);
+    st(dxr, c, rr ? rnd<T>(v) + ld(rr, c) : v);
+  }
 }
 
 // ---- rotary embeddings -------------------------------------------------------------------------------
@@ -973,13 +1025,44 @@ void reduceSum(DType t, const void *x, void *y, int64_t rows, int64_t cols, void
 }
 
 void layernorm(DType t, const void *x, const void *w, const void *b, void *y, float *mean, float *rstd, int64_t N,
-               int64_t C, float eps, cudaStream_t s) {
+               int64_t C, float eps, cudaStream_t s, const void *x2, void *sum) {
   if (N <= 0) return;
   const int rowsPerBlock = 8;
   unsigned grid = unsigned((N + rowsPerBlock - 1) / rowsPerBlock);
   BIGC_DISPATCH(t, layernormK<T><<<grid, rowsPerBlock * 32, 0, s>>>(
                        static_cast<const T *>(x), static_cast<const T *>(w), static_cast<const T *>(b),
-                       static_cast<T *>(y), mean, rstd, N, C, eps));
+                       static_cast<T *>(y), mean, rstd, N, C, eps, static_cast<const T *>(x2), static_cast<T *>(sum)));
+}
+
+void biasGelu(DType t, const void *x, const void *b, void *pre, void *y, int64_t rows, int64_t cols, bool exact,
+              cudaStream_t s) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  BIGC_DISPATCH(t, {
+    const T *xT = static_cast<const T *>(x), *bT = static_cast<const T *>(b);
+    if (exact)
+      biasGeluK<T><<<blocksFor(n), kThreads, 0, s>>>(xT, bT, static_cast<T *>(pre), static_cast<T *>(y), rows, cols,
+                                                     GeluExactF{});
+    else
+      biasGeluK<T>
+          <<<blocksFor(n), kThreads, 0, s>>>(xT, bT, static_cast<T *>(pre), static_cast<T *>(y), rows, cols, GeluF{});
+  });
+}
+
+void geluGradBias(DType t, const void *x, const void *dy, void *dx, void *db, int64_t rows, int64_t cols, bool exact,
+                  void *ws, cudaStream_t s) {
+  if (cols <= 0) return;
+  ColPlan p = colPlan(rows, cols);
+  float *part = static_cast<float *>(ws);
+  BIGC_DISPATCH(t, {
+    const T *xT = static_cast<const T *>(x), *dyT = static_cast<const T *>(dy);
+    if (exact)
+      colPartial(GeluGradBiasLoad<T, GeluExactGradF>{xT, dyT, static_cast<T *>(dx), GeluExactGradF{}}, part, rows, cols,
+                 p, s);
+    else
+      colPartial(GeluGradBiasLoad<T, GeluGradF>{xT, dyT, static_cast<T *>(dx), GeluGradF{}}, part, rows, cols, p, s);
+    colFinalK<T><<<blocksFor(cols), kThreads, 0, s>>>(part, static_cast<T *>(db), p.chunks, cols);
+  });
 }
 
 size_t layernormGradWorkspace(int64_t N, int64_t C) {
@@ -988,7 +1071,7 @@ size_t layernormGradWorkspace(int64_t N, int64_t C) {
 }
 
 void layernormGrad(DType t, const void *dy, const void *x, const void *w, const float *mean, const float *rstd,
-                   void *dx, void *dw, void *db, int64_t N, int64_t C, void *ws, cudaStream_t s) {
+                   void *dx, void *dw, void *db, int64_t N, int64_t C, void *ws, cudaStream_t s, const void *res) {
   if (C <= 0) return;
   ColPlan p = colPlan(N, C);
   float *partW = static_cast<float *>(ws);
@@ -1002,17 +1085,18 @@ void layernormGrad(DType t, const void *dy, const void *x, const void *w, const 
     colFinalK<T><<<blocksFor(C), kThreads, 0, s>>>(partB, static_cast<T *>(db), p.chunks, C);
     if (N > 0)
       layernormDxK<T><<<unsigned((N + rowsPerBlock - 1) / rowsPerBlock), rowsPerBlock * 32, 0, s>>>(
-          dyT, xT, static_cast<const T *>(w), mean, rstd, static_cast<T *>(dx), N, C);
+          dyT, xT, static_cast<const T *>(w), mean, rstd, static_cast<T *>(dx), N, C, static_cast<const T *>(res));
   });
 }
 
 void rmsnorm(DType t, const void *x, const void *w, void *y, float *rstd, int64_t N, int64_t C, float eps,
-             cudaStream_t s) {
+             cudaStream_t s, const void *x2, void *sum) {
   if (N <= 0) return;
   const int rowsPerBlock = 8;
   unsigned grid = unsigned((N + rowsPerBlock - 1) / rowsPerBlock);
   BIGC_DISPATCH(t, rmsnormK<T><<<grid, rowsPerBlock * 32, 0, s>>>(static_cast<const T *>(x), static_cast<const T *>(w),
-                                                                  static_cast<T *>(y), rstd, N, C, eps));
+                                                                  static_cast<T *>(y), rstd, N, C, eps,
+                                                                  static_cast<const T *>(x2), static_cast<T *>(sum)));
 }
 
 size_t rmsnormGradWorkspace(int64_t N, int64_t C) {
@@ -1021,7 +1105,7 @@ size_t rmsnormGradWorkspace(int64_t N, int64_t C) {
 }
 
 void rmsnormGrad(DType t, const void *dy, const void *x, const void *w, const float *rstd, void *dx, void *dw,
-                 int64_t N, int64_t C, void *ws, cudaStream_t s) {
+                 int64_t N, int64_t C, void *ws, cudaStream_t s, const void *res) {
   if (C <= 0) return;
   ColPlan p = colPlan(N, C);
   float *partW = static_cast<float *>(ws);
@@ -1032,7 +1116,7 @@ void rmsnormGrad(DType t, const void *dy, const void *x, const void *w, const fl
     colFinalK<T><<<blocksFor(C), kThreads, 0, s>>>(partW, static_cast<T *>(dw), p.chunks, C);
     if (N > 0)
       rmsnormDxK<T><<<unsigned((N + rowsPerBlock - 1) / rowsPerBlock), rowsPerBlock * 32, 0, s>>>(
-          dyT, xT, static_cast<const T *>(w), rstd, static_cast<T *>(dx), N, C);
+          dyT, xT, static_cast<const T *>(w), rstd, static_cast<T *>(dx), N, C, static_cast<const T *>(res));
   });
 }
 

@@ -109,6 +109,7 @@ private:
     bool ta = false, tb = false;
     DType ab = DType::F32, c = DType::F32;
     const void *bias = nullptr;
+    const void *aux = nullptr; // with bias: the GELU_AUX_BIAS epilogue, the pre-GELU values here (ld ldc)
     int64_t batch = 1, sA = 0, sB = 0, sC = 0;
     const void *aPtr = nullptr, *bPtr = nullptr, *cPtr = nullptr;
     int64_t stepA = 0, stepB = 0, stepC = 0;
@@ -122,8 +123,13 @@ private:
     int64_t scratchBytes = 0;
     int mm = -1;
     const void *bias = nullptr; // matmul: bias of the next instruction, added by cuBLASLt's epilogue
-    bool fusedAway = false;     // bias_add done by the matmul before it
-    int flag = -1;              // check_finite: index of its int flag
+    bool fusedAway = false;     // bias_add (bias_gelu) done by the matmul before it
+    // matmul followed by bias_gelu (bigc-fuse): cuBLASLt's GELU_AUX_BIAS epilogue writes the
+    // pre-GELU values to out[0] (bias_gelu's pre, in place of the matmul's output) and the GELU to
+    // epiOut (bias_gelu's y); epiOp is that bias_gelu's index.
+    void *epiOut = nullptr;
+    int epiOp = -1;
+    int flag = -1; // check_finite: index of its int flag
     bool record = false;
     unsigned char *capture = nullptr; // pinned copy of the grad (grad capture)
     float *captureDst = nullptr;      // where it goes in fp32 (the chunk's place in the whole grad)

@@ -59,19 +59,30 @@ void cast(DType from, const void *x, DType to, void *y, int64_t n, cudaStream_t 
 size_t reduceSumWorkspace(int64_t rows, int64_t cols);
 void reduceSum(DType t, const void *x, void *y, int64_t rows, int64_t cols, void *ws, cudaStream_t s);
 
+// x2 (add_layernorm): the rows normalised are x + x2, stored in `sum` first (sum may be x or x2).
 void layernorm(DType t, const void *x, const void *w, const void *b, void *y, float *mean, float *rstd, int64_t N,
-               int64_t C, float eps, cudaStream_t s);
+               int64_t C, float eps, cudaStream_t s, const void *x2 = nullptr, void *sum = nullptr);
 size_t layernormGradWorkspace(int64_t N, int64_t C);
+// res (layernorm_grad_add): dx = res + dx as stored in t (dx may be res).
 void layernormGrad(DType t, const void *dy, const void *x, const void *w, const float *mean, const float *rstd,
-                   void *dx, void *dw, void *db, int64_t N, int64_t C, void *ws, cudaStream_t s);
+                   void *dx, void *dw, void *db, int64_t N, int64_t C, void *ws, cudaStream_t s,
+                   const void *res = nullptr);
 
 // RMSNorm over N rows of C: rstd = 1/sqrt(mean(x^2) + eps) (f32), y = w * (x * rstd). The
 // backward's dw is a column sum over the rows in fixed chunks (as layernorm's: deterministic).
 void rmsnorm(DType t, const void *x, const void *w, void *y, float *rstd, int64_t N, int64_t C, float eps,
-             cudaStream_t s);
+             cudaStream_t s, const void *x2 = nullptr, void *sum = nullptr);
 size_t rmsnormGradWorkspace(int64_t N, int64_t C);
 void rmsnormGrad(DType t, const void *dy, const void *x, const void *w, const float *rstd, void *dx, void *dw,
-                 int64_t N, int64_t C, void *ws, cudaStream_t s);
+                 int64_t N, int64_t C, void *ws, cudaStream_t s, const void *res = nullptr);
+
+// bias_gelu: pre = x + b[col] (as stored in t; pre may be x), y = gelu(pre). gelu_grad_bias:
+// dx = dy gelu'(x) (as stored; dx may be x or dy) and db = its column sums in reduce_sum's order
+// (workspace: reduceSumWorkspace(rows, cols)); one pass over x, dy and dx.
+void biasGelu(DType t, const void *x, const void *b, void *pre, void *y, int64_t rows, int64_t cols, bool exact,
+              cudaStream_t s);
+void geluGradBias(DType t, const void *x, const void *dy, void *dx, void *db, int64_t rows, int64_t cols, bool exact,
+                  void *ws, cudaStream_t s);
 
 // Rotary embeddings of x [B,T,C] in heads of D columns (docs/frontend.md): token t, frequency
 // i < D/2 rotated by a = f32(invFreq[i]) * f32(t) (by -a when `inverse`), cos and sin of a in
