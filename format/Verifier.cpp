@@ -1,6 +1,7 @@
 // The plan verifier: see include/bigc/Format/verifier.h for what it proves.
 #include "bigc/Format/verifier.h"
 #include "bigc/Format/ops.h"
+#include "bigc/Format/p2p_groups.h"
 #include "bigc/Format/validator.h"
 
 #include <algorithm>
@@ -303,19 +304,27 @@ private:
 
 // Pipeline stages: every stage's streams played together until each is done or none can go on.
 // A stream runs its instructions in program order; an instruction starts when the instructions of
-// its `wait` list have finished; a send never blocks; a recv finishes once its send (from its peer
-// stage, same tag) has run; the k-th collective over the pipeline axis of every stage finishes
-// once every stage has reached its k-th. Returns "" when every stream finishes, else the stuck
-// state: each stuck stream's next instruction and what it waits for.
-std::string pipelineDeadlock(const Program &p) {
+// its `wait` list have finished; the k-th collective over the pipeline axis of every stage finishes
+// once every stage has reached its k-th. Sends and recvs, with `rendezvous` false (the CPU
+// backend's communicators): a send never blocks, a recv finishes once its send (from its peer
+// stage, same tag) has run. With `rendezvous` (NCCL's rules): the stream p2p issues its groups
+// (p2pGroups) whole, once every member's wait list has finished; between two stages the k-th send
+// issued meets the k-th recv issued (their tags must agree), and a group finishes once every
+// member has met its partner. Returns "" when every stream finishes, else the stuck state: each
+// stuck stream's next instruction and what it waits for (or the first wrongly paired messages).
+std::string pipelineDeadlock(const Program &p, bool rendezvous) {
   const int64_t P = p.pp;
   struct Stage {
     const Program *prog;
     std::vector<std::string> streams;
-    std::vector<std::vector<int64_t>> queue; // per stream: instruction indices in program order
-    std::vector<size_t> head;                // per stream: the next one's position in queue
-    std::vector<char> done;                  // per instruction
-    std::vector<int64_t> collective;         // per instruction: its ordinal among the axis-2 collectives, or -1
+    std::vector<std::vector<int64_t>> queue;  // per stream: instruction indices in program order
+    std::vector<size_t> head;                 // per stream: the next one's position in queue
+    std::vector<char> done;                   // per instruction
+    std::vector<int64_t> collective;          // per instruction: its ordinal among the axis-2 collectives, or -1
+    std::vector<std::vector<int64_t>> groups; // rendezvous: the p2p groups in stream order
+    std::vector<int64_t> groupOf;             // rendezvous: per instruction, its group or -1
+    std::vector<int64_t> slot;                // rendezvous: per issued send/recv, its place in its pair's queue
+    std::vector<char> issued;                 // rendezvous: per group, whether it was issued
   };
   std::vector<Stage> st(static_cast<size_t>(P));
   using Key = std::tuple<int64_t, int64_t, int64_t>; // from, to, tag
@@ -345,7 +354,19 @@ std::string pipelineDeadlock(const Program &p) {
       if (ins.op == "send") sendOf[Key{s, int64_t(ins.num("peer", -1)), int64_t(ins.num("tag", -1))}] = {s, int64_t(i)};
     }
     nColl = std::max(nColl, size_t(k));
+    if (rendezvous) {
+      g.groups = p2pGroups(*g.prog);
+
+      g.issued.assign(g.groups.size(), 0);
+      g.groupOf.assign(insts.size(), -1);
+      g.slot.assign(insts.size(), -1);
+      for (size_t j = 0; j < g.groups.size(); ++j)
+        for (int64_t i : g.groups[j]) g.groupOf[size_t(i)] = int64_t(j);
+    }
   }
+  // rendezvous: per (from, to) stage pair, the sends and the recvs issued, in order: (stage, instruction).
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, int64_t>>> sendsIssued, recvsIssued;
+  std::string mispaired;
   std::vector<std::vector<char>> arrived(nColl, std::vector<char>(size_t(P), 0));
   std::vector<char> met(nColl, 0);
   auto recvKey = [](int64_t s, const Instruction &ins) {
@@ -356,6 +377,49 @@ std::string pipelineDeadlock(const Program &p) {
   auto ready = [&](int64_t s, int64_t i) {
     Stage &g = st[size_t(s)];
     const Instruction &ins = g.prog->instructions[size_t(i)];
+    if (rendezvous && g.groupOf[size_t(i)] >= 0) {
+      // Issue the group when its turn has come and every member's wait list has finished.
+      const int64_t gi = g.groupOf[size_t(i)];
+      if (!g.issued[size_t(gi)]) {
+        for (int64_t m : g.groups[size_t(gi)])
+          for (int64_t w : g.prog->instructions[size_t(m)].wait)
+            if (!g.done[size_t(w)]) return false;
+        for (int64_t m : g.groups[size_t(gi)]) {
+          const Instruction &mi = g.prog->instructions[size_t(m)];
+          const int64_t peer = int64_t(mi.num("peer", -1));
+          const bool snd = mi.op == "send";
+          auto &mine = (snd ? sendsIssued : recvsIssued)[snd ? std::pair{s, peer} : std::pair{peer, s}];
+          g.slot[size_t(m)] = int64_t(mine.size());
+          mine.push_back({s, m});
+          auto &other = (snd ? recvsIssued : sendsIssued)[snd ? std::pair{s, peer} : std::pair{peer, s}];
+          if (other.size() >= mine.size() && mispaired.empty()) {
+            const auto [os, oi] = other[mine.size() - 1];
+            const int64_t otag = int64_t(st[size_t(os)].prog->instructions[size_t(oi)].num("tag", -1));
+            if (otag != int64_t(mi.num("tag", -1)))
+              mispaired = "stage " + std::to_string(s) + "'s " + mi.op + " of tag " +
+                          std::to_string(int64_t(mi.num("tag", -1))) + " (instruction " + std::to_string(m) +
+                          ") would meet stage " + std::to_string(os) + "'s " + (snd ? "recv" : "send") + " of tag " +
+                          std::to_string(otag) + " (instruction " + std::to_string(oi) +
+                          "): NCCL pairs the messages between two ranks in the order they are issued";
+          }
+        }
+        g.issued[size_t(gi)] = 1;
+      }
+      if (g.slot[size_t(i)] < 0) return false;
+      const int64_t peer = int64_t(ins.num("peer", -1));
+      const bool snd = ins.op == "send";
+      const auto &other = (snd ? recvsIssued : sendsIssued)[snd ? std::pair{s, peer} : std::pair{peer, s}];
+      if (int64_t(other.size()) <= g.slot[size_t(i)]) return false;
+      // Every member of the group finishes together (the group is one launch).
+      for (int64_t m : g.groups[size_t(gi)]) {
+        const Instruction &mi = g.prog->instructions[size_t(m)];
+        const int64_t mp = int64_t(mi.num("peer", -1));
+        const bool ms = mi.op == "send";
+        const auto &mo = (ms ? recvsIssued : sendsIssued)[ms ? std::pair{s, mp} : std::pair{mp, s}];
+        if (int64_t(mo.size()) <= g.slot[size_t(m)]) return false;
+      }
+      return true;
+    }
     for (int64_t w : ins.wait)
       if (!g.done[size_t(w)]) return false;
     if (ins.op == "recv" && !sent.count(recvKey(s, ins))) return false;
@@ -381,6 +445,7 @@ std::string pipelineDeadlock(const Program &p) {
         }
     }
   }
+  if (!mispaired.empty()) return "under NCCL's send and recv: " + mispaired;
   std::string msg;
   int shown = 0;
   auto describe = [](const Program &q, int64_t i) {
@@ -400,11 +465,25 @@ std::string pipelineDeadlock(const Program &p) {
       const int64_t i = g.queue[q][g.head[q]];
       const Instruction &ins = g.prog->instructions[size_t(i)];
       std::string why;
-      for (int64_t w : ins.wait)
-        if (!g.done[size_t(w)]) {
-          why = describe(*g.prog, w);
+      const bool grouped = rendezvous && g.groupOf[size_t(i)] >= 0;
+      for (int64_t m : grouped ? g.groups[size_t(g.groupOf[size_t(i)])] : std::vector<int64_t>{i})
+        for (int64_t w : g.prog->instructions[size_t(m)].wait)
+          if (why.empty() && !g.done[size_t(w)])
+            why = describe(*g.prog, w) + (m == i ? "" : " (for its group's " + describe(*g.prog, m) + ")");
+      if (why.empty() && grouped) {
+        // Issued: a member whose partner was not issued.
+        for (int64_t m : g.groups[size_t(g.groupOf[size_t(i)])]) {
+          const Instruction &mi = g.prog->instructions[size_t(m)];
+          const int64_t mp = int64_t(mi.num("peer", -1));
+          const bool ms = mi.op == "send";
+          const auto &mo = (ms ? recvsIssued : sendsIssued)[ms ? std::pair{s, mp} : std::pair{mp, s}];
+          if (int64_t(mo.size()) > g.slot[size_t(m)]) continue;
+          why = "stage " + std::to_string(mp) + " to issue its " + (ms ? "recv" : "send") + " of tag " +
+                std::to_string(int64_t(mi.num("tag", -1))) +
+                " (NCCL: " + (ms ? "a send waits for its recv" : "a recv waits for its send") + ")";
           break;
         }
+      }
       if (why.empty() && ins.op == "recv") {
         const Key k = recvKey(s, ins);
         const auto &[from, to, tag] = k;
@@ -426,7 +505,11 @@ std::string pipelineDeadlock(const Program &p) {
              " is stuck at " + describe(*g.prog, i) + ", waiting for " + why;
     }
   }
-  return msg.empty() ? msg : "the pipeline deadlocks: " + msg;
+  return msg.empty() ? msg
+                     : std::string(rendezvous ? "under NCCL's send and recv (each waits for its partner; the p2p "
+                                                "stream issues its groups whole), "
+                                              : "") +
+                           "the pipeline deadlocks: " + msg;
 }
 
 } // namespace
@@ -439,8 +522,13 @@ std::vector<std::string> verifyPlan(const Program &p, size_t limit) {
     for (const std::string &issue : Verifier(p.stageProgram(s), limit - out.size(), s == p.pp - 1).run())
       out.push_back("stage " + std::to_string(s) + ": " + issue);
   if (out.size() < limit)
-    if (std::string d = pipelineDeadlock(p); !d.empty()) out.push_back(d);
+    if (std::string d = pipelineDeadlock(p, false); !d.empty()) out.push_back(d);
   return out;
+}
+
+std::string ncclPipelineProblem(const Program &p) {
+  if (p.pp <= 1 || p.stages.empty()) return "";
+  return pipelineDeadlock(p, true);
 }
 
 void verifyProgram(const Program &p, const std::string &path, bool validated) {

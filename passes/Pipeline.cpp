@@ -162,7 +162,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
   /// Interleaved (Megatron-LM's schedule with V model chunks per stage; K a multiple of P): the
   /// units (micro-batch, local chunk v, part); forwards go through the chunks in groups of P
   /// micro-batches, backwards through them in reverse; (P-S-1)*2 + (V-1)*P warm-up forwards.
-  std::vector<std::tuple<int64_t, int64_t, int>> interleavedUnits() const {
+  std::vector<std::tuple<int64_t, int64_t, int>> interleavedUnits(int64_t S) const {
     const int64_t V = virtualStages, total = K * V;
     auto unit = [&](int64_t k, bool backward) {
       const int64_t g = (k / P) % V;
@@ -180,7 +180,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     return u;
   }
 
-  std::vector<std::pair<int64_t, int>> units() const {
+  std::vector<std::pair<int64_t, int>> units(int64_t S) const {
     std::vector<std::pair<int64_t, int>> u;
     if (schedule == "gpipe") {
       for (int64_t m = 0; m < K; ++m) u.push_back({m, kF});
@@ -465,12 +465,43 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       int64_t from = 0, to = 0, tag = 0;
       RecvOp recv; // on stage S when to == S
       bool sendMade = false;
+      bool once = false; // a parameter, sent once per step (at its start)
+      // Where the sender sends it: (its unit's place in the sender's schedule, the value's place in
+      // the graph, the tag); a tied weight's gradient sum after every unit.
+      std::tuple<int64_t, int64_t, int64_t> sentAt{0, 0, 0};
     };
     // A value's key: the parameter it reads (uniqued symbol name), else the value itself.
     auto keyOf = [](Value v) -> const void * {
       if (auto gp = v.getDefiningOp<GetParamOp>()) return gp.getParamAttr().getAttr().getAsOpaquePointer();
       return v.getAsOpaquePointer();
     };
+    // The place of an op's unit in stage `stage`'s schedule (the order its stage runs the units
+    // in: bigc-pipeline's sort below), and of each op in the graph.
+    std::map<int64_t, std::map<std::tuple<int64_t, int64_t, int>, int64_t>> unitsOf;
+    auto unitAt = [&](int64_t stage, Operation *op) -> int64_t {
+      auto &idx = unitsOf[stage];
+      if (idx.empty()) {
+        if (interleaved) {
+          auto u = interleavedUnits(stage);
+          for (size_t i = 0; i < u.size(); ++i) idx[u[i]] = int64_t(i);
+        } else {
+          auto u = units(stage);
+          for (size_t i = 0; i < u.size(); ++i) idx[{u[i].first, 0, u[i].second}] = int64_t(i);
+        }
+      }
+      StringRef ph = phaseOf(op);
+      if (ph != "forward" && ph != "backward") return int64_t(idx.size());
+      int64_t v = 0;
+      if (interleaved) {
+        auto c = chunk.find(op);
+        if (c == chunk.end()) return int64_t(idx.size());
+        v = c->second / P;
+      }
+      auto it = idx.find({microBatchOf(op).value_or(0), v, ph == "forward" ? kF : isWeightGrad(op) ? kW : kB});
+      return it == idx.end() ? int64_t(idx.size()) : it->second;
+    };
+    llvm::DenseMap<Operation *, int64_t> position;
+    for (Operation &op : block->without_terminator()) position[&op] = int64_t(position.size());
     std::map<std::pair<const void *, int64_t>, size_t> crossOf; // (value key, receiving stage) -> index
     std::vector<Cross> crosses;
     for (Operation *op : ops) {
@@ -484,7 +515,13 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
         if (from == to || from < 0 || perStage.contains(d)) continue;
         auto key = std::make_pair(keyOf(use.get()), to);
         auto [it, fresh] = crossOf.try_emplace(key, crosses.size());
-        if (fresh) crosses.push_back(Cross{use.get(), from, to, int64_t(crosses.size()), RecvOp(), false});
+        if (fresh) {
+          crosses.push_back(Cross{use.get(), from, to, int64_t(crosses.size()), RecvOp(), false,
+                                  bool(use.get().getDefiningOp<GetParamOp>())});
+          const bool tied = tiedSums.contains(d);
+          crosses.back().sentAt = {tied ? std::numeric_limits<int64_t>::max() : unitAt(from, d),
+                                   tied ? 0 : position.lookup(d), crosses.back().tag};
+        }
         Cross &c = crosses[it->second];
         if (to == S) {
           if (!c.recv) {
@@ -565,10 +602,10 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     // before its first reader, each send just after its value.
     std::map<std::tuple<int64_t, int64_t, int>, int64_t> unitIndex; // (micro-batch, local chunk, part)
     if (interleaved) {
-      auto u = interleavedUnits();
+      auto u = interleavedUnits(S);
       for (size_t i = 0; i < u.size(); ++i) unitIndex[u[i]] = int64_t(i);
     } else {
-      auto u = units();
+      auto u = units(S);
       for (size_t i = 0; i < u.size(); ++i) unitIndex[{u[i].first, 0, u[i].second}] = int64_t(i);
     }
     const int64_t tail = int64_t(unitIndex.size());
@@ -594,7 +631,40 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     for (Operation *op : order) op->moveBefore(block->getTerminator());
     SmallVector<RecvOp> recvs(block->getOps<RecvOp>());
     SmallVector<SendOp> sends(block->getOps<SendOp>());
+    // Parameters sent once per step leave their stage first thing and are received first thing,
+    // in the order of their tags: a backend whose send waits for its recv (NCCL) pairs the
+    // messages between two stages in the order they are issued, and a stage's compute may wait for
+    // such a send or recv before it sends or receives anything else.
+    llvm::DenseSet<Operation *> once;
+    {
+      std::vector<Operation *> front; // the parameters' reads, then the messages in tag order
+      for (Cross &c : crosses)
+        if (c.once && c.from == S && once.insert(c.sent.getDefiningOp()).second)
+          front.push_back(c.sent.getDefiningOp());
+      for (Cross &c : crosses) {
+        if (!c.once) continue;
+        if (c.recv) {
+          front.push_back(c.recv);
+          for (Operation *u : c.recv->getUsers()) {
+            copyPlacementTags(u, c.recv);
+            break;
+          }
+        }
+        if (c.from == S)
+          for (SendOp snd : sends)
+            if (snd.getInput() == c.sent && int64_t(snd.getTag()) == c.tag) front.push_back(snd);
+      }
+      Operation *prev = nullptr;
+      for (Operation *op : front) {
+        if (prev)
+          op->moveAfter(prev);
+        else if (op != &block->front())
+          op->moveBefore(&block->front());
+        prev = op, once.insert(op);
+      }
+    }
     for (RecvOp r : recvs) {
+      if (once.contains(r)) continue;
       Operation *firstUser = nullptr;
       for (Operation *u : r->getUsers())
         if (!firstUser || u->isBeforeInBlock(firstUser)) firstUser = u;
@@ -603,8 +673,47 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
         copyPlacementTags(firstUser, r);
       }
     }
-    for (SendOp s : sends)
-      if (Operation *d = s.getInput().getDefiningOp()) s->moveAfter(d);
+    // The recvs from each stage in the order that stage sends them (a recv that would come after
+    // one sent later moves up to just before it): a backend whose send waits for its recv (NCCL)
+    // pairs the messages of two ranks in the order they are issued. Moving a recv up never makes
+    // a stage wait longer: what it moves above waits for a message sent after it.
+    {
+      std::map<int64_t, std::vector<Cross *>> fromStage;
+      for (Cross &c : crosses)
+        if (c.recv && !c.once) fromStage[c.from].push_back(&c);
+      for (auto &[from, cs] : fromStage) {
+        std::stable_sort(cs.begin(), cs.end(), [](const Cross *a, const Cross *b) { return a->sentAt < b->sentAt; });
+        Operation *next = nullptr;
+        for (auto it = cs.rbegin(); it != cs.rend(); ++it) {
+          Operation *r = (*it)->recv;
+          if (next && next->isBeforeInBlock(r)) r->moveBefore(next);
+          next = r;
+        }
+      }
+    }
+    // The last op of the units (the optimizer and the rest of the step come after).
+    Operation *lastOfUnits = nullptr;
+    for (Operation &op : block->without_terminator())
+      if (!isa<SendOp, RecvOp>(op) && unitOf(&op) < tail) lastOfUnits = &op;
+    // Each send just after its value, those of one value in tag order; a tied weight's gradient
+    // sums after every unit, in tag order, as the last messages of their pair (the receiver takes
+    // them after the micro-batches' gradients). The receiver orders its recvs alike (sentAt).
+    std::stable_sort(sends.begin(), sends.end(),
+                     [](SendOp a, SendOp b) { return int64_t(a.getTag()) < int64_t(b.getTag()); });
+    llvm::DenseMap<Operation *, Operation *> lastAfter; // anchor -> the last send placed after it
+    Operation *lastTied = nullptr;
+    for (SendOp s : sends) {
+      Operation *d = s.getInput().getDefiningOp();
+      if (!d || once.contains(s)) continue;
+      if (tiedSums.contains(d)) {
+        if (lastOfUnits && d->isBeforeInBlock(lastOfUnits)) d = lastOfUnits;
+        if (lastTied && d->isBeforeInBlock(lastTied)) d = lastTied;
+        lastTied = s;
+      }
+      Operation *&last = lastAfter[d];
+      s->moveAfter(last ? last : d);
+      last = s;
+    }
     return success();
   }
 };

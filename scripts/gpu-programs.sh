@@ -95,7 +95,7 @@ for set in $SETS; do
     c ranks-tp2-fuseloss m --ranks 2 --tp 2 --fuse-loss
     c ranks-tp2-fuseloss-padvocab-bf16 odd8 --ranks 2 --tp 2 --fuse-loss --pad-vocab 64 --precision bf16
     c ranks-tp2-sp-fuse-bf16 m --ranks 2 --tp 2 --sequence-parallel --fuse --precision bf16
-    # Pipelines (virtual ranks only: send/recv are not on NCCL yet): 1F1B, zero-bubble, with tp 2.
+    # Pipelines (virtual ranks on one GPU; over NCCL with a GPU per rank): 1F1B, zero-bubble, with tp 2.
     c ranks-pp2 m --ranks 2 --pp 2 --micro-batches 4
     c ranks-pp2-zb-bf16 m --ranks 2 --pp 2 --micro-batches 4 --pp-schedule zero-bubble --precision bf16
     c ranks-pp2-tp2-dp2 m --ranks 8 --pp 2 --tp 2 --zero 1 --micro-batches 2

@@ -329,12 +329,11 @@ int runBody(int argc, char **argv, int first) {
                       " keeps nothing in the nvme space (compile with --offload nvme --nvme-path DIR)");
     for (int64_t st = 0; st < prog.pp; ++st) prog.stageProgram(st).nvmePath = args.str("--nvme-path");
   }
-  // Pipeline stages run on the CPU backend (the default backend for them), or on one GPU with
-  // --virtual-ranks.
+  // Pipeline stages run on the CPU backend (the default backend for them), on one GPU with
+  // --virtual-ranks, or with --backend cuda on one GPU per rank over NCCL (not yet run on GPUs).
   const bool virtualRanks = args.has("--virtual-ranks");
   if (backend.empty())
     backend = (prog.pp == 1 || virtualRanks) && cudaBackendCompiled() && cudaDeviceVisible(nullptr) ? "cuda" : "cpu";
-  if (prog.pp > 1 && backend == "cuda" && !virtualRanks) throw UserError(pipelineOnCpuOnly(prog.pp));
   if (args.has("--timeline") && prog.pp == 1)
     throw UserError("--timeline draws the measured pipeline diagram of a pipelined program (compiled with --pp); " +
                     programPath + " has one stage: `bigc inspect --timeline FILE.svg` draws its memory over the step");

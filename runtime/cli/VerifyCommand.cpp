@@ -2,6 +2,7 @@
 #include "bigc/Runtime/program.h"
 #include "bigc/Runtime/run_command.h"
 #include "bigc/Runtime/verifier.h"
+#include "bigc/Format/p2p_groups.h"
 #include "bigc/Support/cli.h"
 
 #include <cstdio>
@@ -16,6 +17,9 @@ const char *kVerifyUsage =
     "Checks a program as the runtime's loader does (container, checksum, every buffer and\n"
     "instruction) and proves its plan safe: every read follows a write, accesses of one buffer on\n"
     "different streams are ordered by waits, and buffers that share memory are never live at once.\n"
+    "A pipelined program: the stages together cannot deadlock; and a second line says whether\n"
+    "they also run under NCCL's send and recv (the CUDA backend on several GPUs), where a send\n"
+    "waits for its recv and the messages between two ranks pair in the order they are issued.\n"
     "  --limit N   list at most N problems (default 20)\n"
     "exit status: 0 proven safe; 1 problems found, or the file is not a valid program\n";
 }
@@ -41,6 +45,19 @@ int verifyMain(int argc, char **argv, int first) {
                   "cross-stream accesses are ordered, no two live buffers share memory\n",
                   path.c_str(), p.instructions.size(), streams.size(), streams.size() == 1 ? "" : "s",
                   p.buffers.size());
+      if (p.pp > 1) {
+        const std::string nccl = ncclPipelineProblem(p);
+        if (nccl.empty()) {
+          size_t groups = 0, messages = 0;
+          for (int64_t s = 0; s < p.pp; ++s)
+            for (const auto &g : p2pGroups(p.stageProgram(s))) ++groups, messages += g.size();
+          std::printf("%s: on NCCL (several GPUs): the %lld stages' %zu sends and recvs, issued in %zu groups, pair "
+                      "in order and cannot deadlock\n",
+                      path.c_str(), static_cast<long long>(p.pp), messages, groups);
+        } else {
+          std::printf("%s: not on NCCL (several GPUs): %s\n", path.c_str(), nccl.c_str());
+        }
+      }
       return 0;
     }
     std::fprintf(stderr, "bigc verify: %s: the plan is unsafe (%zu problem%s%s):\n", path.c_str(), issues.size(),

@@ -219,6 +219,24 @@ public:
     }
   }
 
+  void waitDelivered(int local, int peer, int64_t tag, const std::string &what) override {
+    const int self = globalRank(local);
+    switch (mail_.waitTaken(self, peer, tag, g_.timeout(), [this] { return g_.aborted(); })) {
+    case comm::Mailbox::Got::Ok: return;
+    case comm::Mailbox::Got::TimedOut: {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", g_.timeout());
+      const std::string msg = what + ": rank " + std::to_string(self) + " waited " + secs + " s for rank " +
+                              std::to_string(peer) + " to receive its message with tag " + std::to_string(tag) +
+                              ", which it did not (NCCL's order: a send waits for its recv; rank " +
+                              std::to_string(peer) + " stuck, failed, or waiting for this one); every rank stops";
+      abort(msg);
+      throw CommError(msg);
+    }
+    default: throw CommError(g_.stoppedIn(local, what));
+    }
+  }
+
 private:
   void checkPeer(int local, int peer, const std::string &what) const {
     bool in = false;
@@ -241,6 +259,11 @@ void Communicator::send(int, int peer, int64_t tag, const void *, int64_t, const
 }
 void Communicator::recv(int, int peer, int64_t tag, void *, int64_t, const std::string &what) {
   throw CommError(what + ": the " + name() + " communicator has no point-to-point messages (recv from rank " +
+                  std::to_string(peer) + ", tag " + std::to_string(tag) + ")");
+}
+
+void Communicator::waitDelivered(int, int peer, int64_t tag, const std::string &what) {
+  throw CommError(what + ": the " + name() + " communicator cannot wait for a message to be received (to rank " +
                   std::to_string(peer) + ", tag " + std::to_string(tag) + ")");
 }
 

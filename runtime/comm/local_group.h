@@ -135,7 +135,25 @@ public:
       }
     m.assign(static_cast<const char *>(data), static_cast<const char *>(data) + bytes);
     box_[Key{from, to, tag}].push_back(std::move(m));
+    ++sent_[Key{from, to, tag}];
     cv_.notify_all();
+  }
+
+  // Waits up to `timeout` seconds until every message put from `from` to `to` with `tag` has been
+  // taken (a send that waits for its recv, as NCCL's does).
+  Got waitTaken(int from, int to, int64_t tag, double timeout, const std::function<bool()> &stopped) {
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout));
+    std::unique_lock<std::mutex> l(mu_);
+    const Key key{from, to, tag};
+    for (;;) {
+      if (taken_[key] >= sent_[key]) return Got::Ok;
+      if (woken_ || stopped()) return Got::Stopped;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return Got::TimedOut;
+      cv_.wait_until(l, std::min(deadline, now + std::chrono::milliseconds(20)));
+    }
   }
 
   // Waits up to `timeout` seconds for the message (checking `stopped` every few milliseconds);
@@ -156,6 +174,8 @@ public:
         std::memcpy(data, m.data(), m.size());
         spare_.push_back(std::move(m));
         it->second.pop_front();
+        ++taken_[key];
+        cv_.notify_all();
         return Got::Ok;
       }
       if (woken_ || stopped()) return Got::Stopped;
@@ -177,6 +197,7 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, std::deque<std::vector<char>>> box_;
+  std::map<Key, int64_t> sent_, taken_; // messages put and taken per key
   std::vector<std::vector<char>> spare_;
   bool woken_ = false;
 };

@@ -199,6 +199,18 @@ void Executor::planOp(BoundOp &op) {
   }
 }
 
+// NCCL's order (RankContext::ncclOrder): a group's sends, its recvs, then every send waits until
+// its recv has taken it, as one ncclGroupStart/End of ncclSend and ncclRecv completes.
+void Executor::launchGroup(const std::vector<BoundOp *> &members) {
+  for (BoundOp *m : members)
+    if (m->kind == OpKind::Send) launch(*m);
+  for (BoundOp *m : members)
+    if (m->kind == OpKind::Recv) launch(*m);
+  for (BoundOp *m : members)
+    if (m->kind == OpKind::Send)
+      rank_.p2p->waitDelivered(rank_.p2pLocal, peerRank(*m, rank_.globalRank), m->tag, where(*m));
+}
+
 void Executor::loadInputs(const int32_t *tokens, const int32_t *targets) {
   const int64_t bt = prog_.batch * prog_.seq;
   for (size_t k = 0; k < prog_.tokenInputs.size(); ++k) {

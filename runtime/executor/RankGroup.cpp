@@ -1,5 +1,6 @@
 // The ranks of this process as one Engine (include/bigc/Runtime/rank_group.h).
 #include "bigc/Runtime/rank_group.h"
+#include "bigc/Runtime/verifier.h"
 #include "bigc/Support/format.h"
 #include "bigc/Runtime/executor.h"
 #include "bigc/Runtime/half.h"
@@ -108,10 +109,10 @@ struct Injected : std::runtime_error {
 
 } // namespace
 
-std::string pipelineOnCpuOnly(int64_t pp) {
+std::string pipelineStageAlone(int64_t pp) {
   return "pipeline parallelism (pp " + std::to_string(pp) +
-         ") runs on the CPU backend in this version (in one process or under mpirun), or on one GPU with "
-         "--virtual-ranks; run it with --backend cpu";
+         "): a stage runs with the ranks of the other stages, started by `bigc run` (the CPU backend, in one process "
+         "or under mpirun; one GPU per rank over NCCL; or every rank on one GPU with --virtual-ranks)";
 }
 
 RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicator> comm, Factory make,
@@ -718,11 +719,23 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   std::vector<std::shared_ptr<Communicator>> mpiAll;
   if ((tp > 1 || pp > 1) && world > 1) mpiMesh = makeMpiMesh(dp, tp, ranks / world, commTimeout, &mpiAll, pp);
   const int firstRank = world > 1 ? proc * (ranks / world) : 0;
+  // A test hook: the stages' messages in NCCL's order (the CUDA backend's on several GPUs) in one
+  // process, so that make test runs what NCCL would (groups, sends waiting for their recvs).
+  bool ncclOrder = false;
+  if (const char *v = std::getenv("BIGC_P2P_NCCL_ORDER"); v && *v && std::string(v) != "0") {
+    if (std::string(v) != "1") throw UserError(std::string("BIGC_P2P_NCCL_ORDER='") + v + "': expected 1 or 0");
+    if (pp > 1 && world > 1) throw UserError("BIGC_P2P_NCCL_ORDER=1 runs the stages in one process (not under mpirun)");
+    if (pp > 1)
+      if (std::string why = ncclPipelineProblem(program); !why.empty())
+        throw UserError("BIGC_P2P_NCCL_ORDER=1: this pipelined program cannot run in NCCL's order: " + why);
+    ncclOrder = pp > 1;
+  }
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, comm,
-      [c, seed, streamWait, tp, mesh, mpiMesh, firstRank](const Program &p, int local) {
+      [c, seed, streamWait, tp, mesh, mpiMesh, firstRank, ncclOrder](const Program &p, int local) {
         // One process: local = global rank (s * dp + d) * tp + t.
         RankContext ctx = inProcessRankContext(mesh.get(), c, tp, local);
+        ctx.ncclOrder = ncclOrder;
         if (!mesh && !mpiMesh.empty()) {
           const MeshRank &m = mpiMesh[size_t(local)];
           ctx = RankContext{m.dpLocal, m.dp, false, m.tp, m.tpLocal, (firstRank + local) % tp};

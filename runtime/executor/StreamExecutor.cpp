@@ -1,6 +1,7 @@
 // The one executor: binding, arenas, streams, waits, failure, counters, profiling, numerics
 // (stream_executor.h). Devices (backends/cpu: Executor; backends/cuda: CudaEngine) launch the ops.
 #include "bigc/Runtime/stream_executor.h"
+#include "bigc/Format/p2p_groups.h"
 #include "bigc/Runtime/half.h"
 #include "bigc/Runtime/ops.h"
 #include "bigc/Support/format.h"
@@ -165,6 +166,14 @@ void StreamExecutor::bindOps() {
     stagingBytes_[op.stream] = std::max(stagingBytes_[op.stream], op.stageBytes);
     ops_.push_back(std::move(p));
   }
+  if (prog_.pp > 1 && groupsMessages())
+    for (const std::vector<int64_t> &g : p2pGroups(prog_)) {
+      BoundOp &head = *ops_[size_t(g.front())];
+      for (int64_t i : g) {
+        head.group.push_back(size_t(i));
+        ops_[size_t(i)]->groupHead = int64_t(g.front());
+      }
+    }
 }
 
 void StreamExecutor::stageOperands(BoundOp &op, const std::function<bool(bool, size_t)> &want, int64_t align) const {
@@ -346,6 +355,10 @@ void StreamExecutor::runStream(size_t s) {
   for (size_t idx : streamOps_[s]) {
     if (abort_.load()) return;
     BoundOp &op = *ops_[idx];
+    if (op.groupHead >= 0) { // a group of sends and recvs: issued whole by its first member
+      if (op.groupHead == int64_t(idx)) runGroup(op);
+      continue;
+    }
     for (int64_t w : op.ins->wait) waitFor(op, w, false);
     if (op.issuedAfter >= 0) waitFor(op, op.issuedAfter, /*issuedOnly=*/true);
     if (profiling_ && timedOnHost(op)) {
@@ -367,6 +380,36 @@ void StreamExecutor::runStream(size_t s) {
       std::lock_guard<std::mutex> l(mu_);
       cv_.notify_all();
     }
+  }
+}
+
+// A group of sends and recvs (consecutive on their stream): every member's waits, then one launch
+// of them all; every member finishes with it.
+void StreamExecutor::runGroup(BoundOp &head) {
+  std::vector<BoundOp *> members;
+  for (size_t i : head.group) {
+    BoundOp &m = *ops_[i];
+    for (int64_t w : m.ins->wait) waitFor(m, w, false);
+    if (m.issuedAfter >= 0) waitFor(m, m.issuedAfter, /*issuedOnly=*/true);
+    members.push_back(&m);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  launchGroup(members);
+  if (profiling_ && timedOnHost(head)) {
+    const auto t1 = std::chrono::steady_clock::now();
+    const double each = std::chrono::duration<double>(t1 - t0).count() / double(members.size());
+    auto sec = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(t.time_since_epoch()).count();
+    };
+    for (BoundOp *m : members) opSeconds_[m->index] += each, opSpans_[m->index] = {sec(t0), sec(t1)};
+  }
+  for (BoundOp *m : members) {
+    if (checkNumerics_) checkNumerics(*m);
+    if (int64_t(m->index) != neverFinish_) done_[m->index].store(run_);
+  }
+  if (waiters_.load() > 0) {
+    std::lock_guard<std::mutex> l(mu_);
+    cv_.notify_all();
   }
 }
 

@@ -9,7 +9,8 @@
 # in-process communicators) of the same program: fp32 to 1e-4 relative, bf16 to 1e-2. Two ways:
 #   - one GPU per rank, NCCL (each rank's communicator split per mesh axis), where the machine has
 #     as many GPUs as the program has ranks (NCCL sums 16-bit gradients in their dtype, the CPU rings
-#     in f32); not the pipelines (their messages are not on NCCL yet);
+#     in f32); the pipelines' messages in NCCL groups over each rank's pipeline communicator (the
+#     order `bigc verify` proves; not yet run: the machines lent so far have one GPU);
 #   - every rank on GPU 0 (--virtual-ranks: each rank its arenas and streams, the collectives through
 #     the CPU backend's host communicators), on any machine with a GPU.
 # The programs are compiled here, or (a build without the compiler) read from $BIGC_GPU_PROGRAMS
@@ -34,7 +35,7 @@ for f in "$P"/ranks-*.bigc; do
   name=$(basename "$f" .bigc)
   names="$names $name"
   ranks=2
-  case $name in *pp2*) ranks=999 ;; *dp2*) ranks=4 ;; esac
+  case $name in *pp2-tp2-dp2*) ranks=8 ;; *dp2*) ranks=4 ;; esac
   "$RUN" "$f" --backend cpu --synthetic --steps 10 --seed 7 --log "$d/$name.cpu.jsonl" --quiet
   # (--comm-timeout 60: a message or collective that never comes fails in a minute, naming the rank)
   "$RUN" "$f" --backend cuda --virtual-ranks --synthetic --steps 10 --seed 7 --comm-timeout 60 \
@@ -53,7 +54,7 @@ for name in sys.argv[2:]:
     a = [json.loads(l)["loss"] for l in open(f"{d}/{name}.cpu.jsonl")]
     for way, what in (("virtual", "one GPU, virtual ranks"), ("nccl", "a GPU per rank, NCCL")):
         if not os.path.exists(f"{d}/{name}.{way}.jsonl"):
-            print(f"--   {name}: {what}: not run ({'pipelines: virtual ranks only' if 'pp2' in name else 'needs more GPUs'})")
+            print(f"--   {name}: {what}: not run (needs more GPUs)")
             continue
         b = [json.loads(l)["loss"] for l in open(f"{d}/{name}.{way}.jsonl")]
         r = max(abs(x - y) / abs(x) for x, y in zip(a, b))

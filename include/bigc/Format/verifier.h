@@ -22,6 +22,16 @@
 // stage has reached its k-th) until all finish, else the stuck state is reported: each stuck
 // stream (stage, stream, instruction) and what it waits for.
 //
+// A pipelined program on NCCL (ncclPipelineProblem; the CUDA backend's ranks on several GPUs check
+// it before running): a send waits for its recv there, and NCCL pairs the messages of two ranks in
+// the order they are issued. The stages are played again with each stage's p2p groups
+// (p2p_groups.h) issued whole, in stream order, once every member's wait list has finished; the
+// k-th send issued from stage a to stage b meets the k-th recv issued on b from a, and must carry
+// the same tag; a group finishes once each member has met its partner. The 1F1B, GPipe and
+// zero-bubble orders bigc-pipeline writes hold; the interleaved one does not (its stages send to
+// each other at once: stage 0's last chunk's gradient to stage P-1 while P-1 sends its first
+// chunk's activations to stage 0), and runs on the CPU backend or one GPU's virtual ranks.
+//
 // Each problem is one line naming the buffers, instructions (index, op, stream, source location)
 // and what orders are missing. No MLIR here.
 #pragma once
@@ -36,6 +46,10 @@ namespace bigc::rt {
 // Every problem found, at most `limit` (empty: the plan is proven free of these hazards). The
 // program must have passed validateProgram.
 std::vector<std::string> verifyPlan(const Program &p, size_t limit = 20);
+
+// "" when the pipelined program `p` runs under NCCL's send and recv (or is not pipelined), else
+// why not: the stuck state or the first wrongly paired messages. `p` must have passed verifyPlan.
+std::string ncclPipelineProblem(const Program &p);
 
 // validateProgram (skipped when `validated`: loadProgram has done it), then verifyPlan; throws
 // UserError("<path>: the plan is unsafe: ...") listing the first problems.

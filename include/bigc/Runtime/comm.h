@@ -76,6 +76,11 @@ public:
   // mailbox inside one) have them; others throw.
   virtual void send(int local, int peer, int64_t tag, const void *data, int64_t bytes, const std::string &what);
   virtual void recv(int local, int peer, int64_t tag, void *data, int64_t bytes, const std::string &what);
+  // Waits until the messages sent from local rank `local` to global rank `peer` with `tag` have
+  // been received: a send that waits for its recv, as NCCL's does (the CPU backend's NCCL order,
+  // BIGC_P2P_NCCL_ORDER). Throws CommError as recv does; the in-process communicator has it, others
+  // throw.
+  virtual void waitDelivered(int local, int peer, int64_t tag, const std::string &what);
 };
 
 std::shared_ptr<Communicator> makeInProcessCommunicator(int ranks);

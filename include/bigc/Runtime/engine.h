@@ -165,9 +165,9 @@ protected:
 // The most memory this process has held resident so far (getrusage's ru_maxrss), in bytes.
 int64_t processPeakResidentBytes();
 
-// The refusal of a pipelined program (pp > 1) where it cannot run: this version runs pipeline
-// stages on the CPU backend in one process (the in-process communicator's messages).
-std::string pipelineOnCpuOnly(int64_t pp);
+// The refusal of a pipeline stage (pp > 1) run alone, without the ranks of the other stages (an
+// engine made directly rather than through a rank group).
+std::string pipelineStageAlone(int64_t pp);
 
 bool cudaBackendCompiled();
 bool cudaDeviceVisible(std::string *why);

@@ -66,6 +66,10 @@ struct RankContext {
   int globalRank = 0;
   std::shared_ptr<Communicator> ppComm;
   int ppLocal = 0;
+  // Pipeline stages in NCCL's order (BIGC_P2P_NCCL_ORDER=1, one process): the sends and recvs
+  // issued in the groups the CUDA backend issues over NCCL (p2pGroups), each send waiting until
+  // its recv has taken it; a check on the CPU of what runs on several GPUs.
+  bool ncclOrder = false;
   // The communicator of a collective over mesh axis `axis` (0 dp, 1 tp, 2 pp), and this rank's
   // local index in it.
   const std::shared_ptr<Communicator> &commOf(int axis) const { return axis == 1 ? tpComm : axis == 2 ? ppComm : comm; }
@@ -103,6 +107,8 @@ private:
   std::unique_ptr<BoundOp> makeOp() const override;
   void planOp(BoundOp &op) override;
   void launch(BoundOp &op) override;
+  bool groupsMessages() const override { return rank_.ncclOrder; }
+  void launchGroup(const std::vector<BoundOp *> &members) override;
   void loadInputs(const int32_t *tokens, const int32_t *targets) override;
   void captureGrad(BoundOp &op, std::vector<float> &dst) override;
   void freeStaging();

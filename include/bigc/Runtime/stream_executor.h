@@ -60,6 +60,11 @@ struct BoundOp : OpDims {
   int axis = 0;       // collectives: the mesh axis
   Reduce reduce = Reduce::Sum;
   int64_t issuedAfter = -1; // an instruction this one is issued after (not waited for), or -1
+  // A device that issues a stage's sends and recvs in groups (p2pGroups: NCCL's): the members of
+  // this op's group, in issue order, on the first member (the rest have groupSize 0 and
+  // groupHead its index); empty: not grouped.
+  std::vector<size_t> group;
+  int64_t groupHead = -1;
   bool isCollective() const {
     return kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::AllGather;
   }
@@ -133,6 +138,13 @@ protected:
   virtual void planOp(BoundOp &) {}
   // After `op` has waited for `dep`'s stamp: make the op's stream wait for the work `dep` enqueued.
   virtual void waitDevice(const BoundOp &, int64_t, std::chrono::steady_clock::time_point) {}
+  // Whether this device issues a pipeline stage's sends and recvs in the groups p2pGroups makes
+  // (each group once every member's wait list has finished, through launchGroup); asked at bind.
+  virtual bool groupsMessages() const { return false; }
+  // Issues one group of sends and recvs (in the order given) on their stream.
+  virtual void launchGroup(const std::vector<BoundOp *> &members) {
+    for (BoundOp *m : members) launch(*m);
+  }
   // Whether the profile of `op` is the wall time of its launch (else the device measures it).
   virtual bool timedOnHost(const BoundOp &) const { return true; }
   virtual void enableDeviceProfiling() {}
@@ -226,6 +238,7 @@ protected:
 
 private:
   void runStream(size_t s);
+  void runGroup(BoundOp &head);
   void waitFor(const BoundOp &op, int64_t dep, bool issuedOnly);
   void checkNumerics(const BoundOp &op) const;
 

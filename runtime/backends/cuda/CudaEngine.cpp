@@ -73,7 +73,7 @@ bool cudaDeviceVisible(std::string *why) {
 CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
     : StreamExecutor(std::move(program), rank.tpRank), device_(rank.device), rank_(rank) {
   stampWait_ = " to be issued";
-  if (prog_.pp > 1 && !rank_.host) throw UserError(pipelineOnCpuOnly(prog_.pp)); // (virtual ranks run stages)
+  if (prog_.pp > 1 && !rank_.host && !rank_.ncclPp) throw UserError(pipelineStageAlone(prog_.pp));
   std::string why;
   if (!cudaDeviceVisible(&why)) throw UserError(why);
   if (prog_.ranks != 1 && !rank_.host && (!rank_.nccl || (prog_.tp > 1 && !rank_.ncclTp)))

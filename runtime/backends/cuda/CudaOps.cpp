@@ -395,11 +395,16 @@ void CudaEngine::bindKernel(Op &op) {
   }
   case OpKind::Send:
   case OpKind::Recv:
-    if (!rank_.host || !rank_.host->p2p)
-      throw UserError(where() + ": " + op.ins->op +
-                      " (pipeline parallelism) runs on the CPU backend, or on one GPU with bigc run --virtual-ranks, "
-                      "in this version");
     if (onHost) throw UserError(where() + ": send and recv run on a GPU stream");
+    if (rank_.ncclPp) { // NCCL: issued in groups (launchGroup), not one by one
+      op.gpu = [this](Op &o, cudaStream_t, void *) {
+        runtimeError(o, "a send or recv outside its group (internal error)");
+      };
+      break;
+    }
+    if (!rank_.host || !rank_.host->p2p)
+      throw UserError(where() + ": " + op.ins->op + " (pipeline parallelism) needs the ranks of every stage: run the " +
+                      "program with `bigc run` (one GPU per rank over NCCL, or --virtual-ranks on one GPU)");
     hostCollOf_[op.stream] = std::max(hostCollOf_[op.stream], int64_t(cuda::align256(size_t(op.n))));
     op.gpu = [this](Op &o, cudaStream_t s, void *) { hostSendRecv(o, s); };
     break;
@@ -789,6 +794,44 @@ void CudaEngine::hostSendRecv(Op &op, cudaStream_t s) {
   }
 }
 
+// A pipeline stage's sends and recvs over NCCL: one group (p2pGroups; the plan verifier's NCCL play
+// proved the stages' groups pair in order and cannot deadlock, checked again by makeCudaRankGroup)
+// on the p2p stream, the peer the rank of stage `peer` in the pipeline group; every member's event
+// after the group.
+void CudaEngine::launchGroup(const std::vector<BoundOp *> &members) {
+#if !BIGC_HAVE_NCCL
+  runtimeError(*members.front(),
+               "this build has no NCCL: sends and recvs run on the CPU backend or with --virtual-ranks");
+#else
+  Op &head = static_cast<Op &>(*members.front());
+  cudaStream_t s = cu_[head.stream];
+  if (profiling_) BIGC_CK(cudaEventRecord(profStart_[head.index], s)); // (the group's time is the first member's)
+  struct Group {
+    bool open = false;
+    ~Group() {
+      if (open) ncclGroupEnd();
+    }
+  } group;
+  BIGC_NCCL(ncclGroupStart());
+  group.open = true;
+  for (BoundOp *m : members) {
+    const int peer = int(m->peer);
+    if (m->kind == OpKind::Send)
+      BIGC_NCCL(ncclSend(m->rawIn[0], size_t(m->n), ncclInt8, peer, rank_.ncclPp, s));
+    else
+      BIGC_NCCL(ncclRecv(m->rawOut[0], size_t(m->n), ncclInt8, peer, rank_.ncclPp, s));
+  }
+  group.open = false;
+  BIGC_NCCL(ncclGroupEnd());
+  for (BoundOp *m : members) {
+    const Op &o = static_cast<const Op &>(*m);
+    if (profiling_ && m != &head) BIGC_CK(cudaEventRecord(profStart_[o.index], s));
+    if (profiling_) BIGC_CK(cudaEventRecord(profEnd_[o.index], s));
+    if (o.record) BIGC_CK(cudaEventRecord(events_[o.index], s));
+  }
+#endif
+}
+
 void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
 #if !BIGC_HAVE_NCCL
   (void)s;
@@ -799,7 +842,8 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   // of norms squares, sums and takes the root.
   const int64_t D = prog_.axisSize(int64_t(op.ins->num("axis", 0)));
   const Reduce red = Reduce(int(op.ins->num("reduce", 0)));
-  ncclComm_t comm = op.ins->num("axis", 0) == 1 ? rank_.ncclTp : rank_.nccl; // the group of the op's mesh axis
+  const int axis = int(op.ins->num("axis", 0)); // the group of the op's mesh axis
+  ncclComm_t comm = axis == 1 ? rank_.ncclTp : axis == 2 ? rank_.ncclPp : rank_.nccl;
   if (!comm) runtimeError(op, "no NCCL communicator for the collective's mesh axis (internal error)");
   auto type = [](DType t) { return t == DType::BF16 ? ncclBfloat16 : t == DType::F16 ? ncclFloat16 : ncclFloat32; };
   const ncclRedOp_t nop = red == Reduce::Mean ? ncclAvg : red == Reduce::Max ? ncclMax : ncclSum;

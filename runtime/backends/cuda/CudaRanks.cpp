@@ -3,11 +3,13 @@
 // RankGroup that runs them together and aborts NCCL when a rank fails or stalls.
 #include "bigc/Runtime/comm.h"
 #include "bigc/Runtime/rank_group.h"
+#include "bigc/Runtime/verifier.h"
 #include "cuda_engine.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 namespace bigc::rt {
@@ -50,7 +52,6 @@ std::unique_ptr<RankGroup> virtualRankGroup(Program program, uint64_t seed, doub
 
 std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, double commTimeout, bool virtualRanks) {
   if (virtualRanks) return virtualRankGroup(std::move(program), seed, commTimeout);
-  if (program.pp > 1) throw UserError(pipelineOnCpuOnly(program.pp));
 #if !BIGC_HAVE_NCCL
   (void)program, (void)seed, (void)commTimeout;
   throw UserError("this build's CUDA toolkit has no NCCL: programs of several ranks run on the CPU backend "
@@ -62,6 +63,14 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
     throw UserError("the program has " + std::to_string(ranks) + " ranks but mpirun started " + std::to_string(world) +
                     " processes, which do not divide them");
   const int local = world > 1 ? ranks / world : ranks;
+  // Pipeline stages over NCCL: a send waits for its recv and the messages of two ranks pair in the
+  // order they are issued; the stages' orders must hold under those rules (proven here, as by
+  // `bigc verify`, before any GPU work).
+  if (program.pp > 1)
+    if (std::string why = ncclPipelineProblem(program); !why.empty())
+      throw UserError("this pipelined program cannot run over NCCL (one GPU per rank): " + why +
+                      ". Compile it with --pp-schedule 1f1b, zero-bubble or gpipe (the interleaved order sends both "
+                      "ways at once), or run it with --backend cpu or on one GPU with --virtual-ranks");
   int devices = 0;
   BIGC_CK(cudaGetDeviceCount(&devices));
   if (devices < local)
@@ -108,47 +117,57 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
     BIGC_NCCL(ncclCommInitRank(&comms->c[size_t(l)], ranks, id, proc * local + l));
   }
   BIGC_NCCL(ncclGroupEnd());
-  // Tensor parallelism (mesh dp x tp, rank = d * tp + t): each rank's data-parallel group (the
-  // ranks of its t) and tensor-parallel group (the ranks of its d), split from the world's.
-  const int tp = int(program.tp);
-  std::vector<ncclComm_t> dpComm(size_t(local), nullptr), tpComm(size_t(local), nullptr);
-  if (tp > 1) {
+  // Tensor parallelism or pipeline stages (mesh pp x dp x tp, rank g = (s * dp + d) * tp + t): each
+  // rank's data-parallel group (the ranks of its s and t), tensor-parallel group (of its s and d)
+  // and pipeline group (of its d and t: the stages' messages and the collectives over the stages),
+  // split from the world's.
+  const int tp = int(program.tp), dp = int(program.dp), pp = int(program.pp);
+  std::vector<ncclComm_t> dpComm(size_t(local), nullptr), tpComm(size_t(local), nullptr),
+      ppComm(size_t(local), nullptr);
+  if (tp > 1 || pp > 1) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
-    auto split = [&](std::vector<ncclComm_t> &out, bool tensorGroup) {
+    // color and key of global rank g in each group
+    auto split = [&](std::vector<ncclComm_t> &out, const std::function<std::pair<int, int>(int)> &colorKey) {
       BIGC_NCCL(ncclGroupStart());
       for (int l = 0; l < local; ++l) {
-        const int g = proc * local + l;
+        const auto [color, key] = colorKey(proc * local + l);
         BIGC_CK(cudaSetDevice(firstDevice + l));
-        BIGC_NCCL(ncclCommSplit(comms->c[size_t(l)], tensorGroup ? g / tp : g % tp, tensorGroup ? g % tp : g / tp,
-                                &out[size_t(l)], nullptr));
+        BIGC_NCCL(ncclCommSplit(comms->c[size_t(l)], color, key, &out[size_t(l)], nullptr));
       }
       BIGC_NCCL(ncclGroupEnd());
       for (ncclComm_t c : out) comms->c.push_back(c); // destroyed and aborted with the others
     };
-    split(dpComm, false); // the ranks of one t
-    split(tpComm, true);  // the ranks of one d
+    const int stageRanks = dp * tp;
+    split(dpComm, [&](int g) { return std::pair{(g / stageRanks) * tp + g % tp, (g / tp) % dp}; });
+    if (tp > 1) split(tpComm, [&](int g) { return std::pair{g / tp, g % tp}; });
+    if (pp > 1) split(ppComm, [&](int g) { return std::pair{g % stageRanks, g / stageRanks}; });
 #else
-    throw UserError("this program is tensor-parallel (tp " + std::to_string(tp) +
-                    "); the CUDA backend needs NCCL 2.18 "
-                    "or newer (ncclCommSplit) for it, this build has " +
-                    std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + " (run with --backend cpu)");
+    throw UserError(
+        std::string("this program is ") +
+        (tp > 1 ? "tensor-parallel (tp " + std::to_string(tp) + ")" : "pipelined (pp " + std::to_string(pp) + ")") +
+        "; the CUDA backend needs NCCL 2.18 "
+        "or newer (ncclCommSplit) for it, this build has " +
+        std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + " (run with --backend cpu)");
 #endif
   }
   std::shared_ptr<Communicator> host = world > 1 ? makeMpiCommunicator(ranks, local) : makeInProcessCommunicator(ranks);
   host->setTimeout(commTimeout);
   // Host-side collectives of the mesh (initialising a whole copy from ZeRO shards gathers over the
   // rank's data-parallel group only), as on the CPU backend.
-  auto mesh = tp > 1 && world == 1 ? std::make_shared<InProcessMesh>(int(program.dp), tp, commTimeout) : nullptr;
+  auto mesh = (tp > 1 || pp > 1) && world == 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp) : nullptr;
   std::vector<MeshRank> mpiMesh; // under mpirun (makeMpiMesh: the same layout rules as the CPU backend's)
   std::vector<std::shared_ptr<Communicator>> mpiAll;
-  if (tp > 1 && world > 1) mpiMesh = makeMpiMesh(int(program.dp), tp, local, commTimeout, &mpiAll);
+  if ((tp > 1 || pp > 1) && world > 1) mpiMesh = makeMpiMesh(dp, tp, local, commTimeout, &mpiAll, pp);
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, host,
-      [comms, seed, firstDevice, tp, local, proc, dpComm, tpComm](const Program &p, int l) {
-        if (tp > 1)
-          return makeCudaRankEngine(
-              p, seed, CudaRank{firstDevice + l, dpComm[size_t(l)], false, tpComm[size_t(l)], (proc * local + l) % tp});
-        return makeCudaRankEngine(p, seed, CudaRank{firstDevice + l, comms->c[size_t(l)], false});
+      [comms, seed, firstDevice, tp, pp, local, proc, dpComm, tpComm, ppComm](const Program &p, int l) {
+        const int g = proc * local + l;
+        CudaRank r{firstDevice + l, comms->c[size_t(l)], false};
+        if (tp > 1 || pp > 1) r.nccl = dpComm[size_t(l)];
+        if (tp > 1) r.ncclTp = tpComm[size_t(l)], r.tpRank = g % tp;
+        if (pp > 1) r.ncclPp = ppComm[size_t(l)];
+        r.globalRank = g;
+        return makeCudaRankEngine(p, seed, r);
       },
       /*deviceInHostMemory=*/false,
       [&](RankGroup &g) {

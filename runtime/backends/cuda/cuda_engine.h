@@ -68,6 +68,10 @@ struct CudaRank {
   int tpRank = 0;
   std::shared_ptr<RankContext> host;
   int globalRank = 0;
+  // Pipeline stages over NCCL: the communicator of the rank's pipeline group (the ranks of its d and
+  // t, one per stage, each at its stage's index): the stages' sends and recvs (in p2pGroups' groups)
+  // and the collectives over the pipeline axis.
+  ncclComm_t ncclPp = nullptr;
 };
 
 class CudaEngine final : public StreamExecutor {
@@ -147,6 +151,9 @@ private:
   std::unique_ptr<BoundOp> makeOp() const override { return std::make_unique<Op>(); }
   void planOp(BoundOp &op) override;
   void launch(BoundOp &op) override;
+  // Pipeline stages over NCCL: the sends and recvs in p2pGroups' groups (launchGroup).
+  bool groupsMessages() const override { return rank_.ncclPp != nullptr; }
+  void launchGroup(const std::vector<BoundOp *> &members) override;
   void loadInputs(const int32_t *tokens, const int32_t *targets) override;
   void waitDevice(const BoundOp &op, int64_t dep, std::chrono::steady_clock::time_point deadline) override;
   bool timedOnHost(const BoundOp &op) const override { return onHost_[op.stream]; }
