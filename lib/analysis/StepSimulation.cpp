@@ -144,8 +144,16 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       if (auto pg = dyn_cast<ParamAllGatherOp>(op)) {
         bytes = double(symbolBytes(module, pg.getToAttr()));
       } else {
-        for (unsigned k = 0; k < op.getNumOperands() && k < op.getNumResults(); ++k)
-          bytes += double(std::max(typeBytes(op.getOperand(k).getType()), typeBytes(op.getResult(k).getType())));
+        // A sum or mean of a 16-bit tensor is reduced in f32 (the CPU backend's rings; f32 copies
+        // on NCCL): 4 bytes an element.
+        StringRef red = op.hasAttr("reduce") ? op.getAttrOfType<StringAttr>("reduce").getValue() : StringRef();
+        const bool wide = isa<AllReduceOp, ReduceScatterOp>(op) && (red == "sum" || red == "mean");
+        for (unsigned k = 0; k < op.getNumOperands() && k < op.getNumResults(); ++k) {
+          double b = double(std::max(typeBytes(op.getOperand(k).getType()), typeBytes(op.getResult(k).getType())));
+          auto t = dyn_cast<ShapedType>(op.getOperand(k).getType());
+          if (wide && t && t.getElementType().getIntOrFloatBitWidth() == 16) b *= 2.0;
+          bytes += b;
+        }
       }
       // Ring collectives over the op's mesh axis (data- or tensor-parallel group).
       const double n = double(meshAxisSize(module, g ? g.getValue() : StringRef("dp")));

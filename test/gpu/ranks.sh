@@ -8,8 +8,8 @@
 # dp 2 under ZeRO 1); trained 10 steps with --backend cuda they give the CPU backend's losses (its
 # in-process communicators) of the same program: fp32 to 1e-4 relative, bf16 to 1e-2. Two ways:
 #   - one GPU per rank, NCCL (each rank's communicator split per mesh axis), where the machine has
-#     as many GPUs as the program has ranks (NCCL sums 16-bit gradients in their dtype, the CPU rings
-#     in f32); the pipelines' messages in NCCL groups over each rank's pipeline communicator (the
+#     as many GPUs as the program has ranks (16-bit sums and means through f32 copies, so NCCL
+#     accumulates in f32 as the CPU rings do); the pipelines' messages in NCCL groups over each rank's pipeline communicator (the
 #     order `bigc verify` proves; not yet run: the machines lent so far have one GPU);
 #   - every rank on GPU 0 (--virtual-ranks: each rank its arenas and streams, the collectives through
 #     the CPU backend's host communicators), on any machine with a GPU.

@@ -383,11 +383,21 @@ void CudaEngine::bindKernel(Op &op) {
       op.gpu = [this](Op &o, cudaStream_t s, void *) { hostCollective(o, s); };
       break;
     }
+    // The padded and f32 copies issueCollective stages in pad_: a reduce-scatter or all-gather of
+    // a tensor the ranks do not divide goes through a copy of S * D elements; a sum or mean of a
+    // 16-bit tensor through f32 copies (in and out), so that NCCL accumulates in f32 as the CPU
+    // backend's rings do.
     int64_t pad = 0;
-    for (size_t k = 0; k < op.ins->in.size() && op.kind != OpKind::AllReduce; ++k) {
-      const int64_t whole = op.kind == OpKind::ReduceScatter ? op.inNumel[k] : op.outNumel[k];
+    for (size_t k = 0; k < op.ins->in.size(); ++k) {
+      if (op.kind != OpKind::AllReduce && op.kind != OpKind::ReduceScatter && op.kind != OpKind::AllGather) break;
+      const int64_t whole = op.kind == OpKind::AllGather ? op.outNumel[k] : op.inNumel[k];
       const int64_t S = op.kind == OpKind::ReduceScatter ? op.outNumel[k] : op.inNumel[k];
-      if (whole != S * D) pad += int64_t(cuda::align256(size_t(S * D * dtypeSize(op.inType[k]))));
+      if (sumsIn32(op, k)) {
+        const int64_t in = op.kind == OpKind::AllReduce ? whole : S * D, out = op.kind == OpKind::AllReduce ? 0 : S;
+        pad += int64_t(cuda::align256(size_t(in * 4))) + int64_t(cuda::align256(size_t(out * 4)));
+      } else if (op.kind != OpKind::AllReduce && whole != S * D) {
+        pad += int64_t(cuda::align256(size_t(S * D * dtypeSize(op.inType[k]))));
+      }
     }
     padOf_[op.stream] = std::max(padOf_[op.stream], pad);
     op.gpu = [this](Op &o, cudaStream_t s, void *) { issueCollective(o, s); };
@@ -837,9 +847,10 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   (void)s;
   runtimeError(op, "this build has no NCCL: collectives cannot run on the CUDA backend");
 #else
-  // NCCL on the comm stream (a bucket: one group). Sums of 16-bit tensors accumulate in their
-  // dtype inside NCCL (the CPU backend's rings accumulate in f32); the mean is ncclAvg; the norm
-  // of norms squares, sums and takes the root.
+  // NCCL on the comm stream (a bucket: one group). Sums and means of 16-bit tensors go through f32
+  // copies (sumsIn32), so NCCL accumulates in f32 as the CPU backend's rings do (inside NCCL a bf16
+  // sum accumulates in bf16, drifting from the CPU backend as the ranks grow); the mean is ncclAvg;
+  // the norm of norms squares, sums and takes the root.
   const int64_t D = prog_.axisSize(int64_t(op.ins->num("axis", 0)));
   const Reduce red = Reduce(int(op.ins->num("reduce", 0)));
   const int axis = int(op.ins->num("axis", 0)); // the group of the op's mesh axis
@@ -871,10 +882,39 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
       if (open) ncclGroupEnd();
     }
   } group;
+  // 16-bit sums and means: the input cast to f32 (zero-padded to S * D), reduced in f32 into an f32
+  // output, cast back after the group.
+  struct Wide {
+    const float *in;
+    float *out;
+    int64_t n;
+  };
+  std::vector<Wide> wide(op.rawIn.size(), Wide{nullptr, nullptr, 0});
+  for (size_t k = 0; k < op.rawIn.size(); ++k) {
+    if (!sumsIn32(op, k)) continue;
+    float *in = reinterpret_cast<float *>(pad);
+    const int64_t n = op.kind == OpKind::AllReduce ? op.inNumel[k] : op.outNumel[k] * D;
+    pad += cuda::align256(size_t(n * 4));
+    cuda::cast(op.inType[k], op.rawIn[k], DType::F32, in, op.inNumel[k], s);
+    if (n > op.inNumel[k]) BIGC_CK(cudaMemsetAsync(in + op.inNumel[k], 0, size_t((n - op.inNumel[k]) * 4), s));
+    float *out = in;
+    if (op.kind == OpKind::ReduceScatter) {
+      out = reinterpret_cast<float *>(pad);
+      pad += cuda::align256(size_t(op.outNumel[k] * 4));
+    }
+    wide[k] = Wide{in, out, op.outNumel[k]};
+  }
   BIGC_NCCL(ncclGroupStart());
   group.open = true;
   for (size_t k = 0; k < op.rawIn.size(); ++k) {
     const int64_t e = dtypeSize(op.inType[k]);
+    if (wide[k].in) {
+      if (op.kind == OpKind::AllReduce)
+        BIGC_NCCL(ncclAllReduce(wide[k].in, wide[k].out, size_t(wide[k].n), ncclFloat32, nop, comm, s));
+      else
+        BIGC_NCCL(ncclReduceScatter(wide[k].in, wide[k].out, size_t(wide[k].n), ncclFloat32, nop, comm, s));
+      continue;
+    }
     if (op.kind == OpKind::AllReduce) {
       BIGC_NCCL(ncclAllReduce(op.rawIn[k], op.rawOut[k], size_t(op.inNumel[k]), type(op.inType[k]), nop, comm, s));
     } else if (op.kind == OpKind::ReduceScatter) {
@@ -901,7 +941,16 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   group.open = false;
   BIGC_NCCL(ncclGroupEnd());
   for (const CopyOut &c : after) BIGC_CK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s));
+  for (size_t k = 0; k < op.rawIn.size(); ++k)
+    if (wide[k].in) cuda::cast(DType::F32, wide[k].out, op.outType[k], op.rawOut[k], wide[k].n, s);
 #endif
+}
+
+// Whether tensor k of collective `op` is a sum or mean of a 16-bit tensor (reduced through f32).
+bool CudaEngine::sumsIn32(const Op &op, size_t k) const {
+  const Reduce red = Reduce(int(op.ins->num("reduce", 0)));
+  return (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter) &&
+         (red == Reduce::Sum || red == Reduce::Mean) && (op.inType[k] == DType::BF16 || op.inType[k] == DType::F16);
 }
 
 } // namespace bigc::rt

@@ -187,6 +187,7 @@ private:
   void issueCollective(Op &op, cudaStream_t s);
   void hostCollective(Op &op, cudaStream_t s); // virtual ranks
   void hostSendRecv(Op &op, cudaStream_t s);
+  bool sumsIn32(const Op &op, size_t k) const;
   std::vector<int64_t> hostCollOf_; // per stream: pinned bytes its collectives stage (virtual ranks)
   std::vector<void *> hostColl_;
   void upload(int64_t id, const void *src);
