@@ -31,6 +31,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -470,7 +471,9 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
       }
   }
 
-  // The fastest, compiled whole until scope.wholeCompiles (3 for --auto) of them fit: the plans kept are real.
+  // The fastest by their estimates, compiled whole until scope.wholeCompiles (3 for --auto) of them
+  // fit and the fastest of those is no slower than the next estimate (a whole compile that comes
+  // out slower than its estimate lets the next candidates be compiled too): the plans kept are real.
   {
     std::vector<size_t> order;
     for (size_t i = 0; i < r.plans.size(); ++i)
@@ -478,10 +481,12 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t x, size_t y) { return r.plans[x].stepSeconds < r.plans[y].stepSeconds; });
     int real = 0;
+    double bestReal = std::numeric_limits<double>::infinity();
     for (size_t i : order) {
-      if (real >= scope.wholeCompiles) break;
+      if (real >= scope.wholeCompiles && bestReal <= r.plans[i].stepSeconds) break;
       if (!r.plans[i].estimated) {
         ++real;
+        bestReal = std::min(bestReal, r.plans[i].stepSeconds);
         continue;
       }
       // (A whole compile of a large model takes long: past the budget only while none is real yet,
@@ -492,6 +497,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
       }
       compileWhole(r.plans[i]);
       real += r.plans[i].fits;
+      if (r.plans[i].fits) bestReal = std::min(bestReal, r.plans[i].stepSeconds);
     }
   }
   for (const AutoPlan &p : r.plans) r.fitting += p.fits && !p.estimated;
