@@ -358,7 +358,9 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
       measure(b, pc, y);
       r.proxies += 2;
       const double f = double(m.layers - k1) / double(k2 - k1);
-      auto at = [&](double u, double v) { return u + (v - u) * f; };
+      // (Memory that shrinks from the smaller cut to the larger, as when the larger one moves a
+      // space's contents elsewhere, is not extrapolated below the larger cut's: never negative.)
+      auto at = [&](double u, double v) { return std::max(v, u + (v - u) * f); };
       plan.deviceBytes = int64_t(at(double(x.device), double(y.device)));
       plan.hostBytes = int64_t(at(double(x.host), double(y.host)));
       plan.stepSeconds = at(x.step, y.step);
