@@ -327,30 +327,38 @@ LogicalResult SiluGradOp::verify() { return success(); }
 LogicalResult SwigluOp::verify() { return success(); }
 LogicalResult SwigluGradOp::verify() { return success(); }
 
-LogicalResult RmsNormOp::verify() {
-  auto x = shapeOf(getX());
-  if (x.empty()) return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(*this, {getX(), getW(), getY()})) || failed(expectF32(*this, "result rstd", getRstd())))
-    return failure();
-  if (failed(expectShape(*this, "weight", getW(), {x.back()})) || failed(expectShape(*this, "result y", getY(), x)) ||
-      failed(expectShape(*this, "result rstd", getRstd(), x.drop_back())))
-    return failure();
-  if (!(getEps().convertToDouble() > 0.0)) return emitOpError("eps must be positive");
+/// The rules every normalisation op shares, plain, gradient or fused (bigc-fuse): `x` of rank >= 1
+/// ([..., C]); `same` of one element type; `full` of x's shape; `channel` of shape [C]; `rows` f32
+/// statistics of shape [...] (x without its last dimension); eps, where the op has one, positive.
+namespace {
+using Named = std::pair<StringRef, Value>;
+}
+static LogicalResult verifyNorm(Operation *op, Value x, ValueRange same, ArrayRef<Named> full, ArrayRef<Named> channel,
+                                ArrayRef<Named> rows, std::optional<double> eps) {
+  auto xs = shapeOf(x);
+  if (xs.empty()) return op->emitOpError("input must have rank >= 1");
+  if (failed(sameElementTypes(op, same))) return failure();
+  for (const Named &r : rows)
+    if (failed(expectF32(op, r.first, r.second))) return failure();
+  for (const Named &v : full)
+    if (failed(expectShape(op, v.first, v.second, xs))) return failure();
+  for (const Named &v : channel)
+    if (failed(expectShape(op, v.first, v.second, {xs.back()}))) return failure();
+  for (const Named &r : rows)
+    if (failed(expectShape(op, r.first, r.second, xs.drop_back()))) return failure();
+  if (eps && !(*eps > 0.0)) return op->emitOpError("eps must be positive");
   return success();
 }
 
+LogicalResult RmsNormOp::verify() {
+  return verifyNorm(*this, getX(), {getX(), getW(), getY()}, {{"result y", getY()}}, {{"weight", getW()}},
+                    {{"result rstd", getRstd()}}, getEps().convertToDouble());
+}
+
 LogicalResult RmsNormGradOp::verify() {
-  auto x = shapeOf(getX());
-  if (x.empty()) return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(*this, {getDy(), getX(), getW(), getDx(), getDw()})) ||
-      failed(expectF32(*this, "rstd", getRstd())))
-    return failure();
-  if (failed(expectShape(*this, "dy", getDy(), x)) || failed(expectShape(*this, "weight", getW(), {x.back()})) ||
-      failed(expectShape(*this, "rstd", getRstd(), x.drop_back())) ||
-      failed(expectShape(*this, "result dx", getDx(), x)) ||
-      failed(expectShape(*this, "result dw", getDw(), {x.back()})))
-    return failure();
-  return success();
+  return verifyNorm(*this, getX(), {getDy(), getX(), getW(), getDx(), getDw()},
+                    {{"dy", getDy()}, {"result dx", getDx()}}, {{"weight", getW()}, {"result dw", getDw()}},
+                    {{"rstd", getRstd()}}, std::nullopt);
 }
 
 LogicalResult RopeOp::verify() {
@@ -436,96 +444,43 @@ LogicalResult ReduceSumOp::verify() {
 }
 
 LogicalResult LayerNormOp::verify() {
-  auto x = shapeOf(getX());
-  if (x.empty()) return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(*this, {getX(), getW(), getB(), getY()}))) return failure();
-  if (failed(expectF32(*this, "result mean", getMean())) || failed(expectF32(*this, "result rstd", getRstd())))
-    return failure();
-  int64_t c = x.back();
-  if (failed(expectShape(*this, "weight", getW(), {c})) || failed(expectShape(*this, "bias", getB(), {c})) ||
-      failed(expectShape(*this, "result y", getY(), x)) ||
-      failed(expectShape(*this, "result mean", getMean(), x.drop_back())) ||
-      failed(expectShape(*this, "result rstd", getRstd(), x.drop_back())))
-    return failure();
-  if (!(getEps().convertToDouble() > 0.0)) return emitOpError("eps must be positive");
-  return success();
+  return verifyNorm(*this, getX(), {getX(), getW(), getB(), getY()}, {{"result y", getY()}},
+                    {{"weight", getW()}, {"bias", getB()}}, {{"result mean", getMean()}, {"result rstd", getRstd()}},
+                    getEps().convertToDouble());
 }
 
 LogicalResult LayerNormGradOp::verify() {
-  auto x = shapeOf(getX());
-  if (x.empty()) return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(*this, {getDy(), getX(), getW(), getDx(), getDw(), getDb()}))) return failure();
-  if (failed(expectF32(*this, "mean", getMean())) || failed(expectF32(*this, "rstd", getRstd()))) return failure();
-  int64_t c = x.back();
-  if (failed(expectShape(*this, "dy", getDy(), x)) || failed(expectShape(*this, "weight", getW(), {c})) ||
-      failed(expectShape(*this, "mean", getMean(), x.drop_back())) ||
-      failed(expectShape(*this, "rstd", getRstd(), x.drop_back())) ||
-      failed(expectShape(*this, "result dx", getDx(), x)) || failed(expectShape(*this, "result dw", getDw(), {c})) ||
-      failed(expectShape(*this, "result db", getDb(), {c})))
-    return failure();
-  return success();
+  return verifyNorm(*this, getX(), {getDy(), getX(), getW(), getDx(), getDw(), getDb()},
+                    {{"dy", getDy()}, {"result dx", getDx()}},
+                    {{"weight", getW()}, {"result dw", getDw()}, {"result db", getDb()}},
+                    {{"mean", getMean()}, {"rstd", getRstd()}}, std::nullopt);
 }
 
 // ---- fused ops (BigcFusedOps.td): the rules of the pair each replaces --------------------------
 
 LogicalResult AddLayerNormOp::verify() {
-  auto x = shapeOf(getA());
-  if (x.empty()) return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(*this, {getA(), getR(), getW(), getB(), getS(), getY()}))) return failure();
-  if (failed(expectF32(*this, "result mean", getMean())) || failed(expectF32(*this, "result rstd", getRstd())))
-    return failure();
-  int64_t c = x.back();
-  if (failed(expectShape(*this, "r", getR(), x)) || failed(expectShape(*this, "weight", getW(), {c})) ||
-      failed(expectShape(*this, "bias", getB(), {c})) || failed(expectShape(*this, "result s", getS(), x)) ||
-      failed(expectShape(*this, "result y", getY(), x)) ||
-      failed(expectShape(*this, "result mean", getMean(), x.drop_back())) ||
-      failed(expectShape(*this, "result rstd", getRstd(), x.drop_back())))
-    return failure();
-  if (!(getEps().convertToDouble() > 0.0)) return emitOpError("eps must be positive");
-  return success();
+  return verifyNorm(*this, getA(), {getA(), getR(), getW(), getB(), getS(), getY()},
+                    {{"r", getR()}, {"result s", getS()}, {"result y", getY()}}, {{"weight", getW()}, {"bias", getB()}},
+                    {{"result mean", getMean()}, {"result rstd", getRstd()}}, getEps().convertToDouble());
 }
 
 LogicalResult AddRmsNormOp::verify() {
-  auto x = shapeOf(getA());
-  if (x.empty()) return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(*this, {getA(), getR(), getW(), getS(), getY()})) ||
-      failed(expectF32(*this, "result rstd", getRstd())))
-    return failure();
-  if (failed(expectShape(*this, "r", getR(), x)) || failed(expectShape(*this, "weight", getW(), {x.back()})) ||
-      failed(expectShape(*this, "result s", getS(), x)) || failed(expectShape(*this, "result y", getY(), x)) ||
-      failed(expectShape(*this, "result rstd", getRstd(), x.drop_back())))
-    return failure();
-  if (!(getEps().convertToDouble() > 0.0)) return emitOpError("eps must be positive");
-  return success();
+  return verifyNorm(*this, getA(), {getA(), getR(), getW(), getS(), getY()},
+                    {{"r", getR()}, {"result s", getS()}, {"result y", getY()}}, {{"weight", getW()}},
+                    {{"result rstd", getRstd()}}, getEps().convertToDouble());
 }
 
 LogicalResult LayerNormGradAddOp::verify() {
-  auto x = shapeOf(getX());
-  if (x.empty()) return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(*this, {getDy(), getX(), getW(), getR(), getDx(), getDw(), getDb()}))) return failure();
-  if (failed(expectF32(*this, "mean", getMean())) || failed(expectF32(*this, "rstd", getRstd()))) return failure();
-  int64_t c = x.back();
-  if (failed(expectShape(*this, "dy", getDy(), x)) || failed(expectShape(*this, "weight", getW(), {c})) ||
-      failed(expectShape(*this, "mean", getMean(), x.drop_back())) ||
-      failed(expectShape(*this, "rstd", getRstd(), x.drop_back())) || failed(expectShape(*this, "r", getR(), x)) ||
-      failed(expectShape(*this, "result dx", getDx(), x)) || failed(expectShape(*this, "result dw", getDw(), {c})) ||
-      failed(expectShape(*this, "result db", getDb(), {c})))
-    return failure();
-  return success();
+  return verifyNorm(*this, getX(), {getDy(), getX(), getW(), getR(), getDx(), getDw(), getDb()},
+                    {{"dy", getDy()}, {"r", getR()}, {"result dx", getDx()}},
+                    {{"weight", getW()}, {"result dw", getDw()}, {"result db", getDb()}},
+                    {{"mean", getMean()}, {"rstd", getRstd()}}, std::nullopt);
 }
 
 LogicalResult RmsNormGradAddOp::verify() {
-  auto x = shapeOf(getX());
-  if (x.empty()) return emitOpError("input must have rank >= 1");
-  if (failed(sameElementTypes(*this, {getDy(), getX(), getW(), getR(), getDx(), getDw()})) ||
-      failed(expectF32(*this, "rstd", getRstd())))
-    return failure();
-  if (failed(expectShape(*this, "dy", getDy(), x)) || failed(expectShape(*this, "weight", getW(), {x.back()})) ||
-      failed(expectShape(*this, "rstd", getRstd(), x.drop_back())) || failed(expectShape(*this, "r", getR(), x)) ||
-      failed(expectShape(*this, "result dx", getDx(), x)) ||
-      failed(expectShape(*this, "result dw", getDw(), {x.back()})))
-    return failure();
-  return success();
+  return verifyNorm(*this, getX(), {getDy(), getX(), getW(), getR(), getDx(), getDw()},
+                    {{"dy", getDy()}, {"r", getR()}, {"result dx", getDx()}},
+                    {{"weight", getW()}, {"result dw", getDw()}}, {{"rstd", getRstd()}}, std::nullopt);
 }
 
 LogicalResult BiasGeluOp::verify() {

@@ -383,21 +383,26 @@ __device__ __forceinline__ float warpSum(float v) {
   return v;
 }
 
-// x2 (add_layernorm): the row is first x + x2, stored in sum (each lane reads back its own
-// columns); sum may be x or x2.
+// The row a layernorm or rmsnorm normalises: x's, or with x2 (add_layernorm, add_rmsnorm of
+// bigc-fuse) the residual sum x + x2, stored in sum as the add stores it (rounded to T; sum may be x
+// or x2: each lane reads and writes only its own columns) and read back from there.
+template <class T> __device__ const T *normRow(const T *x, const T *x2, T *sum, int64_t row, int64_t C, int lane) {
+  const T *xr = x + row * C;
+  if (!x2) return xr;
+  T *sr = sum + row * C;
+  const T *x2r = x2 + row * C;
+  for (int64_t c = lane; c < C; c += 32) st(sr, c, ld(xr, c) + ld(x2r, c));
+  return sr;
+}
+
+// One warp per row (of normRow): mean, rstd = 1/sqrt(var + eps), y = (x - mean) * rstd * w + b.
 template <class T>
 __global__ void layernormK(const T *x, const T *w, const T *b, T *y, float *mean, float *rstd, int64_t N, int64_t C,
                            float eps, const T *x2, T *sum) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
-  const T *xr = x + row * C;
-  if (x2) {
-    T *sr = sum + row * C;
-    const T *x2r = x2 + row * C;
-    for (int64_t c = lane; c < C; c += 32) st(sr, c, ld(xr, c) + ld(x2r, c));
-    xr = sr;
-  }
+  const T *xr = normRow(x, x2, sum, row, C, lane);
   float s = 0.0f;
   for (int64_t c = lane; c < C; c += 32) s += ld(xr, c);
   const float m = warpSum(s) / float(C);
@@ -451,13 +456,7 @@ __global__ void rmsnormK(const T *x, const T *w, T *y, float *rstd, int64_t N, i
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
-  const T *xr = x + row * C;
-  if (x2) { // add_rmsnorm, as add_layernorm
-    T *sr = sum + row * C;
-    const T *x2r = x2 + row * C;
-    for (int64_t c = lane; c < C; c += 32) st(sr, c, ld(xr, c) + ld(x2r, c));
-    xr = sr;
-  }
+  const T *xr = normRow(x, x2, sum, row, C, lane);
   float s = 0.0f;
   for (int64_t c = lane; c < C; c += 32) {
     const float v = ld(xr, c);
