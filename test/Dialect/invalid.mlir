@@ -700,3 +700,36 @@ func.func @f(%g: tensor<8xbf16>) {
   bigc.adamw %g {param = @p, exp_avg = @m, exp_avg_sq = @m, lr = 3.0e-4, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-8, weight_decay = 0.0, half = @h} : tensor<8xbf16>
   return
 }
+
+// -----
+
+// bigc-fuse's fused norms follow the rules of the ops they replace (one shared verifier).
+func.func @f(%x: tensor<2x3x8xf32>, %r: tensor<2x8xf32>, %w: tensor<8xf32>) {
+  // expected-error@+1 {{r must have shape [2,3,8], got [2,8]}}
+  %s:4 = bigc.add_layernorm %x, %r, %w, %w : (tensor<2x3x8xf32>, tensor<2x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3xf32>, tensor<2x3xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x3x8xf32>, %w: tensor<8xf32>) {
+  // expected-error@+1 {{eps must be positive}}
+  %s:3 = bigc.add_rmsnorm %x, %x, %w {eps = 0.0} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<8xf32>) -> (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x3x8xbf16>, %w: tensor<8xbf16>, %s: tensor<2x3xbf16>) {
+  // expected-error@+1 {{rstd must be f32}}
+  %d:2 = bigc.rmsnorm_grad_add %x, %x, %w, %s, %x : (tensor<2x3x8xbf16>, tensor<2x3x8xbf16>, tensor<8xbf16>, tensor<2x3xbf16>, tensor<2x3x8xbf16>) -> (tensor<2x3x8xbf16>, tensor<8xbf16>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x3x8xf32>, %w: tensor<8xf32>, %s: tensor<2x3xf32>) {
+  // expected-error@+1 {{result db must have shape [8], got [4]}}
+  %d:3 = bigc.layernorm_grad_add %x, %x, %w, %s, %s, %x : (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x8xf32>, tensor<8xf32>, tensor<4xf32>)
+  return
+}
