@@ -367,6 +367,7 @@ std::string pipelineDeadlock(const Program &p, bool rendezvous) {
   // rendezvous: per (from, to) stage pair, the sends and the recvs issued, in order: (stage, instruction).
   std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, int64_t>>> sendsIssued, recvsIssued;
   std::string mispaired;
+  int64_t groupsIssued = 0; // (issuing a group is progress, even when none of it finishes yet)
   std::vector<std::vector<char>> arrived(nColl, std::vector<char>(size_t(P), 0));
   std::vector<char> met(nColl, 0);
   auto recvKey = [](int64_t s, const Instruction &ins) {
@@ -404,6 +405,7 @@ std::string pipelineDeadlock(const Program &p, bool rendezvous) {
           }
         }
         g.issued[size_t(gi)] = 1;
+        ++groupsIssued;
       }
       if (g.slot[size_t(i)] < 0) return false;
       const int64_t peer = int64_t(ins.num("peer", -1));
@@ -433,6 +435,7 @@ std::string pipelineDeadlock(const Program &p, bool rendezvous) {
   };
   for (bool progress = true; progress;) {
     progress = false;
+    const int64_t issuedBefore = groupsIssued;
     for (int64_t s = 0; s < P; ++s) {
       Stage &g = st[size_t(s)];
       for (size_t q = 0; q < g.queue.size(); ++q)
@@ -444,6 +447,7 @@ std::string pipelineDeadlock(const Program &p, bool rendezvous) {
           progress = true;
         }
     }
+    progress = progress || groupsIssued != issuedBefore;
   }
   if (!mispaired.empty()) return "under NCCL's send and recv: " + mispaired;
   std::string msg;

@@ -196,7 +196,7 @@ public:
     const int self = globalRank(local);
     int64_t got = 0;
     switch (mail_.take(
-        peer, self, tag, data, bytes, g_.timeout(), [this] { return g_.aborted(); }, &got)) {
+        peer, self, tag, data, bytes, g_.timeout(), [this] { return g_.aborted(); }, &got, inOrder_)) {
     case comm::Mailbox::Got::Ok: return;
     case comm::Mailbox::Got::Stopped: throw CommError(g_.stoppedIn(local, what));
     case comm::Mailbox::Got::TimedOut: {
@@ -209,6 +209,14 @@ public:
       abort(msg);
       throw CommError(msg);
     }
+    case comm::Mailbox::Got::Mispaired: {
+      const std::string msg = what + ": rank " + std::to_string(self) + " receives the message with tag " +
+                              std::to_string(tag) + " from rank " + std::to_string(peer) +
+                              ", but NCCL would give it the one with tag " + std::to_string(got) +
+                              " (the messages of two ranks pair in the order they are issued); every rank stops";
+      abort(msg);
+      throw CommError(msg);
+    }
     case comm::Mailbox::Got::WrongSize: {
       const std::string msg = what + ": rank " + std::to_string(self) + " receives " + std::to_string(bytes) +
                               " bytes from rank " + std::to_string(peer) + " with tag " + std::to_string(tag) +
@@ -218,6 +226,8 @@ public:
     }
     }
   }
+
+  void pairInIssueOrder() override { inOrder_ = true; }
 
   void waitDelivered(int local, int peer, int64_t tag, const std::string &what) override {
     const int self = globalRank(local);
@@ -249,6 +259,7 @@ private:
   std::vector<int> ids_; // global numbers of the group's ranks (empty: 0..n-1)
   comm::LocalGroup g_;
   comm::Mailbox mail_;
+  bool inOrder_ = false; // pairInIssueOrder
 };
 
 } // namespace
@@ -260,6 +271,10 @@ void Communicator::send(int, int peer, int64_t tag, const void *, int64_t, const
 void Communicator::recv(int, int peer, int64_t tag, void *, int64_t, const std::string &what) {
   throw CommError(what + ": the " + name() + " communicator has no point-to-point messages (recv from rank " +
                   std::to_string(peer) + ", tag " + std::to_string(tag) + ")");
+}
+
+void Communicator::pairInIssueOrder() {
+  throw CommError("the " + name() + " communicator cannot pair its messages in the order they are issued");
 }
 
 void Communicator::waitDelivered(int, int peer, int64_t tag, const std::string &what) {

@@ -122,7 +122,7 @@ private:
 // message size has been seen).
 class Mailbox {
 public:
-  enum class Got { Ok, Stopped, TimedOut, WrongSize };
+  enum class Got { Ok, Stopped, TimedOut, WrongSize, Mispaired };
 
   void put(int from, int to, int64_t tag, const void *data, int64_t bytes) {
     std::lock_guard<std::mutex> l(mu_);
@@ -136,6 +136,7 @@ public:
     m.assign(static_cast<const char *>(data), static_cast<const char *>(data) + bytes);
     box_[Key{from, to, tag}].push_back(std::move(m));
     ++sent_[Key{from, to, tag}];
+    order_[{from, to}].push_back(tag);
     cv_.notify_all();
   }
 
@@ -157,15 +158,25 @@ public:
   }
 
   // Waits up to `timeout` seconds for the message (checking `stopped` every few milliseconds);
-  // copies it to `data` when it has `bytes` bytes (else leaves it, and `*got` is its size).
+  // copies it to `data` when it has `bytes` bytes (else leaves it, and `*got` is its size). With
+  // `inOrder` (NCCL's rule: the k-th recv from a rank meets that rank's k-th send to this one, whatever
+  // the tags): Mispaired, and `*got` the tag of that send, when the k-th message sent is not this one.
   Got take(int from, int to, int64_t tag, void *data, int64_t bytes, double timeout,
-           const std::function<bool()> &stopped, int64_t *got) {
+           const std::function<bool()> &stopped, int64_t *got, bool inOrder = false) {
     const auto deadline =
         std::chrono::steady_clock::now() +
         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout));
     std::unique_lock<std::mutex> l(mu_);
     const Key key{from, to, tag};
+    const int64_t k = inOrder ? taken_in_order_[{from, to}]++ : -1;
     for (;;) {
+      if (inOrder) {
+        const std::vector<int64_t> &sent = order_[{from, to}];
+        if (int64_t(sent.size()) > k && sent[size_t(k)] != tag) {
+          *got = sent[size_t(k)];
+          return Got::Mispaired;
+        }
+      }
       auto it = box_.find(key);
       if (it != box_.end() && !it->second.empty()) {
         std::vector<char> &m = it->second.front();
@@ -197,7 +208,9 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, std::deque<std::vector<char>>> box_;
-  std::map<Key, int64_t> sent_, taken_; // messages put and taken per key
+  std::map<Key, int64_t> sent_, taken_;                       // messages put and taken per key
+  std::map<std::pair<int, int>, std::vector<int64_t>> order_; // per (from, to): the tags put, in order
+  std::map<std::pair<int, int>, int64_t> taken_in_order_;     // per (from, to): recvs issued in order
   std::vector<std::vector<char>> spare_;
   bool woken_ = false;
 };

@@ -719,8 +719,9 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   std::vector<std::shared_ptr<Communicator>> mpiAll;
   if ((tp > 1 || pp > 1) && world > 1) mpiMesh = makeMpiMesh(dp, tp, ranks / world, commTimeout, &mpiAll, pp);
   const int firstRank = world > 1 ? proc * (ranks / world) : 0;
-  // A test hook: the stages' messages in NCCL's order (the CUDA backend's on several GPUs) in one
-  // process, so that make test runs what NCCL would (groups, sends waiting for their recvs).
+  // A test hook: the stages' messages under NCCL's rules (the CUDA backend's on several GPUs) in
+  // one process: issued in p2pGroups' groups, each send waiting until its recv took it, and each
+  // recv required to meet the send in the same place of the two ranks' order (NCCL has no tags).
   bool ncclOrder = false;
   if (const char *v = std::getenv("BIGC_P2P_NCCL_ORDER"); v && *v && std::string(v) != "0") {
     if (std::string(v) != "1") throw UserError(std::string("BIGC_P2P_NCCL_ORDER='") + v + "': expected 1 or 0");
@@ -729,6 +730,7 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
       if (std::string why = ncclPipelineProblem(program); !why.empty())
         throw UserError("BIGC_P2P_NCCL_ORDER=1: this pipelined program cannot run in NCCL's order: " + why);
     ncclOrder = pp > 1;
+    if (ncclOrder) comm->pairInIssueOrder(); // (the stages' messages go over the world communicator)
   }
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, comm,

@@ -227,6 +227,53 @@ TEST(Comm, RecvBeforeSend) {
   EXPECT_EQ(got, 42);
 }
 
+// NCCL's rules on the in-process communicator (BIGC_P2P_NCCL_ORDER): a send can wait until its
+// recv took it, and with pairInIssueOrder the k-th recv from a rank must be for that rank's k-th
+// send to this one.
+TEST(Comm, NcclRules) {
+  auto comm = makeInProcessCommunicator(2);
+  comm->setTimeout(0.3);
+  comm->pairInIssueOrder();
+  const float a = 1.0f, b = 2.0f;
+  float got = 0;
+  auto errors = onRanks(2, [&](int r) {
+    if (r == 0) {
+      comm->send(0, 1, 7, &a, 4, "send");
+      comm->waitDelivered(0, 1, 7, "send"); // until rank 1 took it
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    comm->recv(1, 0, 7, &got, 4, "recv");
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(got, 1.0f);
+  // A send nobody receives: the wait times out naming the peer and the tag.
+  comm->send(0, 1, 8, &a, 4, "step 1: instruction 2 (send)");
+  try {
+    comm->waitDelivered(0, 1, 8, "step 1: instruction 2 (send)");
+    ADD_FAILURE() << "expected a timeout";
+  } catch (const CommError &e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 waited 0.3 s for rank 1 to receive its message with tag 8"),
+              std::string::npos)
+        << e.what();
+  }
+  // Tags 1 then 0 sent, tag 0 received first: NCCL would pair it with tag 1.
+  auto fresh = makeInProcessCommunicator(2);
+  fresh->pairInIssueOrder();
+  fresh->send(0, 1, 1, &a, 4, "send");
+  fresh->send(0, 1, 0, &b, 4, "send");
+  try {
+    fresh->recv(1, 0, 0, &got, 4, "step 1: instruction 4 (recv)");
+    ADD_FAILURE() << "expected a mispairing";
+  } catch (const CommError &e) {
+    EXPECT_NE(std::string(e.what()).find("step 1: instruction 4 (recv): rank 1 receives the message with tag 0 from "
+                                         "rank 0, but NCCL would give it the one with tag 1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Comm, ManyTagsOutOfOrder) {
   // Rank 0 sends tags 0..63 (each twice: messages of one tag keep their order) while rank 1
   // receives them in reverse tag order; a group of ids {3, 5} (global numbers).

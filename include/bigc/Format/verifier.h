@@ -27,7 +27,9 @@
 // the order they are issued. The stages are played again with each stage's p2p groups
 // (p2p_groups.h) issued whole, in stream order, once every member's wait list has finished; the
 // k-th send issued from stage a to stage b meets the k-th recv issued on b from a, and must carry
-// the same tag; a group finishes once each member has met its partner. The 1F1B, GPipe and
+// the same tag; a group finishes once each member has met its partner. The collectives over the
+// pipeline axis are played as before, apart from the messages (they run on a communicator of their
+// own), and so are the other streams. The 1F1B, GPipe and
 // zero-bubble orders bigc-pipeline writes hold; the interleaved one does not (its stages send to
 // each other at once: stage 0's last chunk's gradient to stage P-1 while P-1 sends its first
 // chunk's activations to stage 0), and runs on the CPU backend or one GPU's virtual ranks.

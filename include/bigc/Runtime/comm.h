@@ -81,6 +81,10 @@ public:
   // BIGC_P2P_NCCL_ORDER). Throws CommError as recv does; the in-process communicator has it, others
   // throw.
   virtual void waitDelivered(int local, int peer, int64_t tag, const std::string &what);
+  // From now on a recv from a rank must be for the message that rank sent this one in the same
+  // place of their order (NCCL's rule, which has no tags); else it fails naming both tags
+  // (BIGC_P2P_NCCL_ORDER). The in-process communicator has it, others throw.
+  virtual void pairInIssueOrder();
 };
 
 std::shared_ptr<Communicator> makeInProcessCommunicator(int ranks);

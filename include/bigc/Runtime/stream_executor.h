@@ -60,9 +60,9 @@ struct BoundOp : OpDims {
   int axis = 0;       // collectives: the mesh axis
   Reduce reduce = Reduce::Sum;
   int64_t issuedAfter = -1; // an instruction this one is issued after (not waited for), or -1
-  // A device that issues a stage's sends and recvs in groups (p2pGroups: NCCL's): the members of
-  // this op's group, in issue order, on the first member (the rest have groupSize 0 and
-  // groupHead its index); empty: not grouped.
+  // A device that issues a stage's sends and recvs in groups (p2pGroups: NCCL's): `group` holds the
+  // members of the group in issue order on its first member (empty on the others), and every
+  // member's `groupHead` is that first member's index (-1: not grouped).
   std::vector<size_t> group;
   int64_t groupHead = -1;
   bool isCollective() const {

@@ -99,15 +99,16 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
     BIGC_CK(cudaFree(nullptr)); // the context exists from here
     BIGC_CK(cudaMemGetInfo(&freeB, &totalB));
     usedBeforeArenas_ = int64_t(totalB) - int64_t(freeB);
-    if (deviceArena + workspaceBytes_ > int64_t(freeB)) { // without the GEMM staging (slower, smaller)
+    if (deviceArena + workspaceBytes_ + padBytes_ > int64_t(freeB)) { // without the GEMM staging (slower, smaller)
       allowStaging_ = false;
       prepare();
     }
-    const int64_t need = deviceArena + workspaceBytes_;
+    // (padBytes_: the collectives' padded and f32 copies)
+    const int64_t need = deviceArena + workspaceBytes_ + padBytes_;
     if (need > int64_t(freeB))
       throw UserError("the program needs " + human(need) + " of GPU memory (device arena " + human(deviceArena) +
-                      " + workspace " + human(workspaceBytes_) + "); GPU " + std::to_string(device_) + " (" +
-                      props.name + ") has " + human(int64_t(freeB)) + " free of " + human(int64_t(totalB)) +
+                      " + workspace " + human(workspaceBytes_ + padBytes_) + "); GPU " + std::to_string(device_) +
+                      " (" + props.name + ") has " + human(int64_t(freeB)) + " free of " + human(int64_t(totalB)) +
                       ". Compile for this GPU (--device-mem " + std::to_string(int64_t(freeB) >> 30) +
                       "G, or its --hardware profile) so the compiler recomputes, offloads or shrinks what it must");
 

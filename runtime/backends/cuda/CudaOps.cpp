@@ -387,18 +387,19 @@ void CudaEngine::bindKernel(Op &op) {
     // a tensor the ranks do not divide goes through a copy of S * D elements; a sum or mean of a
     // 16-bit tensor through f32 copies (in and out), so that NCCL accumulates in f32 as the CPU
     // backend's rings do.
-    int64_t pad = 0;
+    int64_t pad = 0, wide = 0; // the padded copies of the group, then one f32 chunk (issueCollective)
     for (size_t k = 0; k < op.ins->in.size(); ++k) {
-      if (op.kind != OpKind::AllReduce && op.kind != OpKind::ReduceScatter && op.kind != OpKind::AllGather) break;
       const int64_t whole = op.kind == OpKind::AllGather ? op.outNumel[k] : op.inNumel[k];
       const int64_t S = op.kind == OpKind::ReduceScatter ? op.outNumel[k] : op.inNumel[k];
       if (sumsIn32(op, k)) {
-        const int64_t in = op.kind == OpKind::AllReduce ? whole : S * D, out = op.kind == OpKind::AllReduce ? 0 : S;
-        pad += int64_t(cuda::align256(size_t(in * 4))) + int64_t(cuda::align256(size_t(out * 4)));
+        const int64_t c = op.kind == OpKind::AllReduce ? std::min(whole, kWideChunk)
+                                                       : std::min(S, std::max<int64_t>(1, kWideChunk / D));
+        wide = std::max(wide, op.kind == OpKind::AllReduce ? c * 4 : (c * D + c) * 4);
       } else if (op.kind != OpKind::AllReduce && whole != S * D) {
         pad += int64_t(cuda::align256(size_t(S * D * dtypeSize(op.inType[k]))));
       }
     }
+    pad += int64_t(cuda::align256(size_t(wide)));
     padOf_[op.stream] = std::max(padOf_[op.stream], pad);
     op.gpu = [this](Op &o, cudaStream_t s, void *) { issueCollective(o, s); };
     break;
@@ -854,7 +855,7 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   const int64_t D = prog_.axisSize(int64_t(op.ins->num("axis", 0)));
   const Reduce red = Reduce(int(op.ins->num("reduce", 0)));
   const int axis = int(op.ins->num("axis", 0)); // the group of the op's mesh axis
-  ncclComm_t comm = axis == 1 ? rank_.ncclTp : axis == 2 ? rank_.ncclPp : rank_.nccl;
+  ncclComm_t comm = axis == 1 ? rank_.ncclTp : axis == 2 ? rank_.ncclPpColl : rank_.nccl;
   if (!comm) runtimeError(op, "no NCCL communicator for the collective's mesh axis (internal error)");
   auto type = [](DType t) { return t == DType::BF16 ? ncclBfloat16 : t == DType::F16 ? ncclFloat16 : ncclFloat32; };
   const ncclRedOp_t nop = red == Reduce::Mean ? ncclAvg : red == Reduce::Max ? ncclMax : ncclSum;
@@ -882,39 +883,11 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
       if (open) ncclGroupEnd();
     }
   } group;
-  // 16-bit sums and means: the input cast to f32 (zero-padded to S * D), reduced in f32 into an f32
-  // output, cast back after the group.
-  struct Wide {
-    const float *in;
-    float *out;
-    int64_t n;
-  };
-  std::vector<Wide> wide(op.rawIn.size(), Wide{nullptr, nullptr, 0});
-  for (size_t k = 0; k < op.rawIn.size(); ++k) {
-    if (!sumsIn32(op, k)) continue;
-    float *in = reinterpret_cast<float *>(pad);
-    const int64_t n = op.kind == OpKind::AllReduce ? op.inNumel[k] : op.outNumel[k] * D;
-    pad += cuda::align256(size_t(n * 4));
-    cuda::cast(op.inType[k], op.rawIn[k], DType::F32, in, op.inNumel[k], s);
-    if (n > op.inNumel[k]) BIGC_CK(cudaMemsetAsync(in + op.inNumel[k], 0, size_t((n - op.inNumel[k]) * 4), s));
-    float *out = in;
-    if (op.kind == OpKind::ReduceScatter) {
-      out = reinterpret_cast<float *>(pad);
-      pad += cuda::align256(size_t(op.outNumel[k] * 4));
-    }
-    wide[k] = Wide{in, out, op.outNumel[k]};
-  }
   BIGC_NCCL(ncclGroupStart());
   group.open = true;
   for (size_t k = 0; k < op.rawIn.size(); ++k) {
     const int64_t e = dtypeSize(op.inType[k]);
-    if (wide[k].in) {
-      if (op.kind == OpKind::AllReduce)
-        BIGC_NCCL(ncclAllReduce(wide[k].in, wide[k].out, size_t(wide[k].n), ncclFloat32, nop, comm, s));
-      else
-        BIGC_NCCL(ncclReduceScatter(wide[k].in, wide[k].out, size_t(wide[k].n), ncclFloat32, nop, comm, s));
-      continue;
-    }
+    if (sumsIn32(op, k)) continue; // (after the group)
     if (op.kind == OpKind::AllReduce) {
       BIGC_NCCL(ncclAllReduce(op.rawIn[k], op.rawOut[k], size_t(op.inNumel[k]), type(op.inType[k]), nop, comm, s));
     } else if (op.kind == OpKind::ReduceScatter) {
@@ -941,8 +914,39 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   group.open = false;
   BIGC_NCCL(ncclGroupEnd());
   for (const CopyOut &c : after) BIGC_CK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s));
-  for (size_t k = 0; k < op.rawIn.size(); ++k)
-    if (wide[k].in) cuda::cast(DType::F32, wide[k].out, op.outType[k], op.rawOut[k], wide[k].n, s);
+  // 16-bit sums and means through f32, in chunks of at most kWideChunk elements (the pad holds one
+  // chunk: its input cast to f32, zero-padded to S * D for a reduce-scatter, and its f32 output),
+  // each chunk reduced by NCCL on its own, in the same order on every rank.
+  float *wide = reinterpret_cast<float *>(pad);
+  for (size_t k = 0; k < op.rawIn.size(); ++k) {
+    if (!sumsIn32(op, k)) continue;
+    const char *in = static_cast<const char *>(op.rawIn[k]);
+    char *out = static_cast<char *>(op.rawOut[k]);
+    const int64_t e = dtypeSize(op.inType[k]), eo = dtypeSize(op.outType[k]);
+    if (op.kind == OpKind::AllReduce) {
+      for (int64_t o = 0; o < op.inNumel[k]; o += kWideChunk) {
+        const int64_t c = std::min(kWideChunk, op.inNumel[k] - o);
+        cuda::cast(op.inType[k], in + o * e, DType::F32, wide, c, s);
+        BIGC_NCCL(ncclAllReduce(wide, wide, size_t(c), ncclFloat32, nop, comm, s));
+        cuda::cast(DType::F32, wide, op.outType[k], out + o * eo, c, s);
+      }
+      continue;
+    }
+    // Reduce-scatter: rank r's shard is elements [r*S, r*S + S) of the input (zeros past its end);
+    // a chunk takes columns [o, o + c) of every rank's shard.
+    const int64_t S = op.outNumel[k], per = std::max<int64_t>(1, kWideChunk / D);
+    for (int64_t o = 0; o < S; o += per) {
+      const int64_t c = std::min(per, S - o);
+      float *shard = wide + c * D; // (f32, after the chunk's input)
+      for (int64_t r = 0; r < D; ++r) {
+        const int64_t from = r * S + o, valid = std::clamp<int64_t>(op.inNumel[k] - from, 0, c);
+        if (valid > 0) cuda::cast(op.inType[k], in + from * e, DType::F32, wide + r * c, valid, s);
+        if (valid < c) BIGC_CK(cudaMemsetAsync(wide + r * c + valid, 0, size_t((c - valid) * 4), s));
+      }
+      BIGC_NCCL(ncclReduceScatter(wide, shard, size_t(c), ncclFloat32, nop, comm, s));
+      cuda::cast(DType::F32, shard, op.outType[k], out + o * eo, c, s);
+    }
+  }
 #endif
 }
 

@@ -1,6 +1,7 @@
 // The CUDA backend's ranks: one GPU and NCCL communicator per rank of this process (bootstrapped
-// over MPI under mpirun), the tensor-parallel groups split from them, the host-side mesh, and the
-// RankGroup that runs them together and aborts NCCL when a rank fails or stalls.
+// over MPI under mpirun), the data-, tensor- and pipeline-parallel groups split from them, the
+// host-side mesh, and the RankGroup that runs them together and aborts NCCL when a rank fails or
+// stalls.
 #include "bigc/Runtime/comm.h"
 #include "bigc/Runtime/rank_group.h"
 #include "bigc/Runtime/verifier.h"
@@ -68,9 +69,12 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   // `bigc verify`, before any GPU work).
   if (program.pp > 1)
     if (std::string why = ncclPipelineProblem(program); !why.empty())
-      throw UserError("this pipelined program cannot run over NCCL (one GPU per rank): " + why +
-                      ". Compile it with --pp-schedule 1f1b, zero-bubble or gpipe (the interleaved order sends both "
-                      "ways at once), or run it with --backend cpu or on one GPU with --virtual-ranks");
+      throw UserError("this pipelined program cannot run over NCCL (one GPU per rank): " + why + ". " +
+                      (program.ppSchedule == "interleaved"
+                           ? "Compile it with --pp-schedule 1f1b, zero-bubble or gpipe (the interleaved order sends "
+                             "both ways at once when the micro-batches outnumber the stages), or run"
+                           : "Run") +
+                      " it with --backend cpu or on one GPU with --virtual-ranks (`bigc verify` shows the same)");
   int devices = 0;
   BIGC_CK(cudaGetDeviceCount(&devices));
   if (devices < local)
@@ -93,7 +97,7 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
                     std::to_string(firstDevice + local - 1) + " of this machine, which has " + std::to_string(devices) +
                     "; start fewer processes per machine (mpirun --npernode) or compile for fewer ranks");
   struct Comms {
-    std::vector<ncclComm_t> c; // per local rank: the world's, then (tensor parallelism) dp and tp groups'
+    std::vector<ncclComm_t> c; // per local rank: the world's, then the mesh groups' (dp, tp, pp)
     std::atomic<bool> aborted{false};
   };
   auto comms = std::shared_ptr<Comms>(new Comms, [](Comms *v) {
@@ -123,7 +127,7 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   // split from the world's.
   const int tp = int(program.tp), dp = int(program.dp), pp = int(program.pp);
   std::vector<ncclComm_t> dpComm(size_t(local), nullptr), tpComm(size_t(local), nullptr),
-      ppComm(size_t(local), nullptr);
+      ppComm(size_t(local), nullptr), ppColl(size_t(local), nullptr);
   if (tp > 1 || pp > 1) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
     // color and key of global rank g in each group
@@ -140,7 +144,12 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
     const int stageRanks = dp * tp;
     split(dpComm, [&](int g) { return std::pair{(g / stageRanks) * tp + g % tp, (g / tp) % dp}; });
     if (tp > 1) split(tpComm, [&](int g) { return std::pair{g / tp, g % tp}; });
+    // Two of the pipeline group: one for the stages' messages (the p2p stream's thread), one for
+    // the collectives over the pipeline axis (the comm stream's): NCCL allows no communicator to be
+    // used from two threads at once, nor promises two operations on one communicator progress
+    // together.
     if (pp > 1) split(ppComm, [&](int g) { return std::pair{g % stageRanks, g / stageRanks}; });
+    if (pp > 1) split(ppColl, [&](int g) { return std::pair{g % stageRanks, g / stageRanks}; });
 #else
     throw UserError(
         std::string("this program is ") +
@@ -160,12 +169,12 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   if ((tp > 1 || pp > 1) && world > 1) mpiMesh = makeMpiMesh(dp, tp, local, commTimeout, &mpiAll, pp);
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, host,
-      [comms, seed, firstDevice, tp, pp, local, proc, dpComm, tpComm, ppComm](const Program &p, int l) {
+      [comms, seed, firstDevice, tp, pp, local, proc, dpComm, tpComm, ppComm, ppColl](const Program &p, int l) {
         const int g = proc * local + l;
         CudaRank r{firstDevice + l, comms->c[size_t(l)], false};
         if (tp > 1 || pp > 1) r.nccl = dpComm[size_t(l)];
         if (tp > 1) r.ncclTp = tpComm[size_t(l)], r.tpRank = g % tp;
-        if (pp > 1) r.ncclPp = ppComm[size_t(l)];
+        if (pp > 1) r.ncclPp = ppComm[size_t(l)], r.ncclPpColl = ppColl[size_t(l)];
         r.globalRank = g;
         return makeCudaRankEngine(p, seed, r);
       },

@@ -68,10 +68,10 @@ struct CudaRank {
   int tpRank = 0;
   std::shared_ptr<RankContext> host;
   int globalRank = 0;
-  // Pipeline stages over NCCL: the communicator of the rank's pipeline group (the ranks of its d and
-  // t, one per stage, each at its stage's index): the stages' sends and recvs (in p2pGroups' groups)
-  // and the collectives over the pipeline axis.
-  ncclComm_t ncclPp = nullptr;
+  // Pipeline stages over NCCL: communicators of the rank's pipeline group (the ranks of its d and t,
+  // one per stage, each at its stage's index): `ncclPp` the stages' sends and recvs (in p2pGroups'
+  // groups, stream p2p), `ncclPpColl` the collectives over the pipeline axis (stream comm).
+  ncclComm_t ncclPp = nullptr, ncclPpColl = nullptr;
 };
 
 class CudaEngine final : public StreamExecutor {
@@ -188,6 +188,8 @@ private:
   void hostCollective(Op &op, cudaStream_t s); // virtual ranks
   void hostSendRecv(Op &op, cudaStream_t s);
   bool sumsIn32(const Op &op, size_t k) const;
+  // The f32 elements of one chunk of a 16-bit sum over NCCL (64 MiB; issueCollective).
+  static constexpr int64_t kWideChunk = int64_t(16) << 20;
   std::vector<int64_t> hostCollOf_; // per stream: pinned bytes its collectives stage (virtual ranks)
   std::vector<void *> hostColl_;
   void upload(int64_t id, const void *src);
