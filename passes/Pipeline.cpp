@@ -217,6 +217,19 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     return u;
   }
 
+  /// Stage `stage`'s units in its order: (micro-batch, local chunk, part) -> place.
+  std::map<std::tuple<int64_t, int64_t, int>, int64_t> unitIndexOf(int64_t stage) const {
+    std::map<std::tuple<int64_t, int64_t, int>, int64_t> idx;
+    if (schedule == "interleaved") {
+      auto u = interleavedUnits(stage);
+      for (size_t i = 0; i < u.size(); ++i) idx[u[i]] = int64_t(i);
+    } else {
+      auto u = units(stage);
+      for (size_t i = 0; i < u.size(); ++i) idx[{u[i].first, 0, u[i].second}] = int64_t(i);
+    }
+    return idx;
+  }
+
   /// Tied weights (the embedding and the LM head): each micro-batch's gradient of the weight is
   /// the sum of a part computed on another stage and one on the weight's stage, and the
   /// accumulation over the micro-batches adds those sums: one send of a whole gradient per
@@ -476,19 +489,12 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       return v.getAsOpaquePointer();
     };
     // The place of an op's unit in stage `stage`'s schedule (the order its stage runs the units
-    // in: bigc-pipeline's sort below), and of each op in the graph.
+    // in: the sort below), after every unit when it is in none (the optimizer, or made by this
+    // pass: the zero loss); and the place of each op in the graph.
     std::map<int64_t, std::map<std::tuple<int64_t, int64_t, int>, int64_t>> unitsOf;
     auto unitAt = [&](int64_t stage, Operation *op) -> int64_t {
       auto &idx = unitsOf[stage];
-      if (idx.empty()) {
-        if (interleaved) {
-          auto u = interleavedUnits(stage);
-          for (size_t i = 0; i < u.size(); ++i) idx[u[i]] = int64_t(i);
-        } else {
-          auto u = units(stage);
-          for (size_t i = 0; i < u.size(); ++i) idx[{u[i].first, 0, u[i].second}] = int64_t(i);
-        }
-      }
+      if (idx.empty()) idx = unitIndexOf(stage);
       StringRef ph = phaseOf(op);
       if (ph != "forward" && ph != "backward") return int64_t(idx.size());
       int64_t v = 0;
@@ -600,28 +606,8 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
 
     // The schedule's order: units (micro-batch, part), the optimizer after them; each recv just
     // before its first reader, each send just after its value.
-    std::map<std::tuple<int64_t, int64_t, int>, int64_t> unitIndex; // (micro-batch, local chunk, part)
-    if (interleaved) {
-      auto u = interleavedUnits(S);
-      for (size_t i = 0; i < u.size(); ++i) unitIndex[u[i]] = int64_t(i);
-    } else {
-      auto u = units(S);
-      for (size_t i = 0; i < u.size(); ++i) unitIndex[{u[i].first, 0, u[i].second}] = int64_t(i);
-    }
-    const int64_t tail = int64_t(unitIndex.size());
-    auto unitOf = [&](Operation *op) -> int64_t {
-      StringRef ph = phaseOf(op);
-      if (ph != "forward" && ph != "backward") return tail;
-      const int64_t m = microBatchOf(op).value_or(0);
-      int64_t v = 0;
-      if (interleaved) {
-        auto c = chunk.find(op);
-        if (c == chunk.end()) return tail; // made by this pass (the zero loss): after the units
-        v = c->second / P;
-      }
-      auto it = unitIndex.find({m, v, ph == "forward" ? kF : isWeightGrad(op) ? kW : kB});
-      return it == unitIndex.end() ? tail : it->second;
-    };
+    const int64_t tail = int64_t(unitIndexOf(S).size());
+    auto unitOf = [&](Operation *op) { return unitAt(S, op); };
     std::vector<Operation *> order;
     for (Operation &op : block->without_terminator())
       if (!isa<SendOp, RecvOp>(op)) order.push_back(&op);

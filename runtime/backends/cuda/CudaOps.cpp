@@ -817,14 +817,7 @@ void CudaEngine::launchGroup(const std::vector<BoundOp *> &members) {
   Op &head = static_cast<Op &>(*members.front());
   cudaStream_t s = cu_[head.stream];
   if (profiling_) BIGC_CK(cudaEventRecord(profStart_[head.index], s)); // (the group's time is the first member's)
-  struct Group {
-    bool open = false;
-    ~Group() {
-      if (open) ncclGroupEnd();
-    }
-  } group;
-  BIGC_NCCL(ncclGroupStart());
-  group.open = true;
+  NcclGroup group;
   for (BoundOp *m : members) {
     const int peer = int(m->peer);
     if (m->kind == OpKind::Send)
@@ -832,8 +825,7 @@ void CudaEngine::launchGroup(const std::vector<BoundOp *> &members) {
     else
       BIGC_NCCL(ncclRecv(m->rawOut[0], size_t(m->n), ncclInt8, peer, rank_.ncclPp, s));
   }
-  group.open = false;
-  BIGC_NCCL(ncclGroupEnd());
+  group.end();
   for (BoundOp *m : members) {
     const Op &o = static_cast<const Op &>(*m);
     if (profiling_ && m != &head) BIGC_CK(cudaEventRecord(profStart_[o.index], s));
@@ -862,10 +854,10 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   if (op.kind == OpKind::AllReduce && red == Reduce::Norm) {
     for (size_t k = 0; k < op.rawIn.size(); ++k)
       cuda::squareF32(static_cast<const float *>(op.rawIn[k]), static_cast<float *>(op.rawOut[k]), op.inNumel[k], s);
-    BIGC_NCCL(ncclGroupStart());
+    NcclGroup group;
     for (size_t k = 0; k < op.rawIn.size(); ++k)
       BIGC_NCCL(ncclAllReduce(op.rawOut[k], op.rawOut[k], size_t(op.inNumel[k]), ncclFloat32, ncclSum, comm, s));
-    BIGC_NCCL(ncclGroupEnd());
+    group.end();
     for (size_t k = 0; k < op.rawIn.size(); ++k) cuda::sqrtF32(static_cast<float *>(op.rawOut[k]), op.inNumel[k], s);
     return;
   }
@@ -876,15 +868,7 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
   };
   std::vector<CopyOut> after;
   char *pad = static_cast<char *>(pad_) + padOffset_[op.stream];
-  // The group is closed on every path (an error inside it leaves no open group on this thread).
-  struct Group {
-    bool open = false;
-    ~Group() {
-      if (open) ncclGroupEnd();
-    }
-  } group;
-  BIGC_NCCL(ncclGroupStart());
-  group.open = true;
+  NcclGroup group;
   for (size_t k = 0; k < op.rawIn.size(); ++k) {
     const int64_t e = dtypeSize(op.inType[k]);
     if (sumsIn32(op, k)) continue; // (after the group)
@@ -911,8 +895,7 @@ void CudaEngine::issueCollective(Op &op, cudaStream_t s) {
       BIGC_NCCL(ncclAllGather(op.rawIn[k], dst, size_t(S), type(op.inType[k]), comm, s));
     }
   }
-  group.open = false;
-  BIGC_NCCL(ncclGroupEnd());
+  group.end();
   for (const CopyOut &c : after) BIGC_CK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s));
   // 16-bit sums and means through f32, in chunks of at most kWideChunk elements (the pad holds one
   // chunk: its input cast to f32, zero-padded to S * D for a reduce-scatter, and its f32 output),

@@ -44,6 +44,25 @@ namespace bigc::rt {
     ncclResult_t r_ = (x);                                                                                             \
     if (r_ != ncclSuccess) throw UserError(std::string("NCCL: ") + #x + ": " + ncclGetErrorString(r_));                \
   } while (0)
+
+// One ncclGroupStart ... ncclGroupEnd: end() closes it (and throws on an error); a group left open
+// by an error inside it is closed on the way out, so none stays open on the thread.
+struct NcclGroup {
+  bool open = false;
+  NcclGroup() {
+    BIGC_NCCL(ncclGroupStart());
+    open = true;
+  }
+  void end() {
+    open = false;
+    BIGC_NCCL(ncclGroupEnd());
+  }
+  ~NcclGroup() {
+    if (open) ncclGroupEnd();
+  }
+  NcclGroup(const NcclGroup &) = delete;
+  NcclGroup &operator=(const NcclGroup &) = delete;
+};
 #endif
 
 #define BIGC_LT(x)                                                                                                     \
