@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Compile.h"
+#include "bigc/Format/verifier.h"
 #include "bigc/Driver/Capacity.h"
 #include "bigc/Driver/Auto.h"
 
@@ -836,6 +837,12 @@ int compileMain(int argc, char **argv, int first) {
         os << ", " << withCommas(int64_t(sp.instructions.size())) << " instructions";
       }
       os << "\n";
+      // Whether the stages' messages hold under NCCL's rules (the CUDA backend on a GPU per rank).
+      if (!rt::ncclPipelineProblem(program).empty())
+        os << "  over NCCL     no: this order deadlocks where a send waits for its recv (`bigc verify` shows "
+              "how); it runs on the CPU backend and with --virtual-ranks"
+           << (program.ppSchedule == "interleaved" ? ", and --pp-schedule 1f1b or zero-bubble runs over NCCL" : "")
+           << "\n";
     }
     if (program.ranks > 1) {
       os << "  ranks         " << program.ranks << " (" << program.dp << " data parallel, ZeRO " << program.zero;

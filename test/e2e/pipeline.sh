@@ -87,7 +87,12 @@ if BIGC_P2P_NCCL_ORDER=1 "$BIN/bigc" run "$d/pp4_il.bigc" --synthetic --steps 1 
   echo "FAIL: pp4_il ran in NCCL's order"; exit 1; fi
 grep -q "BIGC_P2P_NCCL_ORDER=1: this pipelined program cannot run in NCCL's order: under NCCL's send and recv" "$d/err" || {
   echo "FAIL: pp4_il in NCCL's order: stderr:"; cat "$d/err"; exit 1; }
-echo "ok: the interleaved order of pp 4 x 8 micro-batches: not over NCCL (verify, and refused in its order)"
+"$BIN/bigc" compile "$d/b4.mlir" -o "$d/il_again.bigc" --ranks 4 --pp 4 --micro-batches 8 --pp-schedule interleaved > "$d/out"
+grep -q "^  over NCCL     no: this order deadlocks where a send waits for its recv" "$d/out" || {
+  echo "FAIL: bigc compile does not say the interleaved program cannot run over NCCL:"; cat "$d/out"; exit 1; }
+"$BIN/bigc" compile "$d/b4.mlir" -o "$d/f_again.bigc" --ranks 4 --pp 4 --micro-batches 8 > "$d/out"
+if grep -q "over NCCL" "$d/out"; then echo "FAIL: bigc compile says a 1F1B program cannot run over NCCL"; exit 1; fi
+echo "ok: the interleaved order of pp 4 x 8 micro-batches: not over NCCL (compile says so, verify shows how, and it is refused in that order)"
 "$BIN/bigc" run "$d/one.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
 
 # Resume across layouts: 5 steps as pp 2 x dp 4, checkpoint, 5 more on one rank (and the other way).
