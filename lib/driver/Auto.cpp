@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Auto.h"
+#include "bigc/Format/verifier.h"
 #include "bigc/Driver/Capacity.h"
 #include "bigc/Passes/Passes.h"
 
@@ -327,6 +328,16 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
       plan.fits = w.fits;
       plan.deviceBytes = w.device, plan.hostBytes = w.host, plan.stepSeconds = w.step;
       plan.estimated = false;
+      // On a GPU profile the ranks run over NCCL: a pipeline whose messages cannot run there (the
+      // interleaved order of more micro-batches than stages) is no choice.
+      if (plan.fits && !cpuProfile && plan.options.pp > 1)
+        if (std::string why = rt::ncclPipelineProblem(plan.program); !why.empty()) {
+          plan.fits = false;
+          plan.why = "cannot run over NCCL (a GPU per rank): its stages' messages deadlock where a send waits for "
+                     "its recv (`bigc verify` shows how)";
+          plan.program = rt::Program{};
+          return;
+        }
       if (!plan.fits) {
         plan.why = "does not fit (compiled whole: " + gib(w.device) + " a device" +
                    (w.host ? ", " + gib(w.host) + " of host" : std::string()) + ")";
