@@ -199,6 +199,33 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
 
 } // namespace
 
+void compileInOrder(std::vector<AutoPlan> &plans, int wholeCompiles,
+                    const std::function<void(AutoPlan &)> &compileWhole,
+                    const std::function<bool(bool anyReal)> &timeLeft) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < plans.size(); ++i)
+    if (plans[i].fits) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return plans[x].stepSeconds < plans[y].stepSeconds; });
+  int real = 0;
+  double bestReal = std::numeric_limits<double>::infinity();
+  for (size_t i : order) {
+    if (real >= wholeCompiles && bestReal <= plans[i].stepSeconds) break;
+    if (!plans[i].estimated) {
+      ++real;
+      bestReal = std::min(bestReal, plans[i].stepSeconds);
+      continue;
+    }
+    if (!timeLeft(real > 0)) {
+      plans[i].why = "estimated to fit; not compiled whole (the search's time budget is spent)";
+      continue;
+    }
+    compileWhole(plans[i]);
+    real += plans[i].fits;
+    if (plans[i].fits) bestReal = std::min(bestReal, plans[i].stepSeconds);
+  }
+}
+
 AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const std::string &command,
                       const AutoScope &scope) {
   if (!base.haveHardware)
@@ -355,7 +382,9 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   auto estimate = [&](AutoPlan &plan) {
     const CompileOptions &c = plan.options;
     const int64_t unit = c.pp * (c.ppSchedule == PpSchedule::Interleaved ? c.virtualStages : 1);
-    const int64_t k1 = unit, k2 = 2 * unit;
+    // (A pipeline: two and three layers a stage, where one layer a stage is too small a model of
+    // its stages' memory.)
+    const int64_t k1 = c.pp > 1 ? 2 * unit : unit, k2 = k1 + unit;
     mlir::ModuleOp a = cut(k1), b = a ? cut(k2) : nullptr;
     if (!a || !b) {
       compileWhole(plan);
@@ -484,35 +513,12 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
       }
   }
 
-  // The fastest by their estimates, compiled whole until scope.wholeCompiles (3 for --auto) of them
-  // fit and the fastest of those is no slower than the next estimate (a whole compile that comes
-  // out slower than its estimate lets the next candidates be compiled too): the plans kept are real.
-  {
-    std::vector<size_t> order;
-    for (size_t i = 0; i < r.plans.size(); ++i)
-      if (r.plans[i].fits) order.push_back(i);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t x, size_t y) { return r.plans[x].stepSeconds < r.plans[y].stepSeconds; });
-    int real = 0;
-    double bestReal = std::numeric_limits<double>::infinity();
-    for (size_t i : order) {
-      if (real >= scope.wholeCompiles && bestReal <= r.plans[i].stepSeconds) break;
-      if (!r.plans[i].estimated) {
-        ++real;
-        bestReal = std::min(bestReal, r.plans[i].stepSeconds);
-        continue;
-      }
-      // (A whole compile of a large model takes long: past the budget only while none is real yet,
-      // and not past twice the budget.)
-      if ((elapsed() > budget && real > 0) || elapsed() > 2 * budget) {
-        r.plans[i].why = "estimated to fit; not compiled whole (the search's time budget is spent)";
-        continue;
-      }
-      compileWhole(r.plans[i]);
-      real += r.plans[i].fits;
-      if (r.plans[i].fits) bestReal = std::min(bestReal, r.plans[i].stepSeconds);
-    }
-  }
+  // The fastest by their estimates, compiled whole (compileInOrder): the plans kept are real.
+  compileInOrder(r.plans, scope.wholeCompiles, compileWhole, [&](bool anyReal) {
+    // (A whole compile of a large model takes long: past the budget only while none is real yet,
+    // and not past twice the budget.)
+    return !((elapsed() > budget && anyReal) || elapsed() > 2 * budget);
+  });
   for (const AutoPlan &p : r.plans) r.fitting += p.fits && !p.estimated;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

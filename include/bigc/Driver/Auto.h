@@ -16,6 +16,7 @@
 
 #include "bigc/Driver/Compile.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,16 @@ struct AutoPlan {
   int64_t deviceBytes = 0, hostBytes = 0; // per rank; host: per machine
   rt::Program program;                    // the plan (compiled ones)
 };
+
+// The search's last phase: the plans estimated to fit, fastest estimate first, compiled whole
+// (compileWhole replaces a plan's estimate by its whole compile's figures, or marks it not fitting)
+// until `wholeCompiles` of them fit and the fastest of those is no slower than the next estimate (a
+// whole compile that comes out slower than its estimate lets the next candidates be compiled too);
+// plans already compiled whole count as they are. `timeLeft(anyReal)`: whether another whole compile
+// may start (anyReal: one already fits); else the plan is marked as left for time.
+void compileInOrder(std::vector<AutoPlan> &plans, int wholeCompiles,
+                    const std::function<void(AutoPlan &)> &compileWhole,
+                    const std::function<bool(bool anyReal)> &timeLeft);
 
 struct AutoResult {
   std::vector<AutoPlan> plans; // every configuration considered, in the order of the search
