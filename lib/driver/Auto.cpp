@@ -303,10 +303,10 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   if (base.nvmeCapacity > 0 && base.nvmePath.empty() && !scope.driveWithoutPath)
     r.report += "  (the drive is not searched: --offload nvme needs --nvme-path DIR; give it with --auto)\n";
 
-  // Each configuration is first estimated from two compiles of the model cut to P and 2P layers
-  // (P: its stages; one and two layers a stage), extrapolated linearly to every layer (memory and
-  // step time grow by the layer); the most promising are then compiled whole. A budget bounds the
-  // compiling: what is left when it is spent is named, not compiled.
+  // Each configuration is first estimated from two compiles of the model cut to a few layers (one
+  // and two; a pipeline of P stages two and three a stage), extrapolated linearly to every layer
+  // (memory and step time grow by the layer); the most promising are then compiled whole. A budget
+  // bounds the compiling: what is left when it is spent is named, not compiled.
   const double budget = 25.0;
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   std::string firstDiag; // the first error of a refused compile (its diagnostics are not printed)
@@ -377,8 +377,8 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   };
   auto over = [](int64_t need, int64_t cap) { return cap > 0 && need > cap; };
   // A configuration's figures from the model cut to U and 2U layers (U: its stages, times the model
-  // chunks of a stage under the interleaved schedule), extrapolated to every layer; a model that
-  // cannot be cut (or has too few layers) is compiled whole.
+  // chunks of a stage under the interleaved schedule; a pipeline 2U and 3U), extrapolated to every
+  // layer; a model that cannot be cut (or has too few layers) is compiled whole.
   auto estimate = [&](AutoPlan &plan) {
     const CompileOptions &c = plan.options;
     const int64_t unit = c.pp * (c.ppSchedule == PpSchedule::Interleaved ? c.virtualStages : 1);
