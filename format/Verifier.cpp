@@ -368,6 +368,17 @@ std::string pipelineDeadlock(const Program &p, bool rendezvous) {
   std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, int64_t>>> sendsIssued, recvsIssued;
   std::string mispaired;
   int64_t groupsIssued = 0; // (issuing a group is progress, even when none of it finishes yet)
+  // rendezvous: the queue instruction `mi` of stage s was (or is) issued into, or its partner's.
+  auto queueOf = [&](int64_t s, const Instruction &mi, bool partner) -> std::vector<std::pair<int64_t, int64_t>> & {
+    const int64_t peer = int64_t(mi.num("peer", -1));
+    const bool snd = mi.op == "send";
+    return ((snd != partner) ? sendsIssued : recvsIssued)[snd ? std::pair{s, peer} : std::pair{peer, s}];
+  };
+  // rendezvous: whether issued instruction m of stage s has met its partner.
+  auto partnerIssued = [&](int64_t s, int64_t m) {
+    const Stage &g = st[size_t(s)];
+    return int64_t(queueOf(s, g.prog->instructions[size_t(m)], true).size()) > g.slot[size_t(m)];
+  };
   std::vector<std::vector<char>> arrived(nColl, std::vector<char>(size_t(P), 0));
   std::vector<char> met(nColl, 0);
   auto recvKey = [](int64_t s, const Instruction &ins) {
@@ -387,12 +398,11 @@ std::string pipelineDeadlock(const Program &p, bool rendezvous) {
             if (!g.done[size_t(w)]) return false;
         for (int64_t m : g.groups[size_t(gi)]) {
           const Instruction &mi = g.prog->instructions[size_t(m)];
-          const int64_t peer = int64_t(mi.num("peer", -1));
           const bool snd = mi.op == "send";
-          auto &mine = (snd ? sendsIssued : recvsIssued)[snd ? std::pair{s, peer} : std::pair{peer, s}];
+          auto &mine = queueOf(s, mi, false);
           g.slot[size_t(m)] = int64_t(mine.size());
           mine.push_back({s, m});
-          auto &other = (snd ? recvsIssued : sendsIssued)[snd ? std::pair{s, peer} : std::pair{peer, s}];
+          const auto &other = queueOf(s, mi, true);
           if (other.size() >= mine.size() && mispaired.empty()) {
             const auto [os, oi] = other[mine.size() - 1];
             const int64_t otag = int64_t(st[size_t(os)].prog->instructions[size_t(oi)].num("tag", -1));
@@ -407,20 +417,9 @@ std::string pipelineDeadlock(const Program &p, bool rendezvous) {
         g.issued[size_t(gi)] = 1;
         ++groupsIssued;
       }
-      if (g.slot[size_t(i)] < 0) return false;
-      const int64_t peer = int64_t(ins.num("peer", -1));
-      const bool snd = ins.op == "send";
-      const auto &other = (snd ? recvsIssued : sendsIssued)[snd ? std::pair{s, peer} : std::pair{peer, s}];
-      if (int64_t(other.size()) <= g.slot[size_t(i)]) return false;
       // Every member of the group finishes together (the group is one launch).
-      for (int64_t m : g.groups[size_t(gi)]) {
-        const Instruction &mi = g.prog->instructions[size_t(m)];
-        const int64_t mp = int64_t(mi.num("peer", -1));
-        const bool ms = mi.op == "send";
-        const auto &mo = (ms ? recvsIssued : sendsIssued)[ms ? std::pair{s, mp} : std::pair{mp, s}];
-        if (int64_t(mo.size()) <= g.slot[size_t(m)]) return false;
-      }
-      return true;
+      const auto &members = g.groups[size_t(gi)];
+      return std::all_of(members.begin(), members.end(), [&](int64_t m) { return partnerIssued(s, m); });
     }
     for (int64_t w : ins.wait)
       if (!g.done[size_t(w)]) return false;
@@ -477,11 +476,10 @@ std::string pipelineDeadlock(const Program &p, bool rendezvous) {
       if (why.empty() && grouped) {
         // Issued: a member whose partner was not issued.
         for (int64_t m : g.groups[size_t(g.groupOf[size_t(i)])]) {
+          if (partnerIssued(s, m)) continue;
           const Instruction &mi = g.prog->instructions[size_t(m)];
           const int64_t mp = int64_t(mi.num("peer", -1));
           const bool ms = mi.op == "send";
-          const auto &mo = (ms ? recvsIssued : sendsIssued)[ms ? std::pair{s, mp} : std::pair{mp, s}];
-          if (int64_t(mo.size()) > g.slot[size_t(m)]) continue;
           why = "stage " + std::to_string(mp) + " to issue its " + (ms ? "recv" : "send") + " of tag " +
                 std::to_string(int64_t(mi.num("tag", -1))) +
                 " (NCCL: " + (ms ? "a send waits for its recv" : "a recv waits for its send") + ")";
