@@ -5,7 +5,8 @@
 # tiny:  small GPTs in every precision and technique, and the tiny LLaMA (test/gpu/train.sh)
 # ranks: multi-rank programs of the tiny GPT and LLaMA (ZeRO, tensor parallelism) for test/gpu/ranks.sh
 # bench: gpt2 and gpt2-medium in bf16 for bench/gpu/run.sh (batch $BENCH_BATCH, default 16 x 1024),
-#        as compiled, with --pad-vocab 64, with --pad-vocab 64 --fuse-loss, and with --fuse too
+#        as compiled, and with --pad-vocab 64 alone, with --fuse, with --fuse-loss, with both (the
+#        loss's default chunk of columns, 4096 and 8192), and with --offload cpu
 set -euo pipefail
 BIN=$1
 OUT=$2
@@ -108,6 +109,22 @@ for set in $SETS; do
       c "$p-bf16-pad" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64
       c "$p-bf16-pad-fuse" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --fuse-loss
       c "$p-bf16-pad-fuse-all" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --fuse-loss --fuse
+      c "$p-bf16-pad-fuseops" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --fuse
+      for k in 4096 8192; do
+        c "$p-bf16-pad-fuse-all-c$k" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --fuse-loss \
+          --loss-chunk $k --fuse
+      done
+      c "$p-bf16-pad-offload" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --offload cpu
+      # Further single-GPU configurations whose measured steps check the cost model (--recompute,
+      # --micro-batches, fp32).
+      c "$p-cm-bf16-recompute-full" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --recompute full
+      c "$p-cm-bf16-k2" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --micro-batches 2
+      if [ "$p" = gpt2 ]; then
+        c "$p-cm-bf16-recompute-selective" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 \
+          --recompute selective
+        c "$p-cm-bf16-k4" "$p" --precision bf16 --lr 3e-4 --device-mem 80G --pad-vocab 64 --micro-batches 4
+        c "$p-cm-fp32" "$p" --lr 3e-4 --device-mem 80G --pad-vocab 64
+      fi
     done
     ;;
   *) echo "gpu-programs.sh: unknown set '$set' (tiny, ranks, bench)" >&2; exit 1 ;;

@@ -48,6 +48,21 @@ for f in "$P"/tiny-*.bigc "$P"/mid-*.bigc "$P"/llama-*.bigc; do
 done
 echo "trained ${#names[@]} programs on cpu and cuda"
 
+# Checkpoints across backends: 10 steps on one backend (--checkpoint-dir), then --resume to step 20
+# on the other (weights, AdamW moments and step, fp16's loss scale, the host-resident state of
+# offload, the synthetic data's position), against the CPU backend's straight 20 steps above.
+ckpt=(tiny-fp32 tiny-fp16 tiny-bf16-offload-k2)
+for n in "${ckpt[@]}"; do
+  for way in cuda:cpu cpu:cuda; do
+    a=${way%:*} b=${way#*:}
+    rm -rf "$d/ck"
+    "$RUN" "$P/$n.bigc" --backend "$a" --synthetic --steps 10 --seed 5 --checkpoint-dir "$d/ck" --quiet
+    "$RUN" "$P/$n.bigc" --backend "$b" --synthetic --steps 20 --seed 5 --checkpoint-dir "$d/ck" --resume \
+      --log "$d/$n.$a-$b.jsonl" --quiet
+  done
+done
+echo "resumed ${#ckpt[@]} programs across backends"
+
 set +e
 "$RUN" "$P/too-big.bigc" --backend cuda --steps 1 --quiet > "$d/big.out" 2>&1
 rc=$?
@@ -58,9 +73,9 @@ if [ $rc -ne 1 ] || ! grep -q "of GPU memory" "$d/big.out"; then
   exit 1
 fi
 
-"$PY" - "$d" "${names[@]}" <<'PY'
+"$PY" - "$d" "${names[@]}" --ckpt "${ckpt[@]}" <<'PY'
 import json, math, sys
-d, names = sys.argv[1], sys.argv[2:]
+d, names = sys.argv[1], sys.argv[2:sys.argv.index("--ckpt")]
 def rows(n, be):
     r = [json.loads(l) for l in open(f"{d}/{n}.{be}.jsonl") if l.strip()]
     assert len(r) == 20, (n, be, len(r))
@@ -111,6 +126,18 @@ for n in names:
     last = rows(n, "cuda")[-1].get("nvme", {})
     check(last.get("read_bytes", 0) > 0 and last.get("write_bytes", 0) > 0,
           f"{n}: the nvme space read {last.get('read_bytes', 0)} B and wrote {last.get('write_bytes', 0)} B on cuda")
+# Resumed on the other backend: steps 11-20 against the CPU backend's straight run.
+for n in sys.argv[sys.argv.index("--ckpt") + 1:]:
+    tol = 1e-4 if "fp32" in n else 1e-2 if "bf16" in n else 1.5e-3
+    ref = rows(n, "cpu")[10:]
+    for way in ("cuda-cpu", "cpu-cuda"):
+        got = [json.loads(l) for l in open(f"{d}/{n}.{way}.jsonl") if l.strip()]
+        steps_ok = [x["step"] for x in got] == [x["step"] for x in ref]
+        r = max((abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(got, ref)), default=float("inf"))
+        check(steps_ok and r <= tol,
+              f"{n}: 10 steps on {way.split('-')[0]}, resumed on {way.split('-')[1]} to step 20: steps "
+              f"{got[0]['step'] if got else '-'}-{got[-1]['step'] if got else '-'}, losses vs the cpu's straight run "
+              f"max rel {r:.2e} (<= {tol:g})")
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
 PY

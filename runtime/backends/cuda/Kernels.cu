@@ -290,15 +290,20 @@ template <class A, class B> __global__ void castK(const A *x, B *y, int64_t n) {
   BIGC_GRID_LOOP(i, n) st(y, i, ld(x, i));
 }
 
-// ---- column sums (reduce_sum, layernorm's dw/db) --------------------------------------------
-// Phase 1: blocks of 32 columns x 8 row lanes, each over one chunk of rows, write per-chunk
-// column partials; phase 2 adds the chunks in order. Deterministic.
+// ---- column sums (reduce_sum, layernorm's dw/db, rmsnorm's dw, gelu_grad_bias's db) -------------
+// Phase 1: blocks of 32 x 8 threads over one chunk of rows each; a thread takes W consecutive
+// columns (W = the 16-byte vector width where the columns and every pointer allow it, else 1) and
+// its row lane y adds rows r0 + y, r0 + y + 8, ...; the 8 lanes are added in order into per-chunk
+// column partials. Phase 2 adds the chunks in order. Deterministic, and the same sums in the same
+// order whatever W.
 
 struct ColPlan {
   int64_t chunks, rowsPerChunk;
 };
+// About 512 blocks of 256 columns (a block's width at 16-bit vectors), chunks of at least 64 rows,
+// at most 128 chunks.
 ColPlan colPlan(int64_t rows, int64_t cols) {
-  int64_t colBlocks = (cols + 31) / 32;
+  int64_t colBlocks = (cols + 255) / 256;
   int64_t chunks = std::max<int64_t>(1, (512 + colBlocks - 1) / colBlocks);
   chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, (rows + 63) / 64));
   chunks = std::min<int64_t>(chunks, 128);
@@ -306,32 +311,90 @@ ColPlan colPlan(int64_t rows, int64_t cols) {
   return {(rows + per - 1) / per > 0 ? (rows + per - 1) / per : 1, per};
 }
 
+// W values of T at p as floats and back: one 16-byte access for W = kVec<T>, else W scalar ones.
+template <int W, class T> __device__ __forceinline__ void ldv(const T *p, float (&f)[W]) {
+  if constexpr (W == kVec<T>)
+    load16(p, f);
+  else
+#pragma unroll
+    for (int k = 0; k < W; ++k) f[k] = ld(p, k);
+}
+template <int W, class T> __device__ __forceinline__ void stv(T *p, const float (&f)[W]) {
+  if constexpr (W == kVec<T>)
+    store16(p, f);
+  else
+#pragma unroll
+    for (int k = 0; k < W; ++k) st(p, k, f[k]);
+}
+bool aligned16(std::initializer_list<const void *> ptrs) {
+  for (const void *p : ptrs)
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// A column load gives kSums values for each of the W columns from c of row r.
 template <class T> struct SumLoad {
+  using Type = T;
+  static constexpr int kSums = 1;
   const T *x;
-  __device__ float operator()(int64_t r, int64_t c, int64_t cols) const { return ld(x, r * cols + c); }
+  bool aligned() const { return aligned16({x}); }
+  template <int W> __device__ void at(int64_t r, int64_t c, int64_t cols, float (&v)[1][W]) const {
+    ldv<W>(x + r * cols + c, v[0]);
+  }
 };
-template <class T> struct DwLoad { // dy * (x - mean) * rstd
+template <class T> struct DwDbLoad { // layernorm: dy * (x - mean) * rstd, and dy
+  using Type = T;
+  static constexpr int kSums = 2;
   const T *dy, *x;
   const float *mean, *rstd;
-  __device__ float operator()(int64_t r, int64_t c, int64_t cols) const {
-    return ld(dy, r * cols + c) * ((ld(x, r * cols + c) - mean[r]) * rstd[r]);
+  bool aligned() const { return aligned16({dy, x}); }
+  template <int W> __device__ void at(int64_t r, int64_t c, int64_t cols, float (&v)[2][W]) const {
+    float fx[W];
+    ldv<W>(dy + r * cols + c, v[1]);
+    ldv<W>(x + r * cols + c, fx);
+    const float m = mean[r], rs = rstd[r];
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[0][k] = v[1][k] * ((fx[k] - m) * rs);
   }
 };
 
-template <class L> __global__ void colPartialK(L load, float *part, int64_t rows, int64_t cols, int64_t per) {
-  __shared__ float sh[8][33];
-  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
+template <int W, class L>
+__global__ void colPartialK(L load, float *part0, float *part1, int64_t rows, int64_t cols, int64_t per) {
+  constexpr int S = L::kSums;
+  __shared__ float sh[S][8][32 * W];
+  const int64_t c = (int64_t(blockIdx.x) * 32 + threadIdx.x) * W; // W divides cols when W > 1
   const int64_t r0 = int64_t(blockIdx.y) * per, r1 = min(rows, r0 + per);
-  float acc = 0.0f;
-  if (c < cols)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) acc += load(r, c, cols);
-  sh[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float s = 0.0f;
-    for (int k = 0; k < 8; ++k) s += sh[k][threadIdx.x];
-    part[int64_t(blockIdx.y) * cols + c] = s;
+  float acc[S][W];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int k = 0; k < W; ++k) acc[s][k] = 0.0f;
+  if (c < cols) {
+#pragma unroll 2
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+      float v[S][W];
+      load.template at<W>(r, c, cols, v);
+#pragma unroll
+      for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc[s][k] += v[s][k];
+    }
   }
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int k = 0; k < W; ++k) sh[s][threadIdx.y][threadIdx.x * W + k] = acc[s][k];
+  __syncthreads();
+  const int tid = int(threadIdx.y) * 32 + int(threadIdx.x);
+  const int64_t c0 = int64_t(blockIdx.x) * 32 * W;
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+    for (int j = tid; j < 32 * W; j += 256) {
+      if (c0 + j >= cols) continue;
+      float sum = 0.0f;
+      for (int k = 0; k < 8; ++k) sum += sh[s][k][j];
+      (s == 0 ? part0 : part1)[int64_t(blockIdx.y) * cols + c0 + j] = sum;
+    }
 }
 
 template <class T> __global__ void colFinalK(const float *part, T *y, int64_t chunks, int64_t cols) {
@@ -342,9 +405,18 @@ template <class T> __global__ void colFinalK(const float *part, T *y, int64_t ch
   }
 }
 
-template <class L> void colPartial(L load, float *part, int64_t rows, int64_t cols, const ColPlan &p, cudaStream_t s) {
-  dim3 grid(unsigned((cols + 31) / 32), unsigned(p.chunks)), block(32, 8);
-  colPartialK<<<grid, block, 0, s>>>(load, part, rows, cols, p.rowsPerChunk);
+// part1: the second sum's partials (kSums == 2).
+template <class L>
+void colPartial(L load, float *part0, int64_t rows, int64_t cols, const ColPlan &p, cudaStream_t s,
+                float *part1 = nullptr) {
+  constexpr int V = kVec<typename L::Type>;
+  const dim3 block(32, 8);
+  if (cols % V == 0 && load.aligned())
+    colPartialK<V><<<dim3(unsigned((cols / V + 31) / 32), unsigned(p.chunks)), block, 0, s>>>(load, part0, part1, rows,
+                                                                                              cols, p.rowsPerChunk);
+  else
+    colPartialK<1><<<dim3(unsigned((cols + 31) / 32), unsigned(p.chunks)), block, 0, s>>>(load, part0, part1, rows,
+                                                                                          cols, p.rowsPerChunk);
 }
 
 // v as a tensor of T stores it (the fused ops round the value between their halves so).
@@ -356,14 +428,20 @@ template <class T> __device__ __forceinline__ float rnd(float v) {
 // gelu_grad_bias's column sums: the load of (r, c) computes dx there (as gelu_grad stores it),
 // writes it, and returns it to the sum (each element is loaded once, in reduce_sum's order).
 template <class T, class F> struct GeluGradBiasLoad {
+  using Type = T;
+  static constexpr int kSums = 1;
   const T *x, *dy;
   T *dx;
   F f;
-  __device__ float operator()(int64_t r, int64_t c, int64_t cols) const {
+  bool aligned() const { return aligned16({x, dy, dx}); }
+  template <int W> __device__ void at(int64_t r, int64_t c, int64_t cols, float (&v)[1][W]) const {
     const int64_t i = r * cols + c;
-    const float g = rnd<T>(f(ld(x, i), ld(dy, i)));
-    st(dx, i, g);
-    return g;
+    float fx[W], fd[W];
+    ldv<W>(x + i, fx);
+    ldv<W>(dy + i, fd);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[0][k] = rnd<T>(f(fx[k], fd[k]));
+    stv<W>(dx + i, v[0]);
   }
 };
 
@@ -385,36 +463,59 @@ __device__ __forceinline__ float warpSum(float v) {
 
 // The row a layernorm or rmsnorm normalises: x's, or with x2 (add_layernorm, add_rmsnorm of
 // bigc-fuse) the residual sum x + x2, stored in sum as the add stores it (rounded to T; sum may be x
-// or x2: each lane reads and writes only its own columns) and read back from there.
-template <class T> __device__ const T *normRow(const T *x, const T *x2, T *sum, int64_t row, int64_t C, int lane) {
+// or x2: each lane reads and writes only its own columns) and read back from there. The norm kernels
+// take W columns at a time (16-byte vectors where C and the pointers allow, else W = 1); lane l
+// takes vectors l, l + 32, ... of the row, in that order.
+template <int W, class T>
+__device__ const T *normRow(const T *x, const T *x2, T *sum, int64_t row, int64_t C, int lane) {
   const T *xr = x + row * C;
   if (!x2) return xr;
   T *sr = sum + row * C;
   const T *x2r = x2 + row * C;
-  for (int64_t c = lane; c < C; c += 32) st(sr, c, ld(xr, c) + ld(x2r, c));
+  for (int64_t c = int64_t(lane) * W; c < C; c += 32 * W) {
+    float a[W], b[W];
+    ldv<W>(xr + c, a);
+    ldv<W>(x2r + c, b);
+#pragma unroll
+    for (int k = 0; k < W; ++k) a[k] += b[k];
+    stv<W>(sr + c, a);
+  }
   return sr;
 }
 
 // One warp per row (of normRow): mean, rstd = 1/sqrt(var + eps), y = (x - mean) * rstd * w + b.
-template <class T>
+template <int W, class T>
 __global__ void layernormK(const T *x, const T *w, const T *b, T *y, float *mean, float *rstd, int64_t N, int64_t C,
                            float eps, const T *x2, T *sum) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
-  const T *xr = normRow(x, x2, sum, row, C, lane);
-  float s = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) s += ld(xr, c);
+  const T *xr = normRow<W>(x, x2, sum, row, C, lane);
+  float f[W], s = 0.0f;
+  for (int64_t c = int64_t(lane) * W; c < C; c += 32 * W) {
+    ldv<W>(xr + c, f);
+#pragma unroll
+    for (int k = 0; k < W; ++k) s += f[k];
+  }
   const float m = warpSum(s) / float(C);
   float v = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float d = ld(xr, c) - m;
-    v += d * d;
+  for (int64_t c = int64_t(lane) * W; c < C; c += 32 * W) {
+    ldv<W>(xr + c, f);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v += (f[k] - m) * (f[k] - m);
   }
   v = warpSum(v) / float(C);
   const float rs = 1.0f / sqrtf(v + eps);
   T *yr = y + row * C;
-  for (int64_t c = lane; c < C; c += 32) st(yr, c, (ld(xr, c) - m) * rs * ld(w, c) + ld(b, c));
+  for (int64_t c = int64_t(lane) * W; c < C; c += 32 * W) {
+    float fw[W], fb[W];
+    ldv<W>(xr + c, f);
+    ldv<W>(w + c, fw);
+    ldv<W>(b + c, fb);
+#pragma unroll
+    for (int k = 0; k < W; ++k) f[k] = (f[k] - m) * rs * fw[k] + fb[k];
+    stv<W>(yr + c, f);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = rs;
@@ -423,7 +524,7 @@ __global__ void layernormK(const T *x, const T *w, const T *b, T *y, float *mean
 
 // dx = rstd * (dy*w - mean(dy*w) - norm * mean(dy*w*norm)), norm = (x - mean) * rstd.
 // res (layernorm_grad_add): dx = res + dx as stored; dx may be res.
-template <class T>
+template <int W, class T>
 __global__ void layernormDxK(const T *dy, const T *x, const T *w, const float *mean, const float *rstd, T *dx,
                              int64_t N, int64_t C, const T *res) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -431,53 +532,84 @@ __global__ void layernormDxK(const T *dy, const T *x, const T *w, const float *m
   if (row >= N) return;
   const T *dyr = dy + row * C, *xr = x + row * C;
   const float m = mean[row], rs = rstd[row];
-  float sD = 0.0f, sDN = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float dn = ld(dyr, c) * ld(w, c);
-    sD += dn;
-    sDN += dn * ((ld(xr, c) - m) * rs);
+  float fd[W], fx[W], fw[W], sD = 0.0f, sDN = 0.0f;
+  for (int64_t c = int64_t(lane) * W; c < C; c += 32 * W) {
+    ldv<W>(dyr + c, fd);
+    ldv<W>(xr + c, fx);
+    ldv<W>(w + c, fw);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float dn = fd[k] * fw[k];
+      sD += dn;
+      sDN += dn * ((fx[k] - m) * rs);
+    }
   }
   const float mD = warpSum(sD) / float(C), mDN = warpSum(sDN) / float(C);
   T *dxr = dx + row * C;
   const T *rr = res ? res + row * C : nullptr;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float norm = (ld(xr, c) - m) * rs;
-    const float v = rs * (ld(dyr, c) * ld(w, c) - mD - norm * mDN);
-    st(dxr, c, rr ? rnd<T>(v) + ld(rr, c) : v);
+  for (int64_t c = int64_t(lane) * W; c < C; c += 32 * W) {
+    float fr[W];
+    ldv<W>(dyr + c, fd);
+    ldv<W>(xr + c, fx);
+    ldv<W>(w + c, fw);
+    if (rr) ldv<W>(rr + c, fr);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float norm = (fx[k] - m) * rs;
+      const float v = rs * (fd[k] * fw[k] - mD - norm * mDN);
+      fd[k] = rr ? rnd<T>(v) + fr[k] : v;
+    }
+    stv<W>(dxr + c, fd);
   }
 }
 
 // ---- rmsnorm ---------------------------------------------------------------------------------------
 
 // One warp per row: rstd = 1/sqrt(mean(x^2) + eps), y = w * (x * rstd).
-template <class T>
+template <int W, class T>
 __global__ void rmsnormK(const T *x, const T *w, T *y, float *rstd, int64_t N, int64_t C, float eps, const T *x2,
                          T *sum) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
-  const T *xr = normRow(x, x2, sum, row, C, lane);
-  float s = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float v = ld(xr, c);
-    s += v * v;
+  const T *xr = normRow<W>(x, x2, sum, row, C, lane);
+  float f[W], s = 0.0f;
+  for (int64_t c = int64_t(lane) * W; c < C; c += 32 * W) {
+    ldv<W>(xr + c, f);
+#pragma unroll
+    for (int k = 0; k < W; ++k) s += f[k] * f[k];
   }
   const float rs = 1.0f / sqrtf(warpSum(s) / float(C) + eps);
   T *yr = y + row * C;
-  for (int64_t c = lane; c < C; c += 32) st(yr, c, ld(w, c) * (ld(xr, c) * rs));
+  for (int64_t c = int64_t(lane) * W; c < C; c += 32 * W) {
+    float fw[W];
+    ldv<W>(xr + c, f);
+    ldv<W>(w + c, fw);
+#pragma unroll
+    for (int k = 0; k < W; ++k) f[k] = fw[k] * (f[k] * rs);
+    stv<W>(yr + c, f);
+  }
   if (lane == 0 && rstd) rstd[row] = rs;
 }
 
 template <class T> struct RmsDwLoad { // dy * (x * rstd)
+  using Type = T;
+  static constexpr int kSums = 1;
   const T *dy, *x;
   const float *rstd;
-  __device__ float operator()(int64_t r, int64_t c, int64_t cols) const {
-    return ld(dy, r * cols + c) * (ld(x, r * cols + c) * rstd[r]);
+  bool aligned() const { return aligned16({dy, x}); }
+  template <int W> __device__ void at(int64_t r, int64_t c, int64_t cols, float (&v)[1][W]) const {
+    float fx[W];
+    ldv<W>(dy + r * cols + c, v[0]);
+    ldv<W>(x + r * cols + c, fx);
+    const float rs = rstd[r];
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[0][k] = v[0][k] * (fx[k] * rs);
   }
 };
 
 // dx = rstd * (dy*w - xh * mean(dy*w*xh)), xh = x * rstd.
-template <class T>
+template <int W, class T>
 __global__ void rmsnormDxK(const T *dy, const T *x, const T *w, const float *rstd, T *dx, int64_t N, int64_t C,
                            const T *res) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -485,15 +617,44 @@ __global__ void rmsnormDxK(const T *dy, const T *x, const T *w, const float *rst
   if (row >= N) return;
   const T *dyr = dy + row * C, *xr = x + row * C;
   const float rs = rstd[row];
-  float sDN = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) sDN += (ld(dyr, c) * ld(w, c)) * (ld(xr, c) * rs);
+  float fd[W], fx[W], fw[W], sDN = 0.0f;
+  for (int64_t c = int64_t(lane) * W; c < C; c += 32 * W) {
+    ldv<W>(dyr + c, fd);
+    ldv<W>(xr + c, fx);
+    ldv<W>(w + c, fw);
+#pragma unroll
+    for (int k = 0; k < W; ++k) sDN += (fd[k] * fw[k]) * (fx[k] * rs);
+  }
   const float mDN = warpSum(sDN) / float(C);
   T *dxr = dx + row * C;
   const T *rr = res ? res + row * C : nullptr;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float v = rs * (ld(dyr, c) * ld(w, c) - (ld(xr, c) * rs) * mDN);
-    st(dxr, c, rr ? rnd<T>(v) + ld(rr, c) : v);
+  for (int64_t c = int64_t(lane) * W; c < C; c += 32 * W) {
+    float fr[W];
+    ldv<W>(dyr + c, fd);
+    ldv<W>(xr + c, fx);
+    ldv<W>(w + c, fw);
+    if (rr) ldv<W>(rr + c, fr);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float v = rs * (fd[k] * fw[k] - (fx[k] * rs) * mDN);
+      fd[k] = rr ? rnd<T>(v) + fr[k] : v;
+    }
+    stv<W>(dxr + c, fd);
   }
+}
+
+// Launches kernel<W> over N rows, one warp a row: W = the 16-byte vector width of T where it divides
+// C and every pointer is 16-byte aligned, else 1.
+template <class T, class K1, class KV, class... A>
+void launchRows(int64_t N, int64_t C, std::initializer_list<const void *> ptrs, cudaStream_t s, K1 k1, KV kv,
+                A... args) {
+  if (N <= 0) return;
+  const int rowsPerBlock = 8;
+  const unsigned grid = unsigned((N + rowsPerBlock - 1) / rowsPerBlock);
+  if (C % kVec<T> == 0 && aligned16(ptrs))
+    kv<<<grid, rowsPerBlock * 32, 0, s>>>(args...);
+  else
+    k1<<<grid, rowsPerBlock * 32, 0, s>>>(args...);
 }
 
 // ---- rotary embeddings -------------------------------------------------------------------------------
@@ -849,7 +1010,23 @@ __global__ void flagToFloatK(const int *flag, float *out) { *out = *flag ? 1.0f 
 
 struct NoHalf {};
 
-template <class G, class H>
+// 4 consecutive elements of T as floats and back: one 16-byte (f32) or 8-byte (16-bit) access.
+template <class T> struct alignas(4 * sizeof(T)) Quad { T e[4]; };
+template <class T> __device__ __forceinline__ void ld4(const T *p, float (&f)[4]) {
+  const Quad<T> q = *reinterpret_cast<const Quad<T> *>(p);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) f[k] = ld(q.e, k);
+}
+template <class T> __device__ __forceinline__ void st4(T *p, const float (&f)[4]) {
+  Quad<T> q;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) st(q.e, k, f[k]);
+  *reinterpret_cast<Quad<T> *>(p) = q;
+}
+
+// W = 4: each thread updates 4 consecutive elements with wide accesses (n a multiple of 4, every
+// pointer aligned to 4 of its elements); W = 1: one. The same expression per element either way.
+template <int W, class G, class H>
 __global__ void adamwK(AdamWConsts c, float *p, const G *g, float *m, float *v, H *half, int64_t n, const float *norm,
                        double maxNorm, const float *lossScale, const float *foundInf) {
   if (foundInf && *foundInf != 0.0f) return; // overflow: the step is skipped, nothing is written
@@ -857,18 +1034,33 @@ __global__ void adamwK(AdamWConsts c, float *p, const G *g, float *m, float *v, 
   double clip = 1.0;
   if (norm && maxNorm > 0.0) clip = fmin(1.0, maxNorm / (double(*norm) * inv + 1e-6));
   c.gradScale = float(clip * inv);
-  BIGC_GRID_LOOP(i, n) {
-    const float gi = ld(g, i) * c.gradScale;
-    float pp = p[i] * c.decay;
-    const float mm = fmaf(m[i], c.beta1, c.oneMinusBeta1 * gi);
-    const float vv = fmaf(v[i], c.beta2, (c.oneMinusBeta2 * gi) * gi);
-    const float denom = fmaf(sqrtf(vv), c.invBc2Sqrt, c.eps);
-    const float upd = mm / denom;
-    pp = fmaf(-c.stepSize, upd, pp);
-    p[i] = pp;
-    m[i] = mm;
-    v[i] = vv;
-    if constexpr (!std::is_same<H, NoHalf>::value) st(half, i, pp);
+  BIGC_GRID_LOOP(q, n / W) {
+    const int64_t i = q * W;
+    float fg[W], fp[W], fm[W], fv[W];
+    if constexpr (W == 4) {
+      ld4(g + i, fg), ld4(p + i, fp), ld4(m + i, fm), ld4(v + i, fv);
+    } else {
+      fg[0] = ld(g, i), fp[0] = p[i], fm[0] = m[i], fv[0] = v[i];
+    }
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float gi = fg[k] * c.gradScale;
+      float pp = fp[k] * c.decay;
+      const float mm = fmaf(fm[k], c.beta1, c.oneMinusBeta1 * gi);
+      const float vv = fmaf(fv[k], c.beta2, (c.oneMinusBeta2 * gi) * gi);
+      const float denom = fmaf(sqrtf(vv), c.invBc2Sqrt, c.eps);
+      const float upd = mm / denom;
+      fp[k] = fmaf(-c.stepSize, upd, pp);
+      fm[k] = mm;
+      fv[k] = vv;
+    }
+    if constexpr (W == 4) {
+      st4(p + i, fp), st4(m + i, fm), st4(v + i, fv);
+      if constexpr (!std::is_same<H, NoHalf>::value) st4(half + i, fp);
+    } else {
+      p[i] = fp[0], m[i] = fm[0], v[i] = fv[0];
+      if constexpr (!std::is_same<H, NoHalf>::value) st(half, i, fp[0]);
+    }
   }
 }
 
@@ -1025,12 +1217,10 @@ void reduceSum(DType t, const void *x, void *y, int64_t rows, int64_t cols, void
 
 void layernorm(DType t, const void *x, const void *w, const void *b, void *y, float *mean, float *rstd, int64_t N,
                int64_t C, float eps, cudaStream_t s, const void *x2, void *sum) {
-  if (N <= 0) return;
-  const int rowsPerBlock = 8;
-  unsigned grid = unsigned((N + rowsPerBlock - 1) / rowsPerBlock);
-  BIGC_DISPATCH(t, layernormK<T><<<grid, rowsPerBlock * 32, 0, s>>>(
-                       static_cast<const T *>(x), static_cast<const T *>(w), static_cast<const T *>(b),
-                       static_cast<T *>(y), mean, rstd, N, C, eps, static_cast<const T *>(x2), static_cast<T *>(sum)));
+  BIGC_DISPATCH(t, launchRows<T>(N, C, {x, w, b, y, x2, sum}, s, layernormK<1, T>, layernormK<kVec<T>, T>,
+                                 static_cast<const T *>(x), static_cast<const T *>(w), static_cast<const T *>(b),
+                                 static_cast<T *>(y), mean, rstd, N, C, eps, static_cast<const T *>(x2),
+                                 static_cast<T *>(sum)));
 }
 
 void biasGelu(DType t, const void *x, const void *b, void *pre, void *y, int64_t rows, int64_t cols, bool exact,
@@ -1075,27 +1265,21 @@ void layernormGrad(DType t, const void *dy, const void *x, const void *w, const 
   ColPlan p = colPlan(N, C);
   float *partW = static_cast<float *>(ws);
   float *partB = reinterpret_cast<float *>(static_cast<char *>(ws) + align256(size_t(p.chunks * C) * 4));
-  const int rowsPerBlock = 8;
   BIGC_DISPATCH(t, {
     const T *dyT = static_cast<const T *>(dy), *xT = static_cast<const T *>(x);
-    colPartial(DwLoad<T>{dyT, xT, mean, rstd}, partW, N, C, p, s);
-    colPartial(SumLoad<T>{dyT}, partB, N, C, p, s);
+    colPartial(DwDbLoad<T>{dyT, xT, mean, rstd}, partW, N, C, p, s, partB);
     colFinalK<T><<<blocksFor(C), kThreads, 0, s>>>(partW, static_cast<T *>(dw), p.chunks, C);
     colFinalK<T><<<blocksFor(C), kThreads, 0, s>>>(partB, static_cast<T *>(db), p.chunks, C);
-    if (N > 0)
-      layernormDxK<T><<<unsigned((N + rowsPerBlock - 1) / rowsPerBlock), rowsPerBlock * 32, 0, s>>>(
-          dyT, xT, static_cast<const T *>(w), mean, rstd, static_cast<T *>(dx), N, C, static_cast<const T *>(res));
+    launchRows<T>(N, C, {dy, x, w, dx, res}, s, layernormDxK<1, T>, layernormDxK<kVec<T>, T>, dyT, xT,
+                  static_cast<const T *>(w), mean, rstd, static_cast<T *>(dx), N, C, static_cast<const T *>(res));
   });
 }
 
 void rmsnorm(DType t, const void *x, const void *w, void *y, float *rstd, int64_t N, int64_t C, float eps,
              cudaStream_t s, const void *x2, void *sum) {
-  if (N <= 0) return;
-  const int rowsPerBlock = 8;
-  unsigned grid = unsigned((N + rowsPerBlock - 1) / rowsPerBlock);
-  BIGC_DISPATCH(t, rmsnormK<T><<<grid, rowsPerBlock * 32, 0, s>>>(static_cast<const T *>(x), static_cast<const T *>(w),
-                                                                  static_cast<T *>(y), rstd, N, C, eps,
-                                                                  static_cast<const T *>(x2), static_cast<T *>(sum)));
+  BIGC_DISPATCH(t, launchRows<T>(N, C, {x, w, y, x2, sum}, s, rmsnormK<1, T>, rmsnormK<kVec<T>, T>,
+                                 static_cast<const T *>(x), static_cast<const T *>(w), static_cast<T *>(y), rstd, N, C,
+                                 eps, static_cast<const T *>(x2), static_cast<T *>(sum)));
 }
 
 size_t rmsnormGradWorkspace(int64_t N, int64_t C) {
@@ -1108,14 +1292,12 @@ void rmsnormGrad(DType t, const void *dy, const void *x, const void *w, const fl
   if (C <= 0) return;
   ColPlan p = colPlan(N, C);
   float *partW = static_cast<float *>(ws);
-  const int rowsPerBlock = 8;
   BIGC_DISPATCH(t, {
     const T *dyT = static_cast<const T *>(dy), *xT = static_cast<const T *>(x);
     colPartial(RmsDwLoad<T>{dyT, xT, rstd}, partW, N, C, p, s);
     colFinalK<T><<<blocksFor(C), kThreads, 0, s>>>(partW, static_cast<T *>(dw), p.chunks, C);
-    if (N > 0)
-      rmsnormDxK<T><<<unsigned((N + rowsPerBlock - 1) / rowsPerBlock), rowsPerBlock * 32, 0, s>>>(
-          dyT, xT, static_cast<const T *>(w), rstd, static_cast<T *>(dx), N, C, static_cast<const T *>(res));
+    launchRows<T>(N, C, {dy, x, w, dx, res}, s, rmsnormDxK<1, T>, rmsnormDxK<kVec<T>, T>, dyT, xT,
+                  static_cast<const T *>(w), rstd, static_cast<T *>(dx), N, C, static_cast<const T *>(res));
   });
 }
 
@@ -1265,16 +1447,30 @@ void adamw(const AdamWConsts &c, float *param, const void *grad, DType gradType,
            DType halfType, int64_t n, const float *norm, double maxNorm, const float *lossScale, const float *foundInf,
            cudaStream_t s) {
   if (n <= 0) return;
-  const int blocks = blocksFor(n);
+  // Wide accesses where n and every pointer allow (4 elements: 16 bytes of f32, 8 of 16-bit types).
+  auto al = [](const void *ptr, int64_t bytes) { return !ptr || reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
+  const bool quad = n % 4 == 0 && al(param, 16) && al(m, 16) && al(v, 16) && al(grad, 4 * dtypeSize(gradType)) &&
+                    (!half || al(half, 4 * dtypeSize(halfType)));
+  const int blocks = blocksFor(quad ? n / 4 : n);
   BIGC_DISPATCH(gradType, {
     using G = T;
+    const G *gT = static_cast<const G *>(grad);
     if (!half) {
-      adamwK<G, NoHalf><<<blocks, kThreads, 0, s>>>(c, param, static_cast<const G *>(grad), m, v, nullptr, n, norm,
-                                                    maxNorm, lossScale, foundInf);
+      if (quad)
+        adamwK<4, G, NoHalf>
+            <<<blocks, kThreads, 0, s>>>(c, param, gT, m, v, nullptr, n, norm, maxNorm, lossScale, foundInf);
+      else
+        adamwK<1, G, NoHalf>
+            <<<blocks, kThreads, 0, s>>>(c, param, gT, m, v, nullptr, n, norm, maxNorm, lossScale, foundInf);
     } else {
-      BIGC_DISPATCH(halfType, adamwK<G, T><<<blocks, kThreads, 0, s>>>(c, param, static_cast<const G *>(grad), m, v,
-                                                                       static_cast<T *>(half), n, norm, maxNorm,
-                                                                       lossScale, foundInf));
+      BIGC_DISPATCH(halfType, {
+        if (quad)
+          adamwK<4, G, T><<<blocks, kThreads, 0, s>>>(c, param, gT, m, v, static_cast<T *>(half), n, norm, maxNorm,
+                                                      lossScale, foundInf);
+        else
+          adamwK<1, G, T><<<blocks, kThreads, 0, s>>>(c, param, gT, m, v, static_cast<T *>(half), n, norm, maxNorm,
+                                                      lossScale, foundInf);
+      });
     }
   });
 }
