@@ -281,6 +281,20 @@ Program fromJson(const json &root, const std::string &path, bool top) {
         p.estimate.collectives.push_back(c);
       }
     }
+    if (e.contains("ops")) {
+      const json &os = r.array(e, "ops", "estimate");
+      for (size_t i = 0; i < os.size(); ++i) {
+        std::string where = "estimate.ops[" + std::to_string(i) + "]";
+        OpEstimate o;
+        o.op = r.string(os[i], "op", where);
+        o.stream = r.string(os[i], "stream", where);
+        o.count = r.integerOr(os[i], "count", where, 0);
+        o.seconds = r.numberOr(os[i], "seconds", where, 0);
+        o.flops = r.numberOr(os[i], "flops", where, 0);
+        o.bytes = r.numberOr(os[i], "bytes", where, 0);
+        p.estimate.ops.push_back(o);
+      }
+    }
   }
 
   const json &insts = r.array(root, "instructions", "payload");

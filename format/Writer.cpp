@@ -93,8 +93,18 @@ json payloadJson(const Program &p) {
                     {"seconds", c.seconds},
                     {"hidden_seconds", c.hiddenSeconds},
                     {"queued_seconds", c.queuedSeconds}});
-    root["estimate"] = {
-        {"step_seconds", p.estimate.stepSeconds}, {"compute_seconds", p.estimate.computeSeconds}, {"collectives", cs}};
+    json ops = json::array();
+    for (const auto &o : p.estimate.ops)
+      ops.push_back({{"op", o.op},
+                     {"stream", o.stream},
+                     {"count", o.count},
+                     {"seconds", o.seconds},
+                     {"flops", o.flops},
+                     {"bytes", o.bytes}});
+    root["estimate"] = {{"step_seconds", p.estimate.stepSeconds},
+                        {"compute_seconds", p.estimate.computeSeconds},
+                        {"collectives", cs},
+                        {"ops", ops}};
   }
   json insts = json::array();
   for (const auto &ins : p.instructions) {

@@ -12,6 +12,8 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <algorithm>
+
+#include <algorithm>
 #include <map>
 
 using namespace mlir;
@@ -91,6 +93,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     double start, end, queued;
   };
   std::vector<Coll> colls;
+  std::map<std::pair<std::string, std::string>, OpTime> byOp;
 
   for (Operation &op : block.without_terminator()) {
     if (isa<GetParamOp>(op)) continue;
@@ -200,6 +203,16 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
         est.computeSeconds += dur;
       }
     }
+    if (!isCollective(&op) && !isa<WaitOp>(op)) {
+      const std::string name = op.getName().getStringRef().drop_front(5).str(); // "bigc."
+      OpTime &t = byOp[{name, stream}];
+      const OpCost c = opCost(&op);
+      t.op = name, t.stream = stream;
+      t.count += 1;
+      t.seconds += dur;
+      t.flops += double(c.flops);
+      t.bytes += double(c.bytes());
+    }
     if (isCollective(&op)) {
       // Tensor-axis collectives apart ("tp_all_reduce", ...): they are on the critical path.
       std::string name = isa<ParamAllGatherOp>(op) ? std::string("all_gather") : op.getName().stripDialect().str();
@@ -231,6 +244,9 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       t.hiddenSeconds += std::max(0.0, std::min(c.end, it->second) - std::max(c.start, it->first));
   }
   for (auto &[k, v] : by) est.collectives.push_back(v);
+  for (auto &[k, v] : byOp) est.ops.push_back(v);
+  std::stable_sort(est.ops.begin(), est.ops.end(),
+                   [](const OpTime &a, const OpTime &b) { return a.seconds > b.seconds; });
   return est;
 }
 

@@ -87,6 +87,8 @@ rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::str
     program.estimate.computeSeconds = est.computeSeconds;
     for (const auto &c : est.collectives)
       program.estimate.collectives.push_back({c.op, c.count, c.seconds, c.hiddenSeconds, c.queuedSeconds});
+    for (const auto &t : est.ops)
+      program.estimate.ops.push_back({t.op, t.stream, t.count, t.seconds, t.flops, t.bytes});
   }
   return program;
 }

@@ -896,8 +896,19 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
                     {"hidden_seconds", c.hiddenSeconds},
                     {"queued_seconds", c.queuedSeconds},
                     {"hidden_fraction", c.seconds > 0 ? c.hiddenSeconds / c.seconds : 1.0}});
-    j["estimate"] = {
-        {"step_seconds", p.estimate.stepSeconds}, {"compute_seconds", p.estimate.computeSeconds}, {"collectives", ec}};
+    json eo = json::array();
+    for (const auto &o : p.estimate.ops)
+      eo.push_back({{"op", o.op},
+                    {"stream", o.stream},
+                    {"count", o.count},
+                    {"seconds", o.seconds},
+                    {"flops", o.flops},
+                    {"bytes", o.bytes}});
+    j["estimate"] = {{"hardware", p.hardwareName},
+                     {"step_seconds", p.estimate.stepSeconds},
+                     {"compute_seconds", p.estimate.computeSeconds},
+                     {"collectives", ec},
+                     {"ops", eo}};
   }
   j["fits"] = allFit(sums);
   j["instructions"] = int64_t(p.instructions.size());

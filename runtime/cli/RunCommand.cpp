@@ -72,7 +72,9 @@ const char *kRunUsage =
     "  --resume            continue from the newest complete checkpoint in --checkpoint-dir up to\n"
     "                      step --steps (bit for bit as if the run had not stopped)\n"
     "  --profile           time every instruction (GPU time per stream on cuda) and print, per op and\n"
-    "                      for the slowest instructions, the time per step (steps after the first)\n"
+    "                      for the slowest instructions, the time per step (steps after the first);\n"
+    "                      beside each op the cost model's time where the program was compiled with\n"
+    "                      --hardware (several ranks: rank 0's, measured and estimated)\n"
     "  --timeline FILE.svg a pipelined program (--pp): draw the last step's pipeline as measured (each\n"
     "                      stage's compute instructions by micro-batch, the bubbles hatched) above the\n"
     "                      cost model's; turns on --profile; needs 2 steps or more, one process\n"
@@ -185,10 +187,34 @@ void printProfile(const Engine &ex, double wall) {
                "\nprofile (%s backend): %lld steps after the first; wall %.2f ms per step; instructions %.2f ms "
                "per step (summed over streams)\n",
                ex.backend(), (long long)n, 1e3 * wall / double(n), 1e3 * total / double(n));
-  std::fprintf(stderr, "  %-28s %12s %12s %8s\n", "op [stream]", "instructions", "ms/step", "share");
-  for (const auto &[op, v] : rows)
-    std::fprintf(stderr, "  %-28s %12lld %12.3f %7.1f%%\n", op.c_str(), (long long)v.first, 1e3 * v.second / double(n),
+  // The cost model's time of each op (compiled with --hardware) beside it: both of rank 0 (the
+  // collectives, apart in the estimate, get none).
+  std::map<std::string, double> est;
+  const bool withEst = p.estimate.present && !p.estimate.ops.empty();
+  if (withEst)
+    for (const OpEstimate &o : p.estimate.ops)
+      est[o.op + (o.stream == "compute" ? "" : " [" + o.stream + "]")] += o.seconds;
+  if (withEst)
+    std::fprintf(stderr, "  %-28s %12s %12s %8s %14s %9s\n", "op [stream]", "instructions", "ms/step", "share",
+                 ("est. " + p.hardwareName).c_str(), "measured/est.");
+  else
+    std::fprintf(stderr, "  %-28s %12s %12s %8s\n", "op [stream]", "instructions", "ms/step", "share");
+  for (const auto &[op, v] : rows) {
+    std::fprintf(stderr, "  %-28s %12lld %12.3f %7.1f%%", op.c_str(), (long long)v.first, 1e3 * v.second / double(n),
                  total > 0 ? 100.0 * v.second / total : 0.0);
+    if (withEst) {
+      auto it = est.find(op);
+      if (it != est.end() && it->second >= 1e-6) // (below a microsecond the ratio says nothing)
+        std::fprintf(stderr, " %14.3f %9.2f", 1e3 * it->second, v.second / double(n) / it->second);
+      else
+        std::fprintf(stderr, " %14s %9s", it != est.end() ? fmtMs(1e3 * it->second).c_str() : "-", "-");
+    }
+    std::fprintf(stderr, "\n");
+  }
+  if (withEst)
+    std::fprintf(stderr, "  cost model on %s: %.2f ms per step, compute %.2f ms (measured/est. of the step: %.2f)\n",
+                 p.hardwareName.c_str(), 1e3 * p.estimate.stepSeconds, 1e3 * p.estimate.computeSeconds,
+                 p.estimate.stepSeconds > 0 ? wall / double(n) / p.estimate.stepSeconds : 0.0);
   // Pipeline stages: each stage's compute stream against the step's wall time, as the cost model's
   // estimate has it (bigc inspect). Meaningful with a core per rank (threads per rank >= 1).
   const std::vector<double> busy = ex.stageBusySeconds();

@@ -45,10 +45,18 @@ struct CollectiveTime {
   double queuedSeconds = 0;
 };
 
+/// The other ops by (op, stream): their time on the profile and the cost model's counts.
+struct OpTime {
+  std::string op, stream;
+  long count = 0;
+  double seconds = 0, flops = 0, bytes = 0;
+};
+
 struct StepEstimate {
   double stepSeconds = 0;    ///< end of the last op of any stream
   double computeSeconds = 0; ///< the compute stream's busy time
   std::vector<CollectiveTime> collectives;
+  std::vector<OpTime> ops; ///< by time, the longest first
 };
 
 /// Pipeline messages (send/recv, a stage's part of an all-reduce over the

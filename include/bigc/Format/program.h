@@ -149,10 +149,18 @@ struct CollectiveEstimate {
   double seconds = 0, hiddenSeconds = 0;
   double queuedSeconds = 0; // behind earlier work of its stream after its input was ready
 };
+// Per op and stream (not the collectives): instructions, their time on the profile, and the cost
+// model's FLOPs and bytes moved (`bigc run --profile` sets the measured times beside them).
+struct OpEstimate {
+  std::string op, stream;
+  int64_t count = 0;
+  double seconds = 0, flops = 0, bytes = 0;
+};
 struct StepEstimate {
   bool present = false;
   double stepSeconds = 0, computeSeconds = 0;
   std::vector<CollectiveEstimate> collectives;
+  std::vector<OpEstimate> ops;
 };
 
 // A pipelined program's step played on the cost model with every stage at once (top program):
