@@ -6,8 +6,15 @@
 # torch.compile, which must be importable).
 #
 #   scripts/gpu-check.sh BUNDLE.tar.xz [WORKDIR]
+# Then, unless set to 0: STEPS_CM=1 measures the single-GPU configurations of the cost model's check
+# (every *-cm-* program and the padded ones: WORKDIR/cm.jsonl, one line each with step_ms, for
+# bench/gpu/h100_steps.json), PROFILE=1 prints `bigc run --profile` of the gpt2 programs that
+# bench/gpu/calibrate_h100.sh calibrates from (WORKDIR/profile-NAME.log), SANITIZE=1 runs
+# compute-sanitizer memcheck and racecheck over the kernel tests of the fused and vectorised kernels.
 # Environment: BENCH=0 skips the benchmark; CTEST_ARGS adds ctest arguments (e.g. "-R CudaKernels");
-# the benchmark's own variables (PRESETS, MODES, STEPS) pass through.
+# the benchmark's own variables (PRESETS, MODES, STEPS) pass through. On a lent machine of 15 minutes
+# the whole script took 6 minutes (2026-11-26, an H100: build 40 s, ctest 110 s, bench with
+# MODES=compile 180 s, the rest 45 s).
 set -euo pipefail
 BUNDLE=$(realpath "$1")
 W=${2:-$(mktemp -d)}
@@ -32,5 +39,44 @@ rc=0
 if [ "${BENCH:-1}" != 0 ]; then
   echo "== bench/gpu"
   OUT_DIR=$W/bench bash "$ROOT/bench/gpu/run.sh" "$W/build/bin" "$W/programs" || rc=1
+fi
+if ! nvidia-smi -L 2> /dev/null | grep -q "^GPU"; then
+  echo "== no GPU: the steps, profiles and compute-sanitizer skipped"
+  exit $rc
+fi
+if [ "${STEPS_CM:-1}" != 0 ]; then
+  echo "== single-GPU steps for the cost model ($W/cm.jsonl)"
+  : > "$W/cm.jsonl"
+  for f in "$W"/programs/*-cm-*.bigc "$W"/programs/gpt2-bf16-pad.bigc "$W"/programs/gpt2-medium-bf16-pad.bigc; do
+    [ -e "$f" ] || continue
+    n=$(basename "$f" .bigc)
+    timeout 60 "$W/build/bin/bigc-run" "$f" --backend cuda --synthetic --steps 12 --log "$W/cm-$n.jsonl" --quiet ||
+      { echo "$n: failed"; rc=1; continue; }
+    python3 - "$W/cm-$n.jsonl" "$n" >> "$W/cm.jsonl" <<'PY'
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+d = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(r, r[1:])][3:]
+print(json.dumps({"name": sys.argv[2], "step_ms": round(1e3 * statistics.median(d), 2), "loss": r[-1]["loss"]}))
+PY
+  done
+  cat "$W/cm.jsonl"
+fi
+if [ "${PROFILE:-1}" != 0 ]; then
+  for n in gpt2-bf16-pad gpt2-bf16-pad-fuseops gpt2-bf16-pad-fuse-all-c4096; do
+    [ -e "$W/programs/$n.bigc" ] || continue
+    echo "== bigc run $n --profile ($W/profile-$n.log)"
+    "$W/build/bin/bigc-run" "$W/programs/$n.bigc" --backend cuda --synthetic --steps 6 --profile > "$W/profile-$n.log" 2>&1 ||
+      rc=1
+    grep -A12 "^profile (" "$W/profile-$n.log" || true
+  done
+fi
+if [ "${SANITIZE:-1}" != 0 ]; then
+  echo "== compute-sanitizer"
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 "$W/build/bin/bigc-gpu-tests" \
+      --gtest_filter='CudaKernels.FusedPairs:CudaKernels.FusedLmHeadAndLoss:CudaKernels.LayernormAndItsGradient:CudaKernels.RmsNormAndItsGradient:CudaKernels.AdamWMatchesTheCpuBitForBit' \
+      > "$W/sanitizer-$tool.log" 2>&1 || { echo "$tool: errors ($W/sanitizer-$tool.log)"; rc=1; }
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$W/sanitizer-$tool.log" || true
+  done
 fi
 exit $rc

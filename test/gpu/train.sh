@@ -20,6 +20,9 @@
 #   same kernels and the same host AdamW, the state only kept elsewhere; 0 when both backends of this
 #   script are the CPU's; on an H200 within the bound, the figure not recorded), their grads
 #   (--dump-grads, whole and chunked updates) too.
+# Checkpoints across backends: 10 steps on one backend, --resume on the other to step 20 (fp32, fp16,
+# bf16 with CPU offload and 2 micro-batches), steps 11-20 against the CPU backend's straight run to
+# the bounds above.
 # And a plan larger than the GPU is refused with exit status 1 and a message naming GPU memory.
 set -euo pipefail
 BIN=$1
