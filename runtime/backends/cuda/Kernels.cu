@@ -397,10 +397,20 @@ __global__ void colPartialK(L load, float *part0, float *part1, int64_t rows, in
     }
 }
 
+// A column's chunk partials added in chunk order; 8 loads issued before their adds (one add waiting
+// on each load made a 768-wide sum of 128 chunks latency-bound: 128 trips to L2 in a row).
 template <class T> __global__ void colFinalK(const float *part, T *y, int64_t chunks, int64_t cols) {
   BIGC_GRID_LOOP(c, cols) {
     float s = 0.0f;
-    for (int64_t k = 0; k < chunks; ++k) s += part[k * cols + c];
+    int64_t k = 0;
+    for (; k + 8 <= chunks; k += 8) {
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = part[(k + j) * cols + c];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s += v[j];
+    }
+    for (; k < chunks; ++k) s += part[k * cols + c];
     st(y, c, s);
   }
 }
