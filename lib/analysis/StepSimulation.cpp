@@ -12,8 +12,6 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <algorithm>
-
-#include <algorithm>
 #include <map>
 
 using namespace mlir;

@@ -187,8 +187,8 @@ void printProfile(const Engine &ex, double wall) {
                "\nprofile (%s backend): %lld steps after the first; wall %.2f ms per step; instructions %.2f ms "
                "per step (summed over streams)\n",
                ex.backend(), (long long)n, 1e3 * wall / double(n), 1e3 * total / double(n));
-  // The cost model's time of each op (compiled with --hardware) beside it: both of rank 0 (the
-  // collectives, apart in the estimate, get none).
+  // The cost model's time of each op (compiled with --hardware) beside the measured one, both rank
+  // 0's; the collectives, apart in the estimate, get none.
   std::map<std::string, double> est;
   const bool withEst = p.estimate.present && !p.estimate.ops.empty();
   if (withEst)
