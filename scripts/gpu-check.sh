@@ -13,8 +13,9 @@
 # compute-sanitizer memcheck and racecheck over the kernel tests of the fused and vectorised kernels.
 # Environment: BENCH=0 skips the benchmark; CTEST_ARGS adds ctest arguments (e.g. "-R CudaKernels");
 # the benchmark's own variables (PRESETS, MODES, STEPS) pass through. On a lent machine of 15 minutes
-# the whole script took 6 minutes (2026-11-26, an H100: build 40 s, ctest 110 s, bench with
-# MODES=compile 180 s, the rest 45 s).
+# the same steps took 6 minutes (2026-11-26, an H100: build 40 s, ctest 110 s, bench with
+# MODES=compile 180 s, the rest 45 s; those steps ran from a script of the same commands, this one
+# has not yet run on a GPU).
 set -euo pipefail
 BUNDLE=$(realpath "$1")
 W=${2:-$(mktemp -d)}

@@ -123,6 +123,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     const std::string timeline = timelineOf(stream);
     start = std::max(start, streamFree[timeline]);
     double dur = 0;
+    const OpCost cost = opCost(&op); // (the compute and host ops' time, and every op's counts)
     auto g = op.getAttrOfType<StringAttr>("group");
     if (isCollective(&op) && g && g.getValue() == "pp") {
       // Every stage's part of it: it starts when the last stage reaches it.
@@ -180,12 +181,11 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
           (write ? hw.nvmeWriteBytesPerS : hw.nvmeReadBytesPerS) / double(std::max<int64_t>(1, hw.devices));
       dur = bw > 0 ? bytes / bw : 0;
     } else if (stream == "host") {
-      OpCost c = opCost(&op);
-      dur = hw.hostFlops > 0 ? double(c.flops) / hw.hostFlops * share : 0;
+      dur = hw.hostFlops > 0 ? double(cost.flops) / hw.hostFlops * share : 0;
     } else {
       const double flops =
           hw.opFlops.empty() ? hw.deviceFlops : hw.flopsOf(op.getName().getStringRef().drop_front(5).str()); // "bigc."
-      dur = rooflineSeconds(opCost(&op), flops, hw.deviceBytesPerS) * share;
+      dur = rooflineSeconds(cost, flops, hw.deviceBytesPerS) * share;
       if (hw.threads > 0) dur += cpuStagingSeconds(&op, hw) * share;
       if (dur > 0) dur += hw.opOverheadS; // (a measured profile's fixed cost per instruction)
     }
@@ -204,12 +204,11 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     if (!isCollective(&op) && !isa<WaitOp>(op)) {
       const std::string name = op.getName().getStringRef().drop_front(5).str(); // "bigc."
       OpTime &t = byOp[{name, stream}];
-      const OpCost c = opCost(&op);
       t.op = name, t.stream = stream;
       t.count += 1;
       t.seconds += dur;
-      t.flops += double(c.flops);
-      t.bytes += double(c.bytes());
+      t.flops += double(cost.flops);
+      t.bytes += double(cost.bytes());
     }
     if (isCollective(&op)) {
       // Tensor-axis collectives apart ("tp_all_reduce", ...): they are on the critical path.

@@ -191,13 +191,12 @@ void printProfile(const Engine &ex, double wall) {
   // 0's; the collectives, apart in the estimate, get none.
   std::map<std::string, double> est;
   const bool withEst = p.estimate.present && !p.estimate.ops.empty();
-  if (withEst)
+  if (withEst) {
     for (const OpEstimate &o : p.estimate.ops)
       est[o.op + (o.stream == "compute" ? "" : " [" + o.stream + "]")] += o.seconds;
-  if (withEst)
     std::fprintf(stderr, "  %-28s %12s %12s %8s %14s %9s\n", "op [stream]", "instructions", "ms/step", "share",
                  ("est. " + p.hardwareName).c_str(), "measured/est.");
-  else
+  } else
     std::fprintf(stderr, "  %-28s %12s %12s %8s\n", "op [stream]", "instructions", "ms/step", "share");
   for (const auto &[op, v] : rows) {
     std::fprintf(stderr, "  %-28s %12lld %12.3f %7.1f%%", op.c_str(), (long long)v.first, 1e3 * v.second / double(n),
