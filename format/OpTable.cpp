@@ -26,7 +26,7 @@ const std::vector<OpSignature> &opSignatures() {
       {"split", OpKind::Split, 1, 1, 1, -1, 0, false},
       {"concat", OpKind::Concat, 1, -1, 1, 1, 0, false},
       {"cross_entropy", OpKind::CrossEntropy, 2, 2, 1, 1, 0b10, false},
-      {"cross_entropy_grad", OpKind::CrossEntropyGrad, 3, 3, 1, 1, 0b10, false},
+      {"cross_entropy_grad", OpKind::CrossEntropyGrad, 3, 3, 1, 1, 0b10, true},
       {"global_norm", OpKind::GlobalNorm, 1, -1, 1, 1, 0, false},
       {"adamw", OpKind::AdamW, 4, 7, 3, 4, 0, false},
       {"cast", OpKind::Cast, 1, 1, 1, 1, 0, false},
@@ -39,7 +39,7 @@ const std::vector<OpSignature> &opSignatures() {
       {"all_gather", OpKind::AllGather, 1, -1, 1, -1, 0, false},
       {"tp_slice", OpKind::TpSlice, 1, 1, 1, 1, 0, false},
       {"vocab_ce_stats", OpKind::VocabCeStats, 2, 2, 1, 1, 0b10, false},
-      {"vocab_ce_stats_grad", OpKind::VocabCeStatsGrad, 4, 4, 1, 1, 0b100, false},
+      {"vocab_ce_stats_grad", OpKind::VocabCeStatsGrad, 4, 4, 1, 1, 0b100, true},
       {"vocab_ce_loss", OpKind::VocabCeLoss, 1, 1, 1, 1, 0, false},
       {"vocab_ce_loss_grad", OpKind::VocabCeLossGrad, 2, 2, 1, 1, 0, false},
       {"rmsnorm", OpKind::RmsNorm, 2, 2, 2, 2, 0, false},
@@ -80,6 +80,8 @@ bool mayAlias(const OpSignature &sig, size_t out, size_t in) {
   case OpKind::RmsNormGradAdd: return out == 0 && in == 4;   // dx over r
   case OpKind::BiasGelu: return out == 0 && in == 0;         // pre over x
   case OpKind::GeluGradBias: return out == 0 && in <= 1;     // dx over x or dy
+  case OpKind::CrossEntropyGrad: return out == 0 && in == 0; // dlogits over logits
+  case OpKind::VocabCeStatsGrad: return out == 0 && in == 1; // dlogits over logits
   default: return true;
   }
 }

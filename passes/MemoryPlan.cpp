@@ -63,6 +63,10 @@ SmallVector<unsigned> mlir::bigc::inPlaceOperands(Operation *op, unsigned result
   if (isa<LayerNormGradAddOp>(op)) return {5};
   if (isa<RmsNormGradAddOp>(op)) return {4};
   if (isa<BiasGeluOp>(op)) return {0};
+  // The loss's gradient over the logits, whose last use it is (the largest activation of a big
+  // vocabulary: without this the peak holds both).
+  if (isa<CrossEntropyGradOp>(op)) return {0};
+  if (isa<VocabCeStatsGradOp>(op)) return {1};
   return {};
 }
 

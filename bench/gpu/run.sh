@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One GPU, in one run: bigc (CUDA backend) and PyTorch (eager and torch.compile) train gpt2 (124M)
 # and gpt2-medium (350M) in bf16 with the same model, batch, sequence length, AdamW and precision
-# (fp32 master weights and AdamW states, bf16 compute; see torch_gpt2.py). Prints tokens/s, MFU
-# and peak GPU memory of each, and bigc's speed against each peer (the fastest of bigc's programs
-# that scripts/gpu-programs.sh wrote: as compiled, and with --pad-vocab 64 alone, with --fuse, with
-# --fuse-loss, with both at three chunk widths of the loss), and --offload cpu's speed against the
-# same program without it.
+# (fp32 master weights and AdamW states, bf16 compute; see torch_gpt2.py). Prints tokens/s, MFU,
+# the peak memory allocated (bigc: its planned arena and workspace; PyTorch: max_memory_allocated)
+# and the GPU memory in use (measured, the CUDA context included) of each, and bigc's speed against
+# each peer (the fastest of bigc's programs that scripts/gpu-programs.sh wrote: as compiled, and
+# with --pad-vocab 64 alone, with --fuse, with --fuse-loss, with both at three chunk widths of the
+# loss), and --offload cpu's speed against the same program without it.
 #
 #   bash bench/gpu/run.sh BIN PROGRAMS      # BIN: bigc-run's dir; PROGRAMS: scripts/gpu-programs.sh ... bench
 # Environment: PRESETS ("gpt2 gpt2-medium"), STEPS (20), WARMUP (5), BENCH_BATCH (16, must match the
@@ -56,11 +57,16 @@ L, C = {"gpt2": (12, 768), "gpt2-medium": (24, 1024), "gpt2-large": (36, 1280)}[
 tps = statistics.median(r["tokens_per_s"] for r in rows)
 ws = re.search(r"workspace ([\d.]+) (MiB|GiB)", text)
 wsb = float(ws.group(1)) * (2**20 if ws.group(2) == "MiB" else 2**30) if ws else 0
-arena = rows[-1]["peak_bytes"]["device"]
+# What the program allocates: its planned device arena and the backend's workspace (PyTorch's
+# counterpart: max_memory_allocated). Apart: the GPU memory in use, measured (cudaMemGetInfo: the
+# CUDA context, the arena, the workspace; PyTorch's: mem_get_info after its steps).
+arena = rows[-1]["planned_bytes"]["device"]
+used = rows[-1]["peak_bytes"]["device"]
 fpt = 6 * params + 12 * L * C * seq
 print(json.dumps({"impl": impl, "preset": preset, "batch": B, "seq": seq, "params": params,
                   "step_ms": B * seq / tps * 1e3, "tokens_per_s": tps, "mfu": fpt * tps / peak,
                   "peak_bytes": int(arena + wsb), "arena_bytes": arena, "workspace_bytes": int(wsb),
+                  "device_used_bytes": used,
                   "final_loss": rows[-1]["loss"]}))
 PY
   done
@@ -73,15 +79,16 @@ done
 "$PY" - "$RES" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| model | implementation | step (ms) | tokens/s | MFU | peak GPU memory | bigc faster by |")
-print("|---|---|---:|---:|---:|---:|---:|")
+print("| model | implementation | step (ms) | tokens/s | MFU | peak memory allocated | GPU memory in use | bigc faster by |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
 for preset in dict.fromkeys(r["preset"] for r in rows):
     rs = [r for r in rows if r["preset"] == preset]
     big = max((r for r in rs if r["impl"].startswith("bigc")), key=lambda r: r["tokens_per_s"])  # the faster bigc
     for r in rs:
         ratio = "" if r["impl"].startswith("bigc") else f"{big['tokens_per_s'] / r['tokens_per_s']:.2f}x"
         print(f"| {preset} (B={r['batch']}, T={r['seq']}) | {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | "
-              f"{100 * r['mfu']:.1f} % | {r['peak_bytes'] / 2**30:.2f} GiB | {ratio} |")
+              f"{100 * r['mfu']:.1f} % | {r['peak_bytes'] / 2**30:.2f} GiB | {r['device_used_bytes'] / 2**30:.2f} GiB | "
+              f"{ratio} |")
 # --offload cpu (the AdamW step on the host, overlapped) against the same program on the GPU alone.
 for preset in dict.fromkeys(r["preset"] for r in rows):
     by = {r["impl"]: r for r in rows if r["preset"] == preset}

@@ -124,13 +124,17 @@ def main():
         loss = step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
+    # The GPU memory in use (the CUDA context, the caching allocator's reserve), as bigc reports it.
+    free, total = torch.cuda.mem_get_info()
+    used = total - free
     tokens = a.batch * a.seq
     dt = statistics.median(times)
     flops_per_token = 6 * nparams + 12 * L * C * a.seq  # nanoGPT's estimate (attention included)
     print(json.dumps({"impl": f"pytorch {a.mode}", "torch": torch.__version__, "preset": a.preset, "batch": a.batch,
                       "seq": a.seq, "params": nparams, "step_ms": dt * 1e3, "tokens_per_s": tokens / dt,
                       "mfu": flops_per_token * tokens / dt / a.peak_flops,
-                      "peak_bytes": torch.cuda.max_memory_allocated(), "warmup_s": warm_s,
+                      "peak_bytes": torch.cuda.max_memory_allocated(), "device_used_bytes": used,
+                      "warmup_s": warm_s,
                       "final_loss": float(loss), "gpu": torch.cuda.get_device_name()}))
 
 

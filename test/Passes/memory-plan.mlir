@@ -226,3 +226,51 @@ module {
     return %loss : tensor<f32>
   }
 }
+
+// -----
+
+// The loss's gradient takes the place of the logits, whose last use it is
+// (the largest activation of a big vocabulary): dlogits %4 at the offset of
+// logits %2. In the second function a scale reads the logits after the
+// gradient, so the gradient gets its own buffer (and the scale takes the
+// logits' place).
+// Instructions: 0 embedding, 1 matmul, 2 cross_entropy, 3 fill (the seed),
+// 4 cross_entropy_grad, 5 matmul (dx).
+// CHECK-LABEL: memory-plan @train_step: instructions=6
+// CHECK:       %2 bigc.matmul : offset=[[L:[0-9]+]] size=1024 live=[1,4]{{$}}
+// CHECK:       %5 bigc.cross_entropy_grad : offset=[[L]] size=1024 live=[4,5]{{$}}
+module {
+  bigc.param @w : tensor<16x4xf32> {init = "normal", std = 2.0e-02 : f64}
+  func.func @train_step(%tokens: tensor<2x8xi32>, %targets: tensor<2x8xi32>) -> tensor<f32> {
+    %w = bigc.get_param @w : tensor<16x4xf32>
+    %x = bigc.embedding %w, %tokens : (tensor<16x4xf32>, tensor<2x8xi32>) -> tensor<2x8x4xf32>
+    %l = bigc.matmul %x, %w {transpose_b} : (tensor<2x8x4xf32>, tensor<16x4xf32>) -> tensor<2x8x16xf32>
+    %loss = bigc.cross_entropy %l, %targets : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+    %one = bigc.fill {value = 1.0 : f64} : () -> tensor<f32>
+    %dl = bigc.cross_entropy_grad %l, %targets, %one : (tensor<2x8x16xf32>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x8x16xf32>
+    %dx = bigc.matmul %dl, %w : (tensor<2x8x16xf32>, tensor<16x4xf32>) -> tensor<2x8x4xf32>
+    return %loss : tensor<f32>
+  }
+}
+
+// -----
+
+// CHECK-LABEL: memory-plan @train_step: instructions=7
+// CHECK:       %2 bigc.matmul : offset=[[L2:[0-9]+]] size=1024 live=[1,5]{{$}}
+// CHECK-NOT:   cross_entropy_grad : offset=[[L2]] size
+// CHECK:       %5 bigc.cross_entropy_grad : offset={{[0-9]+}} size=1024 live=[4,6]{{$}}
+// CHECK-NEXT:  %6 bigc.scale : offset=[[L2]] size=1024 live=[5,6]{{$}}
+module {
+  bigc.param @w : tensor<16x4xf32> {init = "normal", std = 2.0e-02 : f64}
+  func.func @train_step(%tokens: tensor<2x8xi32>, %targets: tensor<2x8xi32>) -> tensor<f32> {
+    %w = bigc.get_param @w : tensor<16x4xf32>
+    %x = bigc.embedding %w, %tokens : (tensor<16x4xf32>, tensor<2x8xi32>) -> tensor<2x8x4xf32>
+    %l = bigc.matmul %x, %w {transpose_b} : (tensor<2x8x4xf32>, tensor<16x4xf32>) -> tensor<2x8x16xf32>
+    %loss = bigc.cross_entropy %l, %targets : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+    %one = bigc.fill {value = 1.0 : f64} : () -> tensor<f32>
+    %dl = bigc.cross_entropy_grad %l, %targets, %one : (tensor<2x8x16xf32>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x8x16xf32>
+    %s = bigc.scale %l {factor = 2.0 : f64} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %t = bigc.add %dl, %s : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    return %loss : tensor<f32>
+  }
+}

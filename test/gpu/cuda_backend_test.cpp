@@ -381,6 +381,48 @@ TEST(CudaKernels, CrossEntropyAndItsGradient) {
     }
 }
 
+// The loss's gradients in the logits' place (the memory plan puts dlogits there, at the logits'
+// last use): each kernel reads its row whole before it writes it. Against the CPU backend's same
+// program; odd vocabularies (rows at every alignment) and one wider than the block.
+TEST(CudaKernels, LossGradientsInPlace) {
+  REQUIRE_GPU();
+  for (DType t : kTypes)
+    for (int64_t V : {301, 5003})
+      for (bool vocabParallel : {false, true}) {
+        SCOPED_TRACE(std::string(dtypeName(t)) + " V=" + std::to_string(V) + (vocabParallel ? " vocab_ce" : " ce"));
+        ProgramBuilder b(2, 33, V);
+        int64_t tok = b.buffer("tokens", {2, 33}, "input", DType::I32),
+                tgt = b.buffer("targets", {2, 33}, "input", DType::I32);
+        int64_t x = b.buffer("x", {2, 33, V}, "param", t, Init{"normal", 3.0});
+        int64_t dstatsIn = b.buffer("dstats_in", {2, 33, 2}, "param", DType::F32, Init{"normal", 1.0});
+        int64_t logits = b.buffer("logits", {2, 33, V}, "activation", t);
+        int64_t stats = b.buffer("stats", {2, 33, 2}, "activation");
+        int64_t loss = b.buffer("loss", {}, "activation"), dloss = b.buffer("dloss", {}, "activation_grad");
+        int64_t dl = b.buffer("dlogits", {2, 33, V}, "activation_grad", t);
+        int64_t z = b.buffer("z", {2, 33, V}, "activation_grad", t);
+        b.p.tokenInputs = {tok}, b.p.targetInputs = {tgt}, b.p.loss = loss;
+        b.inst("scale", {x}, {logits}, {{"factor", num(1.0)}});
+        b.inst("cross_entropy", {logits, tgt}, {loss});
+        if (vocabParallel) {
+          b.inst("vocab_ce_stats", {logits, tgt}, {stats});
+          b.inst("vocab_ce_stats_grad", {dstatsIn, logits, tgt, stats}, {dl});
+        } else {
+          b.inst("fill", {}, {dloss}, {{"value", num(3.0)}});
+          b.inst("cross_entropy_grad", {logits, tgt, dloss}, {dl});
+        }
+        b.inst("scale", {dl}, {z}, {{"factor", num(1.0)}});
+        Program p = b.finish({{dl, logits}});
+        ASSERT_EQ(p.buffers[size_t(dl)].offset, p.buffers[size_t(logits)].offset);
+        Executor cpu(p, 5);
+        auto gpu = makeCudaEngine(p, 5);
+        std::vector<int32_t> ids(66);
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((int64_t(i) * 37) % V);
+        float lc = cpu.step(ids.data(), ids.data()), lg = gpu->step(ids.data(), ids.data());
+        EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
+        EXPECT_LE(relErr(gpu->readF32(z), cpu.readF32(z)), tolFor(t));
+      }
+}
+
 // Tensor parallelism's vocabulary-parallel loss kernels (vocab_ce_*) and tp_slice, on one GPU: a
 // program of one rank (tensor rank 0, the whole vocabulary; the other ranks' offsets run in
 // gpu.ranks, which needs 2 GPUs).

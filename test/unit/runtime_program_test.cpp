@@ -366,6 +366,31 @@ TEST(RuntimeProgram, InPlaceAliasing) {
   EXPECT_EQ(validateError(fused(0)), "");
   EXPECT_ERROR_HAS(validateError(fused(1)), "instruction 1 (bias_gelu",
                    "bias_gelu's output 1 may not take the place of input 0");
+
+  // The loss's gradient takes the place of the logits at their last use; a read of the logits
+  // after it is refused.
+  auto ceGrad = [&](bool readAfter) {
+    ProgramBuilder f(1, 2, 4);
+    int64_t ftok = f.buffer("tokens", {1, 2}, "input", DType::I32);
+    int64_t ftgt = f.buffer("targets", {1, 2}, "input", DType::I32);
+    int64_t fwte = f.param("wte.weight", {4, 4}, 0.02);
+    int64_t fx = f.buffer("x", {1, 2, 4}, "activation");
+    int64_t logits = f.buffer("logits", {1, 2, 4}, "activation");
+    int64_t floss = f.buffer("loss", {}, "activation");
+    int64_t seed = f.buffer("dloss", {}, "activation_grad");
+    int64_t dlogits = f.buffer("dlogits", {1, 2, 4}, "activation_grad");
+    int64_t after = f.buffer("after", {1, 2, 4}, "activation_grad");
+    f.p.tokenInputs = {ftok}, f.p.targetInputs = {ftgt}, f.p.loss = floss;
+    f.inst("embedding", {fwte, ftok}, {fx});
+    f.inst("matmul", {fx, fwte}, {logits}).attrs["transpose_b"].num = 1;
+    f.inst("cross_entropy", {logits, ftgt}, {floss});
+    f.inst("fill", {}, {seed}).attrs["value"].num = 1;
+    f.inst("cross_entropy_grad", {logits, ftgt, seed}, {dlogits});
+    f.inst("add", {dlogits, readAfter ? logits : dlogits}, {after});
+    return f.finish({{dlogits, logits}});
+  };
+  EXPECT_EQ(validateError(ceGrad(false)), "");
+  EXPECT_ERROR_HAS(validateError(ceGrad(true)), "instruction 4 (cross_entropy_grad", "last use");
 }
 
 TEST(RuntimeProgram, MatmulForms) {
