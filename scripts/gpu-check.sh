@@ -10,12 +10,14 @@
 # (every *-cm-* program and the padded ones: WORKDIR/cm.jsonl, one line each with step_ms, for
 # bench/gpu/h100_steps.json), PROFILE=1 prints `bigc run --profile` of the gpt2 programs that
 # bench/gpu/calibrate_h100.sh calibrates from (WORKDIR/profile-NAME.log), SANITIZE=1 runs
-# compute-sanitizer memcheck and racecheck over the kernel tests of the fused and vectorised kernels.
+# compute-sanitizer (SANITIZE_TOOLS, default memcheck racecheck synccheck initcheck) over the kernel
+# tests of the fused and vectorised kernels and the loss's (in place).
 # Environment: BENCH=0 skips the benchmark; CTEST_ARGS adds ctest arguments (e.g. "-R CudaKernels");
 # the benchmark's own variables (PRESETS, MODES, STEPS) pass through. On a lent machine of 15 minutes
 # the same steps took 6 minutes (2026-11-26, an H100: build 40 s, ctest 110 s, bench with
 # MODES=compile 180 s, the rest 45 s; those steps ran from a script of the same commands, this one
-# has not yet run on a GPU).
+# has not yet run on a GPU; synccheck, initcheck and the loss tests' sanitizer runs came later, not
+# timed).
 set -euo pipefail
 BUNDLE=$(realpath "$1")
 W=${2:-$(mktemp -d)}
@@ -73,9 +75,9 @@ if [ "${PROFILE:-1}" != 0 ]; then
 fi
 if [ "${SANITIZE:-1}" != 0 ]; then
   echo "== compute-sanitizer"
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$W/build/bin/bigc-gpu-tests" \
-      --gtest_filter='CudaKernels.FusedPairs:CudaKernels.FusedLmHeadAndLoss:CudaKernels.LayernormAndItsGradient:CudaKernels.RmsNormAndItsGradient:CudaKernels.AdamWMatchesTheCpuBitForBit' \
+      --gtest_filter='CudaKernels.FusedPairs:CudaKernels.FusedLmHeadAndLoss:CudaKernels.LayernormAndItsGradient:CudaKernels.RmsNormAndItsGradient:CudaKernels.AdamWMatchesTheCpuBitForBit:CudaKernels.CrossEntropyAndItsGradient:CudaKernels.LossGradientsInPlace' \
       > "$W/sanitizer-$tool.log" 2>&1 || { echo "$tool: errors ($W/sanitizer-$tool.log)"; rc=1; }
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$W/sanitizer-$tool.log" || true
   done
