@@ -101,6 +101,13 @@ struct OneOp {
 
 const DType kTypes[] = {DType::F32, DType::BF16, DType::F16};
 
+// n token (and target) ids spread over a vocabulary of V: i * 37 mod V.
+std::vector<int32_t> spreadIds(size_t n, int64_t V) {
+  std::vector<int32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = int32_t((int64_t(i) * 37) % V);
+  return ids;
+}
+
 TEST(CudaKernels, Elementwise) {
   REQUIRE_GPU();
   for (DType t : kTypes) {
@@ -371,8 +378,7 @@ TEST(CudaKernels, CrossEntropyAndItsGradient) {
       Program p = b.finish();
       Executor cpu(p, 5);
       auto gpu = makeCudaEngine(p, 5);
-      std::vector<int32_t> ids(66);
-      for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((int64_t(i) * 37) % V);
+      std::vector<int32_t> ids = spreadIds(66, V);
       float lc = cpu.step(ids.data(), ids.data()), lg = gpu->step(ids.data(), ids.data());
       EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
       EXPECT_LE(relErr(gpu->readF32(dl), cpu.readF32(dl)), tolFor(t));
@@ -415,8 +421,7 @@ TEST(CudaKernels, LossGradientsInPlace) {
         ASSERT_EQ(p.buffers[size_t(dl)].offset, p.buffers[size_t(logits)].offset);
         Executor cpu(p, 5);
         auto gpu = makeCudaEngine(p, 5);
-        std::vector<int32_t> ids(66);
-        for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((int64_t(i) * 37) % V);
+        std::vector<int32_t> ids = spreadIds(66, V);
         float lc = cpu.step(ids.data(), ids.data()), lg = gpu->step(ids.data(), ids.data());
         EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
         EXPECT_LE(relErr(gpu->readF32(z), cpu.readF32(z)), tolFor(t));
@@ -449,8 +454,7 @@ TEST(CudaKernels, VocabularyParallelLoss) {
     Program p = b.finish();
     Executor cpu(p, 5);
     auto gpu = makeCudaEngine(p, 5);
-    std::vector<int32_t> ids(66);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37) % 300);
+    std::vector<int32_t> ids = spreadIds(66, 300);
     float lc = cpu.step(ids.data(), ids.data()), lg = gpu->step(ids.data(), ids.data());
     EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
     EXPECT_LE(relErr(gpu->readF32(stats), cpu.readF32(stats)), 1e-5);
@@ -510,8 +514,7 @@ TEST(CudaKernels, FusedLmHeadAndLoss) {
       Program p = b.finish();
       Executor cpu(p, 5);
       auto gpu = makeCudaEngine(p, 5);
-      std::vector<int32_t> ids(static_cast<size_t>(N));
-      for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((int64_t(i) * 37) % vocab);
+      std::vector<int32_t> ids = spreadIds(static_cast<size_t>(N), vocab);
       // The arenas start zeroed: NaNs in dw first, so that the padding rows' zeros are the op's. Two
       // steps: nothing of the first may leak into the second (the running statistics' reset).
       gpu->writeBytes(dw, std::vector<unsigned char>(size_t(p.buffers[size_t(dw)].bytes), 0xff).data());
