@@ -167,6 +167,7 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
     wantShape(out(0), x.shape, "y");
     wantShape(out(1), lead(x), "mean");
     wantShape(out(2), lead(x), "rstd");
+    if (!(ins->num("eps", 1e-5) > 0)) bad("attribute 'eps' must be a positive number");
     break;
   }
   case OpKind::LayernormGrad: {

@@ -59,6 +59,32 @@ using detail::shapeStr;
 
 namespace {
 
+// AdamW's hyperparameters, as the update computes them (fp32): a learning rate finite and >= 0,
+// betas in [0, 1), eps positive, weight decay and the clipping norm finite and >= 0. `why` is empty
+// when they hold, else what is wrong.
+std::string adamWProblem(double lr, double beta1, double beta2, double eps, double wd, double maxNorm) {
+  const double fmax = 3.4028234663852886e38;
+  auto num = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", x);
+    return std::string(b);
+  };
+  if (!(lr >= 0 && lr <= fmax)) return "lr " + num(lr) + " must be finite and >= 0 (within the float range)";
+  if (!(beta1 >= 0 && beta1 < 1)) return "beta1 " + num(beta1) + " must be in [0, 1)";
+  if (!(beta2 >= 0 && beta2 < 1)) return "beta2 " + num(beta2) + " must be in [0, 1)";
+  if (!(eps > 0 && eps <= fmax && float(eps) > 0.0f)) return "eps " + num(eps) + " must be positive (as a float)";
+  if (!(wd >= 0 && wd <= fmax)) return "weight_decay " + num(wd) + " must be finite and >= 0";
+  if (!(maxNorm >= 0 && maxNorm <= fmax)) return "max_norm (grad_clip) " + num(maxNorm) + " must be finite and >= 0";
+  return "";
+}
+
+void checkAdamW(const detail::InstructionCheck &v, const Instruction &ins, const Optimizer &o) {
+  const std::string why =
+      adamWProblem(ins.num("lr", o.lr), ins.num("beta1", o.beta1), ins.num("beta2", o.beta2), ins.num("eps", o.eps),
+                   ins.num("weight_decay", o.weightDecay), ins.num("max_norm", o.gradClip));
+  if (!why.empty()) v.bad("AdamW's " + why);
+}
+
 // One program: a program of one stage (pp = 1: the program), its messages prefixed by `path`.
 void validateStage(const Program &p, const std::string &path) {
   if (p.version < kOldestProgramVersion || p.version > kProgramVersion)
@@ -72,6 +98,11 @@ void validateStage(const Program &p, const std::string &path) {
     fail(path, "config: the mesh dp " + std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " +
                    std::to_string(p.pp) + " must multiply to ranks " + std::to_string(p.ranks));
   if (p.zero < 0 || p.zero > 3) fail(path, "config: zero must be 0, 1, 2 or 3, is " + std::to_string(p.zero));
+  {
+    const Optimizer &o = p.optimizer;
+    const std::string why = adamWProblem(o.lr, o.beta1, o.beta2, o.eps, o.weightDecay, o.gradClip);
+    if (!why.empty()) fail(path, "optimizer: " + why);
+  }
   if (p.precision != "fp32" && p.precision != "bf16" && p.precision != "fp16")
     fail(path, "config: unknown precision '" + p.precision + "' (fp32, bf16 or fp16)");
   {
@@ -381,6 +412,15 @@ void validateStage(const Program &p, const std::string &path) {
         v.bad(what + " (" + v.desc(b) + ") is used outside its live interval [" + std::to_string(b.liveFirst) + ", " +
               std::to_string(b.liveLast) + "]");
     }
+    // Every number an instruction carries is finite and, where it counts something, exact (the
+    // format's numbers are doubles: integers beyond 2^53 would be read as other integers).
+    for (const auto &[key, a] : ins.attrs) {
+      if (a.isList || a.isReals) continue;
+      if (!std::isfinite(a.num)) v.bad("attribute '" + key + "' is not a finite number");
+      if (a.num == std::floor(a.num) && std::fabs(a.num) > 9007199254740992.0)
+        v.bad("attribute '" + key + "' is beyond the integers a program can hold exactly (|x| <= 2^53)");
+    }
+    if (sig->kind == OpKind::AdamW) checkAdamW(v, ins, p.optimizer);
     v.shapes(*sig);
     v.overlaps(*sig);
   }

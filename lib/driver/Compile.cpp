@@ -32,6 +32,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 #include <cstdlib>
 #include <sys/stat.h>
@@ -70,6 +71,10 @@ mlir::LogicalResult checkInterface(mlir::ModuleOp module) {
     return fwd.emitError("@forward must take (%tokens, %targets), both tensor<BxTxi32> of the same "
                          "static shape, got ")
            << ft.getInputs();
+  if (tok.getDimSize(0) < 1 || tok.getDimSize(1) < 1)
+    return fwd.emitError("@forward's batch and sequence must be at least 1, got tensor<")
+           << tok.getDimSize(0) << "x" << tok.getDimSize(1) << "xi32> (re-import or regenerate the model with a batch "
+           << "of at least one sequence of at least one token)";
   // Models are written in fp32; bigc-mixed-precision makes the 16-bit compute copies (--precision).
   auto is16 = [](mlir::Type t) {
     auto rt = llvm::dyn_cast<mlir::RankedTensorType>(t);
@@ -223,7 +228,8 @@ const Flag kFlags[] = {
      }},
     {"--lr", true, "--lr F", "AdamW learning rate (3e-4)",
      [](CompileOptions &o, const Value &v) {
-       if (!((o.adamw.lr = v.number()) > 0)) v.fail("must be positive, got " + v.text());
+       if (!((o.adamw.lr = v.number()) > 0) || o.adamw.lr > double(FLT_MAX))
+         v.fail("must be a positive number within the float range (the update computes in fp32), got " + v.text());
      }},
     {"--beta1", true, "--beta1 F --beta2 F", "AdamW betas (0.9, 0.95)",
      [](CompileOptions &o, const Value &v) {
@@ -237,11 +243,13 @@ const Flag kFlags[] = {
      }},
     {"--eps", true, "--eps F", "AdamW epsilon (1e-8)",
      [](CompileOptions &o, const Value &v) {
-       if (!((o.adamw.eps = v.number()) > 0)) v.fail("must be positive, got " + v.text());
+       if (!((o.adamw.eps = v.number()) > 0) || o.adamw.eps > double(FLT_MAX) || float(o.adamw.eps) == 0.0f)
+         v.fail("must be a positive number within the float range (the update computes in fp32), got " + v.text());
      }},
     {"--weight-decay", true, "--weight-decay F", "AdamW weight decay, parameters of rank >= 2 only (0.1)",
      [](CompileOptions &o, const Value &v) {
-       if (!((o.adamw.weightDecay = v.number()) >= 0)) v.fail("must be >= 0, got " + v.text());
+       if (!((o.adamw.weightDecay = v.number()) >= 0) || o.adamw.weightDecay > double(FLT_MAX))
+         v.fail("must be a number >= 0 within the float range, got " + v.text());
      }},
     {"--optimizer-states", true, "--optimizer-states fp32|bf16",
      "the AdamW moments' type (default fp32); bf16 halves their bytes (updated in fp32, stored rounded)",
@@ -252,7 +260,8 @@ const Flag kFlags[] = {
      }},
     {"--grad-clip", true, "--grad-clip F", "clip the global gradient norm to F (0: no clipping)",
      [](CompileOptions &o, const Value &v) {
-       if (!((o.adamw.gradClip = v.number()) >= 0)) v.fail("must be >= 0 (0: no clipping), got " + v.text());
+       if (!((o.adamw.gradClip = v.number()) >= 0) || std::isinf(o.adamw.gradClip))
+         v.fail("must be a finite number >= 0 (0: no clipping), got " + v.text());
      }},
     {"--recompute", true, "--recompute POLICY",
      "recompute activations in the backward instead of keeping them:\n"
@@ -272,8 +281,8 @@ const Flag kFlags[] = {
     {"--loss-scale", true, "--loss-scale F", "fp16: initial dynamic loss scale (65536)",
      [](CompileOptions &o, const Value &v) {
        o.lossScaleInit = v.number();
-       if (!(o.lossScaleInit > 0) || std::isinf(o.lossScaleInit))
-         v.fail("must be a positive finite number, got " + v.text());
+       if (!(o.lossScaleInit > 0) || o.lossScaleInit > double(FLT_MAX))
+         v.fail("must be a positive number within the float range, got " + v.text());
      }},
     {"--loss-scale-window", true, "--loss-scale-window N", "fp16: clean steps before the loss scale doubles (2000)",
      [](CompileOptions &o, const Value &v) {

@@ -1,34 +1,66 @@
 // `bigc import`: runs the Python importer (python/bigc_import: torch.export, ATen ops mapped to the
-// bigc dialect) with the project's Python environment. The importer's command line is the
+// bigc dialect) as a child bigc owns (include/bigc/Driver/PythonTool.h: its own process group,
+// ended with bigc on every signal and when bigc dies; both files written into staging and moved
+// into place only once the import has succeeded; --timeout). The importer's command line is the
 // contract; this driver finds the interpreter and says what to do when there is none.
-//
-//   Interpreter: $BIGC_PYTHON, else the project's environment <source>/.venv/bin/python
-//   (scripts/setup-python.sh makes it: PyTorch and transformers from PyPI).
 #include "bigc/Driver/Import.h"
-
-#include "bigc/Runtime/program.h"
+#include "bigc/Driver/PythonTool.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
-
-#ifndef BIGC_SOURCE_DIR
-#define BIGC_SOURCE_DIR "."
-#endif
 
 namespace bigc {
 
-using rt::UserError;
-
 namespace {
 
-bool executable(const std::string &p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+constexpr double kDefaultTimeout = 1800.0;
+
+std::string baseOf(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string dirOf(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// The files the importer will write (its -o, or FILE.mlir for `torch` without one, and the weights
+// beside it), as the Python side computes them; none when the arguments do not say (the importer
+// then reports why).
+std::vector<std::string> outputsOf(const std::vector<std::string> &args) {
+  std::string sub, spec, out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &a = args[i];
+    if (a == "-o" || a == "--output") {
+      if (i + 1 < args.size()) out = args[++i];
+    } else if (a.rfind("--output=", 0) == 0) {
+      out = a.substr(9);
+    } else if (a.rfind("-o", 0) == 0 && a.size() > 2) {
+      out = a.substr(2);
+    } else if (a.rfind("--", 0) == 0) {
+      if (a.find('=') == std::string::npos && i + 1 < args.size() &&
+          (a == "--batch" || a == "--seq" || a == "--weights" || a == "--seed"))
+        ++i; // its value
+    } else if (sub.empty()) {
+      sub = a;
+    } else if (spec.empty()) {
+      spec = a;
+    }
+  }
+  if (out.empty() && sub == "torch" && !spec.empty()) {
+    const std::string b = baseOf(spec.substr(0, spec.rfind(':')));
+    const size_t dot = b.find_last_of('.');
+    out = (dot == std::string::npos ? b : b.substr(0, dot)) + ".mlir";
+  }
+  if (out.empty() || out == "-") return {};
+  const std::string b = baseOf(out);
+  const size_t dot = b.find_last_of('.');
+  const std::string stem = dot == std::string::npos ? b : b.substr(0, dot);
+  return {dirOf(out) + "/" + stem + ".safetensors", out};
 }
 
 } // namespace
@@ -36,6 +68,7 @@ bool executable(const std::string &p) {
 const char *importHelp() {
   return "usage: bigc import hf CONFIG.json [--batch B] [--seq T] [--weights FILE] [--seed S] -o model.mlir\n"
          "       bigc import torch FILE.py:FUNCTION [-o model.mlir]\n"
+         "       (both) [--timeout S]\n"
          "\n"
          "Writes a PyTorch model as bigc MLIR (docs/frontend.md): a Hugging Face causal-LM config of\n"
          "the llama, mistral, qwen2 or gpt2 families, or your own nn.Module (FUNCTION() returns the\n"
@@ -43,6 +76,13 @@ const char *importHelp() {
          "and its loss included; its initial weights go beside the model (model.safetensors, the\n"
          "module's parameter names), and `bigc run` starts from them. `bigc import hf --help` and\n"
          "`bigc import torch --help` list the options.\n"
+         "\n"
+         "  --timeout S   stop the import after S seconds (default 1800; 0: no limit): a model whose\n"
+         "                code never returns is ended with one message, nothing written\n"
+         "\n"
+         "Both files appear together once the import has succeeded, or neither does (an error, a\n"
+         "signal, the time limit, bigc killed): the importer runs as a child process of bigc that\n"
+         "ends with it.\n"
          "\n"
          "Needs a Python environment with PyTorch 2.15 and transformers: scripts/setup-python.sh\n"
          "makes one in .venv (as `make test` does); BIGC_PYTHON names another interpreter.\n";
@@ -53,42 +93,17 @@ int importMain(int argc, char **argv, int first) {
     std::fputs(importHelp(), first >= argc ? stderr : stdout);
     return first >= argc ? 1 : 0;
   }
-  std::string python;
-  if (const char *env = std::getenv("BIGC_PYTHON"); env && *env) {
-    python = env;
-    if (!executable(python)) throw UserError("BIGC_PYTHON=" + python + " is not an executable Python interpreter");
-  } else {
-    python = std::string(BIGC_SOURCE_DIR) + "/.venv/bin/python";
-    if (!executable(python))
-      throw UserError("PyTorch (2.15) and transformers are needed, in a Python environment, and there is none "
-                      "at " +
-                      std::string(BIGC_SOURCE_DIR) +
-                      "/.venv: run scripts/setup-python.sh (about 2 minutes, "
-                      "from PyPI), or set BIGC_PYTHON to an interpreter that has them");
-  }
-  std::string pythonPath = std::string(BIGC_SOURCE_DIR) + "/python";
-  if (const char *pp = std::getenv("PYTHONPATH"); pp && *pp) pythonPath += std::string(":") + pp;
-  std::vector<std::string> args = {python, "-m", "bigc_import"};
-  for (int i = first; i < argc; ++i) args.push_back(argv[i]);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  pid_t pid = ::fork();
-  if (pid < 0) throw UserError("cannot start " + python);
-  if (pid == 0) {
-    ::setenv("PYTHONPATH", pythonPath.c_str(), 1);
-    std::vector<char *> cargs;
-    for (auto &a : args) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    ::execv(python.c_str(), cargs.data());
-    std::fprintf(stderr, "bigc import: cannot run %s\n", python.c_str());
-    std::_Exit(2);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {}
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  std::fprintf(stderr, "bigc import: the importer (%s) was killed by signal %d\n", python.c_str(),
-               WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  return 2;
+  PythonTool t;
+  t.command = "bigc import";
+  t.module = "bigc_import";
+  for (int i = first; i < argc; ++i) t.args.push_back(argv[i]);
+  t.timeout = takeTimeoutOption(t.args, kDefaultTimeout, "import");
+  for (const auto &a : t.args) t.help |= a == "--help" || a == "-h";
+  t.outputs = outputsOf(t.args);
+  t.timeoutHint = "The model's code may never return (a loop that does not end?); give it longer with --timeout S "
+                  "(0: no limit)";
+  t.userCode = "the model's code (at import time, in its function or in forward)";
+  return runPythonTool(t);
 }
 
 } // namespace bigc

@@ -187,6 +187,10 @@ def build_torch(spec, notes):
     if tuple(tokens.shape) != tuple(targets.shape):
         raise UserError(f"{spec}: tokens {list(tokens.shape)} and targets {list(targets.shape)} "
                         "differ in shape")
+    if tokens.shape[0] < 1 or tokens.shape[1] < 1:
+        raise UserError(f"{spec}: the example batch is empty (tokens {list(tokens.shape)}): give at "
+                        "least one sequence of at least one token; its shape [B,T] is the shape the "
+                        "model is compiled for")
     dtypes = sorted({str(p.dtype) for p in module.parameters() if p.dtype != torch.float32})
     if dtypes:
         notes.append(f"the module's parameters are {', '.join(dtypes)}: imported in fp32 (bigc "

@@ -53,7 +53,9 @@ eval); bigc has no dropout, so dropout must be 0 or the module in eval mode.
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):
+        from .driver import failed
         sys.stderr.write(f"{PROG}: {message} (`{self.prog} --help` lists the options)\n")
+        failed(message)
         sys.exit(1)
 
 
@@ -84,28 +86,34 @@ def parser():
                    help="the MLIR file (default: FILE.mlir in the current directory); "
                         "model.safetensors goes beside it")
     for sp in (h, t):
+        sp.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="stop after S seconds (default 1800 under bigc; 0: no limit); nothing "
+                             "is written then")
         sp.error = Parser.error.__get__(sp)
     return p
 
 
 def write_atomically(files):
     """Writes every (path, writer) or nothing: writer(f) fills a temporary file in the target's
-    directory, renamed over the target once all are written."""
+    directory (under the bigc driver: its staging directory), renamed over the target once all are
+    written."""
+    from .driver import write_path
     temps = []
     umask = os.umask(0)
     os.umask(umask)
     try:
         for path, writer in files:
-            d = os.path.dirname(os.path.abspath(path))
-            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-            temps.append((tmp, path))
+            target = write_path(path)
+            d = os.path.dirname(os.path.abspath(target))
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp", dir=d)
+            temps.append((tmp, target))
             os.fchmod(fd, 0o666 & ~umask)  # as open() would make it (mkstemp's is 0600)
             with os.fdopen(fd, "wb") as f:
                 writer(f)
                 f.flush()
                 os.fsync(f.fileno())
-        for tmp, path in temps:
-            os.replace(tmp, path)
+        for tmp, target in temps:
+            os.replace(tmp, target)
         temps = []
     finally:
         for tmp, _ in temps:
@@ -113,6 +121,20 @@ def write_atomically(files):
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _exit_site(tb):
+    """'file.py:LINE' of the innermost frame outside this package and PyTorch that a SystemExit
+    came from."""
+    import traceback
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    site = None
+    for fr in traceback.extract_tb(tb):
+        f = os.path.abspath(fr.filename)
+        if f.startswith(here) or os.sep + "torch" + os.sep in f or os.sep + "transformers" + os.sep in f:
+            continue
+        site = f"{fr.filename}:{fr.lineno}"
+    return site
 
 
 NEEDS = {"torch": (2, 15), "transformers": (5, 23), "safetensors": (0, 0), "numpy": (0, 0)}
@@ -152,6 +174,8 @@ def run(argv):
                         "options)")
     if args.cmd is None:
         parser().print_help(sys.stderr)
+        from .driver import failed
+        failed("no subcommand (hf or torch)")
         return 1
     out = args.output
     if args.cmd == "torch" and not out:
@@ -166,6 +190,27 @@ def run(argv):
     weights_name = stem + ".safetensors"
     weights_path = os.path.join(out_dir, weights_name)
 
+    if args.timeout is not None:
+        if not args.timeout >= 0:
+            raise UserError(f"--timeout {args.timeout:g}: expected a number of seconds >= 0")
+        if args.timeout > 0:  # run directly (under bigc the driver keeps the time)
+            import signal
+
+            def _late(signum, frame):
+                raise UserError(f"did not finish within {args.timeout:g} s (--timeout); nothing "
+                                "written")
+            signal.signal(signal.SIGALRM, _late)
+            signal.setitimer(signal.ITIMER_REAL, args.timeout)
+    try:
+        return _run(args, out, weights_name, weights_path)
+    except SystemExit as e:
+        site = _exit_site(e.__traceback__)
+        raise UserError(f"{site + ': ' if site else ''}the model's code called sys.exit({e.code!r}) "
+                        "while it was being imported; nothing written (return from the function "
+                        "instead of exiting)")
+
+
+def _run(args, out, weights_name, weights_path):
     precheck(args)  # the inputs' checks that need no torch: at once
     check_environment(args.cmd == "hf")
     from . import capture, lower, weights
@@ -201,5 +246,6 @@ def run(argv):
     except OSError as e:
         raise UserError(f"cannot write {out} and {weights_path}: {e.strerror or e}")
     nops = sum(1 for line in text.splitlines() if line.strip().startswith("%"))
-    print(f"{PROG}: wrote {out} ({nops} ops, {nparams:,} parameters) and {weights_path}")
+    from .driver import done
+    done([weights_path, out], f"{PROG}: wrote {out} ({nops} ops, {nparams:,} parameters) and {weights_path}")
     return 0

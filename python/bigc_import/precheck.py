@@ -100,7 +100,8 @@ def check_weights_file(path):
 def precheck(args):
     if args.cmd == "hf":
         raw = read_config_json(args.config)
-        family_of(raw, args.config)
+        from .config_check import check_config
+        check_config(raw, family_of(raw, args.config), args.config)
         check_seq(args.seq, args.batch, max_positions(raw))
         if args.weights:
             check_weights_file(args.weights)

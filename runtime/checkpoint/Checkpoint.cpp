@@ -20,6 +20,7 @@
 #include <set>
 #include <signal.h>
 #include <sstream>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -542,7 +543,7 @@ void follow(const Engine &ex, Follow what) {
     }
 }
 
-Info latest(const std::string &dir, std::vector<std::string> *skipped) {
+Info latest(const std::string &dir, std::vector<std::string> *skipped, bool quarantine) {
   std::vector<std::pair<int64_t, std::string>> all;
   for (const std::string &n : entries(dir)) {
     int64_t s = 0;
@@ -558,10 +559,53 @@ Info latest(const std::string &dir, std::vector<std::string> *skipped) {
       json m = readManifest(path);
       return Info{path, m["step"].get<int64_t>(), m["updates"].get<int64_t>(), m.value("loss", 0.0)};
     } catch (const UserError &e) {
-      if (skipped) skipped->push_back(e.what());
+      std::string why = e.what();
+      if (quarantine) {
+        // Moved aside under a name that says so: no longer a checkpoint (not resumed, not counted
+        // among those kept, not pruned), kept for whoever wants to look at it.
+        std::string aside = path + ".damaged";
+        for (int k = 2; ::access(aside.c_str(), F_OK) == 0; ++k) aside = path + ".damaged." + std::to_string(k);
+        if (::rename(path.c_str(), aside.c_str()) == 0) {
+          fsyncPath(dir);
+          why += "; moved aside to " + aside;
+        } else {
+          why += std::string("; cannot move it aside: ") + std::strerror(errno);
+        }
+      }
+      if (skipped) skipped->push_back(why);
     }
   }
   return Info{};
+}
+
+DirLock::DirLock(const std::string &dir) {
+  mkdirs(dir);
+  const std::string path = dir + "/.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ < 0) fail(path, std::string("cannot open the checkpoint directory's lock: ") + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    char buf[32] = {0};
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    std::string pid = n > 0 ? std::string(buf, size_t(n)) : std::string();
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    if (e == EWOULDBLOCK)
+      throw UserError("--checkpoint-dir " + dir + " is in use by another run" +
+                      (pid.empty() ? std::string() : " (pid " + pid + ")") +
+                      ": two runs must not write one checkpoint directory; wait for it to end, or give this run "
+                      "another --checkpoint-dir");
+    fail(path, std::string("cannot lock the checkpoint directory: ") + std::strerror(e));
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size())) {
+    // (the lock holds without the pid; only the message of a second run would lack it)
+  }
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_); // releases the flock
 }
 
 Info load(const std::string &path, Engine &ex, data::TokenSource &source) {

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <new>
@@ -107,36 +108,65 @@ void checkWritable(const std::string &path, const char *option) {
                     "': " + std::strerror(errno));
 }
 
-// A log written to FILE.tmp line by line and renamed into place at the end; removed on failure.
+// The training log (--log): one JSON object per line, written and flushed as each step ends, under
+// its own name from the first step on, so that whatever stops the run (kill -9 included) leaves
+// every step logged so far. A fresh run starts the file; a resumed run keeps the lines up to the
+// step it resumed from (rewritten atomically, a torn last line dropped) and appends after them; an
+// error exit appends the error as a last line {"error": ..., "step": ..., "exit_status": ...}.
 class LogFile {
 public:
-  explicit LogFile(const std::string &path) : path_(path), tmp_(path + ".tmp") {
-    f_ = std::fopen(tmp_.c_str(), "w");
+  // resumedStep < 0: a fresh log.
+  LogFile(const std::string &path, int64_t resumedStep) : path_(path) {
+    std::string kept;
+    if (resumedStep >= 0) {
+      std::ifstream in(path, std::ios::binary);
+      if (in) {
+        std::string line;
+        while (std::getline(in, line)) {
+          if (in.eof()) break; // no newline after it: a line torn by a kill
+          nlohmann::json j;
+          try {
+            j = nlohmann::json::parse(line);
+          } catch (const nlohmann::json::exception &) {
+            continue;
+          }
+          if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+              j["step"].get<int64_t>() <= resumedStep)
+            kept += line + "\n";
+        }
+      }
+      if (!kept.empty()) writeFileAtomic(path, kept);
+    }
+    f_ = std::fopen(path.c_str(), kept.empty() ? "w" : "a");
     if (!f_) throw UserError(path + ": cannot write: " + std::strerror(errno));
   }
   ~LogFile() {
-    if (f_) {
-      std::fclose(f_);
-      std::remove(tmp_.c_str());
-    }
+    if (f_) std::fclose(f_);
   }
   void line(const std::string &s) {
     if (std::fputs(s.c_str(), f_) < 0 || std::fputc('\n', f_) < 0 || std::fflush(f_) != 0)
       throw UserError(path_ + ": write failed: " + std::strerror(errno));
   }
+  // The last line of a run that stops with an error (best effort: the disk may be what failed).
+  void error(const std::string &what, int64_t step, int status) {
+    nlohmann::ordered_json j;
+    j["step"] = step;
+    j["error"] = what;
+    j["exit_status"] = status;
+    const std::string s = j.dump() + "\n";
+    (void)std::fputs(s.c_str(), f_);
+    (void)std::fflush(f_);
+    (void)::fsync(fileno(f_));
+  }
   void commit() {
     bool ok = std::fflush(f_) == 0 && ::fsync(fileno(f_)) == 0;
     ok = (std::fclose(f_) == 0) && ok;
     f_ = nullptr;
-    if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      int e = errno;
-      std::remove(tmp_.c_str());
-      throw UserError(path_ + ": write failed: " + std::strerror(e));
-    }
+    if (!ok) throw UserError(path_ + ": write failed: " + std::strerror(errno));
   }
 
 private:
-  std::string path_, tmp_;
+  std::string path_;
   FILE *f_ = nullptr;
 };
 
@@ -460,6 +490,9 @@ int runBody(int argc, char **argv, int first) {
   if (args.has("--dump-grads")) ex.enableGradCapture();
   if (args.has("--check-numerics")) ex.enableNumericsCheck();
   int64_t start = 0; // the step a resumed run continues from
+  // One run at a time on a checkpoint directory (process 0 writes under mpirun).
+  std::unique_ptr<checkpoint::DirLock> ckptLock;
+  if (!ckptDir.empty() && leader) ckptLock = std::make_unique<checkpoint::DirLock>(ckptDir);
   if (!ckptDir.empty() && !resume) {
     // A fresh run must not mix its checkpoints with another run's (pruning by step would keep the
     // other run's newer ones, and --resume would pick them up).
@@ -471,8 +504,11 @@ int runBody(int argc, char **argv, int first) {
   }
   if (resume) {
     std::vector<std::string> skipped;
-    checkpoint::Info latest = checkpoint::latest(ckptDir, &skipped);
-    for (const auto &s : skipped) std::fprintf(stderr, "bigc run: skipping %s\n", s.c_str());
+    // Damaged checkpoints newer than the one resumed are moved aside (by process 0), so that they are
+    // never resumed, kept or counted again.
+    checkpoint::Info latest = checkpoint::latest(ckptDir, &skipped, /*quarantine=*/leader);
+    for (const auto &s : skipped)
+      if (leader) std::fprintf(stderr, "bigc run: skipping %s\n", s.c_str());
     if (latest.path.empty() && !skipped.empty())
       throw UserError("--resume: no complete checkpoint in " + ckptDir + " (" + std::to_string(skipped.size()) +
                       " skipped, above); remove them to start over");
@@ -487,217 +523,252 @@ int runBody(int argc, char **argv, int first) {
         std::fprintf(stderr, "bigc run: resumed from %s (step %lld, loss %.4f)\n", info.path.c_str(),
                      (long long)info.step, info.loss);
     }
-    if (start >= steps) {
-      if (!quiet)
-        std::fprintf(stderr, "bigc run: the checkpoint is at step %lld, --steps is %lld: nothing to do\n",
-                     (long long)start, (long long)steps);
-      return 0;
-    }
+    if (start >= steps && !quiet)
+      std::fprintf(stderr, "bigc run: the checkpoint is at step %lld, --steps is %lld: no steps to run%s\n",
+                   (long long)start, (long long)steps,
+                   args.has("--save-weights") ? " (its weights are written to --save-weights)" : "");
   }
+  const bool nothingToDo = start >= steps;
   const bool profile = args.has("--profile") || args.has("--timeline");
-  if (args.has("--timeline") && steps - start < 2)
+  if (args.has("--timeline") && !nothingToDo && steps - start < 2)
     throw UserError("--timeline needs 2 steps or more (--steps; the first warms up, the last is drawn)");
   if (profile) ex.enableProfiling();
 
   std::unique_ptr<LogFile> log;
-  if (args.has("--log") && leader) log = std::make_unique<LogFile>(args.str("--log"));
+  if (args.has("--log") && leader) log = std::make_unique<LogFile>(args.str("--log"), resume ? start : -1);
+  int64_t current = start; // the step under way (the error line of the log names it)
+  try {
 
-  const auto arenas = ex.arenaBytes();
-  const int64_t K = ex.program().microBatches;
-  if (!quiet) {
-    std::string spaces;
-    for (const auto &[name, bytes] : arenas) spaces += (spaces.empty() ? "" : ", ") + name + " " + humanBytes(bytes);
-    std::string streams;
-    for (const auto &s : ex.streams()) streams += (streams.empty() ? "" : ", ") + s;
-    std::fprintf(
-        stderr,
-        "bigc run: %s: %s backend, %lld parameters, %s, batch %s%lld x %lldx%lld, arenas: %s%s; streams: %s; "
-        "data: %s; %lld steps\n",
-        programPath.c_str(), ex.backend(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
-        R > 1 ? (std::to_string(R) + " ranks" +
-                 (tpSize > 1 || ppSize > 1 ? " (dp " + std::to_string(dpSize) + " x tp " + std::to_string(tpSize) +
-                                                 (ppSize > 1 ? " x pp " + std::to_string(ppSize) : "") + ")"
-                                           : "") +
-                 " x ")
-                    .c_str()
-              : "",
-        (long long)K, (long long)B, (long long)T, spaces.c_str(), R > 1 ? " per rank" : "", streams.c_str(),
-        source->describe().c_str(), (long long)steps);
-    if (!ex.deviceInfo().empty()) std::fprintf(stderr, "bigc run: %s\n", ex.deviceInfo().c_str());
-    const Engine::InitTimes &it = ex.initTimes();
-    std::fprintf(stderr,
-                 "bigc run: ready in %.2f s: program loaded and verified %.2f s, engine %.2f s (initial values %s in "
-                 "%.2f s, %.2f GB/s; zero-initialised buffers %s in %.2f s; compute copies %.2f s)",
-                 secondsSince(runBegan), programSeconds, initSeconds, humanBytes(it.valueBytes).c_str(),
-                 it.valuesSeconds, it.valuesSeconds > 0 ? double(it.valueBytes) / it.valuesSeconds / 1e9 : 0.0,
-                 humanBytes(it.zeroBytes).c_str(), it.zerosSeconds, it.copiesSeconds);
-    if (loadSeconds > 0)
-      std::fprintf(stderr, ", %s %.2f s", resume ? "checkpoint loaded" : "weights loaded", loadSeconds);
-    std::fprintf(stderr, "\n");
-    if (asyncCheckpoints)
-      std::fprintf(stderr, "bigc run: checkpoints written in the background from a snapshot of %s of host memory\n",
-                   humanBytes(snapshot).c_str());
-  }
-
-  // K micro-batches per step, in data order: micro-batch k of step s is batch s·K + k.
-  const int64_t bt = B * T;
-  // The global batch: micro-batch k of data-parallel rank r is chunk k*DP + r (the data order of `bigc run --data`;
-  // the tensor-parallel ranks of a group read the same chunk).
-  const int64_t DP = dpSize;
-  std::vector<int32_t> tokens(size_t(K * DP * bt)), targets(size_t(K * DP * bt));
-  nlohmann::ordered_json planned = nlohmann::ordered_json::object();
-  for (const auto &[name, bytes] : arenas) planned[name] = bytes;
-  const auto began = clock::now(); // the clock of the log's elapsed_s and of the checkpoints' timings
-  float loss = 0.f;
-  double profiledWall = 0.0;
-  installStopHandlers();
-  int64_t lastSaved = -1;
-  std::unique_ptr<checkpoint::Writer> writer;
-  if (asyncCheckpoints) writer = std::make_unique<checkpoint::Writer>(ckptDir, int(keep), began);
-  auto reportWritten = [&](const checkpoint::Info &info, const checkpoint::WriteStats &st) {
-    if (quiet || info.path.empty()) return;
-    const double sec = st.endedS - st.beganS;
-    std::fprintf(stderr, "bigc run: checkpoint %s (%s in %.2f s, %.2f GB/s, written in the background)\n",
-                 info.path.c_str(), humanBytes(st.bytes).c_str(), sec, sec > 0 ? double(st.bytes) / sec / 1e9 : 0.0);
-  };
-  auto saveCheckpoint = [&](double l) {
-    if (!leader) { // under mpirun: process 0 writes; the others take part in gathering the shards
-      checkpoint::follow(ex, background ? checkpoint::Follow::Snapshot : checkpoint::Follow::Checkpoint);
-      lastSaved = ex.stepCount();
-      return;
+    const auto arenas = ex.arenaBytes();
+    const int64_t K = ex.program().microBatches;
+    if (!quiet) {
+      std::string spaces;
+      for (const auto &[name, bytes] : arenas) spaces += (spaces.empty() ? "" : ", ") + name + " " + humanBytes(bytes);
+      std::string streams;
+      for (const auto &s : ex.streams()) streams += (streams.empty() ? "" : ", ") + s;
+      std::fprintf(
+          stderr,
+          "bigc run: %s: %s backend, %lld parameters, %s, batch %s%lld x %lldx%lld, arenas: %s%s; streams: %s; "
+          "data: %s; %lld steps\n",
+          programPath.c_str(), ex.backend(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
+          R > 1 ? (std::to_string(R) + " ranks" +
+                   (tpSize > 1 || ppSize > 1 ? " (dp " + std::to_string(dpSize) + " x tp " + std::to_string(tpSize) +
+                                                   (ppSize > 1 ? " x pp " + std::to_string(ppSize) : "") + ")"
+                                             : "") +
+                   " x ")
+                      .c_str()
+                : "",
+          (long long)K, (long long)B, (long long)T, spaces.c_str(), R > 1 ? " per rank" : "", streams.c_str(),
+          source->describe().c_str(), (long long)steps);
+      if (!ex.deviceInfo().empty()) std::fprintf(stderr, "bigc run: %s\n", ex.deviceInfo().c_str());
+      const Engine::InitTimes &it = ex.initTimes();
+      std::fprintf(stderr,
+                   "bigc run: ready in %.2f s: program loaded and verified %.2f s, engine %.2f s (initial values %s in "
+                   "%.2f s, %.2f GB/s; zero-initialised buffers %s in %.2f s; compute copies %.2f s)",
+                   secondsSince(runBegan), programSeconds, initSeconds, humanBytes(it.valueBytes).c_str(),
+                   it.valuesSeconds, it.valuesSeconds > 0 ? double(it.valueBytes) / it.valuesSeconds / 1e9 : 0.0,
+                   humanBytes(it.zeroBytes).c_str(), it.zerosSeconds, it.copiesSeconds);
+      if (loadSeconds > 0)
+        std::fprintf(stderr, ", %s %.2f s", resume ? "checkpoint loaded" : "weights loaded", loadSeconds);
+      std::fprintf(stderr, "\n");
+      if (asyncCheckpoints)
+        std::fprintf(stderr, "bigc run: checkpoints written in the background from a snapshot of %s of host memory\n",
+                     humanBytes(snapshot).c_str());
     }
-    if (writer) {
+
+    // K micro-batches per step, in data order: micro-batch k of step s is batch s·K + k.
+    const int64_t bt = B * T;
+    // The global batch: micro-batch k of data-parallel rank r is chunk k*DP + r (the data order of `bigc run --data`;
+    // the tensor-parallel ranks of a group read the same chunk).
+    const int64_t DP = dpSize;
+    std::vector<int32_t> tokens(size_t(K * DP * bt)), targets(size_t(K * DP * bt));
+    nlohmann::ordered_json planned = nlohmann::ordered_json::object();
+    for (const auto &[name, bytes] : arenas) planned[name] = bytes;
+    const auto began = clock::now(); // the clock of the log's elapsed_s and of the checkpoints' timings
+    float loss = 0.f;
+    double profiledWall = 0.0;
+    installStopHandlers();
+    int64_t lastSaved = -1;
+    std::unique_ptr<checkpoint::Writer> writer;
+    if (asyncCheckpoints) writer = std::make_unique<checkpoint::Writer>(ckptDir, int(keep), began);
+    auto reportWritten = [&](const checkpoint::Info &info, const checkpoint::WriteStats &st) {
+      if (quiet || info.path.empty()) return;
+      const double sec = st.endedS - st.beganS;
+      std::fprintf(stderr, "bigc run: checkpoint %s (%s in %.2f s, %.2f GB/s, written in the background)\n",
+                   info.path.c_str(), humanBytes(st.bytes).c_str(), sec, sec > 0 ? double(st.bytes) / sec / 1e9 : 0.0);
+    };
+    // A checkpoint that could not be written: the error, and what there is to continue from.
+    auto newestComplete = [&]() -> std::string {
+      checkpoint::Info n = checkpoint::latest(ckptDir, nullptr);
+      if (n.path.empty()) return "there is no complete checkpoint in " + ckptDir + " to continue from";
+      return "the newest complete checkpoint is " + n.path + " (step " + std::to_string(n.step) +
+             "): continue from it with the same command and --resume";
+    };
+    auto checkpointFailed = [&](const std::string &what, const UserError &e) {
+      return UserError(what + ": " + e.what() + "; " + newestComplete());
+    };
+    auto waitWriter = [&] {
       checkpoint::WriteStats st;
-      checkpoint::Info previous = writer->wait(&st); // one in flight at a time
-      reportWritten(previous, st);
-      writer->save(ex, *source, seed, l);
-      lastSaved = ex.stepCount();
+      try {
+        checkpoint::Info done = writer->wait(&st);
+        reportWritten(done, st);
+      } catch (const UserError &e) {
+        throw checkpointFailed("a checkpoint could not be written", e);
+      }
+    };
+    auto saveCheckpoint = [&](double l) {
+      if (!leader) { // under mpirun: process 0 writes; the others take part in gathering the shards
+        checkpoint::follow(ex, background ? checkpoint::Follow::Snapshot : checkpoint::Follow::Checkpoint);
+        lastSaved = ex.stepCount();
+        return;
+      }
+      if (writer) {
+        waitWriter(); // one in flight at a time
+        writer->save(ex, *source, seed, l);
+        lastSaved = ex.stepCount();
+        if (!quiet)
+          std::fprintf(stderr,
+                       "bigc run: checkpoint of step %lld: snapshot taken in %.2f s, writing it in the background\n",
+                       (long long)lastSaved, writer->lastSnapshotSeconds());
+        return;
+      }
+      checkpoint::Info info;
+      try {
+        info = checkpoint::save(ckptDir, ex, *source, seed, l, int(keep), began);
+      } catch (const UserError &e) {
+        throw checkpointFailed("the checkpoint of step " + std::to_string(ex.stepCount()) + " could not be written", e);
+      }
+      lastSaved = info.step;
+      if (!quiet) std::fprintf(stderr, "bigc run: checkpoint %s\n", info.path.c_str());
+    };
+    for (int64_t s = start + 1; s <= steps; ++s) {
+      current = s;
+      const auto t0 = clock::now();
+      for (int64_t k = 0; k < K * DP; ++k) source->next(tokens.data() + k * bt, targets.data() + k * bt);
+      loss = ex.step(tokens.data(), targets.data());
+      const auto t1 = clock::now();
+      if (profile && s == start + 1) ex.resetProfile(); // the first step warms up (allocations of libraries, caches)
+      if (profile && s > start + 1) profiledWall += std::chrono::duration<double>(t1 - t0).count();
+      double dt = std::chrono::duration<double>(t1 - t0).count();
+      double elapsed = std::chrono::duration<double>(t1 - began).count();
+      double tps = dt > 0 ? double(K * DP * bt) / dt : 0.0;
+      const bool scaling = ex.hasLossScaling();
+      if (!quiet) {
+        std::string extra;
+        if (scaling) {
+          char buf[96];
+          std::snprintf(buf, sizeof buf, " | loss scale %g%s", double(ex.lastLossScale()),
+                        ex.lastSkipped() ? " | skipped (overflow)" : "");
+          extra = buf;
+        }
+        std::string mem;
+        for (const auto &[name, bytes] : ex.measuredBytes())
+          mem += (mem.empty() ? " | " : ", ") + name + " " + humanBytes(bytes);
+        std::fprintf(stderr, "step %lld/%lld | loss %.4f%s | %.1f ms | %.0f tok/s%s\n", (long long)s, (long long)steps,
+                     double(loss), extra.c_str(), dt * 1e3, tps, mem.c_str());
+      }
+      if (log) {
+        nlohmann::ordered_json j;
+        j["step"] = s;
+        j["loss"] = roundTrip(loss);
+        j["tokens_per_s"] = std::round(tps * 10) / 10;
+        j["elapsed_s"] = std::round(elapsed * 1e6) / 1e6;
+        // Measured next to the plan: per space what the process touched of its arena (CPU) or the
+        // GPU memory in use (CUDA), the largest over the ranks; and the process's peak resident set.
+        nlohmann::ordered_json peak = nlohmann::ordered_json::object();
+        for (const auto &[name, bytes] : ex.measuredBytes()) peak[name] = bytes;
+        j["peak_bytes"] = peak;
+        j["planned_bytes"] = planned;
+        j["rss_peak_bytes"] = processPeakResidentBytes();
+        if (const Engine::NvmeStats nv = ex.nvmeStats(); nv.files > 0) // since the start, all ranks
+          j["nvme"] = {{"read_bytes", nv.readBytes},
+                       {"write_bytes", nv.writeBytes},
+                       {"read_s", std::round(nv.readSeconds * 1e6) / 1e6},
+                       {"write_s", std::round(nv.writeSeconds * 1e6) / 1e6},
+                       {"engine", nv.engine}};
+        if (scaling) {
+          j["loss_scale"] = roundTrip(ex.lastLossScale());
+          j["skipped"] = ex.lastSkipped();
+        }
+        if (s == start + 1) { // what came before the first step, in seconds
+          nlohmann::ordered_json st;
+          st["program_s"] = programSeconds;
+          st["engine_init_s"] = initSeconds;
+          const Engine::InitTimes &it = ex.initTimes();
+          st["init_values_s"] = it.valuesSeconds;
+          st["init_values_bytes"] = it.valueBytes;
+          st["init_zeros_s"] = it.zerosSeconds;
+          st["init_zeros_bytes"] = it.zeroBytes;
+          st["init_copies_s"] = it.copiesSeconds;
+          st[resume ? "resume_s" : "load_weights_s"] = loadSeconds;
+          st["first_step_s"] = dt;
+          j["startup"] = st;
+        }
+        log->line(j.dump());
+      }
+      if (writer && writer->finished()) waitWriter();
+      if (!ckptDir.empty() && every > 0 && s % every == 0) saveCheckpoint(loss);
+      int sig = stopSignal.load();
+      if (world > 1) // every process stops after the same step (mpirun forwards the signal to each)
+        sig = mpiSum(sig ? 1.0 : 0.0) > 0 ? (sig ? sig : SIGTERM) : 0;
+      if (sig) {
+        const std::string stopped =
+            std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " after step " + std::to_string(s);
+        try {
+          if (!ckptDir.empty() && lastSaved != s) saveCheckpoint(loss);
+          if (writer && writer->busy()) waitWriter(); // the message below says it is there: it must be
+        } catch (const UserError &e) {
+          throw UserError(stopped + ", but " + e.what());
+        }
+        if (leader)
+          std::fprintf(stderr, "bigc run: stopped by %s after step %lld%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                       (long long)s,
+                       ckptDir.empty() ? " (no --checkpoint-dir: nothing saved)"
+                                       : "; continue with the same command and --resume");
+        steps = s;
+        break;
+      }
+    }
+    restoreStopHandlers();
+    if (!ckptDir.empty() && lastSaved != ex.stepCount() && ex.stepCount() > start) saveCheckpoint(loss);
+
+    if (args.has("--profile")) printProfile(ex, profiledWall);
+    if (args.has("--timeline")) {
+      double stepS = 0, bubble = 0;
+      const std::vector<PipelineBlock> blocks =
+          inspect::measuredPipelineBlocks(stages, ex.stageInstructionSpans(), &stepS, &bubble);
+      writeFileAtomic(args.str("--timeline"), inspect::measuredPipelineSvg(stages, programPath, blocks, stepS, bubble));
       if (!quiet)
         std::fprintf(stderr,
-                     "bigc run: checkpoint of step %lld: snapshot taken in %.2f s, writing it in the background\n",
-                     (long long)lastSaved, writer->lastSnapshotSeconds());
-      return;
+                     "bigc run: the pipeline of the last step (measured: step %.2f ms, bubble %.3f) drawn in %s\n",
+                     1e3 * stepS, bubble, args.str("--timeline").c_str());
     }
-    checkpoint::Info info = checkpoint::save(ckptDir, ex, *source, seed, l, int(keep), began);
-    lastSaved = info.step;
-    if (!quiet) std::fprintf(stderr, "bigc run: checkpoint %s\n", info.path.c_str());
-  };
-  for (int64_t s = start + 1; s <= steps; ++s) {
-    const auto t0 = clock::now();
-    for (int64_t k = 0; k < K * DP; ++k) source->next(tokens.data() + k * bt, targets.data() + k * bt);
-    loss = ex.step(tokens.data(), targets.data());
-    const auto t1 = clock::now();
-    if (profile && s == start + 1) ex.resetProfile(); // the first step warms up (allocations of libraries, caches)
-    if (profile && s > start + 1) profiledWall += std::chrono::duration<double>(t1 - t0).count();
-    double dt = std::chrono::duration<double>(t1 - t0).count();
-    double elapsed = std::chrono::duration<double>(t1 - began).count();
-    double tps = dt > 0 ? double(K * DP * bt) / dt : 0.0;
-    const bool scaling = ex.hasLossScaling();
-    if (!quiet) {
-      std::string extra;
-      if (scaling) {
-        char buf[96];
-        std::snprintf(buf, sizeof buf, " | loss scale %g%s", double(ex.lastLossScale()),
-                      ex.lastSkipped() ? " | skipped (overflow)" : "");
-        extra = buf;
-      }
-      std::string mem;
-      for (const auto &[name, bytes] : ex.measuredBytes())
-        mem += (mem.empty() ? " | " : ", ") + name + " " + humanBytes(bytes);
-      std::fprintf(stderr, "step %lld/%lld | loss %.4f%s | %.1f ms | %.0f tok/s%s\n", (long long)s, (long long)steps,
-                   double(loss), extra.c_str(), dt * 1e3, tps, mem.c_str());
-    }
-    if (log) {
-      nlohmann::ordered_json j;
-      j["step"] = s;
-      j["loss"] = roundTrip(loss);
-      j["tokens_per_s"] = std::round(tps * 10) / 10;
-      j["elapsed_s"] = std::round(elapsed * 1e6) / 1e6;
-      // Measured next to the plan: per space what the process touched of its arena (CPU) or the
-      // GPU memory in use (CUDA), the largest over the ranks; and the process's peak resident set.
-      nlohmann::ordered_json peak = nlohmann::ordered_json::object();
-      for (const auto &[name, bytes] : ex.measuredBytes()) peak[name] = bytes;
-      j["peak_bytes"] = peak;
-      j["planned_bytes"] = planned;
-      j["rss_peak_bytes"] = processPeakResidentBytes();
-      if (const Engine::NvmeStats nv = ex.nvmeStats(); nv.files > 0) // since the start, all ranks
-        j["nvme"] = {{"read_bytes", nv.readBytes},
-                     {"write_bytes", nv.writeBytes},
-                     {"read_s", std::round(nv.readSeconds * 1e6) / 1e6},
-                     {"write_s", std::round(nv.writeSeconds * 1e6) / 1e6},
-                     {"engine", nv.engine}};
-      if (scaling) {
-        j["loss_scale"] = roundTrip(ex.lastLossScale());
-        j["skipped"] = ex.lastSkipped();
-      }
-      if (s == start + 1) { // what came before the first step, in seconds
-        nlohmann::ordered_json st;
-        st["program_s"] = programSeconds;
-        st["engine_init_s"] = initSeconds;
-        const Engine::InitTimes &it = ex.initTimes();
-        st["init_values_s"] = it.valuesSeconds;
-        st["init_values_bytes"] = it.valueBytes;
-        st["init_zeros_s"] = it.zerosSeconds;
-        st["init_zeros_bytes"] = it.zeroBytes;
-        st["init_copies_s"] = it.copiesSeconds;
-        st[resume ? "resume_s" : "load_weights_s"] = loadSeconds;
-        st["first_step_s"] = dt;
-        j["startup"] = st;
-      }
-      log->line(j.dump());
-    }
-    if (writer && writer->finished()) {
-      checkpoint::WriteStats st;
-      checkpoint::Info done = writer->wait(&st);
-      reportWritten(done, st);
-    }
-    if (!ckptDir.empty() && every > 0 && s % every == 0) saveCheckpoint(loss);
-    int sig = stopSignal.load();
-    if (world > 1) // every process stops after the same step (mpirun forwards the signal to each)
-      sig = mpiSum(sig ? 1.0 : 0.0) > 0 ? (sig ? sig : SIGTERM) : 0;
-    if (sig) {
-      if (!ckptDir.empty() && lastSaved != s) saveCheckpoint(loss);
+    if (args.has("--save-weights")) {
       if (leader)
-        std::fprintf(stderr, "bigc run: stopped by %s after step %lld%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                     (long long)s,
-                     ckptDir.empty() ? " (no --checkpoint-dir: nothing saved)"
-                                     : "; continue with the same command and --resume");
-      steps = s;
-      break;
+        safetensors::writeWeights(args.str("--save-weights"), ex);
+      else
+        checkpoint::follow(ex, checkpoint::Follow::Weights);
     }
-  }
-  restoreStopHandlers();
-  if (!ckptDir.empty() && lastSaved != ex.stepCount() && ex.stepCount() > start) saveCheckpoint(loss);
-
-  if (args.has("--profile")) printProfile(ex, profiledWall);
-  if (args.has("--timeline")) {
-    double stepS = 0, bubble = 0;
-    const std::vector<PipelineBlock> blocks =
-        inspect::measuredPipelineBlocks(stages, ex.stageInstructionSpans(), &stepS, &bubble);
-    writeFileAtomic(args.str("--timeline"), inspect::measuredPipelineSvg(stages, programPath, blocks, stepS, bubble));
-    if (!quiet)
-      std::fprintf(stderr,
-                   "bigc run: the pipeline of the last step (measured: step %.2f ms, bubble %.3f) drawn in %s\n",
-                   1e3 * stepS, bubble, args.str("--timeline").c_str());
-  }
-  if (args.has("--save-weights")) {
-    if (leader)
-      safetensors::writeWeights(args.str("--save-weights"), ex);
-    else
-      checkpoint::follow(ex, checkpoint::Follow::Weights);
-  }
-  if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
-  if (writer && writer->busy()) { // a checkpoint still being written is finished before exit
-    if (!quiet) std::fprintf(stderr, "bigc run: finishing the checkpoint being written\n");
-    checkpoint::WriteStats st;
-    checkpoint::Info done = writer->wait(&st);
-    reportWritten(done, st);
-  }
-  if (log) log->commit();
-  if (!quiet && steps > 0) {
-    double total = std::chrono::duration<double>(clock::now() - began).count();
-    std::fprintf(stderr, "bigc run: %lld steps in %.2f s, final loss %.4f\n", (long long)(steps - start), total,
-                 double(loss));
+    if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
+    if (writer && writer->busy()) { // a checkpoint still being written is finished before exit
+      if (!quiet) std::fprintf(stderr, "bigc run: finishing the checkpoint being written\n");
+      waitWriter();
+    }
+    if (log) log->commit();
+    if (!quiet && steps > start) {
+      double total = std::chrono::duration<double>(clock::now() - began).count();
+      std::fprintf(stderr, "bigc run: %lld steps in %.2f s, final loss %.4f\n", (long long)(steps - start), total,
+                   double(loss));
+    }
+  } catch (const UserError &e) {
+    if (log) log->error(e.what(), current, 1);
+    throw;
+  } catch (const std::bad_alloc &) {
+    if (log) log->error("internal error: out of memory", current, 2);
+    throw;
+  } catch (const std::exception &e) {
+    if (log) log->error(std::string("internal error: ") + e.what(), current, 2);
+    throw;
   }
   engine.reset();
   mpiFinalize();

@@ -262,7 +262,8 @@ std::string Engine::numericsMessage(int64_t step, size_t i, size_t k, int64_t fi
          ") already holds inf or nan" +
          (p.buffers[size_t(badInput)].persistent() ? " (the weights or optimizer state: loaded or diverged?)" : "");
   else
-    m += " from finite inputs (an overflow: lower the learning rate, clip gradients, or use bf16 instead of fp16)";
+    m += std::string(" from finite inputs (an overflow: lower the learning rate, clip gradients") +
+         (p.precision == "fp16" ? ", or use bf16 instead of fp16)" : ")");
   return m + " (--check-numerics)";
 }
 

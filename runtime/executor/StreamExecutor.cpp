@@ -333,20 +333,38 @@ const void *StreamExecutor::hostView(const BoundOp &, int64_t, const void *ptr, 
   return ptr;
 }
 
-void StreamExecutor::checkNumerics(const BoundOp &op) const {
-  std::vector<unsigned char> outBytes, inBytes;
+// Whether an input of `op` is also one of its outputs (an in-place op: AdamW's weights and moments,
+// the loss gradient over the logits): such an input must be checked before the op runs.
+static bool writesAnInput(const BoundOp &op) {
+  for (int64_t o : op.ins->out)
+    for (int64_t i : op.ins->in)
+      if (o == i) return true;
+  return false;
+}
+
+int64_t StreamExecutor::nonFiniteInput(const BoundOp &op, bool inPlaceOnly) const {
+  std::vector<unsigned char> bytes;
+  for (size_t j = 0; j < op.rawIn.size(); ++j) {
+    if (op.inType[j] == DType::I32) continue;
+    const int64_t id = op.ins->in[j];
+    const bool inPlace = std::find(op.ins->out.begin(), op.ins->out.end(), id) != op.ins->out.end();
+    if (inPlace != inPlaceOnly) continue;
+    if (anyNonFinite(hostView(op, id, op.rawIn[j], bytes), op.inType[j], op.inNumel[j])) return id;
+  }
+  return -1;
+}
+
+void StreamExecutor::checkNumerics(const BoundOp &op, int64_t badBefore) const {
+  std::vector<unsigned char> outBytes;
   for (size_t k = 0; k < op.rawOut.size(); ++k) {
     if (!numericsChecked(op.index, k)) continue;
     const void *v = hostView(op, op.ins->out[k], op.rawOut[k], outBytes);
     if (!anyNonFinite(v, op.outType[k], op.outNumel[k])) continue;
     int64_t first = 0;
     while (first < op.outNumel[k] && std::isfinite(loadAs32(v, op.outType[k], first))) ++first;
-    int64_t badInput = -1;
-    for (size_t j = 0; j < op.rawIn.size() && badInput < 0; ++j) {
-      if (op.inType[j] == DType::I32) continue;
-      if (anyNonFinite(hostView(op, op.ins->in[j], op.rawIn[j], inBytes), op.inType[j], op.inNumel[j]))
-        badInput = op.ins->in[j];
-    }
+    // An input that was already non-finite: the in-place ones as they were before the op ran
+    // (badBefore), the others as they are (the op did not write them).
+    const int64_t badInput = badBefore >= 0 ? badBefore : nonFiniteInput(op, /*inPlaceOnly=*/false);
     throw UserError(numericsMessage(step_, op.index, k, first, badInput));
   }
 }
@@ -361,6 +379,7 @@ void StreamExecutor::runStream(size_t s) {
     }
     for (int64_t w : op.ins->wait) waitFor(op, w, false);
     if (op.issuedAfter >= 0) waitFor(op, op.issuedAfter, /*issuedOnly=*/true);
+    const int64_t badBefore = checkNumerics_ && writesAnInput(op) ? nonFiniteInput(op, /*inPlaceOnly=*/true) : -1;
     if (profiling_ && timedOnHost(op)) {
       auto t0 = std::chrono::steady_clock::now();
       launch(op);
@@ -373,7 +392,7 @@ void StreamExecutor::runStream(size_t s) {
     } else {
       launch(op);
     }
-    if (checkNumerics_) checkNumerics(op);
+    if (checkNumerics_) checkNumerics(op, badBefore);
     if (int64_t(idx) == neverFinish_) continue;
     done_[idx].store(run_);
     if (waiters_.load() > 0) {
@@ -387,11 +406,13 @@ void StreamExecutor::runStream(size_t s) {
 // of them all; every member finishes with it.
 void StreamExecutor::runGroup(BoundOp &head) {
   std::vector<BoundOp *> members;
+  std::vector<int64_t> badBefore;
   for (size_t i : head.group) {
     BoundOp &m = *ops_[i];
     for (int64_t w : m.ins->wait) waitFor(m, w, false);
     if (m.issuedAfter >= 0) waitFor(m, m.issuedAfter, /*issuedOnly=*/true);
     members.push_back(&m);
+    badBefore.push_back(checkNumerics_ && writesAnInput(m) ? nonFiniteInput(m, /*inPlaceOnly=*/true) : -1);
   }
   const auto t0 = std::chrono::steady_clock::now();
   launchGroup(members);
@@ -403,8 +424,9 @@ void StreamExecutor::runGroup(BoundOp &head) {
     };
     for (BoundOp *m : members) opSeconds_[m->index] += each, opSpans_[m->index] = {sec(t0), sec(t1)};
   }
-  for (BoundOp *m : members) {
-    if (checkNumerics_) checkNumerics(*m);
+  for (size_t j = 0; j < members.size(); ++j) {
+    BoundOp *m = members[j];
+    if (checkNumerics_) checkNumerics(*m, badBefore[j]);
     if (int64_t(m->index) != neverFinish_) done_[m->index].store(run_);
   }
   if (waiters_.load() > 0) {

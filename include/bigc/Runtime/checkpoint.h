@@ -98,8 +98,26 @@ void follow(const Engine &ex, Follow what);
 
 // The newest complete checkpoint in dir: its manifest parses, belongs to a bigc checkpoint, and its
 // files have the sizes and checksums it records. Incomplete or damaged ones are skipped, each with
-// a line in `skipped`. Returns an empty path when there is none.
-Info latest(const std::string &dir, std::vector<std::string> *skipped);
+// a line in `skipped`. Returns an empty path when there is none. With `quarantine`, each damaged
+// checkpoint newer than the one returned is moved aside (step-N.damaged, never counted among the
+// checkpoints kept nor pruned; `skipped` says where); an incomplete one (a run stopped while
+// writing it) is left to the next write, which removes it.
+Info latest(const std::string &dir, std::vector<std::string> *skipped, bool quarantine = false);
+
+// The lock of a checkpoint directory: one run at a time writes and resumes there. Taking it creates
+// the directory if needed and holds DIR/.lock (flock, released when the process ends however it
+// ends) with this process's pid in it; a second run on the directory is refused with a UserError
+// naming the holder's pid.
+class DirLock {
+public:
+  explicit DirLock(const std::string &dir);
+  ~DirLock();
+  DirLock(const DirLock &) = delete;
+  DirLock &operator=(const DirLock &) = delete;
+
+private:
+  int fd_ = -1;
+};
 
 // What a checkpoint's training state is, independent of ranks, ZeRO and schedule: a hash of every
 // persistent tensor that is not a compute copy (name, dtype, whole shape), the precision and the

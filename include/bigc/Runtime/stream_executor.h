@@ -240,7 +240,12 @@ private:
   void runStream(size_t s);
   void runGroup(BoundOp &head);
   void waitFor(const BoundOp &op, int64_t dep, bool issuedOnly);
-  void checkNumerics(const BoundOp &op) const;
+  // --check-numerics after `op` ran; `badBefore`: an input it writes in place that was non-finite
+  // before it ran (or -1).
+  void checkNumerics(const BoundOp &op, int64_t badBefore) const;
+  // The first input of `op` holding inf or nan among those it writes in place (inPlaceOnly) or
+  // among the others; -1 when none.
+  int64_t nonFiniteInput(const BoundOp &op, bool inPlaceOnly) const;
 
   std::unique_ptr<std::atomic<int64_t>[]> done_; // per op: the last run in which it finished (was issued)
   std::mutex mu_;
