@@ -18,6 +18,9 @@
 # Spearman's rho >= MINRHO and each --auto pick is within AUTO_TOL of the fastest on its ranks;
 # without the 4-micro-batch configuration (13 remain); a second calibration and measurement when
 # the first misses (this machine's speed drifts by 10-20% between runs minutes apart: docs/performance.md).
+# RECORD=FILE.json: also write what was measured (the profile used, each configuration's measured
+# step and tokens/s, --auto's picks and theirs) for test/e2e/costmodel.sh, which checks the
+# estimates against it in `make test` without timing anything.
 set -euo pipefail
 BIN=${1:-build/bin}
 PROFILE=${2:-cpu}
@@ -203,6 +206,19 @@ for r in auto_ranks:
     auto_ok &= ok
     print(f"| {r} rank{'s' if r != '1' else ''} | `{pick or '(none)'}` | {tps:,.0f} | {best[1]} (`{best[2] or '(none)'}`) | "
           f"{best[0]:,.0f} | {tps / best[0]:.2f}{'' if ok else ' (below ' + format(1 - auto_tol, '.2f') + ')'} |")
+record = __import__("os").environ.get("RECORD")
+if record:
+    picks = {}
+    for r in auto_ranks:
+        text = open(f"{W}/auto{r}.txt").read()
+        pick = re.search(r"chosen: bigc compile .*? -o \S+ ?(.*)", text).group(1).strip()
+        picks[r] = {"options": re.sub(r"--hardware \S+ ?", "", pick).strip(), "tokens_per_s": fastest(f"auto{r}")[1]}
+    json.dump({"date": time.strftime("%Y-%m-%d"), "model": "bigc gen gpt --preset tiny --layers 4 --hidden 256 "
+               "--heads 4 --vocab 8192 --batch 4 --seq 256", "profile": json.load(open(profile)),
+               "configurations": [{"name": name, "options": o, "step_s": m, "tokens_per_s": tokens[i]}
+                                  for i, (name, o, e, m) in enumerate(rows)],
+               "auto": picks}, open(record, "w"), indent=1)
+    print(f"recorded in {record}")
 if check:
     maxerr, minrho = map(float, check.split())
     ok = worst <= maxerr and rho >= minrho and auto_ok

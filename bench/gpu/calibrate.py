@@ -68,15 +68,14 @@ def main():
     if not a.run or len(a.run) != len(a.plan):
         sys.exit("calibrate.py: give --run PROFILE.log --plan PLAN.json pairs")
     pairs = [(measured(r), planned(p)) for r, p in zip(a.run, a.plan)]
-    # The fixed cost of an instruction: ops the model gives no work (an alias).
+    # The fixed cost of an instruction: ops the model gives no work (an alias), the least per
+    # instruction among them (one preempted while the machine was busy would inflate the mean of
+    # its instructions, and with it every op's share of overhead).
     overhead = None
     for meas, plan in pairs:
         for op, (n, sec) in meas.items():
             if op in plan and plan[op][1] == 0 and plan[op][2] == 0 and n > 0:
-                overhead = sec / n
-                break
-        if overhead is not None:
-            break
+                overhead = sec / n if overhead is None else min(overhead, sec / n)
     overhead = overhead or 0.0
     rates, used = {}, {}
     for k, (meas, plan) in enumerate(pairs):

@@ -307,7 +307,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   // and two; a pipeline of P stages two and three a stage), extrapolated linearly to every layer
   // (memory and step time grow by the layer); the most promising are then compiled whole. A budget
   // bounds the compiling: what is left when it is spent is named, not compiled.
-  const double budget = 25.0;
+  const double budget = base.autoSeconds > 0 ? base.autoSeconds : std::numeric_limits<double>::infinity();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   std::string firstDiag; // the first error of a refused compile (its diagnostics are not printed)
   mlir::ScopedDiagnosticHandler quiet(parsed->getContext(), [&](mlir::Diagnostic &d) {

@@ -440,6 +440,14 @@ const Flag kFlags[] = {
      "cost model (needs --hardware; the global batch of the command\n"
      "line and every other option kept; a flag given pins its choice)",
      [](CompileOptions &o, const Value &) { o.autoSearch = true; }},
+    {"--auto-seconds", true, "--auto-seconds S",
+     "--auto: the seconds the search may spend compiling (default 25; 0:\n"
+     "no limit); the candidates left when they are spent are named, not\n"
+     "compiled (so a slower machine may pick among fewer)",
+     [](CompileOptions &o, const Value &v) {
+       o.autoSeconds = v.number();
+       if (!(o.autoSeconds >= 0)) v.fail("must be a number of seconds >= 0 (0: no limit), got " + v.text());
+     }},
     {"--pareto", true, "--pareto FILE.svg", "--auto: draw the plans that fit, device memory against step time",
      [](CompileOptions &o, const Value &v) {
        o.paretoSvg = v.text();
@@ -492,6 +500,8 @@ CompileOptions parseOptions(const cli::Args &args) {
     }
   if (o.autoSearch && !o.haveHardware)
     throw UserError("option --auto needs --hardware NAME|FILE: the machine's memory and speeds are what it chooses by");
+  if (args.has("--auto-seconds") && !o.autoSearch)
+    throw UserError("compile: option --auto-seconds bounds the search of --auto; add --auto (or drop it)");
   if (!o.paretoSvg.empty() && !o.autoSearch)
     throw UserError("option --pareto: only with --auto (it draws the plans the search compiled)");
 
@@ -684,8 +694,8 @@ int compileMain(int argc, char **argv, int first) {
   if (opts.autoSearch) {
     // The command line to paste: the user's, less --auto, --pareto and what the search decides.
     std::string command = "bigc compile";
-    const std::set<std::string> decided = {"--auto", "--pareto",        "--ranks",     "--tp",     "--pp",
-                                           "--zero", "--micro-batches", "--recompute", "--offload"};
+    const std::set<std::string> decided = {"--auto", "--auto-seconds", "--pareto",        "--ranks",     "--tp",
+                                           "--pp",   "--zero",         "--micro-batches", "--recompute", "--offload"};
     for (int i = first; i < argc; ++i) {
       std::string a = argv[i];
       const std::string name = a.substr(0, a.find('='));

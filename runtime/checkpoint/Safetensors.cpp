@@ -559,6 +559,17 @@ matchWeights(const Engine &ex, const std::vector<const Tensor *> &tensors, const
     if (it->second->shape != model && it->second->shape != b->shape)
       fail(path,
            "parameter '" + b->name + "': expected shape " + shapeStr(model) + ", found " + shapeStr(it->second->shape));
+    // Only exact conversions: a 16-bit float widens to f32 exactly; integers are never weights, and
+    // f32 is not rounded into a 16-bit weight of record.
+    const DType from = it->second->dtype, to = b->dtype;
+    if (from == DType::I32)
+      fail(path, "parameter '" + b->name +
+                     "' is stored as I32 (integers): weights are F32, BF16 or F16 (converted "
+                     "exactly to the model's " +
+                     dtypeTag(to) + ")");
+    if (from != to && !(to == DType::F32 && (from == DType::BF16 || from == DType::F16)))
+      fail(path, "parameter '" + b->name + "' is stored as " + dtypeTag(from) + "; the model's weight is " +
+                     dtypeTag(to) + " and converting it would round: convert the file to " + dtypeTag(to) + " first");
   }
   for (const auto &[name, t] : byName)
     if (!params.count(name))

@@ -232,7 +232,9 @@ int calibrateMain(int argc, char **argv, int first) {
       const double s = medianSeconds([&] { allReduce(big); }, seconds);
       omp_set_num_threads(saved);
       // The cost model's ring: 2 (n - 1) / n of the bytes over the bandwidth, plus the latency.
-      commBw = double(big) * sizeof(float) * 1.0 / std::max(1e-9, s - latency);
+      // A latency measured in a slow spell may come out near the large message's time: then the
+      // large message's time alone (an underestimate of the bandwidth, never an absurd one).
+      commBw = double(big) * sizeof(float) * 1.0 / (s > 2 * latency ? s - latency : s);
     }
     say("all-reduce " + rate(commBw / 1e9, "GB/s") + ", latency " + rate(latency * 1e6, "us"));
     sources.push_back("interconnect_bytes_per_s: the in-process all-reduce of 16 MiB between 2 ranks, " +

@@ -371,6 +371,12 @@ int runBody(int argc, char **argv, int first) {
     openblas_set_num_threads(int(threads));
   }
 
+  const double commTimeout = args.has("--comm-timeout") ? args.number("--comm-timeout", 300.0) : 300.0;
+  if (!(commTimeout > 0)) throw UserError("--comm-timeout must be a positive number of seconds");
+  // Under mpirun: MPI's start-up first (before the program is loaded, so that the processes meet
+  // at once), within --comm-timeout: a process that never arrives is named, and every one stops.
+  mpiStart(commTimeout);
+
   using clock = std::chrono::steady_clock;
   const auto runBegan = clock::now();
   auto secondsSince = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
@@ -407,8 +413,6 @@ int runBody(int argc, char **argv, int first) {
                     programPath +
                     (R == 1 ? " has one rank" : " runs on the " + backend + " backend here (--backend cuda)"));
   const int64_t dpSize = prog.dp, ppSize = prog.pp;
-  const double commTimeout = args.has("--comm-timeout") ? args.number("--comm-timeout", 300.0) : 300.0;
-  if (!(commTimeout > 0)) throw UserError("--comm-timeout must be a positive number of seconds");
   // Under mpirun: this process runs ranks/world of the ranks; only process 0 writes and prints.
   const auto [world, proc] = mpiWorld();
   if (world > 1 && R == 1)

@@ -20,6 +20,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -57,6 +63,76 @@ std::pair<int, int> mpiWorld() {
   return {size, rank};
 }
 
+namespace {
+// The job's rendezvous directory (every process on this machine), or "" when the processes span
+// machines or the job has no id.
+std::string rendezvousDir() {
+  const char *size = std::getenv("OMPI_COMM_WORLD_SIZE"), *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const char *job = std::getenv("PMIX_NAMESPACE");
+  if (!job || !*job) job = std::getenv("OMPI_MCA_ess_base_jobid");
+  if (!size || !local || !job || !*job || std::string(size) != std::string(local)) return "";
+  const char *tmp = std::getenv("TMPDIR");
+  std::string id = job;
+  for (char &c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return std::string(tmp && *tmp ? tmp : "/tmp") + "/bigc-mpi-" + id;
+}
+std::string gRendezvous; // this process's arrival file ("" none)
+} // namespace
+
+void mpiStart(double timeout) {
+  const char *a = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char *b = std::getenv("PMI_SIZE");
+  if ((!a || !*a) && (!b || !*b)) return;
+  int init = 0;
+  MPI_Initialized(&init);
+  if (init) return;
+  const int size = a && *a ? std::atoi(a) : std::atoi(b);
+  const char *r = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!r || !*r) r = std::getenv("PMI_RANK");
+  const int me = r && *r ? std::atoi(r) : 0;
+  const std::string dir = rendezvousDir();
+  if (!dir.empty()) {
+    ::mkdir(dir.c_str(), 0777);
+    gRendezvous = dir + "/" + std::to_string(me);
+    if (FILE *f = std::fopen(gRendezvous.c_str(), "w")) std::fclose(f);
+  }
+  std::atomic<bool> up{false};
+  std::thread watchdog([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!up.load()) {
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout) {
+        std::string missing;
+        int count = 0;
+        if (!dir.empty())
+          for (int q = 0; q < size; ++q)
+            if (::access((dir + "/" + std::to_string(q)).c_str(), F_OK) != 0)
+              missing += (missing.empty() ? "" : ", ") + std::to_string(q), ++count;
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", timeout);
+        std::string msg = "bigc run (process " + std::to_string(me) + "): waited " + secs +
+                          " s (--comm-timeout) in MPI's start-up for the other processes: ";
+        if (count > 0)
+          msg += std::string(count > 1 ? "processes " : "process ") + missing +
+                 " never arrived (stopped, or crashed before MPI's initialisation)";
+        else if (!dir.empty())
+          msg += "every process arrived, but MPI's initialisation did not complete";
+        else
+          msg += "one of the " + std::to_string(size) + " processes did not arrive (stopped or crashed)";
+        msg += "; every process stops\n";
+        std::fputs(msg.c_str(), stderr);
+        std::fflush(stderr);
+        // (this process's arrival file stays: the others, timing out too, must see it there)
+        std::_Exit(1); // mpirun ends the job when a process exits before MPI_Finalize
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  (void)mpiWorld(); // MPI_Init_thread: returns once every process has arrived
+  up.store(true);
+  watchdog.join();
+}
+
 double mpiSum(double x) {
   int init = 0;
   MPI_Initialized(&init);
@@ -91,6 +167,11 @@ void mpiFinalize() {
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (init && !fin) MPI_Finalize();
+  if (!gRendezvous.empty()) {
+    ::unlink(gRendezvous.c_str());
+    ::rmdir(gRendezvous.substr(0, gRendezvous.find_last_of('/')).c_str()); // (the last one out)
+    gRendezvous.clear();
+  }
 }
 
 namespace {
@@ -107,6 +188,22 @@ public:
         g_(localRanks, [this](int l) { return globalRank(l); }), world_(world) {
     MPI_Comm_rank(comm_, &proc_);
     MPI_Comm_size(comm_, &procs_);
+    // Arrivals: each process tells the others when it starts a collective (a small message on a
+    // communicator of its own), so that a time-out names the processes that never came.
+    {
+      std::lock_guard<std::mutex> l(mpiMutex());
+      MPI_Comm_dup(comm_, &arrivals_);
+      MPI_Group mine, world;
+      MPI_Comm_group(comm_, &mine);
+      MPI_Comm_group(MPI_COMM_WORLD, &world);
+      std::vector<int> ours(static_cast<size_t>(procs_)), theirs(static_cast<size_t>(procs_));
+      for (int q = 0; q < procs_; ++q) ours[size_t(q)] = q;
+      MPI_Group_translate_ranks(mine, procs_, ours.data(), world, theirs.data());
+      worldProc_ = theirs;
+      MPI_Group_free(&mine);
+      MPI_Group_free(&world);
+    }
+    seen_.assign(size_t(procs_), 0);
     void *ub = nullptr;
     int found = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
@@ -123,6 +220,13 @@ public:
     while (progressSends() > 0 && !g_.aborted() &&
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < g_.timeout())
       std::this_thread::sleep_for(std::chrono::microseconds(100));
+    drainArrivals();
+    std::lock_guard<std::mutex> l(mpiMutex());
+    for (auto &a : arrOut_) { // announcements no one took (a process that stopped)
+      MPI_Cancel(&a->req);
+      MPI_Request_free(&a->req);
+    }
+    arrOut_.clear();
   }
   int size() const override { return n_; }
   int localSize() const override { return local_; }
@@ -359,7 +463,55 @@ private:
     g_.abort(msg);
     throw CommError(msg);
   }
+  // Tells the other processes that this one has reached collective seq_ (numbered per
+  // communicator, in program order on every process).
+  void announce() {
+    ++seq_;
+    for (int q = 0; q < procs_; ++q) {
+      if (q == proc_) continue;
+      auto a = std::make_unique<Arrival>();
+      a->seq = seq_;
+      std::lock_guard<std::mutex> l(mpiMutex());
+      if (MPI_Isend(&a->seq, 1, MPI_INT64_T, q, 1, arrivals_, &a->req) == MPI_SUCCESS) arrOut_.push_back(std::move(a));
+    }
+  }
+  // Records the other processes' arrivals; frees the announcements delivered.
+  void drainArrivals() {
+    std::lock_guard<std::mutex> l(mpiMutex());
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, 1, arrivals_, &flag, &st);
+      if (!flag) break;
+      int64_t k = 0;
+      MPI_Recv(&k, 1, MPI_INT64_T, st.MPI_SOURCE, 1, arrivals_, MPI_STATUS_IGNORE);
+      if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < procs_)
+        seen_[size_t(st.MPI_SOURCE)] = std::max(seen_[size_t(st.MPI_SOURCE)], k);
+    }
+    for (size_t i = 0; i < arrOut_.size();) {
+      int done = 0;
+      MPI_Test(&arrOut_[i]->req, &done, MPI_STATUS_IGNORE);
+      if (done) {
+        arrOut_[i] = std::move(arrOut_.back());
+        arrOut_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  // The processes (mpirun's numbers) that have not reached collective seq_.
+  std::string missingProcesses() {
+    std::string out;
+    int n = 0;
+    for (int q = 0; q < procs_; ++q)
+      if (q != proc_ && seen_[size_t(q)] < seq_)
+        out += (out.empty() ? "" : ", ") + std::to_string(worldProc_[size_t(q)]), ++n;
+    if (n == 0) return "";
+    return (n > 1 ? "processes " : "process ") + out;
+  }
+
   template <class Start> void leader(const std::string &what, Start start) {
+    announce();
     MPI_Request req;
     int started;
     {
@@ -379,6 +531,7 @@ private:
         MPI_Test(&req, &done, MPI_STATUS_IGNORE);
       }
       if (done) return;
+      if ((k & 63) == 0) drainArrivals();
       if (g_.aborted()) {
         // A local rank failed: this process cannot complete the collective; the job must stop.
         g_.check();
@@ -387,10 +540,14 @@ private:
       if (waited > g_.timeout()) {
         char secs[32];
         std::snprintf(secs, sizeof secs, "%g", g_.timeout());
-        std::string msg = what + ": process " + std::to_string(proc_) + " (ranks " + std::to_string(globalRank(0)) +
-                          "-" + std::to_string(globalRank(local_ - 1)) + ") waited " + secs +
-                          " s for the other processes, which did not complete this collective (stuck or failed); "
-                          "every rank stops";
+        drainArrivals();
+        const std::string missing = missingProcesses();
+        std::string msg = what + ": process " + std::to_string(worldProc_[size_t(proc_)]) + " (ranks " +
+                          std::to_string(globalRank(0)) + "-" + std::to_string(globalRank(local_ - 1)) + ") waited " +
+                          secs + " s for " +
+                          (missing.empty() ? std::string("the other processes, which did not complete this collective")
+                                           : missing + ", which never reached this collective") +
+                          " (stuck or failed); every rank stops";
         g_.abort(msg);
         throw CommError(msg);
       }
@@ -398,6 +555,15 @@ private:
     }
   }
 
+  struct Arrival {
+    int64_t seq = 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  MPI_Comm arrivals_ = MPI_COMM_NULL;
+  int64_t seq_ = 0;                              // collectives this process has started
+  std::vector<int64_t> seen_;                    // per process: the last collective it announced
+  std::vector<int> worldProc_;                   // per process of comm_: its rank in the world (mpirun's)
+  std::vector<std::unique_ptr<Arrival>> arrOut_; // announcements in flight
   int n_, local_;
   MPI_Comm comm_;
   std::vector<int> globals_;

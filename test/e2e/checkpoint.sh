@@ -73,7 +73,7 @@ rm -rf "$d/ck-kill"
 BIGC_TEST_CHECKPOINT_PAUSE_MS=3000 "$BIN/bigc" run "$d/fp32.bigc" --data "$d/tokens.bin" --steps 6 \
   --checkpoint-dir "$d/ck-kill" --resume --quiet &
 pid=$!
-for _ in $(seq 1 100); do ls -a "$d/ck-kill" | grep -q '^\.step-00000006' && break; sleep 0.05; done
+for _ in $(seq 1 1200); do ls -a "$d/ck-kill" | grep -q '^\.step-00000006' && break; sleep 0.05; done
 ls -a "$d/ck-kill" | grep -q '^\.step-00000006' || { echo "FAIL: the checkpoint of step 6 was not being written"; exit 1; }
 kill -9 $pid
 wait $pid 2>/dev/null || true
@@ -91,7 +91,8 @@ for sig in TERM INT; do
   "$BIN/bigc" run "$d/fp32.bigc" --data "$d/tokens.bin" --steps 100000 --checkpoint-dir "$d/ck-$sig" \
     --log "$d/$sig.a.jsonl" --quiet 2> "$d/$sig.err" &
   pid=$!
-  sleep 1.5
+  # (signalled once training is under way: the handler is installed before the first step)
+  for _ in $(seq 1 1200); do [ -s "$d/$sig.a.jsonl" ] && break; sleep 0.05; done
   kill -$sig $pid
   rc=0; wait $pid || rc=$?
   [ $rc = 0 ] || { echo "FAIL: SIG$sig: exit status $rc"; cat "$d/$sig.err"; exit 1; }

@@ -200,7 +200,7 @@ PY
 "$BIN/bigc" run "$d/nfp32.bigc" --synthetic --steps 100000 --seed 7 --checkpoint-dir "$d/ck" --checkpoint-every 3 \
   --quiet &
 pid=$!
-for _ in $(seq 1 400); do ls "$d/ck" 2>/dev/null | grep -q step-00000006 && break; sleep 0.05; done
+for _ in $(seq 1 6000); do ls "$d/ck" 2>/dev/null | grep -q step-00000006 && break; sleep 0.05; done
 kill -9 $pid || true
 wait $pid 2>/dev/null || true
 [ -z "$(ls -A "$d/nv")" ] || { echo "FAIL: a SIGKILL left files in the nvme directory"; exit 1; }

@@ -35,8 +35,8 @@ expect_fail() { # name, expected substrings..., then -- command
 
 expect_fail "crash" "rank 3" "crashed in step 2" "stopped in step 2: instruction" -- \
   env BIGC_FAULT=rank=3,step=2,kind=crash "$BIN/bigc" run "$d/z2.bigc" --steps 4 --quiet
-expect_fail "hang" "step 3: instruction" "waited 2 s for rank 5, which did not reach this collective" -- \
-  env BIGC_FAULT=rank=5,step=3,kind=hang "$BIN/bigc" run "$d/z3.bigc" --steps 4 --quiet --comm-timeout 2
+expect_fail "hang" "step 3: instruction" "waited 10 s for rank 5, which did not reach this collective" -- \
+  env BIGC_FAULT=rank=5,step=3,kind=hang "$BIN/bigc" run "$d/z3.bigc" --steps 4 --quiet --comm-timeout 10
 grep -qE "\((all_gather|reduce_scatter|all_reduce) at " "$d/out.txt" || { echo "FAIL hang: no collective named"; exit 1; }
 expect_fail "inspect --rank 8" "--rank 8 is out of range: the program has 8 ranks (0..7)" -- \
   "$BIN/bigc" inspect "$d/z3.bigc" --rank 8

@@ -56,6 +56,7 @@ struct CompileOptions : mlir::bigc::TrainPipelineConfig {
   // --auto (Auto.h): the compiler chooses the strategy; --pareto FILE: its picture; `given`: the
   // flags on the command line (they pin their dimension of the search).
   bool autoSearch = false;
+  double autoSeconds = 25.0; // --auto's compile budget (0: none)
   std::string paretoSvg;
   std::set<std::string> given;
 };

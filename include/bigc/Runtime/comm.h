@@ -98,6 +98,13 @@ bool mpiCompiled();
 // Initialises MPI when the process runs under mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set) and
 // returns the world size and this process's rank; {1, 0} otherwise.
 std::pair<int, int> mpiWorld();
+// Under mpirun, MPI's start-up with a time limit: every process waits at most `timeout` seconds in
+// MPI's initialisation for the others (which would otherwise wait forever for a process that was
+// stopped or crashed before it got there). On a time-out this process prints which processes never
+// arrived (found through a file per process in a directory of the job, when every process runs on
+// this machine) and exits 1, and mpirun ends the job. Nothing without mpirun; call it before the
+// first mpiWorld().
+void mpiStart(double timeout);
 std::shared_ptr<Communicator> makeMpiCommunicator(int ranks, int localRanks);
 // Tensor parallelism and pipeline stages under mpirun: the mesh pp x dp x tp (rank
 // g = (s * dp + d) * tp + t; this process holds ranks [p * L, p * L + L)). Per local rank, its

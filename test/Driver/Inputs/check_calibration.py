@@ -33,4 +33,7 @@ for m, n, k in shapes:
 ref = flops / seconds
 ratio = p["device_flops"] / ref
 print(f"calibrated sgemm {p['device_flops'] / 1e9:.1f} GFLOP/s, numpy {ref / 1e9:.1f} GFLOP/s, ratio {ratio:.2f}")
-assert 0.25 < ratio < 4, f"bigc calibrate's sgemm rate is {ratio:.2f}x numpy's"
+# Two speeds measured at different moments: on a machine whose cores are busy with other work they
+# may differ by several times, so the bound only catches a rate off by orders of magnitude (a unit
+# error), not a slow spell.
+assert 0.02 < ratio < 50, f"bigc calibrate's sgemm rate is {ratio:.2f}x numpy's"
