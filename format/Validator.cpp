@@ -414,11 +414,15 @@ void validateStage(const Program &p, const std::string &path) {
     }
     // Every number an instruction carries is finite and, where it counts something, exact (the
     // format's numbers are doubles: integers beyond 2^53 would be read as other integers).
+    static const std::set<std::string> integers = {
+        "heads",      "kv_heads", "head_dim", "window", "chunk", "parts", "count", "offset",     "in_offset",
+        "out_offset", "classes",  "axis",     "reduce", "peer",  "tag",   "dim",   "vocab_axis", "growth_interval"};
     for (const auto &[key, a] : ins.attrs) {
       if (a.isList || a.isReals) continue;
       if (!std::isfinite(a.num)) v.bad("attribute '" + key + "' is not a finite number");
-      if (a.num == std::floor(a.num) && std::fabs(a.num) > 9007199254740992.0)
-        v.bad("attribute '" + key + "' is beyond the integers a program can hold exactly (|x| <= 2^53)");
+      if (integers.count(key) && (a.num != std::floor(a.num) || std::fabs(a.num) > 9007199254740992.0))
+        v.bad("attribute '" + key + "' must be an integer within what a program holds exactly (|x| <= 2^53), is " +
+              std::to_string(a.num));
     }
     if (sig->kind == OpKind::AdamW) checkAdamW(v, ins, p.optimizer);
     v.shapes(*sig);
