@@ -1,4 +1,6 @@
 // The program's data model: dtypes, the payload hash, counts (docs/program-format.md). No MLIR here.
+#include <cmath>
+#include <cstdio>
 #include "bigc/Format/program.h"
 
 #include <algorithm>
@@ -56,9 +58,43 @@ int writtenVersion(const Program &p) {
       if (ins.attrs.count("classes")) return true;
     return false;
   };
+  if (p.optimizer.schedule.present()) return 5;
   bool any = padded(p);
   for (const Program &s : p.stages) any = any || padded(s);
   return any ? 4 : std::min(p.version, 3);
+}
+
+double learningRate(const Optimizer &o, double lr, int64_t i) {
+  const LrSchedule &s = o.schedule;
+  if (!s.present()) return lr;
+  if (i < s.warmupSteps) return lr * double(i + 1) / double(s.warmupSteps);
+  if (s.kind == "constant") return lr;
+  const double mn = lr == o.lr ? s.minLr : s.minLr * (lr / o.lr);
+  if (i >= s.decaySteps) return mn;
+  if (s.kind == "wsd") {
+    const int64_t start = s.decaySteps - s.wsdDecaySteps;
+    if (i < start) return lr;
+    return mn + (lr - mn) * (1.0 - double(i - start) / double(s.wsdDecaySteps));
+  }
+  const double ratio = double(i - s.warmupSteps) / double(s.decaySteps - s.warmupSteps);
+  if (s.kind == "cosine") return mn + (lr - mn) * 0.5 * (1.0 + std::cos(M_PI * ratio));
+  return mn + (lr - mn) * (1.0 - ratio); // linear
+}
+
+std::string describeSchedule(const Optimizer &o) {
+  const LrSchedule &s = o.schedule;
+  char lr[32], mn[32];
+  std::snprintf(lr, sizeof lr, "%g", o.lr);
+  std::snprintf(mn, sizeof mn, "%g", s.minLr);
+  std::string out = s.kind + " (lr " + lr;
+  if (s.warmupSteps > 0) out += ", warmup " + std::to_string(s.warmupSteps) + " steps";
+  if (s.kind == "wsd")
+    out += ", stable to step " + std::to_string(s.decaySteps - s.wsdDecaySteps) + ", then decay over " +
+           std::to_string(s.wsdDecaySteps) + " steps";
+  if (s.kind != "constant")
+    out += std::string(s.kind == "wsd" ? " " : ", decay ") + "to " + mn + " by step " + std::to_string(s.decaySteps) +
+           ", then " + mn;
+  return out + ")";
 }
 
 int64_t Program::stateBytes() const {

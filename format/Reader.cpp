@@ -163,6 +163,15 @@ Program fromJson(const json &root, const std::string &path, bool top) {
     p.optimizer.eps = r.numberOr(o, "eps", "optimizer", p.optimizer.eps);
     p.optimizer.weightDecay = r.numberOr(o, "weight_decay", "optimizer", p.optimizer.weightDecay);
     p.optimizer.gradClip = r.numberOr(o, "grad_clip", "optimizer", p.optimizer.gradClip);
+    if (o.contains("schedule")) {
+      const json &s = r.object(o, "schedule", "optimizer");
+      LrSchedule &ls = p.optimizer.schedule;
+      ls.kind = r.stringOr(s, "kind", "optimizer.schedule", "constant");
+      ls.warmupSteps = r.integerOr(s, "warmup_steps", "optimizer.schedule", 0);
+      ls.decaySteps = r.integerOr(s, "decay_steps", "optimizer.schedule", 0);
+      ls.wsdDecaySteps = r.integerOr(s, "wsd_decay_steps", "optimizer.schedule", 0);
+      ls.minLr = r.numberOr(s, "min_lr", "optimizer.schedule", 0.0);
+    }
   }
   if (root.contains("hardware")) {
     const json &h = r.object(root, "hardware", "payload");

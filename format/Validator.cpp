@@ -102,6 +102,19 @@ void validateStage(const Program &p, const std::string &path) {
     const Optimizer &o = p.optimizer;
     const std::string why = adamWProblem(o.lr, o.beta1, o.beta2, o.eps, o.weightDecay, o.gradClip);
     if (!why.empty()) fail(path, "optimizer: " + why);
+    const LrSchedule &s = o.schedule;
+    const bool decays = s.kind == "cosine" || s.kind == "linear" || s.kind == "wsd";
+    auto bad = [&](const std::string &what) { fail(path, "optimizer.schedule: " + what); };
+    if (!decays && s.kind != "constant") bad("unknown kind '" + s.kind + "' (constant, cosine, linear or wsd)");
+    if (s.warmupSteps < 0) bad("warmup_steps must be >= 0");
+    if (!(s.minLr >= 0 && s.minLr <= o.lr)) bad("min_lr must be in [0, lr]");
+    if (decays && s.decaySteps <= s.warmupSteps) bad("decay_steps must exceed warmup_steps");
+    if (!decays && (s.decaySteps != 0 || s.minLr != 0 || s.wsdDecaySteps != 0))
+      bad("a constant rate has no decay_steps, min_lr or wsd_decay_steps");
+    if (s.kind == "wsd" && (s.wsdDecaySteps < 1 || s.wsdDecaySteps > s.decaySteps - s.warmupSteps))
+      bad("wsd_decay_steps must be in [1, decay_steps - warmup_steps]");
+    if (s.kind != "wsd" && s.wsdDecaySteps != 0) bad("wsd_decay_steps belongs to the wsd kind");
+    if (s.present() && p.version < 5) bad("a schedule needs program format version 5");
   }
   if (p.precision != "fp32" && p.precision != "bf16" && p.precision != "fp16")
     fail(path, "config: unknown precision '" + p.precision + "' (fp32, bf16 or fp16)");
@@ -541,7 +554,7 @@ void validateProgram(const Program &p, const std::string &path) {
       char b[256];
       std::snprintf(b, sizeof b, "%s (lr %g, beta1 %g, beta2 %g, eps %g, weight_decay %g, grad_clip %g)",
                     o.kind.c_str(), o.lr, o.beta1, o.beta2, o.eps, o.weightDecay, o.gradClip);
-      return std::string(b);
+      return std::string(b) + (o.schedule.present() ? ", " + describeSchedule(o) : std::string());
     };
     differs("batch", str(q.batch), str(p.batch));
     differs("seq", str(q.seq), str(p.seq));

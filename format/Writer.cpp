@@ -49,6 +49,14 @@ json payloadJson(const Program &p) {
                        {"beta1", p.optimizer.beta1},       {"beta2", p.optimizer.beta2},
                        {"eps", p.optimizer.eps},           {"weight_decay", p.optimizer.weightDecay},
                        {"grad_clip", p.optimizer.gradClip}};
+  if (p.optimizer.schedule.present()) {
+    const LrSchedule &s = p.optimizer.schedule;
+    root["optimizer"]["schedule"] = {{"kind", s.kind},
+                                     {"warmup_steps", s.warmupSteps},
+                                     {"decay_steps", s.decaySteps},
+                                     {"wsd_decay_steps", s.wsdDecaySteps},
+                                     {"min_lr", s.minLr}};
+  }
   root["hardware"] = json(hardwareJson(p));
   if (!p.initialWeights.empty())
     root["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};

@@ -258,6 +258,39 @@ const Flag kFlags[] = {
        if (t != "fp32" && t != "bf16") v.fail("must be fp32 or bf16, got " + t);
        o.adamw.bf16States = t == "bf16";
      }},
+    {"--lr-schedule", true, "--lr-schedule S",
+     "the learning rate over the steps: constant (default), cosine,\n"
+     "linear or wsd (warmup, stable, then a linear decay over the last\n"
+     "--wsd-decay-steps before --decay-steps); each after a linear warmup\n"
+     "of --warmup-steps, and --min-lr from --decay-steps on",
+     [](CompileOptions &o, const Value &v) {
+       const std::string k = v.text();
+       if (k != "constant" && k != "cosine" && k != "linear" && k != "wsd")
+         v.fail("unknown value '" + k + "' (expected one of constant, cosine, linear, wsd)");
+       o.schedule.kind = k;
+     }},
+    {"--warmup-steps", true, "--warmup-steps N", "steps of linear warmup: step i (from 0) at lr x (i+1)/N (0)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.schedule.warmupSteps = v.integer()) < 0) v.fail("must be >= 0, got " + v.text());
+     }},
+    {"--decay-steps", true, "--decay-steps N",
+     "--lr-schedule cosine|linear|wsd: the step at which the decay ends,\n"
+     "counted from the start, warmup included (nanoGPT's lr_decay_iters,\n"
+     "Megatron's --lr-decay-iters): usually the run's --steps",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.schedule.decaySteps = v.integer()) < 1) v.fail("must be at least 1, got " + v.text());
+     }},
+    {"--min-lr", true, "--min-lr F", "the rate the decay ends at, and holds after --decay-steps (0)",
+     [](CompileOptions &o, const Value &v) {
+       if (!((o.schedule.minLr = v.number()) >= 0) || o.schedule.minLr > double(FLT_MAX))
+         v.fail("must be a number >= 0, got " + v.text());
+     }},
+    {"--wsd-decay-steps", true, "--wsd-decay-steps N",
+     "--lr-schedule wsd: the length of the final decay (Megatron's\n"
+     "--lr-wsd-decay-iters); the rate is flat from warmup until then",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.schedule.wsdDecaySteps = v.integer()) < 1) v.fail("must be at least 1, got " + v.text());
+     }},
     {"--grad-clip", true, "--grad-clip F", "clip the global gradient norm to F (0: no clipping)",
      [](CompileOptions &o, const Value &v) {
        if (!((o.adamw.gradClip = v.number()) >= 0) || std::isinf(o.adamw.gradClip))
@@ -500,6 +533,37 @@ CompileOptions parseOptions(const cli::Args &args) {
     }
   if (o.autoSearch && !o.haveHardware)
     throw UserError("option --auto needs --hardware NAME|FILE: the machine's memory and speeds are what it chooses by");
+  { // the schedule's flags together
+    const rt::LrSchedule &sc = o.schedule;
+    const bool decays = sc.kind != "constant";
+    if (!decays)
+      for (const char *f : {"--decay-steps", "--min-lr", "--wsd-decay-steps"})
+        if (args.has(f))
+          throw UserError(std::string("compile: option ") + f + " shapes a decaying rate; add --lr-schedule cosine, " +
+                          "linear or wsd (or drop it)");
+    if (decays && !args.has("--decay-steps"))
+      throw UserError("compile: --lr-schedule " + sc.kind +
+                      " needs --decay-steps N: the step at which the decay ends (usually the run's --steps)");
+    if (decays && sc.decaySteps <= sc.warmupSteps)
+      throw UserError("compile: --warmup-steps " + std::to_string(sc.warmupSteps) + " is not below --decay-steps " +
+                      std::to_string(sc.decaySteps) +
+                      ": the warmup must end before the decay does (--decay-steps counts from the start, warmup "
+                      "included)");
+    if (sc.minLr > o.adamw.lr) {
+      char b[96];
+      std::snprintf(b, sizeof b, "compile: --min-lr %g exceeds --lr %g (the rate decays to --min-lr)", sc.minLr,
+                    o.adamw.lr);
+      throw UserError(b);
+    }
+    if (sc.kind == "wsd" && !args.has("--wsd-decay-steps"))
+      throw UserError("compile: --lr-schedule wsd needs --wsd-decay-steps N: the length of its final decay");
+    if (sc.kind != "wsd" && args.has("--wsd-decay-steps"))
+      throw UserError("compile: option --wsd-decay-steps belongs to --lr-schedule wsd");
+    if (sc.kind == "wsd" && sc.wsdDecaySteps > sc.decaySteps - sc.warmupSteps)
+      throw UserError("compile: --wsd-decay-steps " + std::to_string(sc.wsdDecaySteps) + " is longer than the " +
+                      std::to_string(sc.decaySteps - sc.warmupSteps) +
+                      " steps between the warmup's end and --decay-steps");
+  }
   if (args.has("--auto-seconds") && !o.autoSearch)
     throw UserError("compile: option --auto-seconds bounds the search of --auto; add --auto (or drop it)");
   if (!o.paretoSvg.empty() && !o.autoSearch)

@@ -69,6 +69,7 @@ rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::str
   header.optimizer.eps = o.adamw.eps;
   header.optimizer.weightDecay = o.adamw.weightDecay;
   header.optimizer.gradClip = o.adamw.gradClip;
+  header.optimizer.schedule = o.schedule;
   header.hardwareName = o.haveHardware ? o.hardware.name : (o.deviceCapacity > 0 ? "custom" : "none");
   header.deviceCapacityBytes = o.deviceCapacity;
   header.hostCapacityBytes = o.hostCapacity;

@@ -683,6 +683,7 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   o << "optimizer: " << p.optimizer.kind << " lr " << p.optimizer.lr << ", betas " << p.optimizer.beta1 << "/"
     << p.optimizer.beta2 << ", eps " << p.optimizer.eps << ", weight decay " << p.optimizer.weightDecay
     << ", grad clip " << p.optimizer.gradClip << "\n";
+  if (p.optimizer.schedule.present()) o << "learning rate: " << rt::describeSchedule(p.optimizer) << "\n";
   o << "parameters: " << withCommas(params) << "\n";
   o << "instructions: " << withCommas(int64_t(p.instructions.size()))
     << ", buffers: " << withCommas(int64_t(p.buffers.size())) << "\n";

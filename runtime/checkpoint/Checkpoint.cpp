@@ -190,6 +190,7 @@ std::string stateSignature(const Program &p) {
   std::snprintf(opt, sizeof opt, "%s|%.9g|%.9g|%.9g|%.9g|%.9g|%.9g", p.precision.c_str(), p.optimizer.lr,
                 p.optimizer.beta1, p.optimizer.beta2, p.optimizer.eps, p.optimizer.weightDecay, p.optimizer.gradClip);
   std::string all = opt;
+  if (p.optimizer.schedule.present()) all += "|" + describeSchedule(p.optimizer); // (none: as before it existed)
   for (const auto &it : items) all += "|" + it;
   return hex(fnv1a64(all.data(), all.size()));
 }

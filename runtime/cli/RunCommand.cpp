@@ -45,7 +45,11 @@ const char *kRunUsage =
     "  --backend B         cpu or cuda (default: cuda when this build has the CUDA backend and a GPU\n"
     "                      is visible, else cpu)\n"
     "  --steps N           training steps (default 10; 0 with --save-weights writes the initial weights)\n"
-    "  --data FILE         token file (nanoGPT raw uint16 or llm.c); default: synthetic data\n"
+    "  --data FILE         token file: llm.c's (16-bit ids, magic 20240520; 32-bit, magic 20240801, as\n"
+    "                      `bigc data encode --tokenizer` writes them) or raw ids without a header\n"
+    "                      (nanoGPT's uint16); default: synthetic data\n"
+    "  --data-dtype u16|u32  the width of a headerless file's ids (needed when the model's vocabulary\n"
+    "                      exceeds 65,536: such a file is refused rather than misread)\n"
     "  --synthetic         synthetic data: a random Markov chain over the vocabulary, from the seed\n"
     "  --seed S            initialisation and synthetic-data seed (default 1337)\n"
     "  --log FILE.jsonl    one JSON object per step: step, loss, tokens_per_s, elapsed_s,\n"
@@ -301,21 +305,10 @@ void restoreStopHandlers() {
 }
 
 int runBody(int argc, char **argv, int first) {
-  const std::set<std::string> valued = {"--backend",
-                                        "--steps",
-                                        "--data",
-                                        "--seed",
-                                        "--log",
-                                        "--save-weights",
-                                        "--load-weights",
-                                        "--threads",
-                                        "--dump-grads",
-                                        "--checkpoint-dir",
-                                        "--checkpoint-every",
-                                        "--keep-checkpoints",
-                                        "--comm-timeout",
-                                        "--nvme-path",
-                                        "--timeline"};
+  const std::set<std::string> valued = {
+      "--backend",          "--steps",        "--data",      "--data-dtype", "--seed",           "--log",
+      "--save-weights",     "--load-weights", "--threads",   "--dump-grads", "--checkpoint-dir", "--checkpoint-every",
+      "--keep-checkpoints", "--comm-timeout", "--nvme-path", "--timeline"};
   const std::set<std::string> switches = {"--synthetic",      "--quiet",           "--resume",
                                           "--help",           "--profile",         "--no-verify",
                                           "--check-numerics", "--checkpoint-sync", "--virtual-ranks"};
@@ -359,6 +352,14 @@ int runBody(int argc, char **argv, int first) {
   if (steps < 0) throw UserError("--steps must be >= 0, got " + std::to_string(steps));
   if (args.has("--data") && args.has("--synthetic"))
     throw UserError("--data and --synthetic exclude each other; pick one");
+  std::optional<data::TokenWidth> rawWidth;
+  if (args.has("--data-dtype")) {
+    const std::string w = args.str("--data-dtype");
+    if (w != "u16" && w != "u32") throw UserError("--data-dtype: expected u16 or u32, got '" + w + "'");
+    if (!args.has("--data") && !args.has("--val-data"))
+      throw UserError("--data-dtype: the width of a token file's ids; give it with --data FILE (or --val-data FILE)");
+    rawWidth = w == "u16" ? data::TokenWidth::U16 : data::TokenWidth::U32;
+  }
   uint64_t seed = uint64_t(args.integer("--seed", 1337));
   int64_t threads = args.integer("--threads", 0);
   if (args.has("--threads") && threads < 1) throw UserError("--threads must be >= 1, got " + std::to_string(threads));
@@ -371,6 +372,9 @@ int runBody(int argc, char **argv, int first) {
     openblas_set_num_threads(int(threads));
   }
 
+  // SIGINT/SIGTERM from here on end the run after a step (with a checkpoint): one that comes while
+  // the program loads or a checkpoint is resumed stops the run after its first step.
+  installStopHandlers();
   const double commTimeout = args.has("--comm-timeout") ? args.number("--comm-timeout", 300.0) : 300.0;
   if (!(commTimeout > 0)) throw UserError("--comm-timeout must be a positive number of seconds");
   // Under mpirun: MPI's start-up first (before the program is loaded, so that the processes meet
@@ -433,7 +437,7 @@ int runBody(int argc, char **argv, int first) {
 
   std::unique_ptr<data::TokenSource> source;
   if (args.has("--data"))
-    source = std::make_unique<data::FileTokenSource>(args.str("--data"), B, T, vocab);
+    source = std::make_unique<data::FileTokenSource>(args.str("--data"), B, T, vocab, rawWidth);
   else
     source = std::make_unique<data::SyntheticTokenSource>(B, T, vocab, seed);
 
@@ -591,7 +595,6 @@ int runBody(int argc, char **argv, int first) {
     const auto began = clock::now(); // the clock of the log's elapsed_s and of the checkpoints' timings
     float loss = 0.f;
     double profiledWall = 0.0;
-    installStopHandlers();
     int64_t lastSaved = -1;
     std::unique_ptr<checkpoint::Writer> writer;
     if (asyncCheckpoints) writer = std::make_unique<checkpoint::Writer>(ckptDir, int(keep), began);
@@ -668,13 +671,15 @@ int runBody(int argc, char **argv, int first) {
         std::string mem;
         for (const auto &[name, bytes] : ex.measuredBytes())
           mem += (mem.empty() ? " | " : ", ") + name + " " + humanBytes(bytes);
-        std::fprintf(stderr, "step %lld/%lld | loss %.4f%s | %.1f ms | %.0f tok/s%s\n", (long long)s, (long long)steps,
-                     double(loss), extra.c_str(), dt * 1e3, tps, mem.c_str());
+        std::fprintf(stderr, "step %lld/%lld | loss %.4f | lr %.3g%s | %.1f ms | %.0f tok/s%s\n", (long long)s,
+                     (long long)steps, double(loss), double(ex.lastLearningRate()), extra.c_str(), dt * 1e3, tps,
+                     mem.c_str());
       }
       if (log) {
         nlohmann::ordered_json j;
         j["step"] = s;
         j["loss"] = roundTrip(loss);
+        j["lr"] = roundTrip(ex.lastLearningRate()); // the rate this step's update used
         j["tokens_per_s"] = std::round(tps * 10) / 10;
         j["elapsed_s"] = std::round(elapsed * 1e6) / 1e6;
         // Measured next to the plan: per space what the process touched of its arena (CPU) or the

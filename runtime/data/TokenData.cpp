@@ -35,7 +35,7 @@ uint64_t mix(uint64_t &state) {
 
 // ----- TokenFile
 
-TokenFile::TokenFile(const std::string &path) : path_(path) {
+TokenFile::TokenFile(const std::string &path, std::optional<TokenWidth> raw) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
@@ -53,6 +53,7 @@ TokenFile::TokenFile(const std::string &path) : path_(path) {
     ::close(fd);
     tokens_ = empty_.data();
     count_ = 0;
+    width_ = raw ? int(*raw) : 2;
     return;
   }
   map_ = ::mmap(nullptr, mapBytes_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -63,33 +64,51 @@ TokenFile::TokenFile(const std::string &path) : path_(path) {
     fail(path, std::string("cannot map: ") + std::strerror(e));
   }
   const auto *bytes = static_cast<const unsigned char *>(map_);
-  int32_t header[3] = {0, 0, 0};
-  if (mapBytes_ >= 12) std::memcpy(header, bytes, sizeof header);
-  if (header[0] == kLlmcMagic) {
+  int32_t header[4] = {0, 0, 0, 0};
+  if (mapBytes_ >= 16) std::memcpy(header, bytes, sizeof header);
+  if (header[0] == kLlmcMagic || header[0] == kLlmcMagic32) {
     llmc_ = true;
+    const bool wide = header[0] == kLlmcMagic32;
+    const int wantVersion = wide ? kLlmcVersion32 : 1;
+    width_ = wide ? 4 : 2;
+    const std::string what = std::string("llm.c token file (magic ") + std::to_string(header[0]) +
+                             (wide ? ", uint32 tokens" : ", uint16 tokens") + ")";
     const size_t headerBytes = size_t(kLlmcHeaderInts) * 4;
     if (mapBytes_ < headerBytes)
-      fail(path, "llm.c token file (magic 20240520) shorter than its 1024-byte header (" + std::to_string(mapBytes_) +
-                     " bytes)");
-    if (header[1] != 1)
-      fail(path, "llm.c token file version " + std::to_string(header[1]) + "; bigc reads version 1 (uint16 tokens)");
+      fail(path, what + " shorter than its 1024-byte header (" + std::to_string(mapBytes_) + " bytes)");
+    if (header[1] != wantVersion)
+      fail(path, what + " of version " + std::to_string(header[1]) + "; bigc reads version " +
+                     std::to_string(wantVersion) + " of this magic (llm.c's: 20240520 version 1, uint16; 20240801 " +
+                     "version 7, uint32)");
+    if (raw && int(*raw) != width_)
+      fail(path, "--data-dtype " + std::string(*raw == TokenWidth::U16 ? "u16" : "u32") + ", but the file's " + what +
+                     " header says otherwise; drop --data-dtype (the header says the width)");
     if (header[2] < 0) fail(path, "llm.c header announces a negative token count");
-    int64_t want = int64_t(headerBytes) + 2 * int64_t(header[2]);
+    if (header[3] < 0) fail(path, "llm.c header announces a negative vocabulary (header[3])");
+    vocab_ = header[3];
+    const int64_t want = int64_t(headerBytes) + int64_t(width_) * int64_t(header[2]);
     if (int64_t(mapBytes_) < want)
       fail(path, "truncated: the llm.c header announces " + std::to_string(header[2]) + " tokens (" +
                      std::to_string(want) + " bytes), the file has " + std::to_string(mapBytes_) + " bytes");
     if (int64_t(mapBytes_) > want)
       fail(path, std::to_string(int64_t(mapBytes_) - want) + " bytes after the " + std::to_string(header[2]) +
                      " tokens its llm.c header announces");
-    tokens_ = reinterpret_cast<const uint16_t *>(bytes + headerBytes);
+    tokens_ = bytes + headerBytes;
     count_ = header[2];
   } else {
-    if (mapBytes_ % 2 != 0)
-      fail(path, "odd size (" + std::to_string(mapBytes_) +
-                     " bytes): not a token file of uint16 tokens (nanoGPT) nor of the llm.c format");
-    tokens_ = reinterpret_cast<const uint16_t *>(bytes);
-    count_ = int64_t(mapBytes_ / 2);
+    width_ = raw ? int(*raw) : 2;
+    if (mapBytes_ % size_t(width_) != 0)
+      fail(path, (width_ == 2 ? "odd size (" : "a size that is not a multiple of 4 (") + std::to_string(mapBytes_) +
+                     " bytes): not a file of raw " + (width_ == 2 ? "uint16" : "uint32") +
+                     " tokens, nor of the llm.c format");
+    tokens_ = bytes;
+    count_ = int64_t(mapBytes_) / width_;
   }
+}
+
+const char *TokenFile::format() const {
+  if (llmc_) return width_ == 2 ? "llm.c" : "llm.c uint32";
+  return width_ == 2 ? "nanoGPT" : "raw uint32";
 }
 
 TokenFile::~TokenFile() {
@@ -98,18 +117,64 @@ TokenFile::~TokenFile() {
 
 // ----- FileTokenSource
 
-FileTokenSource::FileTokenSource(const std::string &path, int64_t B, int64_t T, int64_t vocab)
-    : file_(path), B_(B), T_(T), vocab_(vocab) {
+namespace {
+std::string withCommas(int64_t n) {
+  std::string s = std::to_string(n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+// A headerless file's width: stated, or 16-bit where the vocabulary fits (nanoGPT's raw files).
+std::optional<TokenWidth> rawWidth(const std::string &path, int64_t vocab, std::optional<TokenWidth> raw) {
+  if (raw) return raw;
+  // Peek at the magic: a file with a header says its width itself.
+  int32_t magic = 0;
+  if (FILE *f = std::fopen(path.c_str(), "rb")) {
+    if (std::fread(&magic, 4, 1, f) != 1) magic = 0;
+    std::fclose(f);
+  }
+  if (magic == kLlmcMagic || magic == kLlmcMagic32 || vocab <= 65536) return std::nullopt;
+  throw UserError("data file " + path + " has no llm.c header (raw tokens), so its token width is not known, and " +
+                  "the model's vocabulary of " + withCommas(vocab) +
+                  " ids does not fit in 16 bits: give --data-dtype u32 (or u16), or encode the text with `bigc data "
+                  "encode --tokenizer`, which writes the header");
+}
+} // namespace
+
+FileTokenSource::FileTokenSource(const std::string &path, int64_t B, int64_t T, int64_t vocab,
+                                 std::optional<TokenWidth> raw)
+    : file_(path, rawWidth(path, vocab, raw)), B_(B), T_(T), vocab_(vocab) {
+  if (file_.vocab() > vocab)
+    fail(path, "encoded with a tokenizer of " + withCommas(file_.vocab()) + " ids (its header says), larger than the " +
+                   "model's vocabulary of " + withCommas(vocab) +
+                   ": encode it with the model's own tokenizer, or use a model with that vocabulary");
   int64_t need = B * T + 1;
   if (file_.size() < need)
     throw UserError("data file " + path + " has " + std::to_string(file_.size()) + " tokens; one batch of " +
                     std::to_string(B) + "×" + std::to_string(T) + " needs B·T+1 = " + std::to_string(need));
   // Small files are checked whole up front, so a bad token fails before the first step.
   if (file_.size() <= (int64_t(64) << 20)) {
-    for (int64_t i = 0; i < file_.size(); ++i)
-      if (file_[i] >= vocab_)
-        fail(path, "token " + std::to_string(file_[i]) + " at position " + std::to_string(i) +
-                       " is outside the model's vocabulary [0, " + std::to_string(vocab_) + ")");
+    bool oddZero = !file_.hasHeader() && file_.width() == 2 && !raw && file_.size() >= 64;
+    bool evenNonzero = false;
+    for (int64_t i = 0; i < file_.size(); ++i) {
+      const uint32_t t = file_[i];
+      if (t >= uint64_t(vocab_))
+        fail(path, "token " + std::to_string(t) + " at position " + std::to_string(i) +
+                       " is outside the model's vocabulary [0, " + std::to_string(vocab_) + ")" +
+                       (file_.hasHeader() || file_.width() == 4 || raw
+                            ? std::string()
+                            : std::string(" (a headerless file read as uint16: if it holds uint32 tokens, give "
+                                          "--data-dtype u32)")));
+      if (i % 2)
+        oddZero = oddZero && t == 0;
+      else
+        evenNonzero = evenNonzero || t != 0;
+    }
+    if (oddZero && evenNonzero)
+      fail(path, "read as raw uint16 tokens (no header), every second one is 0: it looks like uint32 tokens; give "
+                 "--data-dtype u32 (or --data-dtype u16 if they really are 16-bit)");
     checkedUpTo_ = file_.size();
   }
 }
@@ -117,16 +182,15 @@ FileTokenSource::FileTokenSource(const std::string &path, int64_t B, int64_t T, 
 void FileTokenSource::next(int32_t *inputs, int32_t *targets) {
   const int64_t bt = B_ * T_;
   if (pos_ + bt + 1 > file_.size()) pos_ = 0;
-  const uint16_t *t = file_.tokens() + pos_;
   if (pos_ + bt + 1 > checkedUpTo_) {
     for (int64_t i = 0; i <= bt; ++i)
-      if (t[i] >= vocab_)
-        fail(file_.path(), "token " + std::to_string(t[i]) + " at position " + std::to_string(pos_ + i) +
+      if (file_[pos_ + i] >= uint64_t(vocab_))
+        fail(file_.path(), "token " + std::to_string(file_[pos_ + i]) + " at position " + std::to_string(pos_ + i) +
                                " is outside the model's vocabulary [0, " + std::to_string(vocab_) + ")");
   }
   for (int64_t i = 0; i < bt; ++i) {
-    inputs[i] = t[i];
-    targets[i] = t[i + 1];
+    inputs[i] = int32_t(file_[pos_ + i]);
+    targets[i] = int32_t(file_[pos_ + i + 1]);
   }
   pos_ += bt;
 }
@@ -232,6 +296,19 @@ void writeLlmcTokens(const std::string &path, const std::vector<uint16_t> &token
   writeFileAtomic(path, bytes);
 }
 
+void writeLlmcTokens32(const std::string &path, const std::vector<uint32_t> &tokens, int64_t vocab) {
+  if (tokens.size() > size_t(INT32_MAX)) throw UserError(path + ": too many tokens for the llm.c format");
+  std::string bytes(size_t(kLlmcHeaderInts) * 4 + tokens.size() * 4, '\0');
+  int32_t header[kLlmcHeaderInts] = {};
+  header[0] = kLlmcMagic32;
+  header[1] = kLlmcVersion32;
+  header[2] = int32_t(tokens.size());
+  header[3] = int32_t(vocab);
+  std::memcpy(&bytes[0], header, sizeof header);
+  if (!tokens.empty()) std::memcpy(&bytes[sizeof header], tokens.data(), tokens.size() * 4);
+  writeFileAtomic(path, bytes);
+}
+
 void writeNanoGptTokens(const std::string &path, const std::vector<uint16_t> &tokens) {
   std::string bytes(tokens.size() * 2, '\0');
   if (!tokens.empty()) std::memcpy(&bytes[0], tokens.data(), bytes.size());
@@ -245,10 +322,22 @@ void writeNanoGptTokens(const std::string &path, const std::vector<uint16_t> &to
 namespace bigc::rt {
 
 namespace {
-const char *kDataUsage = "usage: bigc data encode input.txt -o tokens.bin   (byte-level tokens, vocabulary 256,\n"
-                         "                                                  written in the llm.c format)\n";
+const char *kDataUsage =
+    "usage: bigc data encode INPUT... --tokenizer PATH -o OUT.bin [--val-fraction F] [--val-output VAL.bin]\n"
+    "                        [--format auto|text|jsonl] [--text-field NAME] [--separator TOKEN|none|auto]\n"
+    "                        [--threads N] [--timeout S] [--quiet]\n"
+    "         the model's own Hugging Face tokenizer (a tokenizer.json, or a model directory holding\n"
+    "         one): text files and JSON lines, each document after the tokenizer's BOS (or end-of-text)\n"
+    "         token, into llm.c's token file: 16-bit ids when the vocabulary fits, else 32-bit (llm.c's\n"
+    "         LLaMA-3 layout); `bigc data encode --tokenizer X --help` says more\n"
+    "       bigc data encode input.txt -o tokens.bin\n"
+    "         byte-level tokens (vocabulary 256), written in the llm.c format\n";
 
 int dataBody(int argc, char **argv, int first) {
+  for (int i = first; i < argc; ++i)
+    if (std::string(argv[i]).rfind("--tokenizer", 0) == 0)
+      throw UserError("--tokenizer: this is bigc-run, which has no Python tokenizer; run `bigc data encode "
+                      "--tokenizer ...` (the bigc driver, with the project's Python environment)");
   cli::Args args = cli::parse(argc, argv, first, {}, {"--help"}, "bigc data");
   if (args.has("--help")) {
     std::cout << kDataUsage;

@@ -394,7 +394,7 @@ void Executor::launch(BoundOp &bound) {
   }
   case OpKind::CrossEntropyGrad: cpu::crossEntropyGrad(fi(0), ii(1), *fi(2), fo(0), op.N, op.vocabCols, op.V); break;
   case OpKind::GlobalNorm:
-    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_);
+    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_, lrFor(op));
     break;
   case OpKind::Cast: convert(op.rawIn[0], op.inType[0], op.rawOut[0], op.outType[0], op.n); break;
   case OpKind::Wait: break;
@@ -415,7 +415,7 @@ void Executor::launch(BoundOp &bound) {
   }
   case OpKind::CheckFinite:
   case OpKind::LossScaleUpdate:
-    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_);
+    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_, lrFor(op));
     break;
   case OpKind::AdamW:
     if (op.capture) { // the grad as AdamW sees it, unscaled (a chunk's at its offset)
@@ -427,7 +427,7 @@ void Executor::launch(BoundOp &bound) {
         for (int64_t k = 0; k < op.n; ++k) dst[k] = float(double(dst[k]) * inv);
       }
     }
-    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_);
+    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_, lrFor(op));
     break;
   }
   for (const StagedOperand &c : op.post) fromF32(c.stage, c.arena, c.dtype, c.n);

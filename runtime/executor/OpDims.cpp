@@ -230,7 +230,8 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
       d.gradOffset = int64_t(ins.num("offset", 0));
       if (ins.flag("write_half") && out(3).numel() == in(1).numel()) d.halfOffset = d.gradOffset;
     }
-    d.adam.lr = float(ins.num("lr", o.lr));
+    d.baseLr = ins.num("lr", o.lr);
+    d.adam.lr = float(d.baseLr);
     d.adam.beta1 = float(ins.num("beta1", o.beta1));
     d.adam.beta2 = float(ins.num("beta2", o.beta2));
     d.adam.eps = float(ins.num("eps", o.eps));
@@ -256,7 +257,7 @@ OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind) {
 
 bool runOptimizerOpOnHost(OpKind kind, const OpDims &d, const std::vector<void *> &in, const std::vector<void *> &out,
                           const std::vector<DType> &inT, const std::vector<DType> &outT,
-                          const std::vector<int64_t> &inN, int64_t updates) {
+                          const std::vector<int64_t> &inN, int64_t updates, float lr) {
   auto scalar = [&](size_t k) { return *static_cast<const float *>(in[k]); };
   switch (kind) {
   case OpKind::AdamW: {
@@ -275,6 +276,7 @@ bool runOptimizerOpOnHost(OpKind kind, const OpDims &d, const std::vector<void *
       c = std::min(1.0, d.maxNorm / (norm + 1e-6));
     }
     CpuAdamArgs a = d.adam;
+    a.lr = lr;
     a.gradScale = float(c * inv);
     a.step = updates + 1;
     cpuAdamWStates(static_cast<float *>(out[0]), grad, inT[1], out[1], out[2], outT[1], half,

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "bigc/Driver/Compile.h"
+#include "bigc/Driver/Data.h"
 #include "bigc/Driver/Import.h"
 #include "bigc/Gen/GptGen.h"
 #include "bigc/Inspect/Inspect.h"
@@ -36,7 +37,7 @@ const char *kUsage = "usage: bigc <command> [options]\n"
                      "  inspect      show a program's memory plan (--memory, --json, --timeline FILE.svg)\n"
                      "  verify       prove a program's plan free of hazards (also done by compile and run)\n"
                      "  run          train: run a program on the CPU or CUDA backend\n"
-                     "  data encode  turn a text file into byte-level tokens (vocabulary 256)\n"
+                     "  data encode  text into a token file: with the model's tokenizer (--tokenizer), or bytes\n"
                      "  calibrate    measure this machine for the cost model: write a hardware profile\n"
                      "\n"
                      "  bigc <command> --help   options of one command\n"
@@ -58,7 +59,7 @@ int dispatch(int argc, char **argv, const std::string &cmd) {
   if (cmd == "import") return bigc::importMain(argc, argv, 2);
   if (cmd == "inspect") return bigc::inspect::inspectMain(argc, argv, 2);
   if (cmd == "run") return bigc::rt::runMain(argc, argv, 2);
-  if (cmd == "data") return bigc::rt::dataMain(argc, argv, 2);
+  if (cmd == "data") return bigc::dataMain(argc, argv, 2);
   if (cmd == "verify") return bigc::rt::verifyMain(argc, argv, 2);
   if (cmd == "calibrate") return bigc::rt::calibrateMain(argc, argv, 2);
   return -1;

@@ -55,6 +55,7 @@ struct CompileOptions : mlir::bigc::TrainPipelineConfig {
   std::optional<int64_t> globalBatch; // --global-batch: checked against the model
   // --auto (Auto.h): the compiler chooses the strategy; --pareto FILE: its picture; `given`: the
   // flags on the command line (they pin their dimension of the search).
+  rt::LrSchedule schedule; // --lr-schedule and its steps
   bool autoSearch = false;
   double autoSeconds = 25.0; // --auto's compile budget (0: none)
   std::string paretoSvg;

@@ -126,10 +126,36 @@ struct Space {
   int64_t arenaBytes = 0, lowerBoundBytes = 0, capacityBytes = 0;
 };
 
+// Version 5 (bigc compile --lr-schedule): the learning rate of each step from the step counter the
+// program keeps (Engine::stepCount: steps run, skipped fp16 steps included, as PyTorch schedulers
+// step every iteration). Step i (counted from 0) with peak rate lr, warmup W, decay end N, final
+// rate min_lr:
+//   i < W                    lr * (i + 1) / W                 (linear warmup, llm.c's and torchtitan's)
+//   constant                 lr
+//   cosine, W <= i < N       min + (lr - min) * (1 + cos(pi * (i - W) / (N - W))) / 2
+//   linear, W <= i < N       min + (lr - min) * (1 - (i - W) / (N - W))
+//   wsd: lr up to N - D, then min + (lr - min) * (1 - (i - (N - D)) / D)   (D: wsd_decay_steps;
+//        Megatron-LM's --lr-wsd-decay-iters, linear)
+//   i >= N (decaying kinds)  min
+struct LrSchedule {
+  std::string kind = "constant"; // constant, cosine, linear, wsd
+  int64_t warmupSteps = 0, decaySteps = 0, wsdDecaySteps = 0;
+  double minLr = 0;
+  // Anything but a constant rate (the program's lr at every step, as versions before 5).
+  bool present() const { return kind != "constant" || warmupSteps > 0; }
+};
+
 struct Optimizer {
   std::string kind = "adamw";
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1, gradClip = 0.0;
+  LrSchedule schedule;
 };
+
+// The rate of step i (from 0) for an instruction whose rate is `lr` (the program's optimizer.lr;
+// min_lr scales with it), in double; `lr` itself when there is no schedule.
+double learningRate(const Optimizer &o, double lr, int64_t i);
+// "cosine: warmup 100 steps, decay to 6e-05 by step 5000" (for inspect and run).
+std::string describeSchedule(const Optimizer &o);
 
 struct RecomputeInfo {
   std::string policy = "none";
@@ -243,8 +269,11 @@ struct Program {
 
 // Version 4: a padded vocabulary (buffer field vocab_rows, instruction attribute classes), which a
 // version-3 reader would skip and so train another model; a program without it is written as 3.
-constexpr int kProgramVersion = 4;
-// The version a program is written as: 4 where it has a padded vocabulary, else 3.
+// Version 5: a learning-rate schedule (optimizer.schedule), which a version-4 reader would skip
+// and train at a constant rate.
+constexpr int kProgramVersion = 5;
+// The version a program is written as: 5 where it has a schedule, 4 where it has a padded
+// vocabulary, else 3.
 int writtenVersion(const Program &p);
 constexpr int kOldestProgramVersion = 2; // read too (no collectives, one rank)
 constexpr int64_t kAlignment = 64;

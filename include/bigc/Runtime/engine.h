@@ -74,6 +74,12 @@ public:
   // Steps run and optimizer updates done (they differ when fp16 skipped steps), e.g. on resume.
   virtual void setCounters(int64_t steps, int64_t updates) = 0;
   bool hasLossScaling() const { return program().lossScale >= 0; }
+  // The learning rate of the step last run (the program's schedule at step stepCount() - 1; its lr
+  // without one), as the update used it (rounded to float once).
+  float lastLearningRate() const {
+    const Optimizer &o = program().optimizer;
+    return float(learningRate(o, o.lr, stepCount() - 1));
+  }
   virtual float lastLossScale() const = 0;
   virtual bool lastSkipped() const = 0;
 

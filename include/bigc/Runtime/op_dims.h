@@ -22,6 +22,7 @@ struct OpDims {
   std::vector<int64_t> shape, perm; // transpose
   // adamw: hyperparameters (step and gradScale set per call), and where its optional inputs are
   CpuAdamArgs adam{};
+  double baseLr = 0.0; // adamw: the instruction's rate as written (double), which a schedule scales
   double maxNorm = 0.0;
   bool clip = false, unscale = false, skip = false, writeHalf = false;
   // A range copy (bytes) or a chunk of an update (elements; half's offset: 0 for a chunk-sized half).
@@ -77,10 +78,11 @@ inline AttentionGeometry attentionGeometry(const OpDims &d) {
 
 // The offloaded optimizer's instructions on host memory (the CPU backend runs every instruction
 // this way; the CUDA backend its host stream): adamw, check_finite, global_norm,
-// loss_scale_update. `updates` is the number of updates done before this step (AdamW's t - 1).
-// Returns false for any other op.
+// loss_scale_update. `updates` is the number of updates done before this step (AdamW's t - 1) and
+// `lr` the step's learning rate (the schedule's; d.adam.lr without one). Returns false for any
+// other op.
 bool runOptimizerOpOnHost(OpKind kind, const OpDims &d, const std::vector<void *> &in, const std::vector<void *> &out,
                           const std::vector<DType> &inT, const std::vector<DType> &outT,
-                          const std::vector<int64_t> &inN, int64_t updates);
+                          const std::vector<int64_t> &inN, int64_t updates, float lr);
 
 } // namespace bigc::rt

@@ -196,6 +196,11 @@ protected:
   }
   [[noreturn]] void stuck(const BoundOp &op, int64_t dep, const std::string &what) const;
   float scalar(int64_t bufferId) const;
+  // The learning rate of an adamw op in the step under way: its rate as written, or the schedule's
+  // rate of this step (optimizer.schedule) computed in double and rounded once.
+  float lrFor(const OpDims &d) const {
+    return prog_.optimizer.schedule.present() ? float(learningRate(prog_.optimizer, d.baseLr, step_ - 1)) : d.adam.lr;
+  }
   bool isNvme(int64_t id) const { return prog_.buffers.at(size_t(id)).space == "nvme"; }
   // A copy to or from the nvme space (op.n bytes at the op's offsets, through the host staging
   // buffer): done here, on the calling thread, returning true; false for any other copy.

@@ -51,7 +51,7 @@ void CudaEngine::bindKernel(Op &op) {
   const bool onHost = onHost_[op.stream];
   // The offloaded optimizer's ops on the host stream: the CPU backend's code (op_dims.h).
   auto optimizerOnHost = [this](Op &o) {
-    runOptimizerOpOnHost(o.kind, o, o.rawIn, o.rawOut, o.inType, o.outType, o.inNumel, updates_);
+    runOptimizerOpOnHost(o.kind, o, o.rawIn, o.rawOut, o.inType, o.outType, o.inNumel, updates_, lrFor(o));
   };
   auto nothing = [](Op &) {};
   switch (op.kind) {
@@ -349,6 +349,7 @@ void CudaEngine::bindKernel(Op &op) {
         BIGC_CK(
             cudaMemcpyAsync(o.capture, o.in[1], size_t(o.n * int64_t(dtypeSize(o.inType[1]))), cudaMemcpyDefault, s));
       CpuAdamArgs a = o.adam;
+      a.lr = lrFor(o);
       a.step = updates_ + 1;
       const AdamWConsts c = adamWConsts(a);
       cuda::adamw(c, f32out(o, 0), o.in[1], o.inType[1], f32out(o, 1), f32out(o, 2), o.writeHalf ? o.out[3] : nullptr,

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Speed of `bigc data encode --tokenizer` against the tokenizers library's own encode_batch
+# (bench.py): MB/s of text for (a) `python -m bigc_data encode` end to end and (b) one
+# encode_batch call over the same documents on the same threads (file reading excluded), and
+# the ratio (target: (a) >= 0.80 of (b)). The corpus is repeated to about TARGET_MB (32) MB and run
+# twice: as one plain text document, and as JSON lines with one document per paragraph.
+#
+#   bench/tokenize/run.sh [TOKENIZER.json [CORPUS.txt [THREADS]]]
+#       defaults: /work/bench-data/gpt2-tokenizer.json, /work/bench-data/tinyshakespeare.txt
+#       (GPT-2's tokenizer.json and char-rnn's tiny Shakespeare), all cores.
+#   Environment: BIGC_PYTHON (default .venv/bin/python), TARGET_MB, REPS (3), WORK (a temp dir).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PY=${BIGC_PYTHON:-$ROOT/.venv/bin/python}
+TOK=${1:-/work/bench-data/gpt2-tokenizer.json}
+CORPUS=${2:-/work/bench-data/tinyshakespeare.txt}
+THREADS=${3:-$(nproc)}
+for f in "$TOK" "$CORPUS"; do
+  [ -f "$f" ] || { echo "bench/tokenize: $f: no such file (usage: run.sh [TOKENIZER.json [CORPUS.txt [THREADS]]])" >&2; exit 1; }
+done
+W=${WORK:-$(mktemp -d /tmp/bigc-tokenize-bench.XXXXXX)}
+mkdir -p "$W"
+trap 'rm -rf "$W"' EXIT
+"$PY" "$ROOT/bench/tokenize/bench.py" --tokenizer "$TOK" --corpus "$CORPUS" --work "$W" \
+  --threads "$THREADS" --target-mb "${TARGET_MB:-32}" --reps "${REPS:-3}" --python "$PY"
