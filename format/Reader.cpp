@@ -173,6 +173,22 @@ Program fromJson(const json &root, const std::string &path, bool top) {
       ls.minLr = r.numberOr(s, "min_lr", "optimizer.schedule", 0.0);
     }
   }
+  if (root.contains("aliases")) {
+    const json &a = r.object(root, "aliases", "payload");
+    for (auto &[name, list] : a.items()) {
+      if (!list.is_array()) fail(path, "aliases." + name + ": expected an array of names");
+      for (const json &n : list) {
+        if (!n.is_string()) fail(path, "aliases." + name + ": expected an array of names");
+        p.aliases[name].push_back(n.get<std::string>());
+      }
+    }
+  }
+  if (root.contains("hf")) {
+    const json &h = r.object(root, "hf", "payload");
+    const json &c = r.object(h, "config", "hf");
+    p.hfConfig = c.dump();
+    p.hfPrefix = r.stringOr(h, "prefix", "hf", "");
+  }
   if (root.contains("hardware")) {
     const json &h = r.object(root, "hardware", "payload");
     p.hardwareName = r.stringOr(h, "name", "hardware", "");
@@ -259,6 +275,10 @@ Program fromJson(const json &root, const std::string &path, bool top) {
   p.tokenInputs = r.ints(inputs, "tokens", "inputs");
   p.targetInputs = r.ints(inputs, "targets", "inputs");
   p.loss = r.integer(root, "loss", "payload");
+  if (root.contains("eval") && !root["eval"].is_null()) {
+    const json &ev = r.object(root, "eval", "payload");
+    p.evalInstructions = r.ints(ev, "instructions", "eval");
+  }
   if (root.contains("loss_scaling") && !root["loss_scaling"].is_null()) {
     const json &ls = r.object(root, "loss_scaling", "payload");
     p.lossScale = r.integer(ls, "scale", "loss_scaling");

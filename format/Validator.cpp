@@ -441,6 +441,33 @@ void validateStage(const Program &p, const std::string &path) {
     v.shapes(*sig);
     v.overlaps(*sig);
   }
+  // The evaluation program: forward instructions of the step, in order, closed under their inputs
+  // (each read is a weight or other persistent buffer, a token or target input, or written by an
+  // earlier instruction of it), so that it runs alone between two steps.
+  if (!p.evalInstructions.empty()) {
+    std::vector<char> written(p.buffers.size(), 0);
+    for (const Buffer &b : p.buffers) written[size_t(b.id)] = b.persistent();
+    for (int64_t id : p.tokenInputs) written[size_t(id)] = 1;
+    for (int64_t id : p.targetInputs) written[size_t(id)] = 1;
+    int64_t prev = -1;
+    for (int64_t i : p.evalInstructions) {
+      if (i <= prev || i >= int64_t(p.instructions.size()))
+        fail(path, "eval: instruction " + std::to_string(i) +
+                       " is out of order or out of range (increasing indices "
+                       "below " +
+                       std::to_string(p.instructions.size()) + ")");
+      prev = i;
+      const Instruction &ins = p.instructions[size_t(i)];
+      if (ins.phase != "forward" || ins.recompute)
+        fail(path, "eval: instruction " + std::to_string(i) + " (" + ins.op + ") is not of the forward (phase '" +
+                       ins.phase + "'" + (ins.recompute ? ", recomputed" : "") + ")");
+      for (int64_t id : ins.in)
+        if (!written[size_t(id)])
+          fail(path, "eval: instruction " + std::to_string(i) + " (" + ins.op + ") reads buffer " + std::to_string(id) +
+                         " '" + p.buffers[size_t(id)].name + "', which nothing of the evaluation writes before it");
+      for (int64_t id : ins.out) written[size_t(id)] = 1;
+    }
+  }
 
   // A mesh of several ranks runs collectives; one rank has none.
   // Buffers that share memory must not be live at the same time, except buffers joined by an
@@ -580,6 +607,16 @@ void validateProgram(const Program &p, const std::string &path) {
                                "' is used by a persistent buffer of stage " + std::to_string(it->second) +
                                " too (each weight and its state belong to one stage)");
     }
+  // A tied weight's other names: of a weight the program has, and no name of its own.
+  {
+    std::set<std::string> seen;
+    for (const auto &[name, list] : p.aliases) {
+      if (!owner.count(name)) fail(path, "aliases: '" + name + "' is not a weight of the program");
+      for (const std::string &a : list)
+        if (a.empty() || owner.count(a) || !seen.insert(a).second)
+          fail(path, "aliases of '" + name + "': '" + a + "' is empty, a name of the program's own, or listed twice");
+    }
+  }
 
   // Every send has exactly one recv in its peer stage (from this stage, same tag) of the same
   // dtype and bytes, and the other way round; tags are unique per sender -> receiver pair.

@@ -60,6 +60,8 @@ json payloadJson(const Program &p) {
   root["hardware"] = json(hardwareJson(p));
   if (!p.initialWeights.empty())
     root["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
+  if (!p.aliases.empty()) root["aliases"] = p.aliases;
+  if (!p.hfConfig.empty()) root["hf"] = {{"config", json::parse(p.hfConfig)}, {"prefix", p.hfPrefix}};
   if (!p.nvmePath.empty()) root["nvme"] = {{"path", p.nvmePath}};
   json spaces = json::array();
   for (const auto &s : p.spaces)
@@ -87,6 +89,7 @@ json payloadJson(const Program &p) {
   }
   root["buffers"] = std::move(bufs);
   root["inputs"] = {{"tokens", p.tokenInputs}, {"targets", p.targetInputs}};
+  if (!p.evalInstructions.empty()) root["eval"] = {{"instructions", p.evalInstructions}};
   root["loss"] = p.loss;
   if (p.lossScale >= 0 || p.foundInf >= 0) root["loss_scaling"] = {{"scale", p.lossScale}, {"found_inf", p.foundInf}};
   root["recompute"] = {{"policy", p.recompute.policy},

@@ -31,6 +31,8 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cfloat>
 #include <climits>
@@ -89,6 +91,33 @@ mlir::LogicalResult checkInterface(mlir::ModuleOp module) {
   if (bad)
     return bad->emitError("16-bit tensors are not supported by this version yet in the model: write the "
                           "model in f32 and compile with --precision bf16|fp16 (fp32 masters, 16-bit compute)");
+  // The module attributes that name the model as its authors' tools do (bigc import and bigc gen
+  // write them): bigc.aliases {"weight" = ["other name", ...]}, bigc.hf_config "JSON object",
+  // bigc.hf_prefix "prefix.".
+  if (mlir::Attribute a = module->getAttr("bigc.aliases")) {
+    auto dict = llvm::dyn_cast<mlir::DictionaryAttr>(a);
+    if (!dict) return module.emitError("bigc.aliases must be a dictionary {\"weight\" = [\"alias\", ...]}");
+    for (mlir::NamedAttribute e : dict) {
+      auto p = module.lookupSymbol<mlir::bigc::ParamOp>(e.getName().getValue());
+      auto list = llvm::dyn_cast<mlir::ArrayAttr>(e.getValue());
+      if (!p || !list || !llvm::all_of(list, [](mlir::Attribute x) { return llvm::isa<mlir::StringAttr>(x); }))
+        return module.emitError("bigc.aliases: '")
+               << e.getName().getValue() << "' must be a bigc.param of the model with an array of names";
+      for (mlir::Attribute x : list)
+        if (module.lookupSymbol<mlir::bigc::ParamOp>(llvm::cast<mlir::StringAttr>(x).getValue()))
+          return module.emitError("bigc.aliases: '")
+                 << llvm::cast<mlir::StringAttr>(x).getValue() << "' is a parameter of its own, not another name of '"
+                 << e.getName().getValue() << "'";
+    }
+  }
+  if (mlir::Attribute a = module->getAttr("bigc.hf_config")) {
+    auto str = llvm::dyn_cast<mlir::StringAttr>(a);
+    if (!str || !nlohmann::json::accept(str.getValue().str()) ||
+        !nlohmann::json::parse(str.getValue().str()).is_object())
+      return module.emitError("bigc.hf_config must be a string holding a JSON object (a Hugging Face config.json)");
+  }
+  if (mlir::Attribute a = module->getAttr("bigc.hf_prefix"); a && !llvm::isa<mlir::StringAttr>(a))
+    return module.emitError("bigc.hf_prefix must be a string");
   return mlir::success();
 }
 

@@ -80,7 +80,20 @@ rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::str
   header.deviceReserveParts = o.deviceReserveParts;
   header.initialWeights = o.initialWeights;
   header.initialWeightsBytes = o.initialWeightsBytes;
+  // The model's names as its authors' tools read them (checked by checkInterface).
+  if (auto d = module->getAttrOfType<mlir::DictionaryAttr>("bigc.aliases"))
+    for (mlir::NamedAttribute e : d)
+      for (mlir::Attribute x : llvm::cast<mlir::ArrayAttr>(e.getValue()))
+        header.aliases[e.getName().str()].push_back(llvm::cast<mlir::StringAttr>(x).str());
+  if (auto c = module->getAttrOfType<mlir::StringAttr>("bigc.hf_config")) header.hfConfig = c.str();
+  if (auto c = module->getAttrOfType<mlir::StringAttr>("bigc.hf_prefix")) header.hfPrefix = c.str();
   rt::Program program = emit::buildProgram(module, std::move(header));
+  // The evaluation program: the step's own forward (phase forward, not recomputed in the backward),
+  // run alone in the training plan's arenas (the validator checks that it reads nothing the
+  // backward or the optimizer writes).
+  for (size_t i = 0; i < program.instructions.size(); ++i)
+    if (program.instructions[i].phase == "forward" && !program.instructions[i].recompute)
+      program.evalInstructions.push_back(int64_t(i));
   if (o.haveHardware) { // the step on the profile: time and the collectives hidden behind compute
     mlir::bigc::StepEstimate est = mlir::bigc::simulateStep(module, o.hardware);
     program.estimate.present = true;

@@ -18,6 +18,8 @@
 #include "bigc/Support/error.h"
 #include "bigc/Support/file.h"
 
+#include <nlohmann/json.hpp>
+
 namespace bigc::gen {
 
 using bigc::UserError;
@@ -123,7 +125,29 @@ private:
            "positions.\n"
            "// Names and shapes: Hugging Face GPT-2 without `transformer.`; linear layers compute "
            "x @ W + b.\n";
-    os_ << "module {\n";
+    // Hugging Face's GPT-2 config of this model and the prefix of its names there: `bigc run
+    // --save-hf` writes a directory GPT2LMHeadModel.from_pretrained opens.
+    nlohmann::ordered_json hf = {{"architectures", {"GPT2LMHeadModel"}},
+                                 {"model_type", "gpt2"},
+                                 {"vocab_size", V()},
+                                 {"n_embd", C()},
+                                 {"n_layer", L()},
+                                 {"n_head", H()},
+                                 {"n_positions", T()},
+                                 {"n_ctx", T()},
+                                 {"n_inner", nullptr},
+                                 {"activation_function", "gelu_new"},
+                                 {"layer_norm_epsilon", 1e-5},
+                                 {"resid_pdrop", 0.0},
+                                 {"embd_pdrop", 0.0},
+                                 {"attn_pdrop", 0.0},
+                                 {"initializer_range", 0.02},
+                                 {"tie_word_embeddings", true}};
+    // GPT-2's <|endoftext|> (50256) where the vocabulary has it; none otherwise.
+    hf["bos_token_id"] = V() > 50256 ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr);
+    hf["eos_token_id"] = hf["bos_token_id"];
+    os_ << "module attributes {bigc.hf_config = " << mlirString(hf.dump())
+        << ", bigc.hf_prefix = \"transformer.\"} {\n";
   }
 
   void param(const std::string &name, const std::string &type, const std::string &init, double std = 0.0) {

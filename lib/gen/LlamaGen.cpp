@@ -18,6 +18,8 @@
 #include "bigc/Support/error.h"
 #include "bigc/Support/file.h"
 
+#include <nlohmann/json.hpp>
+
 namespace bigc::gen {
 
 using bigc::UserError;
@@ -113,7 +115,36 @@ private:
     os_ << "// parameters: " << withCommas(llamaParameterCount(c_)) << "\n";
     os_ << "// Pre-RMSNorm blocks, rotary embeddings, grouped-query attention, SwiGLU MLP, untied LM head;\n"
            "// names and shapes: Hugging Face's LlamaForCausalLM (linear weights [out, in]).\n";
-    os_ << "module {\n";
+    // Hugging Face's config of this model (LlamaForCausalLM; Mistral's with a window, Qwen2's with
+    // q/k/v biases): `bigc run --save-hf` writes a directory from_pretrained opens.
+    const std::string type = c_.qkvBias ? "qwen2" : c_.window > 0 ? "mistral" : "llama";
+    nlohmann::ordered_json hf = {{"architectures",
+                                  {type == "qwen2"     ? "Qwen2ForCausalLM"
+                                   : type == "mistral" ? "MistralForCausalLM"
+                                                       : "LlamaForCausalLM"}},
+                                 {"model_type", type},
+                                 {"vocab_size", V()},
+                                 {"hidden_size", C()},
+                                 {"intermediate_size", F()},
+                                 {"num_hidden_layers", c_.layers},
+                                 {"num_attention_heads", H()},
+                                 {"num_key_value_heads", Hkv()},
+                                 {"max_position_embeddings", T()},
+                                 {"rms_norm_eps", c_.eps},
+                                 {"rope_theta", c_.ropeTheta},
+                                 {"hidden_act", "silu"},
+                                 {"initializer_range", 0.02},
+                                 {"tie_word_embeddings", c_.tied}};
+    if (type == "llama") hf["attention_bias"] = false, hf["mlp_bias"] = false;
+    if (c_.window > 0) hf["sliding_window"] = c_.window;
+    if (c_.llama3Scaling)
+      hf["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", 8.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 8192}};
+    os_ << "module attributes {bigc.hf_config = " << mlirString(hf.dump())
+        << (c_.tied ? ", bigc.aliases = {\"model.embed_tokens.weight\" = [\"lm_head.weight\"]}" : "") << "} {\n";
   }
 
   void param(const std::string &name, const std::string &type, const std::string &init, double std = 0.0) {

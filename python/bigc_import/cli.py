@@ -1,6 +1,7 @@
 """The command line of `bigc import` (python -m bigc_import): the contract with the C++ driver."""
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -123,6 +124,40 @@ def write_atomically(files):
                 pass
 
 
+def hf_config_of(path):
+    """The config.json a Hugging Face directory written by bigc holds (`bigc run --save-hf`): the
+    imported config as given, with its architecture named and the weights' dtype (fp32)."""
+    from .precheck import FAMILIES, family_of, read_config_json
+    cfg = dict(read_config_json(path))
+    cfg.setdefault("architectures", [FAMILIES[family_of(cfg, path)]])
+    cfg["torch_dtype"] = "float32"
+    return cfg
+
+
+def module_attrs(module, params, hf_config):
+    """The module attributes that carry what bigc needs to write the model back as its authors'
+    tools read it: `bigc.aliases` (a tied parameter's other names: the module's state_dict holds
+    every name, Hugging Face's save_pretrained the input embedding's) and `bigc.hf_config` (an
+    imported Hugging Face config, for `bigc run --save-hf`)."""
+    from .mlir import quote
+    groups = {}
+    for n, p in module.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(n)
+    kept = {name for name, _ in params}
+    aliases = {}
+    for names in groups.values():
+        k = [n for n in names if n in kept]
+        if k and len(names) > 1:
+            aliases[k[0]] = [n for n in names if n != k[0]]
+    out = {}
+    if aliases:
+        out["bigc.aliases"] = "{" + ", ".join(
+            f"{quote(k)} = [{', '.join(quote(a) for a in v)}]" for k, v in sorted(aliases.items())) + "}"
+    if hf_config is not None:
+        out["bigc.hf_config"] = quote(json.dumps(hf_config, sort_keys=True))
+    return out
+
+
 def _exit_site(tb):
     """'file.py:LINE' of the innermost frame outside this package and PyTorch that a SystemExit
     came from."""
@@ -216,9 +251,11 @@ def _run(args, out, weights_name, weights_path):
     from . import capture, lower, weights
 
     notes = []
+    hf_config = None
     if args.cmd == "hf":
         wrapper, tokens, targets, desc = capture.build_hf(args.config, args.batch, args.seq,
                                                           args.weights, args.seed, notes)
+        hf_config = hf_config_of(args.config)
         cmd = f"bigc import hf {os.path.basename(args.config)}"
     else:
         wrapper, tokens, targets, desc = capture.build_torch(args.spec, notes)
@@ -239,7 +276,7 @@ def _run(args, out, weights_name, weights_path):
               f"parameters: {nparams:,} ({len(lw.params)} tensors), initial weights in {weights_name}",
               "Names and shapes: the module's own (linear weights [out, in] with transpose_b)."]
     text = lw.b.text([("%tokens", f"tensor<{B}x{T}xi32>"), ("%targets", f"tensor<{B}x{T}xi32>")],
-                     loss.ssa, header, weights_name)
+                     loss.ssa, header, weights_name, module_attrs(wrapper.m, lw.params, hf_config))
     try:
         write_atomically([(weights_path, lambda f: weights.write_safetensors(f, lw.params)),
                           (out, lambda f: f.write(text.encode()))])

@@ -135,9 +135,10 @@ class Builder:
         return results
 
     # --- the module --------------------------------------------------------------------------
-    def text(self, args, result, header_lines, weights_file):
+    def text(self, args, result, header_lines, weights_file, module_attrs=None):
         """The module: param declarations, then @forward(args) returning `result`, keeping only
-        the ops the result depends on."""
+        the ops the result depends on. `module_attrs`: more module attributes, name -> the
+        attribute's text."""
         live = {result}
         kept = []
         for op in reversed(self.ops):
@@ -148,7 +149,9 @@ class Builder:
         out = []
         for h in header_lines:
             out.append(f"// {h}" if h else "//")
-        attrs = f" attributes {{bigc.weights = {quote(weights_file)}}}" if weights_file else ""
+        items = [f"bigc.weights = {quote(weights_file)}"] if weights_file else []
+        items += [f"{k} = {v}" for k, v in (module_attrs or {}).items()]
+        attrs = f" attributes {{{', '.join(items)}}}" if items else ""
         out.append(f"module{attrs} {{")
         for name, shape, init in self.params:
             items = [f"init = {quote(init['init'])}"]

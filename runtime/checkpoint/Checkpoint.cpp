@@ -210,8 +210,11 @@ struct Snap {
   uint64_t seed = 0;
   std::string backend;
   json data;
-  std::vector<const Buffer *> state; // every persistent buffer, program order
-  std::vector<size_t> weights;       // the weights of record, as indices into `state`
+  std::vector<const Buffer *> state;    // every persistent buffer, program order
+  std::vector<size_t> weights;          // the weights of record, as indices into `state`
+  std::vector<std::string> weightNames; // their names in model.safetensors (Hugging Face's layout when
+                                        // the program has a Hugging Face config: from_pretrained opens
+                                        // the checkpoint's directory as it is)
   // Tensor i of `state`'s bytes: a pointer to them (the engine's memory or a snapshot), or `buf`
   // filled with them.
   std::function<const uint8_t *(size_t, std::vector<uint8_t> &)> bytes;
@@ -251,9 +254,9 @@ Info writeSnap(const Snap &s, WriteStats *stats) {
           {"format", "pt"}, {"producer", "bigc"}, {"content", "weights"}, {"step", std::to_string(step)}};
       std::vector<safetensors::OutTensor> ts;
       bool f32 = true;
-      for (size_t i : s.weights) {
-        const Buffer &b = *s.state[i]; // the model's shape: a padded vocabulary's first rows
-        ts.push_back({b.name, DType::F32, b.logicalShape(), b.logicalNumel() * 4});
+      for (size_t k = 0; k < s.weights.size(); ++k) {
+        const Buffer &b = *s.state[s.weights[k]]; // the model's shape: a padded vocabulary's first rows
+        ts.push_back({s.weightNames[k], DType::F32, b.logicalShape(), b.logicalNumel() * 4});
         f32 = f32 && b.dtype == DType::F32;
       }
       std::vector<uint8_t> conv;
@@ -270,6 +273,15 @@ Info writeSnap(const Snap &s, WriteStats *stats) {
                                              convert(p, b.dtype, buf.data(), DType::F32, b.logicalNumel());
                                              return buf.data();
                                            }));
+    }
+    // config.json beside the weights (a model with a Hugging Face config): the directory is one
+    // from_pretrained opens.
+    if (!s.program->hfConfig.empty()) {
+      json config = json::parse(s.program->hfConfig);
+      config["torch_dtype"] = "float32";
+      const std::string text = config.dump(2) + "\n";
+      writeFileAtomic(tmp + "/config.json", text);
+      record("config.json", {int64_t(text.size()), xxh64(text.data(), text.size())});
     }
     // Test hook: a pause in the middle of writing, so that a test can kill the process there.
     if (const char *pause = std::getenv("BIGC_TEST_CHECKPOINT_PAUSE_MS"))
@@ -371,9 +383,11 @@ Snap describe(const std::string &dir, int keep, const Engine &ex, const data::To
   s.data = {{"kind", source.kind()}, {"state", source.state()}, {"describe", source.describe()}};
   for (const Buffer &b : ex.program().buffers)
     if (b.persistent()) s.state.push_back(&b);
-  for (const Buffer *w : ex.weights())
+  const std::vector<safetensors::NamedWeight> names = safetensors::weightNames(
+      ex, ex.program().hfConfig.empty() ? safetensors::WeightNames::Program : safetensors::WeightNames::HuggingFace);
+  for (const safetensors::NamedWeight &w : names)
     for (size_t i = 0; i < s.state.size(); ++i)
-      if (s.state[i] == w) s.weights.push_back(i);
+      if (s.state[i] == w.buffer) s.weights.push_back(i), s.weightNames.push_back(w.name);
   return s;
 }
 

@@ -477,28 +477,43 @@ std::pair<int64_t, uint64_t> writeImage(const std::string &path, const std::map<
 }
 
 std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,
+                                          const std::map<std::string, std::string> &metadata, WeightNames how) {
+  return writeWeights(path, ex, weightNames(ex, how), metadata);
+}
+
+std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex, const std::vector<NamedWeight> &ws,
                                           const std::map<std::string, std::string> &metadata) {
-  std::vector<const Buffer *> ws = ex.weights();
   std::vector<OutTensor> ts; // the model's shapes: a padded vocabulary's first rows (the data's prefix)
-  for (const Buffer *b : ws) ts.push_back({b->name, DType::F32, b->logicalShape(), b->logicalNumel() * 4});
+  for (const NamedWeight &w : ws)
+    ts.push_back({w.name, DType::F32, w.buffer->logicalShape(), w.buffer->logicalNumel() * 4});
   std::map<std::string, std::string> md = {{"format", "pt"}, {"producer", "bigc"}};
   for (const auto &[k, v] : metadata) md[k] = v;
-  return writeStreaming(path, md, ts, [&](size_t i, std::vector<uint8_t> &buf) {
-    const Buffer &b = *ws[i];
-    // In this process's memory (in one process only: under mpirun the other processes follow the
-    // reads below, which may be collectives; checkpoint::follow).
-    const std::vector<Engine::HostPiece> pieces =
-        mpiWorld().first == 1 ? ex.hostPieces(b.id) : std::vector<Engine::HostPiece>();
-    if (pieces.size() == 1 && pieces[0].begin == 0 && pieces[0].count == b.numel()) {
-      if (b.dtype == DType::F32) return static_cast<const uint8_t *>(pieces[0].data);
+  std::vector<uint8_t> last; // the previous tensor's bytes, for a tied weight's other name
+  const uint8_t *lastPtr = nullptr;
+  return writeStreaming(path, md, ts, [&](size_t i, std::vector<uint8_t> &buf) -> const uint8_t * {
+    if (ws[i].again) return lastPtr; // the same weight again (read once: under mpirun, reads are collective)
+    lastPtr = [&]() -> const uint8_t * {
+      const Buffer &b = *ws[i].buffer;
+      // In this process's memory (in one process only: under mpirun the other processes follow the
+      // reads below, which may be collectives; checkpoint::follow).
+      const std::vector<Engine::HostPiece> pieces =
+          mpiWorld().first == 1 ? ex.hostPieces(b.id) : std::vector<Engine::HostPiece>();
+      if (pieces.size() == 1 && pieces[0].begin == 0 && pieces[0].count == b.numel()) {
+        if (b.dtype == DType::F32) return static_cast<const uint8_t *>(pieces[0].data);
+        buf.resize(size_t(b.logicalNumel() * 4));
+        convert(pieces[0].data, b.dtype, buf.data(), DType::F32, b.logicalNumel());
+        return static_cast<const uint8_t *>(buf.data());
+      }
       buf.resize(size_t(b.logicalNumel() * 4));
-      convert(pieces[0].data, b.dtype, buf.data(), DType::F32, b.logicalNumel());
+      std::vector<float> v = ex.readF32(b.id);
+      std::memcpy(buf.data(), v.data(), buf.size());
       return static_cast<const uint8_t *>(buf.data());
+    }();
+    if (i + 1 < ws.size() && ws[i + 1].again && lastPtr == buf.data()) { // keep it past the next fill
+      last.assign(buf.begin(), buf.end());
+      lastPtr = last.data();
     }
-    buf.resize(size_t(b.logicalNumel() * 4));
-    std::vector<float> v = ex.readF32(b.id);
-    std::memcpy(buf.data(), v.data(), buf.size());
-    return static_cast<const uint8_t *>(buf.data());
+    return lastPtr;
   });
 }
 
@@ -526,56 +541,113 @@ File gradsOf(const Engine &ex) {
 }
 
 namespace {
-// Which tensor of the file(s) is each weight of record (the rules of loadWeights); throws naming
-// the first problem before anything is written.
-std::vector<std::pair<const Buffer *, const Tensor *>>
-matchWeights(const Engine &ex, const std::vector<const Tensor *> &tensors, const std::string &path) {
-  auto endsWith = [](const std::string &s, const std::string &suf) {
-    return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-  };
-  const std::vector<const Buffer *> weights = ex.weights(); // masters when there are
-  std::set<std::string> params;
-  for (const Buffer *b : weights) params.insert(b->name);
-  // A tensor named exactly as a parameter is that parameter. Otherwise a Hugging Face GPT-2
-  // checkpoint's names are read as bigc gen gpt's: without `transformer.`, and its causal-mask
-  // buffers skipped (an imported model keeps its own names, `transformer.` included).
-  std::map<std::string, const Tensor *> byName;
-  for (const Tensor *t : tensors) {
-    std::string name = t->name;
-    if (!params.count(name)) {
-      if (name.rfind("transformer.", 0) == 0 && params.count(name.substr(12)))
-        name = name.substr(12);
-      else if (endsWith(name, ".attn.bias") || endsWith(name, ".attn.masked_bias"))
-        continue;
+bool endsWith(const std::string &s, const std::string &suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+} // namespace
+
+std::vector<NamedWeight> weightNames(const Engine &ex, WeightNames how) {
+  const Program &p = ex.program();
+  std::vector<NamedWeight> out;
+  for (const Buffer *b : ex.weights()) {
+    auto al = p.aliases.find(b->name);
+    const std::vector<std::string> none;
+    const std::vector<std::string> &aliases = al == p.aliases.end() ? none : al->second;
+    if (how == WeightNames::Program) {
+      out.push_back({b->name, b, false});
+    } else if (how == WeightNames::Module) { // every name of the module's state_dict
+      out.push_back({b->name, b, false});
+      for (const std::string &a : aliases) out.push_back({a, b, true});
+    } else { // save_pretrained: a tied weight once, under the input embedding's name; the prefix
+      std::string kept = b->name;
+      if (kept.rfind("lm_head.", 0) == 0)
+        for (const std::string &a : aliases)
+          if (a.rfind("lm_head.", 0) != 0) {
+            kept = a;
+            break;
+          }
+      if (!p.hfPrefix.empty() && kept.rfind("lm_head.", 0) != 0 && kept.rfind(p.hfPrefix, 0) != 0)
+        kept = p.hfPrefix + kept;
+      out.push_back({kept, b, false});
     }
-    if (!byName.emplace(name, t).second) fail(path, "tensor '" + name + "' appears twice");
+  }
+  return out;
+}
+
+namespace {
+// Which tensor of the file(s) is each weight of record (the rules of loadWeights); throws naming
+// the first problem before anything is written. A weight may come under its own name, one of its
+// aliases (a tied weight's other names), either with the program's Hugging Face prefix, or (bigc
+// gen gpt's names) with `transformer.`; when the file holds it under two of them, `twins` gets the
+// pair (their bytes must be equal: an untied checkpoint does not load into a tied model).
+std::vector<std::pair<const Buffer *, const Tensor *>>
+matchWeights(const Engine &ex, const std::vector<const Tensor *> &tensors, const std::string &path,
+             std::vector<std::pair<const Tensor *, const Tensor *>> *twins = nullptr) {
+  const Program &prog = ex.program();
+  const std::vector<const Buffer *> weights = ex.weights(); // masters when there are
+  std::map<std::string, const Buffer *> nameOf;             // every name a weight may come under
+  auto add = [&](const std::string &n, const Buffer *b) {
+    nameOf.emplace(n, b);
+    if (!prog.hfPrefix.empty() && n.rfind("lm_head.", 0) != 0) nameOf.emplace(prog.hfPrefix + n, b);
+    nameOf.emplace("transformer." + n, b); // Hugging Face GPT-2's names of bigc gen gpt's weights
+  };
+  for (const Buffer *b : weights) add(b->name, b);
+  for (const Buffer *b : weights)
+    if (auto al = prog.aliases.find(b->name); al != prog.aliases.end())
+      for (const std::string &a : al->second) add(a, b);
+  std::map<const Buffer *, const Tensor *> got;
+  for (const Tensor *t : tensors) {
+    auto it = nameOf.find(t->name);
+    if (it == nameOf.end()) {
+      // Hugging Face's non-parameter buffers saved by older versions.
+      if (endsWith(t->name, ".attn.bias") || endsWith(t->name, ".attn.masked_bias") ||
+          endsWith(t->name, ".rotary_emb.inv_freq"))
+        continue;
+      fail(path, "tensor '" + t->name + "' " + shapeStr(t->shape) + " is not a parameter of this model");
+    }
+    auto [at, fresh] = got.emplace(it->second, t);
+    if (!fresh) {
+      if (at->second->name == t->name) fail(path, "tensor '" + t->name + "' appears twice");
+      if (!twins)
+        fail(path, "tensors '" + at->second->name + "' and '" + t->name + "' are one weight of this model ('" +
+                       it->second->name + "', tied) and the file holds both");
+      twins->push_back({at->second, t});
+    }
   }
   for (const Buffer *b : weights) {
-    auto it = byName.find(b->name);
+    auto it = got.find(b);
     // A padded vocabulary (bigc-pad-vocab): the model's shape (its first rows), or the padded one.
     const std::vector<int64_t> model = b->logicalShape();
-    if (it == byName.end())
-      fail(path, "parameter '" + b->name + "' " + shapeStr(model) + " is missing from the weights file");
-    if (it->second->shape != model && it->second->shape != b->shape)
-      fail(path,
-           "parameter '" + b->name + "': expected shape " + shapeStr(model) + ", found " + shapeStr(it->second->shape));
-    // Only exact conversions: a 16-bit float widens to f32 exactly; integers are never weights, and
-    // f32 is not rounded into a 16-bit weight of record.
-    const DType from = it->second->dtype, to = b->dtype;
-    if (from == DType::I32)
-      fail(path, "parameter '" + b->name +
-                     "' is stored as I32 (integers): weights are F32, BF16 or F16 (converted "
-                     "exactly to the model's " +
-                     dtypeTag(to) + ")");
-    if (from != to && !(to == DType::F32 && (from == DType::BF16 || from == DType::F16)))
-      fail(path, "parameter '" + b->name + "' is stored as " + dtypeTag(from) + "; the model's weight is " +
-                     dtypeTag(to) + " and converting it would round: convert the file to " + dtypeTag(to) + " first");
+    if (it == got.end()) {
+      std::string also;
+      if (auto al = prog.aliases.find(b->name); al != prog.aliases.end())
+        for (const std::string &a : al->second) also += (also.empty() ? " (or '" : "', '") + a;
+      fail(path, "parameter '" + b->name + "'" + (also.empty() ? "" : also + "', its tied names)") + " " +
+                     shapeStr(model) + " is missing from the weights file");
+    }
+    for (const Tensor *t : {it->second}) {
+      if (t->shape != model && t->shape != b->shape)
+        fail(path, "parameter '" + b->name + "' ('" + t->name + "'): expected shape " + shapeStr(model) + ", found " +
+                       shapeStr(t->shape));
+      // Only exact conversions: a 16-bit float widens to f32 exactly; integers are never weights,
+      // and f32 is not rounded into a 16-bit weight of record.
+      const DType from = t->dtype, to = b->dtype;
+      if (from == DType::I32)
+        fail(path, "parameter '" + b->name + "' is stored as I32 (integers): weights are F32, BF16 or F16 (converted " +
+                       "exactly to the model's " + dtypeTag(to) + ")");
+      if (from != to && !(to == DType::F32 && (from == DType::BF16 || from == DType::F16)))
+        fail(path, "parameter '" + b->name + "' is stored as " + dtypeTag(from) + "; the model's weight is " +
+                       dtypeTag(to) + " and converting it would round: convert the file to " + dtypeTag(to) + " first");
+    }
   }
-  for (const auto &[name, t] : byName)
-    if (!params.count(name))
-      fail(path, "tensor '" + t->name + "' " + shapeStr(t->shape) + " is not a parameter of this model");
+  if (twins)
+    for (const auto &[a, b] : *twins)
+      if (a->shape != b->shape || a->dtype != b->dtype)
+        fail(path, "tensors '" + a->name + "' and '" + b->name +
+                       "' are one weight of this model (tied) but differ in shape or dtype: an untied checkpoint does "
+                       "not load into a tied model");
   std::vector<std::pair<const Buffer *, const Tensor *>> out;
-  for (const Buffer *b : weights) out.push_back({b, byName.at(b->name)});
+  for (const Buffer *b : weights) out.push_back({b, got.at(b)});
   return out;
 }
 
@@ -675,7 +747,14 @@ void loadWeights(Engine &ex, const File &file, const std::string &path) {
   std::vector<const Tensor *> tensors;
   for (const auto &t : file.tensors) tensors.push_back(&t);
   std::vector<unsigned char> whole;
-  for (const auto &[b, t] : matchWeights(ex, tensors, path)) {
+  std::vector<std::pair<const Tensor *, const Tensor *>> twins;
+  const auto matched = matchWeights(ex, tensors, path, &twins);
+  for (const auto &[a, b] : twins)
+    if (a->data != b->data)
+      fail(path, "tensors '" + a->name + "' and '" + b->name +
+                     "' are one weight of this model (tied) but hold different values: an untied checkpoint does not "
+                     "load into a tied model");
+  for (const auto &[b, t] : matched) {
     const std::vector<Engine::HostPiece> pieces = ex.hostPieces(b->id);
     const int64_t fe = dtypeSize(t->dtype), be = dtypeSize(b->dtype);
     const int64_t inFile = int64_t(t->data.size()) / fe; // a padded vocabulary's: its first elements
@@ -763,17 +842,78 @@ void loadWeightsFrom(Engine &ex, const std::string &given) {
       const File &h = headers[size_t(std::find(files.begin(), files.end(), fp) - files.begin())];
       if (!h.find(name)) fail(fp, "has no tensor '" + name + "', which " + path + " lists there");
     }
-  const auto matched = matchWeights(ex, tensors, isIndex ? path : files[0]);
+  std::vector<std::pair<const Tensor *, const Tensor *>> twins;
+  const auto matched = matchWeights(ex, tensors, isIndex ? path : files[0], &twins);
   std::vector<OpenFile> fds(files.size());
   for (size_t i = 0; i < files.size(); ++i) {
     fds[i].fd = ::open(files[i].c_str(), O_RDONLY | O_CLOEXEC);
     if (fds[i].fd < 0) fail(files[i], std::string("cannot open: ") + std::strerror(errno));
     ::posix_fadvise(fds[i].fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   }
+  // A tied weight the file holds under two names: the same bytes (else an untied checkpoint).
+  for (const auto &[a, b] : twins) {
+    const int64_t n = a->numel() * dtypeSize(a->dtype);
+    std::vector<char> x(size_t(std::min<int64_t>(n, kIoChunk))), y(x.size());
+    for (int64_t at = 0; at < n; at += int64_t(x.size())) {
+      const int64_t k = std::min<int64_t>(int64_t(x.size()), n - at);
+      if (!preadAll(fds[fileOf.at(a)].fd, x.data(), k, a->fileOffset + uint64_t(at)) ||
+          !preadAll(fds[fileOf.at(b)].fd, y.data(), k, b->fileOffset + uint64_t(at)))
+        fail(path, "cannot read '" + a->name + "' and '" + b->name + "'");
+      if (std::memcmp(x.data(), y.data(), size_t(k)) != 0)
+        fail(path, "tensors '" + a->name + "' and '" + b->name +
+                       "' are one weight of this model (tied) but hold different values: an untied checkpoint does "
+                       "not load into a tied model");
+    }
+  }
   std::vector<TensorRead> items;
   for (const auto &[b, t] : matched) items.push_back({b, t, fds[fileOf.at(t)].fd, &files[fileOf.at(t)]});
   readTensors(ex, items);
   ex.refreshCopies(); // compute copies (init kind copy) follow the loaded masters
+}
+
+} // namespace bigc::rt::safetensors
+
+namespace bigc::rt::safetensors {
+
+void writeHfDirectory(const std::string &dir, const Engine &ex, int64_t maxShardBytes) {
+  const Program &p = ex.program();
+  if (p.hfConfig.empty())
+    throw UserError("--save-hf: this program has no Hugging Face config (a model from `bigc import torch` is your "
+                    "own module): --save-weights FILE writes its weights under the module's names, which "
+                    "load_state_dict(strict=True) takes");
+  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
+    fail(dir, std::string("cannot create: ") + std::strerror(errno));
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail(dir, "not a directory");
+  const std::vector<NamedWeight> ws = weightNames(ex, WeightNames::HuggingFace);
+  // Shards in order, each at most maxShardBytes (a larger tensor alone in its shard), as
+  // save_pretrained cuts them.
+  std::vector<std::vector<NamedWeight>> shards(1);
+  int64_t in = 0, total = 0;
+  for (const NamedWeight &w : ws) {
+    const int64_t b = w.buffer->logicalNumel() * 4;
+    if (!shards.back().empty() && in + b > maxShardBytes) shards.emplace_back(), in = 0;
+    shards.back().push_back(w);
+    in += b, total += b;
+  }
+  const std::map<std::string, std::string> md = {{"format", "pt"}};
+  json config = json::parse(p.hfConfig);
+  config["torch_dtype"] = "float32"; // the weights' dtype as written
+  if (shards.size() == 1) {
+    writeWeights(dir + "/model.safetensors", ex, shards[0], md);
+  } else {
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", json::object()}};
+    const size_t n = shards.size();
+    for (size_t k = 0; k < n; ++k) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, n);
+      writeWeights(dir + "/" + name, ex, shards[k], md);
+      for (const NamedWeight &w : shards[k]) index["weight_map"][w.name] = name;
+    }
+    writeFileAtomic(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+    ::unlink((dir + "/model.safetensors").c_str()); // (a single file of an earlier save would shadow the index)
+  }
+  writeFileAtomic(dir + "/config.json", config.dump(2) + "\n");
 }
 
 } // namespace bigc::rt::safetensors

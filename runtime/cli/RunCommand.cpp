@@ -52,12 +52,21 @@ const char *kRunUsage =
     "                      exceeds 65,536: such a file is refused rather than misread)\n"
     "  --synthetic         synthetic data: a random Markov chain over the vocabulary, from the seed\n"
     "  --seed S            initialisation and synthetic-data seed (default 1337)\n"
-    "  --log FILE.jsonl    one JSON object per step: step, loss, tokens_per_s, elapsed_s,\n"
+    "  --val-data FILE     held-out token file: its loss (the program's forward alone, in the training\n"
+    "                      plan's memory) after every --eval-every N steps and after the last, on the\n"
+    "                      progress line and as val_loss in the log; --eval-batches K of the file's\n"
+    "                      first batches each time (default: as many as it holds, up to 20)\n"
+    "  --log FILE.jsonl    one JSON object per step: step, loss, lr, tokens_per_s, elapsed_s,\n"
     "                      peak_bytes (measured per memory space: the arena bytes the process\n"
     "                      touched, or the GPU memory in use), planned_bytes (the arenas),\n"
     "                      rss_peak_bytes (the process's peak resident memory), and loss_scale,\n"
     "                      skipped with fp16 loss scaling\n"
-    "  --save-weights FILE safetensors of every weight (fp32 masters when there are) after the last step\n"
+    "  --save-weights FILE safetensors of every weight (fp32 masters when there are) after the last step,\n"
+    "                      under every name of the model's state_dict (a tied weight under each), as\n"
+    "                      PyTorch's load_state_dict(strict=True) takes it\n"
+    "  --save-hf DIR       after the last step, a directory Hugging Face's from_pretrained opens as it\n"
+    "                      is: config.json and the weights as save_pretrained writes them (a tied weight\n"
+    "                      once, shards of 5 GB with an index); a model from bigc import hf or bigc gen\n"
     "  --load-weights FILE start from these weights (safetensors, the model's Hugging Face names;\n"
     "                      an imported model starts from its own weights without it); a Hugging\n"
     "                      Face index (model.safetensors.index.json) of several files, or a\n"
@@ -95,6 +104,16 @@ const char *kRunUsage =
     "A program compiled for several ranks (--ranks, --zero) runs them all: a thread per rank in this\n"
     "process, or under `mpirun -np P` P processes of ranks/P ranks each (MPI between them). The\n"
     "global batch of a step is ranks x micro-batches x batch sequences.\n";
+
+const char *kEvalUsage =
+    "usage: bigc eval model.bigc --data FILE [--load-weights W | --checkpoint DIR] [--eval-batches K]\n"
+    "                 [--data-dtype u16|u32] [--backend cpu|cuda] [--threads N] [--seed S] [--quiet]\n"
+    "The held-out loss of the weights (--load-weights: safetensors, an index or a Hugging Face\n"
+    "directory; --checkpoint: a checkpoint's step directory, or a checkpoint directory's newest; else\n"
+    "an imported model's own weights, or the program's initial values) on the first K batches of FILE\n"
+    "(default: as many as it holds, up to 20), each the training step's K micro-batches x ranks x\n"
+    "batch x seq tokens: the program's evaluation program (its forward) in the training plan's\n"
+    "memory. Prints `bigc eval: loss L on K batches (N tokens) of FILE in S s` on stdout.\n";
 
 std::string dirOf(const std::string &path) {
   size_t slash = path.find_last_of('/');
@@ -304,19 +323,41 @@ void restoreStopHandlers() {
   sigaction(SIGTERM, &oldTerm, nullptr);
 }
 
-int runBody(int argc, char **argv, int first) {
-  const std::set<std::string> valued = {
-      "--backend",          "--steps",        "--data",      "--data-dtype", "--seed",           "--log",
-      "--save-weights",     "--load-weights", "--threads",   "--dump-grads", "--checkpoint-dir", "--checkpoint-every",
-      "--keep-checkpoints", "--comm-timeout", "--nvme-path", "--timeline"};
-  const std::set<std::string> switches = {"--synthetic",      "--quiet",           "--resume",
-                                          "--help",           "--profile",         "--no-verify",
-                                          "--check-numerics", "--checkpoint-sync", "--virtual-ranks"};
-  cli::Args args = cli::parse(argc, argv, first, valued, switches, "bigc run");
+int runBody(int argc, char **argv, int first, bool evalCmd) {
+  const std::set<std::string> valued =
+      evalCmd ? std::set<std::string>{"--backend", "--data",         "--data-dtype", "--seed",         "--load-weights",
+                                      "--threads", "--comm-timeout", "--nvme-path",  "--eval-batches", "--checkpoint"}
+              : std::set<std::string>{"--backend",          "--steps",          "--data",
+                                      "--data-dtype",       "--seed",           "--log",
+                                      "--save-weights",     "--load-weights",   "--threads",
+                                      "--dump-grads",       "--checkpoint-dir", "--checkpoint-every",
+                                      "--keep-checkpoints", "--comm-timeout",   "--nvme-path",
+                                      "--timeline",         "--val-data",       "--eval-every",
+                                      "--eval-batches",     "--save-hf"};
+  const std::set<std::string> switches =
+      evalCmd
+          ? std::set<std::string>{"--quiet", "--help", "--no-verify", "--check-numerics", "--virtual-ranks"}
+          : std::set<std::string>{"--synthetic", "--quiet",          "--resume",          "--help",         "--profile",
+                                  "--no-verify", "--check-numerics", "--checkpoint-sync", "--virtual-ranks"};
+  cli::Args args = cli::parse(argc, argv, first, valued, switches, evalCmd ? "bigc eval" : "bigc run");
   if (args.has("--help")) {
-    std::cout << kRunUsage;
+    std::cout << (evalCmd ? kEvalUsage : kRunUsage);
     return 0;
   }
+  if (evalCmd && !args.has("--data"))
+    throw UserError("--data FILE: the held-out token file to evaluate on is missing\n" + std::string(kEvalUsage));
+  if (evalCmd && args.has("--load-weights") && args.has("--checkpoint"))
+    throw UserError("--load-weights and --checkpoint exclude each other (a checkpoint holds the weights)");
+  // Validation during training: --val-data (held-out tokens), --eval-every N, --eval-batches K.
+  if (!evalCmd && (args.has("--eval-every") || args.has("--eval-batches")) && !args.has("--val-data"))
+    throw UserError(std::string(args.has("--eval-every") ? "--eval-every" : "--eval-batches") +
+                    " needs --val-data FILE (the held-out token file to evaluate on)");
+  const int64_t evalEvery = args.integer("--eval-every", 0);
+  if (args.has("--eval-every") && evalEvery < 1)
+    throw UserError("--eval-every must be >= 1, got " + std::to_string(evalEvery));
+  const int64_t evalBatchesAsked = args.integer("--eval-batches", 0);
+  if (args.has("--eval-batches") && evalBatchesAsked < 1)
+    throw UserError("--eval-batches must be >= 1, got " + std::to_string(evalBatchesAsked));
   const std::string ckptDir = args.str("--checkpoint-dir", "");
   if (args.has("--checkpoint-dir") && ckptDir.empty()) throw UserError("--checkpoint-dir needs a directory");
   for (const char *opt : {"--checkpoint-every", "--resume", "--keep-checkpoints", "--checkpoint-sync"})
@@ -365,7 +406,7 @@ int runBody(int argc, char **argv, int first) {
   if (args.has("--threads") && threads < 1) throw UserError("--threads must be >= 1, got " + std::to_string(threads));
   if (args.has("--dump-grads") && steps < 1) throw UserError("--dump-grads needs at least one step (--steps >= 1)");
   bool quiet = args.has("--quiet");
-  for (const char *opt : {"--log", "--save-weights", "--dump-grads", "--timeline"})
+  for (const char *opt : {"--log", "--save-weights", "--dump-grads", "--timeline", "--save-hf"})
     if (args.has(opt)) checkWritable(args.str(opt), opt);
   if (threads > 0) {
     omp_set_num_threads(int(threads));
@@ -435,8 +476,29 @@ int runBody(int argc, char **argv, int first) {
                     " tensor ranks (--tp " + std::to_string(prog.tp) +
                     "); dump them from a program without --tp (or one rank)");
 
+  // Held-out data: `bigc eval`'s --data, or `bigc run --val-data`. Its batches are the training
+  // step's shape (K micro-batches per data-parallel rank); every evaluation reads the first
+  // --eval-batches of them (default: as many as the file holds, up to 20), as llm.c does.
+  std::unique_ptr<data::FileTokenSource> valSource;
+  int64_t evalBatches = 0;
+  const int64_t evalMicro = prog.microBatches * prog.dp; // micro-batches of one evaluation batch
+  const int64_t evalTokens = evalMicro * B * T;          // tokens of one evaluation batch
+  if (evalCmd || args.has("--val-data")) {
+    const std::string vpath = args.str(evalCmd ? "--data" : "--val-data");
+    valSource = std::make_unique<data::FileTokenSource>(vpath, B, T, vocab, rawWidth);
+    const int64_t fits = (valSource->file().size() - 1) / evalTokens;
+    if (fits < 1)
+      throw UserError("data file " + vpath + " has " + std::to_string(valSource->file().size()) +
+                      " tokens, fewer than one evaluation batch (" + std::to_string(evalMicro) + " x " +
+                      std::to_string(B) + " x " + std::to_string(T) + " = " + std::to_string(evalTokens) +
+                      " tokens, and one more for the last target)");
+    if (evalBatchesAsked > fits)
+      throw UserError("--eval-batches " + std::to_string(evalBatchesAsked) + ": " + vpath + " holds " +
+                      std::to_string(fits) + " evaluation batch(es) of " + std::to_string(evalTokens) + " tokens");
+    evalBatches = evalBatchesAsked > 0 ? evalBatchesAsked : std::min<int64_t>(fits, 20);
+  }
   std::unique_ptr<data::TokenSource> source;
-  if (args.has("--data"))
+  if (args.has("--data") && !evalCmd)
     source = std::make_unique<data::FileTokenSource>(args.str("--data"), B, T, vocab, rawWidth);
   else
     source = std::make_unique<data::SyntheticTokenSource>(B, T, vocab, seed);
@@ -466,7 +528,22 @@ int runBody(int argc, char **argv, int first) {
   std::unique_ptr<Engine> engine;
   // Weights about to be loaded whole are not given initial values first.
   std::optional<Engine::LoadingWeights> loading;
-  if (args.has("--load-weights") || !prog.initialWeights.empty()) loading.emplace();
+  // `bigc eval --checkpoint PATH`: a checkpoint's weights (a step directory, or a checkpoint
+  // directory's newest complete one).
+  std::string weightsPath = args.str("--load-weights", "");
+  if (args.has("--checkpoint")) {
+    const std::string c = args.str("--checkpoint");
+    if (::access((c + "/manifest.json").c_str(), F_OK) == 0) {
+      weightsPath = c + "/model.safetensors";
+    } else {
+      std::vector<std::string> skipped;
+      checkpoint::Info n = checkpoint::latest(c, &skipped);
+      for (const auto &sk : skipped) std::fprintf(stderr, "bigc eval: skipping %s\n", sk.c_str());
+      if (n.path.empty()) throw UserError("--checkpoint " + c + ": no complete checkpoint there");
+      weightsPath = n.path + "/model.safetensors";
+    }
+  }
+  if (!weightsPath.empty() || !prog.initialWeights.empty()) loading.emplace();
   if (backend == "cuda" && R > 1)
     engine = makeCudaRankGroup(std::move(prog), seed, commTimeout, virtualRanks);
   else if (backend == "cuda")
@@ -480,9 +557,8 @@ int runBody(int argc, char **argv, int first) {
   const double initSeconds = secondsSince(engineBegan); // arenas, binding, initial values
   const auto loadBegan = clock::now();
   double loadSeconds = 0;
-  if (args.has("--load-weights")) {
-    std::string path = args.str("--load-weights");
-    safetensors::loadWeightsFrom(ex, path);
+  if (!weightsPath.empty()) {
+    safetensors::loadWeightsFrom(ex, weightsPath);
     loadSeconds = secondsSince(loadBegan);
   } else if (!ex.program().initialWeights.empty()) {
     // An imported model starts from the module's own weights (bigc import wrote them).
@@ -497,6 +573,36 @@ int runBody(int argc, char **argv, int first) {
   }
   if (args.has("--dump-grads")) ex.enableGradCapture();
   if (args.has("--check-numerics")) ex.enableNumericsCheck();
+  // The held-out loss: the evaluation program on the first `evalBatches` batches of the held-out
+  // file, each K micro-batches per data-parallel rank (the training step's layout), their mean.
+  struct HeldOut {
+    double loss = 0, seconds = 0;
+    int64_t tokens = 0;
+  };
+  std::vector<int32_t> evalIn, evalTg;
+  auto evaluateHeldOut = [&]() -> HeldOut {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t bt = B * T, n = evalMicro;
+    evalIn.resize(size_t(n * bt)), evalTg.resize(size_t(n * bt));
+    valSource->rewind();
+    double sum = 0;
+    for (int64_t j = 0; j < evalBatches; ++j) {
+      for (int64_t k = 0; k < n; ++k) valSource->next(evalIn.data() + k * bt, evalTg.data() + k * bt);
+      sum += double(ex.evaluate(evalIn.data(), evalTg.data()));
+    }
+    return HeldOut{sum / double(evalBatches),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   evalBatches * evalTokens};
+  };
+  if (evalCmd) {
+    const HeldOut h = evaluateHeldOut();
+    if (leader)
+      std::printf("bigc eval: loss %.6f on %lld batches (%lld tokens) of %s in %.2f s\n", h.loss,
+                  (long long)evalBatches, (long long)h.tokens, args.str("--data").c_str(), h.seconds);
+    engine.reset();
+    mpiFinalize();
+    return 0;
+  }
   int64_t start = 0; // the step a resumed run continues from
   // One run at a time on a checkpoint directory (process 0 writes under mpirun).
   std::unique_ptr<checkpoint::DirLock> ckptLock;
@@ -537,6 +643,12 @@ int runBody(int argc, char **argv, int first) {
                    args.has("--save-weights") ? " (its weights are written to --save-weights)" : "");
   }
   const bool nothingToDo = start >= steps;
+  if (nothingToDo && valSource) {
+    const HeldOut h = evaluateHeldOut();
+    if (leader)
+      std::fprintf(stderr, "bigc run: val loss %.6f at step %lld (%lld tokens, %.2f s)\n", h.loss, (long long)start,
+                   (long long)h.tokens, h.seconds);
+  }
   const bool profile = args.has("--profile") || args.has("--timeline");
   if (args.has("--timeline") && !nothingToDo && steps - start < 2)
     throw UserError("--timeline needs 2 steps or more (--steps; the first warms up, the last is drawn)");
@@ -659,6 +771,8 @@ int runBody(int argc, char **argv, int first) {
       double dt = std::chrono::duration<double>(t1 - t0).count();
       double elapsed = std::chrono::duration<double>(t1 - began).count();
       double tps = dt > 0 ? double(K * DP * bt) / dt : 0.0;
+      std::optional<HeldOut> val; // every --eval-every steps and after the last
+      if (valSource && ((evalEvery > 0 && s % evalEvery == 0) || s == steps)) val = evaluateHeldOut();
       const bool scaling = ex.hasLossScaling();
       if (!quiet) {
         std::string extra;
@@ -671,6 +785,11 @@ int runBody(int argc, char **argv, int first) {
         std::string mem;
         for (const auto &[name, bytes] : ex.measuredBytes())
           mem += (mem.empty() ? " | " : ", ") + name + " " + humanBytes(bytes);
+        if (val) {
+          char buf[96];
+          std::snprintf(buf, sizeof buf, " | val loss %.4f (%.2f s)", val->loss, val->seconds);
+          extra += buf;
+        }
         std::fprintf(stderr, "step %lld/%lld | loss %.4f | lr %.3g%s | %.1f ms | %.0f tok/s%s\n", (long long)s,
                      (long long)steps, double(loss), double(ex.lastLearningRate()), extra.c_str(), dt * 1e3, tps,
                      mem.c_str());
@@ -680,6 +799,11 @@ int runBody(int argc, char **argv, int first) {
         j["step"] = s;
         j["loss"] = roundTrip(loss);
         j["lr"] = roundTrip(ex.lastLearningRate()); // the rate this step's update used
+        if (val) {                                  // the held-out loss with the weights after this step
+          j["val_loss"] = val->loss;
+          j["val_tokens"] = val->tokens;
+          j["val_s"] = std::round(val->seconds * 1e6) / 1e6;
+        }
         j["tokens_per_s"] = std::round(tps * 10) / 10;
         j["elapsed_s"] = std::round(elapsed * 1e6) / 1e6;
         // Measured next to the plan: per space what the process touched of its arena (CPU) or the
@@ -758,6 +882,16 @@ int runBody(int argc, char **argv, int first) {
       else
         checkpoint::follow(ex, checkpoint::Follow::Weights);
     }
+    if (args.has("--save-hf")) {
+      if (leader) {
+        safetensors::writeHfDirectory(args.str("--save-hf"), ex);
+        if (!quiet)
+          std::fprintf(stderr, "bigc run: %s: config.json and the weights as save_pretrained writes them\n",
+                       args.str("--save-hf").c_str());
+      } else {
+        checkpoint::follow(ex, checkpoint::Follow::Weights);
+      }
+    }
     if (args.has("--dump-grads")) safetensors::write(args.str("--dump-grads"), safetensors::gradsOf(ex));
     if (writer && writer->busy()) { // a checkpoint still being written is finished before exit
       if (!quiet) std::fprintf(stderr, "bigc run: finishing the checkpoint being written\n");
@@ -797,9 +931,24 @@ void report(const char *prefix, const std::string &msg) {
 
 } // namespace
 
+int evalMain(int argc, char **argv, int first) {
+  try {
+    return runBody(argc, argv, first, /*evalCmd=*/true);
+  } catch (const UserError &e) {
+    report("bigc eval", e.what());
+    return 1;
+  } catch (const std::bad_alloc &) {
+    report("bigc eval", "internal error: out of memory");
+    return 2;
+  } catch (const std::exception &e) {
+    report("bigc eval", std::string("internal error: ") + e.what());
+    return 2;
+  }
+}
+
 int runMain(int argc, char **argv, int first) {
   try {
-    return runBody(argc, argv, first);
+    return runBody(argc, argv, first, /*evalCmd=*/false);
   } catch (const UserError &e) {
     report("bigc run", e.what());
     return 1;

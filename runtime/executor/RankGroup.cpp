@@ -255,7 +255,11 @@ template <class F> void RankGroup::onEveryRank(F f, int onlyStage) {
     if (e) std::rethrow_exception(e);
 }
 
-float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
+float RankGroup::step(const int32_t *tokens, const int32_t *targets) { return runAll(tokens, targets, false); }
+
+float RankGroup::evaluate(const int32_t *tokens, const int32_t *targets) { return runAll(tokens, targets, true); }
+
+float RankGroup::runAll(const int32_t *tokens, const int32_t *targets, bool eval) {
   const int local = int(engines_.size());
   const int64_t R = rankProgram_.dp, K = rankProgram_.microBatches; // the tensor ranks of a group share a slice
   const int64_t bt = rankProgram_.batch * rankProgram_.seq;
@@ -266,7 +270,8 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
       std::memcpy(targets_[size_t(l)].data() + m * bt, targets + (m * R + g) * bt, size_t(bt) * sizeof(int32_t));
     }
   }
-  const int64_t stepNo = stepCount() + 1;
+  const int64_t stepNo = eval ? stepCount() : stepCount() + 1;
+  const std::string when = (eval ? "the evaluation after step " : "step ") + std::to_string(stepNo);
   // What the rank threads share lives on the heap, held by each thread: a rank that cannot be
   // joined (below) never touches freed memory.
   struct Shared {
@@ -285,14 +290,14 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
   const int threadsPerRank = std::max(1, omp_get_max_threads() / std::max(1, local));
   std::vector<std::thread> threads;
   for (int l = 0; l < local; ++l)
-    threads.emplace_back([this, sh, l, stepNo, threadsPerRank] {
+    threads.emplace_back([this, sh, l, stepNo, threadsPerRank, eval, when] {
       const int g = comm_->globalRank(l);
       omp_set_num_threads(threadsPerRank);
       std::exception_ptr err;
       bool commErr = false;
       float loss = 0.0f;
       try {
-        if (g == faultRank_ && stepNo == faultStep_) {
+        if (!eval && g == faultRank_ && stepNo == faultStep_) {
           if (faultKind_ == "crash")
             throw Injected("injected fault (BIGC_FAULT): " + rankName(g) + " crashed in step " +
                            std::to_string(stepNo));
@@ -301,16 +306,17 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
           throw CommError("injected fault (BIGC_FAULT): rank " + std::to_string(g) + " hung in step " +
                           std::to_string(stepNo));
         }
-        loss = engines_[size_t(l)]->step(tokens_[size_t(l)].data(), targets_[size_t(l)].data());
+        loss = eval ? engines_[size_t(l)]->evaluate(tokens_[size_t(l)].data(), targets_[size_t(l)].data())
+                    : engines_[size_t(l)]->step(tokens_[size_t(l)].data(), targets_[size_t(l)].data());
       } catch (const CommError &) {
         err = std::current_exception(), commErr = true;
-        abortAll(rankName(g) + " stopped in step " + std::to_string(stepNo));
+        abortAll(rankName(g) + " stopped in " + when);
       } catch (const std::exception &e) {
         err = std::current_exception();
-        abortAll(rankName(g) + " failed in step " + std::to_string(stepNo) + ": " + e.what());
+        abortAll(rankName(g) + " failed in " + when + ": " + e.what());
       } catch (...) {
         err = std::current_exception();
-        abortAll(rankName(g) + " failed in step " + std::to_string(stepNo));
+        abortAll(rankName(g) + " failed in " + when);
       }
       std::lock_guard<std::mutex> lk(sh->mu);
       sh->losses[size_t(l)] = loss;
@@ -339,7 +345,7 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
         char secs[32];
         std::snprintf(secs, sizeof secs, "%g", straggler_);
         lk.unlock();
-        abortAll("step " + std::to_string(stepNo) + ": rank(s) " + which + " still running " + secs +
+        abortAll(when + ": rank(s) " + which + " still running " + secs +
                  " s after the other ranks finished the step (stuck); every rank stops");
         lk.lock();
       }
@@ -396,7 +402,7 @@ float RankGroup::step(const int32_t *tokens, const int32_t *targets) {
   for (int l = 0; l < local; ++l)
     if (stageOf(comm_->globalRank(l)) == last) sum += losses[size_t(l)];
   sum = comm_->localSize() == comm_->size() ? sum : mpiSum(sum);
-  refreshStageScale();
+  if (!eval) refreshStageScale();
   return float(sum / double(rankProgram_.dp * rankProgram_.tp));
 }
 

@@ -377,10 +377,18 @@ void StreamExecutor::runStream(size_t s) {
       if (op.groupHead == int64_t(idx)) runGroup(op);
       continue;
     }
+    if (evaluating_ && !evalMask_[idx]) { // not part of the evaluation: done, for whatever waits on it
+      done_[idx].store(run_);
+      if (waiters_.load() > 0) {
+        std::lock_guard<std::mutex> l(mu_);
+        cv_.notify_all();
+      }
+      continue;
+    }
     for (int64_t w : op.ins->wait) waitFor(op, w, false);
     if (op.issuedAfter >= 0) waitFor(op, op.issuedAfter, /*issuedOnly=*/true);
     const int64_t badBefore = checkNumerics_ && writesAnInput(op) ? nonFiniteInput(op, /*inPlaceOnly=*/true) : -1;
-    if (profiling_ && timedOnHost(op)) {
+    if (profiling_ && !evaluating_ && timedOnHost(op)) {
       auto t0 = std::chrono::steady_clock::now();
       launch(op);
       const auto t1 = std::chrono::steady_clock::now();
@@ -409,14 +417,18 @@ void StreamExecutor::runGroup(BoundOp &head) {
   std::vector<int64_t> badBefore;
   for (size_t i : head.group) {
     BoundOp &m = *ops_[i];
+    if (evaluating_ && !evalMask_[i]) { // (the evaluation issues its own members only)
+      done_[i].store(run_);
+      continue;
+    }
     for (int64_t w : m.ins->wait) waitFor(m, w, false);
     if (m.issuedAfter >= 0) waitFor(m, m.issuedAfter, /*issuedOnly=*/true);
     members.push_back(&m);
     badBefore.push_back(checkNumerics_ && writesAnInput(m) ? nonFiniteInput(m, /*inPlaceOnly=*/true) : -1);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  launchGroup(members);
-  if (profiling_ && timedOnHost(head)) {
+  if (!members.empty()) launchGroup(members);
+  if (profiling_ && !evaluating_ && !members.empty() && timedOnHost(*members[0])) {
     const auto t1 = std::chrono::steady_clock::now();
     const double each = std::chrono::duration<double>(t1 - t0).count() / double(members.size());
     auto sec = [](std::chrono::steady_clock::time_point t) {
@@ -446,7 +458,42 @@ float StreamExecutor::step(const int32_t *tokens, const int32_t *targets) {
   ++run_; // stamps and wake-ups count runs, which never go back (setStepCount may)
   loadInputs(tokens, targets);
   lastScale_ = prog_.lossScale >= 0 ? scalar(prog_.lossScale) : 1.0f;
+  runInstructions();
+  if (profiling_) {
+    collectProfile();
+    ++profiled_;
+  }
+  checkDeviceErrors();
+  const float loss = scalar(prog_.loss);
+  lastSkipped_ = prog_.foundInf >= 0 && scalar(prog_.foundInf) != 0.0f;
+  finishCapture();
+  if (!lastSkipped_) ++updates_;
+  return loss;
+}
 
+float StreamExecutor::evaluate(const int32_t *tokens, const int32_t *targets) {
+  if (prog_.evalInstructions.empty())
+    throw UserError("this program holds no evaluation program (compiled by an older bigc): recompile it to "
+                    "evaluate held-out data");
+  if (evalMask_.empty()) {
+    evalMask_.assign(prog_.instructions.size(), 0);
+    for (int64_t i : prog_.evalInstructions) evalMask_[size_t(i)] = 1;
+  }
+  ++run_;
+  loadInputs(tokens, targets);
+  evaluating_ = true;
+  try {
+    runInstructions();
+  } catch (...) {
+    evaluating_ = false;
+    throw;
+  }
+  evaluating_ = false;
+  checkDeviceErrors();
+  return scalar(prog_.loss);
+}
+
+void StreamExecutor::runInstructions() {
   abort_.store(false);
   error_ = nullptr;
   if (!threads_.empty()) {
@@ -468,17 +515,6 @@ float StreamExecutor::step(const int32_t *tokens, const int32_t *targets) {
   }
   synchronize();
   if (error_) std::rethrow_exception(error_);
-
-  if (profiling_) {
-    collectProfile();
-    ++profiled_;
-  }
-  checkDeviceErrors();
-  const float loss = scalar(prog_.loss);
-  lastSkipped_ = prog_.foundInf >= 0 && scalar(prog_.foundInf) != 0.0f;
-  finishCapture();
-  if (!lastSkipped_) ++updates_;
-  return loss;
 }
 
 // ----- buffers, capture, profiling

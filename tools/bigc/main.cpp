@@ -37,6 +37,7 @@ const char *kUsage = "usage: bigc <command> [options]\n"
                      "  inspect      show a program's memory plan (--memory, --json, --timeline FILE.svg)\n"
                      "  verify       prove a program's plan free of hazards (also done by compile and run)\n"
                      "  run          train: run a program on the CPU or CUDA backend\n"
+                     "  eval         the held-out loss of weights on a token file\n"
                      "  data encode  text into a token file: with the model's tokenizer (--tokenizer), or bytes\n"
                      "  calibrate    measure this machine for the cost model: write a hardware profile\n"
                      "\n"
@@ -49,7 +50,7 @@ const char *kUsage = "usage: bigc <command> [options]\n"
                      "  bigc inspect model.bigc --memory --timeline plan.svg\n"
                      "  bigc run model.bigc --synthetic --steps 100\n";
 
-const char *kCommands = "gen, import, compile, inspect, verify, run, data, calibrate";
+const char *kCommands = "gen, import, compile, inspect, verify, run, eval, data, calibrate";
 
 bool isHelp(const char *a) { return std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0; }
 
@@ -59,6 +60,7 @@ int dispatch(int argc, char **argv, const std::string &cmd) {
   if (cmd == "import") return bigc::importMain(argc, argv, 2);
   if (cmd == "inspect") return bigc::inspect::inspectMain(argc, argv, 2);
   if (cmd == "run") return bigc::rt::runMain(argc, argv, 2);
+  if (cmd == "eval") return bigc::rt::evalMain(argc, argv, 2);
   if (cmd == "data") return bigc::dataMain(argc, argv, 2);
   if (cmd == "verify") return bigc::rt::verifyMain(argc, argv, 2);
   if (cmd == "calibrate") return bigc::rt::calibrateMain(argc, argv, 2);

@@ -245,11 +245,25 @@ struct Program {
   // the inits of the buffers are the start): `bigc run` loads them before the first step.
   std::string initialWeights;
   int64_t initialWeightsBytes = 0;
+  // The model as its authors' tools read it (optional; `bigc run --save-hf`, --save-weights,
+  // --load-weights): a tied weight's other names (weight of record -> its aliases: a module's
+  // state_dict holds every name, Hugging Face's save_pretrained the input embedding's), the Hugging
+  // Face config.json of the model (JSON text; bigc import hf's config, bigc gen's own), and the
+  // prefix Hugging Face puts before the weights' names that the model's names lack (bigc gen gpt:
+  // "transformer.").
+  std::map<std::string, std::vector<std::string>> aliases;
+  std::string hfConfig, hfPrefix;
   std::vector<Space> spaces;
   std::vector<Buffer> buffers;
   std::vector<int64_t> tokenInputs, targetInputs; // one per micro-batch
   int64_t loss = -1;
   int64_t lossScale = -1, foundInf = -1; // loss_scaling object (fp16); -1 absent
+  // The evaluation program (`bigc run --val-data`, `bigc eval`): the step's forward instructions
+  // (phase forward, not recomputed), increasing indices into `instructions`, run on their own in the
+  // training plan's arenas (the forward's buffers are where the training step puts them: no memory
+  // of its own, the weights shared). The loss buffer holds the held-out loss of the K micro-batches.
+  // Empty: a program compiled before it existed (validation then needs a recompile).
+  std::vector<int64_t> evalInstructions;
   RecomputeInfo recompute;
   StepEstimate estimate;
   std::vector<Instruction> instructions;

@@ -94,6 +94,8 @@ public:
   std::vector<int64_t> state() const override { return {pos_, checkedUpTo_, file_.size()}; }
   void restore(const std::vector<int64_t> &state) override;
   int64_t position() const { return pos_; }
+  // Back to the first batch (each evaluation reads the same held-out batches).
+  void rewind() { pos_ = 0; }
   const TokenFile &file() const { return file_; }
 
 private:

@@ -67,6 +67,10 @@ public:
   // One training step over K micro-batches (`tokens`/`targets` hold K·B·T ids); returns the loss.
   // Throws UserError for bad data (naming the step and instruction) or a stuck stream.
   virtual float step(const int32_t *tokens, const int32_t *targets) = 0;
+  // The held-out loss of K micro-batches (the layout of step()'s): the program's evaluation
+  // program (its forward) alone, with the weights as they are; nothing changes. Throws UserError
+  // when the program holds none.
+  virtual float evaluate(const int32_t *tokens, const int32_t *targets) = 0;
 
   virtual int64_t stepCount() const = 0;
   virtual int64_t updateCount() const = 0;

@@ -72,6 +72,7 @@ public:
   void setStragglerTimeout(double seconds) { straggler_ = seconds; }
 
   float step(const int32_t *tokens, const int32_t *targets) override;
+  float evaluate(const int32_t *tokens, const int32_t *targets) override;
   std::map<std::string, int64_t> measuredBytes() const override;
   NvmeStats nvmeStats() const override;
   int64_t stepCount() const override { return engines_[0]->stepCount(); }
@@ -118,6 +119,8 @@ public:
   }
 
 private:
+  // step() (eval false) or evaluate() on every local rank, each its slice of the global batch.
+  float runAll(const int32_t *tokens, const int32_t *targets, bool eval);
   // The whole tensor of buffer `id` of stage s (a ZeRO shard, no tensor parallelism) in `dst`.
   void gather(int s, int64_t id, void *dst) const;
   // Every rank's bytes of buffer `id` of stage s, by rank in the stage: read here when the stage's

@@ -7,6 +7,9 @@ namespace bigc::rt {
 // "bigc run: <message>" on stderr and returns 1 for bad input, 2 for an internal error, 0 on
 // success. `bigc` calls runMain(argc, argv, 2) (after "run"), `bigc-run` runMain(argc, argv, 1).
 int runMain(int argc, char **argv, int first);
+// `bigc eval model.bigc --data FILE [--load-weights W]`: the held-out loss of the weights on the
+// file (the program's evaluation program). Same exit statuses.
+int evalMain(int argc, char **argv, int first);
 
 // `bigc data encode input.txt -o tokens.bin`: byte-level tokens (vocabulary 256), written in the
 // llm.c format. dataMain(argc, argv, first) takes the arguments from argv[first] on (the

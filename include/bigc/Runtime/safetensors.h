@@ -123,9 +123,35 @@ std::pair<int64_t, uint64_t> writeStreaming(const std::string &path, const std::
 // copy): a checkpoint's snapshot goes to disk as it lies in memory.
 std::pair<int64_t, uint64_t> writeImage(const std::string &path, const std::map<std::string, std::string> &metadata,
                                         const std::vector<OutTensor> &tensors, const char *image);
-// The engine's weights of record (masters when there are, as f32, Hugging Face names), streamed.
+// The names the weights of record are written under:
+//   Program      the program's names, each weight once (a checkpoint of a model without a
+//                Hugging Face config);
+//   Module       every name of the model's state_dict: a tied weight under each of its names (the
+//                program's aliases), so that PyTorch's load_state_dict(strict=True) takes the file
+//                (--save-weights);
+//   HuggingFace  what save_pretrained writes: a tied weight once, under the input embedding's name
+//                (not lm_head's), with the program's Hugging Face prefix (bigc gen gpt's
+//                "transformer."): --save-hf and a checkpoint's model.safetensors.
+enum class WeightNames { Program, Module, HuggingFace };
+struct NamedWeight {
+  std::string name;
+  const Buffer *buffer = nullptr;
+  bool again = false; // the same weight as the one before (a tied weight's other name)
+};
+std::vector<NamedWeight> weightNames(const Engine &ex, WeightNames how);
+// The engine's weights of record (masters when there are, as f32), streamed, under those names.
 std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,
-                                          const std::map<std::string, std::string> &metadata = {});
+                                          const std::map<std::string, std::string> &metadata = {},
+                                          WeightNames how = WeightNames::Module);
+std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,
+                                          const std::vector<NamedWeight> &weights,
+                                          const std::map<std::string, std::string> &metadata);
+// A directory `from_pretrained` opens as it is (bigc run --save-hf): config.json (the program's
+// Hugging Face config) and the weights in save_pretrained's layout: model.safetensors, or shards of
+// at most `maxShardBytes` (Hugging Face's 5 GB) named model-00001-of-0000N.safetensors with
+// model.safetensors.index.json. Every file written atomically, the directory created if needed;
+// UserError when the program has no Hugging Face config (naming what to do).
+void writeHfDirectory(const std::string &dir, const Engine &ex, int64_t maxShardBytes = 5000000000);
 
 // The engine's weights of record (Engine::weights(): the master of each weight when there is
 // one, else the param) under their names, as f32.

@@ -84,6 +84,9 @@ public:
   // One training step over K micro-batches: the device loads the inputs, the streams run, the
   // device synchronises; an error on any stream is rethrown here after every stream has stopped.
   float step(const int32_t *tokens, const int32_t *targets) final;
+  // The evaluation program alone (Program::evalInstructions) on K micro-batches of held-out data:
+  // the instructions outside it count as done; no counter, scale or weight changes. Its loss.
+  float evaluate(const int32_t *tokens, const int32_t *targets) final;
 
   const Program &program() const override { return prog_; }
   // Steps run (including skipped ones).
@@ -243,6 +246,11 @@ protected:
 
 private:
   void runStream(size_t s);
+  // Every stream through the instructions once (the whole program, or the evaluation's), waiting
+  // for the device; rethrows the first error.
+  void runInstructions();
+  bool evaluating_ = false;    // the run under way is the evaluation program's
+  std::vector<char> evalMask_; // per instruction: part of the evaluation program
   void runGroup(BoundOp &head);
   void waitFor(const BoundOp &op, int64_t dep, bool issuedOnly);
   // --check-numerics after `op` ran; `badBefore`: an input it writes in place that was non-finite

@@ -20,6 +20,26 @@ inline std::string humanBytes(int64_t bytes) {
   return buf;
 }
 
+// `s` as an MLIR string literal: quoted, with backslashes and quotes escaped (and control
+// characters as MLIR's two-digit hex escapes).
+inline std::string mlirString(const std::string &s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20) {
+      const char *hex = "0123456789ABCDEF";
+      out += '\\';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
 inline std::string withCommas(int64_t n) {
   const bool neg = n < 0;
   std::string s = std::to_string(neg ? -n : n), out;
