@@ -458,7 +458,8 @@ void validateStage(const Program &p, const std::string &path) {
                        std::to_string(p.instructions.size()) + ")");
       prev = i;
       const Instruction &ins = p.instructions[size_t(i)];
-      if (ins.phase != "forward" || ins.recompute)
+      // (a pipeline's messages may be scheduled with the backward: a tied weight sent once a step)
+      if ((ins.phase != "forward" || ins.recompute) && ins.op != "send" && ins.op != "recv")
         fail(path, "eval: instruction " + std::to_string(i) + " (" + ins.op + ") is not of the forward (phase '" +
                        ins.phase + "'" + (ins.recompute ? ", recomputed" : "") + ")");
       for (int64_t id : ins.in)
@@ -618,6 +619,24 @@ void validateProgram(const Program &p, const std::string &path) {
     }
   }
 
+  // The evaluation programs of the stages pair their messages as the step does: a send in one
+  // stage's evaluation has its recv in the peer's, and the other way round.
+  if (P > 1) {
+    std::set<std::tuple<int64_t, int64_t, int64_t, bool>> ends; // from, to, tag, is a send
+    for (int64_t s = 0; s < P; ++s)
+      for (int64_t i : p.stageProgram(s).evalInstructions) {
+        const Instruction &ins = p.stageProgram(s).instructions[size_t(i)];
+        const int64_t peer = int64_t(ins.num("peer", -1)), tag = int64_t(ins.num("tag", -1));
+        if (ins.op == "send") ends.insert({s, peer, tag, true});
+        if (ins.op == "recv") ends.insert({peer, s, tag, false});
+      }
+    for (const auto &[from, to, tag, isSend] : ends)
+      if (!ends.count({from, to, tag, !isSend}))
+        fail(stagePath(isSend ? from : to), "eval: the " + std::string(isSend ? "send" : "recv") + " of tag " +
+                                                std::to_string(tag) + " between stages " + std::to_string(from) +
+                                                " and " + std::to_string(to) +
+                                                " is in one stage's evaluation program and not in the other's");
+  }
   // Every send has exactly one recv in its peer stage (from this stage, same tag) of the same
   // dtype and bytes, and the other way round; tags are unique per sender -> receiver pair.
   struct End {

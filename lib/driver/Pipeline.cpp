@@ -174,6 +174,53 @@ void checkPipeline(mlir::ModuleOp module, const CompileOptions &o) {
   }
 }
 
+// A pipeline's evaluation program: each stage's forward, and the messages it needs. A value that
+// crosses stages may travel in a message the pipeline pass scheduled with the backward (a tied
+// weight, the LM head's embedding, sent once a step): a recv whose value the forward reads joins
+// the evaluation, and so does its send on the peer stage, until every stage's evaluation reads only
+// what it writes, the weights and its inputs.
+void closeEvaluation(rt::Program &program) {
+  const int64_t P = std::max<int64_t>(1, program.pp);
+  std::vector<std::vector<char>> in(static_cast<size_t>(P));
+  for (int64_t s = 0; s < P; ++s) {
+    const rt::Program &sp = program.stageProgram(s);
+    in[size_t(s)].assign(sp.instructions.size(), 0);
+    for (int64_t i : sp.evalInstructions) in[size_t(s)][size_t(i)] = 1;
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int64_t s = 0; s < P; ++s) {
+      const rt::Program &sp = program.stageProgram(s);
+      std::vector<int64_t> writer(sp.buffers.size(), -1); // the last instruction writing each buffer
+      for (size_t i = 0; i < sp.instructions.size(); ++i) {
+        const rt::Instruction &ins = sp.instructions[i];
+        if (in[size_t(s)][i])
+          for (int64_t id : ins.in) {
+            const int64_t w = writer[size_t(id)];
+            if (w < 0 || in[size_t(s)][size_t(w)] || sp.instructions[size_t(w)].op != "recv") continue;
+            const rt::Instruction &recv = sp.instructions[size_t(w)];
+            in[size_t(s)][size_t(w)] = 1, changed = true;
+            const int64_t peer = int64_t(recv.num("peer", -1)), tag = int64_t(recv.num("tag", -1));
+            if (peer < 0 || peer >= P) continue;
+            const rt::Program &pp = program.stageProgram(peer);
+            for (size_t j = 0; j < pp.instructions.size(); ++j) {
+              const rt::Instruction &send = pp.instructions[j];
+              if (send.op == "send" && int64_t(send.num("peer", -1)) == s && int64_t(send.num("tag", -1)) == tag)
+                in[size_t(peer)][j] = 1;
+            }
+          }
+        for (int64_t id : ins.out) writer[size_t(id)] = int64_t(i);
+      }
+    }
+  }
+  for (int64_t s = 0; s < P; ++s) {
+    rt::Program &sp = program.stageProgram(s);
+    sp.evalInstructions.clear();
+    for (size_t i = 0; i < sp.instructions.size(); ++i)
+      if (in[size_t(s)][i]) sp.evalInstructions.push_back(int64_t(i));
+  }
+}
+
 // Pipeline stages: one module per stage from the same training step (bigc-pipeline keeps stage s
 // of it), each planned on its own; the file holds them all.
 rt::Program compileStages(mlir::ModuleOp module, const CompileOptions &o, std::string *finalIR) {
@@ -191,6 +238,7 @@ rt::Program compileStages(mlir::ModuleOp module, const CompileOptions &o, std::s
   }
   // The config is the step's: the vocabulary of the embedding (stage 0) for every stage.
   for (rt::Program &sp : program.stages) sp.vocab = program.vocab;
+  closeEvaluation(program);
   // One format version for the file: 4 when any stage has a padded vocabulary.
   program.version = rt::writtenVersion(program);
   for (rt::Program &sp : program.stages) sp.version = program.version;

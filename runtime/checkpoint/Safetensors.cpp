@@ -793,8 +793,14 @@ void loadWeightsFrom(Engine &ex, const std::string &given) {
       path = index;
     else if (::access(single.c_str(), R_OK) == 0)
       path = single;
+    else if (::access((path + "/pytorch_model.bin").c_str(), F_OK) == 0 ||
+             ::access((path + "/pytorch_model.bin.index.json").c_str(), F_OK) == 0)
+      fail(path, "a directory without model.safetensors.index.json or model.safetensors: its weights are "
+                 "pytorch_model.bin (PyTorch's pickle, which bigc does not read): save them as safetensors, e.g. "
+                 "model.save_pretrained(DIR) with transformers (safetensors is its default)");
     else
-      fail(path, "a directory without model.safetensors.index.json or model.safetensors");
+      fail(path, "a directory without model.safetensors.index.json or model.safetensors (a Hugging Face directory "
+                 "without weights?)");
   }
   std::vector<std::string> files;
   std::map<std::string, std::string> listed; // the index's tensor -> file

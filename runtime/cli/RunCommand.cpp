@@ -66,7 +66,8 @@ const char *kRunUsage =
     "                      PyTorch's load_state_dict(strict=True) takes it\n"
     "  --save-hf DIR       after the last step, a directory Hugging Face's from_pretrained opens as it\n"
     "                      is: config.json and the weights as save_pretrained writes them (a tied weight\n"
-    "                      once, shards of 5 GB with an index); a model from bigc import hf or bigc gen\n"
+    "                      once, shards of --hf-shard-size, default 5 GB, with an index); a model from\n"
+    "                      bigc import hf or bigc gen\n"
     "  --load-weights FILE start from these weights (safetensors, the model's Hugging Face names;\n"
     "                      an imported model starts from its own weights without it); a Hugging\n"
     "                      Face index (model.safetensors.index.json) of several files, or a\n"
@@ -333,7 +334,7 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
                                       "--dump-grads",       "--checkpoint-dir", "--checkpoint-every",
                                       "--keep-checkpoints", "--comm-timeout",   "--nvme-path",
                                       "--timeline",         "--val-data",       "--eval-every",
-                                      "--eval-batches",     "--save-hf"};
+                                      "--eval-batches",     "--save-hf",        "--hf-shard-size"};
   const std::set<std::string> switches =
       evalCmd
           ? std::set<std::string>{"--quiet", "--help", "--no-verify", "--check-numerics", "--virtual-ranks"}
@@ -352,6 +353,10 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
   if (!evalCmd && (args.has("--eval-every") || args.has("--eval-batches")) && !args.has("--val-data"))
     throw UserError(std::string(args.has("--eval-every") ? "--eval-every" : "--eval-batches") +
                     " needs --val-data FILE (the held-out token file to evaluate on)");
+  if (args.has("--hf-shard-size") && !args.has("--save-hf"))
+    throw UserError("--hf-shard-size: the largest file of --save-hf DIR; give it with --save-hf");
+  const int64_t hfShard = args.has("--hf-shard-size") ? args.size("--hf-shard-size", 0) : int64_t(5000000000);
+  if (hfShard < 1) throw UserError("--hf-shard-size must be positive");
   const int64_t evalEvery = args.integer("--eval-every", 0);
   if (args.has("--eval-every") && evalEvery < 1)
     throw UserError("--eval-every must be >= 1, got " + std::to_string(evalEvery));
@@ -884,7 +889,7 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
     }
     if (args.has("--save-hf")) {
       if (leader) {
-        safetensors::writeHfDirectory(args.str("--save-hf"), ex);
+        safetensors::writeHfDirectory(args.str("--save-hf"), ex, hfShard);
         if (!quiet)
           std::fprintf(stderr, "bigc run: %s: config.json and the weights as save_pretrained writes them\n",
                        args.str("--save-hf").c_str());
