@@ -5,7 +5,8 @@
 # (`bigc import hf`) trained on the file: step 1's loss equals PyTorch's (transformers, the same
 # initial weights, the same first batch, which holds ids above 65,535) to 1e-6. The same tokens as a
 # raw file without a header: refused without --data-dtype (the width is not known; never misread),
-# read with --data-dtype u32 (the same loss).
+# read with --data-dtype u32 (the same loss). A model of 256 ids refuses the file (its header names
+# the tokenizer's vocabulary).
 set -uo pipefail
 BIN=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -47,6 +48,12 @@ grep -q "has no llm.c header (raw tokens), so its token width is not known, and 
 "$BIN/bigc" run "$d/m.bigc" --data "$d/raw.bin" --data-dtype u32 --steps 3 --log "$d/b.jsonl" --quiet || bad "--data-dtype u32"
 cmp -s <(cut -d, -f1-2 "$d/a.jsonl") <(cut -d, -f1-2 "$d/b.jsonl") || bad "the raw file with --data-dtype u32 trains otherwise"
 echo "ok: a raw uint32 file: refused without --data-dtype, trained with --data-dtype u32 like the encoded file"
+# A file encoded for a larger vocabulary than the model's: refused by its header, before any step.
+"$BIN/bigc" gen gpt --preset tiny -o "$d/small.mlir" >/dev/null && "$BIN/bigc" compile "$d/small.mlir" -o "$d/small.bigc" --quiet
+"$BIN/bigc" run "$d/small.bigc" --data "$d/t.bin" --steps 1 --quiet 2>"$d/err" && bad "a 70,002-id file trained a 256-id model"
+grep -q "encoded with a tokenizer of 70,002 ids (its header says), larger than the model's vocabulary of 256" "$d/err" ||
+  bad "vocabulary: $(cat "$d/err")"
+echo "ok: refused: $(cut -c1-150 "$d/err")"
 "$PY" - "$d" <<'PY' || fail=1
 import json, sys, numpy as np, torch
 from safetensors.torch import load_file
