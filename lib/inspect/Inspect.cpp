@@ -684,6 +684,39 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     << p.optimizer.beta2 << ", eps " << p.optimizer.eps << ", weight decay " << p.optimizer.weightDecay
     << ", grad clip " << p.optimizer.gradClip << "\n";
   if (p.optimizer.schedule.present()) o << "learning rate: " << rt::describeSchedule(p.optimizer) << "\n";
+  if (!p.evalInstructions.empty()) {
+    // The evaluation program: the memory it touches of the device arena at its peak (its
+    // activations where the training plan put them, and every persistent buffer of the space).
+    const std::string space = p.space("device") ? "device" : p.spaces.empty() ? "" : p.spaces[0].name;
+    std::vector<int64_t> first(p.buffers.size(), -1), last(p.buffers.size(), -1);
+    for (size_t k = 0; k < p.evalInstructions.size(); ++k) {
+      const rt::Instruction &ins = p.instructions[size_t(p.evalInstructions[k])];
+      for (const auto *ids : {&ins.in, &ins.out})
+        for (int64_t id : *ids) {
+          if (first[size_t(id)] < 0) first[size_t(id)] = int64_t(k);
+          last[size_t(id)] = int64_t(k);
+        }
+    }
+    int64_t persistent = 0, peak = 0;
+    std::vector<int64_t> delta(p.evalInstructions.size() + 1, 0);
+    for (const rt::Buffer &b : p.buffers) {
+      if (b.space != space) continue;
+      if (b.persistent())
+        persistent += b.bytes;
+      else if (first[size_t(b.id)] >= 0)
+        delta[size_t(first[size_t(b.id)])] += b.bytes, delta[size_t(last[size_t(b.id)] + 1)] -= b.bytes;
+    }
+    for (int64_t k = 0, live = 0; k < int64_t(p.evalInstructions.size()); ++k)
+      peak = std::max(peak, live += delta[size_t(k)]);
+    const rt::Space *sp = p.space(space);
+    o << "evaluation: " << withCommas(int64_t(p.evalInstructions.size())) << " of the "
+      << withCommas(int64_t(p.instructions.size()))
+      << " instructions (the step's forward; bigc run --val-data, bigc eval), run in the training arenas: at its "
+         "peak "
+      << humanBytes(persistent + peak) << " of the " << space << " arena's " << humanBytes(sp ? sp->arenaBytes : 0)
+      << " (weights and state " << humanBytes(persistent) << ", activations " << humanBytes(peak)
+      << "; no gradients, no memory of its own)\n";
+  }
   o << "parameters: " << withCommas(params) << "\n";
   o << "instructions: " << withCommas(int64_t(p.instructions.size()))
     << ", buffers: " << withCommas(int64_t(p.buffers.size())) << "\n";
