@@ -178,7 +178,8 @@ void checkPipeline(mlir::ModuleOp module, const CompileOptions &o) {
 // crosses stages may travel in a message the pipeline pass scheduled with the backward (a tied
 // weight, the LM head's embedding, sent once a step): a recv whose value the forward reads joins
 // the evaluation, and so does its send on the peer stage, until every stage's evaluation reads only
-// what it writes, the weights and its inputs.
+// what it writes, the weights and its inputs; a send of the forward whose recv no evaluation needs
+// is left out.
 void closeEvaluation(rt::Program &program) {
   const int64_t P = std::max<int64_t>(1, program.pp);
   std::vector<std::vector<char>> in(static_cast<size_t>(P));
@@ -211,6 +212,26 @@ void closeEvaluation(rt::Program &program) {
           }
         for (int64_t id : ins.out) writer[size_t(id)] = int64_t(i);
       }
+    }
+  }
+  // A send whose recv the peer's evaluation does not need (a message of the backward that carries
+  // a value of the forward) is not sent: nothing reads it.
+  for (int64_t s = 0; s < P; ++s) {
+    const rt::Program &sp = program.stageProgram(s);
+    for (size_t i = 0; i < sp.instructions.size(); ++i) {
+      const rt::Instruction &send = sp.instructions[i];
+      if (!in[size_t(s)][i] || send.op != "send") continue;
+      const int64_t peer = int64_t(send.num("peer", -1)), tag = int64_t(send.num("tag", -1));
+      bool needed = false;
+      if (peer >= 0 && peer < P) {
+        const rt::Program &pp = program.stageProgram(peer);
+        for (size_t j = 0; j < pp.instructions.size(); ++j) {
+          const rt::Instruction &recv = pp.instructions[j];
+          if (recv.op == "recv" && int64_t(recv.num("peer", -1)) == s && int64_t(recv.num("tag", -1)) == tag)
+            needed = needed || in[size_t(peer)][j];
+        }
+      }
+      if (!needed) in[size_t(s)][i] = 0;
     }
   }
   for (int64_t s = 0; s < P; ++s) {

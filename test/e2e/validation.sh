@@ -54,6 +54,7 @@ check zero2 --ranks 2 --zero 2
 check zero3 --ranks 2 --zero 3
 check tp2 --ranks 2 --tp 2
 check pp2 --ranks 2 --pp 2 --micro-batches 2
+check pp2_tp2_sp_z3 --ranks 8 --pp 2 --tp 2 --zero 3 --sequence-parallel --micro-batches 2
 check micro2 --micro-batches 2
 check recompute --recompute full
 check bf16 --precision bf16
