@@ -161,7 +161,7 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module, const AdamWConfig &con
       if (Operation *clash = module.lookupSymbol(name))
         return clash->emitError("bigc-autodiff: the optimizer state symbol @\"") << name << "\" already exists";
     RankedTensorType pt = p.getTensorType();
-    auto stateType = RankedTensorType::get(pt.getShape(), config.bf16States ? Type(BFloat16Type::get(ctx))
+    auto stateType = RankedTensorType::get(pt.getShape(), config.bf16States() ? Type(BFloat16Type::get(ctx))
                                                                             : Type(Float32Type::get(ctx)));
     mb.setInsertionPointAfter(p);
     const Location ploc = p.getLoc(); // (a structured binding cannot be captured before C++20)
@@ -203,7 +203,7 @@ struct BigcAutodiffPass : public mlir::bigc::impl::BigcAutodiffBase<BigcAutodiff
       getOperation().emitError("--optimizer-states ") << std::string(optimizerStates) << ": use fp32 or bf16";
       return signalPassFailure();
     }
-    config.bf16States = optimizerStates == "bf16";
+    config.states = optimizerStates == "bf16" ? OptimizerStates::BF16 : OptimizerStates::FP32;
     if (failed(buildTrainStep(getOperation(), config))) signalPassFailure();
   }
 };

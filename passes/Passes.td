@@ -666,8 +666,9 @@ def BigcOffloadNvme : Pass<"bigc-offload-nvme", "::mlir::ModuleOp"> {
            "Move the fp32 masters too (else the moments only)">,
     Option<"params", "params", "bool", /*default=*/"false",
            "Move the compute weights bigc-offload left on the host (params=host) too">,
-    Option<"chunk", "chunk", "int64_t", /*default=*/"0",
-           "Split each update larger than this many elements into chunks (0: none; a multiple of 2048)">,
+    Option<"chunk", "chunk", "int64_t", /*default=*/"16777216",
+           "Split each update larger than this many elements into chunks (0: none; a multiple of 2048; "
+           "the default is bigc compile's --nvme-chunk, 2^24)">,
   ];
 }
 

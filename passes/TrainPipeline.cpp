@@ -8,6 +8,7 @@
 
 #include "bigc/Passes/TrainPipeline.h"
 #include "bigc/Passes/Passes.h"
+#include "bigc/Passes/TrainOptions.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
@@ -49,6 +50,12 @@ template <> const std::vector<std::pair<PpSchedule, const char *>> &choiceNames<
   return names;
 }
 
+template <> const std::vector<std::pair<OptimizerStates, const char *>> &choiceNames<OptimizerStates>() {
+  static const std::vector<std::pair<OptimizerStates, const char *>> names = {{OptimizerStates::FP32, "fp32"},
+                                                                              {OptimizerStates::BF16, "bf16"}};
+  return names;
+}
+
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainStage stage) {
   switch (stage) {
   case TrainStage::Model: {
@@ -79,7 +86,7 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
     ao.eps = o.adamw.eps;
     ao.weightDecay = o.adamw.weightDecay;
     ao.gradClip = o.adamw.gradClip;
-    ao.optimizerStates = o.adamw.bf16States ? "bf16" : "fp32";
+    ao.optimizerStates = toString(o.adamw.states);
     pm.addPass(createBigcAutodiff(ao));
     return;
   }
@@ -104,7 +111,7 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
       po.stages = o.pp;
       po.stage = o.ppStage;
       po.schedule = toString(o.ppSchedule);
-      po.virtualStages = o.virtualStages;
+      po.virtualStages = virtualStagesOf(o);
       po.split = o.ppSplit;
       po.ranks = o.ranks;
       po.tp = o.tp;
@@ -160,110 +167,56 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &c) {
 
 namespace {
 
-/// The options of `bigc-train-pipeline`, named as `bigc compile`'s flags
-/// (without the dashes); the driver's choices (recompute-drop for
-/// --recompute auto, offload-params for --offload cpu) are explicit here.
+/// The options of `bigc-train-pipeline`: one pass option per entry of the option table
+/// (bindTrainOptions, TrainOptions.h), named as `bigc compile`'s flags without the dashes, with the
+/// table's defaults and help; the choices' names are choiceNames'.
 struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
-  Option<int64_t> ranks{*this, "ranks", llvm::cl::desc("All ranks (dp x tp)"), llvm::cl::init(1)};
-  Option<int64_t> zero{*this, "zero", llvm::cl::desc("ZeRO stage over the data-parallel ranks"), llvm::cl::init(0)};
-  Option<int64_t> tp{*this, "tp", llvm::cl::desc("Tensor-parallel ranks"), llvm::cl::init(1)};
-  Option<bool> sequenceParallel{*this, "sequence-parallel", llvm::cl::desc("With tp: Megatron sequence parallelism"),
-                                llvm::cl::init(false)};
-  Option<int64_t> padVocab{*this, "pad-vocab",
-                           llvm::cl::desc("Pad the vocabulary to a multiple of this x tp (0: no padding)"),
-                           llvm::cl::init(0)};
-  Option<bool> fuseLoss{*this, "fuse-loss",
-                        llvm::cl::desc("The LM head and the cross-entropy fused, the logits never stored"),
-                        llvm::cl::init(false)};
-  Option<bool> fuse{*this, "fuse",
-                    llvm::cl::desc("Residual add + norm, bias + GELU and their gradients fused (bigc-fuse)"),
-                    llvm::cl::init(false)};
-  Option<int64_t> lossChunk{*this, "loss-chunk", llvm::cl::desc("fuse-loss: vocabulary columns per chunk (0: picked)"),
-                            llvm::cl::init(0)};
-  Option<double> bucketMb{*this, "bucket-mb", llvm::cl::desc("Largest merged collective in MiB"), llvm::cl::init(25)};
-  Option<Precision> precision{*this, "precision", llvm::cl::desc("Compute precision"), llvm::cl::init(Precision::FP32),
-                              llvm::cl::values(clEnumValN(Precision::FP32, "fp32", "fp32"),
-                                               clEnumValN(Precision::BF16, "bf16", "bf16"),
-                                               clEnumValN(Precision::FP16, "fp16", "fp16"))};
-  Option<double> lossScale{*this, "loss-scale", llvm::cl::desc("fp16: initial dynamic loss scale"),
-                           llvm::cl::init(65536.0)};
-  Option<int64_t> lossScaleWindow{*this, "loss-scale-window",
-                                  llvm::cl::desc("fp16: clean steps before the loss scale doubles"),
-                                  llvm::cl::init(2000)};
-  Option<int64_t> microBatches{*this, "micro-batches", llvm::cl::desc("Micro-batches per update"), llvm::cl::init(1)};
-  Option<int64_t> pp{*this, "pp", llvm::cl::desc("Pipeline stages"), llvm::cl::init(1)};
-  Option<PpSchedule> ppSchedule{*this, "pp-schedule", llvm::cl::desc("Pipeline schedule"),
-                                llvm::cl::init(PpSchedule::OneFOneB),
-                                llvm::cl::values(clEnumValN(PpSchedule::GPipe, "gpipe", "gpipe"),
-                                                 clEnumValN(PpSchedule::OneFOneB, "1f1b", "1f1b"),
-                                                 clEnumValN(PpSchedule::Interleaved, "interleaved", "interleaved"),
-                                                 clEnumValN(PpSchedule::ZeroBubble, "zero-bubble", "zero-bubble"))};
-  Option<int64_t> virtualStages{*this, "virtual-stages", llvm::cl::desc("Interleaved: model chunks per stage"),
-                                llvm::cl::init(1)};
-  ListOption<int64_t> ppSplit{*this, "pp-split", llvm::cl::desc("First layer of each stage after the first")};
-  Option<int64_t> ppStage{*this, "pp-stage", llvm::cl::desc("The pipeline stage this module becomes"),
-                          llvm::cl::init(0)};
-  Option<RecomputePolicy> recompute{*this, "recompute", llvm::cl::desc("Recomputation policy"),
-                                    llvm::cl::init(RecomputePolicy::None),
-                                    llvm::cl::values(clEnumValN(RecomputePolicy::None, "none", "none"),
-                                                     clEnumValN(RecomputePolicy::Full, "full", "full"),
-                                                     clEnumValN(RecomputePolicy::Selective, "selective", "selective"),
-                                                     clEnumValN(RecomputePolicy::Auto, "auto", "auto"))};
-  Option<int64_t> recomputeDrop{*this, "recompute-drop",
-                                llvm::cl::desc("recompute=auto: ranked candidates recomputed (-1: all)"),
-                                llvm::cl::init(-1)};
-  Option<Offload> offload{*this, "offload", llvm::cl::desc("Offload"), llvm::cl::init(Offload::None),
-                          llvm::cl::values(clEnumValN(Offload::None, "none", "none"),
-                                           clEnumValN(Offload::CPU, "cpu", "cpu"),
-                                           clEnumValN(Offload::NVMe, "nvme", "nvme"))};
-  Option<OffloadParams> offloadParams{*this, "offload-params",
-                                      llvm::cl::desc("offload: where the weights live between uses"),
-                                      llvm::cl::init(OffloadParams::Device),
-                                      llvm::cl::values(clEnumValN(OffloadParams::Device, "device", "device"),
-                                                       clEnumValN(OffloadParams::Host, "host", "host"),
-                                                       clEnumValN(OffloadParams::Nvme, "nvme", "nvme"))};
-  Option<int64_t> prefetch{*this, "prefetch", llvm::cl::desc("ZeRO-3: layers an all-gather runs ahead"),
-                           llvm::cl::init(1)};
-  Option<int64_t> nvmeChunk{*this, "nvme-chunk",
-                            llvm::cl::desc("offload=nvme: elements per chunk of a streamed update (0: none)"),
-                            llvm::cl::init(int64_t(1) << 24)};
-  Option<double> lr{*this, "lr", llvm::cl::desc("AdamW learning rate"), llvm::cl::init(3e-4)};
-  Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"), llvm::cl::init(0.9)};
-  Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"), llvm::cl::init(0.95)};
-  Option<double> eps{*this, "eps", llvm::cl::desc("AdamW epsilon"), llvm::cl::init(1e-8)};
-  Option<double> weightDecay{*this, "weight-decay", llvm::cl::desc("AdamW weight decay"), llvm::cl::init(0.1)};
-  Option<double> gradClip{*this, "grad-clip", llvm::cl::desc("Global gradient norm clip (0: none)"),
-                          llvm::cl::init(0.0)};
-
-  TrainPipelineConfig config() const {
-    TrainPipelineConfig c;
-    c.adamw = {lr, beta1, beta2, eps, weightDecay, gradClip};
-    c.ranks = ranks;
-    c.zero = zero;
-    c.tp = tp;
-    c.sequenceParallel = sequenceParallel;
-    c.padVocab = padVocab;
-    c.fuseLoss = fuseLoss;
-    c.fuse = fuse;
-    c.lossChunk = lossChunk;
-    c.bucketMb = bucketMb;
-    c.precision = precision;
-    c.lossScaleInit = lossScale;
-    c.lossScaleGrowthInterval = lossScaleWindow;
-    c.microBatches = microBatches;
-    c.pp = pp;
-    c.ppSchedule = ppSchedule;
-    c.virtualStages = virtualStages;
-    c.ppSplit.assign(ppSplit.begin(), ppSplit.end());
-    c.ppStage = ppStage;
-    c.recompute = recompute;
-    c.recomputeDrop = recomputeDrop;
-    c.offload = offload;
-    c.offloadParams = offloadParams;
-    c.prefetch = prefetch;
-    c.nvmeChunk = nvmeChunk;
-    return c;
+  TrainPipelineOptions() {
+    TrainPipelineConfig defaults;
+    Creator c{*this};
+    bindTrainOptions(c, defaults);
   }
+  /// The settings: each option's value into the field the table binds it to.
+  TrainPipelineConfig config() const {
+    TrainPipelineConfig out;
+    Reader r{*this};
+    bindTrainOptions(r, out);
+    return out;
+  }
+
+private:
+  template <typename T> using Opt = PassOptions::Option<T>;
+  template <typename T> using ListOpt = PassOptions::ListOption<T>;
+  std::vector<std::unique_ptr<llvm::cl::Option>> owned_;
+
+  // Makes the options, in the table's order.
+  struct Creator {
+    TrainPipelineOptions &o;
+    template <typename T> void option(const OptionInfo &info, T &field, const Check<T> &) {
+      if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+        o.owned_.push_back(std::make_unique<ListOpt<int64_t>>(o, info.name, llvm::cl::desc(info.help)));
+      } else {
+        auto opt = std::make_unique<Opt<T>>(o, info.name, llvm::cl::desc(info.help), llvm::cl::init(field));
+        if constexpr (std::is_enum_v<T>)
+          for (const auto &[value, name] : choiceNames<T>()) opt->getParser().addLiteralOption(name, value, name);
+        o.owned_.push_back(std::move(opt));
+      }
+    }
+  };
+  // Reads them back, in the same order.
+  struct Reader {
+    const TrainPipelineOptions &o;
+    size_t k = 0;
+    template <typename T> void option(const OptionInfo &, T &field, const Check<T> &) {
+      const llvm::cl::Option *opt = o.owned_[k++].get();
+      if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+        const auto &l = *static_cast<const ListOpt<int64_t> *>(opt);
+        field.assign(l.begin(), l.end());
+      } else {
+        field = *static_cast<const Opt<T> *>(opt);
+      }
+    }
+  };
 };
 
 } // namespace

@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Auto.h"
+#include "bigc/Passes/TrainOptions.h"
 #include "bigc/Format/verifier.h"
 #include "bigc/Driver/Capacity.h"
 #include "bigc/Passes/Passes.h"
@@ -147,7 +148,7 @@ StateBound stateBound(const ModelFacts &m, const CompileOptions &c) {
   const double P = double(m.params) / double(c.tp * c.pp); // the average stage's share of a tensor rank
   const double dp = double(std::max<int64_t>(1, c.ranks / (c.tp * c.pp)));
   const double weight = half ? 2 : 4, grad = half ? 2 : 4, master = half ? 4 : 0;
-  const double moments = c.adamw.bf16States ? 4 : 8;
+  const double moments = c.adamw.bf16States() ? 4 : 8;
   const double optShard = c.zero >= 1 ? dp : 1, gradShard = c.zero >= 2 ? dp : 1, wShard = c.zero >= 3 ? dp : 1;
   StateBound b;
   const double opt = P * (master + moments) / optShard;
@@ -184,8 +185,8 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
   if (c.tp > 1) add("--tp " + std::to_string(c.tp));
   if (c.pp > 1) add("--pp " + std::to_string(c.pp));
   if (c.pp > 1 && c.ppSchedule != base.ppSchedule) add("--pp-schedule " + toString(c.ppSchedule));
-  if (c.pp > 1 && c.ppSchedule == PpSchedule::Interleaved && c.virtualStages != 2)
-    add("--virtual-stages " + std::to_string(c.virtualStages));
+  if (c.pp > 1 && c.ppSchedule == PpSchedule::Interleaved && mlir::bigc::virtualStagesOf(c) != 2)
+    add("--virtual-stages " + std::to_string(mlir::bigc::virtualStagesOf(c)));
   if (c.zero > 0) add("--zero " + std::to_string(c.zero));
   if (c.microBatches > 1) add("--micro-batches " + std::to_string(c.microBatches));
   if (c.recompute != RecomputePolicy::None) add("--recompute " + toString(c.recompute));
@@ -381,7 +382,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   // layer; a model that cannot be cut (or has too few layers) is compiled whole.
   auto estimate = [&](AutoPlan &plan) {
     const CompileOptions &c = plan.options;
-    const int64_t unit = c.pp * (c.ppSchedule == PpSchedule::Interleaved ? c.virtualStages : 1);
+    const int64_t unit = c.pp * (c.ppSchedule == PpSchedule::Interleaved ? mlir::bigc::virtualStagesOf(c) : 1);
     // (A pipeline: two and three layers a stage, where one layer a stage is too small a model of
     // its stages' memory.)
     const int64_t k1 = c.pp > 1 ? 2 * unit : unit, k2 = k1 + unit;

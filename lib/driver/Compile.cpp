@@ -12,6 +12,7 @@
 #include "bigc/Format/verifier.h"
 #include "bigc/Driver/Capacity.h"
 #include "bigc/Driver/Auto.h"
+#include "bigc/Passes/TrainOptions.h"
 
 #include "bigc/Dialect/BigcDialect.h"
 #include "bigc/Dialect/BigcOps.h"
@@ -255,38 +256,7 @@ const Flag kFlags[] = {
      [](CompileOptions &o, const Value &v) {
        if ((o.hostReserve = v.size()) < 0) v.fail("must be >= 0");
      }},
-    {"--lr", true, "--lr F", "AdamW learning rate (3e-4)",
-     [](CompileOptions &o, const Value &v) {
-       if (!((o.adamw.lr = v.number()) > 0) || o.adamw.lr > double(FLT_MAX))
-         v.fail("must be a positive number within the float range (the update computes in fp32), got " + v.text());
-     }},
-    {"--beta1", true, "--beta1 F --beta2 F", "AdamW betas (0.9, 0.95)",
-     [](CompileOptions &o, const Value &v) {
-       o.adamw.beta1 = v.number();
-       if (!(o.adamw.beta1 >= 0 && o.adamw.beta1 < 1)) v.fail("must be in [0, 1), got " + v.text());
-     }},
-    {"--beta2", true, nullptr, nullptr, // listed with --beta1
-     [](CompileOptions &o, const Value &v) {
-       o.adamw.beta2 = v.number();
-       if (!(o.adamw.beta2 >= 0 && o.adamw.beta2 < 1)) v.fail("must be in [0, 1), got " + v.text());
-     }},
-    {"--eps", true, "--eps F", "AdamW epsilon (1e-8)",
-     [](CompileOptions &o, const Value &v) {
-       if (!((o.adamw.eps = v.number()) > 0) || o.adamw.eps > double(FLT_MAX) || float(o.adamw.eps) == 0.0f)
-         v.fail("must be a positive number within the float range (the update computes in fp32), got " + v.text());
-     }},
-    {"--weight-decay", true, "--weight-decay F", "AdamW weight decay, parameters of rank >= 2 only (0.1)",
-     [](CompileOptions &o, const Value &v) {
-       if (!((o.adamw.weightDecay = v.number()) >= 0) || o.adamw.weightDecay > double(FLT_MAX))
-         v.fail("must be a number >= 0 within the float range, got " + v.text());
-     }},
-    {"--optimizer-states", true, "--optimizer-states fp32|bf16",
-     "the AdamW moments' type (default fp32); bf16 halves their bytes (updated in fp32, stored rounded)",
-     [](CompileOptions &o, const Value &v) {
-       const std::string t = v.text();
-       if (t != "fp32" && t != "bf16") v.fail("must be fp32 or bf16, got " + t);
-       o.adamw.bf16States = t == "bf16";
-     }},
+    {"", false, nullptr, nullptr, nullptr}, // the training pipeline's options: bindTrainOptions
     {"--lr-schedule", true, "--lr-schedule S",
      "the learning rate over the steps: constant (default), cosine,\n"
      "linear or wsd (warmup, stable, then a linear decay over the last\n"
@@ -320,50 +290,12 @@ const Flag kFlags[] = {
      [](CompileOptions &o, const Value &v) {
        if ((o.schedule.wsdDecaySteps = v.integer()) < 1) v.fail("must be at least 1, got " + v.text());
      }},
-    {"--grad-clip", true, "--grad-clip F", "clip the global gradient norm to F (0: no clipping)",
-     [](CompileOptions &o, const Value &v) {
-       if (!((o.adamw.gradClip = v.number()) >= 0) || std::isinf(o.adamw.gradClip))
-         v.fail("must be a finite number >= 0 (0: no clipping), got " + v.text());
-     }},
-    {"--recompute", true, "--recompute POLICY",
-     "recompute activations in the backward instead of keeping them:\n"
-     "none, full (keep each block's input), selective (drop layernorm\n"
-     "and GELU outputs), auto (the least FLOPs that fit the budget)",
-     [](CompileOptions &o, const Value &v) { o.recompute = v.choice<RecomputePolicy>(); }},
     {"--memory-budget", true, "--memory-budget SIZE",
      "--recompute auto: device bytes the plan must fit (default: the\n"
      "device memory of --hardware / --device-mem)",
      [](CompileOptions &o, const Value &v) {
        if ((o.memoryBudget = v.size()) <= 0) v.fail("must be positive");
      }},
-    {"--precision", true, "--precision P",
-     "fp32 (default), bf16 or fp16: 16-bit weights and activations for\n"
-     "compute, fp32 master weights, AdamW states and statistics",
-     [](CompileOptions &o, const Value &v) { o.precision = v.choice<Precision>(); }},
-    {"--loss-scale", true, "--loss-scale F", "fp16: initial dynamic loss scale (65536)",
-     [](CompileOptions &o, const Value &v) {
-       o.lossScaleInit = v.number();
-       if (!(o.lossScaleInit > 0) || o.lossScaleInit > double(FLT_MAX))
-         v.fail("must be a positive number within the float range, got " + v.text());
-     }},
-    {"--loss-scale-window", true, "--loss-scale-window N", "fp16: clean steps before the loss scale doubles (2000)",
-     [](CompileOptions &o, const Value &v) {
-       if ((o.lossScaleGrowthInterval = v.integer()) < 1) v.fail("must be at least 1, got " + v.text());
-     }},
-    {"--micro-batches", true, "--micro-batches K",
-     "K micro-batches of the model's batch per update, gradients\n"
-     "accumulated in fp32 (activation memory of one micro-batch)",
-     [](CompileOptions &o, const Value &v) {
-       if ((o.microBatches = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.microBatches));
-     }},
-    {"--offload", true, "--offload cpu|nvme",
-     "ZeRO-Offload: fp32 master weights and AdamW states on the host, the\n"
-     "update on the host (CPU Adam) overlapped with the backward; the\n"
-     "weights also stay on the host between uses when the device\n"
-     "cannot hold them (ZeRO-3-Offload). nvme (ZeRO-Infinity): the masters\n"
-     "and AdamW states in a file on an NVMe drive (--nvme-path), streamed\n"
-     "through the host around each update",
-     [](CompileOptions &o, const Value &v) { o.offload = v.choice<Offload>(); }},
     {"--nvme-path", true, "--nvme-path DIR",
      "--offload nvme: the directory of the nvme space (a scratch file per\n"
      "rank; `bigc run --nvme-path` may name another)",
@@ -374,127 +306,14 @@ const Flag kFlags[] = {
      [](CompileOptions &o, const Value &v) {
        if ((o.nvmeCapacity = v.size()) <= 0) v.fail("must be positive");
      }},
-    {"--nvme-chunk", true, "--nvme-chunk N",
-     "--offload nvme: a tensor's update streams its optimizer state\n"
-     "through the host in chunks of N elements (default 16777216 = 2^24;\n"
-     "a multiple of 2048; 0: whole tensors), two chunks in flight",
-     [](CompileOptions &o, const Value &v) {
-       o.nvmeChunk = v.integer();
-       if (o.nvmeChunk < 0 || o.nvmeChunk % 2048 != 0)
-         v.fail("must be 0 or a positive multiple of 2048 (chunks start on 4096-byte boundaries)");
-     }},
-    {"--offload-params", true, "--offload-params P",
-     "with --offload: where the 16-bit weights (ZeRO-3: their shards)\n"
-     "live between uses: auto (default: the device when the plan fits\n"
-     "there, else the host, else with --offload nvme the drive), device,\n"
-     "host or nvme",
-     [](CompileOptions &o, const Value &v) { o.offloadParams = v.choice<OffloadParams>(); }},
-    {"--ranks", true, "--ranks N",
-     "data-parallel ranks (default: the devices of --hardware, else 1);\n"
-     "the model's batch is per rank: the global batch is ranks x batch x K",
-     [](CompileOptions &o, const Value &v) {
-       o.ranks = v.integer();
-       if (o.ranks < 1 || o.ranks > 4096) v.fail("must be in [1, 4096], got " + std::to_string(o.ranks));
-     }},
-    {"--zero", true, "--zero 0|1|2|3",
-     "ZeRO over the ranks: 0 data parallel (all-reduce of gradients),\n"
-     "1 + AdamW states and fp32 masters sharded, 2 + gradients sharded\n"
-     "(reduce-scatter during the backward), 3 + weights sharded\n"
-     "(all-gathered before each layer's forward and backward)",
-     [](CompileOptions &o, const Value &v) {
-       o.zero = v.integer();
-       if (o.zero < 0 || o.zero > 3) v.fail("expected 0, 1, 2 or 3, got " + std::to_string(o.zero));
-     }},
-    {"--tp", true, "--tp N",
-     "tensor parallelism over N of the ranks (Megatron-LM splits: QKV and\n"
-     "MLP-in column-parallel, projections row-parallel, vocabulary-parallel\n"
-     "embedding and loss); the mesh is dp x tp with dp = ranks / N",
-     [](CompileOptions &o, const Value &v) {
-       if ((o.tp = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.tp));
-     }},
-    {"--sequence-parallel", false, "--sequence-parallel",
-     "with --tp: layernorms and the residual stream split along the\n"
-     "sequence (Megatron-SP: reduce-scatter + all-gather for all-reduce)",
-     [](CompileOptions &o, const Value &) { o.sequenceParallel = true; }},
-    {"--pad-vocab", true, "--pad-vocab N",
-     "the vocabulary padded to a multiple of N x tp (Megatron's\n"
-     "make_vocab_size_divisible_by; 64 suits the GPU's GEMMs): the LM\n"
-     "head and embedding get zero rows outside the loss, the losses are\n"
-     "the unpadded model's, saved weights keep the model's shapes; lets\n"
-     "--tp split any vocabulary",
-     [](CompileOptions &o, const Value &v) {
-       if ((o.padVocab = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.padVocab));
-     }},
-    {"--fuse-loss", false, "--fuse-loss",
-     "the LM head and the cross-entropy fused: the logits (positions x\n"
-     "vocabulary) computed a chunk of the vocabulary at a time, never\n"
-     "stored; the backward recomputes them (one more GEMM of the head)",
-     [](CompileOptions &o, const Value &) { o.fuseLoss = true; }},
-    {"--loss-chunk", true, "--loss-chunk N",
-     "with --fuse-loss: vocabulary columns per chunk (default: the model\n"
-     "width rounded up to 64; the workspace holds positions x N floats)",
-     [](CompileOptions &o, const Value &v) {
-       if ((o.lossChunk = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.lossChunk));
-     }},
-    {"--fuse", false, "--fuse",
-     "pairs of memory-bound ops fused (bigc-fuse): the residual add and\n"
-     "the norm after it, the norm's gradient and the residual gradient,\n"
-     "bias and GELU, GELU's gradient and the bias gradient; the same\n"
-     "numbers, one tensor less written and read per pair",
-     [](CompileOptions &o, const Value &) { o.fuse = true; }},
-    {"--pp", true, "--pp P",
-     "pipeline parallelism: the layers split into P stages, one per\n"
-     "group of ranks (the mesh is dp x tp x pp = ranks), balanced by the\n"
-     "cost model; activations and their gradients sent between stages",
-     [](CompileOptions &o, const Value &v) {
-       if ((o.pp = v.integer()) < 1) v.fail("must be at least 1, got " + std::to_string(o.pp));
-     }},
-    {"--pp-schedule", true, "--pp-schedule S",
-     "with --pp: the order of the micro-batches on each stage: 1f1b\n"
-     "(default; at most P - s micro-batches in flight on stage s),\n"
-     "interleaved (Megatron's, with --virtual-stages V chunks per stage),\n"
-     "zero-bubble (ZB-H1: each backward split into its input-gradient part,\n"
-     "sent on at once, and its weight-gradient part, which fills the\n"
-     "bubbles) or gpipe (every forward, then every backward)",
-     [](CompileOptions &o, const Value &v) { o.ppSchedule = v.choice<PpSchedule>(); }},
-    {"--virtual-stages", true, "--virtual-stages V",
-     "with --pp-schedule interleaved: model chunks per stage (default 2;\n"
-     "chunk c of the P x V runs on stage c mod P)",
-     [](CompileOptions &o, const Value &v) {
-       if ((o.virtualStages = v.integer()) < 1) v.fail("must be at least 1, got " + v.text());
-     }},
-    {"--pp-split", true, "--pp-split L1,L2,..",
-     "with --pp: the first layer of each stage after the first (instead\n"
-     "of the balanced split)",
-     [](CompileOptions &o, const Value &v) {
-       o.ppSplit.clear();
-       std::string t = v.text(), item;
-       std::stringstream ss(t);
-       while (std::getline(ss, item, ',')) {
-         char *end = nullptr;
-         const long long x = std::strtoll(item.c_str(), &end, 10);
-         if (item.empty() || *end != '\0' || x < 0)
-           v.fail("expected layer numbers separated by commas, got '" + t + "'");
-         o.ppSplit.push_back(x);
-       }
-     }},
     {"--global-batch", true, "--global-batch N",
      "check that N = ranks x batch x K sequences per step (DeepSpeed's\n"
      "train_batch_size): a clear error naming the batch per rank otherwise",
      [](CompileOptions &o, const Value &v) { o.globalBatch = v.integer(); }},
-    {"--bucket-mb", true, "--bucket-mb F", "largest bucket of merged collectives in MiB (25; 0: one per tensor)",
-     [](CompileOptions &o, const Value &v) {
-       o.bucketMb = v.number();
-       if (!(o.bucketMb >= 0) || std::isinf(o.bucketMb))
-         v.fail("must be a number >= 0 (0: one collective per tensor), got " + v.text());
-     }},
-    {"--prefetch", true, "--prefetch N", "--zero 3: layers ahead that a weight all-gather starts (1; 0: none)",
-     [](CompileOptions &o, const Value &v) {
-       if ((o.prefetch = v.integer()) < 0) v.fail("must be >= 0, got " + v.text());
-     }},
     {"--emit-mlir", true, "--emit-mlir FILE",
-     "also write the IR the passes end with to FILE (-: stdout); bigc-opt\n"
-     "--bigc-train-pipeline runs the same passes",
+     "also write the IR the passes end with to FILE (-: stdout); its line\n"
+     "`// reproduce:` is the bigc-opt --bigc-train-pipeline command that\n"
+     "runs the same passes with the same options to the same IR",
      [](CompileOptions &o, const Value &v) { o.emitMlir = v.text(); }},
     {"--auto", false, "--auto",
      "choose the mesh (--ranks, --tp, --pp), --zero, --micro-batches,\n"
@@ -519,6 +338,60 @@ const Flag kFlags[] = {
     {"--help", false, nullptr, nullptr, nullptr}, // compileMain answers it first
 };
 
+// The training pipeline's options (bindTrainOptions, TrainOptions.h): `bigc compile --NAME`.
+struct TableEntry {
+  std::string flag, usage, help;
+  bool valued;
+};
+struct TableLister {
+  std::vector<TableEntry> entries;
+  template <typename T> void option(const mlir::bigc::OptionInfo &info, T &, const mlir::bigc::Check<T> &) {
+    if (!info.compileFlag) return;
+    const std::string flag = std::string("--") + info.name;
+    entries.push_back({flag, info.metavar ? flag + " " + info.metavar : flag, info.help, info.metavar != nullptr});
+  }
+};
+const std::vector<TableEntry> &tableFlags() {
+  static const std::vector<TableEntry> list = [] {
+    TableLister l;
+    mlir::bigc::TrainPipelineConfig c;
+    mlir::bigc::bindTrainOptions(l, c);
+    return l.entries;
+  }();
+  return list;
+}
+// Each of the table's flags the command line gives: parsed, checked, set.
+struct TableSetter {
+  const cli::Args &args;
+  CompileOptions &o;
+  template <typename T> void option(const mlir::bigc::OptionInfo &info, T &field, const mlir::bigc::Check<T> &check) {
+    const std::string flag = std::string("--") + info.name;
+    if (!info.compileFlag || !args.has(flag)) return;
+    const Value v{flag.c_str(), args};
+    if constexpr (std::is_same_v<T, bool>) {
+      field = true;
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      field = v.integer();
+    } else if constexpr (std::is_same_v<T, double>) {
+      field = v.number();
+    } else if constexpr (std::is_enum_v<T>) {
+      field = v.template choice<T>();
+    } else { // a list of integers
+      field.clear();
+      std::string t = v.text(), item;
+      std::stringstream ss(t);
+      while (std::getline(ss, item, ',')) {
+        char *end = nullptr;
+        const long long x = std::strtoll(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0') v.fail("expected numbers separated by commas, got '" + t + "'");
+        field.push_back(x);
+      }
+    }
+    if (const std::string why = check(field); !why.empty()) v.fail(why);
+    o.given.insert(flag);
+  }
+};
+
 std::string helpText() {
   std::string h = "usage: bigc compile model.mlir -o model.bigc [options]\n"
                   "\n"
@@ -529,10 +402,14 @@ std::string helpText() {
                   "\n"
                   "options:\n";
   const size_t column = 24;
+  std::vector<std::pair<std::string, std::string>> rows; // usage, help: the driver's, the table's at its marker
   for (const Flag &f : kFlags) {
-    if (!f.usage) continue;
-    std::string usage = f.usage;
-    std::string lines = f.help;
+    if (!f.name[0])
+      for (const TableEntry &e : tableFlags()) rows.push_back({e.usage, e.help});
+    else if (f.usage)
+      rows.push_back({f.usage, f.help});
+  }
+  for (const auto &[usage, lines] : rows) {
     size_t start = 0;
     // A usage wider than the column goes on a line of its own.
     if (usage.size() + 1 > column) h += "  " + usage + "\n";
@@ -560,6 +437,10 @@ CompileOptions parseOptions(const cli::Args &args) {
       f.set(o, Value{f.name, args});
       o.given.insert(f.name);
     }
+  { // the pipeline's options, after the driver's (--hardware sets the default --ranks first)
+    TableSetter t{args, o};
+    mlir::bigc::bindTrainOptions(t, o);
+  }
   if (o.autoSearch && !o.haveHardware)
     throw UserError("option --auto needs --hardware NAME|FILE: the machine's memory and speeds are what it chooses by");
   { // the schedule's flags together
@@ -648,11 +529,10 @@ CompileOptions parseOptions(const cli::Args &args) {
                     " does not divide --ranks " + std::to_string(o.ranks) +
                     ": the mesh is dp x tp x pp = ranks (use --ranks " +
                     std::to_string(o.tp * o.pp * std::max<int64_t>(1, o.ranks / (o.tp * o.pp))) + ")");
-  if (o.ppSchedule == PpSchedule::Interleaved && !args.has("--virtual-stages")) o.virtualStages = 2;
   if (args.has("--virtual-stages") && o.ppSchedule != PpSchedule::Interleaved)
     throw UserError("option --virtual-stages " + std::to_string(o.virtualStages) +
                     ": only with --pp-schedule interleaved (model chunks per stage)");
-  if (o.ppSchedule == PpSchedule::Interleaved && o.virtualStages < 2)
+  if (o.ppSchedule == PpSchedule::Interleaved && mlir::bigc::virtualStagesOf(o) < 2)
     throw UserError("option --virtual-stages " + std::to_string(o.virtualStages) +
                     ": the interleaved schedule needs 2 or more model chunks per stage");
   if (o.pp > 1 && o.ppSchedule == PpSchedule::Interleaved && o.microBatches % o.pp != 0)
@@ -663,6 +543,9 @@ CompileOptions parseOptions(const cli::Args &args) {
   for (const char *opt : {"--pp-schedule", "--pp-split", "--virtual-stages"})
     if (args.has(opt) && o.pp == 1)
       throw UserError(std::string("option ") + opt + ": only with --pp P, P > 1 (pipeline parallelism)");
+  for (const char *opt : {"--pad-vocab", "--loss-chunk"})
+    if (args.has(opt) && (opt == std::string("--pad-vocab") ? o.padVocab : o.lossChunk) < 1)
+      throw UserError(std::string("option ") + opt + ": must be at least 1, got 0");
   if (args.has("--loss-chunk") && !o.fuseLoss)
     throw UserError("option --loss-chunk: only with --fuse-loss (it sets the fused loss's chunk of the vocabulary)");
   if (o.sequenceParallel && o.tp == 1)
@@ -733,7 +616,8 @@ int compileMain(int argc, char **argv, int first) {
   auto t0 = std::chrono::steady_clock::now();
   std::set<std::string> valued, switches;
   for (const Flag &f : kFlags)
-    if (f.name[1] == '-') (f.valued ? valued : switches).insert(f.name); // -o: cli::parse knows it
+    if (f.name[0] && f.name[1] == '-') (f.valued ? valued : switches).insert(f.name); // -o: cli::parse knows it
+  for (const TableEntry &e : tableFlags()) (e.valued ? valued : switches).insert(e.flag);
   cli::Args args = cli::parse(argc, argv, first, valued, switches, "compile");
   if (args.positional.empty())
     throw UserError("compile: no model file given (usage: bigc compile model.mlir -o model.bigc; see --help)");
@@ -795,6 +679,8 @@ int compileMain(int argc, char **argv, int first) {
       bool valued = false;
       for (const Flag &f : kFlags)
         if (name == f.name) valued = f.valued;
+      for (const TableEntry &e : tableFlags())
+        if (name == e.flag) valued = e.valued;
       if (decided.count(name)) {
         if (valued && a.find('=') == std::string::npos) ++i; // its value
         continue;

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Compile.h"
+#include "bigc/Passes/TrainOptions.h"
 
 #include "bigc/Analysis/StepSimulation.h"
 #include "bigc/Emit/Emitter.h"
@@ -48,6 +49,48 @@ void runStage(mlir::ModuleOp m, const CompileOptions &o, mlir::bigc::TrainStage 
 
 namespace {
 
+// The option table's values as bigc-opt spells them, in the table's order.
+struct OptionText {
+  std::vector<std::pair<std::string, std::string>> values; // name, value
+  template <typename T> void option(const mlir::bigc::OptionInfo &info, T &field, const mlir::bigc::Check<T> &) {
+    std::string v;
+    if constexpr (std::is_same_v<T, bool>) {
+      v = field ? "true" : "false";
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      v = std::to_string(field);
+    } else if constexpr (std::is_same_v<T, double>) {
+      char b[40]; // the shortest form that reads back as the same double
+      for (int digits = 1; digits <= 17; ++digits) {
+        std::snprintf(b, sizeof b, "%.*g", digits, field);
+        if (std::strtod(b, nullptr) == field) break;
+      }
+      v = b;
+    } else if constexpr (std::is_enum_v<T>) {
+      v = mlir::bigc::toString(field);
+    } else {
+      for (size_t i = 0; i < field.size(); ++i) v += (i ? "," : "") + std::to_string(field[i]);
+    }
+    values.push_back({info.name, v});
+  }
+};
+
+} // namespace
+
+std::string reproduceCommand(const CompileOptions &o) {
+  OptionText given, defaults;
+  mlir::bigc::TrainPipelineConfig c = o, d;
+  mlir::bigc::bindTrainOptions(given, c);
+  mlir::bigc::bindTrainOptions(defaults, d);
+  std::string opts;
+  for (size_t i = 0; i < given.values.size(); ++i)
+    if (given.values[i].second != defaults.values[i].second)
+      opts += (opts.empty() ? "" : " ") + given.values[i].first + "=" + given.values[i].second;
+  return "bigc-opt " + (o.input.empty() ? std::string("MODEL.mlir") : o.input) + " --bigc-train-pipeline=\"" + opts +
+         "\"";
+}
+
+namespace {
+
 // Techniques and plan on `module` (the model stage done), emitted, with the step estimate.
 rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::string *finalIR) {
   using mlir::bigc::TrainStage;
@@ -56,6 +99,7 @@ rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::str
   if (finalIR) {
     llvm::raw_string_ostream os(*finalIR);
     if (o.pp > 1) os << "// pipeline stage " << o.ppStage << " of " << o.pp << "\n";
+    os << "// reproduce: " << reproduceCommand(o) << "\n";
     module->print(os);
     os << "\n";
   }
@@ -146,11 +190,13 @@ void checkPipeline(mlir::ModuleOp module, const CompileOptions &o) {
   if (o.pp > layers)
     throw UserError(pp + ": more stages than the model's " + std::to_string(layers) + " layers; use --pp " +
                     std::to_string(layers) + " or fewer");
-  const int64_t chunks = o.pp * (o.ppSchedule == mlir::bigc::PpSchedule::Interleaved ? o.virtualStages : 1);
+  const int64_t chunks =
+      o.pp * (o.ppSchedule == mlir::bigc::PpSchedule::Interleaved ? mlir::bigc::virtualStagesOf(o) : 1);
   if (chunks > layers)
-    throw UserError(pp + " with --virtual-stages " + std::to_string(o.virtualStages) + ": " + std::to_string(chunks) +
-                    " model chunks for the model's " + std::to_string(layers) + " layers; use --virtual-stages " +
-                    std::to_string(std::max<int64_t>(1, layers / o.pp)) + " or fewer");
+    throw UserError(pp + " with --virtual-stages " + std::to_string(mlir::bigc::virtualStagesOf(o)) + ": " +
+                    std::to_string(chunks) + " model chunks for the model's " + std::to_string(layers) +
+                    " layers; use --virtual-stages " + std::to_string(std::max<int64_t>(1, layers / o.pp)) +
+                    " or fewer");
   if (!o.ppSplit.empty() && chunks > o.pp) {
     if (int64_t(o.ppSplit.size()) != chunks - 1)
       throw UserError("option --pp-split: with --virtual-stages, give the first layer of each of the " +

@@ -76,6 +76,10 @@ struct InternalError : std::runtime_error {
 // receives a line saying so. Defined in Pipeline.cpp.
 rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR = nullptr,
                              std::vector<std::string> *notes = nullptr);
+// The bigc-opt command that runs the same passes with the same options on the model (its
+// --bigc-train-pipeline options: every option of the table whose value is not its default,
+// including the driver's choices, e.g. offload-params and recompute-drop). Pipeline.cpp.
+std::string reproduceCommand(const CompileOptions &o);
 // The device arena a plan needs per rank: a pipelined program's fullest stage's (0: no device
 // space). Defined in Pipeline.cpp.
 int64_t fullestDeviceArena(const rt::Program &p);

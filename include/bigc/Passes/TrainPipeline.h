@@ -33,8 +33,11 @@ struct AdamWConfig {
   double eps = 1e-8;
   double weightDecay = 0.1; ///< applied to parameters of rank >= 2 only
   double gradClip = 0.0;    ///< > 0: clip the global gradient norm
-  bool bf16States = false;  ///< the moments kept in bf16 (updated in fp32; --optimizer-states bf16)
+  /// The moments' type (bf16: updated in fp32, stored rounded; --optimizer-states bf16).
+  enum class States { FP32, BF16 } states = States::FP32;
+  bool bf16States() const { return states == States::BF16; }
 };
+using OptimizerStates = AdamWConfig::States;
 
 enum class Precision { FP32, BF16, FP16 };
 enum class RecomputePolicy { None, Full, Selective, Auto };
@@ -49,6 +52,7 @@ template <> const std::vector<std::pair<RecomputePolicy, const char *>> &choiceN
 template <> const std::vector<std::pair<Offload, const char *>> &choiceNames<Offload>();
 template <> const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>();
 template <> const std::vector<std::pair<PpSchedule, const char *>> &choiceNames<PpSchedule>();
+template <> const std::vector<std::pair<OptimizerStates, const char *>> &choiceNames<OptimizerStates>();
 
 /// "fp32", "auto", ...: the name of `value`.
 template <typename E> std::string toString(E value) {
@@ -87,7 +91,7 @@ struct TrainPipelineConfig {
   // bigc-pipeline
   int64_t pp = 1; ///< pipeline stages (the pp axis)
   PpSchedule ppSchedule = PpSchedule::OneFOneB;
-  int64_t virtualStages = 1;    ///< interleaved: model chunks per stage
+  int64_t virtualStages = 0;    ///< interleaved: model chunks per stage (0: picked, virtualStagesOf)
   std::vector<int64_t> ppSplit; ///< first layer of stages 1..pp-1 (empty: balanced by cost)
   int64_t ppStage = 0;          ///< the stage this pipeline builds (one module per stage)
   // bigc-recompute
