@@ -627,8 +627,8 @@ matchWeights(const Engine &ex, const std::vector<const Tensor *> &tensors, const
     }
     for (const Tensor *t : {it->second}) {
       if (t->shape != model && t->shape != b->shape)
-        fail(path, "parameter '" + b->name + "' ('" + t->name + "'): expected shape " + shapeStr(model) + ", found " +
-                       shapeStr(t->shape));
+        fail(path, "parameter '" + b->name + "'" + (t->name != b->name ? " ('" + t->name + "')" : std::string()) +
+                       ": expected shape " + shapeStr(model) + ", found " + shapeStr(t->shape));
       // Only exact conversions: a 16-bit float widens to f32 exactly; integers are never weights,
       // and f32 is not rounded into a 16-bit weight of record.
       const DType from = t->dtype, to = b->dtype;

@@ -114,7 +114,8 @@ import torch
 from gpt2_reference import read_safetensors, read_tokens, batches, gpt2_loss
 path, data, log = sys.argv[2], sys.argv[3], sys.argv[4]
 B, T, L, H = map(int, sys.argv[5:9])
-P = read_safetensors(path)
+# Hugging Face's GPT-2 names (save_pretrained's layout: bigc gen gpt's names under "transformer.").
+P = {k[len("transformer."):]: v for k, v in read_safetensors(path).items()}
 names = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"} | {f"h.{i}.{n}" for i in range(L) for n in (
     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
     "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")}

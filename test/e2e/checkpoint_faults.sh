@@ -136,7 +136,9 @@ import json, struct, sys
 def load(p):
     b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
     h.pop("__metadata__", None)
-    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+    # (the checkpoint's names are Hugging Face's: bigc gen gpt's under "transformer.")
+    return {k.replace("transformer.", "", 1): b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+            for k, v in h.items()}
 a, b = load(sys.argv[1]), load(sys.argv[2])
 sys.exit(0 if a == b else 1)
 PY

@@ -167,8 +167,9 @@ model = runlog.tensors(f"{d}/ck/{ck}/model.safetensors")
 pads = {k: v[0] for k, v in state.items() if k.startswith("wte.weight")}
 check("state shapes", len(pads) == 4 and all(v == [1001, 64] for v in pads.values()),
       f"the checkpoint's state holds {pads} (the model's rows)")
-check("model shapes", model["wte.weight"][0] == [1001, 64],
-      f"the checkpoint's model.safetensors holds wte.weight {model['wte.weight'][0]} (the model's)")
+check("model shapes", model["transformer.wte.weight"][0] == [1001, 64],
+      f"the checkpoint's model.safetensors holds transformer.wte.weight {model['transformer.wte.weight'][0]} "
+      "(the model's; Hugging Face's name)")
 u, p = json.load(open(f"{d}/l.json")), json.load(open(f"{d}/l_p.json"))
 vp = p.get("vocab_padding", {})
 check("inspect json", vp.get("vocabulary") == 1001 and vp.get("padded") == 1024

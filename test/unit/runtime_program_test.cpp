@@ -153,7 +153,7 @@ TEST(RuntimeProgram, ContainerErrors) {
 
   std::string v1 = good;
   v1.replace(0, 15, "BIGC-PROGRAM 1 ");
-  EXPECT_ERROR_HAS(parseError(v1), "version 1", "reads versions 2 to 4");
+  EXPECT_ERROR_HAS(parseError(v1), "version 1", "reads versions 2 to 5");
 
   EXPECT_ERROR_HAS(parseError(bigc::rt::testing::wrapPayload("{\"version\": 1,")), "not valid JSON");
 }
@@ -170,7 +170,7 @@ TEST(RuntimeProgram, MissingAndMistypedFields) {
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j.erase("config"); })), "'config'", "missing");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["config"]["batch"] = 2.5; })), "config", "'batch'",
                    "integer");
-  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["version"] = 1; })), "version 1", "reads versions 2 to 4");
+  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["version"] = 1; })), "version 1", "reads versions 2 to 5");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["buffers"][0]["vocab_rows"] = 1; })), "buffer 0",
                    "vocab_rows", "needs program format version 4");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["buffers"][0]["dtype"] = "f64"; })), "buffer 0",

@@ -1,8 +1,11 @@
 // Checkpoints of a training run (bigc run --checkpoint-dir DIR [--checkpoint-every N] [--resume]).
 //
 // DIR/step-00000120/ holds
-//   model.safetensors  the weights of record (fp32 masters, else the params) under the Hugging Face
-//                      GPT-2 names, as --save-weights writes them (loadable into PyTorch);
+//   model.safetensors  the weights of record (fp32 masters, else the params) as f32: with the
+//                      program's Hugging Face config, in save_pretrained's layout (its names, a
+//                      tied weight once) beside config.json, so from_pretrained opens the
+//                      directory; else under the program's names;
+//   config.json        (a program with a Hugging Face config) the model's config;
 //   state.safetensors  every persistent buffer as stored (weights, compute copies, AdamW moments,
 //                      the fp16 loss scale and its counter), under the program's buffer names;
 //   manifest.json      step, optimizer updates, the program's checksum, the data source's
