@@ -162,7 +162,7 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module, const AdamWConfig &con
         return clash->emitError("bigc-autodiff: the optimizer state symbol @\"") << name << "\" already exists";
     RankedTensorType pt = p.getTensorType();
     auto stateType = RankedTensorType::get(pt.getShape(), config.bf16States() ? Type(BFloat16Type::get(ctx))
-                                                                            : Type(Float32Type::get(ctx)));
+                                                                              : Type(Float32Type::get(ctx)));
     mb.setInsertionPointAfter(p);
     const Location ploc = p.getLoc(); // (a structured binding cannot be captured before C++20)
     ParamOp param = p;

@@ -38,83 +38,136 @@ namespace bigc::rt {
 
 namespace {
 
-const char *kRunUsage =
-    "usage: bigc run model.bigc [--backend cpu|cuda] [--steps N] [--data FILE | --synthetic] [--seed S]\n"
-    "                [--log FILE.jsonl] [--save-weights FILE] [--load-weights FILE] [--threads N]\n"
-    "                [--dump-grads FILE] [--quiet]\n"
-    "  --backend B         cpu or cuda (default: cuda when this build has the CUDA backend and a GPU\n"
-    "                      is visible, else cpu)\n"
-    "  --steps N           training steps (default 10; 0 with --save-weights writes the initial weights)\n"
-    "  --data FILE         token file: llm.c's (16-bit ids, magic 20240520; 32-bit, magic 20240801, as\n"
-    "                      `bigc data encode --tokenizer` writes them) or raw ids without a header\n"
-    "                      (nanoGPT's uint16); default: synthetic data\n"
-    "  --data-dtype u16|u32  the width of a headerless file's ids (needed when the model's vocabulary\n"
-    "                      exceeds 65,536: such a file is refused rather than misread)\n"
-    "  --synthetic         synthetic data: a random Markov chain over the vocabulary, from the seed\n"
-    "  --seed S            initialisation and synthetic-data seed (default 1337)\n"
-    "  --val-data FILE     held-out token file: its loss (the program's forward alone, in the training\n"
-    "                      plan's memory) after every --eval-every N steps and after the last, on the\n"
-    "                      progress line and as val_loss in the log; --eval-batches K of the file's\n"
-    "                      first batches each time (default: as many as it holds, up to 20)\n"
-    "  --log FILE.jsonl    one JSON object per step: step, loss, lr, tokens_per_s, elapsed_s,\n"
-    "                      peak_bytes (measured per memory space: the arena bytes the process\n"
-    "                      touched, or the GPU memory in use), planned_bytes (the arenas),\n"
-    "                      rss_peak_bytes (the process's peak resident memory), and loss_scale,\n"
-    "                      skipped with fp16 loss scaling\n"
-    "  --save-weights FILE safetensors of every weight (fp32 masters when there are) after the last step,\n"
-    "                      under every name of the model's state_dict (a tied weight under each), as\n"
-    "                      PyTorch's load_state_dict(strict=True) takes it\n"
-    "  --save-hf DIR       after the last step, a directory Hugging Face's from_pretrained opens as it\n"
-    "                      is: config.json and the weights as save_pretrained writes them (a tied weight\n"
-    "                      once, shards of --hf-shard-size, default 5 GB, with an index); a model from\n"
-    "                      bigc import hf or bigc gen\n"
-    "  --load-weights FILE start from these weights (safetensors, the model's Hugging Face names;\n"
-    "                      an imported model starts from its own weights without it); a Hugging\n"
-    "                      Face index (model.safetensors.index.json) of several files, or a\n"
-    "                      directory holding either, loads as one\n"
-    "  --dump-grads FILE   the last step's parameter gradients (f32, unscaled) as safetensors\n"
-    "  --threads N         CPU threads (default: all)\n"
-    "  --check-numerics    stop at the first inf or nan an instruction produces, naming the step, the\n"
-    "                      instruction and its place in model.mlir (slower: every output is checked)\n"
-    "  --no-verify         skip the plan verifier (bigc verify) the loader runs on the program\n"
-    "  --checkpoint-dir DIR  write checkpoints there (weights, optimizer state, step, data position):\n"
-    "                      after every --checkpoint-every N steps, at the end, and on SIGINT/SIGTERM;\n"
-    "                      each from a snapshot of the training state in host memory, written in the\n"
-    "                      background while the next steps run (finished before the run exits)\n"
-    "  --checkpoint-sync   write checkpoints between steps instead (training waits; no snapshot)\n"
-    "  --checkpoint-every N  steps between checkpoints (default: only at the end and on a signal)\n"
-    "  --keep-checkpoints K  keep the newest K complete checkpoints (default 2)\n"
-    "  --resume            continue from the newest complete checkpoint in --checkpoint-dir up to\n"
-    "                      step --steps (bit for bit as if the run had not stopped)\n"
-    "  --profile           time every instruction (GPU time per stream on cuda) and print, per op and\n"
-    "                      for the slowest instructions, the time per step (steps after the first);\n"
-    "                      beside each op the cost model's time where the program was compiled with\n"
-    "                      --hardware (several ranks: rank 0's, measured and estimated)\n"
-    "  --timeline FILE.svg a pipelined program (--pp): draw the last step's pipeline as measured (each\n"
-    "                      stage's compute instructions by micro-batch, the bubbles hatched) above the\n"
-    "                      cost model's; turns on --profile; needs 2 steps or more, one process\n"
-    "  --virtual-ranks     a multi-rank program on the CUDA backend: every rank on this one GPU, each\n"
-    "                      with its own arenas and streams, the collectives through host memory in\n"
-    "                      the CPU backend's order (to check a sharded program on one GPU; slower)\n"
-    "  --comm-timeout S    multi-rank programs: the longest a rank waits for the others in one\n"
-    "                      collective before every rank stops with an error (default 300)\n"
-    "  --nvme-path DIR     a program compiled with --offload nvme: the directory of its nvme space (one\n"
-    "                      preallocated O_DIRECT scratch file per rank, gone when the run ends), instead\n"
-    "                      of the one compiled in\n"
-    "  --quiet             no progress lines\n"
-    "A program compiled for several ranks (--ranks, --zero) runs them all: a thread per rank in this\n"
-    "process, or under `mpirun -np P` P processes of ranks/P ranks each (MPI between them). The\n"
-    "global batch of a step is ranks x micro-batches x batch sequences.\n";
+// The options of `bigc run` and `bigc eval`, each declared once: its name, its value's metavariable
+// (nullptr: a switch), its help, and which command takes it. The usage text and the parser's sets
+// come from here; what a value must be is checked where it is used (most checks involve several).
+enum : unsigned { kRun = 1, kEval = 2, kBoth = 3 };
+struct RunFlag {
+  const char *name, *metavar;
+  unsigned commands;
+  const char *help;
+};
+const RunFlag kRunFlags[] = {
+    {"--backend", "B", kBoth,
+     "cpu or cuda (default: cuda when this build has the CUDA backend and a GPU\n"
+     "is visible, else cpu)"},
+    {"--steps", "N", kRun, "training steps (default 10; 0 with --save-weights writes the initial weights)"},
+    {"--data", "FILE", kBoth,
+     "token file: llm.c's (16-bit ids, magic 20240520; 32-bit, magic 20240801, as\n"
+     "`bigc data encode --tokenizer` writes them) or raw ids without a header\n"
+     "(nanoGPT's uint16); run: default synthetic data; eval: the held-out file"},
+    {"--data-dtype", "u16|u32", kBoth,
+     "the width of a headerless file's ids (needed when the model's vocabulary\n"
+     "exceeds 65,536: such a file is refused rather than misread)"},
+    {"--synthetic", nullptr, kRun, "synthetic data: a random Markov chain over the vocabulary, from the seed"},
+    {"--seed", "S", kBoth, "initialisation and synthetic-data seed (default 1337)"},
+    {"--val-data", "FILE", kRun,
+     "held-out token file: its loss (the program's forward alone, in the training\n"
+     "plan's memory) after every --eval-every N steps and after the last, on the\n"
+     "progress line and as val_loss in the log"},
+    {"--eval-every", "N", kRun, "with --val-data: steps between evaluations (default: after the last only)"},
+    {"--eval-batches", "K", kBoth,
+     "the held-out file's first K batches each time (default: as many as it\n"
+     "holds, up to 20; each the step's micro-batches x ranks x batch x seq)"},
+    {"--log", "FILE.jsonl", kRun,
+     "one JSON object per step, written as the step ends: step, loss, lr,\n"
+     "val_loss, tokens_per_s, elapsed_s, peak_bytes (measured per memory space:\n"
+     "the arena bytes the process touched, or the GPU memory in use),\n"
+     "planned_bytes (the arenas), rss_peak_bytes, and loss_scale, skipped with\n"
+     "fp16 loss scaling; --resume keeps the lines up to its step and continues\n"
+     "the file; an error ends it with {\"error\": ...}"},
+    {"--save-weights", "FILE", kRun,
+     "safetensors of every weight (fp32 masters when there are) after the last\n"
+     "step, under every name of the model's state_dict (a tied weight under\n"
+     "each), as PyTorch's load_state_dict(strict=True) takes it"},
+    {"--save-hf", "DIR", kRun,
+     "after the last step, a directory Hugging Face's from_pretrained opens as\n"
+     "it is: config.json and the weights as save_pretrained writes them (a tied\n"
+     "weight once; a model from bigc import hf or bigc gen)"},
+    {"--hf-shard-size", "SIZE", kRun, "--save-hf: the largest weights file (default 5 GB; shards with an index)"},
+    {"--load-weights", "FILE", kBoth,
+     "start from these weights (safetensors, the model's Hugging Face names; an\n"
+     "imported model starts from its own weights without it); a Hugging Face\n"
+     "index of several files, or a directory holding either; a tied weight under\n"
+     "any of its names; 16-bit floats widen exactly, integers are refused"},
+    {"--checkpoint", "PATH", kEval,
+     "the weights of a checkpoint (a step directory, or a checkpoint directory's newest)"},
+    {"--dump-grads", "FILE", kRun, "the last step's parameter gradients (f32, unscaled) as safetensors"},
+    {"--threads", "N", kBoth, "CPU threads (default: all)"},
+    {"--check-numerics", nullptr, kBoth,
+     "stop at the first inf or nan an instruction produces, naming the step, the\n"
+     "instruction and its place in model.mlir (slower: every output is checked)"},
+    {"--no-verify", nullptr, kBoth, "skip the plan verifier (bigc verify) the loader runs on the program"},
+    {"--checkpoint-dir", "DIR", kRun,
+     "write checkpoints there (weights, optimizer state, step, data position):\n"
+     "after every --checkpoint-every N steps, at the end, and on SIGINT/SIGTERM;\n"
+     "each from a snapshot of the training state in host memory, written in the\n"
+     "background while the next steps run (finished before the run exits); one\n"
+     "run at a time (DIR/.lock)"},
+    {"--checkpoint-sync", nullptr, kRun, "write checkpoints between steps instead (training waits; no snapshot)"},
+    {"--checkpoint-every", "N", kRun, "steps between checkpoints (default: only at the end and on a signal)"},
+    {"--keep-checkpoints", "K", kRun,
+     "keep the newest K complete checkpoints (default 2; a damaged one is moved\n"
+     "aside as step-N.damaged and not counted)"},
+    {"--resume", nullptr, kRun,
+     "continue from the newest complete checkpoint in --checkpoint-dir up to\n"
+     "step --steps (bit for bit as if the run had not stopped)"},
+    {"--profile", nullptr, kRun,
+     "time every instruction (GPU time per stream on cuda) and print, per op and\n"
+     "for the slowest instructions, the time per step (steps after the first);\n"
+     "beside each op the cost model's time where the program was compiled with\n"
+     "--hardware (several ranks: rank 0's, measured and estimated)"},
+    {"--timeline", "FILE.svg", kRun,
+     "a pipelined program (--pp): draw the last step's pipeline as measured (each\n"
+     "stage's compute instructions by micro-batch, the bubbles hatched) above the\n"
+     "cost model's; turns on --profile; needs 2 steps or more, one process"},
+    {"--virtual-ranks", nullptr, kBoth,
+     "a multi-rank program on the CUDA backend: every rank on this one GPU, each\n"
+     "with its own arenas and streams, the collectives through host memory in\n"
+     "the CPU backend's order (to check a sharded program on one GPU; slower)"},
+    {"--comm-timeout", "S", kBoth,
+     "multi-rank programs: the longest a rank waits for the others in one\n"
+     "collective, and under mpirun a process for the others at start-up, before\n"
+     "every rank stops with an error naming the missing ones (default 300)"},
+    {"--nvme-path", "DIR", kBoth,
+     "a program compiled with --offload nvme: the directory of its nvme space\n"
+     "(one preallocated O_DIRECT scratch file per rank, gone when the run ends),\n"
+     "instead of the one compiled in"},
+    {"--quiet", nullptr, kBoth, "no progress lines"},
+    {"--help", nullptr, kBoth, nullptr},
+};
 
-const char *kEvalUsage =
-    "usage: bigc eval model.bigc --data FILE [--load-weights W | --checkpoint DIR] [--eval-batches K]\n"
-    "                 [--data-dtype u16|u32] [--backend cpu|cuda] [--threads N] [--seed S] [--quiet]\n"
-    "The held-out loss of the weights (--load-weights: safetensors, an index or a Hugging Face\n"
-    "directory; --checkpoint: a checkpoint's step directory, or a checkpoint directory's newest; else\n"
-    "an imported model's own weights, or the program's initial values) on the first K batches of FILE\n"
-    "(default: as many as it holds, up to 20), each the training step's K micro-batches x ranks x\n"
-    "batch x seq tokens: the program's evaluation program (its forward) in the training plan's\n"
-    "memory. Prints `bigc eval: loss L on K batches (N tokens) of FILE in S s` on stdout.\n";
+std::string usageOf(unsigned command) {
+  std::string u = command == kRun
+                      ? "usage: bigc run model.bigc [options]   (bigc-run model.bigc [options])\n"
+                        "Trains the program: a step per batch of --data (or synthetic data).\n"
+                      : "usage: bigc eval model.bigc --data FILE [--load-weights W | --checkpoint DIR] [options]\n"
+                        "The held-out loss of the weights (--load-weights or --checkpoint; else an imported model's\n"
+                        "own weights, or the program's initial values) on the first batches of FILE: the program's\n"
+                        "evaluation program (its forward) in the training plan's memory. Prints `bigc eval: loss L on\n"
+                        "K batches (N tokens) of FILE in S s` on stdout.\n";
+  u += "options:\n";
+  const size_t column = 22;
+  for (const RunFlag &f : kRunFlags) {
+    if (!(f.commands & command) || !f.help) continue;
+    const std::string usage = f.metavar ? std::string(f.name) + " " + f.metavar : std::string(f.name);
+    std::string lines = f.help;
+    size_t start = 0;
+    if (usage.size() + 1 > column) u += "  " + usage + "\n";
+    for (bool first = usage.size() + 1 <= column;; first = false) {
+      const size_t nl = lines.find('\n', start);
+      u += "  " + (first ? usage + std::string(column - usage.size(), ' ') : std::string(column, ' ')) +
+           lines.substr(start, nl == std::string::npos ? std::string::npos : nl - start) + "\n";
+      if (nl == std::string::npos) break;
+      start = nl + 1;
+    }
+  }
+  if (command == kRun)
+    u += "A program compiled for several ranks (--ranks, --zero) runs them all: a thread per rank in this\n"
+         "process, or under `mpirun -np P` P processes of ranks/P ranks each (MPI between them). The\n"
+         "global batch of a step is ranks x micro-batches x batch sequences.\n";
+  return u;
+}
 
 std::string dirOf(const std::string &path) {
   size_t slash = path.find_last_of('/');
@@ -325,28 +378,16 @@ void restoreStopHandlers() {
 }
 
 int runBody(int argc, char **argv, int first, bool evalCmd) {
-  const std::set<std::string> valued =
-      evalCmd ? std::set<std::string>{"--backend", "--data",         "--data-dtype", "--seed",         "--load-weights",
-                                      "--threads", "--comm-timeout", "--nvme-path",  "--eval-batches", "--checkpoint"}
-              : std::set<std::string>{"--backend",          "--steps",          "--data",
-                                      "--data-dtype",       "--seed",           "--log",
-                                      "--save-weights",     "--load-weights",   "--threads",
-                                      "--dump-grads",       "--checkpoint-dir", "--checkpoint-every",
-                                      "--keep-checkpoints", "--comm-timeout",   "--nvme-path",
-                                      "--timeline",         "--val-data",       "--eval-every",
-                                      "--eval-batches",     "--save-hf",        "--hf-shard-size"};
-  const std::set<std::string> switches =
-      evalCmd
-          ? std::set<std::string>{"--quiet", "--help", "--no-verify", "--check-numerics", "--virtual-ranks"}
-          : std::set<std::string>{"--synthetic", "--quiet",          "--resume",          "--help",         "--profile",
-                                  "--no-verify", "--check-numerics", "--checkpoint-sync", "--virtual-ranks"};
+  std::set<std::string> valued, switches;
+  for (const RunFlag &f : kRunFlags)
+    if (f.commands & (evalCmd ? kEval : kRun)) (f.metavar ? valued : switches).insert(f.name);
   cli::Args args = cli::parse(argc, argv, first, valued, switches, evalCmd ? "bigc eval" : "bigc run");
   if (args.has("--help")) {
-    std::cout << (evalCmd ? kEvalUsage : kRunUsage);
+    std::cout << usageOf(evalCmd ? kEval : kRun);
     return 0;
   }
   if (evalCmd && !args.has("--data"))
-    throw UserError("--data FILE: the held-out token file to evaluate on is missing\n" + std::string(kEvalUsage));
+    throw UserError("--data FILE: the held-out token file to evaluate on is missing\n" + usageOf(kEval));
   if (evalCmd && args.has("--load-weights") && args.has("--checkpoint"))
     throw UserError("--load-weights and --checkpoint exclude each other (a checkpoint holds the weights)");
   // Validation during training: --val-data (held-out tokens), --eval-every N, --eval-batches K.
@@ -376,7 +417,7 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
   const bool resume = args.has("--resume");
   if (resume && args.has("--load-weights"))
     throw UserError("--resume and --load-weights exclude each other (a checkpoint holds the weights)");
-  if (args.positional.empty()) throw UserError("missing the program file\n" + std::string(kRunUsage));
+  if (args.positional.empty()) throw UserError("missing the program file\n" + usageOf(evalCmd ? kEval : kRun));
   if (args.positional.size() > 1)
     throw UserError("one program file expected, got " + std::to_string(args.positional.size()) + ": '" +
                     args.positional[0] + "', '" + args.positional[1] + "'...");

@@ -35,7 +35,7 @@ echo "ok   resume of fp32 moments by bf16 ones refused: $(head -c 160 "$d/err").
 if "$BIN/bigc" compile "$d/m.mlir" -o "$d/bad.bigc" --optimizer-states fp16 2> "$d/err"; then
   echo "FAIL: --optimizer-states fp16 accepted"; exit 1
 fi
-grep -q "optimizer-states.*must be fp32 or bf16, got fp16" "$d/err" || { echo "FAIL: bad value, stderr:"; cat "$d/err"; exit 1; }
+grep -q "option --optimizer-states: unknown value .fp16. (expected one of bf16, fp32)" "$d/err" || { echo "FAIL: bad value, stderr:"; cat "$d/err"; exit 1; }
 [ ! -e "$d/bad.bigc" ] || { echo "FAIL: a program was written"; exit 1; }
 echo "ok   --optimizer-states fp16 refused: $(head -n1 "$d/err")"
 
