@@ -1,7 +1,7 @@
 //===- TrainPipeline.cpp - the pipeline of `bigc compile` -----------------===//
 //
 // See include/bigc/Passes/TrainPipeline.h. One function adds the passes;
-// `bigc compile` (lib/driver/Pipeline.cpp) and `bigc-opt
+// `bigc compile` (driver/Pipeline.cpp) and `bigc-opt
 // --bigc-train-pipeline` both call it, so they run the same passes.
 //
 //===----------------------------------------------------------------------===//

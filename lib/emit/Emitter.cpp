@@ -501,14 +501,21 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
       ins.out = {paramBuffer[pg.getTo()]};
     }
     if (bigcd::isCollective(&op)) { // the mesh axis and the reduction as numbers
+      // The format's numbers (docs/program-format.md: axis 0 dp, 1 tp, 2 pp; reduce 0 sum, 1 mean,
+      // 2 max, 3 norm); the ops' verifiers admit no other value, and an unknown one is an error
+      // here too rather than a silent default.
       auto group = op.getAttrOfType<StringAttr>("group");
       llvm::StringRef g = group ? group.getValue() : "dp";
-      ins.attrs["axis"].num = g == "dp" ? 0.0 : g == "tp" ? 1.0 : 2.0;
+      static const llvm::StringRef kAxes[] = {"dp", "tp", "pp"}, kReduces[] = {"sum", "mean", "max", "norm"};
+      auto indexOf = [&](llvm::ArrayRef<llvm::StringRef> names, llvm::StringRef v, const char *what) {
+        for (size_t i = 0; i < names.size(); ++i)
+          if (names[i] == v) return double(i);
+        fail(str(op.getLoc()) + ": " + op.getName().getStringRef().str() + " has " + what + " \"" + v.str() +
+             "\", which the program format has no number for");
+      };
+      ins.attrs["axis"].num = indexOf(kAxes, g, "group");
       if (auto r = op.getAttrOfType<StringAttr>("reduce"))
-        ins.attrs["reduce"].num = r.getValue() == "sum"    ? 0.0
-                                  : r.getValue() == "mean" ? 1.0
-                                  : r.getValue() == "max"  ? 2.0
-                                                           : 3.0;
+        ins.attrs["reduce"].num = indexOf(kReduces, r.getValue(), "reduce");
     }
     if (isa<bigcd::TpSliceOp, bigcd::VocabCeStatsOp, bigcd::VocabCeStatsGradOp>(op))
       ins.attrs["axis"].num = 1.0; // the mesh axis whose rank picks the chunk

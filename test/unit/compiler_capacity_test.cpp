@@ -1,4 +1,4 @@
-// The capacity check and the option search (lib/driver/Capacity.cpp) against independent counts:
+// The capacity check and the option search (driver/Capacity.cpp) against independent counts:
 // the fit of each space at its exact boundary (the host shared by the ranks), the bytes by role at
 // the peak against a brute-force sweep over the instructions, every option set the not-fit table
 // says fits compiled again on its own and checked against the capacity (and named in it), and --recompute auto's

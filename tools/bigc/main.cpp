@@ -61,7 +61,9 @@ int dispatch(int argc, char **argv, const std::string &cmd) {
   if (cmd == "inspect") return bigc::inspect::inspectMain(argc, argv, 2);
   if (cmd == "run") return bigc::rt::runMain(argc, argv, 2);
   if (cmd == "eval") return bigc::rt::evalMain(argc, argv, 2);
-  if (cmd == "data") return bigc::dataMain(argc, argv, 2);
+  if (cmd == "data")
+    return bigc::dataUsesTokenizer(argc, argv, 2) ? bigc::tokenizerDataMain(argc, argv, 2)
+                                                  : bigc::rt::dataMain(argc, argv, 2);
   if (cmd == "verify") return bigc::rt::verifyMain(argc, argv, 2);
   if (cmd == "calibrate") return bigc::rt::calibrateMain(argc, argv, 2);
   return -1;

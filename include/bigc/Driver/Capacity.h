@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "bigc/Driver/Compile.h"
-#include "bigc/Runtime/program.h"
+#include "bigc/Format/program.h"
 
 namespace mlir {
 class ModuleOp;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "bigc/Passes/TrainPipeline.h"
-#include "bigc/Runtime/program.h"
+#include "bigc/Format/program.h"
 #include "bigc/Support/hardware.h"
 
 namespace mlir {

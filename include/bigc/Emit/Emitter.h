@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "bigc/Runtime/program.h"
+#include "bigc/Format/program.h"
 #include "mlir/IR/BuiltinOps.h"
 
 namespace bigc::emit {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "bigc/Runtime/program.h"
+#include "bigc/Format/program.h"
 
 #include "bigc/Support/format.h"
 

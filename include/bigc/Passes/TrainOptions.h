@@ -7,7 +7,7 @@
 // Consumers bind it, in the spirit of IREE's OptionsBinder
 // (compiler/src/iree/compiler/Utils/OptionUtils.h):
 //
-//   bigc compile                   parses its flags through it (lib/driver/Compile.cpp),
+//   bigc compile                   parses its flags through it (driver/Compile.cpp),
 //   bigc-opt --bigc-train-pipeline registers its options from it (passes/TrainPipeline.cpp),
 //   bigc compile --emit-mlir       prints the bigc-opt command that reproduces the compile,
 //   the unit tests                 check each pass's own defaults (Passes.td) against it.

@@ -1,7 +1,6 @@
-// safetensors files (https://github.com/huggingface/safetensors): 8-byte little-endian header
-// length N, N bytes of JSON header {name: {"dtype", "shape", "data_offsets": [begin, end)},
-// "__metadata__": {str: str}}, then the data (offsets relative to the end of the header).
-// No MLIR here.
+// safetensors in the runtime: the streaming writer, weights loaded into and saved from an Engine,
+// Hugging Face directories. The file format itself (Tensor, File, parse, serialize):
+// include/bigc/Format/safetensors.h. No MLIR here.
 #pragma once
 
 #include <condition_variable>
@@ -13,6 +12,7 @@
 #include <functional>
 #include <vector>
 
+#include "bigc/Format/safetensors.h"
 #include "bigc/Runtime/program.h"
 #include "bigc/Runtime/xxh64.h"
 
@@ -21,47 +21,6 @@ class Engine;
 }
 
 namespace bigc::rt::safetensors {
-
-struct Tensor {
-  std::string name;
-  DType dtype = DType::F32; // "F32", "BF16", "F16", "I32" in the file
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> data; // numel × dtypeSize bytes, little-endian
-  uint64_t fileOffset = 0;   // where the data starts in the file (set by parse and readHeader)
-
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-  // The values as f32 (converting bf16/f16; i32 is converted by value).
-  std::vector<float> toF32() const;
-  static Tensor fromF32(const std::string &name, const std::vector<int64_t> &shape, const float *values);
-};
-
-struct File {
-  std::vector<Tensor> tensors; // in file order (by data offset)
-  std::map<std::string, std::string> metadata;
-
-  const Tensor *find(const std::string &name) const;
-};
-
-// "F32" <-> DType::F32 etc. The reader knows no other dtype.
-const char *dtypeTag(DType d);
-bool parseDTypeTag(const std::string &tag, DType &out);
-
-// Parse a whole file's bytes. Throws UserError("<path>: ...") when the header length is out of
-// range, the JSON is bad, a dtype is unknown, or offsets are out of range, inconsistent with
-// shape × dtype, or overlapping.
-File parse(const std::string &bytes, const std::string &path);
-File read(const std::string &path);
-// The header alone, checked as parse() checks it (offsets within the file, sizes, no overlaps),
-// without reading the data: tensors have empty `data` and their `fileOffset` (for large files).
-File readHeader(const std::string &path);
-// Header (sorted by name, data in that order, header padded with spaces to a multiple of 8) + data.
-std::string serialize(const File &file);
-// Atomic write (tmp file, fsync, rename). Throws UserError.
-void write(const std::string &path, const File &file);
 
 // A file written tensor by tensor in serialize()'s layout, so that no copy of everything is held in
 // memory: fill(i, buf) returns where tensor i's bytes are (in memory that stays valid until the next

@@ -16,8 +16,9 @@
 
 #include "bigc/Dialect/BigcDialect.h"
 #include "bigc/Dialect/BigcOps.h"
-#include "bigc/Runtime/program.h"
-#include "bigc/Runtime/safetensors.h"
+#include "bigc/Format/program.h"
+#include "bigc/Format/writer.h"
+#include "bigc/Format/safetensors.h"
 #include "bigc/Support/cli.h"
 #include "bigc/Support/format.h"
 #include "bigc/Support/hardware.h"
@@ -761,7 +762,7 @@ int compileMain(int argc, char **argv, int first) {
   int64_t nParams = 0; // every stage's weights (a pipeline's stages hold different ones)
   for (int64_t s = 0; s < program.pp; ++s) nParams += program.stageProgram(s).parameterCount();
 
-  // Capacity check (lib/driver/Capacity.cpp): every memory space against its capacity; when one
+  // Capacity check (driver/Capacity.cpp): every memory space against its capacity; when one
   // does not fit, the not-fit table with the option sets that do fit (compiled to be sure).
   // A pipelined program: each stage is checked (its ranks hold its arenas); the report is the
   // fullest stage's.

@@ -1,6 +1,8 @@
 // `bigc inspect`: reports on a program file's memory plan. See include/bigc/Inspect/Inspect.h.
 #include "bigc/Inspect/Inspect.h"
 #include "bigc/Format/writer.h"
+#include "bigc/Format/reader.h"
+#include "bigc/Format/validator.h"
 #include "bigc/Support/format.h"
 
 #include <algorithm>

@@ -18,7 +18,8 @@
 #include "bigc/Passes/TrainPipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "bigc/Runtime/verifier.h"
+#include "bigc/Format/validator.h"
+#include "bigc/Format/verifier.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"

@@ -8,7 +8,7 @@
 
 #include "bigc/Driver/Capacity.h"
 #include "bigc/Driver/Auto.h"
-#include "bigc/Runtime/ops.h"
+#include "bigc/Format/ops.h"
 #include "bigc/Dialect/BigcOps.h"
 #include "bigc/Passes/Passes.h"
 #include "bigc/Support/format.h"

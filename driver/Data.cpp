@@ -1,10 +1,8 @@
-// `bigc data`: byte-level encoding in the runtime (runtime/data, also in bigc-run), and with
-// --tokenizer the model's own Hugging Face tokenizer (python/bigc_data, the `tokenizers` library
+// `bigc data encode --tokenizer`: the model's own Hugging Face tokenizer (python/bigc_data, the `tokenizers` library
 // in the project's Python environment), run as a child bigc owns (include/bigc/Driver/PythonTool.h:
 // its files staged and moved into place only once it succeeded; ended with bigc).
 #include "bigc/Driver/Data.h"
 #include "bigc/Driver/PythonTool.h"
-#include "bigc/Runtime/run_command.h"
 
 #include <string>
 #include <vector>
@@ -23,12 +21,17 @@ std::string defaultValPath(const std::string &out) {
 
 } // namespace
 
-int dataMain(int argc, char **argv, int first) {
+bool dataUsesTokenizer(int argc, char **argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--tokenizer" || a.rfind("--tokenizer=", 0) == 0) return true;
+  }
+  return false;
+}
+
+int tokenizerDataMain(int argc, char **argv, int first) {
   std::vector<std::string> args;
   for (int i = first; i < argc; ++i) args.push_back(argv[i]);
-  bool tokenizer = false;
-  for (const auto &a : args) tokenizer |= a == "--tokenizer" || a.rfind("--tokenizer=", 0) == 0;
-  if (!tokenizer) return rt::dataMain(argc, argv, first);
   PythonTool t;
   t.command = "bigc data";
   t.module = "bigc_data";
