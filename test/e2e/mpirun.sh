@@ -151,3 +151,44 @@ fi
 wait $job || rc=$?
 [ $rc -ne 0 ] || { echo "FAIL: the job exited 0 after a process was killed"; exit 1; }
 echo "ok   SIGKILL of process $victim mid-run: the job stopped with exit $rc after $((SECONDS - t0)) s"
+
+# A process that never arrives at start-up, and one stopped mid-run (issue: mpirun waited in MPI's
+# initialisation forever; a mid-run time-out named no process). Process 1 starts bigc 60 s late
+# (a wrapper sleeps first): process 0's start-up watchdog names it after --comm-timeout 3 and the
+# job ends. Then process 1 is stopped (SIGSTOP) once the run has logged a step: process 0 names it
+# in the collective it waits in. Each within the time-out plus mpirun's teardown, not 60 s.
+cat > "$d/late.sh" <<'SH'
+#!/usr/bin/env bash
+[ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && sleep 60
+exec "$@"
+SH
+cat > "$d/stop.sh" <<'SH'
+#!/usr/bin/env bash
+# $1: the log process 0 writes; the rest: the command.
+log=$1; shift
+if [ "${OMPI_COMM_WORLD_RANK:-0}" != 1 ]; then exec "$@"; fi
+"$@" & pid=$!
+for _ in $(seq 1 600); do [ -s "$log" ] && break; sleep 0.1; done
+kill -STOP $pid
+wait $pid
+SH
+chmod +x "$d/late.sh" "$d/stop.sh"
+t0=$SECONDS
+rc=0
+timeout 120 "${MPIRUN[@]}" -np 2 "$d/late.sh" "$BIN/bigc" run "$d/z2.bigc" --synthetic --steps 5 --quiet --comm-timeout 3 \
+  > "$d/late.txt" 2>&1 || rc=$?
+took=$((SECONDS - t0))
+grep -q "waited 3 s (--comm-timeout) in MPI's start-up for the other processes: process 1 never arrived" "$d/late.txt" &&
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 50 ] || {
+  echo "FAIL: a process late at start-up (exit $rc after $took s):"; cat "$d/late.txt"; exit 1; }
+echo "ok   process 1 never starting: exit $rc after $took s, '$(grep -m1 -o "process 1 never arrived[^;]*" "$d/late.txt")'"
+t0=$SECONDS
+rc=0
+timeout 120 "${MPIRUN[@]}" -np 2 "$d/stop.sh" "$d/stop.jsonl" "$BIN/bigc" run "$d/z2.bigc" --synthetic --steps 100000 \
+  --quiet --comm-timeout 3 --log "$d/stop.jsonl" > "$d/stop.txt" 2>&1 || rc=$?
+took=$((SECONDS - t0))
+grep -qE "waited 3 s for process 1, which never reached this collective" "$d/stop.txt" &&
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || {
+  echo "FAIL: a process stopped mid-run (exit $rc after $took s):"; cat "$d/stop.txt"; pkill -9 -f "bigc run $d/z2.bigc" || true; exit 1; }
+pkill -9 -f "bigc run $d/z2.bigc" 2> /dev/null || true # the stopped one, should mpirun have left it
+echo "ok   process 1 stopped mid-run: exit $rc after $took s, '$(grep -m1 -oE "step [0-9]+: instruction [0-9]+ \([a-z_]+" "$d/stop.txt")... waited 3 s for process 1'"
