@@ -278,6 +278,14 @@ Program fromJson(const json &root, const std::string &path, bool top) {
   if (root.contains("eval") && !root["eval"].is_null()) {
     const json &ev = r.object(root, "eval", "payload");
     p.evalInstructions = r.ints(ev, "instructions", "eval");
+    if (ev.contains("plan") && !ev["plan"].is_null()) {
+      const json &pl = r.object(ev, "plan", "eval");
+      p.evalPlan.buffers = r.ints(pl, "buffers", "eval.plan");
+      p.evalPlan.offsets = r.ints(pl, "offsets", "eval.plan");
+      const json &ar = r.object(pl, "arenas", "eval.plan");
+      for (auto it = ar.begin(); it != ar.end(); ++it)
+        p.evalPlan.arenas[it.key()] = r.integer(ar, it.key().c_str(), "eval.plan.arenas");
+    }
   }
   if (root.contains("loss_scaling") && !root["loss_scaling"].is_null()) {
     const json &ls = r.object(root, "loss_scaling", "payload");

@@ -469,6 +469,53 @@ void validateStage(const Program &p, const std::string &path) {
       for (int64_t id : ins.out) written[size_t(id)] = 1;
     }
   }
+  // The evaluation program's own plan (its placement is proven with the plan verifier on the
+  // evaluation program: verifyProgram): the buffers it keeps, each inside its space's arena.
+  if (p.evalPlan.present()) {
+    const auto &ep = p.evalPlan;
+    if (p.evalInstructions.empty()) fail(path, "eval.plan: a plan without eval instructions");
+    if (ep.buffers.size() != ep.offsets.size())
+      fail(path, "eval.plan: " + std::to_string(ep.buffers.size()) + " buffers but " +
+                     std::to_string(ep.offsets.size()) + " offsets");
+    for (const auto &[space, bytes] : ep.arenas) {
+      if (!p.space(space)) fail(path, "eval.plan: arena of space '" + space + "', which the program does not have");
+      if (bytes < 0) fail(path, "eval.plan: the '" + space + "' arena has " + std::to_string(bytes) + " bytes");
+    }
+    std::vector<char> kept(p.buffers.size(), 0);
+    for (size_t k = 0; k < ep.buffers.size(); ++k) {
+      const int64_t id = ep.buffers[k], off = ep.offsets[k];
+      if (id < 0 || id >= int64_t(p.buffers.size()) || (k > 0 && id <= ep.buffers[k - 1]))
+        fail(path, "eval.plan: buffer " + std::to_string(id) +
+                       " is out of order or out of range (increasing ids below " + std::to_string(p.buffers.size()) +
+                       ")");
+      const Buffer &b = p.buffers[size_t(id)];
+      auto arena = ep.arenas.find(b.space);
+      if (arena == ep.arenas.end())
+        fail(path, "eval.plan: buffer " + std::to_string(id) + " '" + b.name + "' is in space '" + b.space +
+                       "', which has no arena in the plan");
+      if (off < 0 || off % kAlignment != 0)
+        fail(path, "eval.plan: buffer " + std::to_string(id) + " '" + b.name + "' at offset " + std::to_string(off) +
+                       " (an offset must be a multiple of " + std::to_string(kAlignment) + ", >= 0)");
+      if (off > arena->second - b.bytes)
+        fail(path, "eval.plan: buffer " + std::to_string(id) + " '" + b.name + "': offset " + std::to_string(off) +
+                       " + bytes " + std::to_string(b.bytes) + " lies outside the plan's '" + b.space + "' arena of " +
+                       std::to_string(arena->second) + " bytes");
+      kept[size_t(id)] = 1;
+    }
+    auto need = [&](int64_t id, const std::string &why) {
+      if (id >= 0 && !kept[size_t(id)])
+        fail(path, "eval.plan: buffer " + std::to_string(id) + " '" + p.buffers[size_t(id)].name + "' (" + why +
+                       ") has no place in it");
+    };
+    for (int64_t i : p.evalInstructions) {
+      for (int64_t id : p.instructions[size_t(i)].in) need(id, "read by instruction " + std::to_string(i));
+      for (int64_t id : p.instructions[size_t(i)].out) need(id, "written by instruction " + std::to_string(i));
+    }
+    for (int64_t id : p.tokenInputs) need(id, "a token input");
+    for (int64_t id : p.targetInputs) need(id, "a target input");
+    for (const Buffer &b : p.buffers)
+      if (b.role == "param" || b.role == "master") need(b.id, "a weight");
+  }
 
   // A mesh of several ranks runs collectives; one rank has none.
   // Buffers that share memory must not be live at the same time, except buffers joined by an

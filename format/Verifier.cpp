@@ -1,5 +1,7 @@
 // The plan verifier: see include/bigc/Format/verifier.h for what it proves.
 #include "bigc/Format/verifier.h"
+
+#include "bigc/Format/evaluation.h"
 #include "bigc/Format/ops.h"
 #include "bigc/Format/p2p_groups.h"
 #include "bigc/Format/validator.h"
@@ -11,9 +13,56 @@
 
 namespace bigc::rt {
 
+HappensBefore::HappensBefore(const Program &p) : n_(int64_t(p.instructions.size())) {
+  std::map<std::string, int> ids;
+  std::vector<int> last; // per stream: the last instruction seen
+  sid_.resize(size_t(n_)), pos_.resize(size_t(n_)), clock_.resize(size_t(n_));
+  std::vector<int> count;
+  for (int64_t i = 0; i < n_; ++i) {
+    const Instruction &ins = p.instructions[size_t(i)];
+    auto it = ids.find(ins.stream);
+    if (it == ids.end()) {
+      it = ids.emplace(ins.stream, int(streams_.size())).first;
+      streams_.push_back(ins.stream);
+      last.push_back(-1);
+      count.push_back(0);
+      for (auto &c : clock_)
+        if (!c.empty()) c.push_back(-1);
+    }
+    const int s = it->second;
+    sid_[size_t(i)] = s;
+    pos_[size_t(i)] = count[size_t(s)]++;
+    std::vector<int> c = last[size_t(s)] >= 0 ? clock_[size_t(last[size_t(s)])] : std::vector<int>(streams_.size(), -1);
+    c.resize(streams_.size(), -1);
+    for (int64_t w : ins.wait) {
+      const std::vector<int> &cw = clock_[size_t(w)];
+      for (size_t k = 0; k < cw.size(); ++k) c[k] = std::max(c[k], cw[k]);
+    }
+    c[size_t(s)] = pos_[size_t(i)];
+    clock_[size_t(i)] = std::move(c);
+    last[size_t(s)] = int(i);
+  }
+}
+
+bool HappensBefore::operator()(int64_t a, int64_t b) const {
+  if (a == b) return false;
+  if (a == kStart) return true;
+  if (b == kStart) return false;
+  if (b == n_) return true;
+  if (a == n_) return false;
+  const std::vector<int> &cb = clock_[size_t(b)];
+  const size_t sa = size_t(sid_[size_t(a)]);
+  return sa < cb.size() && cb[sa] >= pos_[size_t(a)];
+}
+
+int HappensBefore::latestOn(int64_t b, int stream) const {
+  const std::vector<int> &cb = clock_[size_t(b)];
+  return size_t(stream) < cb.size() ? cb[size_t(stream)] : -1;
+}
+
 namespace {
 
-constexpr int64_t kStart = -1; // the runtime writes the step's inputs before the first instruction
+constexpr int64_t kStart = HappensBefore::kStart;
 
 struct Access {
   int64_t ins; // instruction index, kStart, or n (the runtime's reads after the last)
@@ -43,10 +92,8 @@ private:
   const size_t limit_;
   const bool lossRead_;
   std::vector<std::string> issues_;
-  std::vector<int> sid_, pos_;           // stream id and position in it, per instruction
-  std::vector<std::vector<int>> clock_;  // per instruction: per stream, the last position ordered before or at it
+  HappensBefore hb_;
   std::vector<std::vector<Access>> acc_; // per buffer
-  std::vector<std::string> streams_;
   // Buffers at the same place by design: a reshape's output at its input's place is a view (same
   // value); an in-place elementwise output replaces its input's value. mem_: one group per shared
   // memory (both kinds); val_: one group per shared value (reshape views only).
@@ -62,49 +109,9 @@ private:
     if (!full()) issues_.push_back(s);
   }
 
-  void order() {
-    std::map<std::string, int> ids;
-    std::vector<int> last; // per stream: the last instruction seen
-    sid_.resize(size_t(n_)), pos_.resize(size_t(n_)), clock_.resize(size_t(n_));
-    std::vector<int> count;
-    for (int64_t i = 0; i < n_; ++i) {
-      const Instruction &ins = p_.instructions[size_t(i)];
-      auto it = ids.find(ins.stream);
-      if (it == ids.end()) {
-        it = ids.emplace(ins.stream, int(streams_.size())).first;
-        streams_.push_back(ins.stream);
-        last.push_back(-1);
-        count.push_back(0);
-        for (auto &c : clock_)
-          if (!c.empty()) c.push_back(-1);
-      }
-      const int s = it->second;
-      sid_[size_t(i)] = s;
-      pos_[size_t(i)] = count[size_t(s)]++;
-      std::vector<int> c =
-          last[size_t(s)] >= 0 ? clock_[size_t(last[size_t(s)])] : std::vector<int>(streams_.size(), -1);
-      c.resize(streams_.size(), -1);
-      for (int64_t w : ins.wait) {
-        const std::vector<int> &cw = clock_[size_t(w)];
-        for (size_t k = 0; k < cw.size(); ++k) c[k] = std::max(c[k], cw[k]);
-      }
-      c[size_t(s)] = pos_[size_t(i)];
-      clock_[size_t(i)] = std::move(c);
-      last[size_t(s)] = int(i);
-    }
-  }
-
+  void order() { hb_ = HappensBefore(p_); }
   // a happens before b (a != b).
-  bool hb(int64_t a, int64_t b) const {
-    if (a == b) return false;
-    if (a == kStart) return true;
-    if (b == kStart) return false;
-    if (b == n_) return true;
-    if (a == n_) return false;
-    const std::vector<int> &cb = clock_[size_t(b)];
-    const size_t sa = size_t(sid_[size_t(a)]);
-    return sa < cb.size() && cb[sa] >= pos_[size_t(a)];
-  }
+  bool hb(int64_t a, int64_t b) const { return hb_(a, b); }
 
   std::string where(int64_t i) const {
     if (i == kStart) return "the runtime (writing the step's inputs before the first instruction)";
@@ -536,8 +543,16 @@ std::string ncclPipelineProblem(const Program &p) {
 void verifyProgram(const Program &p, const std::string &path, bool validated) {
   if (!validated) validateProgram(p, path);
   std::vector<std::string> issues = verifyPlan(p, 5);
+  std::string what = "the plan";
+  if (issues.empty() && hasEvaluationPlan(p)) {
+    // The evaluation's own plan (bigc eval): its program on its own, valid and safe.
+    const Program view = evaluationProgram(p);
+    validateProgram(view, path + " (the evaluation program of eval.plan)");
+    issues = verifyPlan(view, 5);
+    what = "the evaluation's plan (eval.plan)";
+  }
   if (issues.empty()) return;
-  std::string msg = path + ": the plan is unsafe: " + issues[0];
+  std::string msg = path + ": " + what + " is unsafe: " + issues[0];
   for (size_t i = 1; i < issues.size(); ++i) msg += "\n  and: " + issues[i];
   if (issues.size() >= 5) msg += "\n  (further problems not listed)";
   throw UserError(msg + "\n  (`bigc verify` lists them; a program bigc compile wrote never has these: was it edited?)");

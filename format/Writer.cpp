@@ -89,7 +89,12 @@ json payloadJson(const Program &p) {
   }
   root["buffers"] = std::move(bufs);
   root["inputs"] = {{"tokens", p.tokenInputs}, {"targets", p.targetInputs}};
-  if (!p.evalInstructions.empty()) root["eval"] = {{"instructions", p.evalInstructions}};
+  if (!p.evalInstructions.empty()) {
+    root["eval"] = {{"instructions", p.evalInstructions}};
+    if (p.evalPlan.present())
+      root["eval"]["plan"] = {
+          {"arenas", p.evalPlan.arenas}, {"buffers", p.evalPlan.buffers}, {"offsets", p.evalPlan.offsets}};
+  }
   root["loss"] = p.loss;
   if (p.lossScale >= 0 || p.foundInf >= 0) root["loss_scaling"] = {{"scale", p.lossScale}, {"found_inf", p.foundInf}};
   root["recompute"] = {{"policy", p.recompute.policy},

@@ -1,5 +1,6 @@
 // `bigc inspect`: reports on a program file's memory plan. See include/bigc/Inspect/Inspect.h.
 #include "bigc/Inspect/Inspect.h"
+#include "bigc/Format/evaluation.h"
 #include "bigc/Format/writer.h"
 #include "bigc/Format/reader.h"
 #include "bigc/Format/validator.h"
@@ -713,11 +714,33 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     const rt::Space *sp = p.space(space);
     o << "evaluation: " << withCommas(int64_t(p.evalInstructions.size())) << " of the "
       << withCommas(int64_t(p.instructions.size()))
-      << " instructions (the step's forward; bigc run --val-data, bigc eval), run in the training arenas: at its "
-         "peak "
+      << " instructions (the step's forward); bigc run --val-data runs it in the training arenas: at its peak "
       << humanBytes(persistent + peak) << " of the " << space << " arena's " << humanBytes(sp ? sp->arenaBytes : 0)
       << " (weights and state " << humanBytes(persistent) << ", activations " << humanBytes(peak)
       << "; no gradients, no memory of its own)\n";
+    if (rt::hasEvaluationPlan(p)) {
+      // bigc eval's own plan: per space its arena, the weights it keeps and the rest (activations,
+      // the inputs and the loss packed on their own).
+      std::map<std::string, int64_t> weights;
+      for (int64_t id : p.evalPlan.buffers)
+        if (p.buffers[size_t(id)].persistent()) weights[p.buffers[size_t(id)].space] += p.buffers[size_t(id)].bytes;
+      o << "evaluation plan (bigc eval):";
+      bool firstSpace = true;
+      for (const auto &[name, bytes] : p.evalPlan.arenas) {
+        const rt::Space *ts = p.space(name);
+        o << (firstSpace ? " " : "; ") << name << " " << humanBytes(bytes) << " (weights " << humanBytes(weights[name])
+          << ", activations " << humanBytes(bytes - weights[name]) << ") against the step's "
+          << humanBytes(ts ? ts->arenaBytes : 0);
+        firstSpace = false;
+      }
+      o << "; no gradients, no optimizer state\n";
+    } else {
+      o << "evaluation plan (bigc eval): none of its own ("
+        << (p.pp > 1          ? "a pipelined program"
+            : p.space("nvme") ? "a program with an nvme space"
+                              : "compiled by an older bigc")
+        << "): bigc eval runs it in the training arenas\n";
+    }
   }
   o << "parameters: " << withCommas(params) << "\n";
   o << "instructions: " << withCommas(int64_t(p.instructions.size()))

@@ -1,5 +1,6 @@
 // `bigc run` / `bigc-run`: load a program, train for N steps, log, save weights.
 #include "bigc/Runtime/run_command.h"
+#include "bigc/Format/evaluation.h"
 #include "bigc/Inspect/Inspect.h"
 #include "bigc/Runtime/checkpoint.h"
 #include "bigc/Runtime/data.h"
@@ -144,7 +145,8 @@ std::string usageOf(unsigned command) {
                       : "usage: bigc eval model.bigc --data FILE [--load-weights W | --checkpoint DIR] [options]\n"
                         "The held-out loss of the weights (--load-weights or --checkpoint; else an imported model's\n"
                         "own weights, or the program's initial values) on the first batches of FILE: the program's\n"
-                        "evaluation program (its forward) in the training plan's memory. Prints `bigc eval: loss L on\n"
+                        "evaluation program (its forward) in its own memory plan (bigc inspect shows it; a pipelined\n"
+                        "or nvme program's runs in the training plan's memory). Prints `bigc eval: loss L on\n"
                         "K batches (N tokens) of FILE in S s` on stdout.\n";
   u += "options:\n";
   const size_t column = 22;
@@ -496,7 +498,26 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
     throw UserError("--timeline: not under mpirun (the stages' clocks are compared in one process); run all ranks in "
                     "one process");
   if (!args.has("--no-verify")) verifyProgram(prog, programPath, /*validated=*/true); // bigc verify's proof
-  const Program stages = args.has("--timeline") ? prog : Program();                   // the engine takes `prog`
+  // `bigc eval`: the evaluation program with its own memory plan (no gradients, no optimizer
+  // state, its activations packed on their own), where the program has one; else the evaluation
+  // runs in the training plan's arenas.
+  std::string evalMemory;
+  if (evalCmd && hasEvaluationPlan(prog)) {
+    for (const auto &[space, bytes] : prog.evalPlan.arenas) {
+      const Space *s = prog.space(space);
+      evalMemory += std::string(evalMemory.empty() ? "" : ", ") + space + " " + humanBytes(bytes) + " (the step's " +
+                    humanBytes(s ? s->arenaBytes : 0) + ")";
+    }
+    evalMemory = "its own memory plan: " + evalMemory;
+    prog = evaluationProgram(prog);
+  } else if (evalCmd) {
+    evalMemory = std::string("the training plan's memory (") +
+                 (prog.pp > 1 ? "a pipelined program"
+                  : nvme      ? "a program with an nvme space"
+                              : "compiled by an older bigc") +
+                 " has no evaluation plan of its own)";
+  }
+  const Program stages = args.has("--timeline") ? prog : Program(); // the engine takes `prog`
   const double programSeconds = secondsSince(runBegan);
   const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks, tpSize = prog.tp;
   if (virtualRanks && (backend != "cuda" || R == 1))
@@ -641,6 +662,7 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
                    evalBatches * evalTokens};
   };
   if (evalCmd) {
+    if (!quiet) std::fprintf(stderr, "bigc eval: the evaluation program in %s\n", evalMemory.c_str());
     const HeldOut h = evaluateHeldOut();
     if (leader)
       std::printf("bigc eval: loss %.6f on %lld batches (%lld tokens) of %s in %.2f s\n", h.loss,

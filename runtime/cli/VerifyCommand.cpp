@@ -2,7 +2,9 @@
 #include "bigc/Runtime/program.h"
 #include "bigc/Runtime/run_command.h"
 #include "bigc/Runtime/verifier.h"
+#include "bigc/Format/evaluation.h"
 #include "bigc/Format/p2p_groups.h"
+#include "bigc/Support/format.h"
 #include "bigc/Support/cli.h"
 
 #include <cstdio>
@@ -38,6 +40,25 @@ int verifyMain(int argc, char **argv, int first) {
     if (limit < 1) throw UserError("verify: --limit must be at least 1");
     Program p = loadProgram(path);
     std::vector<std::string> issues = verifyPlan(p, size_t(limit));
+    // The evaluation's own plan (bigc eval): its program on its own, valid and safe.
+    std::string what = "the plan";
+    std::string evalLine;
+    if (issues.empty() && hasEvaluationPlan(p)) {
+      const Program view = evaluationProgram(p);
+      validateProgram(view, path + " (the evaluation program of eval.plan)");
+      issues = verifyPlan(view, size_t(limit));
+      what = "the evaluation's plan (eval.plan)";
+      std::string arenas;
+      for (const Space &s : view.spaces) {
+        if (!p.evalPlan.arenas.count(s.name)) continue;
+        const Space *t = p.space(s.name);
+        arenas += std::string(arenas.empty() ? "" : ", ") + s.name + " " + humanBytes(s.arenaBytes) + " (the step's " +
+                  humanBytes(t ? t->arenaBytes : 0) + ")";
+      }
+      evalLine = path +
+                 ": the evaluation (bigc eval): verified in its own plan: " + std::to_string(view.instructions.size()) +
+                 " instructions, " + std::to_string(view.buffers.size()) + " buffers, arenas " + arenas + "\n";
+    }
     std::set<std::string> streams;
     for (const auto &ins : p.instructions) streams.insert(ins.stream);
     if (issues.empty()) {
@@ -45,6 +66,7 @@ int verifyMain(int argc, char **argv, int first) {
                   "cross-stream accesses are ordered, no two live buffers share memory\n",
                   path.c_str(), p.instructions.size(), streams.size(), streams.size() == 1 ? "" : "s",
                   p.buffers.size());
+      std::fputs(evalLine.c_str(), stdout);
       if (p.pp > 1) {
         const std::string nccl = ncclPipelineProblem(p);
         if (nccl.empty()) {
@@ -60,8 +82,9 @@ int verifyMain(int argc, char **argv, int first) {
       }
       return 0;
     }
-    std::fprintf(stderr, "bigc verify: %s: the plan is unsafe (%zu problem%s%s):\n", path.c_str(), issues.size(),
-                 issues.size() == 1 ? "" : "s", issues.size() >= size_t(limit) ? " listed, more may follow" : "");
+    std::fprintf(stderr, "bigc verify: %s: %s is unsafe (%zu problem%s%s):\n", path.c_str(), what.c_str(),
+                 issues.size(), issues.size() == 1 ? "" : "s",
+                 issues.size() >= size_t(limit) ? " listed, more may follow" : "");
     for (const auto &s : issues) std::fprintf(stderr, "  %s\n", s.c_str());
     return 1;
   } catch (const UserError &e) {

@@ -377,7 +377,11 @@ void StreamExecutor::runStream(size_t s) {
       if (op.groupHead == int64_t(idx)) runGroup(op);
       continue;
     }
-    if (evaluating_ && !evalMask_[idx]) { // not part of the evaluation: done, for whatever waits on it
+    if (evaluating_ && !evalMask_[idx]) {
+      // Not part of the evaluation: done, for whatever waits on it, once what it waits for is
+      // (an order between two of the evaluation's instructions may pass through it).
+      for (int64_t w : op.ins->wait) waitFor(op, w, false);
+      skip(op);
       done_[idx].store(run_);
       if (waiters_.load() > 0) {
         std::lock_guard<std::mutex> l(mu_);
@@ -418,6 +422,8 @@ void StreamExecutor::runGroup(BoundOp &head) {
   for (size_t i : head.group) {
     BoundOp &m = *ops_[i];
     if (evaluating_ && !evalMask_[i]) { // (the evaluation issues its own members only)
+      for (int64_t w : m.ins->wait) waitFor(m, w, false);
+      skip(m);
       done_[i].store(run_);
       continue;
     }

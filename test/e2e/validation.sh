@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Validation (bigc run --val-data, bigc eval): the program's evaluation program is the step's own
-# forward, run alone in the training arenas. So the held-out loss of a batch is exactly the loss the
-# training step computes on that batch before its update: bigc eval on the first batch of a file
-# equals, bit for bit, step 1's loss of bigc run on the same file from the same weights, for every
-# technique (ZeRO 1-3, tensor and pipeline parallelism, offload to the host and the drive,
-# micro-batches, recomputation, 16-bit precision, the fused loss). On 2 ranks it equals one rank
-# with 2 micro-batches (the same sequences; to float rounding). During training the log's val_loss
-# after step N equals bigc eval of that step's checkpoint. Bad inputs: one error each.
+# forward; during training it runs alone in the training arenas, under bigc eval in a memory plan
+# of its own (eval.plan: no gradients, no optimizer state, its activations packed on their own;
+# pipelined and nvme programs have none and run in the training arenas). The held-out loss of a batch
+# is exactly the loss the training step computes on that batch before its update: bigc eval on the
+# first batch of a file equals, bit for bit, step 1's loss of bigc run on the same file from the
+# same weights, for every technique (ZeRO 1-3, tensor and pipeline parallelism, offload to the host
+# and the drive, micro-batches, recomputation, 16-bit precision, the fused loss), and each
+# program's own evaluation arena is smaller than the step's and holds no gradient or optimizer
+# state. On 2 ranks it equals one rank with 2 micro-batches (the same sequences; to float
+# rounding). During training the log's val_loss after step N (training arenas) equals bigc eval of
+# that step's checkpoint (its own plan). Bad inputs: one error each.
 set -uo pipefail
 BIN=$1
 d=$(mktemp -d)
@@ -46,7 +50,28 @@ check() {
   e=$(sed -n 's/^bigc eval: loss \([0-9.]*\) on 1 batches.*/\1/p' "$d/$name.eval")
   s=$($PY -c "print('%.6f' % $(loss_of "$d/$name.jsonl"))")
   [ -n "$e" ] && [ "$e" = "$s" ] || { bad "$name: bigc eval $e, the training step's loss $s"; return; }
-  echo "ok: $name: the held-out loss $e is the training step's loss on that batch"
+  local plan
+  plan=$($PY - "$d/$name.bigc" <<'PY'
+import json, sys
+raw = open(sys.argv[1], "rb").read()
+p = json.loads(raw[raw.index(b"\n") + 1:])
+plan = (p.get("eval") or {}).get("plan")
+if any(s["name"] == "nvme" for s in p["spaces"]) or p.get("stages"):
+    print("none" if plan is None else "FAIL: a plan for a pipelined or nvme program")
+    sys.exit()
+if plan is None:
+    print("FAIL: no eval.plan"); sys.exit()
+step = {s["name"]: s["arena_bytes"] for s in p["spaces"]}
+roles = {p["buffers"][i]["role"] for i in plan["buffers"]}
+if roles & {"grad", "optimizer"}:
+    print("FAIL: the plan keeps", sorted(roles & {"grad", "optimizer"})); sys.exit()
+if not all(plan["arenas"][k] < step[k] for k in plan["arenas"] if plan["arenas"][k] > 0):
+    print("FAIL: arenas", plan["arenas"], "not below the step's", step); sys.exit()
+print(" ".join(f"{k} {plan['arenas'][k]}/{step[k]}" for k in sorted(plan["arenas"])))
+PY
+)
+  case $plan in FAIL*) bad "$name: $plan"; return ;; esac
+  echo "ok: $name: the held-out loss $e is the training step's loss on that batch (evaluation arenas: $plan)"
 }
 check plain
 check zero1 --ranks 2 --zero 1

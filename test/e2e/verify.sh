@@ -7,7 +7,10 @@
 #   2. the wait of a d2h copy on the instruction that computes what it copies, dropped;
 #   3. the device arena shrunk below a buffer's end;
 #   4. two adjacent compute instructions swapped where the second reads what the first writes;
-#   5. in a program of 4 ranks (--zero 2, offload), the wait for a reduce-scatter dropped.
+#   5. in a program of 4 ranks (--zero 2, offload), the wait for a reduce-scatter dropped;
+#   6. in the evaluation's own plan (eval.plan, bigc eval), an activation moved onto one it is live
+#      with there;
+#   7. the evaluation plan's device arena shrunk below a buffer's end.
 # (The loader's own checks catch some of these first, from the buffers' live intervals; either way
 # the message names the buffers or instruction.)
 set -euo pipefail
@@ -107,10 +110,32 @@ c = next(w for w in I[k]["wait"] if w in comm)
 I[k]["wait"] = [w for w in I[k]["wait"] if w != c]
 expect["collective"] = [f"on stream comm", "reduce_scatter", "nothing orders"]
 save(p, "collective")
+# 6. the evaluation's own plan: an activation moved onto another it is live with in the evaluation.
+p = json.loads(json.dumps(p0))
+plan = p["eval"]["plan"]
+E = [p["instructions"][i] for i in p["eval"]["instructions"]]
+first, last = {}, {}
+for j, x in enumerate(E):
+    for b in x["in"] + x["out"]:
+        first.setdefault(b, j)
+        last[b] = j
+at = dict(zip(plan["buffers"], plan["offsets"]))
+B = p["buffers"]
+cands = [b for b in plan["buffers"] if B[b]["role"] == "activation" and B[b]["space"] == "device" and b in first]
+pair = next((a, b) for a in cands for b in cands if a != b and at[a] != at[b] and B[b]["bytes"] <= B[a]["bytes"]
+            and first[a] < first[b] < last[a])
+plan["offsets"][plan["buffers"].index(pair[1])] = at[pair[0]]
+expect["evalmoved"] = ["evaluation", f"'{B[pair[0]]['name']}'", f"'{B[pair[1]]['name']}'"]
+save(p, "evalmoved")
+# 7. the evaluation plan's device arena shrunk below its last buffer.
+p = json.loads(json.dumps(p0))
+p["eval"]["plan"]["arenas"]["device"] -= 64
+expect["evalshrunk"] = ["eval.plan", "lies outside the plan's 'device' arena"]
+save(p, "evalshrunk")
 json.dump(expect, open(f"{d}/expect.json", "w"))
 PY
 
-for f in moved nowait shrunk swapped collective; do
+for f in moved nowait shrunk swapped collective evalmoved evalshrunk; do
   if "$BIN/bigc" verify "$d/$f.bigc" > "$d/$f.out" 2>&1; then echo "FAIL: bigc verify accepted the '$f' fault"; exit 1; fi
   $PY - "$d/expect.json" "$d/$f.out" "$f" <<'PY'
 import json, sys
@@ -121,7 +146,7 @@ print(("FAIL " if missing else "ok   ") + f"{sys.argv[3]}: {got.strip().splitlin
 sys.exit(1 if missing else 0)
 PY
   if "$BIN/bigc" run "$d/$f.bigc" --steps 1 --quiet > "$d/$f.run" 2>&1; then echo "FAIL: bigc run ran the unsafe '$f' program"; exit 1; fi
-  grep -q -E "unsafe|arena|live" "$d/$f.run" || { echo "FAIL: bigc run's message for '$f'"; cat "$d/$f.run"; exit 1; }
+  grep -q -E "unsafe|arena|live|overlap" "$d/$f.run" || { echo "FAIL: bigc run's message for '$f'"; cat "$d/$f.run"; exit 1; }
 done
 # --no-verify skips the verifier (the loader's own checks still run): the dropped wait runs.
 "$BIN/bigc" run "$d/nowait.bigc" --steps 1 --quiet --no-verify

@@ -259,11 +259,21 @@ struct Program {
   int64_t loss = -1;
   int64_t lossScale = -1, foundInf = -1; // loss_scaling object (fp16); -1 absent
   // The evaluation program (`bigc run --val-data`, `bigc eval`): the step's forward instructions
-  // (phase forward, not recomputed), increasing indices into `instructions`, run on their own in the
-  // training plan's arenas (the forward's buffers are where the training step puts them: no memory
-  // of its own, the weights shared). The loss buffer holds the held-out loss of the K micro-batches.
+  // (phase forward, not recomputed), increasing indices into `instructions`. During training it runs
+  // in the training plan's arenas (its buffers where the training step puts them: no memory of its
+  // own, the weights shared); the loss buffer holds the held-out loss of the K micro-batches.
   // Empty: a program compiled before it existed (validation then needs a recompile).
   std::vector<int64_t> evalInstructions;
+  // Its own memory plan (`bigc eval`: include/bigc/Format/evaluation.h): per space the arena it
+  // needs, and the offset there of each buffer it keeps (what its instructions touch, the weights
+  // of record, the step's inputs); gradients and optimizer state have no memory in it. Absent: a
+  // program whose evaluation touches the nvme space, or compiled before the plan existed
+  // (`bigc eval` then runs it in the training arenas).
+  struct EvalPlan {
+    std::map<std::string, int64_t> arenas;
+    std::vector<int64_t> buffers, offsets; // increasing buffer ids, and each one's offset
+    bool present() const { return !arenas.empty(); }
+  } evalPlan;
   RecomputeInfo recompute;
   StepEstimate estimate;
   std::vector<Instruction> instructions;

@@ -45,6 +45,29 @@
 
 namespace bigc::rt {
 
+// "a happens before b" over a program's instructions (1. above): one vector clock per
+// instruction. kStart: the runtime writing the step's inputs, before every instruction; n (the
+// number of instructions): its reads after the last.
+class HappensBefore {
+public:
+  static constexpr int64_t kStart = -1;
+  HappensBefore() = default;
+  explicit HappensBefore(const Program &p);
+  bool operator()(int64_t a, int64_t b) const; // a happens before b (a != b)
+  int streamOf(int64_t i) const { return sid_[size_t(i)]; }
+  int positionOf(int64_t i) const { return pos_[size_t(i)]; }
+  // The position on `stream` of the last instruction of that stream ordered before or at b (-1:
+  // none).
+  int latestOn(int64_t b, int stream) const;
+  const std::vector<std::string> &streams() const { return streams_; }
+
+private:
+  int64_t n_ = 0;
+  std::vector<int> sid_, pos_;          // stream id and position in it, per instruction
+  std::vector<std::vector<int>> clock_; // per instruction: per stream, the last position ordered before or at it
+  std::vector<std::string> streams_;
+};
+
 // Every problem found, at most `limit` (empty: the plan is proven free of these hazards). The
 // program must have passed validateProgram.
 std::vector<std::string> verifyPlan(const Program &p, size_t limit = 20);

@@ -141,6 +141,9 @@ protected:
   virtual void planOp(BoundOp &) {}
   // After `op` has waited for `dep`'s stamp: make the op's stream wait for the work `dep` enqueued.
   virtual void waitDevice(const BoundOp &, int64_t, std::chrono::steady_clock::time_point) {}
+  // An instruction left out of an evaluation, after its waits: whatever waits on it must still
+  // wait for what it waited for (the device marks it done on its stream without running it).
+  virtual void skip(BoundOp &) {}
   // Whether this device issues a pipeline stage's sends and recvs in the groups p2pGroups makes
   // (each group once every member's wait list has finished, through launchGroup); asked at bind.
   virtual bool groupsMessages() const { return false; }

@@ -475,6 +475,13 @@ void CudaEngine::waitDevice(const BoundOp &op, int64_t dep, std::chrono::steady_
   }
 }
 
+// An instruction an evaluation leaves out: its event marks the point of its stream after what it
+// waited for (the waits above were enqueued there), for whatever waits on it.
+void CudaEngine::skip(BoundOp &bound) {
+  Op &op = static_cast<Op &>(bound);
+  if (!onHost_[op.stream] && op.record) BIGC_CK(cudaEventRecord(events_[op.index], cu_[op.stream]));
+}
+
 void CudaEngine::enableDeviceProfiling() {
   profStart_.assign(ops_.size(), nullptr);
   profEnd_.assign(ops_.size(), nullptr);

@@ -175,6 +175,7 @@ private:
   void launchGroup(const std::vector<BoundOp *> &members) override;
   void loadInputs(const int32_t *tokens, const int32_t *targets) override;
   void waitDevice(const BoundOp &op, int64_t dep, std::chrono::steady_clock::time_point deadline) override;
+  void skip(BoundOp &op) override;
   bool timedOnHost(const BoundOp &op) const override { return onHost_[op.stream]; }
   void enableDeviceProfiling() override;
   void onStreamThread() override { BIGC_CK(cudaSetDevice(device_)); }
