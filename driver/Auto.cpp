@@ -46,13 +46,13 @@ namespace bigc {
 
 namespace {
 
+using format::UserError;
 using mlir::bigc::Offload;
 using mlir::bigc::OffloadParams;
 using mlir::bigc::PpSchedule;
 using mlir::bigc::Precision;
 using mlir::bigc::RecomputePolicy;
 using mlir::bigc::toString;
-using rt::UserError;
 
 struct ModelFacts {
   int64_t params = 0; // elements of the model's weights
@@ -132,7 +132,7 @@ mlir::OwningOpRef<mlir::ModuleOp> truncated(mlir::ModuleOp parsed, int64_t k, in
   return owned;
 }
 
-double stepOf(const rt::Program &p) {
+double stepOf(const format::Program &p) {
   if (p.pp > 1 && p.pipelineEstimate.present) return p.pipelineEstimate.stepSeconds;
   return p.estimate.stepSeconds;
 }
@@ -336,7 +336,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     bool fits = false;
   };
   auto measure = [&](mlir::ModuleOp module, CompileOptions c, Measured &out) {
-    rt::Program p = compileWithChoices(module, c);
+    format::Program p = compileWithChoices(module, c);
     std::vector<SpaceFit> fits = checkFit(fullestStage(p, c), c);
     for (const SpaceFit &f : fits) {
       if (f.space == "device") out.device = f.needed;
@@ -359,17 +359,17 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
       // On a GPU profile the ranks run over NCCL: a pipeline whose messages cannot run there (the
       // interleaved order of more micro-batches than stages) is no choice.
       if (plan.fits && !cpuProfile && plan.options.pp > 1)
-        if (std::string why = rt::ncclPipelineProblem(plan.program); !why.empty()) {
+        if (std::string why = format::ncclPipelineProblem(plan.program); !why.empty()) {
           plan.fits = false;
           plan.why = "cannot run over NCCL (a GPU per rank): its stages' messages deadlock where a send waits for "
                      "its recv (`bigc verify` shows how)";
-          plan.program = rt::Program{};
+          plan.program = format::Program{};
           return;
         }
       if (!plan.fits) {
         plan.why = "does not fit (compiled whole: " + gib(w.device) + " a device" +
                    (w.host ? ", " + gib(w.host) + " of host" : std::string()) + ")";
-        plan.program = rt::Program{};
+        plan.program = format::Program{};
       }
     } catch (const std::exception &e) {
       plan.why = refusal(e);

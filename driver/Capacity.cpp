@@ -31,12 +31,12 @@
 
 namespace bigc {
 
+using format::UserError;
 using mlir::bigc::Offload;
 using mlir::bigc::OffloadParams;
 using mlir::bigc::Precision;
 using mlir::bigc::RecomputePolicy;
 using mlir::bigc::toString;
-using rt::UserError;
 
 namespace {
 
@@ -74,7 +74,7 @@ std::string capacitySource(const CompileOptions &o, const std::string &space) {
 }
 
 // Host memory is per machine: the ranks of one machine share it.
-int64_t ranksPerMachine(const rt::Program &p, const CompileOptions &o) {
+int64_t ranksPerMachine(const format::Program &p, const CompileOptions &o) {
   int64_t r = std::max<int64_t>(1, p.ranks);
   if (o.haveHardware) r = std::min<int64_t>(r, std::max<int64_t>(1, o.hardware.devices));
   return r;
@@ -149,7 +149,7 @@ std::string bytesBySpace(const std::vector<SpaceFit> &spaces) {
 
 // Whether the program does what the options ask (a technique whose pass is not wired yet is
 // accepted by compileToProgram and ignored): "" when it does, else what is missing.
-std::string unhonoured(const rt::Program &p, const CompileOptions &c) {
+std::string unhonoured(const format::Program &p, const CompileOptions &c) {
   if (p.precision != toString(c.precision)) return "--precision " + toString(c.precision) + " not applied";
   if (c.recompute != RecomputePolicy::None && p.recompute.policy == "none")
     return "--recompute " + toString(c.recompute) + " not applied";
@@ -160,7 +160,7 @@ std::string unhonoured(const rt::Program &p, const CompileOptions &c) {
 
 } // namespace
 
-std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &space, int64_t *peakInstruction) {
+std::vector<RoleUsage> peakUsageByRole(const format::Program &p, const std::string &space, int64_t *peakInstruction) {
   const int64_t n = std::max<int64_t>(int64_t(p.instructions.size()), 1);
   // Alias groups: buffers an in-place instruction places at the same offset count once.
   std::vector<size_t> parent(p.buffers.size());
@@ -170,7 +170,7 @@ std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &
     return x;
   };
   for (const auto &ins : p.instructions) {
-    const rt::OpSignature *sig = rt::findOpSignature(ins.op); // the format's in-place rule
+    const format::OpSignature *sig = format::findOpSignature(ins.op); // the format's in-place rule
     if (!sig || !sig->inPlace) continue;
     for (int64_t o : ins.out)
       for (int64_t i : ins.in) {
@@ -192,7 +192,7 @@ std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &
     int64_t first = b.persistent() ? 0 : b.liveFirst, last = b.persistent() ? n - 1 : b.liveLast;
     g.first = std::min(g.first, first);
     g.last = std::max(g.last, last);
-    g.bytes = std::max(g.bytes, (b.bytes + rt::kAlignment - 1) / rt::kAlignment * rt::kAlignment);
+    g.bytes = std::max(g.bytes, (b.bytes + format::kAlignment - 1) / format::kAlignment * format::kAlignment);
     if (size_t(b.id) == root(size_t(b.id))) g.role = b.role;
   }
   std::map<std::string, std::vector<int64_t>> diff;
@@ -231,7 +231,7 @@ void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
   if (o.offload == Offload::None || o.offloadParams != OffloadParams::Auto) return;
   o.offloadParams = OffloadParams::Device;
   if (o.deviceCapacity <= 0) return; // nothing to fit: the weights stay on the device
-  rt::Program p = compileToProgram(parsed, o);
+  format::Program p = compileToProgram(parsed, o);
   const int64_t arena = fullestDeviceArena(p);
   if (arena <= o.deviceCapacity) return;
   o.offloadParams = OffloadParams::Host;
@@ -280,7 +280,7 @@ void chooseRecompute(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHa
     CompileOptions t = o;
     t.recomputeDrop = n;
     t.quiet = true;
-    rt::Program p = compileToProgram(parsed, t);
+    format::Program p = compileToProgram(parsed, t);
     int64_t arena = fullestDeviceArena(p);
     arenas[n] = arena;
     if (!o.quiet) {
@@ -334,7 +334,7 @@ void makeChoices(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHardwa
   if (o.recompute == RecomputePolicy::Auto && o.recomputeDrop < 0) chooseRecompute(parsed, o, budgetFromHardware);
 }
 
-rt::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o) {
+format::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o) {
   o.quiet = true;
   if (o.recompute == RecomputePolicy::Auto && o.recomputeDrop < 0) chooseRecompute(parsed, o, false);
   chooseOffloadParams(parsed, o);
@@ -352,7 +352,7 @@ int64_t spaceCapacity(const CompileOptions &o, const std::string &space) {
   return 0;
 }
 
-std::vector<SpaceFit> checkFit(const rt::Program &p, const CompileOptions &o) {
+std::vector<SpaceFit> checkFit(const format::Program &p, const CompileOptions &o) {
   std::vector<SpaceFit> out;
   const int64_t perMachine = ranksPerMachine(p, o);
   for (const auto &s : p.spaces) {
@@ -374,10 +374,10 @@ bool allFit(const std::vector<SpaceFit> &fits) {
   return std::all_of(fits.begin(), fits.end(), [](const SpaceFit &f) { return f.fits; });
 }
 
-const rt::Program &fullestStage(const rt::Program &p, const CompileOptions &o) {
-  const rt::Program *fullest = &p;
+const format::Program &fullestStage(const format::Program &p, const CompileOptions &o) {
+  const format::Program *fullest = &p;
   for (int64_t s = 1; s < p.pp; ++s) {
-    const rt::Program &sp = p.stageProgram(s);
+    const format::Program &sp = p.stageProgram(s);
     if (!allFit(checkFit(*fullest, o))) break;
     if (!allFit(checkFit(sp, o)) || sp.space("device")->arenaBytes > fullest->space("device")->arenaBytes)
       fullest = &sp;
@@ -385,7 +385,7 @@ const rt::Program &fullestStage(const rt::Program &p, const CompileOptions &o) {
   return *fullest;
 }
 
-ExtraWork extraWork(const rt::Program &p, const CompileOptions &o) {
+ExtraWork extraWork(const format::Program &p, const CompileOptions &o) {
   ExtraWork w;
   w.flopsAdded = p.recompute.flopsAdded;
   w.forwardFlops = p.recompute.forwardFlops;
@@ -504,7 +504,7 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
   return out;
 }
 
-std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const CompileOptions &o,
+std::string notFitReport(mlir::ModuleOp parsed, const format::Program &p, const CompileOptions &o,
                          std::vector<Candidate> *tried) {
   std::vector<SpaceFit> fits = checkFit(p, o);
   std::ostringstream os;
@@ -611,7 +611,7 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
         c.compiled = true;
         c.stepSeconds = pl.stepSeconds;
         if (pl.fits && !pl.estimated) {
-          const rt::Program &stage = fullestStage(pl.program, pl.options);
+          const format::Program &stage = fullestStage(pl.program, pl.options);
           c.spaces = checkFit(stage, pl.options);
           c.fits = allFit(c.spaces);
           c.work = extraWork(stage, pl.options);
@@ -646,14 +646,14 @@ std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const Comp
         continue;
       }
       try {
-        rt::Program cp = compileWithChoices(parsed, c.options);
+        format::Program cp = compileWithChoices(parsed, c.options);
         std::string missing = unhonoured(cp, c.options);
         if (!missing.empty()) { // a technique this build does not implement yet: skip silently
           c.why = missing;
           continue;
         }
         c.compiled = true;
-        const rt::Program &stage = fullestStage(cp, c.options);
+        const format::Program &stage = fullestStage(cp, c.options);
         c.spaces = checkFit(stage, c.options);
         c.fits = allFit(c.spaces);
         c.work = extraWork(stage, c.options);

@@ -51,13 +51,13 @@
 
 namespace bigc {
 
+using format::UserError;
 using mlir::bigc::Offload;
 using mlir::bigc::OffloadParams;
 using mlir::bigc::PpSchedule;
 using mlir::bigc::Precision;
 using mlir::bigc::RecomputePolicy;
 using mlir::bigc::toString;
-using rt::UserError;
 
 namespace {
 
@@ -143,8 +143,8 @@ void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
     throw UserError("the model's initial weights (module attribute bigc.weights) '" + attr.getValue().str() +
                     "' are not at " + path + " (bigc import writes them beside the model; copy them there)");
   }
-  rt::safetensors::File f = rt::safetensors::readHeader(path);
-  std::map<std::string, const rt::safetensors::Tensor *> byName;
+  format::safetensors::File f = format::safetensors::readHeader(path);
+  std::map<std::string, const format::safetensors::Tensor *> byName;
   for (const auto &t : f.tensors) byName[t.name] = &t;
   size_t params = 0;
   for (mlir::bigc::ParamOp p : module.getOps<mlir::bigc::ParamOp>()) {
@@ -163,7 +163,7 @@ void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
     if (it->second->shape != shape)
       throw UserError(path + ": the weight '" + name + "' has shape " + shapeStr(it->second->shape) +
                       ", the model's is " + shapeStr(shape));
-    if (it->second->dtype == rt::DType::I32)
+    if (it->second->dtype == format::DType::I32)
       throw UserError(path + ": the weight '" + name + "' is stored as I32; expected F32, BF16 or F16");
   }
   if (byName.size() != params)
@@ -445,7 +445,7 @@ CompileOptions parseOptions(const cli::Args &args) {
   if (o.autoSearch && !o.haveHardware)
     throw UserError("option --auto needs --hardware NAME|FILE: the machine's memory and speeds are what it chooses by");
   { // the schedule's flags together
-    const rt::LrSchedule &sc = o.schedule;
+    const format::LrSchedule &sc = o.schedule;
     const bool decays = sc.kind != "constant";
     if (!decays)
       for (const char *f : {"--decay-steps", "--min-lr", "--wsd-decay-steps"})
@@ -572,8 +572,8 @@ const char *compileHelp() {
   return help.c_str();
 }
 
-rt::Program compileSource(const std::string &text, const std::string &name, CompileOptions o,
-                          std::string *diagnostics) {
+format::Program compileSource(const std::string &text, const std::string &name, CompileOptions o,
+                              std::string *diagnostics) {
   mlir::DialectRegistry registry;
   registry.insert<mlir::bigc::BigcDialect, mlir::func::FuncDialect>();
   mlir::MLIRContext ctx(registry);
@@ -596,7 +596,7 @@ rt::Program compileSource(const std::string &text, const std::string &name, Comp
   }
   o.quiet = true;
   try {
-    rt::Program p = compileWithChoices(*module, o);
+    format::Program p = compileWithChoices(*module, o);
     done();
     return p;
   } catch (const InternalError &e) {
@@ -694,7 +694,7 @@ int compileMain(int argc, char **argv, int first) {
       std::fprintf(stderr, "bigc compile: %s: %s; nothing written\n", input.c_str(), e.what());
       return 1;
     }
-    if (!opts.paretoSvg.empty()) rt::writeFileAtomic(opts.paretoSvg, paretoSvg(*searched));
+    if (!opts.paretoSvg.empty()) format::writeFileAtomic(opts.paretoSvg, paretoSvg(*searched));
     if (searched->chosen < 0) {
       std::fprintf(stderr, "%s", searched->report.c_str());
       std::fprintf(stderr, "bigc compile: %s: --auto found no configuration that fits %s; nothing written\n",
@@ -735,7 +735,7 @@ int compileMain(int argc, char **argv, int first) {
     }
   }
 
-  rt::Program program;
+  format::Program program;
   std::string finalIR;
   std::vector<std::string> notes; // choices of the compiler the user should hear of
   try {
@@ -753,10 +753,10 @@ int compileMain(int argc, char **argv, int first) {
     std::fprintf(stderr, "bigc compile: %s: %s\n", input.c_str(), e.what());
     return 1;
   }
-  std::string bytes = rt::serializeProgram(program);
+  std::string bytes = format::serializeProgram(program);
   auto tEmitted = std::chrono::steady_clock::now();
 
-  const rt::Space &dev = *program.space("device");
+  const format::Space &dev = *program.space("device");
   int64_t peakAt = 0;
   std::vector<RoleUsage> usage = peakUsageByRole(program, "device", &peakAt);
   int64_t nParams = 0; // every stage's weights (a pipeline's stages hold different ones)
@@ -766,18 +766,18 @@ int compileMain(int argc, char **argv, int first) {
   // does not fit, the not-fit table with the option sets that do fit (compiled to be sure).
   // A pipelined program: each stage is checked (its ranks hold its arenas); the report is the
   // fullest stage's.
-  const rt::Program *fullest = &fullestStage(program, opts);
+  const format::Program *fullest = &fullestStage(program, opts);
   if (!allFit(checkFit(*fullest, opts))) {
     std::string report = notFitReport(*module, *fullest, opts);
     std::fputs(report.c_str(), stderr);
     return 1;
   }
 
-  rt::writeFileAtomic(output, bytes);
+  format::writeFileAtomic(output, bytes);
   if (opts.emitMlir == "-")
     std::fputs(finalIR.c_str(), stdout);
   else if (!opts.emitMlir.empty())
-    rt::writeFileAtomic(opts.emitMlir, finalIR);
+    format::writeFileAtomic(opts.emitMlir, finalIR);
   auto tEnd = std::chrono::steady_clock::now();
 
   if (!quiet) {
@@ -802,7 +802,7 @@ int compileMain(int argc, char **argv, int first) {
     os << "\n  at the peak  ";
     for (const auto &u : usage) os << " " << u.role << " " << humanBytes(u.bytes) << ";";
     os << "\n";
-    if (const rt::Space *host = program.space("host")) {
+    if (const format::Space *host = program.space("host")) {
       os << "  host arena    " << humanBytes(host->arenaBytes) << " (lower bound " << humanBytes(host->lowerBoundBytes)
          << ")";
       if (opts.hostCapacity > 0) {
@@ -815,7 +815,7 @@ int compileMain(int argc, char **argv, int first) {
       for (const auto &u : peakUsageByRole(program, "host")) os << " " << u.role << " " << humanBytes(u.bytes) << ";";
       os << "\n";
     }
-    if (const rt::Space *nv = program.space("nvme")) {
+    if (const format::Space *nv = program.space("nvme")) {
       os << "  nvme arena    " << humanBytes(nv->arenaBytes) << " per rank in " << program.nvmePath;
       if (opts.nvmeCapacity > 0)
         os << ", " << humanBytes(opts.nvmeCapacity) << " available"
@@ -830,14 +830,14 @@ int compileMain(int argc, char **argv, int first) {
       os << "  pipeline      " << program.pp << " stages (" << program.ppSchedule << ", " << program.microBatches
          << " micro-batches); per stage: ";
       for (int64_t s = 0; s < program.pp; ++s) {
-        const rt::Program &sp = program.stageProgram(s);
+        const format::Program &sp = program.stageProgram(s);
         os << (s ? "; " : "") << s << ": device arena " << humanBytes(sp.space("device")->arenaBytes);
-        if (const rt::Space *h = sp.space("host")) os << ", host " << humanBytes(h->arenaBytes);
+        if (const format::Space *h = sp.space("host")) os << ", host " << humanBytes(h->arenaBytes);
         os << ", " << withCommas(int64_t(sp.instructions.size())) << " instructions";
       }
       os << "\n";
       // Whether the stages' messages hold under NCCL's rules (the CUDA backend on a GPU per rank).
-      if (!rt::ncclPipelineProblem(program).empty())
+      if (!format::ncclPipelineProblem(program).empty())
         os << "  over NCCL     no: this order deadlocks where a send waits for its recv (`bigc verify` shows "
               "how); it runs on the CPU backend and with --virtual-ranks"
            << (program.ppSchedule == "interleaved" ? ", and --pp-schedule 1f1b or zero-bubble runs over NCCL" : "")
@@ -848,7 +848,7 @@ int compileMain(int argc, char **argv, int first) {
       if (program.tp > 1) os << " x " << program.tp << " tensor parallel";
       if (program.pp > 1) os << " x " << program.pp << " pipeline stages";
       os << "): the device arena is per rank";
-      if (const rt::Space *host = program.space("host"))
+      if (const format::Space *host = program.space("host"))
         os << "; host " << humanBytes(host->arenaBytes * program.ranks) << " for the " << program.ranks << " ranks";
       os << "\n";
     }

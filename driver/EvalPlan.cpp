@@ -38,7 +38,7 @@ size_t findRoot(std::vector<size_t> &u, size_t x) {
 
 } // namespace
 
-void planEvaluation(rt::Program &p, const std::string &path) {
+void planEvaluation(format::Program &p, const std::string &path) {
   p.evalPlan = {};
   if (p.pp > 1 || !p.stages.empty() || p.evalInstructions.empty() || p.space("nvme")) return;
   const std::vector<int64_t> &E = p.evalInstructions;
@@ -50,7 +50,7 @@ void planEvaluation(rt::Program &p, const std::string &path) {
   for (int64_t i : E)
     for (const auto *ids : {&p.instructions[size_t(i)].in, &p.instructions[size_t(i)].out})
       for (int64_t id : *ids) kept[size_t(id)] = 1;
-  for (const rt::Buffer &b : p.buffers)
+  for (const format::Buffer &b : p.buffers)
     if (b.role == "param" || b.role == "master") kept[size_t(b.id)] = 1;
   std::vector<char> input(nb, 0);
   for (const auto *l : {&p.tokenInputs, &p.targetInputs})
@@ -61,12 +61,12 @@ void planEvaluation(rt::Program &p, const std::string &path) {
   std::vector<size_t> root(nb);
   std::iota(root.begin(), root.end(), size_t(0));
   for (int64_t i : E) {
-    const rt::Instruction &ins = p.instructions[size_t(i)];
-    const rt::OpSignature *sig = rt::findOpSignature(ins.op);
+    const format::Instruction &ins = p.instructions[size_t(i)];
+    const format::OpSignature *sig = format::findOpSignature(ins.op);
     if (!sig || !sig->inPlace) continue;
     for (int64_t o : ins.out)
       for (int64_t x : ins.in) {
-        const rt::Buffer &bo = p.buffers[size_t(o)], &bx = p.buffers[size_t(x)];
+        const format::Buffer &bo = p.buffers[size_t(o)], &bx = p.buffers[size_t(x)];
         if (o != x && bo.space == bx.space && bo.offset == bx.offset && bo.bytes == bx.bytes)
           root[findRoot(root, size_t(o))] = findRoot(root, size_t(x));
       }
@@ -78,7 +78,7 @@ void planEvaluation(rt::Program &p, const std::string &path) {
     const size_t r = findRoot(root, id);
     if (groupOf[r] < 0) groupOf[r] = int64_t(groups.size()), groups.emplace_back();
     Group &g = groups[size_t(groupOf[r])];
-    const rt::Buffer &b = p.buffers[id];
+    const format::Buffer &b = p.buffers[id];
     groupOf[id] = groupOf[r];
     g.space = b.space;
     g.bytes = std::max(g.bytes, b.bytes);
@@ -92,7 +92,7 @@ void planEvaluation(rt::Program &p, const std::string &path) {
     g.accesses.push_back(step);
   };
   for (size_t id = 0; id < nb; ++id)
-    if (input[id]) touch(int64_t(id), 0, rt::HappensBefore::kStart);
+    if (input[id]) touch(int64_t(id), 0, format::HappensBefore::kStart);
   for (int64_t j = 0; j < n; ++j)
     for (const auto *ids : {&p.instructions[size_t(E[size_t(j)])].in, &p.instructions[size_t(E[size_t(j)])].out})
       for (int64_t id : *ids) touch(id, j, E[size_t(j)]);
@@ -103,7 +103,7 @@ void planEvaluation(rt::Program &p, const std::string &path) {
   // Two groups may share bytes when neither is persistent, their live intervals are disjoint, and
   // every access of the earlier happens before every access of the later (in the step, and so in
   // the evaluation: its waits keep the step's order between its instructions).
-  const rt::HappensBefore hb(p);
+  const format::HappensBefore hb(p);
   auto compatible = [&](const Group &a, const Group &b) {
     if (a.persistent || b.persistent) return false;
     if (!(a.last < b.first || b.last < a.first)) return false;
@@ -140,19 +140,20 @@ void planEvaluation(rt::Program &p, const std::string &path) {
     int64_t at = 0;
     for (const auto &[b, e] : busy) {
       if (at + g.bytes <= b) break;
-      at = std::max(at, (e + rt::kAlignment - 1) / rt::kAlignment * rt::kAlignment);
+      at = std::max(at, (e + format::kAlignment - 1) / format::kAlignment * format::kAlignment);
     }
     g.offset = at;
     placed[g.space].push_back(gi);
-    arenas[g.space] = std::max(arenas[g.space], (at + g.bytes + rt::kAlignment - 1) / rt::kAlignment * rt::kAlignment);
+    arenas[g.space] =
+        std::max(arenas[g.space], (at + g.bytes + format::kAlignment - 1) / format::kAlignment * format::kAlignment);
   }
 
   // Never more than the step's own arenas: where first-fit does worse, the step's places (which
   // the same rules allow) are kept.
   bool worse = false;
   for (const auto &[space, bytes] : arenas)
-    if (const rt::Space *s = p.space(space); s && bytes > s->arenaBytes) worse = true;
-  rt::Program::EvalPlan &ep = p.evalPlan;
+    if (const format::Space *s = p.space(space); s && bytes > s->arenaBytes) worse = true;
+  format::Program::EvalPlan &ep = p.evalPlan;
   for (size_t id = 0; id < nb; ++id) {
     if (!kept[id]) continue;
     ep.buffers.push_back(int64_t(id));
@@ -162,9 +163,9 @@ void planEvaluation(rt::Program &p, const std::string &path) {
 
   // The proof: the evaluation program, on its own, is a valid and safe program.
   try {
-    const rt::Program view = rt::evaluationProgram(p);
-    rt::validateProgram(view, path);
-    std::vector<std::string> issues = rt::verifyPlan(view, 3);
+    const format::Program view = format::evaluationProgram(p);
+    format::validateProgram(view, path);
+    std::vector<std::string> issues = format::verifyPlan(view, 3);
     if (!issues.empty()) {
       std::string msg = "internal error: the plan verifier found the evaluation's memory plan unsafe: " + issues[0];
       for (size_t i = 1; i < issues.size(); ++i) msg += "; " + issues[i];

@@ -32,7 +32,7 @@
 
 namespace bigc {
 
-using rt::UserError;
+using format::UserError;
 
 namespace {
 
@@ -94,7 +94,7 @@ std::string reproduceCommand(const CompileOptions &o) {
 namespace {
 
 // Techniques and plan on `module` (the model stage done), emitted, with the step estimate.
-rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::string *finalIR) {
+format::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::string *finalIR) {
   using mlir::bigc::TrainStage;
   runStage(module, o, TrainStage::Techniques, "applying precision, accumulation, recomputation and offload");
   runStage(module, o, TrainStage::Plan, "scheduling or planning memory");
@@ -106,7 +106,7 @@ rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::str
     os << "\n";
   }
 
-  rt::Program header; // what the module does not say
+  format::Program header; // what the module does not say
   header.producer = "bigc 0.1.0";
   header.source = o.input;
   header.optimizer.lr = o.adamw.lr;
@@ -133,7 +133,7 @@ rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::str
         header.aliases[e.getName().str()].push_back(llvm::cast<mlir::StringAttr>(x).str());
   if (auto c = module->getAttrOfType<mlir::StringAttr>("bigc.hf_config")) header.hfConfig = c.str();
   if (auto c = module->getAttrOfType<mlir::StringAttr>("bigc.hf_prefix")) header.hfPrefix = c.str();
-  rt::Program program = emit::buildProgram(module, std::move(header));
+  format::Program program = emit::buildProgram(module, std::move(header));
   // The evaluation program: the step's own forward (phase forward, not recomputed in the backward),
   // run alone in the training plan's arenas (the validator checks that it reads nothing the
   // backward or the optimizer writes).
@@ -157,12 +157,12 @@ rt::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std::str
 // time with the stages waiting for each other, the bubbles, the picture's stretches. Each stage's
 // own estimate (when --hardware) gets the pipeline's step time.
 void estimatePipeline(const std::vector<mlir::OwningOpRef<mlir::ModuleOp>> &stageModules, const CompileOptions &o,
-                      rt::Program &program) {
+                      format::Program &program) {
   const HardwareProfile hw = o.haveHardware ? o.hardware : loadHardware("cpu");
   std::vector<mlir::ModuleOp> mods;
   for (const auto &m : stageModules) mods.push_back(*m);
   mlir::bigc::PipelineEstimate pe = mlir::bigc::simulatePipeline(mods, hw);
-  rt::PipelineEstimate &out = program.pipelineEstimate;
+  format::PipelineEstimate &out = program.pipelineEstimate;
   out.present = true;
   out.hardware = hw.name;
   out.stepSeconds = pe.stepSeconds;
@@ -171,7 +171,7 @@ void estimatePipeline(const std::vector<mlir::OwningOpRef<mlir::ModuleOp>> &stag
   for (const auto &b : pe.blocks) out.blocks.push_back({b.stage, b.microBatch, b.kind, b.start, b.end});
   if (o.haveHardware)
     for (int64_t s = 0; s < o.pp; ++s) {
-      rt::StepEstimate &e = program.stageProgram(s).estimate;
+      format::StepEstimate &e = program.stageProgram(s).estimate;
       e.stepSeconds = pe.stepSeconds;
       e.collectives.clear();
       for (const auto &c : pe.stages[size_t(s)].collectives)
@@ -228,32 +228,32 @@ void checkPipeline(mlir::ModuleOp module, const CompileOptions &o) {
 // the evaluation, and so does its send on the peer stage, until every stage's evaluation reads only
 // what it writes, the weights and its inputs; a send of the forward whose recv no evaluation needs
 // is left out.
-void closeEvaluation(rt::Program &program) {
+void closeEvaluation(format::Program &program) {
   const int64_t P = std::max<int64_t>(1, program.pp);
   std::vector<std::vector<char>> in(static_cast<size_t>(P));
   for (int64_t s = 0; s < P; ++s) {
-    const rt::Program &sp = program.stageProgram(s);
+    const format::Program &sp = program.stageProgram(s);
     in[size_t(s)].assign(sp.instructions.size(), 0);
     for (int64_t i : sp.evalInstructions) in[size_t(s)][size_t(i)] = 1;
   }
   for (bool changed = true; changed;) {
     changed = false;
     for (int64_t s = 0; s < P; ++s) {
-      const rt::Program &sp = program.stageProgram(s);
+      const format::Program &sp = program.stageProgram(s);
       std::vector<int64_t> writer(sp.buffers.size(), -1); // the last instruction writing each buffer
       for (size_t i = 0; i < sp.instructions.size(); ++i) {
-        const rt::Instruction &ins = sp.instructions[i];
+        const format::Instruction &ins = sp.instructions[i];
         if (in[size_t(s)][i])
           for (int64_t id : ins.in) {
             const int64_t w = writer[size_t(id)];
             if (w < 0 || in[size_t(s)][size_t(w)] || sp.instructions[size_t(w)].op != "recv") continue;
-            const rt::Instruction &recv = sp.instructions[size_t(w)];
+            const format::Instruction &recv = sp.instructions[size_t(w)];
             in[size_t(s)][size_t(w)] = 1, changed = true;
             const int64_t peer = int64_t(recv.num("peer", -1)), tag = int64_t(recv.num("tag", -1));
             if (peer < 0 || peer >= P) continue;
-            const rt::Program &pp = program.stageProgram(peer);
+            const format::Program &pp = program.stageProgram(peer);
             for (size_t j = 0; j < pp.instructions.size(); ++j) {
-              const rt::Instruction &send = pp.instructions[j];
+              const format::Instruction &send = pp.instructions[j];
               if (send.op == "send" && int64_t(send.num("peer", -1)) == s && int64_t(send.num("tag", -1)) == tag)
                 in[size_t(peer)][j] = 1;
             }
@@ -265,16 +265,16 @@ void closeEvaluation(rt::Program &program) {
   // A send whose recv the peer's evaluation does not need (a message of the backward that carries
   // a value of the forward) is not sent: nothing reads it.
   for (int64_t s = 0; s < P; ++s) {
-    const rt::Program &sp = program.stageProgram(s);
+    const format::Program &sp = program.stageProgram(s);
     for (size_t i = 0; i < sp.instructions.size(); ++i) {
-      const rt::Instruction &send = sp.instructions[i];
+      const format::Instruction &send = sp.instructions[i];
       if (!in[size_t(s)][i] || send.op != "send") continue;
       const int64_t peer = int64_t(send.num("peer", -1)), tag = int64_t(send.num("tag", -1));
       bool needed = false;
       if (peer >= 0 && peer < P) {
-        const rt::Program &pp = program.stageProgram(peer);
+        const format::Program &pp = program.stageProgram(peer);
         for (size_t j = 0; j < pp.instructions.size(); ++j) {
-          const rt::Instruction &recv = pp.instructions[j];
+          const format::Instruction &recv = pp.instructions[j];
           if (recv.op == "recv" && int64_t(recv.num("peer", -1)) == s && int64_t(recv.num("tag", -1)) == tag)
             needed = needed || in[size_t(peer)][j];
         }
@@ -283,7 +283,7 @@ void closeEvaluation(rt::Program &program) {
     }
   }
   for (int64_t s = 0; s < P; ++s) {
-    rt::Program &sp = program.stageProgram(s);
+    format::Program &sp = program.stageProgram(s);
     sp.evalInstructions.clear();
     for (size_t i = 0; i < sp.instructions.size(); ++i)
       if (in[size_t(s)][i]) sp.evalInstructions.push_back(int64_t(i));
@@ -292,32 +292,32 @@ void closeEvaluation(rt::Program &program) {
 
 // Pipeline stages: one module per stage from the same training step (bigc-pipeline keeps stage s
 // of it), each planned on its own; the file holds them all.
-rt::Program compileStages(mlir::ModuleOp module, const CompileOptions &o, std::string *finalIR) {
-  rt::Program program;
+format::Program compileStages(mlir::ModuleOp module, const CompileOptions &o, std::string *finalIR) {
+  format::Program program;
   std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stageModules;
   for (int64_t s = 0; s < o.pp; ++s) {
     stageModules.emplace_back(llvm::cast<mlir::ModuleOp>(module->clone()));
     CompileOptions so = o;
     so.ppStage = s;
-    rt::Program p = planAndEmit(*stageModules.back(), so, finalIR);
+    format::Program p = planAndEmit(*stageModules.back(), so, finalIR);
     if (s == 0)
       program = std::move(p);
     else
       program.stages.push_back(std::move(p));
   }
   // The config is the step's: the vocabulary of the embedding (stage 0) for every stage.
-  for (rt::Program &sp : program.stages) sp.vocab = program.vocab;
+  for (format::Program &sp : program.stages) sp.vocab = program.vocab;
   closeEvaluation(program);
   // One format version for the file: 4 when any stage has a padded vocabulary.
-  program.version = rt::writtenVersion(program);
-  for (rt::Program &sp : program.stages) sp.version = program.version;
+  program.version = format::writtenVersion(program);
+  for (format::Program &sp : program.stages) sp.version = program.version;
   estimatePipeline(stageModules, o, program);
   return program;
 }
 
 // One stage's device arena (0: no device space).
-int64_t stageDeviceArena(const rt::Program &stage) {
-  const rt::Space *d = stage.space("device");
+int64_t stageDeviceArena(const format::Program &stage) {
+  const format::Space *d = stage.space("device");
   return d ? d->arenaBytes : 0;
 }
 
@@ -332,8 +332,8 @@ int64_t stageDeviceArena(const rt::Program &stage) {
 // the excess, up to three times). The result is the fitting program of the least step time on
 // the cost model among those compiled, else the one with the smallest fullest stage. Not for a
 // hand split, nor the interleaved schedule (its chunks share stages).
-rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Program program, std::string *finalIR,
-                          std::vector<std::string> *notes) {
+format::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, format::Program program,
+                              std::string *finalIR, std::vector<std::string> *notes) {
   const int64_t cap = o.deviceCapacity, P = o.pp;
   if (cap <= 0 || !o.ppSplit.empty() || o.ppSchedule == mlir::bigc::PpSchedule::Interleaved ||
       int64_t(program.ppSplit.size()) != P - 1 || fullestDeviceArena(program) <= cap ||
@@ -359,21 +359,21 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
     return out;
   };
   struct Tried {
-    rt::Program program;
+    format::Program program;
     std::string ir;
   };
   std::vector<Tried> tried;
   tried.reserve(8); // the balanced split, the probe, up to three more: references stay valid
   tried.push_back({std::move(program), finalIR ? *finalIR : std::string()});
-  auto compileSplit = [&](const std::vector<int64_t> &split) -> const rt::Program & {
+  auto compileSplit = [&](const std::vector<int64_t> &split) -> const format::Program & {
     CompileOptions t = o;
     t.ppSplit = split;
     std::string ir;
-    rt::Program p = compileStages(module, t, finalIR ? &ir : nullptr);
+    format::Program p = compileStages(module, t, finalIR ? &ir : nullptr);
     tried.push_back({std::move(p), std::move(ir)});
     return tried.back().program;
   };
-  const rt::Program &balanced = tried[0].program;
+  const format::Program &balanced = tried[0].program;
   const std::vector<int64_t> n0 = countsOf(balanced.ppSplit);
   // The probe: the first half of the stages one layer more, the last half one fewer (the middle
   // stage of an odd count as it is).
@@ -382,7 +382,7 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
   bool probeOk = true;
   for (int64_t c : n1) probeOk = probeOk && c >= 1;
   if (probeOk) {
-    const rt::Program &probe = compileSplit(splitOf(n1));
+    const format::Program &probe = compileSplit(splitOf(n1));
     // Per stage: arena = aBase + n * aLayer, busy = tBase + n * tLayer.
     std::vector<double> aLayer(static_cast<size_t>(P)), tLayer(aLayer), aBase(aLayer), tBase(aLayer);
     for (int64_t s = 0; s < P; ++s)
@@ -427,7 +427,7 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
       bool seen = false;
       for (const Tried &t : tried) seen = seen || t.program.ppSplit == split;
       if (seen) break;
-      const rt::Program &p = compileSplit(split);
+      const format::Program &p = compileSplit(split);
       if (fullestDeviceArena(p) <= cap) break;
       for (int64_t s = 0; s < P; ++s) // a stage over: its bound lowered by the excess
         if (stageDeviceArena(p.stageProgram(s)) > cap)
@@ -436,7 +436,7 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
   }
   // The fitting program of the least step on the cost model, else the smallest fullest stage.
   size_t pick = 0;
-  auto better = [&](const rt::Program &a, const rt::Program &b) {
+  auto better = [&](const format::Program &a, const format::Program &b) {
     const bool fa = fullestDeviceArena(a) <= cap, fb = fullestDeviceArena(b) <= cap;
     if (fa != fb) return fa;
     return fa ? a.pipelineEstimate.stepSeconds < b.pipelineEstimate.stepSeconds
@@ -464,20 +464,20 @@ rt::Program boundByMemory(mlir::ModuleOp module, const CompileOptions &o, rt::Pr
 
 } // namespace
 
-int64_t fullestDeviceArena(const rt::Program &p) {
+int64_t fullestDeviceArena(const format::Program &p) {
   int64_t most = 0;
   for (int64_t s = 0; s < std::max<int64_t>(1, p.pp); ++s) most = std::max(most, stageDeviceArena(p.stageProgram(s)));
   return most;
 }
 
-rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR,
-                             std::vector<std::string> *notes) {
+format::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR,
+                                 std::vector<std::string> *notes) {
   mlir::OwningOpRef<mlir::ModuleOp> owned(llvm::cast<mlir::ModuleOp>(parsed->clone()));
   mlir::ModuleOp module = *owned;
   runStage(module, o, mlir::bigc::TrainStage::Model, "build the training step");
   if (o.pp > 1) checkPipeline(module, o);
   try {
-    rt::Program program;
+    format::Program program;
     if (o.pp <= 1) {
       program = planAndEmit(module, o, finalIR);
     } else {
@@ -486,8 +486,8 @@ rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std
           boundByMemory(module, o, compileStages(module, o, finalIR ? &ir : nullptr), finalIR ? &ir : nullptr, notes);
       if (finalIR) *finalIR += ir;
     }
-    rt::validateProgram(program, o.output);
-    std::vector<std::string> issues = rt::verifyPlan(program, 3);
+    format::validateProgram(program, o.output);
+    std::vector<std::string> issues = format::verifyPlan(program, 3);
     if (!issues.empty()) {
       std::string msg = "internal error: the plan verifier found the emitted program unsafe: " + issues[0];
       for (size_t i = 1; i < issues.size(); ++i) msg += "; " + issues[i];

@@ -10,7 +10,7 @@
 #include "bigc/Format/ops.h"
 #include "bigc/Format/program.h"
 
-namespace bigc::rt::detail {
+namespace bigc::format::detail {
 
 [[noreturn]] inline void fail(const std::string &path, const std::string &msg) { throw UserError(path + ": " + msg); }
 
@@ -88,4 +88,4 @@ struct InstructionCheck {
   void overlaps(const OpSignature &sig) const;
 };
 
-} // namespace bigc::rt::detail
+} // namespace bigc::format::detail

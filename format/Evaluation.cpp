@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-namespace bigc::rt {
+namespace bigc::format {
 
 bool hasEvaluationPlan(const Program &p) {
   return p.pp <= 1 && p.stages.empty() && !p.evalInstructions.empty() && p.evalPlan.present();
@@ -104,4 +104,4 @@ Program evaluationProgram(const Program &p) {
   return v;
 }
 
-} // namespace bigc::rt
+} // namespace bigc::format

@@ -1,7 +1,7 @@
 // The instruction set in one table (include/bigc/Format/ops.h). No MLIR here.
 #include "bigc/Format/ops.h"
 
-namespace bigc::rt {
+namespace bigc::format {
 
 const std::vector<OpSignature> &opSignatures() {
   // name, kind, minIn, maxIn, minOut, maxOut, i32 inputs (bits), in place
@@ -134,4 +134,4 @@ OperandType operandType(OpKind k, bool isIn, size_t j) {
   }
 }
 
-} // namespace bigc::rt
+} // namespace bigc::format

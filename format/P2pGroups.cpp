@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <map>
 
-namespace bigc::rt {
+namespace bigc::format {
 
 namespace {
 
@@ -85,4 +85,4 @@ std::vector<std::vector<int64_t>> p2pGroups(const Program &p) {
   return groups;
 }
 
-} // namespace bigc::rt
+} // namespace bigc::format

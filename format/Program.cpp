@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-namespace bigc::rt {
+namespace bigc::format {
 
 const char *dtypeName(DType d) {
   switch (d) {
@@ -122,4 +122,4 @@ int64_t Program::parameterCount() const {
   return n;
 }
 
-} // namespace bigc::rt
+} // namespace bigc::format

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace bigc::rt {
+namespace bigc::format {
 
 using json = nlohmann::json;
 using detail::fail;
@@ -517,4 +517,4 @@ Program loadProgram(const std::string &path) {
   return parseProgram(ss.str(), path);
 }
 
-} // namespace bigc::rt
+} // namespace bigc::format

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace bigc::rt::safetensors {
+namespace bigc::format::safetensors {
 
 using json = nlohmann::json;
 
@@ -276,4 +276,4 @@ std::string serialize(const File &file) {
 
 void write(const std::string &path, const File &file) { writeFileAtomic(path, serialize(file)); }
 
-} // namespace bigc::rt::safetensors
+} // namespace bigc::format::safetensors

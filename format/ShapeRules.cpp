@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-namespace bigc::rt::detail {
+namespace bigc::format::detail {
 
 void InstructionCheck::shapes(const OpSignature &sig) const {
   switch (sig.kind) {
@@ -509,4 +509,4 @@ void InstructionCheck::shapes(const OpSignature &sig) const {
   }
 }
 
-} // namespace bigc::rt::detail
+} // namespace bigc::format::detail

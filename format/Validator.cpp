@@ -15,7 +15,7 @@
 #include <set>
 #include <tuple>
 
-namespace bigc::rt {
+namespace bigc::format {
 
 namespace detail {
 
@@ -783,4 +783,4 @@ void validateProgram(const Program &p, const std::string &path) {
   }
 }
 
-} // namespace bigc::rt
+} // namespace bigc::format

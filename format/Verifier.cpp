@@ -11,7 +11,7 @@
 #include <set>
 #include <tuple>
 
-namespace bigc::rt {
+namespace bigc::format {
 
 HappensBefore::HappensBefore(const Program &p) : n_(int64_t(p.instructions.size())) {
   std::map<std::string, int> ids;
@@ -558,4 +558,4 @@ void verifyProgram(const Program &p, const std::string &path, bool validated) {
   throw UserError(msg + "\n  (`bigc verify` lists them; a program bigc compile wrote never has these: was it edited?)");
 }
 
-} // namespace bigc::rt
+} // namespace bigc::format

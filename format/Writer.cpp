@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace bigc::rt {
+namespace bigc::format {
 
 using json = nlohmann::json;
 
@@ -216,4 +216,4 @@ std::string serializeProgram(const Program &p) {
          "\n" + payload;
 }
 
-} // namespace bigc::rt
+} // namespace bigc::format

@@ -21,7 +21,7 @@
 
 namespace bigc::inspect {
 
-using rt::UserError;
+using format::UserError;
 using json = nlohmann::ordered_json;
 
 namespace {
@@ -78,7 +78,7 @@ std::string xmlEscape(const std::string &s) {
 }
 
 // Roles present in the program, canonical order.
-std::vector<std::string> rolesOf(const rt::Program &p, const std::string *space = nullptr) {
+std::vector<std::string> rolesOf(const format::Program &p, const std::string *space = nullptr) {
   std::set<std::string> seen;
   for (const auto &b : p.buffers)
     if (!space || b.space == *space) seen.insert(b.role);
@@ -97,9 +97,9 @@ struct Phase {
 // state). Phases: forward up to the first non-forward instruction; backward up to the last
 // backward instruction ("backward + optimizer" when updates are interleaved with it); then the
 // optimizer tail.
-std::vector<Phase> inferPhases(const rt::Program &p) {
+std::vector<Phase> inferPhases(const format::Program &p) {
   const int64_t n = int64_t(p.instructions.size());
-  auto writesRole = [&](const rt::Instruction &ins, const char *role) {
+  auto writesRole = [&](const format::Instruction &ins, const char *role) {
     for (int64_t o : ins.out)
       if (o >= 0 && o < int64_t(p.buffers.size()) && p.buffers[size_t(o)].role == role) return true;
     return false;
@@ -144,20 +144,20 @@ struct FusedLoss {
   int count = 0;
   int64_t positions = 0, columns = 0, chunk = 0, logitsBytes = 0, workspaceBytes = 0;
 };
-FusedLoss fusedLossOf(const rt::Program &whole) {
+FusedLoss fusedLossOf(const format::Program &whole) {
   FusedLoss f;
   // This program and its pipeline stages, if it holds them (a stage's own program holds none).
   for (size_t st = 0; st <= whole.stages.size() && f.count == 0; ++st) {
-    const rt::Program &p = st == 0 ? whole : whole.stages[st - 1];
+    const format::Program &p = st == 0 ? whole : whole.stages[st - 1];
     for (const auto &ins : p.instructions) {
       if (ins.op != "linear_ce_stats" || ins.in.size() < 2 || ins.out.size() < 2) continue;
       if (f.count++) continue;
-      const rt::Buffer &h = p.buffers[size_t(ins.in[0])], &w = p.buffers[size_t(ins.in[1])];
+      const format::Buffer &h = p.buffers[size_t(ins.in[0])], &w = p.buffers[size_t(ins.in[1])];
       const int64_t c = h.shape.empty() ? 0 : h.shape.back();
       f.positions = c ? h.numel() / c : 0;
       f.columns = w.shape.size() == 2 ? (ins.flag("transpose_b") ? w.shape[0] : w.shape[1]) : 0;
       f.chunk = std::min<int64_t>(int64_t(ins.num("chunk", 0)), f.columns);
-      f.logitsBytes = f.positions * f.columns * int64_t(rt::dtypeSize(h.dtype));
+      f.logitsBytes = f.positions * f.columns * int64_t(format::dtypeSize(h.dtype));
       f.workspaceBytes = p.buffers[size_t(ins.out[1])].bytes;
       for (const auto &g : p.instructions) // its gradient's workspace (the larger: it holds dh's accumulator)
         if (g.op == "linear_ce_stats_grad" && g.out.size() == 3)
@@ -175,10 +175,10 @@ struct FusedPairs {
   std::map<std::string, int64_t> count;
   int64_t total = 0, savedBytes = 0;
 };
-FusedPairs fusedPairsOf(const rt::Program &whole) {
+FusedPairs fusedPairsOf(const format::Program &whole) {
   FusedPairs f;
   for (size_t st = 0; st <= whole.stages.size(); ++st) {
-    const rt::Program &p = st == 0 ? whole : whole.stages[st - 1];
+    const format::Program &p = st == 0 ? whole : whole.stages[st - 1];
     for (const auto &ins : p.instructions) {
       const bool twice = ins.op == "layernorm_grad_add" || ins.op == "rmsnorm_grad_add";
       if (!twice && ins.op != "add_layernorm" && ins.op != "add_rmsnorm" && ins.op != "bias_gelu" &&
@@ -198,15 +198,15 @@ struct VocabPadding {
   int64_t vocab = 0, padded = 0, bytes = 0;
   std::vector<std::string> weights;
 };
-VocabPadding vocabPaddingOf(const rt::Program &whole) {
+VocabPadding vocabPaddingOf(const format::Program &whole) {
   VocabPadding v;
   for (size_t st = 0; st <= whole.stages.size(); ++st) {
-    const rt::Program &p = st == 0 ? whole : whole.stages[st - 1];
+    const format::Program &p = st == 0 ? whole : whole.stages[st - 1];
     for (const auto &b : p.buffers) {
       if (b.vocabRows <= 0 || !b.persistent()) continue;
       const int64_t rows = b.wholeShape()[0];
       v.vocab = b.vocabRows, v.padded = rows;
-      v.bytes += (rows - b.vocabRows) * (b.logicalNumel() / b.vocabRows) * int64_t(rt::dtypeSize(b.dtype));
+      v.bytes += (rows - b.vocabRows) * (b.logicalNumel() / b.vocabRows) * int64_t(format::dtypeSize(b.dtype));
       if ((b.role == "param" || b.role == "master") && b.init.kind != "copy" &&
           std::find(v.weights.begin(), v.weights.end(), b.name) == v.weights.end())
         v.weights.push_back(b.name);
@@ -217,7 +217,7 @@ VocabPadding vocabPaddingOf(const rt::Program &whole) {
 
 // Activation bytes kept for the backward: activation buffers live across a forward -> backward
 // boundary (the most at any one, with micro-batches), -1 when the program has no backward.
-int64_t activationsKeptForBackward(const rt::Program &p) {
+int64_t activationsKeptForBackward(const format::Program &p) {
   std::vector<int64_t> boundaries;
   for (size_t i = 1; i < p.instructions.size(); ++i)
     if (p.instructions[i].phase == "backward" && p.instructions[i - 1].phase == "forward")
@@ -244,7 +244,7 @@ struct StreamStat {
   std::string name;
   int64_t instructions = 0, copies = 0, bytes = 0;
 };
-std::vector<StreamStat> streamStats(const rt::Program &p) {
+std::vector<StreamStat> streamStats(const format::Program &p) {
   std::map<std::string, StreamStat> m;
   for (const auto &ins : p.instructions) {
     std::string st = ins.stream.empty() ? "compute" : ins.stream;
@@ -270,7 +270,7 @@ struct Lane {
   std::vector<int64_t> at; // instruction indices
   int64_t bytes = 0;       // bytes copied (transfer lanes)
 };
-std::vector<Lane> lanesOf(const rt::Program &p) {
+std::vector<Lane> lanesOf(const format::Program &p) {
   std::vector<Lane> lanes = {{"comm", "#2ca02c", "collectives (all-reduce, reduce-scatter, all-gather)", {}, 0},
                              {"comm_tp", "#17becf", "tensor-parallel collectives", {}, 0},
                              {"h2d", "#1f77b4", "copies from host to device", {}, 0},
@@ -298,7 +298,7 @@ std::vector<Lane> lanesOf(const rt::Program &p) {
   return out;
 }
 
-int64_t recomputedInstructions(const rt::Program &p) {
+int64_t recomputedInstructions(const format::Program &p) {
   int64_t n = 0;
   for (const auto &ins : p.instructions) n += ins.recompute ? 1 : 0;
   return n;
@@ -314,21 +314,21 @@ std::string flopsStr(int64_t f) {
 }
 
 struct SpaceSummary {
-  const rt::Space *space = nullptr;
+  const format::Space *space = nullptr;
   int64_t capacity = 0;
   bool fits = true;
   int64_t buffers = 0;
   std::map<std::string, int64_t> byRole, countByRole;
   SpaceTimeline tl;
-  std::vector<const rt::Buffer *> largest; // up to 10
+  std::vector<const format::Buffer *> largest; // up to 10
 };
 
-SpaceSummary summarize(const rt::Program &p, const rt::Space &s) {
+SpaceSummary summarize(const format::Program &p, const format::Space &s) {
   SpaceSummary sum;
   sum.space = &s;
   sum.capacity = spaceCapacity(p, s);
   sum.fits = sum.capacity == 0 || s.arenaBytes <= sum.capacity;
-  std::vector<const rt::Buffer *> bufs;
+  std::vector<const format::Buffer *> bufs;
   for (const auto &b : p.buffers)
     if (b.space == s.name) {
       bufs.push_back(&b);
@@ -336,7 +336,7 @@ SpaceSummary summarize(const rt::Program &p, const rt::Space &s) {
       sum.countByRole[b.role] += 1;
     }
   sum.buffers = int64_t(bufs.size());
-  std::stable_sort(bufs.begin(), bufs.end(), [](const rt::Buffer *a, const rt::Buffer *b) {
+  std::stable_sort(bufs.begin(), bufs.end(), [](const format::Buffer *a, const format::Buffer *b) {
     return a->bytes != b->bytes ? a->bytes > b->bytes : a->id < b->id;
   });
   if (bufs.size() > 10) bufs.resize(10);
@@ -351,7 +351,7 @@ struct CollectiveStat {
   int64_t count = 0, tensors = 0, bytes = 0;
 };
 // axis -1: every collective; 0 (dp) / 1 (tp): those of that mesh axis.
-std::map<std::string, CollectiveStat> collectiveStats(const rt::Program &p, int axis = -1) {
+std::map<std::string, CollectiveStat> collectiveStats(const format::Program &p, int axis = -1) {
   std::map<std::string, CollectiveStat> m;
   for (const auto &ins : p.instructions) {
     if (ins.stream != "comm" && ins.stream != "comm_tp") continue;
@@ -370,7 +370,7 @@ std::map<std::string, CollectiveStat> collectiveStats(const rt::Program &p, int 
 struct ModelState {
   int64_t perRank = 0, whole = 0, shardedTensors = 0;
 };
-ModelState modelState(const rt::Program &p) {
+ModelState modelState(const format::Program &p) {
   ModelState m;
   for (const auto &b : p.buffers) {
     if (!b.persistent()) continue;
@@ -380,13 +380,13 @@ ModelState modelState(const rt::Program &p) {
       n = 1;
       for (int64_t d : b.tpFullShape) n *= d;
     }
-    m.whole += n * rt::dtypeSize(b.dtype);
+    m.whole += n * format::dtypeSize(b.dtype);
     m.shardedTensors += b.sharded() ? 1 : 0;
   }
   return m;
 }
 
-void checkRank(const rt::Program &p, int64_t rank) {
+void checkRank(const format::Program &p, int64_t rank) {
   if (rank < 0 || rank >= std::max<int64_t>(1, p.ranks))
     throw UserError("--rank " + std::to_string(rank) + " is out of range: the program has " +
                     std::to_string(std::max<int64_t>(1, p.ranks)) + " rank" + (p.ranks == 1 ? "" : "s") + " (0.." +
@@ -399,11 +399,11 @@ struct StageSummary {
   int64_t sentBytes = 0, receivedBytes = 0;
   std::vector<std::pair<std::string, int64_t>> arenas;
 };
-std::vector<StageSummary> stageSummaries(const rt::Program &top) {
+std::vector<StageSummary> stageSummaries(const format::Program &top) {
   std::vector<StageSummary> out;
   const int64_t per = std::max<int64_t>(1, top.dp * top.tp);
   for (int64_t s = 0; s < top.pp; ++s) {
-    const rt::Program &sp = top.stageProgram(s);
+    const format::Program &sp = top.stageProgram(s);
     StageSummary x;
     x.stage = s, x.firstRank = s * per, x.lastRank = s * per + per - 1;
     x.instructions = int64_t(sp.instructions.size());
@@ -417,7 +417,7 @@ std::vector<StageSummary> stageSummaries(const rt::Program &top) {
   return out;
 }
 
-std::string bubbleFormula(const rt::Program &top) {
+std::string bubbleFormula(const format::Program &top) {
   const double p = double(top.pp), m = double(std::max<int64_t>(1, top.microBatches));
   const double v = double(std::max<int64_t>(1, top.virtualStages));
   if (top.ppSchedule == "interleaved") return "interleaved formula (p-1)/(v*m) = " + fmt("%.3f", (p - 1) / (v * m));
@@ -425,7 +425,7 @@ std::string bubbleFormula(const rt::Program &top) {
   return (top.ppSchedule == "gpipe" ? "GPipe" : "1F1B") + std::string(" formula (p-1)/m = ") + fmt("%.3f", (p - 1) / m);
 }
 
-std::string pipelineText(const rt::Program &top, int64_t rank) {
+std::string pipelineText(const format::Program &top, int64_t rank) {
   std::ostringstream o;
   const int64_t per = std::max<int64_t>(1, top.dp * top.tp);
   o << "pipeline: " << top.pp << " stages (" << top.ppSchedule << ", " << top.microBatches
@@ -444,7 +444,7 @@ std::string pipelineText(const rt::Program &top, int64_t rank) {
       << "), " << x.recvs << " receives (" << humanBytes(x.receivedBytes) << ") per step\n";
   }
   if (top.pipelineEstimate.present) {
-    const rt::PipelineEstimate &pe = top.pipelineEstimate;
+    const format::PipelineEstimate &pe = top.pipelineEstimate;
     o << "  estimate (cost model on " << pe.hardware << ", the stages together): " << durationStr(pe.stepSeconds)
       << " per step; bubble " << fmt("%.3f", pe.bubble) << " of the busy time (" << bubbleFormula(top)
       << " for equal stages); busy";
@@ -454,7 +454,7 @@ std::string pipelineText(const rt::Program &top, int64_t rank) {
   return o.str();
 }
 
-json pipelineJson(const rt::Program &top, int64_t rank) {
+json pipelineJson(const format::Program &top, int64_t rank) {
   json j;
   j["stages"] = top.pp;
   j["schedule"] = top.ppSchedule;
@@ -476,13 +476,13 @@ json pipelineJson(const rt::Program &top, int64_t rank) {
   }
   j["per_stage"] = list;
   if (top.pipelineEstimate.present) {
-    const rt::PipelineEstimate &pe = top.pipelineEstimate;
+    const format::PipelineEstimate &pe = top.pipelineEstimate;
     j["estimate"] = {{"hardware", pe.hardware},
                      {"step_seconds", pe.stepSeconds},
                      {"bubble", pe.bubble},
                      {"busy_seconds", pe.busySeconds},
                      {"blocks", json::array()}};
-    for (const rt::PipelineBlock &b : pe.blocks)
+    for (const format::PipelineBlock &b : pe.blocks)
       j["estimate"]["blocks"].push_back({b.stage, b.microBatch, b.kind, b.start, b.end});
   }
   return j;
@@ -494,21 +494,21 @@ bool allFit(const std::vector<SpaceSummary> &ss) {
   return true;
 }
 
-std::vector<SpaceSummary> summarizeAll(const rt::Program &p) {
+std::vector<SpaceSummary> summarizeAll(const format::Program &p) {
   std::vector<SpaceSummary> v;
   for (const auto &s : p.spaces) v.push_back(summarize(p, s));
   return v;
 }
 
-std::string bufName(const rt::Buffer &b) { return b.name.empty() ? "#" + std::to_string(b.id) : b.name; }
+std::string bufName(const format::Buffer &b) { return b.name.empty() ? "#" + std::to_string(b.id) : b.name; }
 
-std::string liveStr(const rt::Buffer &b) {
+std::string liveStr(const format::Buffer &b) {
   return "[" + std::to_string(b.liveFirst) + ", " + std::to_string(b.liveLast) + "]";
 }
 
 } // namespace
 
-int64_t spaceCapacity(const rt::Program &p, const rt::Space &s) {
+int64_t spaceCapacity(const format::Program &p, const format::Space &s) {
   if (s.capacityBytes > 0) return s.capacityBytes;
   if (s.name == "device") return p.deviceCapacityBytes;
   if (s.name == "host") return p.hostCapacityBytes;
@@ -517,9 +517,11 @@ int64_t spaceCapacity(const rt::Program &p, const rt::Space &s) {
 }
 
 // Bytes as the planner counts them: each buffer takes whole alignment units of its arena.
-static int64_t aligned(int64_t bytes) { return (bytes + rt::kAlignment - 1) / rt::kAlignment * rt::kAlignment; }
+static int64_t aligned(int64_t bytes) {
+  return (bytes + format::kAlignment - 1) / format::kAlignment * format::kAlignment;
+}
 
-SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space) {
+SpaceTimeline computeTimeline(const format::Program &p, const std::string &space) {
   SpaceTimeline tl;
   tl.space = space;
   tl.roles = rolesOf(p, &space);
@@ -542,11 +544,11 @@ SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space) {
     const auto &ins = p.instructions[i];
     for (int64_t o : ins.out) {
       if (o < 0 || o >= int64_t(p.buffers.size())) continue;
-      const rt::Buffer &ob = p.buffers[size_t(o)];
+      const format::Buffer &ob = p.buffers[size_t(o)];
       if (ob.space != space || ob.liveFirst != int64_t(i)) continue;
       for (int64_t a : ins.in) {
         if (a == o || a < 0 || a >= int64_t(p.buffers.size())) continue;
-        const rt::Buffer &ab = p.buffers[size_t(a)];
+        const format::Buffer &ab = p.buffers[size_t(a)];
         if (ab.space != space || ab.liveLast != int64_t(i)) continue;
         int64_t lo = std::max(ab.offset, ob.offset);
         int64_t hi = std::min(ab.offset + aligned(ab.bytes), ob.offset + aligned(ob.bytes));
@@ -590,7 +592,7 @@ SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space) {
   return tl;
 }
 
-std::string textReport(const rt::Program &p, const std::string &path, int64_t rank, bool memory) {
+std::string textReport(const format::Program &p, const std::string &path, int64_t rank, bool memory) {
   checkRank(p, rank);
   std::ostringstream o;
   auto sums = summarizeAll(p);
@@ -626,7 +628,7 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       o << "\n";
     }
     if (p.tp > 1) {
-      auto isWeight = [](const rt::Buffer &b) { // one buffer per weight: the master, else the weight
+      auto isWeight = [](const format::Buffer &b) { // one buffer per weight: the master, else the weight
         return b.tpDim >= 0 && (b.role == "master" || (b.role == "param" && b.init.kind != "copy"));
       };
       int64_t splitCount = 0;
@@ -686,14 +688,14 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   o << "optimizer: " << p.optimizer.kind << " lr " << p.optimizer.lr << ", betas " << p.optimizer.beta1 << "/"
     << p.optimizer.beta2 << ", eps " << p.optimizer.eps << ", weight decay " << p.optimizer.weightDecay
     << ", grad clip " << p.optimizer.gradClip << "\n";
-  if (p.optimizer.schedule.present()) o << "learning rate: " << rt::describeSchedule(p.optimizer) << "\n";
+  if (p.optimizer.schedule.present()) o << "learning rate: " << format::describeSchedule(p.optimizer) << "\n";
   if (!p.evalInstructions.empty()) {
     // The evaluation program: the memory it touches of the device arena at its peak (its
     // activations where the training plan put them, and every persistent buffer of the space).
     const std::string space = p.space("device") ? "device" : p.spaces.empty() ? "" : p.spaces[0].name;
     std::vector<int64_t> first(p.buffers.size(), -1), last(p.buffers.size(), -1);
     for (size_t k = 0; k < p.evalInstructions.size(); ++k) {
-      const rt::Instruction &ins = p.instructions[size_t(p.evalInstructions[k])];
+      const format::Instruction &ins = p.instructions[size_t(p.evalInstructions[k])];
       for (const auto *ids : {&ins.in, &ins.out})
         for (int64_t id : *ids) {
           if (first[size_t(id)] < 0) first[size_t(id)] = int64_t(k);
@@ -702,7 +704,7 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     }
     int64_t persistent = 0, peak = 0;
     std::vector<int64_t> delta(p.evalInstructions.size() + 1, 0);
-    for (const rt::Buffer &b : p.buffers) {
+    for (const format::Buffer &b : p.buffers) {
       if (b.space != space) continue;
       if (b.persistent())
         persistent += b.bytes;
@@ -711,14 +713,14 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     }
     for (int64_t k = 0, live = 0; k < int64_t(p.evalInstructions.size()); ++k)
       peak = std::max(peak, live += delta[size_t(k)]);
-    const rt::Space *sp = p.space(space);
+    const format::Space *sp = p.space(space);
     o << "evaluation: " << withCommas(int64_t(p.evalInstructions.size())) << " of the "
       << withCommas(int64_t(p.instructions.size()))
       << " instructions (the step's forward); bigc run --val-data runs it in the training arenas: at its peak "
       << humanBytes(persistent + peak) << " of the " << space << " arena's " << humanBytes(sp ? sp->arenaBytes : 0)
       << " (weights and state " << humanBytes(persistent) << ", activations " << humanBytes(peak)
       << "; no gradients, no memory of its own)\n";
-    if (rt::hasEvaluationPlan(p)) {
+    if (format::hasEvaluationPlan(p)) {
       // bigc eval's own plan: per space its arena, the weights it keeps and the rest (activations,
       // the inputs and the loss packed on their own).
       std::map<std::string, int64_t> weights;
@@ -727,7 +729,7 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
       o << "evaluation plan (bigc eval):";
       bool firstSpace = true;
       for (const auto &[name, bytes] : p.evalPlan.arenas) {
-        const rt::Space *ts = p.space(name);
+        const format::Space *ts = p.space(name);
         o << (firstSpace ? " " : "; ") << name << " " << humanBytes(bytes) << " (weights " << humanBytes(weights[name])
           << ", activations " << humanBytes(bytes - weights[name]) << ") against the step's "
           << humanBytes(ts ? ts->arenaBytes : 0);
@@ -749,7 +751,7 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   {
     // A background checkpoint's snapshot (bigc run --checkpoint-dir) is host memory outside the plan.
     const int64_t snap = p.stateBytes();
-    const rt::Space *host = p.space("host");
+    const format::Space *host = p.space("host");
     o << "checkpoints: " << humanBytes(snap)
       << " of training state; bigc run --checkpoint-dir writes them in the background from a snapshot of that size"
          " in host memory";
@@ -813,7 +815,7 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
 
   std::vector<Phase> ph = inferPhases(p);
   for (const auto &s : sums) {
-    const rt::Space &sp = *s.space;
+    const format::Space &sp = *s.space;
     o << "\nspace " << sp.name << " (" << s.buffers << " buffers)\n";
     o << "  arena        " << lpad(humanBytes(sp.arenaBytes), 12) << "  (" << withCommas(sp.arenaBytes) << " bytes)\n";
     o << "  lower bound  " << lpad(humanBytes(sp.lowerBoundBytes), 12);
@@ -836,13 +838,13 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
     for (const auto &r : roles) o << "    " << pad(r, 16) << lpad(humanBytes(s.byRole.at(r)), 12) << "\n";
     o << "  largest buffers:\n";
     size_t nameW = 6, roleW = 6, shapeW = 7;
-    for (const rt::Buffer *b : s.largest) {
+    for (const format::Buffer *b : s.largest) {
       nameW = std::max(nameW, bufName(*b).size() + 2);
       roleW = std::max(roleW, b->role.size() + 2);
       shapeW = std::max(shapeW, shapeStr(b->shape).size() + 2);
     }
     o << "    " << pad("name", nameW) << pad("role", roleW) << pad("shape", shapeW) << lpad("bytes", 11) << "  live\n";
-    for (const rt::Buffer *b : s.largest)
+    for (const format::Buffer *b : s.largest)
       o << "    " << pad(bufName(*b), nameW) << pad(b->role, roleW) << pad(shapeStr(b->shape), shapeW)
         << lpad(humanBytes(b->bytes), 11) << "  " << liveStr(*b) << "\n";
 
@@ -872,22 +874,22 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
           << " (buffers past their last use, until the compute stream joins the instruction of another "
              "stream that touched them)\n";
       // The largest buffers live at the peak.
-      std::vector<const rt::Buffer *> live;
+      std::vector<const format::Buffer *> live;
       for (const auto &b : p.buffers)
         if (b.space == sp.name && b.liveFirst <= tl.peakInstruction && tl.peakInstruction <= b.liveLast &&
             !b.persistent())
           live.push_back(&b);
       std::stable_sort(live.begin(), live.end(),
-                       [](const rt::Buffer *a, const rt::Buffer *b) { return a->bytes > b->bytes; });
+                       [](const format::Buffer *a, const format::Buffer *b) { return a->bytes > b->bytes; });
       if (live.size() > 8) live.resize(8);
       if (!live.empty()) {
         size_t nw = 6, rw = 6;
-        for (const rt::Buffer *b : live) {
+        for (const format::Buffer *b : live) {
           nw = std::max(nw, bufName(*b).size() + 2);
           rw = std::max(rw, b->role.size() + 2);
         }
         o << "  largest non-persistent buffers live at the peak:\n";
-        for (const rt::Buffer *b : live)
+        for (const format::Buffer *b : live)
           o << "    " << pad(bufName(*b), nw) << pad(b->role, rw) << lpad(humanBytes(b->bytes), 11) << "  "
             << liveStr(*b) << "\n";
       }
@@ -903,7 +905,7 @@ std::string textReport(const rt::Program &p, const std::string &path, int64_t ra
   return o.str();
 }
 
-std::string jsonReport(const rt::Program &p, const std::string &path, int64_t rank) {
+std::string jsonReport(const format::Program &p, const std::string &path, int64_t rank) {
   checkRank(p, rank);
   auto sums = summarizeAll(p);
   json j;
@@ -980,7 +982,7 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
                  {"ranks", p.ranks}};
   j["checkpoint_snapshot_bytes"] = p.stateBytes();
   if (!p.initialWeights.empty()) j["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
-  j["hardware"] = rt::hardwareJson(p);
+  j["hardware"] = format::hardwareJson(p);
   json phases = json::array();
   for (const auto &ph : inferPhases(p)) phases.push_back({{"name", ph.name}, {"begin", ph.begin}, {"end", ph.end}});
   j["phases"] = phases;
@@ -1007,7 +1009,7 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
        p.recompute.forwardFlops > 0 ? double(p.recompute.flopsAdded) / double(p.recompute.forwardFlops) : 0.0},
       {"instructions", recomputedInstructions(p)}};
   json spaces = json::object();
-  std::vector<const rt::Buffer *> all;
+  std::vector<const format::Buffer *> all;
   for (const auto &s : sums) {
     json sj;
     sj["arena_bytes"] = s.space->arenaBytes;
@@ -1036,17 +1038,17 @@ std::string jsonReport(const rt::Program &p, const std::string &path, int64_t ra
   }
   j["spaces"] = spaces;
   for (const auto &b : p.buffers) all.push_back(&b);
-  std::stable_sort(all.begin(), all.end(), [](const rt::Buffer *a, const rt::Buffer *b) {
+  std::stable_sort(all.begin(), all.end(), [](const format::Buffer *a, const format::Buffer *b) {
     return a->bytes != b->bytes ? a->bytes > b->bytes : a->id < b->id;
   });
   if (all.size() > 10) all.resize(10);
   json largest = json::array();
-  for (const rt::Buffer *b : all)
+  for (const format::Buffer *b : all)
     largest.push_back({{"id", b->id},
                        {"name", b->name},
                        {"space", b->space},
                        {"role", b->role},
-                       {"dtype", rt::dtypeName(b->dtype)},
+                       {"dtype", format::dtypeName(b->dtype)},
                        {"shape", b->shape},
                        {"bytes", b->bytes},
                        {"offset", b->offset},
@@ -1096,7 +1098,7 @@ std::string tickLabel(double v) {
 
 } // namespace
 
-std::string pipelineDiagram(const std::vector<rt::PipelineBlock> &blocks, int64_t stages, int64_t microBatches,
+std::string pipelineDiagram(const std::vector<format::PipelineBlock> &blocks, int64_t stages, int64_t microBatches,
                             const std::string &title, const std::string &subtitle, double y, double *height) {
   const double W = 1140, left = 90, right = 40, top = 50, plotW = W - left - right;
   const double rowH = stages <= 8 ? 30 : stages <= 16 ? 20 : 12;
@@ -1118,7 +1120,7 @@ std::string pipelineDiagram(const std::vector<rt::PipelineBlock> &blocks, int64_
   o << "<text x=\"" << left << "\" y=\"" << num(y + 22) << "\" font-size=\"16\" font-weight=\"bold\">"
     << xmlEscape(title) << "</text>\n";
   o << "<text x=\"" << left << "\" y=\"" << num(y + 40) << "\" fill=\"#555\">" << xmlEscape(subtitle) << "</text>\n";
-  auto color = [](const rt::PipelineBlock &b) {
+  auto color = [](const format::PipelineBlock &b) {
     const bool odd = b.microBatch % 2 != 0;
     if (b.kind == "forward") return odd ? "#7da7d9" : "#4e79a7";
     if (b.kind == "backward") return odd ? "#f5a55a" : "#e07b1a";
@@ -1187,17 +1189,17 @@ std::string svgOpen(double W, double H) {
 }
 } // namespace
 
-std::vector<rt::PipelineBlock> measuredPipelineBlocks(const rt::Program &p,
-                                                      const std::vector<std::vector<std::pair<double, double>>> &spans,
-                                                      double *stepSeconds, double *bubble) {
+std::vector<format::PipelineBlock>
+measuredPipelineBlocks(const format::Program &p, const std::vector<std::vector<std::pair<double, double>>> &spans,
+                       double *stepSeconds, double *bubble) {
   struct Span {
     double start, end;
-    const rt::Instruction *ins;
+    const format::Instruction *ins;
   };
   std::vector<std::vector<Span>> byStage(spans.size());
   double t0 = std::numeric_limits<double>::infinity(), t1 = -t0;
   for (size_t s = 0; s < spans.size(); ++s) {
-    const rt::Program &sp = p.stageProgram(int64_t(s));
+    const format::Program &sp = p.stageProgram(int64_t(s));
     for (size_t i = 0; i < spans[s].size() && i < sp.instructions.size(); ++i) {
       const auto [a, b] = spans[s][i];
       if (!std::isfinite(a) || !std::isfinite(b) || sp.instructions[i].stream != "compute") continue;
@@ -1206,14 +1208,14 @@ std::vector<rt::PipelineBlock> measuredPipelineBlocks(const rt::Program &p,
     }
     std::sort(byStage[s].begin(), byStage[s].end(), [](const Span &x, const Span &y) { return x.start < y.start; });
   }
-  std::vector<rt::PipelineBlock> blocks;
+  std::vector<format::PipelineBlock> blocks;
   const double step = t1 > t0 ? t1 - t0 : 0.0, gap = std::max(50e-6, 1e-3 * step);
   double idle = 0;
   for (size_t s = 0; s < byStage.size(); ++s) {
     double busy = 0;
     for (const Span &x : byStage[s]) {
       busy += x.end - x.start;
-      const rt::Instruction &ins = *x.ins;
+      const format::Instruction &ins = *x.ins;
       // As the cost model's stretches (lib/analysis/StepSimulation.cpp): ops of no operand are not a
       // micro-batch's work.
       const std::string kind = ins.in.empty()                                      ? "optimizer"
@@ -1224,7 +1226,7 @@ std::vector<rt::PipelineBlock> measuredPipelineBlocks(const rt::Program &p,
       const int64_t mb = kind == "optimizer" ? -1 : std::max<int64_t>(0, ins.microBatch);
       const double a = x.start - t0, b = x.end - t0;
       if (!blocks.empty()) {
-        rt::PipelineBlock &last = blocks.back();
+        format::PipelineBlock &last = blocks.back();
         if (last.stage == int64_t(s) && last.kind == kind && last.microBatch == mb && a - last.end <= gap) {
           last.end = std::max(last.end, b);
           continue;
@@ -1239,8 +1241,8 @@ std::vector<rt::PipelineBlock> measuredPipelineBlocks(const rt::Program &p,
   return blocks;
 }
 
-std::string measuredPipelineSvg(const rt::Program &p, const std::string &path,
-                                const std::vector<rt::PipelineBlock> &blocks, double stepSeconds, double bubble) {
+std::string measuredPipelineSvg(const format::Program &p, const std::string &path,
+                                const std::vector<format::PipelineBlock> &blocks, double stepSeconds, double bubble) {
   const double W = 1140;
   double h1 = 0, h2 = 0;
   const std::string what =
@@ -1252,7 +1254,7 @@ std::string measuredPipelineSvg(const rt::Program &p, const std::string &path,
                       0, &h1);
   std::string model;
   if (p.pipelineEstimate.present) {
-    const rt::PipelineEstimate &pe = p.pipelineEstimate;
+    const format::PipelineEstimate &pe = p.pipelineEstimate;
     model = pipelineDiagram(pe.blocks, p.pp, p.microBatches, "The same on the cost model (" + pe.hardware + ")",
                             what + "; step " + durationStr(pe.stepSeconds) + ", bubble " + fmt("%.3f", pe.bubble) +
                                 " (" + bubbleFormula(p) + ")",
@@ -1264,7 +1266,8 @@ std::string measuredPipelineSvg(const rt::Program &p, const std::string &path,
   return o.str();
 }
 
-std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t rank, const rt::Program *pipelined) {
+std::string timelineSvg(const format::Program &p, const std::string &path, int64_t rank,
+                        const format::Program *pipelined) {
   checkRank(p, rank);
   const double W = 1140, left = 90, right = 230, panelH = 300, top = 56, gap = 60;
   const double plotW = W - left - right;
@@ -1280,7 +1283,7 @@ std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t r
   std::string diagram;
   double diagramH = 0;
   if (pipelined && pipelined->pp > 1 && pipelined->pipelineEstimate.present) {
-    const rt::PipelineEstimate &pe = pipelined->pipelineEstimate;
+    const format::PipelineEstimate &pe = pipelined->pipelineEstimate;
     diagram = pipelineDiagram(pe.blocks, pipelined->pp, pipelined->microBatches,
                               "Pipeline over one step (cost model on " + pe.hardware + "): " + path,
                               std::to_string(pipelined->pp) + " stages, " + pipelined->ppSchedule + ", " +
@@ -1538,11 +1541,11 @@ int inspectMain(int argc, char **argv, int first) {
   const std::string path = a.positional[0];
   int64_t rank = a.integer("--rank", 0);
   if (a.has("--timeline") && a.str("--timeline").empty()) throw UserError("--timeline: empty file name");
-  rt::Program top = rt::loadProgram(path);
+  format::Program top = format::loadProgram(path);
   checkRank(top, rank);
   // A pipelined program: the report of the stage the rank runs, after the pipeline's summary.
   const int64_t stage = top.pp > 1 ? rank / std::max<int64_t>(1, top.dp * top.tp) : 0;
-  const rt::Program &p = top.stageProgram(stage);
+  const format::Program &p = top.stageProgram(stage);
   // Build everything before writing anything.
   std::string report;
   if (a.has("--json")) {
@@ -1555,7 +1558,7 @@ int inspectMain(int argc, char **argv, int first) {
   } else {
     report = (top.pp > 1 ? pipelineText(top, rank) : std::string()) + textReport(p, path, rank, a.has("--memory"));
   }
-  if (a.has("--timeline")) rt::writeFileAtomic(a.str("--timeline"), timelineSvg(p, path, rank, &top));
+  if (a.has("--timeline")) format::writeFileAtomic(a.str("--timeline"), timelineSvg(p, path, rank, &top));
   std::fwrite(report.data(), 1, report.size(), stdout);
   return 0;
 }

@@ -52,7 +52,7 @@ bool mlir::bigc::isInPlaceElementwise(Operation *op) {
 }
 
 SmallVector<unsigned> mlir::bigc::inPlaceOperands(Operation *op, unsigned result) {
-  // (the program format's rule, rt::mayAlias: the fused ops' kernels allow these pairs)
+  // (the program format's rule, format::mayAlias: the fused ops' kernels allow these pairs)
   if (isInPlaceElementwise(op) && op->getNumResults() == 1) {
     SmallVector<unsigned> all;
     for (unsigned k = 0; k < op->getNumOperands(); ++k) all.push_back(k);

@@ -8,7 +8,9 @@ Each source and header belongs to a layer by its folder; each `#include "bigc/<F
 names the layer of the header it reaches. A layer may include its own headers and those of the
 layers below it (ALLOWED); anything else is listed, with the file and line, and the exit status is 1.
 The compiler's libraries (driver and below) never reach the runtime: they link the format library,
-not the runtime's (checked from CMake too: bigc_driver's link line).
+not the runtime's (checked from CMake too: bigc_driver's link line). Namespaces follow the layers:
+the format's code is in bigc::format, and nothing outside the runtime and the tools names bigc::rt
+(the runtime sees the format's names through include/bigc/Runtime/format.h).
 """
 import os
 import re
@@ -75,6 +77,12 @@ def main():
                     continue
                 files += 1
                 for i, line in enumerate(open(path, encoding="utf-8", errors="replace"), 1):
+                    code = line.split("//", 1)[0]
+                    if layer == "format" and re.search(r"\bnamespace\s+bigc::rt\b", code):
+                        bad.append(f"{rel}:{i}: the format layer declares names in bigc::rt (its namespace is "
+                                   "bigc::format)")
+                    if layer not in ("runtime", "tools") and re.search(r"(?<![\w:])(bigc::)?rt::", code):
+                        bad.append(f"{rel}:{i}: the {layer} layer names the runtime's namespace ({line.strip()})")
                     m = re.match(r'\s*#\s*include\s+"bigc/([A-Za-z]+)/', line)
                     if not m:
                         continue

@@ -36,11 +36,11 @@ std::string str(Location loc) {
   return s.empty() ? std::string("unknown location") : s;
 }
 
-rt::DType dtypeOf(Type t, Location loc) {
-  if (t.isF32()) return rt::DType::F32;
-  if (t.isBF16()) return rt::DType::BF16;
-  if (t.isF16()) return rt::DType::F16;
-  if (t.isInteger(32)) return rt::DType::I32;
+format::DType dtypeOf(Type t, Location loc) {
+  if (t.isF32()) return format::DType::F32;
+  if (t.isBF16()) return format::DType::BF16;
+  if (t.isF16()) return format::DType::F16;
+  if (t.isInteger(32)) return format::DType::I32;
   std::string s;
   llvm::raw_string_ostream os(s);
   os << t;
@@ -48,7 +48,7 @@ rt::DType dtypeOf(Type t, Location loc) {
 }
 
 struct TensorInfo {
-  rt::DType dtype;
+  format::DType dtype;
   std::vector<int64_t> shape;
   int64_t bytes;
 };
@@ -59,7 +59,7 @@ TensorInfo tensorInfo(Type type, Location loc) {
   TensorInfo info;
   info.dtype = dtypeOf(t.getElementType(), loc);
   info.shape.assign(t.getShape().begin(), t.getShape().end());
-  info.bytes = t.getNumElements() * rt::dtypeSize(info.dtype);
+  info.bytes = t.getNumElements() * format::dtypeSize(info.dtype);
   return info;
 }
 
@@ -69,13 +69,13 @@ bool isInPlaceOp(Operation *op) {
 }
 
 // Inherent attributes of an op as instruction attributes (numbers, flags, integer lists).
-std::map<std::string, rt::Attr> instructionAttrs(Operation *op) {
-  std::map<std::string, rt::Attr> out;
+std::map<std::string, format::Attr> instructionAttrs(Operation *op) {
+  std::map<std::string, format::Attr> out;
   for (NamedAttribute na : op->getAttrDictionary()) {
     llvm::StringRef name = na.getName().getValue();
     if (name.starts_with("bigc.")) continue; // discardable: phase, offsets
     Attribute a = na.getValue();
-    rt::Attr v;
+    format::Attr v;
     if (auto f = dyn_cast<FloatAttr>(a)) {
       v.num = f.getValueAsDouble();
     } else if (auto b = dyn_cast<BoolAttr>(a)) {
@@ -117,7 +117,8 @@ int64_t i64Attr(Operation *op, llvm::StringRef name) {
 //   compute stream reaches it); the compute stream skips what an earlier wait already joined;
 // - a buffer an asynchronous instruction touches is live until the first compute instruction
 //   that waits for it (or the end of the step), as bigc-memory-plan planned it.
-void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation *, int64_t> &index, func::FuncOp func) {
+void finishStreams(format::Program &p, Block &block, const llvm::DenseMap<Operation *, int64_t> &index,
+                   func::FuncOp func) {
   const int64_t n = int64_t(p.instructions.size());
   const int64_t end = std::max<int64_t>(n - 1, 0);
   std::map<int64_t, int64_t> eventInstr;
@@ -159,7 +160,7 @@ void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation 
   std::map<std::string, size_t> joinedPos; // per side stream: how many of sideOrder have joinAt
   int64_t lastCompute = -1;
   for (int64_t i = 0; i < n; ++i) {
-    rt::Instruction &ins = p.instructions[size_t(i)];
+    format::Instruction &ins = p.instructions[size_t(i)];
     const std::string &s = ins.stream;
     std::map<std::string, int64_t> need;
     auto want = [&](const std::string &st, int64_t j) {
@@ -204,11 +205,11 @@ void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation 
   // joined.
   std::vector<bool> touched(nb, false);
   for (int64_t i = 0; i < n; ++i) {
-    const rt::Instruction &ins = p.instructions[size_t(i)];
+    const format::Instruction &ins = p.instructions[size_t(i)];
     int64_t until = ins.stream == "compute" ? i : (joinAt[size_t(i)] >= 0 ? joinAt[size_t(i)] : end);
     for (const auto *list : {&ins.in, &ins.out})
       for (int64_t b : *list) {
-        rt::Buffer &buf = p.buffers[size_t(b)];
+        format::Buffer &buf = p.buffers[size_t(b)];
         if (buf.persistent()) continue;
         if (!touched[size_t(b)] && buf.role == "transfer" && buf.liveFirst > buf.liveLast) buf.liveFirst = i;
         touched[size_t(b)] = true;
@@ -216,14 +217,15 @@ void finishStreams(rt::Program &p, Block &block, const llvm::DenseMap<Operation 
         buf.liveLast = std::max(buf.liveLast, until);
       }
   }
-  for (rt::Buffer &b : p.buffers)
+  for (format::Buffer &b : p.buffers)
     if (b.liveFirst > b.liveLast) b.liveFirst = b.liveLast = 0; // a staging tensor nothing touches
 
   // The host space (bigc-offload) and the nvme space (bigc-offload-nvme, a file-backed arena per
   // rank): each its own arena, when a buffer is there.
   auto addSpace = [&](const char *name, llvm::StringRef arenaAttr, llvm::StringRef lowerBoundAttr, int64_t capacity) {
-    if (std::none_of(p.buffers.begin(), p.buffers.end(), [&](const rt::Buffer &b) { return b.space == name; })) return;
-    rt::Space s;
+    if (std::none_of(p.buffers.begin(), p.buffers.end(), [&](const format::Buffer &b) { return b.space == name; }))
+      return;
+    format::Space s;
     s.name = name;
     s.arenaBytes = i64Attr(func, arenaAttr);
     s.lowerBoundBytes = i64Attr(func, lowerBoundAttr);
@@ -249,13 +251,13 @@ std::string locString(Location loc) {
   return "";
 }
 
-rt::Program buildProgram(ModuleOp module, rt::Program header) {
+format::Program buildProgram(ModuleOp module, format::Program header) {
   auto func = module.lookupSymbol<func::FuncOp>("train_step");
   if (!func) fail("the module has no func.func @train_step (run bigc-autodiff first)");
   if (func.isExternal() || !func.getBody().hasOneBlock()) fail("@train_step must have one block");
   Block &block = func.front();
 
-  rt::Program p = std::move(header);
+  format::Program p = std::move(header);
   if (p.hardwareName.empty()) p.hardwareName = "none";
 
   // Instruction indices (get_param is not an instruction).
@@ -267,7 +269,7 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
 
   llvm::DenseMap<Value, int64_t> bufferOf;
   llvm::StringMap<int64_t> paramBuffer;
-  auto addBuffer = [&](rt::Buffer b) {
+  auto addBuffer = [&](format::Buffer b) {
     b.id = int64_t(p.buffers.size());
     p.buffers.push_back(std::move(b));
     return p.buffers.back().id;
@@ -276,7 +278,7 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
   // Persistent buffers.
   for (bigcd::ParamOp param : module.getOps<bigcd::ParamOp>()) {
     TensorInfo info = tensorInfo(param.getType(), param.getLoc());
-    rt::Buffer b;
+    format::Buffer b;
     b.name = param.getSymName().str();
     b.space = bigcd::paramSpace(param).str();
     b.offset = i64Attr(param, bigcd::kOffsetAttrName);
@@ -291,7 +293,7 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
     if (b.init.kind == "normal") b.init.std = param.getStd() ? param.getStd()->convertToDouble() : 0.02;
     if (b.init.kind == "copy") b.init.source = param.getSource() ? param.getSource()->str() : std::string();
     if (b.init.kind == "fill") b.init.value = param.getValue() ? param.getValue()->convertToDouble() : 0.0;
-    if (b.role == "transfer") b.init = rt::Init(); // staging tensors are written before they are read
+    if (b.role == "transfer") b.init = format::Init(); // staging tensors are written before they are read
     if (auto full = param->getAttrOfType<DenseI64ArrayAttr>(bigcd::kFullShapeAttrName)) { // bigc-shard
       b.shard = true;
       b.fullShape.assign(full.asArrayRef().begin(), full.asArrayRef().end());
@@ -319,7 +321,7 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
   const int64_t microBatches = int64_t(block.getNumArguments() / 2);
   for (BlockArgument a : block.getArguments()) {
     TensorInfo info = tensorInfo(a.getType(), func.getLoc());
-    rt::Buffer b;
+    format::Buffer b;
     b.name = a.getArgNumber() % 2 == 0 ? "tokens" : "targets";
     if (microBatches > 1) b.name += "." + std::to_string(a.getArgNumber() / 2);
     b.space = "device";
@@ -358,7 +360,7 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
     std::string opName = op.getName().stripDialect().str();
     for (OpResult r : op.getResults()) {
       TensorInfo info = tensorInfo(r.getType(), op.getLoc());
-      rt::Buffer b;
+      format::Buffer b;
       b.name = opName + "." + std::to_string(index[&op]);
       if (op.getNumResults() > 1) b.name += ":" + std::to_string(r.getResultNumber());
       b.space = bigcd::opSpace(&op).str();
@@ -382,7 +384,7 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
     for (Value v : op.getOperands()) {
       auto it = bufferOf.find(v);
       if (it == bufferOf.end()) fail(str(op.getLoc()) + ": operand defined outside @train_step");
-      rt::Buffer &b = p.buffers[size_t(it->second)];
+      format::Buffer &b = p.buffers[size_t(it->second)];
       if (!b.persistent()) b.liveLast = std::max(b.liveLast, index[&op]);
     }
   }
@@ -406,14 +408,14 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
     if (auto c = dyn_cast<bigcd::CastOp>(op); c && bigcd::isGradAccum(&op) && grads.count(c.getY()))
       grads.insert(c.getX());
     if (!isInPlaceOp(&op) || op.getNumResults() != 1 || !grads.count(op.getResult(0))) continue;
-    const rt::Buffer &y = p.buffers[size_t(bufferOf[op.getResult(0)])];
+    const format::Buffer &y = p.buffers[size_t(bufferOf[op.getResult(0)])];
     for (Value x : op.getOperands()) {
-      const rt::Buffer &xb = p.buffers[size_t(bufferOf[x])];
+      const format::Buffer &xb = p.buffers[size_t(bufferOf[x])];
       if (!xb.persistent() && xb.role != "input" && xb.offset == y.offset && xb.bytes == y.bytes) grads.insert(x);
     }
   }
   for (Value v : grads) {
-    rt::Buffer &b = p.buffers[size_t(bufferOf[v])];
+    format::Buffer &b = p.buffers[size_t(bufferOf[v])];
     if (!b.persistent() && b.role != "input") b.role = "grad";
   }
 
@@ -422,7 +424,7 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
     if (isa<bigcd::GetParamOp>(op)) continue;
     if (!isa<bigcd::BigcDialect>(op.getDialect()))
       fail(str(op.getLoc()) + ": '" + op.getName().getStringRef().str() + "' is not a bigc runtime instruction");
-    rt::Instruction ins;
+    format::Instruction ins;
     ins.op = op.getName().stripDialect().str();
     ins.loc = locString(op.getLoc());
     ins.attrs = instructionAttrs(&op);
@@ -528,7 +530,7 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
 
   // Config: B, T from the tokens, V from the embedding table (else the logits); a padded
   // vocabulary (bigc-pad-vocab) is the model's: the classes of its loss.
-  const rt::Buffer &tok = p.buffers[size_t(p.tokenInputs.at(0))];
+  const format::Buffer &tok = p.buffers[size_t(p.tokenInputs.at(0))];
   if (tok.shape.size() != 2) fail("tokens must be [B, T]");
   p.batch = tok.shape[0];
   p.seq = tok.shape[1];
@@ -548,10 +550,10 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
       if (fl->hasAttr(bigcd::kVocabGroupAttrName)) p.vocab *= bigcd::meshAxisSize(module, "tp");
     }
   }
-  for (const rt::Buffer &b : p.buffers) // a padded table's or head's rows are Vp: the model's V
+  for (const format::Buffer &b : p.buffers) // a padded table's or head's rows are Vp: the model's V
     if (b.vocabRows > 0 && b.wholeShape()[0] == p.vocab) p.vocab = b.vocabRows;
   // bigc-mixed-precision / bigc-grad-accum record what they did on the module.
-  p.version = rt::writtenVersion(p); // 4 with a padded vocabulary (bigc-pad-vocab)
+  p.version = format::writtenVersion(p); // 4 with a padded vocabulary (bigc-pad-vocab)
   p.precision = "fp32";
   if (auto prec = module->getAttrOfType<StringAttr>(bigcd::kPrecisionAttrName)) p.precision = prec.getValue().str();
   p.microBatches = microBatches;
@@ -592,7 +594,7 @@ rt::Program buildProgram(ModuleOp module, rt::Program header) {
     p.recompute.forwardFlops = num("forward_flops");
   }
 
-  rt::Space device;
+  format::Space device;
   device.name = "device";
   device.arenaBytes = i64Attr(func, bigcd::kArenaBytesAttrName);
   device.lowerBoundBytes = i64Attr(func, bigcd::kLowerBoundBytesAttrName);

@@ -2,6 +2,7 @@
 // io_uring with several requests in flight (pread/pwrite where io_uring is not available).
 #include "bigc/Runtime/nvme_file.h"
 #include "bigc/Format/program.h"
+#include "bigc/Runtime/format.h"
 #include "bigc/Support/format.h"
 
 #include <algorithm>

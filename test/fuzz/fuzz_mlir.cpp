@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   try {
     (void)bigc::compileSource(std::string(reinterpret_cast<const char *>(data), size), "fuzz.mlir",
                               bigc::CompileOptions{}, &diags);
-  } catch (const bigc::rt::UserError &) {
+  } catch (const bigc::UserError &) {
   } catch (const std::exception &e) {
     std::fprintf(stderr, "internal error: %s\n%s\n", e.what(), diags.c_str());
     std::abort();

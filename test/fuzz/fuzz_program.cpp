@@ -14,12 +14,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 0 && (data[0] & 1)) { // treat the input as a payload and wrap it
     char head[96];
     std::snprintf(head, sizeof head, "BIGC-PROGRAM 2 %zu %016llx\n", size - 1,
-                  (unsigned long long)bigc::rt::fnv1a64(data + 1, size - 1));
+                  (unsigned long long)bigc::format::fnv1a64(data + 1, size - 1));
     bytes = head + bytes.substr(1);
   }
   try {
-    bigc::rt::Program p = bigc::rt::parseProgram(bytes, "fuzz.bigc");
-    (void)bigc::rt::verifyPlan(p, 5);
-  } catch (const bigc::rt::UserError &) {}
+    bigc::format::Program p = bigc::format::parseProgram(bytes, "fuzz.bigc");
+    (void)bigc::format::verifyPlan(p, 5);
+  } catch (const bigc::UserError &) {}
   return 0;
 }

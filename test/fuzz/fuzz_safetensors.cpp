@@ -7,10 +7,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   try {
-    bigc::rt::safetensors::File f =
-        bigc::rt::safetensors::parse(std::string(reinterpret_cast<const char *>(data), size), "fuzz.safetensors");
+    bigc::format::safetensors::File f =
+        bigc::format::safetensors::parse(std::string(reinterpret_cast<const char *>(data), size), "fuzz.safetensors");
     for (const auto &t : f.tensors) (void)t.toF32();
-    (void)bigc::rt::safetensors::serialize(f);
-  } catch (const bigc::rt::UserError &) {}
+    (void)bigc::format::safetensors::serialize(f);
+  } catch (const bigc::UserError &) {}
   return 0;
 }

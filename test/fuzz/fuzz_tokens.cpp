@@ -20,6 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     std::vector<int32_t> in(16), out(16);
     for (int i = 0; i < 4; ++i) src.next(in.data(), out.data());
     src.restore(src.state());
-  } catch (const bigc::rt::UserError &) {}
+  } catch (const bigc::UserError &) {}
   return 0;
 }

@@ -21,9 +21,9 @@
 
 namespace {
 
-bigc::rt::Buffer buffer(int64_t id, const std::string &space, int64_t offset, int64_t bytes, const std::string &role,
-                        int64_t first, int64_t last) {
-  bigc::rt::Buffer b;
+bigc::format::Buffer buffer(int64_t id, const std::string &space, int64_t offset, int64_t bytes,
+                            const std::string &role, int64_t first, int64_t last) {
+  bigc::format::Buffer b;
   b.id = id, b.name = "b" + std::to_string(id), b.space = space, b.offset = offset, b.bytes = bytes;
   b.shape = {bytes / 4}, b.role = role, b.liveFirst = first, b.liveLast = last;
   return b;
@@ -46,7 +46,7 @@ bigc::gen::GptConfig smallGpt() {
   return c;
 }
 
-int64_t deviceArena(const bigc::rt::Program &p) {
+int64_t deviceArena(const bigc::format::Program &p) {
   for (const auto &s : p.spaces)
     if (s.name == "device") return s.arenaBytes;
   return 0;
@@ -55,7 +55,7 @@ int64_t deviceArena(const bigc::rt::Program &p) {
 } // namespace
 
 TEST(Capacity, EachSpaceFitsUpToItsCapacityAndTheHostIsSharedByTheRanks) {
-  bigc::rt::Program p;
+  bigc::format::Program p;
   p.ranks = 2;
   p.spaces = {{"device", 1000, 900, 0}, {"host", 500, 500, 0}};
   bigc::CompileOptions o;
@@ -76,7 +76,7 @@ TEST(Capacity, EachSpaceFitsUpToItsCapacityAndTheHostIsSharedByTheRanks) {
 
 TEST(Capacity, BytesByRoleAtThePeakAreABruteForceSweeps) {
   // Six instructions; an in-place silu (output at its input's offset) must count once.
-  bigc::rt::Program p;
+  bigc::format::Program p;
   p.spaces = {{"device", 4096, 0, 0}};
   p.buffers = {buffer(0, "device", 0, 256, "param", 0, 5),
                buffer(1, "device", 256, 512, "activation", 0, 2),
@@ -112,7 +112,7 @@ TEST(Capacity, EveryOptionSetTheNotFitTableCallsFittingFitsWhenCompiledAlone) {
   ASSERT_TRUE(m.module);
   bigc::CompileOptions o;
   o.quiet = true;
-  const bigc::rt::Program full = bigc::compileWithChoices(*m.module, o);
+  const bigc::format::Program full = bigc::compileWithChoices(*m.module, o);
   o.deviceCapacity = deviceArena(full) * 6 / 10; // fp32 with everything kept does not fit
   o.hostCapacity = int64_t(1) << 40;
   ASSERT_FALSE(bigc::allFit(bigc::checkFit(full, o)));
@@ -123,7 +123,7 @@ TEST(Capacity, EveryOptionSetTheNotFitTableCallsFittingFitsWhenCompiledAlone) {
     if (!c.compiled || !c.fits) continue;
     ++fitting;
     std::string diags;
-    const bigc::rt::Program alone = bigc::compileSource(m.text, "model.mlir", c.options, &diags);
+    const bigc::format::Program alone = bigc::compileSource(m.text, "model.mlir", c.options, &diags);
     EXPECT_TRUE(bigc::allFit(bigc::checkFit(alone, c.options))) << c.flags;
     EXPECT_LE(deviceArena(alone), o.deviceCapacity) << c.flags;
     // (a set that only adds flags to a cheaper fitting one without saving bytes is left out)

@@ -24,9 +24,9 @@ bigc::gen::GptConfig smallGpt() {
   return c;
 }
 
-bigc::rt::Program compile(const std::string &text, bigc::CompileOptions o = {}) {
+bigc::format::Program compile(const std::string &text, bigc::CompileOptions o = {}) {
   std::string diags;
-  bigc::rt::Program p = bigc::compileSource(text, "model.mlir", o, &diags);
+  bigc::format::Program p = bigc::compileSource(text, "model.mlir", o, &diags);
   EXPECT_EQ(diags, "");
   return p;
 }
@@ -56,7 +56,7 @@ TEST(Emitter, ParametersAreTheModelsByNameShapeAndCount) {
     want[h + "mlp.c_fc.weight"] = {C, 4 * C}, want[h + "mlp.c_fc.bias"] = {4 * C};
     want[h + "mlp.c_proj.weight"] = {4 * C, C}, want[h + "mlp.c_proj.bias"] = {C};
   }
-  const bigc::rt::Program p = compile(bigc::gen::generateGptMlir(c));
+  const bigc::format::Program p = compile(bigc::gen::generateGptMlir(c));
   std::map<std::string, Shape> got;
   int64_t count = 0;
   for (const auto &b : p.buffers)
@@ -74,7 +74,7 @@ TEST(Emitter, InputsLossAndConfigurationAreTheModels) {
   const auto c = smallGpt();
   bigc::CompileOptions o;
   o.microBatches = 2;
-  const bigc::rt::Program p = compile(bigc::gen::generateGptMlir(c), o);
+  const bigc::format::Program p = compile(bigc::gen::generateGptMlir(c), o);
   EXPECT_EQ(p.batch, c.batch);
   EXPECT_EQ(p.seq, c.seq);
   EXPECT_EQ(p.vocab, c.vocab);
@@ -82,17 +82,17 @@ TEST(Emitter, InputsLossAndConfigurationAreTheModels) {
   ASSERT_EQ(p.tokenInputs.size(), 2u); // one token and one target buffer per micro-batch
   ASSERT_EQ(p.targetInputs.size(), 2u);
   for (int64_t id : p.tokenInputs) {
-    EXPECT_EQ(p.buffers[size_t(id)].dtype, bigc::rt::DType::I32);
+    EXPECT_EQ(p.buffers[size_t(id)].dtype, bigc::format::DType::I32);
     EXPECT_EQ(p.buffers[size_t(id)].shape, (Shape{c.batch, c.seq}));
   }
   ASSERT_GE(p.loss, 0);
-  EXPECT_EQ(p.buffers[size_t(p.loss)].dtype, bigc::rt::DType::F32);
+  EXPECT_EQ(p.buffers[size_t(p.loss)].dtype, bigc::format::DType::F32);
   EXPECT_EQ(p.buffers[size_t(p.loss)].shape, Shape{});
 }
 
 TEST(Emitter, LocationsPointAtTheModelsLines) {
   const std::string text = bigc::gen::generateGptMlir(smallGpt());
-  const bigc::rt::Program p = compile(text);
+  const bigc::format::Program p = compile(text);
   const int lines = lineOf(text + "\n\x01", "\x01");
   const int embedding = lineOf(text, "bigc.embedding");
   ASSERT_GT(embedding, 0);
@@ -113,7 +113,7 @@ TEST(Emitter, LocationsPointAtTheModelsLines) {
 TEST(Emitter, AdamWOnEveryParameterWithDecayOnlyOnMatrices) {
   bigc::CompileOptions o;
   o.adamw.lr = 1e-3, o.adamw.beta1 = 0.8, o.adamw.beta2 = 0.99, o.adamw.eps = 1e-6, o.adamw.weightDecay = 0.05;
-  const bigc::rt::Program p = compile(bigc::gen::generateGptMlir(smallGpt()), o);
+  const bigc::format::Program p = compile(bigc::gen::generateGptMlir(smallGpt()), o);
   std::map<std::string, int> updates;
   for (const auto &ins : p.instructions) {
     if (ins.op != "adamw") continue;
@@ -139,7 +139,7 @@ TEST(Emitter, AdamWOnEveryParameterWithDecayOnlyOnMatrices) {
 TEST(Emitter, EveryBufferIsInsideItsArenaWithTheBytesItsShapeNeeds) {
   bigc::CompileOptions o;
   o.offload = mlir::bigc::Offload::CPU; // two spaces
-  const bigc::rt::Program p = compile(bigc::gen::generateGptMlir(smallGpt()), o);
+  const bigc::format::Program p = compile(bigc::gen::generateGptMlir(smallGpt()), o);
   std::map<std::string, int64_t> arena;
   for (const auto &s : p.spaces) arena[s.name] = s.arenaBytes;
   ASSERT_EQ(arena.size(), 2u);
@@ -149,7 +149,7 @@ TEST(Emitter, EveryBufferIsInsideItsArenaWithTheBytesItsShapeNeeds) {
     ASSERT_TRUE(arena.count(b.space)) << b.name;
     EXPECT_EQ(b.offset % 64, 0) << b.name;
     EXPECT_LE(b.offset + b.bytes, arena[b.space]) << b.name;
-    EXPECT_EQ(b.bytes, b.numel() * bigc::rt::dtypeSize(b.dtype)) << b.name;
+    EXPECT_EQ(b.bytes, b.numel() * bigc::format::dtypeSize(b.dtype)) << b.name;
     EXPECT_LE(b.liveFirst, b.liveLast) << b.name;
   }
   for (const auto &ins : p.instructions) {

@@ -342,17 +342,17 @@ TEST(RuntimeRun, TrainsLogsSavesAndLoads) {
   }
   ASSERT_EQ(losses.size(), 20u);
   EXPECT_LT(losses.back(), losses.front());
-  auto w = safetensors::read(dir + "/w.safetensors");
+  auto w = bigc::rt::safetensors::read(dir + "/w.safetensors");
   ASSERT_EQ(w.tensors.size(), 2u);
   EXPECT_NE(w.find("wte.weight"), nullptr);
-  auto g = safetensors::read(dir + "/g.safetensors");
+  auto g = bigc::rt::safetensors::read(dir + "/g.safetensors");
   ASSERT_NE(g.find("head.weight"), nullptr);
   EXPECT_EQ(g.find("head.weight")->shape, (std::vector<int64_t>{TM::C, TM::V}));
 
   // --steps 0 --save-weights writes the initial weights: those of an executor with the same seed.
   ASSERT_EQ(run({model, "--steps", "0", "--save-weights", dir + "/init.safetensors", "--seed", "5"}), 0);
   Executor ex(TM::build(), 5);
-  auto init = safetensors::read(dir + "/init.safetensors");
+  auto init = bigc::rt::safetensors::read(dir + "/init.safetensors");
   auto v = init.find("wte.weight")->toF32();
   EXPECT_EQ(0, std::memcmp(v.data(), ex.f32(TM::WTE), v.size() * 4));
 
@@ -397,10 +397,10 @@ TEST(RuntimeRun, UserErrorsExitOne) {
   EXPECT_FALSE(std::ifstream(dir + "/l.jsonl.tmp").good());
   EXPECT_FALSE(std::ifstream(dir + "/w.st").good());
   // Weights of another model.
-  safetensors::File f;
+  bigc::rt::safetensors::File f;
   float zero[4] = {0, 0, 0, 0};
-  f.tensors.push_back(safetensors::Tensor::fromF32("wte.weight", {2, 2}, zero));
-  safetensors::write(dir + "/other.safetensors", f);
+  f.tensors.push_back(bigc::rt::safetensors::Tensor::fromF32("wte.weight", {2, 2}, zero));
+  bigc::rt::safetensors::write(dir + "/other.safetensors", f);
   EXPECT_EQ(run({model, "--load-weights", dir + "/other.safetensors"}), 1);
   EXPECT_EQ(run({"--help"}), 0);
 }

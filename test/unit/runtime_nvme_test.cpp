@@ -2,6 +2,7 @@
 // through pread/pwrite, aligned (direct) and unaligned (bounce buffer, read-modify-write of the
 // blocks around), and the directory's errors come before anything is written.
 #include "bigc/Format/program.h"
+#include "bigc/Runtime/format.h"
 #include "bigc/Runtime/nvme_file.h"
 
 #include <gtest/gtest.h>

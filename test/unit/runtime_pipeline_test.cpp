@@ -583,7 +583,7 @@ TEST(Pipeline, CheckpointResumesOnAnotherLayout) {
   EXPECT_EQ(first.losses, std::vector<float>(uninterrupted.losses.begin(), uninterrupted.losses.begin() + 3));
   const checkpoint::Info saved = checkpoint::save(dir, *piped, source, 11, first.losses.back(), 2);
   // Whole tensors under the buffers' names, from both stages.
-  auto state = safetensors::read(saved.path + "/state.safetensors");
+  auto state = bigc::rt::safetensors::read(saved.path + "/state.safetensors");
   ASSERT_NE(state.find("head.weight.v"), nullptr);
   ASSERT_NE(state.find("emb.weight"), nullptr);
   EXPECT_EQ(state.find("emb.weight")->shape, (std::vector<int64_t>{PipeTiny::V, PipeTiny::C}));
@@ -697,7 +697,8 @@ TEST(Pipeline, BigcRunTrainsAPipelinedProgram) {
     ASSERT_EQ(a.size(), 4u);
     double lossDiff = 0, wDiff = 0, wScale = 0;
     for (size_t i = 0; i < a.size(); ++i) lossDiff = std::max(lossDiff, std::fabs(a[i] - b[i]) / std::fabs(b[i]));
-    auto wa = safetensors::read(dir + "/pp.safetensors"), wb = safetensors::read(dir + "/one.safetensors");
+    auto wa = bigc::rt::safetensors::read(dir + "/pp.safetensors"),
+         wb = bigc::rt::safetensors::read(dir + "/one.safetensors");
     ASSERT_EQ(wa.tensors.size(), 3u);
     for (const char *n : {"emb.weight", "mid.weight", "head.weight"}) {
       ASSERT_NE(wa.find(n), nullptr) << n;

@@ -716,13 +716,13 @@ TEST(RuntimeV2Run, LogsLossScaleSkippedAndSavesMasters) {
   EXPECT_FALSE(lines.back()["skipped"].get<bool>());
   EXPECT_TRUE(lines[0]["peak_bytes"].contains("device"));
   // Saved weights: the fp32 masters under the Hugging Face names, not the f16 copies.
-  auto w = safetensors::read(dir + "/w.safetensors");
+  auto w = bigc::rt::safetensors::read(dir + "/w.safetensors");
   ASSERT_EQ(w.tensors.size(), 2u);
   ASSERT_NE(w.find("wte.weight"), nullptr);
   EXPECT_EQ(w.find("wte.weight")->dtype, DType::F32);
   EXPECT_EQ(w.find("wte.weight.half"), nullptr);
   // Grads are f32 and unscaled (order of a cross-entropy gradient, not of 2^20 times it).
-  auto g = safetensors::read(dir + "/g.safetensors");
+  auto g = bigc::rt::safetensors::read(dir + "/g.safetensors");
   auto gv = g.find("head.weight")->toF32();
   double mx = 0;
   for (float x : gv) mx = std::max(mx, double(std::fabs(x)));
@@ -731,7 +731,7 @@ TEST(RuntimeV2Run, LogsLossScaleSkippedAndSavesMasters) {
 
   // Loading writes the masters and refreshes the f16 copies by a cast.
   Executor ex(fp16Tiny(0.05, 1024), 777);
-  safetensors::loadWeights(ex, w, dir + "/w.safetensors");
+  bigc::rt::safetensors::loadWeights(ex, w, dir + "/w.safetensors");
   auto wm = w.find("wte.weight")->toF32();
   EXPECT_EQ(ex.readF32(F_WTE_M), wm);
   for (size_t k = 0; k < wm.size(); ++k) ASSERT_EQ(static_cast<const uint16_t *>(ex.data(F_WTE_H))[k], f32ToF16(wm[k]));

@@ -80,7 +80,7 @@ int realMain(int argc, char **argv) {
     return 0;
   }
   if (cmd == "--version" || cmd == "version") {
-    std::printf("bigc %s (MLIR 19, program format version %d)\n", BIGC_VERSION, bigc::rt::kProgramVersion);
+    std::printf("bigc %s (MLIR 19, program format version %d)\n", BIGC_VERSION, bigc::format::kProgramVersion);
     return 0;
   }
   if (cmd == "help") {

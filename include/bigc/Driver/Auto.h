@@ -34,7 +34,7 @@ struct AutoPlan {
   std::string why;        // not compiled or not fitting: the reason
   double stepSeconds = 0;
   int64_t deviceBytes = 0, hostBytes = 0; // per rank; host: per machine
-  rt::Program program;                    // the plan (compiled ones)
+  format::Program program;                // the plan (compiled ones)
 };
 
 // The search's last phase: the plans estimated to fit, fastest estimate first, compiled whole
@@ -68,7 +68,7 @@ struct AutoScope {
 };
 
 // Searches on `parsed` from the user's options `base` (which flags were given: base.given).
-// Throws rt::UserError when the search cannot run (no hardware profile, a global batch no mesh
+// Throws format::UserError when the search cannot run (no hardware profile, a global batch no mesh
 // divides). `command` is the user's command line without --auto and --pareto (for the line to
 // paste).
 AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const std::string &command,

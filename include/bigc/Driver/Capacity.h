@@ -38,12 +38,12 @@ struct SpaceFit {
 // of one machine is shared by its ranks: a program of R ranks needs R host arenas), else 0.
 int64_t spaceCapacity(const CompileOptions &o, const std::string &space);
 // One row per space of `p` (device first, then host, then others).
-std::vector<SpaceFit> checkFit(const rt::Program &p, const CompileOptions &o);
+std::vector<SpaceFit> checkFit(const format::Program &p, const CompileOptions &o);
 bool allFit(const std::vector<SpaceFit> &fits);
 // A pipelined program's stage the capacity check reports: the first that does not fit, else the one
 // with the largest device arena (each stage's ranks hold its own arenas); the program itself when
 // it has one stage.
-const rt::Program &fullestStage(const rt::Program &p, const CompileOptions &o);
+const format::Program &fullestStage(const format::Program &p, const CompileOptions &o);
 
 // Extra work an option set costs per step, from the program: recomputed FLOPs and bytes
 // copied between spaces, and an estimate of their time on the hardware (0 when none).
@@ -53,7 +53,7 @@ struct ExtraWork {
   double bubbleSeconds = 0;      // a pipeline's: its step beyond the stages' mean busy time (estimate)
   double seconds = 0;
 };
-ExtraWork extraWork(const rt::Program &p, const CompileOptions &o);
+ExtraWork extraWork(const format::Program &p, const CompileOptions &o);
 
 // Per-role bytes of one space of a program at the instruction where the most bytes are live
 // (buffers sharing an offset at that instruction counted once), and that instruction.
@@ -61,7 +61,7 @@ struct RoleUsage {
   std::string role;
   int64_t bytes = 0;
 };
-std::vector<RoleUsage> peakUsageByRole(const rt::Program &p, const std::string &space,
+std::vector<RoleUsage> peakUsageByRole(const format::Program &p, const std::string &space,
                                        int64_t *peakInstruction = nullptr);
 
 // --offload cpu|nvme with offloadParams Auto: sets it to Host when the plan with the weights on
@@ -83,7 +83,7 @@ void makeChoices(mlir::ModuleOp parsed, CompileOptions &o, bool budgetFromHardwa
 // compileToProgram after the choices, for an option set the capacity check suggests (and
 // compileSource); quiet. Its order is the recompute search first, then where the weights live.
 // Throws as compileToProgram.
-rt::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o);
+format::Program compileWithChoices(mlir::ModuleOp parsed, CompileOptions o);
 
 // One option set that was tried by notFitReport().
 struct Candidate {
@@ -109,7 +109,7 @@ std::vector<Candidate> candidateOptionSets(const CompileOptions &o, size_t maxCa
 // Compiles the candidates on `parsed` (diagnostics of failed candidates are swallowed); at most
 // $BIGC_FIT_CANDIDATES of them (default 6; 0 tries none, for scripts that only need the status).
 // `tried`, when given, receives every candidate with its outcome (for tests and tools).
-std::string notFitReport(mlir::ModuleOp parsed, const rt::Program &p, const CompileOptions &o,
+std::string notFitReport(mlir::ModuleOp parsed, const format::Program &p, const CompileOptions &o,
                          std::vector<Candidate> *tried = nullptr);
 
 } // namespace bigc

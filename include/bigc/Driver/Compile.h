@@ -55,7 +55,7 @@ struct CompileOptions : mlir::bigc::TrainPipelineConfig {
   std::optional<int64_t> globalBatch; // --global-batch: checked against the model
   // --auto (Auto.h): the compiler chooses the strategy; --pareto FILE: its picture; `given`: the
   // flags on the command line (they pin their dimension of the search).
-  rt::LrSchedule schedule; // --lr-schedule and its steps
+  format::LrSchedule schedule; // --lr-schedule and its steps
   bool autoSearch = false;
   double autoSeconds = 25.0; // --auto's compile budget (0: none)
   std::string paretoSvg;
@@ -68,32 +68,33 @@ struct InternalError : std::runtime_error {
 };
 
 // Runs the pipeline on a clone of `parsed` (which is left untouched) with `o`, and returns the
-// emitted, validated program. Throws rt::UserError when the model or the options are wrong
+// emitted, validated program. Throws format::UserError when the model or the options are wrong
 // (diagnostics already printed) and InternalError on internal errors. The passes are those of
 // mlir::bigc::buildTrainPipeline (bigc-opt --bigc-train-pipeline). `finalIR`, when given,
 // receives the module after the last pass. A pipeline whose balanced split leaves a stage over the
 // device capacity gets a split bounded by memory when one fits better; `notes`, when given,
 // receives a line saying so. Defined in Pipeline.cpp.
-rt::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR = nullptr,
-                             std::vector<std::string> *notes = nullptr);
+format::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o, std::string *finalIR = nullptr,
+                                 std::vector<std::string> *notes = nullptr);
 // The bigc-opt command that runs the same passes with the same options on the model (its
 // --bigc-train-pipeline options: every option of the table whose value is not its default,
 // including the driver's choices, e.g. offload-params and recompute-drop). Pipeline.cpp.
 std::string reproduceCommand(const CompileOptions &o);
 // The device arena a plan needs per rank: a pipelined program's fullest stage's (0: no device
 // space). Defined in Pipeline.cpp.
-int64_t fullestDeviceArena(const rt::Program &p);
+int64_t fullestDeviceArena(const format::Program &p);
 
 // The whole front end and pipeline on model text held in memory (`name` for diagnostics): parse,
 // verify, check @forward's interface, compile with `o` (--recompute auto and --offload-params
 // auto choices included). Diagnostics go to `diagnostics` (located, as `bigc compile` prints
-// them). Throws rt::UserError for a bad model or options, std::runtime_error for internal errors.
+// them). Throws format::UserError for a bad model or options, std::runtime_error for internal errors.
 // Used by the MLIR front end's fuzz target.
-rt::Program compileSource(const std::string &text, const std::string &name, CompileOptions o, std::string *diagnostics);
+format::Program compileSource(const std::string &text, const std::string &name, CompileOptions o,
+                              std::string *diagnostics);
 
 // Entry point of `bigc compile`; argv[first] is the first argument after `compile`. Returns
 // the exit status: 0 written; 1 bad input (file, syntax, verifier, option) or the plan does not
-// fit (a table on stderr); 2 internal error. Throws rt::UserError for bad options (the caller
+// fit (a table on stderr); 2 internal error. Throws format::UserError for bad options (the caller
 // prints it and exits 1).
 int compileMain(int argc, char **argv, int first);
 const char *compileHelp();

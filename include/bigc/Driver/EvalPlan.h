@@ -19,6 +19,6 @@
 
 namespace bigc {
 
-void planEvaluation(rt::Program &p, const std::string &path);
+void planEvaluation(format::Program &p, const std::string &path);
 
 } // namespace bigc

@@ -4,7 +4,7 @@
 namespace bigc {
 
 // argv[first] is the first argument after `import`. Returns the importer's exit status (0 written;
-// 1 bad input, one message on stderr; 2 internal error). Throws rt::UserError when there is no
+// 1 bad input, one message on stderr; 2 internal error). Throws format::UserError when there is no
 // Python environment to run it.
 int importMain(int argc, char **argv, int first);
 const char *importHelp();

@@ -37,7 +37,7 @@ struct EmitError : std::runtime_error {
 // Throws EmitError.
 // `header` holds what the driver knows and the module does not (producer, source, optimizer,
 // hardware name, capacities and reserves, the model's initial weights); the program is built on it.
-rt::Program buildProgram(mlir::ModuleOp module, rt::Program header);
+format::Program buildProgram(mlir::ModuleOp module, format::Program header);
 
 // "file:line:col" of a location (the first file location inside fused / named / call-site
 // locations), "" when it has none.

@@ -5,7 +5,7 @@
 
 #include "bigc/Format/program.h"
 
-namespace bigc::rt {
+namespace bigc::format {
 
 // The evaluation program of `p` (and of each of its pipeline stages) as a program of its own:
 // instructions = the evaluation's, in order; buffers = the plan's (renumbered in order; names,
@@ -21,4 +21,4 @@ Program evaluationProgram(const Program &p);
 // Whether `p` and every pipeline stage of it has an evaluation plan.
 bool hasEvaluationPlan(const Program &p);
 
-} // namespace bigc::rt
+} // namespace bigc::format

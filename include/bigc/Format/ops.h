@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace bigc::rt {
+namespace bigc::format {
 
 enum class OpKind {
   Embedding,
@@ -99,4 +99,4 @@ bool mayAlias(const OpSignature &sig, size_t out, size_t in);
 enum class OperandType { I32, F32, Float, Any };
 OperandType operandType(OpKind k, bool isIn, size_t j);
 
-} // namespace bigc::rt
+} // namespace bigc::format

@@ -21,10 +21,10 @@
 
 #include "bigc/Format/program.h"
 
-namespace bigc::rt {
+namespace bigc::format {
 
 // The groups of one stage's program, in stream order; each group's instruction indices in program
 // (issue) order. Every send and recv of the program is in exactly one group.
 std::vector<std::vector<int64_t>> p2pGroups(const Program &stage);
 
-} // namespace bigc::rt
+} // namespace bigc::format

@@ -10,7 +10,7 @@
 
 #include "bigc/Support/error.h"
 
-namespace bigc::rt {
+namespace bigc::format {
 
 using bigc::UserError; // include/bigc/Support/error.h
 
@@ -307,4 +307,4 @@ constexpr int64_t kNvmeAlignment = 4096;
 
 uint64_t fnv1a64(const void *data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
 
-} // namespace bigc::rt
+} // namespace bigc::format

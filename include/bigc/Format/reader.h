@@ -6,11 +6,11 @@
 
 #include "bigc/Format/program.h"
 
-namespace bigc::rt {
+namespace bigc::format {
 
 // Read, parse and validate. Throws UserError("<path>: <what> ...") on any problem.
 Program loadProgram(const std::string &path);
 // Parse and validate from the whole file's bytes (container line included).
 Program parseProgram(const std::string &bytes, const std::string &path);
 
-} // namespace bigc::rt
+} // namespace bigc::format

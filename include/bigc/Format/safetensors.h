@@ -13,7 +13,7 @@
 
 #include "bigc/Format/program.h"
 
-namespace bigc::rt::safetensors {
+namespace bigc::format::safetensors {
 
 struct Tensor {
   std::string name;
@@ -56,4 +56,4 @@ std::string serialize(const File &file);
 // Atomic write (tmp file, fsync, rename). Throws UserError.
 void write(const std::string &path, const File &file);
 
-} // namespace bigc::rt::safetensors
+} // namespace bigc::format::safetensors

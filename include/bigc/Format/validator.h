@@ -7,9 +7,9 @@
 
 #include "bigc/Format/program.h"
 
-namespace bigc::rt {
+namespace bigc::format {
 
 // Throws UserError("<path>: <what> ...") naming the first problem.
 void validateProgram(const Program &p, const std::string &path);
 
-} // namespace bigc::rt
+} // namespace bigc::format

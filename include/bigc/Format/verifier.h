@@ -43,7 +43,7 @@
 
 #include "bigc/Format/program.h"
 
-namespace bigc::rt {
+namespace bigc::format {
 
 // "a happens before b" over a program's instructions (1. above): one vector clock per
 // instruction. kStart: the runtime writing the step's inputs, before every instruction; n (the
@@ -80,4 +80,4 @@ std::string ncclPipelineProblem(const Program &p);
 // UserError("<path>: the plan is unsafe: ...") listing the first problems.
 void verifyProgram(const Program &p, const std::string &path, bool validated = false);
 
-} // namespace bigc::rt
+} // namespace bigc::format

@@ -9,7 +9,7 @@
 #include "bigc/Format/program.h"
 #include "bigc/Support/file.h"
 
-namespace bigc::rt {
+namespace bigc::format {
 
 // Serialize (container line + JSON payload). Used by the compiler's emitter and by tests.
 std::string serializeProgram(const Program &p);
@@ -19,4 +19,4 @@ nlohmann::ordered_json hardwareJson(const Program &p);
 // Write atomically: to path + ".tmp", fsync, rename (include/bigc/Support/file.h).
 using bigc::writeFileAtomic;
 
-} // namespace bigc::rt
+} // namespace bigc::format

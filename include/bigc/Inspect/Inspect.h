@@ -28,22 +28,23 @@ struct SpaceTimeline {
   // instruction of another stream touched them and the compute stream has not joined it yet.
   std::vector<int64_t> held;
 };
-SpaceTimeline computeTimeline(const rt::Program &p, const std::string &space);
+SpaceTimeline computeTimeline(const format::Program &p, const std::string &space);
 
 // Capacity the plan is checked against: the space's capacity_bytes, else the hardware's
 // device/host capacity for spaces named so; 0 = unknown.
-int64_t spaceCapacity(const rt::Program &p, const rt::Space &s);
+int64_t spaceCapacity(const format::Program &p, const format::Space &s);
 
 // The report `bigc inspect` prints (text) and its JSON form.
-std::string textReport(const rt::Program &p, const std::string &path, int64_t rank, bool memory);
-std::string jsonReport(const rt::Program &p, const std::string &path, int64_t rank);
+std::string textReport(const format::Program &p, const std::string &path, int64_t rank, bool memory);
+std::string jsonReport(const format::Program &p, const std::string &path, int64_t rank);
 // Memory over the step as an SVG document (one panel per memory space); `top`, when the program
 // is a stage of a pipelined one, adds the pipeline diagram above (its cost-model estimate).
-std::string timelineSvg(const rt::Program &p, const std::string &path, int64_t rank, const rt::Program *top = nullptr);
+std::string timelineSvg(const format::Program &p, const std::string &path, int64_t rank,
+                        const format::Program *top = nullptr);
 // The pipeline diagram as an SVG group at height `y` (1140 wide): a row per stage, a stretch per
 // block (forward, backward, weight gradients, optimizer; the micro-batch written in it), the
 // idle time hatched as bubbles, a time axis and a legend; `*height` gets its height.
-std::string pipelineDiagram(const std::vector<rt::PipelineBlock> &blocks, int64_t stages, int64_t microBatches,
+std::string pipelineDiagram(const std::vector<format::PipelineBlock> &blocks, int64_t stages, int64_t microBatches,
                             const std::string &title, const std::string &subtitle, double y, double *height);
 
 // The pipeline measured by `bigc run --profile --timeline`: `spans` holds, per stage, its (first
@@ -52,15 +53,15 @@ std::string pipelineDiagram(const std::vector<rt::PipelineBlock> &blocks, int64_
 // cost model's (a gap of more than 50 us, or 0.1% of the step, waiting for a message ends one),
 // times from the earliest start; `*stepSeconds` and `*bubble` (the mean over the stages of idle
 // over busy time, the estimate's definition) are set.
-std::vector<rt::PipelineBlock> measuredPipelineBlocks(const rt::Program &p,
-                                                      const std::vector<std::vector<std::pair<double, double>>> &spans,
-                                                      double *stepSeconds, double *bubble);
+std::vector<format::PipelineBlock>
+measuredPipelineBlocks(const format::Program &p, const std::vector<std::vector<std::pair<double, double>>> &spans,
+                       double *stepSeconds, double *bubble);
 // The measured diagram, and below it the cost model's when the program has one, as an SVG document.
-std::string measuredPipelineSvg(const rt::Program &p, const std::string &path,
-                                const std::vector<rt::PipelineBlock> &blocks, double stepSeconds, double bubble);
+std::string measuredPipelineSvg(const format::Program &p, const std::string &path,
+                                const std::vector<format::PipelineBlock> &blocks, double stepSeconds, double bubble);
 
 // Entry point for `bigc inspect`; argv[first] is the first argument after `inspect`.
-// Returns the exit status; throws rt::UserError on bad input.
+// Returns the exit status; throws format::UserError on bad input.
 int inspectMain(int argc, char **argv, int first);
 const char *inspectHelp();
 

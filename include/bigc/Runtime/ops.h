@@ -2,3 +2,4 @@
 #pragma once
 
 #include "bigc/Format/ops.h"
+#include "bigc/Runtime/format.h"

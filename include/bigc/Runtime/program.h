@@ -6,3 +6,4 @@
 #include "bigc/Format/reader.h"
 #include "bigc/Format/validator.h"
 #include "bigc/Format/writer.h"
+#include "bigc/Runtime/format.h"

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bigc/Format/safetensors.h"
+#include "bigc/Runtime/format.h"
 #include "bigc/Runtime/program.h"
 #include "bigc/Runtime/xxh64.h"
 

@@ -2,3 +2,4 @@
 #pragma once
 
 #include "bigc/Format/verifier.h"
+#include "bigc/Runtime/format.h"
