@@ -32,6 +32,9 @@ def Bigc_Dialect : Dialect {
     bigc-mixed-precision), `bigc.micro_batches` (K, set by bigc-grad-accum).
   }];
   let dependentDialects = ["::mlir::func::FuncDialect"];
+  // bigc.phase, bigc.space and bigc.stream take only their known values
+  // (include/bigc/Dialect/BigcAttrNames.h, BigcTransfer.h).
+  let hasOperationAttrVerify = 1;
 }
 
 class Bigc_Op<string mnemonic, list<Trait> traits = []>

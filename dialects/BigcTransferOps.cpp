@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Dialect/BigcTransfer.h"
+#include "bigc/Dialect/BigcCollective.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -20,8 +21,8 @@ bool mlir::bigc::isKnownSpace(StringRef space) {
 }
 
 bool mlir::bigc::isKnownStream(StringRef stream) {
-  return stream == kComputeStream || stream == "h2d" || stream == "d2h" || stream == "host" || stream == kNvmeStream ||
-         stream == "comm" || stream == "comm_tp";
+  return stream == kComputeStream || stream == kH2DStream || stream == kD2HStream || stream == kHostStream ||
+         stream == kNvmeStream || stream == kCommStream || stream == kTpCommStream || stream == kP2PStream;
 }
 
 StringRef mlir::bigc::paramSpace(ParamOp param) {
@@ -93,9 +94,10 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
   }
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
-    if (s && (s.getValue() == "comm" || s.getValue() == "comm_tp"))
-      return op->emitOpError("bigc.stream \"comm\" and \"comm_tp\" are the streams of collectives (bigc.all_reduce, "
-                             "bigc.reduce_scatter, bigc.all_gather), not of transfers");
+    if (s && (s.getValue() == kCommStream || s.getValue() == kTpCommStream || s.getValue() == kP2PStream))
+      return op->emitOpError("bigc.stream \"comm\", \"comm_tp\" and \"p2p\" are the streams of collectives "
+                             "(bigc.all_reduce, bigc.reduce_scatter, bigc.all_gather) and messages, not of "
+                             "transfers");
     if (!s || !isKnownStream(s.getValue()))
       return op->emitOpError("bigc.stream must be \"compute\", \"h2d\", \"comm\", "
                              "\"d2h\", \"host\" or \"nvme\", got ")

@@ -111,7 +111,7 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module, const AdamWConfig &con
 
   SmallVector<GetParamOp> reads;
   for (Operation &op : block.without_terminator()) {
-    if (!op.hasAttr(kPhaseAttrName)) op.setAttr(kPhaseAttrName, StringAttr::get(ctx, "forward"));
+    if (!op.hasAttr(kPhaseAttrName)) op.setAttr(kPhaseAttrName, StringAttr::get(ctx, kForwardPhase));
     if (auto gp = dyn_cast<GetParamOp>(op)) reads.push_back(gp);
   }
   Operation *lastForward = ret->getPrevNode();
@@ -129,7 +129,7 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module, const AdamWConfig &con
       Value &slot = paramGrads[gp.getParamAttr().getAttr()];
       slot = slot ? b.create<AddOp>(gp.getLoc(), g.getType(), slot, g).getResult() : g;
     }
-  markPhase(lastForward, ret, "backward");
+  markPhase(lastForward, ret, kBackwardPhase);
   Operation *lastBackward = ret->getPrevNode();
 
   // Optimizer: moments declared next to each parameter, one adamw each, in
@@ -182,7 +182,7 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module, const AdamWConfig &con
                       b.getF64FloatAttr(config.beta2), b.getF64FloatAttr(config.eps), b.getF64FloatAttr(wd),
                       b.getF64FloatAttr(norm ? config.gradClip : 0.0));
   }
-  markPhase(lastBackward, ret, "optimizer");
+  markPhase(lastBackward, ret, kOptimizerPhase);
 
   fwd.setSymName("train_step");
   return success();

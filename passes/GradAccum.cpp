@@ -70,11 +70,11 @@ struct BigcGradAccumPass : public mlir::bigc::impl::BigcGradAccumBase<BigcGradAc
     Operation *firstOpt = nullptr;
     for (Operation &op : block.without_terminator()) {
       StringRef phase = phaseOf(&op);
-      if (phase == "forward" || phase == "backward") {
+      if (phase == kForwardPhase || phase == kBackwardPhase) {
         if (firstOpt) return op.emitError("bigc-grad-accum: a ") << phase << " op after the optimizer began";
         body.push_back(&op);
         inBody.insert(&op);
-      } else if (phase == "optimizer") {
+      } else if (phase == kOptimizerPhase) {
         if (!firstOpt) firstOpt = &op;
       } else {
         return op.emitError("bigc-grad-accum: op without bigc.phase "
@@ -86,7 +86,7 @@ struct BigcGradAccumPass : public mlir::bigc::impl::BigcGradAccumBase<BigcGradAc
     // read in fp16).
     Operation *seed = nullptr;
     for (Operation *op : body)
-      if (phaseOf(op) == "backward") {
+      if (phaseOf(op) == kBackwardPhase) {
         seed = op;
         break;
       }
@@ -131,7 +131,7 @@ struct BigcGradAccumPass : public mlir::bigc::impl::BigcGradAccumBase<BigcGradAc
     b.setInsertionPointAfter(seed);
     auto scaled =
         b.create<ScaleOp>(seed->getLoc(), seed->getResult(0).getType(), seed->getResult(0), b.getF64FloatAttr(inv));
-    scaled->setAttr(kPhaseAttrName, b.getStringAttr("backward"));
+    scaled->setAttr(kPhaseAttrName, b.getStringAttr(kBackwardPhase));
     seed->getResult(0).replaceAllUsesExcept(scaled.getResult(), scaled.getOperation());
     body.insert(llvm::find(body, seed) + 1, scaled.getOperation());
     for (Operation *op : body) op->setAttr(kMicroBatchAttrName, mbAttr(0));
@@ -164,7 +164,7 @@ struct BigcGradAccumPass : public mlir::bigc::impl::BigcGradAccumBase<BigcGradAc
       if (!cast<RankedTensorType>(g.getType()).getElementType().isF32()) {
         b.setInsertionPointAfterValue(g);
         auto c = b.create<CastOp>(g.getLoc(), f32Of(g.getType()), g);
-        mark(c, "backward", 0);
+        mark(c, kBackwardPhase, 0);
         accum(c);
         a = c;
       }
@@ -189,24 +189,24 @@ struct BigcGradAccumPass : public mlir::bigc::impl::BigcGradAccumBase<BigcGradAc
         Value add = gi;
         if (!cast<RankedTensorType>(gi.getType()).getElementType().isF32()) {
           auto c = b.create<CastOp>(gi.getLoc(), f32Of(gi.getType()), gi);
-          mark(c, "backward", i);
+          mark(c, kBackwardPhase, i);
           accum(c);
           add = c;
         }
         auto s = b.create<AddOp>(gi.getLoc(), a.getType(), a, add);
-        mark(s, "backward", i);
+        mark(s, kBackwardPhase, i);
         accum(s);
         a = s;
       }
       Value li = map.lookup(loss);
       b.setInsertionPointAfterValue(li);
       auto s = b.create<AddOp>(li.getLoc(), lossSum.getType(), lossSum, li);
-      mark(s, "forward", i);
+      mark(s, kForwardPhase, i);
       lossSum = s;
     }
     b.setInsertionPointAfterValue(lossSum);
     auto mean = b.create<ScaleOp>(loss.getLoc(), loss.getType(), lossSum, b.getF64FloatAttr(inv));
-    mark(mean, "forward", k - 1);
+    mark(mean, kForwardPhase, k - 1);
 
     // The optimizer reads the accumulated gradients; the step returns the
     // mean loss.

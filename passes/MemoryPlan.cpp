@@ -100,7 +100,7 @@ struct Groups {
     x.persistent |= y.persistent;
     x.pinned |= y.pinned;
     if (x.space != y.space) // never: aliasing stays within a space
-      x.space = "device";
+      x.space = kDeviceSpace.str();
   }
 };
 } // namespace
@@ -326,7 +326,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncO
     mp.values[k].group = it->second;
   }
   std::map<std::string, std::vector<size_t>> bySpace;
-  bySpace["device"]; // always planned, possibly empty
+  bySpace[kDeviceSpace.str()]; // always planned, possibly empty
   for (size_t k = 0; k < mp.groups.size(); ++k) bySpace[mp.groups[k].space].push_back(k);
   // With an nvme space, its arena and the host's (the staging tensors the nvme stream reads
   // into and writes from) are planned with O_DIRECT's alignment of offsets and sizes.
@@ -334,7 +334,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncO
   for (auto &[space, members] : bySpace) {
     std::vector<::bigc::plan::Interval> ivs;
     for (size_t k : members) ivs.push_back(intervals[k]);
-    const int64_t align = nvme && space != "device" ? std::max(alignment, kNvmeAlignment) : alignment;
+    const int64_t align = nvme && space != kDeviceSpace ? std::max(alignment, kNvmeAlignment) : alignment;
     ::bigc::plan::ArenaPlan plan = ::bigc::plan::planArena(ivs, align);
     std::string problem = ::bigc::plan::checkPlan(ivs, plan, align);
     if (!problem.empty())
@@ -344,7 +344,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncO
     for (size_t j = 0; j < members.size(); ++j) mp.groups[members[j]].offset = plan.offsets[j];
     mp.arenas[space] = std::move(plan);
   }
-  mp.arena = mp.arenas["device"];
+  mp.arena = mp.arenas[kDeviceSpace.str()];
   return mp;
 }
 
@@ -381,7 +381,7 @@ struct BigcMemoryPlanPass : public mlir::bigc::impl::BigcMemoryPlanBase<BigcMemo
     func->setAttr(kLowerBoundBytesAttrName, b.getI64IntegerAttr(mp->arena.lowerBoundBytes));
     func->removeAttr(kHostArenaBytesAttrName);
     func->removeAttr(kHostLowerBoundBytesAttrName);
-    auto host = mp->arenas.find("host");
+    auto host = mp->arenas.find(kHostSpace.str());
     if (host != mp->arenas.end()) {
       func->setAttr(kHostArenaBytesAttrName, b.getI64IntegerAttr(host->second.arenaBytes));
       func->setAttr(kHostLowerBoundBytesAttrName, b.getI64IntegerAttr(host->second.lowerBoundBytes));

@@ -48,7 +48,7 @@ bool staysF32(OpResult r) {
 /// scalar f32 bigc.fill written by bigc-autodiff.
 Operation *findLossSeed(Block &block) {
   for (Operation &op : block.without_terminator()) {
-    if (phaseOf(&op) != "backward") continue;
+    if (phaseOf(&op) != kBackwardPhase) continue;
     if (auto f = dyn_cast<FillOp>(op))
       if (cast<RankedTensorType>(f.getType()).getRank() == 0) return &op;
     return nullptr;
@@ -180,7 +180,7 @@ struct BigcMixedPrecisionPass : public mlir::bigc::impl::BigcMixedPrecisionBase<
       // The backward differentiates scale·loss.
       OpBuilder b(seed);
       auto s = b.create<GetParamOp>(seed->getLoc(), scalar, scaleRef);
-      s->setAttr(kPhaseAttrName, b.getStringAttr("backward"));
+      s->setAttr(kPhaseAttrName, b.getStringAttr(kBackwardPhase));
       seed->getResult(0).replaceAllUsesWith(s.getResult());
       seed->erase();
 
@@ -188,7 +188,7 @@ struct BigcMixedPrecisionPass : public mlir::bigc::impl::BigcMixedPrecisionBase<
         // Before the optimizer: one check over every parameter gradient.
         Operation *firstOpt = nullptr;
         for (Operation &op : block.without_terminator()) {
-          if (phaseOf(&op) == "optimizer") {
+          if (phaseOf(&op) == kOptimizerPhase) {
             firstOpt = &op;
             break;
           }
@@ -202,14 +202,14 @@ struct BigcMixedPrecisionPass : public mlir::bigc::impl::BigcMixedPrecisionBase<
         auto found = b.create<CheckFiniteOp>(oloc, scalar, grads);
         auto cur = b.create<GetParamOp>(oloc, scalar, scaleRef);
         for (Operation *op : {found.getOperation(), cur.getOperation()})
-          op->setAttr(kPhaseAttrName, b.getStringAttr("optimizer"));
+          op->setAttr(kPhaseAttrName, b.getStringAttr(kOptimizerPhase));
         for (AdamWOp &a : updates) a = rebuildAdamW(b, a, cur.getResult(), found.getResult(), FlatSymbolRefAttr());
         // The step ends with the scale update.
         b.setInsertionPoint(block.getTerminator());
         auto upd =
             b.create<LossScaleUpdateOp>(oloc, found.getResult(), scaleRef, goodRef, b.getI64IntegerAttr(growthInterval),
                                         b.getF64FloatAttr(0.5), b.getF64FloatAttr(2.0));
-        upd->setAttr(kPhaseAttrName, b.getStringAttr("optimizer"));
+        upd->setAttr(kPhaseAttrName, b.getStringAttr(kOptimizerPhase));
       }
     }
     module->setAttr(kPrecisionAttrName, StringAttr::get(ctx, precision));

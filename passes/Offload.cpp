@@ -163,7 +163,7 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
           auto c = b.create<CopyOp>(def ? def->getLoc() : func.getLoc(), v);
           setSpace(c, kHostSpace);
           if (def) copyPlacementTags(def, c);
-          c->setAttr(kPhaseAttrName, b.getStringAttr("optimizer"));
+          c->setAttr(kPhaseAttrName, b.getStringAttr(kOptimizerPhase));
           copy = c.getY();
         }
         use.set(copy);

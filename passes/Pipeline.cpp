@@ -69,7 +69,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
         st[op] = stageOfLayer[size_t(l)];
         continue;
       }
-      const bool backward = phaseOf(op) == "backward";
+      const bool backward = phaseOf(op) == kBackwardPhase;
       int64_t best = -1;
       for (Value v : op->getOperands()) {
         Operation *d = v.getDefiningOp();
@@ -87,7 +87,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
         auto it = st.find(u);
         if (it != st.end()) best = best < 0 ? it->second : std::min(best, it->second);
       }
-      st[op] = best >= 0 ? best : phaseOf(op) == "backward" ? bwdDefault : fwdDefault;
+      st[op] = best >= 0 ? best : phaseOf(op) == kBackwardPhase ? bwdDefault : fwdDefault;
     }
     return st;
   }
@@ -121,7 +121,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     std::vector<double> cost(size_t(L), 0.0);
     double pre = 0;
     for (Operation *op : ops) {
-      if (phaseOf(op) == "optimizer") continue;
+      if (phaseOf(op) == kOptimizerPhase) continue;
       const double t = rooflineSeconds(opCost(op), kFlopsPerS, kBytesPerS);
       const int64_t p = st.lookup(op);
       if (p <= 0)
@@ -496,14 +496,14 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       auto &idx = unitsOf[stage];
       if (idx.empty()) idx = unitIndexOf(stage);
       StringRef ph = phaseOf(op);
-      if (ph != "forward" && ph != "backward") return int64_t(idx.size());
+      if (ph != kForwardPhase && ph != kBackwardPhase) return int64_t(idx.size());
       int64_t v = 0;
       if (interleaved) {
         auto c = chunk.find(op);
         if (c == chunk.end()) return int64_t(idx.size());
         v = c->second / P;
       }
-      auto it = idx.find({microBatchOf(op).value_or(0), v, ph == "forward" ? kF : isWeightGrad(op) ? kW : kB});
+      auto it = idx.find({microBatchOf(op).value_or(0), v, ph == kForwardPhase ? kF : isWeightGrad(op) ? kW : kB});
       return it == idx.end() ? int64_t(idx.size()) : it->second;
     };
     llvm::DenseMap<Operation *, int64_t> position;
@@ -556,7 +556,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
       b.setInsertionPoint(ret);
       for (OpOperand &r : ret->getOpOperands()) {
         auto zero = b.create<FillOp>(ret.getLoc(), r.get().getType(), b.getF64FloatAttr(0.0));
-        zero->setAttr(kPhaseAttrName, b.getStringAttr("forward")); // with the last micro-batch's forward
+        zero->setAttr(kPhaseAttrName, b.getStringAttr(kForwardPhase)); // with the last micro-batch's forward
         if (K > 1) zero->setAttr(kMicroBatchAttrName, b.getI64IntegerAttr(K - 1));
         st[zero] = S;
         r.set(zero);
@@ -600,7 +600,7 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
         if (need) needed.insert(op);
       }
       for (Operation *op : rev)
-        if (phaseOf(op) == "backward" && microBatchOf(op) && !needed.contains(op) && !isa<RecvOp>(op))
+        if (phaseOf(op) == kBackwardPhase && microBatchOf(op) && !needed.contains(op) && !isa<RecvOp>(op))
           op->setAttr(kWeightGradAttrName, b.getUnitAttr());
     }
 

@@ -57,7 +57,7 @@ namespace {
 /// A forward op whose results may be recomputed (not a parameter read, not a message received from
 /// another pipeline stage: those are kept).
 bool isForwardOp(Operation *op) {
-  return op && !isa<GetParamOp>(op) && !isP2P(op) && phaseOf(op) == "forward" && !isRecomputed(op);
+  return op && !isa<GetParamOp>(op) && !isP2P(op) && phaseOf(op) == kForwardPhase && !isRecomputed(op);
 }
 
 /// Elementwise and normalisation ops: cheap to recompute (a few FLOPs per
@@ -89,7 +89,7 @@ public:
       for (Value r : op.getResults()) {
         bool used = llvm::any_of(r.getUsers(), [&](Operation *u) {
           Operation *top = block.findAncestorOpInBlock(*u);
-          return top && phaseOf(top) == "backward";
+          return top && phaseOf(top) == kBackwardPhase;
         });
         if (used) bytes += typeBytes(r.getType());
         usedByBackward |= used;
@@ -162,7 +162,7 @@ public:
   void rewrite() {
     SmallVector<Operation *> backward;
     for (Operation &op : block.without_terminator())
-      if (phaseOf(&op) == "backward" && !isRecomputed(&op)) backward.push_back(&op);
+      if (phaseOf(&op) == kBackwardPhase && !isRecomputed(&op)) backward.push_back(&op);
     for (Operation *user : backward)
       for (OpOperand &use : user->getOpOperands()) {
         Operation *def = use.get().getDefiningOp();
@@ -259,7 +259,7 @@ private:
     OpBuilder b(before);
     Operation *clone = b.clone(*def, map);
     clone->setAttr(kRecomputeAttrName, b.getUnitAttr());
-    clone->setAttr(kPhaseAttrName, b.getStringAttr("backward"));
+    clone->setAttr(kPhaseAttrName, b.getStringAttr(kBackwardPhase));
     for (auto [orig, copy] : llvm::zip(def->getResults(), clone->getResults())) recomputed[orig] = copy;
     flopsAdded += opCost(clone).flops;
     ++clones;
@@ -290,8 +290,8 @@ struct BigcRecomputePass : public mlir::bigc::impl::BigcRecomputeBase<BigcRecomp
     }
     Recompute rc(func.front());
     rc.analyse();
-    int64_t forwardFlops = rc.phaseFlops("forward");
-    int64_t backwardFlops = rc.phaseFlops("backward");
+    int64_t forwardFlops = rc.phaseFlops(kForwardPhase);
+    int64_t backwardFlops = rc.phaseFlops(kBackwardPhase);
     rc.chooseRegather();
     if (p == "full")
       rc.chooseFull();

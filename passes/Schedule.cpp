@@ -84,7 +84,7 @@ Segments computeSegments(Block &block, bool skipOptimizer = false) {
     if (isa<GetParamOp, WaitOp, CopyOp, ParamCopyOp>(op) || isCollective(&op) || isSideStream(&op) ||
         opSpace(&op) == kHostSpace)
       continue;
-    if (skipOptimizer && (isa<AdamWOp, LossScaleUpdateOp>(op) || segmentKey(&op).first == "optimizer")) continue;
+    if (skipOptimizer && (isa<AdamWOp, LossScaleUpdateOp>(op) || segmentKey(&op).first == kOptimizerPhase)) continue;
     auto k = segmentKey(&op);
     if (s.ops.empty() || k != key) {
       s.firstOp.push_back(s.ops.size());
@@ -490,14 +490,14 @@ StringRef streamOf(Operation *op, const ParamSpaces &spaces) {
   if (isP2P(op)) return kP2PStream;
   auto between = [](StringRef from, StringRef to) -> StringRef {
     if (from == kNvmeSpace || to == kNvmeSpace) return kNvmeStream;
-    if (from == to) return from == kHostSpace ? StringRef("host") : StringRef(kComputeStream);
-    return to == kHostSpace ? StringRef("d2h") : StringRef("h2d");
+    if (from == to) return from == kHostSpace ? StringRef(kHostStream) : StringRef(kComputeStream);
+    return to == kHostSpace ? StringRef(kD2HStream) : StringRef(kH2DStream);
   };
   if (auto c = dyn_cast<CopyOp>(op)) return between(valueSpace(c.getX()), opSpace(op));
   if (auto pc = dyn_cast<ParamCopyOp>(op)) {
     return between(spaces.space(pc.getFrom()), spaces.space(pc.getTo()));
   }
-  if (opSpace(op) == kHostSpace) return "host";
+  if (opSpace(op) == kHostSpace) return kHostStream;
   return kComputeStream;
 }
 
@@ -607,7 +607,7 @@ int64_t assignStreamsAndWaits(Block &block, ModuleOp module, const ParamSpaces &
     if (isa<ParamAllGatherOp>(op)) continue;
     // (nvme copies: the next boundary too; their staging is freed with the host update's join
     // anyway, and fewer of them fall into the tail below, where each is joined in turn.)
-    unsigned boundaries = opStream(&op) == "d2h" || opStream(&op) == kCommStream || opStream(&op) == kP2PStream ||
+    unsigned boundaries = opStream(&op) == kD2HStream || opStream(&op) == kCommStream || opStream(&op) == kP2PStream ||
                                   opStream(&op) == kNvmeStream
                               ? 1
                               : 2;

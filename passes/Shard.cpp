@@ -99,7 +99,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     Operation *last = nullptr;
     for (Operation &op : block->without_terminator()) {
       std::optional<int64_t> m = microBatchOf(&op);
-      if (m && *m == k && phaseOf(&op) == "backward") last = &op;
+      if (m && *m == k && phaseOf(&op) == kBackwardPhase) last = &op;
     }
     if (!last) return startOfMicroBatch(k + 1);
     Operation *next = last->getNextNode();
@@ -539,7 +539,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     bool first = true;
     for (Operation &op : block->without_terminator()) {
       if (isa<GetParamOp>(op)) continue;
-      bool fwd = phaseOf(&op) == "forward" && !isRecomputed(&op);
+      bool fwd = phaseOf(&op) == kForwardPhase && !isRecomputed(&op);
       std::tuple<bool, int64_t, int64_t> k{fwd, microBatchOf(&op).value_or(0), opLayer(&op)};
       if (first || k != key) ++n;
       first = false;

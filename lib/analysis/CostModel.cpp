@@ -237,11 +237,11 @@ FunctionCost mlir::bigc::functionCost(func::FuncOp func) {
       StringRef p = bigc::phaseOf(&op);
       if (bigc::isRecomputed(&op))
         fc.recompute += c;
-      else if (p == "forward")
+      else if (p == bigc::kForwardPhase)
         fc.forward += c;
-      else if (p == "backward")
+      else if (p == bigc::kBackwardPhase)
         fc.backward += c;
-      else if (p == "optimizer")
+      else if (p == bigc::kOptimizerPhase)
         fc.optimizer += c;
       else
         fc.other += c;

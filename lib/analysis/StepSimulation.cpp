@@ -21,7 +21,7 @@ namespace {
 /// The space of the bigc.param `ref` names ("device" when there is none).
 StringRef symbolSpace(ModuleOp m, FlatSymbolRefAttr ref) {
   auto p = m.lookupSymbol<ParamOp>(ref);
-  return p ? paramSpace(p) : StringRef("device");
+  return p ? paramSpace(p) : StringRef(kDeviceSpace);
 }
 
 int64_t symbolBytes(ModuleOp m, FlatSymbolRefAttr ref) {
@@ -71,7 +71,9 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
   // (h2d, d2h: memcpy) run on the same cores as the compute stream: they take their turn on its
   // timeline instead of running beside it.
   auto timelineOf = [&](const std::string &stream) {
-    return hw.threads > 0 && (stream == "host" || stream == "h2d" || stream == "d2h") ? std::string("compute") : stream;
+    return hw.threads > 0 && (stream == kHostStream || stream == kH2DStream || stream == kD2HStream)
+               ? std::string(kComputeStream)
+               : stream;
   };
   int64_t stagesReduce = 0; // all-reduces over the stages, in order
   auto arrival = [&](const MessageKey &k) {
@@ -99,7 +101,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     const std::string stream = opStream(&op).str();
     // `start` first gathers when the op could start (what it waits for); its stream's queue after.
     double start = 0;
-    if (stream != "compute") start = lastComputeEnd; // issued when the compute stream reaches it
+    if (stream != kComputeStream) start = lastComputeEnd; // issued when the compute stream reaches it
     for (Value v : op.getOperands())
       if (Operation *d = v.getDefiningOp()) {
         if (auto gp = dyn_cast<GetParamOp>(d)) {
@@ -164,23 +166,23 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       if (n > 1) dur += hw.collectiveLatencyS; // (a measured profile's fixed cost)
     } else if (isa<WaitOp>(op)) {
       dur = 0;
-    } else if (stream == "h2d" || stream == "d2h") {
+    } else if (stream == kH2DStream || stream == kD2HStream) {
       double bytes = 0;
       if (auto pc = dyn_cast<ParamCopyOp>(op))
         bytes = double(copyBytes(module, pc));
       else
         for (Value r : op.getResults()) bytes += double(typeBytes(r.getType()));
-      double bw = stream == "h2d" ? hw.h2dBytesPerS : hw.d2hBytesPerS;
+      double bw = stream == kH2DStream ? hw.h2dBytesPerS : hw.d2hBytesPerS;
       dur = bw > 0 ? bytes / bw : 0;
-    } else if (stream == "nvme") {
+    } else if (stream == kNvmeStream) {
       // The machine's drives, shared by its ranks (each moves its own tensors at once).
       auto pc = dyn_cast<ParamCopyOp>(op);
       const double bytes = pc ? double(copyBytes(module, pc)) : 0.0;
-      const bool write = pc && symbolSpace(module, pc.getToAttr()) == "nvme";
+      const bool write = pc && symbolSpace(module, pc.getToAttr()) == kNvmeSpace;
       const double bw =
           (write ? hw.nvmeWriteBytesPerS : hw.nvmeReadBytesPerS) / double(std::max<int64_t>(1, hw.devices));
       dur = bw > 0 ? bytes / bw : 0;
-    } else if (stream == "host") {
+    } else if (stream == kHostStream) {
       dur = hw.hostFlops > 0 ? double(cost.flops) / hw.hostFlops * share : 0;
     } else {
       const double flops =
@@ -194,7 +196,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     endOf[&op] = end;
     streamFree[timeline] = end;
     est.stepSeconds = std::max(est.stepSeconds, end);
-    if (stream == "compute") {
+    if (stream == kComputeStream) {
       lastComputeEnd = end;
       if (dur > 0) {
         busy.push_back({start, end});
@@ -276,15 +278,15 @@ PipelineEstimate mlir::bigc::simulatePipeline(ArrayRef<ModuleOp> stages, const :
   // The compute streams' stretches by micro-batch and kind; a gap (waiting for a message) ends one.
   for (size_t s = 0; s < P; ++s) {
     for (const OpSpan &sp : traces[s]) {
-      if (sp.stream != "compute" || sp.end <= sp.start) continue;
+      if (sp.stream != kComputeStream || sp.end <= sp.start) continue;
       StringRef ph = phaseOf(sp.op);
       // Ops of no operand (a fill: an accumulator's start, the zero loss of a stage other than the
       // last) are not a micro-batch's work.
-      std::string kind = sp.op->getNumOperands() == 0              ? "optimizer"
-                         : ph == "forward" && !isRecomputed(sp.op) ? "forward"
-                         : ph == "backward" && isWeightGrad(sp.op) ? "weight"
-                         : ph == "forward" || ph == "backward"     ? "backward"
-                                                                   : "optimizer";
+      std::string kind = sp.op->getNumOperands() == 0                  ? "optimizer"
+                         : ph == kForwardPhase && !isRecomputed(sp.op) ? "forward"
+                         : ph == kBackwardPhase && isWeightGrad(sp.op) ? "weight"
+                         : ph == kForwardPhase || ph == kBackwardPhase ? "backward"
+                                                                       : "optimizer";
       int64_t mb = kind == "optimizer" ? -1 : microBatchOf(sp.op).value_or(0);
       if (!pe.blocks.empty()) {
         PipelineBlock &last = pe.blocks.back();

@@ -147,7 +147,7 @@ void finishStreams(format::Program &p, Block &block, const llvm::DenseMap<Operat
   }
   if (eventInstr.empty()) {
     for (auto &ins : p.instructions)
-      if (ins.stream != "compute")
+      if (ins.stream != bigcd::kComputeStream)
         fail("instruction '" + ins.op + "' on stream " + ins.stream + " has no bigc.event (run bigc-schedule)");
   }
 
@@ -174,8 +174,8 @@ void finishStreams(format::Program &p, Block &block, const llvm::DenseMap<Operat
       for (auto &[st, j] : writtenBy[size_t(b)]) want(st, j);
       for (auto &[st, j] : readBy[size_t(b)]) want(st, j);
     }
-    if (s != "compute") {
-      want("compute", lastCompute);
+    if (s != bigcd::kComputeStream) {
+      want(bigcd::kComputeStream.str(), lastCompute);
       for (auto &[st, j] : need) ins.wait.push_back(j);
     } else {
       for (int64_t j : ins.wait) {
@@ -196,7 +196,7 @@ void finishStreams(format::Program &p, Block &block, const llvm::DenseMap<Operat
     }
     std::sort(ins.wait.begin(), ins.wait.end());
     ins.wait.erase(std::unique(ins.wait.begin(), ins.wait.end()), ins.wait.end());
-    if (s != "compute") sideOrder[s].push_back(i);
+    if (s != bigcd::kComputeStream) sideOrder[s].push_back(i);
     for (int64_t b : ins.in) readBy[size_t(b)][s] = i;
     for (int64_t b : ins.out) writtenBy[size_t(b)][s] = i;
   }
@@ -206,7 +206,7 @@ void finishStreams(format::Program &p, Block &block, const llvm::DenseMap<Operat
   std::vector<bool> touched(nb, false);
   for (int64_t i = 0; i < n; ++i) {
     const format::Instruction &ins = p.instructions[size_t(i)];
-    int64_t until = ins.stream == "compute" ? i : (joinAt[size_t(i)] >= 0 ? joinAt[size_t(i)] : end);
+    int64_t until = ins.stream == bigcd::kComputeStream ? i : (joinAt[size_t(i)] >= 0 ? joinAt[size_t(i)] : end);
     for (const auto *list : {&ins.in, &ins.out})
       for (int64_t b : *list) {
         format::Buffer &buf = p.buffers[size_t(b)];
@@ -232,8 +232,10 @@ void finishStreams(format::Program &p, Block &block, const llvm::DenseMap<Operat
     s.capacityBytes = capacity;
     p.spaces.push_back(s);
   };
-  addSpace("host", bigcd::kHostArenaBytesAttrName, bigcd::kHostLowerBoundBytesAttrName, p.hostCapacityBytes);
-  addSpace("nvme", bigcd::kNvmeArenaBytesAttrName, bigcd::kNvmeLowerBoundBytesAttrName, p.nvmeCapacityBytes);
+  addSpace(bigcd::kHostSpace.data(), bigcd::kHostArenaBytesAttrName, bigcd::kHostLowerBoundBytesAttrName,
+           p.hostCapacityBytes);
+  addSpace(bigcd::kNvmeSpace.data(), bigcd::kNvmeArenaBytesAttrName, bigcd::kNvmeLowerBoundBytesAttrName,
+           p.nvmeCapacityBytes);
 }
 
 } // namespace
@@ -324,7 +326,7 @@ format::Program buildProgram(ModuleOp module, format::Program header) {
     format::Buffer b;
     b.name = a.getArgNumber() % 2 == 0 ? "tokens" : "targets";
     if (microBatches > 1) b.name += "." + std::to_string(a.getArgNumber() / 2);
-    b.space = "device";
+    b.space = bigcd::kDeviceSpace.str();
     b.offset = argOffsets[a.getArgNumber()];
     b.bytes = info.bytes;
     b.dtype = info.dtype;
@@ -355,7 +357,7 @@ format::Program buildProgram(ModuleOp module, format::Program header) {
       fail(str(op.getLoc()) + ": '" + op.getName().getStringRef().str() +
            "' has no bigc.offsets for its results (run bigc-memory-plan before emitting)");
     auto phase = op.getAttrOfType<StringAttr>(bigcd::kPhaseAttrName);
-    bool forward = phase && phase.getValue() == "forward";
+    bool forward = phase && phase.getValue() == bigcd::kForwardPhase;
     forward |= bigcd::isRecomputed(&op); // bigc-recompute's clones: activations made again in the backward
     std::string opName = op.getName().stripDialect().str();
     for (OpResult r : op.getResults()) {
@@ -595,7 +597,7 @@ format::Program buildProgram(ModuleOp module, format::Program header) {
   }
 
   format::Space device;
-  device.name = "device";
+  device.name = bigcd::kDeviceSpace.str();
   device.arenaBytes = i64Attr(func, bigcd::kArenaBytesAttrName);
   device.lowerBoundBytes = i64Attr(func, bigcd::kLowerBoundBytesAttrName);
   device.capacityBytes = p.deviceCapacityBytes;

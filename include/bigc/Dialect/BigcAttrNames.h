@@ -24,6 +24,15 @@ namespace bigc {
 /// The phase of an op in the train step: "forward", "backward" or
 /// "optimizer" (bigc-autodiff; later passes copy it onto what they add).
 inline constexpr llvm::StringLiteral kPhaseAttrName = "bigc.phase";
+inline constexpr llvm::StringLiteral kForwardPhase = "forward";
+inline constexpr llvm::StringLiteral kBackwardPhase = "backward";
+inline constexpr llvm::StringLiteral kOptimizerPhase = "optimizer";
+/// True for the three phases. The dialect's verifier refuses any other value
+/// of bigc.phase, bigc.space (isKnownSpace) and bigc.stream (isKnownStream)
+/// on any op.
+inline bool isKnownPhase(StringRef phase) {
+  return phase == kForwardPhase || phase == kBackwardPhase || phase == kOptimizerPhase;
+}
 /// i64: the transformer block a forward op (and its backward) belongs to.
 inline constexpr llvm::StringLiteral kLayerAttrName = "bigc.layer";
 /// i64: the micro-batch an op of the accumulation loop works on

@@ -23,10 +23,15 @@ inline constexpr llvm::StringLiteral kHostSpace = "host";
 inline constexpr llvm::StringLiteral kNvmeSpace = "nvme";
 inline constexpr llvm::StringLiteral kNvmeStream = "nvme";
 inline constexpr llvm::StringLiteral kComputeStream = "compute";
+/// Copies to the device, to the host; host ops (the CPU Adam).
+inline constexpr llvm::StringLiteral kH2DStream = "h2d";
+inline constexpr llvm::StringLiteral kD2HStream = "d2h";
+inline constexpr llvm::StringLiteral kHostStream = "host";
 
 /// True for "device", "host" and "nvme".
 bool isKnownSpace(StringRef space);
-/// True for "compute", "h2d", "d2h", "host", "nvme", "comm" and "comm_tp".
+/// True for "compute", "h2d", "d2h", "host", "nvme", "comm", "comm_tp" and
+/// "p2p" (the collectives' and the pipeline's: BigcCollective.h).
 bool isKnownStream(StringRef stream);
 
 /// The memory space of a bigc.param ("device" unless `bigc.space` says).

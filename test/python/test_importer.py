@@ -1,0 +1,349 @@
+"""Unit tests of the importer's pieces (python/bigc_import), each on its own: the config checks,
+the prechecks that need no torch, the MLIR text writer, the weights' reading and writing, source
+locations, and the lowering's recognition of RMSNorm, SwiGLU, GELU, RoPE and repeat_kv (the MLIR
+it writes for small modules, FileCheck-style), near misses of each included.
+
+Run by `make test` (python.importer): test/python/run.sh, in the project's Python environment.
+"""
+
+import io
+import json
+import math
+import os
+import struct
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from bigc_import import capture, config_check, lower, mlir, precheck, source, weights  # noqa: E402
+from bigc_import.errors import UserError  # noqa: E402
+
+LLAMA = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "max_position_embeddings": 128, "rms_norm_eps": 1e-5}
+
+
+class ConfigCheck(unittest.TestCase):
+    def refused(self, cfg, family, want):
+        with self.assertRaises(UserError) as c:
+            config_check.check_config(cfg, family, "config.json")
+        self.assertIn(want, str(c.exception))
+        self.assertTrue(str(c.exception).startswith("config.json: "), str(c.exception))
+
+    def test_a_good_config_passes(self):
+        config_check.check_config(dict(LLAMA), "llama", "config.json")
+        config_check.check_config({"n_embd": 64, "n_head": 4, "n_layer": 1, "layer_norm_epsilon": 1e-5},
+                                  "gpt2", "config.json")
+
+    def test_each_field_out_of_range_is_named(self):
+        self.refused(dict(LLAMA, vocab_size=0), "llama", '"vocab_size" is 0; it must be a positive integer')
+        self.refused(dict(LLAMA, rms_norm_eps=float("nan")), "llama", '"rms_norm_eps" is NaN')
+        self.refused(dict(LLAMA, rms_norm_eps=float("inf")), "llama", '"rms_norm_eps" is Infinity')
+        self.refused(dict(LLAMA, rms_norm_eps=-1e-5), "llama", "a finite number > 0")
+        self.refused({"n_layer": -1}, "gpt2", '"n_layer" is -1')
+        self.refused(dict(LLAMA, hidden_size=True), "llama", '"hidden_size" is true')
+        self.refused(dict(LLAMA, hidden_size=2 ** 31), "llama", "(at most 2^31 - 1)")
+        self.refused(dict(LLAMA, head_dim="8"), "llama", "\"head_dim\" is '8'")
+
+    def test_heads_must_divide(self):
+        self.refused(dict(LLAMA, num_attention_heads=5), "llama", '"num_attention_heads" 5 does not divide')
+        self.refused(dict(LLAMA, num_key_value_heads=3), "llama", '"num_key_value_heads" 3 does not divide')
+        self.refused({"n_embd": 64, "n_head": 6}, "gpt2", '"n_head" 6 does not divide "n_embd" 64')
+        self.refused(dict(LLAMA, hidden_size=24, num_attention_heads=8, num_key_value_heads=4), "llama",
+                     "head size hidden_size / num_attention_heads = 3 is odd")
+        self.refused(dict(LLAMA, head_dim=7), "llama", '"head_dim" 7 is odd')
+        # head_dim given: the width need not divide.
+        config_check.check_config(dict(LLAMA, hidden_size=60, head_dim=16), "llama", "config.json")
+
+    def test_missing_fields_take_the_defaults(self):
+        config_check.check_config({"model_type": "qwen2"}, "qwen2", "config.json")
+
+
+class Precheck(unittest.TestCase):
+    def setUp(self):
+        self.d = tempfile.mkdtemp()
+
+    def path(self, name, data):
+        p = os.path.join(self.d, name)
+        with open(p, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        return p
+
+    def refused(self, fn, *args, want):
+        with self.assertRaises(UserError) as c:
+            fn(*args)
+        self.assertIn(want, str(c.exception))
+
+    def test_config_files(self):
+        self.refused(precheck.read_config_json, os.path.join(self.d, "none.json"), want="none.json: no such file")
+        self.refused(precheck.read_config_json, self.path("bad.json", "{"), want="not a JSON config")
+        self.refused(precheck.read_config_json, self.path("list.json", "[1]"), want="not a JSON object")
+        self.assertEqual(precheck.read_config_json(self.path("ok.json", '{"a": 1}')), {"a": 1})
+
+    def test_family(self):
+        self.assertEqual(precheck.family_of({"model_type": "qwen2"}, "c"), "qwen2")
+        self.assertEqual(precheck.family_of({"architectures": ["MistralForCausalLM"]}, "c"), "mistral")
+        self.refused(precheck.family_of, {"model_type": "bert"}, "c",
+                     want="c: model_type 'bert' is not supported; supported families: llama, mistral, qwen2, gpt2")
+        self.refused(precheck.family_of, {}, "c", want="no model_type or architectures")
+
+    def test_seq_and_batch(self):
+        self.assertEqual(precheck.max_positions({"n_positions": 1024}), 1024)
+        self.assertIsNone(precheck.max_positions({"max_position_embeddings": 0}))
+        self.refused(precheck.check_seq, 2048, 1, 1024, want="--seq 2048 exceeds the model's 1024 positions")
+        self.refused(precheck.check_seq, 16, 0, 1024, want="--batch and --seq must be at least 1")
+        precheck.check_seq(1024, 8, 1024)
+
+    def test_weights_header(self):
+        good = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+        ok = self.path("ok.safetensors", struct.pack("<Q", len(good)) + good + b"\0" * 4)
+        precheck.check_weights_file(ok)
+        self.refused(precheck.check_weights_file, self.path("short.safetensors", b"abc"),
+                     want="not a readable safetensors file (shorter than a header)")
+        self.refused(precheck.check_weights_file, self.path("long.safetensors", struct.pack("<Q", 99) + b"{}"),
+                     want="header length 99 past the end of the file")
+        self.refused(precheck.check_weights_file, self.path("list.safetensors", struct.pack("<Q", 2) + b"[]"),
+                     want="the header is not a JSON object")
+
+
+class MlirText(unittest.TestCase):
+    def test_f64_literals_parse_as_mlir_floats(self):
+        self.assertEqual(mlir.f64(1e-06), "1.0e-06")
+        self.assertEqual(mlir.f64(2), "2.0")
+        self.assertEqual(mlir.f64(0.5), "0.5")
+        self.assertEqual(mlir.f64(1.5e300), "1.5e+300")
+        self.assertEqual(float(mlir.f64(0.1)), 0.1)  # round-trips exactly
+        for bad in (float("nan"), float("inf")):
+            with self.assertRaises(ValueError):
+                mlir.f64(bad)
+
+    def test_types_and_strings(self):
+        self.assertEqual(mlir.tensor_type([2, 3]), "tensor<2x3xf32>")
+        self.assertEqual(mlir.tensor_type([], "i32"), "tensor<i32>")
+        self.assertEqual(mlir.quote('a"b\\c'), '"a\\"b\\\\c"')
+        self.assertEqual(mlir.Attr.i64_array([1, 2]), "array<i64: 1, 2>")
+        self.assertEqual(mlir.Attr.f64_array([1, 0.5]), "array<f64: 1.0, 0.5>")
+
+
+class Weights(unittest.TestCase):
+    def test_init_mimics_the_tensor(self):
+        self.assertEqual(weights.init_of(torch.zeros(3)), {"init": "zeros"})
+        self.assertEqual(weights.init_of(torch.ones(3)), {"init": "ones"})
+        self.assertEqual(weights.init_of(torch.full((3,), 0.25)), {"init": "fill", "value": 0.25})
+        g = torch.Generator().manual_seed(0)
+        init = weights.init_of(torch.randn(10000, generator=g) * 0.02)
+        self.assertEqual(init["init"], "normal")
+        self.assertAlmostEqual(init["std"], 0.02, delta=0.0005)  # the sample's spread: 0.02 / sqrt(2e4)
+
+    def test_written_file_reads_back_with_the_safetensors_library(self):
+        from safetensors.torch import load_file
+        a, b = torch.arange(6, dtype=torch.float64).view(2, 3), torch.tensor([1.5], dtype=torch.bfloat16)
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "w.safetensors")
+            with open(p, "wb") as f:
+                weights.write_safetensors(f, [("a", a), ("b", b)])
+            got = load_file(p)
+            self.assertEqual(got["a"].dtype, torch.float32)
+            self.assertTrue(torch.equal(got["a"], a.float()))
+            self.assertTrue(torch.equal(got["b"], torch.tensor([1.5])))
+
+    def test_load_into_names_the_first_mismatch(self):
+        from safetensors.torch import save_file
+
+        class Tied(nn.Module):
+            base_model_prefix = "model"
+
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(8, 4)
+                self.head = nn.Linear(4, 8, bias=False)
+                self.head.weight = self.emb.weight
+
+        with tempfile.TemporaryDirectory() as d:
+            def ckpt(tensors):
+                p = os.path.join(d, "c.safetensors")
+                save_file(tensors, p)
+                return weights.Checkpoint(p), p
+
+            m = Tied()
+            w = torch.arange(32, dtype=torch.float32).view(8, 4)
+            c, p = ckpt({"head.weight": w})  # a tied weight under its other name
+            weights.load_into(m, c, p)
+            self.assertTrue(torch.equal(m.emb.weight, w))
+            c, p = ckpt({"model.emb.weight": w})  # the base model's prefix
+            weights.load_into(Tied(), c, p)
+            c, p = ckpt({"emb.weight": w, "extra": torch.zeros(1)})
+            with self.assertRaisesRegex(UserError, "holds 'extra' \\[1\\], which is not a parameter"):
+                weights.load_into(Tied(), c, p)
+            c, p = ckpt({"emb.weight": torch.zeros(8, 5)})
+            with self.assertRaisesRegex(UserError, "'emb.weight' has shape \\[8, 5\\], the model's is \\[8, 4\\]"):
+                weights.load_into(Tied(), c, p)
+            c, p = ckpt({"emb.weight": torch.zeros(8, 4, dtype=torch.int32)})
+            with self.assertRaisesRegex(UserError, "stored as torch.int32, not floating point"):
+                weights.load_into(Tied(), c, p)
+            c, p = ckpt({"other": torch.zeros(1)})
+            with self.assertRaisesRegex(UserError, "not a parameter"):
+                weights.load_into(Tied(), c, p)
+
+    def test_index_naming_a_missing_shard(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "model.safetensors.index.json")
+            with open(p, "w") as f:
+                json.dump({"weight_map": {"w": "model-00001-of-00002.safetensors"}}, f)
+            with self.assertRaisesRegex(UserError, "the shard .*model-00001-of-00002.safetensors is missing"):
+                weights.Checkpoint(p)
+
+
+class SourceLocations(unittest.TestCase):
+    class Node:
+        def __init__(self, trace):
+            self.meta = {"stack_trace": trace}
+
+    def test_the_innermost_frame_outside_torch(self):
+        tdir = os.path.dirname(torch.__file__)
+        trace = (f'File "/home/u/model.py", line 12, in forward\n'
+                 f'File "/home/u/model.py", line 40, in block\n'
+                 f'File "{tdir}/nn/modules/linear.py", line 125, in forward\n')
+        self.assertEqual(source.location(self.Node(trace)), ("/home/u/model.py", 40))
+        only_torch = f'File "{tdir}/nn/functional.py", line 7, in f\n'
+        self.assertEqual(source.location(self.Node(only_torch)), (f"{tdir}/nn/functional.py", 7))
+        self.assertIsNone(source.location(self.Node("")))
+        self.assertEqual(source.display(None), "<unknown source>")
+
+
+def lowered(module, B=2, T=8, vocab=32):
+    """The MLIR text the importer writes for `module` (forward(tokens) -> logits)."""
+    g = torch.Generator().manual_seed(0)
+    t = torch.randint(0, vocab, (B, T), generator=g)
+    ep = capture.export(capture.LossWrapper(module, "tokens"), t, t.clone(), "test")
+    lw = lower.Lowerer(ep, strip_prefix=capture.WRAPPER_PREFIX)
+    loss = lw.run()
+    for name, p in lw.params:
+        lw.b.param(name, p.shape, {"init": "zeros"})
+    return lw.b.text([("%tokens", f"tensor<{B}x{T}xi32>"), ("%targets", f"tensor<{B}x{T}xi32>")], loss.ssa,
+                     ["test"], "w.safetensors", {})
+
+
+def ops(text):
+    return [line.split("=", 1)[1].split()[0] for line in text.splitlines()
+            if line.strip().startswith("%") and "=" in line]
+
+
+class Block(nn.Module):
+    """Embedding, a block of `body(self, x)`, an LM head."""
+
+    def __init__(self, body, C=16, V=32, F_=24):
+        super().__init__()
+        self.body = body
+        self.emb = nn.Embedding(V, C)
+        self.w = nn.Parameter(torch.rand(C) + 0.5)
+        self.g = nn.Linear(C, F_, bias=False)
+        self.u = nn.Linear(C, F_, bias=False)
+        self.d = nn.Linear(F_, C, bias=False)
+        self.head = nn.Linear(C, V, bias=False)
+
+    def forward(self, t):
+        return self.head(self.body(self, self.emb(t)))
+
+
+class Recognition(unittest.TestCase):
+    """The lowering maps the written-out forms users' models have to bigc's fused ops, and leaves
+    near misses alone."""
+
+    def lower(self, body):
+        torch.manual_seed(0)
+        return lowered(Block(body))
+
+    def test_rmsnorm(self):
+        text = self.lower(lambda s, x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * s.w)
+        self.assertIn("bigc.rmsnorm", ops(text))
+        self.assertRegex(text, r"bigc\.rmsnorm %\w+, %w \{eps = 1\.0e-06 : f64\}")
+        # HF's LlamaRMSNorm order (weight first, through float32 and back), and 1 / sqrt.
+        text = self.lower(lambda s, x: s.w * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True)
+                                                                      + 1e-5)).to(x.dtype))
+        self.assertIn("bigc.rmsnorm", ops(text))
+        text = self.lower(lambda s, x: x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-5) * s.w)
+        self.assertIn("bigc.rmsnorm", ops(text))
+
+    def test_not_rmsnorm(self):
+        # eps outside the root: not an RMSNorm (bigc's puts it inside), and nothing else maps it.
+        with self.assertRaisesRegex(UserError, r"test_importer\.py:\d+: unsupported operation aten\.mean "
+                                               r"\(mean of squares outside an RMSNorm\)"):
+            self.lower(lambda s, x: x / (torch.sqrt(x.pow(2).mean(-1, keepdim=True)) + 1e-5) * s.w)
+
+    def test_swiglu(self):
+        for act in (lambda g, u: F.silu(g) * u, lambda g, u: u * (g * torch.sigmoid(g)),
+                    lambda g, u: g / (1 + torch.exp(-g)) * u):
+            text = self.lower(lambda s, x, act=act: s.d(act(s.g(x), s.u(x))))
+            self.assertIn("bigc.swiglu", ops(text), text)
+            self.assertRegex(text, r"bigc\.swiglu %linear, %linear_1 ")  # gate first, then up
+
+    def test_not_swiglu(self):
+        # GELU-gated (GeGLU): a GELU and a product, not SwiGLU.
+        text = self.lower(lambda s, x: s.d(F.gelu(s.g(x)) * s.u(x)))
+        self.assertEqual([o for o in ops(text) if o in ("bigc.gelu", "bigc.mul", "bigc.swiglu", "bigc.silu")],
+                         ["bigc.gelu", "bigc.mul"])
+        # A scaled sigmoid (quick GELU) is neither SiLU nor GELU: refused, naming the op.
+        with self.assertRaisesRegex(UserError, r"unsupported operation aten\.sigmoid"):
+            self.lower(lambda s, x: s.d(s.g(x) * torch.sigmoid(1.702 * s.g(x)) * s.u(x)))
+
+    def test_gelu_forms(self):
+        tanh = lambda s, x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+        text = self.lower(tanh)
+        self.assertRegex(text, r"bigc\.gelu %\w+ :")
+        text = self.lower(lambda s, x: 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))))
+        self.assertRegex(text, r'bigc\.gelu %\w+ \{approximate = "none"\}')
+        text = self.lower(lambda s, x: x * 3.0)
+        self.assertNotIn("bigc.gelu", ops(text))
+
+    def test_rope_and_repeat_kv(self):
+        class Attn(nn.Module):
+            def __init__(self, H=4, KV=2, C=16, V=32):
+                super().__init__()
+                self.H, self.KV, self.D = H, KV, C // H
+                self.emb = nn.Embedding(V, C)
+                self.q = nn.Linear(C, C, bias=False)
+                self.k = nn.Linear(C, KV * self.D, bias=False)
+                self.v = nn.Linear(C, KV * self.D, bias=False)
+                self.head = nn.Linear(C, V, bias=False)
+                self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, self.D, 2).float() / self.D)),
+                                     persistent=False)
+
+            @staticmethod
+            def rotate_half(x):
+                return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)
+
+            def forward(self, t):
+                B, T = t.shape
+                x = self.emb(t)
+                q = self.q(x).view(B, T, self.H, self.D).transpose(1, 2)
+                k = self.k(x).view(B, T, self.KV, self.D).transpose(1, 2)
+                v = self.v(x).view(B, T, self.KV, self.D).transpose(1, 2)
+                f = torch.outer(torch.arange(T).float(), self.inv_freq)
+                e = torch.cat((f, f), dim=-1)
+                q = q * e.cos() + self.rotate_half(q) * e.sin()
+                k = k * e.cos() + self.rotate_half(k) * e.sin()
+                n = self.H // self.KV
+                k = k[:, :, None].expand(B, self.KV, n, T, self.D).reshape(B, self.H, T, self.D)
+                v = v[:, :, None].expand(B, self.KV, n, T, self.D).reshape(B, self.H, T, self.D)
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return self.head(x + y.transpose(1, 2).reshape(B, T, -1))
+
+        torch.manual_seed(0)
+        text = lowered(Attn())
+        self.assertEqual(ops(text).count("bigc.rope"), 2, text)
+        self.assertRegex(text, r"bigc\.rope %linear \{head_dim = 4 : i64, inv_freq = array<f64: 1\.0, 0\.0099999")
+        # repeat_kv folded into grouped-query attention: k and v stay at 2 heads.
+        self.assertRegex(text, r"bigc\.gqa_attention %\w+, %\w+, %linear_2 \{heads = 4 : i64, kv_heads = 2 : i64\}")
+        self.assertNotIn("bigc.concat", ops(text))
+
+
+if __name__ == "__main__":
+    unittest.main()
