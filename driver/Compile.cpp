@@ -12,6 +12,7 @@
 #include "bigc/Format/verifier.h"
 #include "bigc/Driver/Capacity.h"
 #include "bigc/Driver/Auto.h"
+#include "bigc/Driver/EvalPlan.h"
 #include "bigc/Passes/TrainOptions.h"
 
 #include "bigc/Dialect/BigcDialect.h"
@@ -19,6 +20,7 @@
 #include "bigc/Format/program.h"
 #include "bigc/Format/writer.h"
 #include "bigc/Format/safetensors.h"
+#include "bigc/Format/shape.h"
 #include "bigc/Support/cli.h"
 #include "bigc/Support/format.h"
 #include "bigc/Support/hardware.h"
@@ -153,11 +155,7 @@ void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
     std::string name = p.getSymName().str();
     auto it = byName.find(name);
     std::vector<int64_t> shape(p.getTensorType().getShape().begin(), p.getTensorType().getShape().end());
-    auto shapeStr = [](const std::vector<int64_t> &s) {
-      std::string r = "[";
-      for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-      return r + "]";
-    };
+    using format::shapeStr;
     if (it == byName.end())
       throw UserError(path + ": the weight '" + name + "' " + shapeStr(shape) + " of the model is missing");
     if (it->second->shape != shape)
@@ -746,6 +744,9 @@ int compileMain(int argc, char **argv, int first) {
       makeChoices(*module, opts, haveHw && !args.has("--device-mem"));
       program = compileToProgram(*module, opts, opts.emitMlir.empty() ? nullptr : &finalIR, &notes);
     }
+    // bigc eval's own memory plan (proven there), for the program written only: the option
+    // search's candidates go without.
+    planEvaluation(program, output);
   } catch (const InternalError &e) {
     std::fprintf(stderr, "bigc compile: %s; nothing written\n", e.what());
     return 2;

@@ -10,7 +10,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "bigc/Driver/Compile.h"
-#include "bigc/Driver/EvalPlan.h"
 #include "bigc/Passes/TrainOptions.h"
 
 #include "bigc/Analysis/StepSimulation.h"
@@ -493,7 +492,6 @@ format::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o,
       for (size_t i = 1; i < issues.size(); ++i) msg += "; " + issues[i];
       throw InternalError(msg + " (please report it)");
     }
-    planEvaluation(program, o.output); // bigc eval's own memory plan (proven there)
     return program;
   } catch (const emit::EmitError &e) {
     throw InternalError(std::string("internal error: ") + e.what() + " (please report it)");

@@ -9,16 +9,13 @@
 
 #include "bigc/Format/ops.h"
 #include "bigc/Format/program.h"
+#include "bigc/Format/shape.h"
 
 namespace bigc::format::detail {
 
 [[noreturn]] inline void fail(const std::string &path, const std::string &msg) { throw UserError(path + ": " + msg); }
 
-inline std::string shapeStr(const std::vector<int64_t> &s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
+using format::shapeStr; // include/bigc/Format/shape.h
 
 inline bool isSuffix(const std::vector<int64_t> &suffix, const std::vector<int64_t> &of) {
   if (suffix.size() > of.size()) return false;

@@ -1,6 +1,7 @@
 // safetensors files: parse (whole or header only), serialize, atomic write
 // (include/bigc/Format/safetensors.h). No MLIR here.
 #include "bigc/Format/safetensors.h"
+#include "bigc/Format/shape.h"
 #include "bigc/Support/file.h"
 
 #include <algorithm>
@@ -18,12 +19,6 @@ using json = nlohmann::json;
 
 namespace {
 [[noreturn]] void fail(const std::string &path, const std::string &msg) { throw UserError(path + ": " + msg); }
-
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 float halfToFloat(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000) << 16;

@@ -55,7 +55,6 @@ void InstructionCheck::overlaps(const OpSignature &sig) const {
 } // namespace detail
 
 using detail::fail;
-using detail::shapeStr;
 
 namespace {
 

@@ -1,6 +1,7 @@
 // `bigc inspect`: reports on a program file's memory plan. See include/bigc/Inspect/Inspect.h.
 #include "bigc/Inspect/Inspect.h"
 #include "bigc/Format/evaluation.h"
+#include "bigc/Format/shape.h"
 #include "bigc/Format/writer.h"
 #include "bigc/Format/reader.h"
 #include "bigc/Format/validator.h"
@@ -48,11 +49,7 @@ const char *roleColor(const std::string &r) {
   return it == colors.end() ? "#9c755f" : it->second;
 }
 
-std::string shapeStr(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+using format::shapeStr; // include/bigc/Format/shape.h
 
 std::string fmt(const char *f, double v) {
   char buf[64];

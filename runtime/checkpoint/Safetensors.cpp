@@ -1,6 +1,7 @@
 // safetensors in the runtime: the streaming writer and weight load/save for the executor (the file
 // format itself: format/Safetensors.cpp).
 #include "bigc/Runtime/safetensors.h"
+#include "bigc/Format/shape.h"
 #include "bigc/Runtime/comm.h"
 #include "bigc/Runtime/engine.h"
 #include "bigc/Runtime/executor.h" // initConstantRange
@@ -29,12 +30,6 @@ using json = nlohmann::json;
 
 namespace {
 [[noreturn]] void fail(const std::string &path, const std::string &msg) { throw UserError(path + ": " + msg); }
-
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
 } // namespace
 
 DirectFileWriter::DirectFileWriter(const std::string &path) : path_(path) {

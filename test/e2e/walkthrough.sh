@@ -4,7 +4,7 @@
 # `bigc import hf` of a small LLaMA-shaped config with that tokenizer's vocabulary (50,257) ->
 # `bigc compile` with warmup and a cosine decay -> `bigc run` with validation and --save-hf ->
 # `from_pretrained` on the result, whose loss on the validation batches equals bigc's last
-# val_loss (fp32, 1e-6). Also: the loss falls, the rate follows the schedule, and the
+# val_loss (fp32, 1e-7 relative; measured 1e-8). Also: the loss falls, the rate follows the schedule, and the
 # validation file is the text's last tenth.
 set -uo pipefail
 BIN=$1
@@ -76,7 +76,7 @@ with torch.no_grad():
         lg = m(input_ids=x).logits
         losses.append(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item())
 got, want = sum(losses) / nb, val[-1]["val_loss"]
-check(abs(got - want) <= 1e-6 * want, f"from_pretrained's loss on the {nb} validation batches {got:.7f}, bigc's "
+check(abs(got - want) <= 1e-7 * want, f"from_pretrained's loss on the {nb} validation batches {got:.7f}, bigc's "
       f"val_loss after step 40 {want:.7f} ({abs(got - want) / want:.1e})")
 sys.exit(0 if ok else 1)
 PY
