@@ -47,17 +47,17 @@ int64_t mlir::bigc::pipelineStage(Operation *op) {
 
 StringRef mlir::bigc::collectiveStream(Operation *op) {
   auto g = op->getAttrOfType<StringAttr>("group");
-  return g && g.getValue() == "tp" ? kTpCommStream : kCommStream;
+  return g && g.getValue() == kTpAxis ? kTpCommStream : kCommStream;
 }
 
 namespace {
 
 LogicalResult verifyGroup(Operation *op, StringRef group) {
-  if (group != "dp" && group != "tp" && group != "pp")
+  if (!isMeshAxis(group))
     return op->emitOpError("group must be a mesh axis: \"dp\", \"tp\" or \"pp\", got \"") << group << "\"";
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
-    StringRef want = group == "tp" ? kTpCommStream : kCommStream;
+    StringRef want = group == kTpAxis ? kTpCommStream : kCommStream;
     if (!s || s.getValue() != want)
       return op->emitOpError("of group \"")
              << group << "\" runs on the \"" << want << "\" stream, got bigc.stream = " << stream;
@@ -97,8 +97,7 @@ LogicalResult verifyShards(Operation *op, ValueRange fulls, TypeRange fullTypes,
 LogicalResult AllReduceOp::verify() {
   if (failed(verifyGroup(*this, getGroup()))) return failure();
   StringRef r = getReduce();
-  if (r != "sum" && r != "mean" && r != "max" && r != "norm")
-    return emitOpError("reduce must be \"sum\", \"mean\", \"max\" or \"norm\", got \"") << r << "\"";
+  if (!isReduction(r)) return emitOpError("reduce must be \"sum\", \"mean\", \"max\" or \"norm\", got \"") << r << "\"";
   if (getInputs().empty() || getInputs().size() != getOutputs().size())
     return emitOpError("needs one result per operand and at least one");
   for (size_t i = 0; i < getInputs().size(); ++i)
@@ -110,7 +109,7 @@ LogicalResult AllReduceOp::verify() {
 
 LogicalResult ReduceScatterOp::verify() {
   if (failed(verifyGroup(*this, getGroup()))) return failure();
-  if (getReduce() != "sum" && getReduce() != "mean")
+  if (getReduce() != kReduceSum && getReduce() != kReduceMean)
     return emitOpError("reduce must be \"sum\" or \"mean\", got \"") << getReduce() << "\"";
   return verifyShards(*this, getInputs(), getInputs().getTypes(), getOutputs().getTypes(), getGroup());
 }
@@ -138,7 +137,7 @@ LogicalResult ParamAllGatherOp::verifySymbolUses(SymbolTableCollection &symbols)
 
 namespace {
 LogicalResult verifyPeer(Operation *op, int64_t peer, int64_t tag) {
-  const int64_t pp = meshAxisSize(op, "pp");
+  const int64_t pp = meshAxisSize(op, kPpAxis);
   if (peer < 0 || (pp > 1 && peer >= pp))
     return op->emitOpError("peer must be a pipeline stage in [0, ") << pp << "), got " << peer;
   if (op->getParentOfType<ModuleOp>() && op->getParentOfType<ModuleOp>()->getAttr(kPipelineAttrName) &&

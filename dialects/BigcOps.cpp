@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bigc/Dialect/BigcAttrNames.h"
 #include "bigc/Dialect/BigcOps.h"
 
 #include "mlir/IR/Builders.h"
@@ -94,29 +95,28 @@ static Value makeMatmul(OpBuilder &b, Location loc, Type type, Value x, Value y,
 
 LogicalResult ParamOp::verify() {
   StringRef init = getInit();
-  if (init != "normal" && init != "zeros" && init != "ones" && init != "fill" && init != "copy")
+  if (!isKnownInit(init))
     return emitOpError("init must be \"normal\", \"zeros\", \"ones\", "
                        "\"fill\" or \"copy\", got \"")
            << init << "\"";
   if (std::optional<APFloat> s = getStd()) {
-    if (init != "normal") return emitOpError("std is only allowed with init = \"normal\"");
+    if (init != kInitNormal) return emitOpError("std is only allowed with init = \"normal\"");
     if (!(s->convertToDouble() > 0.0)) return emitOpError("std must be positive");
   }
-  if (init == "fill" && !getValue()) return emitOpError("init = \"fill\" requires a value attribute");
-  if (init != "fill" && getValue()) return emitOpError("value is only allowed with init = \"fill\"");
-  if (init == "copy" && (!getSource() || getSource()->empty()))
+  if (init == kInitFill && !getValue()) return emitOpError("init = \"fill\" requires a value attribute");
+  if (init != kInitFill && getValue()) return emitOpError("value is only allowed with init = \"fill\"");
+  if (init == kInitCopy && (!getSource() || getSource()->empty()))
     return emitOpError("init = \"copy\" requires a source attribute naming "
                        "the persistent tensor it is a cast of");
-  if (init != "copy" && getSource()) return emitOpError("source is only allowed with init = \"copy\"");
+  if (init != kInitCopy && getSource()) return emitOpError("source is only allowed with init = \"copy\"");
   StringRef role = getRole();
-  if (role != "param" && role != "optimizer" && role != "master" &&
-      role != "transfer") // transfer: a host staging tensor of bigc-offload
+  if (!isKnownRole(role)) // transfer: a host staging tensor of bigc-offload
     return emitOpError("role must be \"param\", \"master\", "
                        "\"optimizer\" or \"transfer\", got \"")
            << role << "\"";
   // (AdamW moments may be bf16: --optimizer-states bf16; the adamw op checks its moments.)
   Type et = getTensorType().getElementType();
-  if ((role == "master" && !et.isF32()) || (role == "optimizer" && !et.isF32() && !et.isBF16()))
+  if ((role == kMasterRole && !et.isF32()) || (role == kOptimizerRole && !et.isF32() && !et.isBF16()))
     return emitOpError("a parameter of role \"") << role << "\" must be f32 (fp32 master weights and optimizer "
                                                  << "states; AdamW moments may be bf16), got " << et;
   return success();
@@ -132,7 +132,7 @@ static FailureOr<ParamOp> lookupParam(Operation *op, SymbolTableCollection &symb
 // A copy's source (through the module's symbol table, built once for the verifier's walk: a
 // lookup per copy by walking the module made verifying a large model quadratic).
 LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  if (getInit() != "copy" || !getSource()) return success();
+  if (getInit() != kInitCopy || !getSource()) return success();
   Operation *module = (*this)->getParentOp();
   auto srcParam =
       module ? dyn_cast_or_null<ParamOp>(symbols.lookupSymbolIn(module, StringAttr::get(getContext(), *getSource())))
@@ -326,6 +326,8 @@ LogicalResult SiluOp::verify() { return success(); }
 LogicalResult SiluGradOp::verify() { return success(); }
 LogicalResult SwigluOp::verify() { return success(); }
 LogicalResult SwigluGradOp::verify() { return success(); }
+LogicalResult GegluOp::verify() { return verifyApproximate(*this, getApproximate()); }
+LogicalResult GegluGradOp::verify() { return verifyApproximate(*this, getApproximate()); }
 
 /// The rules every normalisation op shares, plain, gradient or fused (bigc-fuse): `x` of rank >= 1
 /// ([..., C]); `same` of one element type; `full` of x's shape; `channel` of shape [C]; `rows` f32
@@ -812,6 +814,13 @@ LogicalResult SwigluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
+LogicalResult GegluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
+  auto g = b.create<GegluGradOp>(getLoc(), TypeRange{getGate().getType(), getUp().getType()}, getGate(), getUp(),
+                                 resultGrads[0], getApproximateAttr());
+  operandGrads.assign({g.getDgate(), g.getDup()});
+  return success();
+}
+
 LogicalResult RmsNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
   if (resultGrads[1])
@@ -824,8 +833,9 @@ LogicalResult RmsNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads
 
 LogicalResult RopeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   // y = s R(a) x per pair: dx = s R(-a) dy.
-  auto r = b.create<RopeOp>(getLoc(), getX().getType(), resultGrads[0], getHeadDimAttr(), getInvFreqAttr(),
-                            getAttentionScalingAttr(), getInverse() ? UnitAttr() : b.getUnitAttr());
+  auto r =
+      b.create<RopeOp>(getLoc(), getX().getType(), resultGrads[0], getHeadDimAttr(), getInvFreqAttr(),
+                       getAttentionScalingAttr(), getInverse() ? UnitAttr() : b.getUnitAttr(), getInterleavedAttr());
   operandGrads.assign({r.getY()});
   return success();
 }

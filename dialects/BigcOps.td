@@ -395,6 +395,8 @@ def Bigc_RopeOp : Bigc_DiffOp<"rope", [SameOperandsAndResultType]> {
     i < D/2, by `a = f32(inv_freq[i]) * f32(t)`: `y[i] = s (x[i] cos a -
     x[i+D/2] sin a)`, `y[i+D/2] = s (x[i+D/2] cos a + x[i] sin a)` with
     s = `attention_scaling` (Hugging Face's rotate_half layout).
+    `interleaved`: the pairs are (x[2i], x[2i+1]) instead (Meta's llama and
+    llama2.c: the complex numbers of adjacent elements).
     `inverse`: the rotation by -a (the gradient).
     ```mlir
     %y = bigc.rope %x {head_dim = 16 : i64, inv_freq = array<f64: 1.0, 0.1>}
@@ -404,7 +406,7 @@ def Bigc_RopeOp : Bigc_DiffOp<"rope", [SameOperandsAndResultType]> {
   let arguments = (ins Bigc_FloatTensor:$x, I64Attr:$head_dim,
                        DenseF64ArrayAttr:$inv_freq,
                        DefaultValuedAttr<F64Attr, "1.0">:$attention_scaling,
-                       UnitAttr:$inverse);
+                       UnitAttr:$inverse, UnitAttr:$interleaved);
   let results = (outs Bigc_FloatTensor:$y);
 }
 
@@ -429,6 +431,24 @@ def Bigc_SwigluOp : Bigc_DiffOp<"swiglu", [SameOperandsAndResultType]> {
 def Bigc_SwigluGradOp : Bigc_ComputeOp<"swiglu_grad", [SameOperandsAndResultType]> {
   let summary = "(gate, up, dy) -> (dgate, dup) of y = silu(gate) * up";
   let arguments = (ins Bigc_FloatTensor:$gate, Bigc_FloatTensor:$up, Bigc_FloatTensor:$dy);
+  let results = (outs Bigc_FloatTensor:$dgate, Bigc_FloatTensor:$dup);
+}
+
+def Bigc_GegluOp : Bigc_DiffOp<"geglu", [SameOperandsAndResultType]> {
+  let summary = "y = gelu(gate) * up (GeGLU: Gemma's and T5 v1.1's gated MLP)";
+  let description = [{
+    `approximate` as for bigc.gelu: `"tanh"` (default; Gemma's
+    `gelu_pytorch_tanh`) or `"none"` (the erf form).
+  }];
+  let arguments = (ins Bigc_FloatTensor:$gate, Bigc_FloatTensor:$up,
+                       DefaultValuedStrAttr<StrAttr, "tanh">:$approximate);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_GegluGradOp : Bigc_ComputeOp<"geglu_grad", [SameOperandsAndResultType]> {
+  let summary = "(gate, up, dy) -> (dgate, dup) of y = gelu(gate) * up";
+  let arguments = (ins Bigc_FloatTensor:$gate, Bigc_FloatTensor:$up, Bigc_FloatTensor:$dy,
+                       DefaultValuedStrAttr<StrAttr, "tanh">:$approximate);
   let results = (outs Bigc_FloatTensor:$dgate, Bigc_FloatTensor:$dup);
 }
 

@@ -24,7 +24,7 @@ std::string str(ArrayRef<int64_t> s) {
 }
 
 LogicalResult verifyTpGroup(Operation *op, StringRef group) {
-  if (group != "tp") return op->emitOpError("group must be the tensor axis \"tp\", got \"") << group << "\"";
+  if (group != kTpAxis) return op->emitOpError("group must be the tensor axis \"tp\", got \"") << group << "\"";
   return success();
 }
 

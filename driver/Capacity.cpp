@@ -170,7 +170,7 @@ std::vector<RoleUsage> peakUsageByRole(const format::Program &p, const std::stri
     return x;
   };
   for (const auto &ins : p.instructions) {
-    const format::OpSignature *sig = format::findOpSignature(ins.op); // the format's in-place rule
+    const format::OpDef *sig = format::findOp(ins.op); // the format's in-place rule
     if (!sig || !sig->inPlace) continue;
     for (int64_t o : ins.out)
       for (int64_t i : ins.in) {

@@ -62,7 +62,7 @@ void planEvaluation(format::Program &p, const std::string &path) {
   std::iota(root.begin(), root.end(), size_t(0));
   for (int64_t i : E) {
     const format::Instruction &ins = p.instructions[size_t(i)];
-    const format::OpSignature *sig = format::findOpSignature(ins.op);
+    const format::OpDef *sig = format::findOp(ins.op);
     if (!sig || !sig->inPlace) continue;
     for (int64_t o : ins.out)
       for (int64_t x : ins.in) {

@@ -34,6 +34,7 @@ struct InstructionCheck {
   const std::string &path;
   size_t idx = 0;
   const Instruction *ins = nullptr;
+  OpKind kind = OpKind::Wait; // its op (the rules shared by a forward op and its gradient branch on it)
 
   [[noreturn]] void bad(const std::string &msg) const {
     std::string where = "instruction " + std::to_string(idx) + " (" + ins->op;
@@ -78,11 +79,9 @@ struct InstructionCheck {
     return ax;
   }
 
-  // The per-op shape rules (ShapeRules.cpp).
-  void shapes(const OpSignature &sig) const;
   // Inputs and outputs may not overlap in memory, except the exact in-place aliasing the format
   // allows, and a buffer updated in place (same id in `in` and `out`) (Validator.cpp).
-  void overlaps(const OpSignature &sig) const;
+  void overlaps(const OpDef &def) const;
 };
 
 } // namespace bigc::format::detail

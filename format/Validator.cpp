@@ -19,7 +19,7 @@ namespace bigc::format {
 
 namespace detail {
 
-void InstructionCheck::overlaps(const OpSignature &sig) const {
+void InstructionCheck::overlaps(const OpDef &sig) const {
   auto intersect = [](const Buffer &a, const Buffer &b) {
     return a.space == b.space && a.bytes > 0 && b.bytes > 0 && a.offset < b.offset + b.bytes &&
            b.offset < a.offset + a.bytes;
@@ -294,8 +294,9 @@ void validateStage(const Program &p, const std::string &path) {
     const Instruction &ins = p.instructions[i];
     v.idx = i;
     v.ins = &ins;
-    const OpSignature *sig = findOpSignature(ins.op);
+    const OpDef *sig = findOp(ins.op);
     if (!sig) v.bad("unknown op '" + ins.op + "'");
+    v.kind = sig->kind;
     if (ins.microBatch < -1 || ins.microBatch >= p.microBatches)
       v.bad("micro_batch " + std::to_string(ins.microBatch) + " is not one of the step's " +
             std::to_string(p.microBatches) + " micro-batches");
@@ -424,20 +425,41 @@ void validateStage(const Program &p, const std::string &path) {
         v.bad(what + " (" + v.desc(b) + ") is used outside its live interval [" + std::to_string(b.liveFirst) + ", " +
               std::to_string(b.liveLast) + "]");
     }
-    // Every number an instruction carries is finite and, where it counts something, exact (the
-    // format's numbers are doubles: integers beyond 2^53 would be read as other integers).
-    static const std::set<std::string> integers = {
-        "heads",      "kv_heads", "head_dim", "window", "chunk", "parts", "count", "offset",     "in_offset",
-        "out_offset", "classes",  "axis",     "reduce", "peer",  "tag",   "dim",   "vocab_axis", "growth_interval"};
+    // Every attribute is one its op declares (format/ops/), of the declared type: numbers finite
+    // and, where they count something, exact (the format's numbers are doubles: integers beyond
+    // 2^53 would be read as other integers); flags 0 or 1; lists where lists are taken.
     for (const auto &[key, a] : ins.attrs) {
-      if (a.isList || a.isReals) continue;
-      if (!std::isfinite(a.num)) v.bad("attribute '" + key + "' is not a finite number");
-      if (integers.count(key) && (a.num != std::floor(a.num) || std::fabs(a.num) > 9007199254740992.0))
-        v.bad("attribute '" + key + "' must be an integer within what a program holds exactly (|x| <= 2^53), is " +
-              std::to_string(a.num));
+      const AttrSpec *spec = sig->attr(key);
+      if (!spec) {
+        std::string known;
+        for (const AttrSpec &s : sig->attrs) known += std::string(known.empty() ? "" : ", ") + s.name;
+        v.bad("unknown attribute '" + key + "' (" + ins.op + " takes " + (known.empty() ? "none" : known) + ")");
+      }
+      const bool list = a.isList || a.isReals;
+      switch (spec->type) {
+      case AttrType::Ints:
+        if (!a.isList && !(a.isReals && a.reals.empty())) v.bad("attribute '" + key + "' must be a list of integers");
+        break;
+      case AttrType::Reals:
+        if (!list) v.bad("attribute '" + key + "' must be a list of numbers");
+        for (double x : a.reals)
+          if (!std::isfinite(x)) v.bad("attribute '" + key + "' must hold finite numbers");
+        break;
+      case AttrType::Int:
+      case AttrType::Real:
+      case AttrType::Flag:
+        if (list) v.bad("attribute '" + key + "' must be a number, not a list");
+        if (!std::isfinite(a.num)) v.bad("attribute '" + key + "' is not a finite number");
+        if (spec->type == AttrType::Int && (a.num != std::floor(a.num) || std::fabs(a.num) > 9007199254740992.0))
+          v.bad("attribute '" + key + "' must be an integer within what a program holds exactly (|x| <= 2^53), is " +
+                std::to_string(a.num));
+        if (spec->type == AttrType::Flag && a.num != 0.0 && a.num != 1.0)
+          v.bad("attribute '" + key + "' is a flag: true or false (1 or 0), is " + std::to_string(a.num));
+        break;
+      }
     }
     if (sig->kind == OpKind::AdamW) checkAdamW(v, ins, p.optimizer);
-    v.shapes(*sig);
+    if (sig->shape) sig->shape(v);
     v.overlaps(*sig);
   }
   // The evaluation program: forward instructions of the step, in order, closed under their inputs
@@ -527,7 +549,7 @@ void validateStage(const Program &p, const std::string &path) {
     return x;
   };
   for (const auto &ins : p.instructions) {
-    const OpSignature *sig = findOpSignature(ins.op);
+    const OpDef *sig = findOp(ins.op);
     if (!sig->inPlace) continue;
     for (int64_t o : ins.out)
       for (int64_t i : ins.in) {
@@ -743,7 +765,7 @@ void validateProgram(const Program &p, const std::string &path) {
     const Program &q = p.stageProgram(s);
     for (size_t i = 0; i < q.instructions.size(); ++i) {
       const Instruction &ins = q.instructions[i];
-      const OpSignature *sig = findOpSignature(ins.op);
+      const OpDef *sig = findOp(ins.op);
       const bool collective =
           sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter || sig->kind == OpKind::AllGather;
       if (collective && ins.num("axis", 0) == 2) ppColl[size_t(s)].push_back({i, &ins});

@@ -155,7 +155,7 @@ private:
     for (size_t i = 0; i < nb; ++i) mem_[i] = val_[i] = i;
     for (int64_t i = 0; i < n_; ++i) {
       const Instruction &ins = p_.instructions[size_t(i)];
-      const OpSignature *sig = findOpSignature(ins.op);
+      const OpDef *sig = findOp(ins.op);
       if (!sig || !sig->inPlace) continue;
       for (int64_t o : ins.out)
         for (int64_t x : ins.in) {
@@ -354,7 +354,7 @@ std::string pipelineDeadlock(const Program &p, bool rendezvous) {
       const Instruction &ins = insts[i];
       g.queue[size_t(std::find(g.streams.begin(), g.streams.end(), ins.stream) - g.streams.begin())].push_back(
           int64_t(i));
-      const OpSignature *sig = findOpSignature(ins.op);
+      const OpDef *sig = findOp(ins.op);
       const bool coll = sig && (sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter ||
                                 sig->kind == OpKind::AllGather);
       if (coll && ins.num("axis", 0) == 2) g.collective[i] = k++;

@@ -136,7 +136,7 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module, const AdamWConfig &con
   // the order of the parameter declarations.
   SmallVector<std::pair<ParamOp, Value>> updates;
   for (ParamOp p : llvm::to_vector(module.getOps<ParamOp>())) {
-    if (p.getRole() != "param") continue;
+    if (p.getRole() != kParamRole) continue;
     Value g = paramGrads.lookup(p.getSymNameAttr());
     if (!g) {
       p.emitWarning("parameter does not contribute to the loss; it gets no "
@@ -167,8 +167,8 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module, const AdamWConfig &con
     const Location ploc = p.getLoc(); // (a structured binding cannot be captured before C++20)
     ParamOp param = p;
     auto declare = [&](StringRef name) {
-      auto state = mb.create<ParamOp>(ploc, mb.getStringAttr(name), TypeAttr::get(stateType), mb.getStringAttr("zeros"),
-                                      FloatAttr(), mb.getStringAttr("optimizer"));
+      auto state = mb.create<ParamOp>(ploc, mb.getStringAttr(name), TypeAttr::get(stateType),
+                                      mb.getStringAttr(kInitZeros), FloatAttr(), mb.getStringAttr(kOptimizerRole));
       copyTpSplit(param, state);
       return state;
     };

@@ -48,7 +48,7 @@ int64_t mlir::bigc::tensorBytes(Type type) {
 }
 
 bool mlir::bigc::isInPlaceElementwise(Operation *op) {
-  return isa<AddOp, BiasAddOp, MulOp, ScaleOp, GeluOp, GeluGradOp, SiluOp, SiluGradOp, SwigluOp, RopeOp>(op);
+  return isa<AddOp, BiasAddOp, MulOp, ScaleOp, GeluOp, GeluGradOp, SiluOp, SiluGradOp, SwigluOp, GegluOp, RopeOp>(op);
 }
 
 SmallVector<unsigned> mlir::bigc::inPlaceOperands(Operation *op, unsigned result) {
@@ -134,7 +134,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncO
     pv.space = paramSpace(p).str();
     pv.bytes = tensorBytes(p.getType());
     if (pv.bytes < 0) return p.emitError("bigc-memory-plan: cannot size parameter type ") << p.getType();
-    bool transient = p.getRole() == "transfer";
+    bool transient = p.getRole() == kTransferRole;
     pv.first = transient ? n : 0;
     pv.last = transient ? -1 : end;
     unsigned id = addValue(pv);
@@ -168,7 +168,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncO
         return op.emitError("bigc-memory-plan: operand not defined in @") << func.getSymName();
       PlanValue &pv = mp.values[it->second];
       pv.last = std::max(pv.last, i);
-      if (pv.kind == PlanValue::Param && pv.param.getRole() == "transfer") pv.first = std::min(pv.first, i);
+      if (pv.kind == PlanValue::Param && pv.param.getRole() == kTransferRole) pv.first = std::min(pv.first, i);
     }
     // Parameters named by symbol (adamw, param_copy, loss_scale_update):
     // what a transfer parameter's interval is made of.
@@ -178,7 +178,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncO
       auto it = mp.paramByName.find(ref.getValue());
       if (it == mp.paramByName.end()) continue;
       PlanValue &pv = mp.values[it->second];
-      if (pv.param.getRole() == "transfer") {
+      if (pv.param.getRole() == kTransferRole) {
         pv.first = std::min(pv.first, i);
         pv.last = std::max(pv.last, i);
       }
@@ -275,7 +275,7 @@ FailureOr<MemoryPlan> mlir::bigc::computeMemoryPlan(ModuleOp module, func::FuncO
     d.bytes = pv.bytes;
     d.first = pv.first;
     d.last = pv.last;
-    d.persistent = pv.kind == PlanValue::Param && ParamOp(pv.param).getRole() != "transfer";
+    d.persistent = pv.kind == PlanValue::Param && ParamOp(pv.param).getRole() != kTransferRole;
     d.pinned = pv.kind == PlanValue::Arg || returned.count(k) || pv.kind == PlanValue::Param; // never reused in place
   }
   for (Operation &op : block.without_terminator()) {

@@ -112,7 +112,7 @@ struct BigcMixedPrecisionPass : public mlir::bigc::impl::BigcMixedPrecisionBase<
     OpBuilder mb(ctx);
     llvm::StringMap<FlatSymbolRefAttr> halfOf;
     for (ParamOp p : llvm::to_vector(module.getOps<ParamOp>())) {
-      if (p.getRole() != "param") continue;
+      if (p.getRole() != kParamRole) continue;
       if (!p.getTensorType().getElementType().isF32())
         return p.emitError("bigc-mixed-precision: weight @")
                << p.getSymName() << " must be f32 (its fp32 master is what "
@@ -121,11 +121,11 @@ struct BigcMixedPrecisionPass : public mlir::bigc::impl::BigcMixedPrecisionBase<
       if (Operation *clash = module.lookupSymbol(name))
         return clash->emitError("bigc-mixed-precision: the symbol @\"")
                << name << "\" (compute copy of @" << p.getSymName() << ") already exists";
-      p.setRole("master");
+      p.setRole(kMasterRole);
       mb.setInsertionPointAfter(p);
       auto h = mb.create<ParamOp>(p.getLoc(), mb.getStringAttr(name), TypeAttr::get(to16(p.getType())),
-                                  mb.getStringAttr("copy"), FloatAttr(), mb.getStringAttr("param"), p.getSymNameAttr(),
-                                  FloatAttr());
+                                  mb.getStringAttr(kInitCopy), FloatAttr(), mb.getStringAttr(kParamRole),
+                                  p.getSymNameAttr(), FloatAttr());
       copyTpSplit(p, h);
       halfOf[p.getSymName()] = FlatSymbolRefAttr::get(h.getSymNameAttr());
     }
@@ -170,10 +170,10 @@ struct BigcMixedPrecisionPass : public mlir::bigc::impl::BigcMixedPrecisionBase<
       mb.setInsertionPointToEnd(module.getBody());
       Location loc = func.getLoc();
       mb.setInsertionPoint(func);
-      mb.create<ParamOp>(loc, mb.getStringAttr("loss_scale"), TypeAttr::get(scalar), mb.getStringAttr("fill"),
-                         FloatAttr(), mb.getStringAttr("optimizer"), StringAttr(), mb.getF64FloatAttr(lossScale));
-      mb.create<ParamOp>(loc, mb.getStringAttr("loss_scale_good"), TypeAttr::get(scalar), mb.getStringAttr("zeros"),
-                         FloatAttr(), mb.getStringAttr("optimizer"), StringAttr(), FloatAttr());
+      mb.create<ParamOp>(loc, mb.getStringAttr("loss_scale"), TypeAttr::get(scalar), mb.getStringAttr(kInitFill),
+                         FloatAttr(), mb.getStringAttr(kOptimizerRole), StringAttr(), mb.getF64FloatAttr(lossScale));
+      mb.create<ParamOp>(loc, mb.getStringAttr("loss_scale_good"), TypeAttr::get(scalar), mb.getStringAttr(kInitZeros),
+                         FloatAttr(), mb.getStringAttr(kOptimizerRole), StringAttr(), FloatAttr());
       auto scaleRef = FlatSymbolRefAttr::get(ctx, "loss_scale");
       auto goodRef = FlatSymbolRefAttr::get(ctx, "loss_scale_good");
 

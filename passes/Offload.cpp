@@ -87,9 +87,9 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
       if (!a.getHalfAttr()) {
         std::string halfName = (name + ".half").str();
         FailureOr<ParamOp> half =
-            addParamAfter(master, halfName, master.getType(), "copy", "param", name, "bigc-offload");
+            addParamAfter(master, halfName, master.getType(), kInitCopy, kParamRole, name, "bigc-offload");
         if (failed(half)) return failure();
-        master.setRole("master");
+        master.setRole(kMasterRole);
         auto halfRef = FlatSymbolRefAttr::get(module.getContext(), halfName);
         func.walk([&](GetParamOp gp) {
           if (gp.getParam() == name) gp.setParamAttr(halfRef);
@@ -114,7 +114,7 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
       // compute copy after its last reader of this step.
       std::string stageName = (name + ".stage").str();
       FailureOr<ParamOp> stage =
-          addParamAfter(half, stageName, half.getType(), "zeros", "transfer", "", "bigc-offload");
+          addParamAfter(half, stageName, half.getType(), kInitZeros, kTransferRole, "", "bigc-offload");
       if (failed(stage)) return failure();
       setSpace(*stage, kHostSpace);
       auto stageRef = FlatSymbolRefAttr::get(module.getContext(), stageName);
@@ -129,7 +129,7 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
     // Every other optimizer-role tensor (the loss scale and its counter) and
     // the op that updates them go to the host with the moments.
     for (ParamOp p : module.getOps<ParamOp>())
-      if (p.getRole() == "optimizer") setSpace(p, kHostSpace);
+      if (p.getRole() == kOptimizerRole) setSpace(p, kHostSpace);
     func.walk([&](LossScaleUpdateOp op) { setSpace(op, kHostSpace); });
     // The reductions over every gradient (fp16's overflow check, the norm
     // for clipping) read the host copies: on the device they would keep

@@ -35,7 +35,7 @@ namespace {
 
 /// A host staging tensor (role transfer) of `type` named `name`, after `after`.
 FailureOr<ParamOp> addHostStaging(ParamOp after, StringRef name, Type type) {
-  FailureOr<ParamOp> p = addParamAfter(after, name, type, "zeros", "transfer", "", "bigc-offload-nvme");
+  FailureOr<ParamOp> p = addParamAfter(after, name, type, kInitZeros, kTransferRole, "", "bigc-offload-nvme");
   if (succeeded(p)) p->getOperation()->setAttr(kSpaceAttrName, StringAttr::get(after.getContext(), kHostSpace));
   return p;
 }
@@ -234,7 +234,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
     MLIRContext *ctx = module.getContext();
     SmallVector<ParamOp> weights;
     for (ParamOp p : module.getOps<ParamOp>())
-      if (p.getRole() == "param" && paramSpace(p) == kHostSpace) weights.push_back(p);
+      if (p.getRole() == kParamRole && paramSpace(p) == kHostSpace) weights.push_back(p);
     if (weights.empty()) {
       module.emitError("bigc-offload-nvme: params=true, but no weights live on the host (run bigc-offload with "
                        "params=host first)");

@@ -433,9 +433,9 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
     // The mesh and the module's stage first: the collectives and p2p ops below are checked
     // against them.
     const int64_t dp = R / (T * P);
-    module->setAttr(kMeshAttrName, b.getDictionaryAttr({b.getNamedAttr("dp", b.getI64IntegerAttr(dp)),
-                                                        b.getNamedAttr("pp", b.getI64IntegerAttr(P)),
-                                                        b.getNamedAttr("tp", b.getI64IntegerAttr(T))}));
+    module->setAttr(kMeshAttrName, b.getDictionaryAttr({b.getNamedAttr(kDpAxis, b.getI64IntegerAttr(dp)),
+                                                        b.getNamedAttr(kPpAxis, b.getI64IntegerAttr(P)),
+                                                        b.getNamedAttr(kTpAxis, b.getI64IntegerAttr(T))}));
     SmallVector<int64_t> splitOut(first.begin() + 1, first.end() - 1);
     module->setAttr(kPipelineAttrName,
                     b.getDictionaryAttr({b.getNamedAttr("stages", b.getI64IntegerAttr(P)),
@@ -459,15 +459,15 @@ struct BigcPipelinePass : public mlir::bigc::impl::BigcPipelineBase<BigcPipeline
                                 : b.create<OpT>(whole.getLoc(), whole.getType(), mine).getResult();
       copyPlacementTags(whole, part.getDefiningOp());
       auto ar = b.create<AllReduceOp>(whole.getLoc(), TypeRange{whole.getType()}, ValueRange{part},
-                                      b.getStringAttr("pp"), b.getStringAttr(reduce));
+                                      b.getStringAttr(kPpAxis), b.getStringAttr(reduce));
       copyPlacementTags(whole, ar);
       whole.getResult().replaceAllUsesWith(ar.getResult(0));
       st[part.getDefiningOp()] = S, st[ar] = S;
       perStage.insert(ar);
       st[whole] = -1; // dropped on every stage
     };
-    for (GlobalNormOp gn : norms) overStages(gn, "norm");
-    for (CheckFiniteOp cf : flags) overStages(cf, "max");
+    for (GlobalNormOp gn : norms) overStages(gn, kReduceNorm);
+    for (CheckFiniteOp cf : flags) overStages(cf, kReduceMax);
     llvm::DenseSet<Operation *> tiedSums = accumulateTiedGrads(st, chunk, b);
 
     // Values crossing stages: one send/recv pair per (value, receiving stage); a parameter read by

@@ -64,7 +64,7 @@ bool isForwardOp(Operation *op) {
 /// element) and large (their results have the activations' size).
 bool isCheapOp(Operation *op) {
   return isa<LayerNormOp, GeluOp, BiasAddOp, AddOp, ScaleOp, MulOp, ReshapeOp, TransposeOp, RmsNormOp, SiluOp, SwigluOp,
-             RopeOp>(op) ||
+             GegluOp, RopeOp>(op) ||
          op->getName().getStringRef() == "bigc.cast";
 }
 

@@ -422,7 +422,7 @@ void prefetchGathers(Block &block, int64_t ahead) {
     if (!isa<AllGatherOp, ParamAllGatherOp>(op)) continue;
     // Weights only (ZeRO over "dp"): a tensor-parallel gather of activations is on the critical
     // path of the very computation that produces its input; it runs where it is.
-    if (auto g = op.getAttrOfType<StringAttr>("group"); g && g.getValue() != "dp") continue;
+    if (auto g = op.getAttrOfType<StringAttr>("group"); g && g.getValue() != kDpAxis) continue;
     Operation *first = nullptr;
     if (auto pg = dyn_cast<ParamAllGatherOp>(op)) first = firstReader.lookup(pg.getTo());
     first = firstUser(block, &op, first);

@@ -37,8 +37,6 @@ using namespace mlir::bigc;
 
 namespace {
 
-constexpr llvm::StringLiteral kDp = "dp";
-
 RankedTensorType tensorOf(Type t) { return cast<RankedTensorType>(t); }
 
 int64_t bytesOf(Type t) {
@@ -140,9 +138,10 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
 
   template <typename OpT> OpT createCollective(OpBuilder &b, Location loc, Value x, Type resultType, StringRef reduce) {
     if constexpr (std::is_same_v<OpT, AllGatherOp>)
-      return b.create<AllGatherOp>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDp));
+      return b.create<AllGatherOp>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDpAxis));
     else
-      return b.create<OpT>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDp), b.getStringAttr(reduce));
+      return b.create<OpT>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDpAxis),
+                           b.getStringAttr(reduce));
   }
 
   /// Merges consecutive collectives of one kind (and reduction) into buckets
@@ -221,17 +220,17 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     if (module->hasAttr(kMeshAttrName)) { // bigc-tensor-parallel placed the tp axis
       if (meshRanks(module) != ranks)
         return module.emitError("bigc-shard: the mesh has ") << meshRanks(module) << " ranks, not " << ranks;
-      R = meshAxisSize(module, kDp);
+      R = meshAxisSize(module, kDpAxis);
     } else {
       R = ranks;
       module->setAttr(kMeshAttrName, attrs.getDictionaryAttr({
-                                         attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(R)),
-                                         attrs.getNamedAttr("pp", attrs.getI64IntegerAttr(1)),
-                                         attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(1)),
+                                         attrs.getNamedAttr(kDpAxis, attrs.getI64IntegerAttr(R)),
+                                         attrs.getNamedAttr(kPpAxis, attrs.getI64IntegerAttr(1)),
+                                         attrs.getNamedAttr(kTpAxis, attrs.getI64IntegerAttr(1)),
                                      }));
     }
     module->setAttr(kZeroAttrName, attrs.getI64IntegerAttr(R == 1 ? 0 : zero));
-    if (meshAxisSize(module, "tp") > 1 && failed(lowerTensorParallel())) return failure();
+    if (meshAxisSize(module, kTpAxis) > 1 && failed(lowerTensorParallel())) return failure();
     if (R == 1) {
       reduceOverflowOverTp();
       return reduceNormOverTp(); // one data-parallel rank: nothing to reduce or to shard
@@ -252,10 +251,10 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         if (!p) return a.emitError("bigc-shard: unknown parameter @") << a.getParam();
         std::string halfName = (p.getSymName() + ".half").str();
         FailureOr<ParamOp> half =
-            addParamAfter(p, halfName, p.getType(), "copy", "param", p.getSymName(), "bigc-shard", symbols);
+            addParamAfter(p, halfName, p.getType(), kInitCopy, kParamRole, p.getSymName(), "bigc-shard", symbols);
         if (failed(half)) return failure();
         StringRef name = p.getSymName();
-        p.setRole("master");
+        p.setRole(kMasterRole);
         auto ref = FlatSymbolRefAttr::get(ctx, halfName);
         func.walk([&](GetParamOp gp) {
           if (gp.getParam() == name) gp.setParamAttr(ref);
@@ -269,7 +268,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       OpBuilder b(ctx);
       if (zero == 0) {
         b.setInsertionPointAfterValue(g);
-        auto ar = createCollective<AllReduceOp>(b, g.getLoc(), g, g.getType(), "sum");
+        auto ar = createCollective<AllReduceOp>(b, g.getLoc(), g, g.getType(), kReduceSum);
         if (Operation *d = g.getDefiningOp()) copyPlacementTags(d, ar);
         g.replaceAllUsesExcept(ar.getResult(0), ar);
         continue;
@@ -289,7 +288,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
           b.setInsertionPoint(endOfBackward());
         else
           b.setInsertionPointAfterValue(t);
-        auto rs = createCollective<ReduceScatterOp>(b, t.getLoc(), t, shardType(t.getType()), "sum");
+        auto rs = createCollective<ReduceScatterOp>(b, t.getLoc(), t, shardType(t.getType()), kReduceSum);
         if (Operation *d = t.getDefiningOp()) copyPlacementTags(d, rs);
         made.insert(rs);
         Value s = rs.getResult(0);
@@ -333,7 +332,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         OpBuilder b(ctx);
         b.setInsertionPointAfter(&op);
         Value r = op.getResult(0);
-        auto ar = createCollective<AllReduceOp>(b, op.getLoc(), r, r.getType(), isa<GlobalNormOp>(op) ? "norm" : "max");
+        auto ar = createCollective<AllReduceOp>(b, op.getLoc(), r, r.getType(),
+                                                isa<GlobalNormOp>(op) ? kReduceNorm : kReduceMax);
         copyPlacementTags(&op, ar);
         r.replaceAllUsesExcept(ar.getResult(0), ar);
       }
@@ -353,15 +353,15 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         // ZeRO-1/2: the update writes the rank's shard of the compute copy,
         // then every rank gathers the whole copy.
         std::string shardName = (half.getSymName() + ".shard").str();
-        FailureOr<ParamOp> sh = addParamAfter(half, shardName, shardType(half.getType()), "copy", "param", a.getParam(),
-                                              "bigc-shard", symbols);
+        FailureOr<ParamOp> sh = addParamAfter(half, shardName, shardType(half.getType()), kInitCopy, kParamRole,
+                                              a.getParam(), "bigc-shard", symbols);
         if (failed(sh)) return failure();
         (*sh)->setAttr(kFullShapeAttrName, OpBuilder(ctx).getDenseI64ArrayAttr(half.getTensorType().getShape()));
         a.setHalfAttr(FlatSymbolRefAttr::get(ctx, shardName));
         OpBuilder b(a);
         b.setInsertionPointAfter(a);
         auto pag = b.create<ParamAllGatherOp>(a.getLoc(), FlatSymbolRefAttr::get(ctx, shardName),
-                                              FlatSymbolRefAttr::get(ctx, half.getSymName()), b.getStringAttr(kDp));
+                                              FlatSymbolRefAttr::get(ctx, half.getSymName()), b.getStringAttr(kDpAxis));
         copyPlacementTags(a, pag);
       }
     }
@@ -401,11 +401,11 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   /// it and the tensor's layout. The fp16 overflow flag is reduced over the
   /// tensor ranks too (each sees its chunks of the gradients).
   LogicalResult lowerTensorParallel() {
-    const int64_t T = meshAxisSize(module, "tp");
+    const int64_t T = meshAxisSize(module, kTpAxis);
     SmallVector<Operation *> ops;
     for (Operation &op : block->without_terminator())
       if (isa<TpCopyOp, TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp>(op)) ops.push_back(&op);
-    auto tp = StringAttr::get(module.getContext(), "tp");
+    auto tp = StringAttr::get(module.getContext(), kTpAxis);
     for (Operation *op : ops) {
       OpBuilder b(op);
       Location loc = op->getLoc();
@@ -432,7 +432,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         c.getY().replaceAllUsesWith(c.getX());
       } else if (auto ar = dyn_cast<TpAllReduceOp>(op)) {
         auto m = b.create<AllReduceOp>(loc, TypeRange{ar.getY().getType()}, ValueRange{ar.getX()}, tp,
-                                       b.getStringAttr("sum"));
+                                       b.getStringAttr(kReduceSum));
         ar.getY().replaceAllUsesWith(tag(m));
       } else if (auto ag = dyn_cast<TpAllGatherOp>(op)) {
         auto xt = tensorOf(ag.getX().getType()), yt = tensorOf(ag.getY().getType());
@@ -454,7 +454,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         if (pre != 1) in = swap01(reshape(in, {pre, T, d / T * post}));
         in = reshape(in, {xt.getNumElements()});
         auto st = RankedTensorType::get({yt.getNumElements()}, yt.getElementType());
-        Value s = tag(b.create<ReduceScatterOp>(loc, TypeRange{st}, ValueRange{in}, tp, b.getStringAttr("sum")));
+        Value s = tag(b.create<ReduceScatterOp>(loc, TypeRange{st}, ValueRange{in}, tp, b.getStringAttr(kReduceSum)));
         rs.getY().replaceAllUsesWith(reshape(s, yt.getShape()));
       }
       op->erase();
@@ -466,7 +466,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   /// over the tensor ranks too: each sees only its chunks of the gradients,
   /// and every rank must skip the same steps.
   void reduceOverflowOverTp() {
-    if (meshAxisSize(module, "tp") <= 1) return;
+    if (meshAxisSize(module, kTpAxis) <= 1) return;
     SmallVector<CheckFiniteOp> flags;
     for (Operation &op : block->without_terminator())
       if (auto cf = dyn_cast<CheckFiniteOp>(op)) flags.push_back(cf);
@@ -476,8 +476,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         if (auto ar = dyn_cast<AllReduceOp>(*r.getUsers().begin())) r = ar.getResult(0);
       OpBuilder b(cf);
       b.setInsertionPointAfterValue(r);
-      auto m = b.create<AllReduceOp>(cf.getLoc(), TypeRange{r.getType()}, ValueRange{r}, b.getStringAttr("tp"),
-                                     b.getStringAttr("max"));
+      auto m = b.create<AllReduceOp>(cf.getLoc(), TypeRange{r.getType()}, ValueRange{r}, b.getStringAttr(kTpAxis),
+                                     b.getStringAttr(kReduceMax));
       copyPlacementTags(cf, m);
       r.replaceAllUsesExcept(m.getResult(0), m);
     }
@@ -491,7 +491,7 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   /// counted once. Over ZeRO shards, the data-parallel norm reduction that
   /// already follows then combines the shards.
   LogicalResult reduceNormOverTp() {
-    if (meshAxisSize(module, "tp") <= 1) return success();
+    if (meshAxisSize(module, kTpAxis) <= 1) return success();
     SmallVector<GlobalNormOp> norms;
     for (Operation &op : block->without_terminator())
       if (auto gn = dyn_cast<GlobalNormOp>(op)) norms.push_back(gn);
@@ -515,8 +515,8 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         return made->getResult(0);
       };
       Value n = tag(b.create<GlobalNormOp>(gn.getLoc(), scalar, split));
-      n = tag(b.create<AllReduceOp>(gn.getLoc(), TypeRange{scalar}, ValueRange{n}, b.getStringAttr("tp"),
-                                    b.getStringAttr("norm")));
+      n = tag(b.create<AllReduceOp>(gn.getLoc(), TypeRange{scalar}, ValueRange{n}, b.getStringAttr(kTpAxis),
+                                    b.getStringAttr(kReduceNorm)));
       if (!replicated.empty()) {
         Value r = tag(b.create<GlobalNormOp>(gn.getLoc(), scalar, replicated));
         n = tag(b.create<GlobalNormOp>(gn.getLoc(), scalar, ValueRange{n, r}));

@@ -34,8 +34,6 @@ using namespace mlir::bigc;
 
 namespace {
 
-constexpr llvm::StringLiteral kTp = "tp";
-
 RankedTensorType tensorOf(Value v) { return cast<RankedTensorType>(v.getType()); }
 
 std::string shapeStr(ArrayRef<int64_t> s) {
@@ -181,7 +179,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
     if (!p || isa<MatmulOp>(p)) return;
     if (isa<BiasAddOp, GeluOp, ScaleOp, CastOp, SiluOp, RopeOp>(p))
       demand(d, p->getOperand(0), s, depth + 1);
-    else if (isa<AddOp, MulOp, SwigluOp>(p))
+    else if (isa<AddOp, MulOp, SwigluOp, GegluOp>(p))
       for (Value o : p->getOperands()) demand(d, o, s, depth + 1);
   }
 
@@ -209,7 +207,7 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
   /// `v` (laid out as `cur`) as `want`, built before `at`.
   FailureOr<Value> convert(OpBuilder &b, Operation *at, Value v, TpLayout cur, const TpLayout &want) {
     Location loc = at->getLoc();
-    auto group = b.getStringAttr(kTp);
+    auto group = b.getStringAttr(kTpAxis);
     auto tag = [&](Operation *made) {
       copyPlacementTags(at, made);
       return made->getResult(0);
@@ -300,18 +298,18 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
             g.setTpHeads(true); // q: this rank's heads; k, v: all of them
         }
       }
-      if (rule.vocabParallel) op->setAttr(kVocabGroupAttrName, b.getStringAttr(kTp));
+      if (rule.vocabParallel) op->setAttr(kVocabGroupAttrName, b.getStringAttr(kTpAxis));
       if (rule.vocabParallelLoss) {
         auto ce = cast<CrossEntropyOp>(op);
         SmallVector<int64_t> s(tensorOf(ce.getTargets()).getShape());
         s.push_back(2);
         auto statsT = RankedTensorType::get(s, Float32Type::get(ctx));
         auto stats =
-            b.create<VocabCeStatsOp>(ce.getLoc(), statsT, ce.getLogits(), ce.getTargets(), b.getStringAttr(kTp));
+            b.create<VocabCeStatsOp>(ce.getLoc(), statsT, ce.getLogits(), ce.getTargets(), b.getStringAttr(kTpAxis));
         copyPlacementTags(op, stats);
         if (Attribute c = op->getAttr(kClassesAttrName)) stats->setAttr(kClassesAttrName, c); // a padded vocabulary
-        auto all = b.create<TpAllGatherOp>(ce.getLoc(), wholeType(statsT, 0), stats.getResult(), b.getStringAttr(kTp),
-                                           b.getI64IntegerAttr(0), b.getStringAttr("slice"));
+        auto all = b.create<TpAllGatherOp>(ce.getLoc(), wholeType(statsT, 0), stats.getResult(),
+                                           b.getStringAttr(kTpAxis), b.getI64IntegerAttr(0), b.getStringAttr("slice"));
         copyPlacementTags(op, all);
         auto loss =
             b.create<VocabCeLossOp>(ce.getLoc(), ce.getLoss().getType(), all.getResult(), b.getI64IntegerAttr(T));
@@ -345,9 +343,9 @@ struct BigcTensorParallelPass : public mlir::bigc::impl::BigcTensorParallelBase<
     T = tp;
     Builder attrs(ctx);
     module->setAttr(kMeshAttrName, attrs.getDictionaryAttr({
-                                       attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(ranks / tp)),
-                                       attrs.getNamedAttr("pp", attrs.getI64IntegerAttr(1)),
-                                       attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(tp)),
+                                       attrs.getNamedAttr(kDpAxis, attrs.getI64IntegerAttr(ranks / tp)),
+                                       attrs.getNamedAttr(kPpAxis, attrs.getI64IntegerAttr(1)),
+                                       attrs.getNamedAttr(kTpAxis, attrs.getI64IntegerAttr(tp)),
                                    }));
     if (sequenceParallel) module->setAttr(kSequenceParallelAttrName, attrs.getUnitAttr());
     if (T == 1) return success();

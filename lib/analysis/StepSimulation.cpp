@@ -127,7 +127,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     double dur = 0;
     const OpCost cost = opCost(&op); // (the compute and host ops' time, and every op's counts)
     auto g = op.getAttrOfType<StringAttr>("group");
-    if (isCollective(&op) && g && g.getValue() == "pp") {
+    if (isCollective(&op) && g && g.getValue() == kPpAxis) {
       // Every stage's part of it: it starts when the last stage reaches it.
       MessageKey k{-1, -1, stagesReduce++};
       if (sent) {
@@ -151,7 +151,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
         // A sum or mean of a 16-bit tensor is reduced in f32 (the CPU backend's rings; f32 copies
         // on NCCL): 4 bytes an element.
         StringRef red = op.hasAttr("reduce") ? op.getAttrOfType<StringAttr>("reduce").getValue() : StringRef();
-        const bool wide = isa<AllReduceOp, ReduceScatterOp>(op) && (red == "sum" || red == "mean");
+        const bool wide = isa<AllReduceOp, ReduceScatterOp>(op) && (red == kReduceSum || red == kReduceMean);
         for (unsigned k = 0; k < op.getNumOperands() && k < op.getNumResults(); ++k) {
           double b = double(std::max(typeBytes(op.getOperand(k).getType()), typeBytes(op.getResult(k).getType())));
           auto t = dyn_cast<ShapedType>(op.getOperand(k).getType());
@@ -160,7 +160,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
         }
       }
       // Ring collectives over the op's mesh axis (data- or tensor-parallel group).
-      const double n = double(meshAxisSize(module, g ? g.getValue() : StringRef("dp")));
+      const double n = double(meshAxisSize(module, g ? g.getValue() : StringRef(kDpAxis)));
       double factor = n <= 1 ? 0.0 : isa<AllReduceOp>(op) ? 2.0 * (n - 1) / n : (n - 1) / n;
       dur = hw.interconnectBytesPerS > 0 ? bytes * factor / hw.interconnectBytesPerS : 0;
       if (n > 1) dur += hw.collectiveLatencyS; // (a measured profile's fixed cost)
@@ -215,7 +215,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     if (isCollective(&op)) {
       // Tensor-axis collectives apart ("tp_all_reduce", ...): they are on the critical path.
       std::string name = isa<ParamAllGatherOp>(op) ? std::string("all_gather") : op.getName().stripDialect().str();
-      colls.push_back({(g && g.getValue() == "tp" ? "tp_" : "") + name, start, end, start - ready});
+      colls.push_back({(g && g.getValue() == kTpAxis ? "tp_" : "") + name, start, end, start - ready});
     }
     // Persistent tensors written.
     if (auto a = dyn_cast<AdamWOp>(op)) {

@@ -68,12 +68,14 @@ bool isInPlaceOp(Operation *op) {
              bigcd::ReshapeOp>(op);
 }
 
-// Inherent attributes of an op as instruction attributes (numbers, flags, integer lists).
+// Inherent attributes of an op as instruction attributes (numbers, flags, integer lists). A
+// discardable attribute (bigc.phase, the planner's offsets, or anything else a model file carries)
+// is no instruction attribute: the program format's registry refuses attributes an op does not take.
 std::map<std::string, format::Attr> instructionAttrs(Operation *op) {
   std::map<std::string, format::Attr> out;
   for (NamedAttribute na : op->getAttrDictionary()) {
     llvm::StringRef name = na.getName().getValue();
-    if (name.starts_with("bigc.")) continue; // discardable: phase, offsets
+    if (name.starts_with("bigc.") || op->getDiscardableAttr(na.getName())) continue;
     Attribute a = na.getValue();
     format::Attr v;
     if (auto f = dyn_cast<FloatAttr>(a)) {
@@ -491,6 +493,8 @@ format::Program buildProgram(ModuleOp module, format::Program header) {
       ins.op = "copy";
       ins.in = {paramBuffer[pc.getFrom()]};
       ins.out = {paramBuffer[pc.getTo()]};
+      ins.attrs.erase("from_offset"); // (the dialect's names: the copy's are in_offset, out_offset)
+      ins.attrs.erase("to_offset");
       if (std::optional<int64_t> count = pc.getCount()) { // a range (bigc-offload-nvme's chunks)
         ins.attrs["in_offset"].num = double(pc.getFromOffset().value_or(0));
         ins.attrs["out_offset"].num = double(pc.getToOffset().value_or(0));
@@ -509,17 +513,16 @@ format::Program buildProgram(ModuleOp module, format::Program header) {
       // 2 max, 3 norm); the ops' verifiers admit no other value, and an unknown one is an error
       // here too rather than a silent default.
       auto group = op.getAttrOfType<StringAttr>("group");
-      llvm::StringRef g = group ? group.getValue() : "dp";
-      static const llvm::StringRef kAxes[] = {"dp", "tp", "pp"}, kReduces[] = {"sum", "mean", "max", "norm"};
-      auto indexOf = [&](llvm::ArrayRef<llvm::StringRef> names, llvm::StringRef v, const char *what) {
+      llvm::StringRef g = group ? group.getValue() : llvm::StringRef(bigcd::kDpAxis);
+      auto indexOf = [&](llvm::ArrayRef<llvm::StringLiteral> names, llvm::StringRef v, const char *what) {
         for (size_t i = 0; i < names.size(); ++i)
           if (names[i] == v) return double(i);
         fail(str(op.getLoc()) + ": " + op.getName().getStringRef().str() + " has " + what + " \"" + v.str() +
              "\", which the program format has no number for");
       };
-      ins.attrs["axis"].num = indexOf(kAxes, g, "group");
+      ins.attrs["axis"].num = indexOf(bigcd::kMeshAxes, g, "group");
       if (auto r = op.getAttrOfType<StringAttr>("reduce"))
-        ins.attrs["reduce"].num = indexOf(kReduces, r.getValue(), "reduce");
+        ins.attrs["reduce"].num = indexOf(bigcd::kReductions, r.getValue(), "reduce");
     }
     if (isa<bigcd::TpSliceOp, bigcd::VocabCeStatsOp, bigcd::VocabCeStatsGradOp>(op))
       ins.attrs["axis"].num = 1.0; // the mesh axis whose rank picks the chunk
@@ -539,7 +542,8 @@ format::Program buildProgram(ModuleOp module, format::Program header) {
   for (Operation &op : block.without_terminator()) {
     if (auto e = dyn_cast<bigcd::EmbeddingOp>(op)) {
       p.vocab = cast<RankedTensorType>(e.getTable().getType()).getDimSize(0);
-      if (e->hasAttr(bigcd::kVocabGroupAttrName)) p.vocab *= bigcd::meshAxisSize(module, "tp"); // a chunk of it
+      if (e->hasAttr(bigcd::kVocabGroupAttrName))
+        p.vocab *= bigcd::meshAxisSize(module, bigcd::kTpAxis); // a chunk of it
       break;
     }
     if (auto ce = dyn_cast<bigcd::CrossEntropyOp>(op); ce && p.vocab == 0) {
@@ -549,7 +553,7 @@ format::Program buildProgram(ModuleOp module, format::Program header) {
     if (auto fl = dyn_cast<bigcd::LinearCeStatsOp>(op); fl && p.vocab == 0) { // the fused head's columns
       auto w = cast<RankedTensorType>(fl.getW().getType());
       p.vocab = fl.getTransposeB() ? w.getDimSize(0) : w.getDimSize(1);
-      if (fl->hasAttr(bigcd::kVocabGroupAttrName)) p.vocab *= bigcd::meshAxisSize(module, "tp");
+      if (fl->hasAttr(bigcd::kVocabGroupAttrName)) p.vocab *= bigcd::meshAxisSize(module, bigcd::kTpAxis);
     }
   }
   for (const format::Buffer &b : p.buffers) // a padded table's or head's rows are Vp: the model's V
@@ -566,9 +570,9 @@ format::Program buildProgram(ModuleOp module, format::Program header) {
   // The runtime reads found_inf after the step (bigc-memory-plan keeps it live to the end).
   if (p.foundInf >= 0) p.buffers[size_t(p.foundInf)].liveLast = end;
   // bigc-shard: the mesh and the ZeRO stage (absent: one rank).
-  p.dp = bigcd::meshAxisSize(module, "dp");
-  p.tp = bigcd::meshAxisSize(module, "tp");
-  p.pp = bigcd::meshAxisSize(module, "pp");
+  p.dp = bigcd::meshAxisSize(module, bigcd::kDpAxis);
+  p.tp = bigcd::meshAxisSize(module, bigcd::kTpAxis);
+  p.pp = bigcd::meshAxisSize(module, bigcd::kPpAxis);
   p.ranks = p.dp * p.tp * p.pp;
   // bigc-pipeline: which stage this module is (the driver bundles the stages' programs).
   if (auto pipe = module->getAttrOfType<DictionaryAttr>(bigcd::kPipelineAttrName)) {

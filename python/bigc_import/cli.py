@@ -30,13 +30,14 @@ error (please report it).
 """
 
 HF_HELP = """\
-A Hugging Face causal LM from its config.json: the families llama, mistral, qwen2 and gpt2
-(chosen by model_type, else architectures). The model is built by transformers
+A Hugging Face causal LM from its config.json: the families llama, mistral, qwen2, gpt2, gemma,
+olmo and olmo2 (chosen by model_type, else architectures). The model is built by transformers
 (AutoModelForCausalLM.from_config, attn_implementation="sdpa", fp32) after torch.manual_seed(S),
 so its random initialisation is reproducible, and --weights replaces it by a checkpoint's. The
 loss is the mean cross-entropy of the logits against the targets, over B x T positions; dropout
 is set to 0 (bigc has no dropout). LLaMA-family models map to bigc.rmsnorm, bigc.rope (inv_freq
-from the model), bigc.gqa_attention (Mistral's sliding window included) and bigc.swiglu; GPT-2 to
+from the model), bigc.gqa_attention (Mistral's sliding window included) and bigc.swiglu; Gemma's
+GELU-gated MLP to bigc.geglu; OLMo's weightless LayerNorm to bigc.layernorm; GPT-2 to
 bigc.layernorm, bigc.attention on its packed q,k,v and bigc.gelu.
 """
 
@@ -45,7 +46,8 @@ Your own nn.Module. FILE.py is imported and FUNCTION() called; it returns
 (module, (tokens, targets)): the module and an example batch, two int64 tensors [B,T] whose
 shape the model is compiled for. The module is called as module(tokens, targets) and its loss
 is its result if that is a 0-dim tensor, else the first 0-dim tensor of a returned tuple
-(nanoGPT returns (logits, loss)), else the result's .loss. A module whose forward takes one
+(nanoGPT returns (logits, loss)), else the result's .loss, else a 0-dim tensor the call stored in
+the module's .last_loss (llama2.c's). A module whose forward takes one
 argument is called as module(tokens); if it returns logits [B,T,V], the loss is the mean
 cross-entropy against the targets. The module runs in the mode it is returned in (train or
 eval); bigc has no dropout, so dropout must be 0 or the module in eval mode.
@@ -63,7 +65,7 @@ class Parser(argparse.ArgumentParser):
 def parser():
     p = Parser(prog=PROG, description=MAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", metavar="{hf,torch}")
-    h = sub.add_parser("hf", help="a Hugging Face causal-LM config (llama, mistral, qwen2, gpt2)",
+    h = sub.add_parser("hf", help="a Hugging Face causal-LM config (llama, mistral, qwen2, gpt2, gemma, olmo, olmo2)",
                        description=HF_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     h.add_argument("config", metavar="CONFIG.json", help="the model's config.json")
     h.add_argument("--batch", type=int, default=1, metavar="B",

@@ -35,6 +35,9 @@ FIELDS = {
     "llama": _LLAMA,
     "mistral": _LLAMA,
     "qwen2": dict(_LLAMA, max_window_layers="size0"),
+    "gemma": _LLAMA,
+    "olmo": _LLAMA,
+    "olmo2": _LLAMA,
     "gpt2": {
         "vocab_size": "size",
         "n_embd": "size",

@@ -11,7 +11,8 @@ One walk over the graph of ``torch.export`` in program order. Each node gets a *
   when something other than a pattern consumes it;
 * ``Part``   one of the parts of a split (GPT-2's packed q, k, v);
 * ``Elem``   an elementwise expression over such values (GELU's tanh formula, silu(g)*u, a
-  residual add), recognised as a bigc op (gelu, silu, swiglu, scale, add, mul) when consumed;
+  residual add), recognised as a bigc op (gelu, silu, swiglu, scale: recognise.py, by its
+  structure) or lowered op by op (add, mul, scale) when consumed;
 * ``Pat``    a partial pattern (RMSNorm's statistic, rotary embeddings' halves, repeat_kv's
   expand) completed by a later node into one bigc op, or an error when consumed otherwise.
 
@@ -24,7 +25,7 @@ import re
 
 import torch
 
-from . import source
+from . import recognise, source
 from .errors import UserError
 from .mlir import Attr, Builder, tensor_type
 
@@ -121,12 +122,14 @@ class Pat(Value):
 
 PURPOSE = {
     "relu": "ReLU activation", "leaky_relu": "leaky ReLU activation", "elu": "ELU activation",
-    "softmax": "softmax; a hand-written attention? F.scaled_dot_product_attention maps to "
-               "bigc's attention", "_softmax": "softmax",
+    "softmax": "softmax; an attention written out maps to bigc's when it is softmax(q @ k^T * scale "
+               "+ a causal mask) @ v over heads views, as is F.scaled_dot_product_attention",
+    "_softmax": "softmax; an attention written out maps to bigc's when it is softmax(q @ k^T * scale "
+                "+ a causal mask) @ v over heads views",
     "log_softmax": "log-softmax; F.cross_entropy maps to bigc.cross_entropy",
     "nll_loss": "negative log-likelihood; F.cross_entropy maps to bigc.cross_entropy",
-    "masked_fill": "masked fill; a hand-written causal mask? F.scaled_dot_product_attention "
-                   "with is_causal=True maps to bigc's attention",
+    "masked_fill": "masked fill; a causal mask maps as part of an attention: scores.masked_fill(mask, "
+                   "-inf) of q @ k^T, then softmax and @ v",
     "where": "elementwise select", "cumsum": "cumulative sum", "sort": "sort", "topk": "top-k",
     "argmax": "argmax", "max": "maximum", "min": "minimum", "amax": "maximum", "sum": "sum",
     "mean": "mean; only RMSNorm's mean of squares maps (to bigc.rmsnorm)",
@@ -361,40 +364,6 @@ def fit_inv_freq(c, n, s):
     return torch.stack(cands)[pick, torch.arange(best.numel())]
 
 
-# elementwise evaluation (probing expressions in float64)
-
-def _gelu_tanh(x):
-    return torch.nn.functional.gelu(x, approximate="tanh")
-
-
-def _gelu_none(x):
-    return torch.nn.functional.gelu(x)
-
-
-UNARY = {
-    "neg": lambda x: -x, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "exp": torch.exp,
-    "log": torch.log, "erf": torch.erf, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
-    "relu": torch.relu, "reciprocal": torch.reciprocal, "silu": torch.nn.functional.silu,
-    "gelu_tanh": _gelu_tanh, "gelu_none": _gelu_none, "abs": torch.abs, "sin": torch.sin,
-    "cos": torch.cos, "square": lambda x: x * x,
-}
-BINARY = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
-    "pow": torch.pow,
-}
-
-
-def evaluate(en, env):
-    if isinstance(en, float):
-        return en
-    if en.op == "var":
-        return env[id(en.args[0])]
-    a = [evaluate(x, env) for x in en.args]
-    if en.op in UNARY:
-        return UNARY[en.op](a[0])
-    return BINARY[en.op](a[0], a[1])
-
-
 def collect_vars(en, out=None):
     if out is None:
         out = {}
@@ -578,6 +547,9 @@ class Lowerer:
             x = self.mat(p.f["x"], node)
             return self.scale(self.slice_ten(x, p.f["dim"], p.f["start"], p.f["end"], node), -1.0,
                               node)
+        if k == "scores" and p.f["window"] is None:  # q @ k^T (times a number), not an attention
+            y = self._bmm(p.node, p.f["x"], p.f["w"])
+            return y if p.f["scale"] == 1.0 else self.scale(y, p.f["scale"], node)
         if k == "normed":  # RMSNorm without a weight
             x = self.mat(p.f["x"], node)
             w = self.fill(1.0, (x.shape[-1],), p.node)
@@ -594,6 +566,15 @@ class Lowerer:
             "rothalf": "rotate_half outside rotary embeddings",
             "mulrot": "rotary embeddings not of the form q*cos + rotate_half(q)*sin",
             "repeat_kv": "repeat_kv outside attention",
+            "scores": "attention scores q @ k^T used other than in softmax(q @ k^T * scale + a causal mask) "
+                      "@ v (bigc's attention is that, whole)",
+            "probs": "attention probabilities used other than multiplied by the values",
+            "pair": "the pairs of adjacent elements (unbind(-1) of a [...,D/2,2] view) outside rotary "
+                    "embeddings",
+            "pairmul": "rotary embeddings of interleaved pairs not of the form (x_re*cos - x_im*sin, "
+                       "x_re*sin + x_im*cos)",
+            "pairrot": "rotary embeddings of interleaved pairs not stacked back (torch.stack([re, im], -1))",
+            "pairstack": "rotary embeddings of interleaved pairs not flattened back to the heads",
         }.get(k)
         self.fail_node(p.node, what)
 
@@ -681,47 +662,19 @@ class Lowerer:
                        if op in ("mul", "div", "add", "sub") else None)
 
     def recognise(self, en, vs):
-        """A bigc op computing the expression en over the variables vs, or None."""
-        gen = torch.Generator().manual_seed(0)
-        keys = list(vs.keys())
-        n = 2000
-        env = {k: (torch.rand(n, generator=gen, dtype=torch.float64) * 10 - 5) for k in keys}
-        try:
-            with torch.no_grad():
-                got = evaluate(en, env)
-        except Exception:
+        """The bigc op the expression en computes over the variables vs (recognise.py: by its
+        structure), emitted; or None."""
+        m = recognise.recognise(en, vs)
+        if m is None:
             return None
-        if not isinstance(got, torch.Tensor) or not torch.all(torch.isfinite(got)):
-            return None
-
-        def close(want):
-            return bool(torch.all((got - want).abs() <= 1e-9 * (1 + want.abs())))
-
         node = en.node
-        if len(keys) == 1:
-            x = env[keys[0]]
-            v = vs[keys[0]]
-            if close(x):
-                return self.mat(v, node)
-            c = float(got[0] / x[0]) if x[0] != 0 else None
-            if c is not None and close(c * x):
-                return self.scale(self.mat(v, node), c, node)
-            for approx in ("tanh", "none"):
-                if close(torch.nn.functional.gelu(x, approximate=approx)):
-                    t = self.mat(v, node)
-                    attrs = {} if approx == "tanh" else {"approximate": Attr.str("none")}
-                    return self.emit("gelu", [t], [t.shape], attrs, node=node)[0]
-            if close(torch.nn.functional.silu(x)):
-                t = self.mat(v, node)
-                return self.emit("silu", [t], [t.shape], node=node)[0]
-            return None
-        if len(keys) == 2:
-            for g, u in ((keys[0], keys[1]), (keys[1], keys[0])):
-                if close(torch.nn.functional.silu(env[g]) * env[u]):
-                    gt = self.mat(vs[g], node)
-                    ut = self.mat(vs[u], node)
-                    return self.emit("swiglu", [gt, ut], [gt.shape], node=node)[0]
-        return None
+        ts = [self.mat(v, node) for v in m.variables]
+        if m.op == "identity":
+            return ts[0]
+        if m.op == "scale":
+            return self.scale(ts[0], m.attrs["factor"], node)
+        attrs = {"approximate": Attr.str(m.attrs["approximate"])} if "approximate" in m.attrs else {}
+        return self.emit(m.op, ts, [ts[0].shape], attrs, node=node)[0]
 
     def lower_enode(self, en):
         if en.op == "var":
@@ -781,6 +734,33 @@ class Lowerer:
         shape = out_shape(node)
         P = [o for o in operands if isinstance(o, Pat)]
         others = [o for o in operands if not isinstance(o, Pat)]
+        if op == "mul" and len(P) == 1 and P[0].kind == "pair" and len(others) == 1 and \
+                isinstance(others[0], Const) and scalar_of(others[0]) is None:
+            return Pat("pairmul", node, shape, **dict(P[0].f, c=others[0]))
+        if op in ("add", "sub") and len(P) == 2 and all(p.kind == "pairmul" for p in P) and \
+                P[0].f["x"] is P[1].f["x"] and {P[0].f["part"], P[1].f["part"]} == {0, 1}:
+            # x_re * cos - x_im * sin (the real part), x_re * sin + x_im * cos (the imaginary part); the
+            # sine's table is the one that is 0 at position 0
+            re_, im_ = (P[0], P[1]) if P[0].f["part"] == 0 else (P[1], P[0])
+
+            def sine(c):
+                v = c.val
+                return isinstance(v, torch.Tensor) and v.dim() >= 1 and bool(torch.all(v.reshape(-1, v.shape[-1])[0] == 0))
+            if op == "sub" and operands[0] is re_ and not sine(re_.f["c"]) and sine(im_.f["c"]):
+                return Pat("pairrot", node, shape, **dict(re_.f, which=0, cos=re_.f["c"], sin=im_.f["c"]))
+            if op == "add" and sine(re_.f["c"]) and not sine(im_.f["c"]):
+                return Pat("pairrot", node, shape, **dict(re_.f, which=1, cos=im_.f["c"], sin=re_.f["c"]))
+        if len(P) == 1 and P[0].kind == "scores" and len(others) == 1:  # a written-out attention
+            p, o = P[0], others[0]
+            c = scalar_of(o)
+            if op == "mul" and c is not None:
+                return Pat("scores", node, shape, **dict(p.f, scale=p.f["scale"] * c))
+            if op == "div" and c is not None and operands[0] is p and c != 0:
+                return Pat("scores", node, shape, **dict(p.f, scale=p.f["scale"] / c))
+            if op == "add" and isinstance(o, Const) and c is None and p.f["window"] is None:
+                # an additive mask: 0 where a key is seen, -inf where not (llama2.c, Meta's llama)
+                W = self._causal_window(node, o, p.f["H"], p.f["T"])
+                return Pat("scores", node, shape, **dict(p.f, window=W))
         if op == "add" and len(P) == 1 and len(others) == 1:
             p = P[0]
             eps = scalar_of(others[0])
@@ -838,9 +818,23 @@ class Lowerer:
             self.fail_at(node, "rotary tables that differ between sequences or heads (bigc.rope "
                                "rotates position t of every sequence alike)")
         half = D // 2
+        inv, s = self._rope_freqs(node, ct, st, sorted(set(cos.srcs) | set(sin.srcs)), T, half, halves=True)
+        x = self.mat(base, node)
+        attrs = {"head_dim": Attr.i64(D), "inv_freq": Attr.f64_array([float(v) for v in inv])}
+        if s != 1.0:
+            attrs["attention_scaling"] = Attr.f64(s)
+        y = self.emit("rope", [x], [x.shape], attrs)[0]
+        if lay == "bhtd":
+            return heads_view(y, H, D)
+        return make_view(y, ("r", (B, T, H, D)))
+
+    def _rope_freqs(self, node, ct, st, srcs, T, half, halves=False):
+        """(inv_freq, scale) of rotary tables ct, st [T, half] (cos and sin of inv_freq[i] * t, times
+        the scale; `halves`: [T, 2*half], the table twice, as rotate_half's): the module's inv_freq
+        buffer where it has one, else fitted to the tables; an error where the tables are not
+        that formula."""
         s = float(ct[0, 0])
         inv = None
-        srcs = sorted(set(cos.srcs) | set(sin.srcs))
         for pref in (True, False):
             for name in srcs:
                 if not name.endswith("inv_freq"):
@@ -860,21 +854,15 @@ class Lowerer:
             self.fail_at(node, "rotary embeddings whose frequencies cannot be found (no inv_freq "
                                "buffer)")
         a = inv[None, :] * pos[:, None]
-        want_c = torch.cat([a.cos(), a.cos()], dim=-1) * s
-        want_s = torch.cat([a.sin(), a.sin()], dim=-1) * s
+        want_c, want_s = a.cos() * s, a.sin() * s
+        if halves:
+            want_c, want_s = torch.cat([want_c, want_c], dim=-1), torch.cat([want_s, want_s], dim=-1)
         err = max(float((want_c - ct).abs().max()), float((want_s - st).abs().max()))
         if not err <= 1e-5 * max(1.0, abs(s)):
             self.fail_at(node, f"rotary tables that are not bigc.rope's formula (cos/sin of "
                                f"inv_freq[i]*t for t = 0..{T - 1}, times {s:g}): they differ by "
                                f"{err:.3g}")
-        x = self.mat(base, node)
-        attrs = {"head_dim": Attr.i64(D), "inv_freq": Attr.f64_array([float(v) for v in inv])}
-        if s != 1.0:
-            attrs["attention_scaling"] = Attr.f64(s)
-        y = self.emit("rope", [x], [x.shape], attrs)[0]
-        if lay == "bhtd":
-            return heads_view(y, H, D)
-        return make_view(y, ("r", (B, T, H, D)))
+        return inv, s
 
     # --- the walk ------------------------------------------------------------------------------
     def buffer_value(self, fqn):
@@ -1086,6 +1074,10 @@ class Lowerer:
     # views
 
     def _view(self, node, x, op):
+        if isinstance(x, Pat) and x.kind == "pairstack" and op[0] == "r":
+            r = self._interleaved_rope(node, x, tuple(op[1]))
+            if r is not None:
+                return r
         if isinstance(x, Pat):
             if x.kind == "expand" and op[0] == "r":
                 r = self.repeat_kv(node, x, op[1])
@@ -1196,6 +1188,62 @@ class Lowerer:
         sizes = [min(step, n - o) for o in range(0, n, step)]
         return self._split(node, x, sizes, a["dim"])
 
+    # --- rotary embeddings of interleaved pairs (llama2.c: each head's adjacent elements as the real
+    # and imaginary parts of a complex number, unbound, rotated by cos/sin tables, stacked back) -----
+    def op_unbind(self, node, a):
+        x, dim = a["self"], a.get("dim", 0)
+        if isinstance(x, View) and len(x.shape) == 5 and norm_dim(dim, 5) == 4 and x.shape[4] == 2 and \
+                len(x.base.shape) == 3 and list(x.chain) == compose_chain(x.base.shape, [("r", x.shape)]):
+            B, T, C = x.base.shape
+            H, half = x.shape[2], x.shape[3]
+            if tuple(x.shape[:2]) == (B, T) and H * half * 2 == C:
+                return [Pat("pair", node, x.shape[:4], x=x.base, H=H, D=2 * half, part=k) for k in (0, 1)]
+        self.fail_node(node)
+
+    def op_stack(self, node, a):
+        ts, dim = list(a["tensors"]), a.get("dim", 0)
+        if len(ts) == 2 and all(isinstance(t, Pat) and t.kind == "pairrot" for t in ts) and \
+                ts[0].f["x"] is ts[1].f["x"] and (ts[0].f["which"], ts[1].f["which"]) == (0, 1) and \
+                norm_dim(dim, 5) == 4:
+            re_, im_ = ts
+            for k in ("cos", "sin"):
+                a_, b_ = re_.f[k].val, im_.f[k].val
+                if not (isinstance(a_, torch.Tensor) and isinstance(b_, torch.Tensor) and a_.shape == b_.shape
+                        and torch.equal(a_, b_)):
+                    self.fail_at(node, "rotary embeddings of interleaved pairs whose real and imaginary "
+                                       "parts are rotated by different tables")
+            return Pat("pairstack", node, out_shape(node), **re_.f)
+        for t in ts:
+            if isinstance(t, Pat):
+                self.force_pat(t, node)
+        self.fail_node(node)
+
+    def _interleaved_rope(self, node, p, shape):
+        base, H, D = p.f["x"], p.f["H"], p.f["D"]
+        B, T, _ = base.shape
+        if shape != (B, T, H, D):
+            return None
+        half = D // 2
+        tabs = []
+        for k in ("cos", "sin"):
+            try:
+                t = torch.broadcast_to(p.f[k].val, (B, T, H, half)).to(torch.float32)
+            except RuntimeError:
+                self.fail_at(node, "rotary tables that do not broadcast to the pairs")
+            if not bool(torch.all(t == t[0:1, :, 0:1, :])):
+                self.fail_at(node, "rotary tables that differ between sequences or heads (bigc.rope "
+                                   "rotates position t of every sequence alike)")
+            tabs.append(t[0, :, 0, :])
+        srcs = sorted(set(p.f["cos"].srcs) | set(p.f["sin"].srcs))
+        inv, s = self._rope_freqs(node, tabs[0], tabs[1], srcs, T, half)
+        x = self.mat(base, node)
+        attrs = {"head_dim": Attr.i64(D), "inv_freq": Attr.f64_array([float(v) for v in inv]),
+                 "interleaved": Attr.UNIT}
+        if s != 1.0:
+            attrs["attention_scaling"] = Attr.f64(s)
+        y = self.emit("rope", [x], [x.shape], attrs)[0]
+        return make_view(y, ("r", (B, T, H, D)))
+
     def op_cat(self, node, a):
         xs = list(a["tensors"])
         shape = out_shape(node)
@@ -1271,12 +1319,7 @@ class Lowerer:
             vs = collect_vars(x.root)
             if len(vs) == 1:
                 k, v = next(iter(vs.items()))
-                t = torch.linspace(-3, 3, 101, dtype=torch.float64)
-                try:
-                    got = evaluate(x.root, {k: t})
-                except Exception:
-                    got = None
-                if got is not None and bool(torch.allclose(got, t * t, rtol=1e-12, atol=1e-12)):
+                if recognise.is_square(x.root, k):  # x * x, x ** 2, x.square(): an RMSNorm's statistic
                     return Pat("meansq", node, out_shape(node), x=v)
         self.fail_node(node)
 
@@ -1341,6 +1384,14 @@ class Lowerer:
 
     def op_bmm(self, node, a):
         x, w = a["self"], a["mat2"]
+        if isinstance(x, Pat) and x.kind == "probs":
+            return self._written_attention(node, x, w)
+        s = self._scores(node, x, w)
+        if s is not None:
+            return s
+        return self._bmm(node, x, w)
+
+    def _bmm(self, node, x, w):
         if len(x.shape) != len(w.shape) or len(x.shape) < 3 or x.shape[:-2] != w.shape[:-2]:
             self.fail_node(node, "a batched matrix product with broadcasting")
         tr = False
@@ -1458,6 +1509,81 @@ class Lowerer:
                                "[B,T,H*D] tensor (x.view(B,T,H,D).transpose(1,2))")
         return hl[0], hl[1], hl[2]
 
+    # --- attention written out: softmax(q @ k^T * scale + causal mask) @ v (minGPT, nanoGPT without
+    # flash, llama2.c, Meta's llama), recognised whole as bigc's attention ---------------------------
+    def _scores(self, node, q, w):
+        """Pat('scores') for q @ k^T of two heads views (x.view(B,T,H,D).transpose(1,2)), else None."""
+        if len(q.shape) != 4 or not isinstance(w, View) or len(w.shape) != 4:
+            return None
+        hq = heads_layout(q)
+        hk = heads_layout(make_view(w, ("t", (0, 1, 3, 2))))
+        if hq is None or hk is None or hq[3] != "bhtd" or hk[3] != "bhtd" or hq[1:3] != hk[1:3] or \
+                hq[0].shape[:2] != hk[0].shape[:2]:
+            return None
+        B, T, _ = hq[0].shape
+        return Pat("scores", node, out_shape(node), q=hq[0], k=hk[0], H=hq[1], D=hq[2], T=T, scale=1.0,
+                   window=None, x=q, w=w)
+
+    def op_masked_fill(self, node, a):
+        x, mask, value = a["self"], a["mask"], a["value"]
+        if isinstance(x, Pat) and x.kind == "scores" and x.f["window"] is None and isinstance(mask, Const) and \
+                scalar_of(value) is not None and scalar_of(value) <= -1e30:
+            m = mask.val  # True: masked out; the keys seen are the others
+            if isinstance(m, torch.Tensor) and m.dtype == torch.bool:
+                W = self._causal_window(node, Const(~m), x.f["H"], x.f["T"])
+                return Pat("scores", node, out_shape(node), **dict(x.f, window=W))
+        if isinstance(x, Pat):
+            self.force_pat(x, node)
+        self.fail_node(node)
+
+    def op__softmax(self, node, a):
+        x = a["self"]
+        if isinstance(x, Pat) and x.kind == "scores" and norm_dim(a["dim"], 4) == 3:
+            if x.f["window"] is None:
+                self.fail_at(node, "non-causal attention (bigc's attention is causal: mask the scores "
+                                   "with a causal mask, or use F.scaled_dot_product_attention with "
+                                   "is_causal=True)")
+            return Pat("probs", node, out_shape(node), **x.f)
+        if isinstance(x, Pat):
+            self.force_pat(x, node)
+        self.fail_node(node)
+
+    op_softmax = op__softmax
+
+    def _written_attention(self, node, p, v):
+        hv = heads_layout(v)
+        if hv is None or hv[3] != "bhtd" or hv[1:3] != (p.f["H"], p.f["D"]) or \
+                hv[0].shape[:2] != p.f["q"].shape[:2]:
+            self.fail_at(node, "attention probabilities multiplied by values that are not the heads "
+                               "of a [B,T,H*D] tensor with the queries' heads")
+        return self._attention(node, p.f["q"], p.f["k"], hv[0], p.f["H"], p.f["H"], p.f["D"], p.f["window"],
+                               p.f["scale"])
+
+    def _attention(self, node, qb, kb, vb, H, Hk, D, W, scale):
+        """bigc's attention over the [B,T,H*D] q and [B,T,Hk*D] k, v: the packed form (GPT-2's
+        split of one qkv projection) or grouped-query attention; W the sliding window (0: none)."""
+        B, T, _ = qb.shape
+        default = 1.0 / math.sqrt(D)
+        custom = scale is not None and abs(scale - default) > 1e-12 * default
+        packed = (isinstance(qb, Part) and isinstance(kb, Part) and isinstance(vb, Part) and
+                  qb.group is kb.group is vb.group and (qb.index, kb.index, vb.index) == (0, 1, 2) and
+                  len(qb.group.sizes) == 3 and len(set(qb.group.sizes)) == 1 and
+                  qb.group.axis == len(qb.group.src.shape) - 1 and Hk == H and W == 0 and not custom)
+        if packed:
+            qkv = self.mat(qb.group.src, node)
+            out = self.emit("attention", [qkv], [(B, T, H * D), (B, H, T)], {"heads": Attr.i64(H)},
+                            hints=[node.name, node.name + "_lse"])[0]
+        else:
+            qt, kt, vt = self.mat(qb, node), self.mat(kb, node), self.mat(vb, node)
+            attrs = {"heads": Attr.i64(H), "kv_heads": Attr.i64(Hk)}
+            if W:
+                attrs["window"] = Attr.i64(W)
+            if custom:
+                attrs["scale"] = Attr.f64(scale)
+            out = self.emit("gqa_attention", [qt, kt, vt], [(B, T, H * D), (B, H, T)], attrs,
+                            hints=[node.name, node.name + "_lse"])[0]
+        return heads_view(out, H, D)
+
     def op_scaled_dot_product_attention(self, node, a):
         q = a["query"]
         hq = heads_layout(q)
@@ -1484,27 +1610,7 @@ class Lowerer:
                 self.fail_at(node, "an attention mask computed from the data (bigc's attention "
                                    "is causal, with an optional sliding window)")
             W = self._causal_window(node, mask, H, T)
-        scale = a.get("scale")
-        default = 1.0 / math.sqrt(D)
-        custom = scale is not None and abs(scale - default) > 1e-12 * default
-        packed = (isinstance(qb, Part) and isinstance(kb, Part) and isinstance(vb, Part) and
-                  qb.group is kb.group is vb.group and (qb.index, kb.index, vb.index) == (0, 1, 2) and
-                  len(qb.group.sizes) == 3 and len(set(qb.group.sizes)) == 1 and
-                  qb.group.axis == len(qb.group.src.shape) - 1 and Hk == H and W == 0 and not custom)
-        if packed:
-            qkv = self.mat(qb.group.src, node)
-            out = self.emit("attention", [qkv], [(B, T, H * D), (B, H, T)], {"heads": Attr.i64(H)},
-                            hints=[node.name, node.name + "_lse"])[0]
-        else:
-            qt, kt, vt = self.mat(qb, node), self.mat(kb, node), self.mat(vb, node)
-            attrs = {"heads": Attr.i64(H), "kv_heads": Attr.i64(Hk)}
-            if W:
-                attrs["window"] = Attr.i64(W)
-            if custom:
-                attrs["scale"] = Attr.f64(scale)
-            out = self.emit("gqa_attention", [qt, kt, vt], [(B, T, H * D), (B, H, T)], attrs,
-                            hints=[node.name, node.name + "_lse"])[0]
-        return heads_view(out, H, D)
+        return self._attention(node, qb, kb, vb, H, Hk, D, W, a.get("scale"))
 
     def op_cross_entropy_loss(self, node, a):
         logits, target = a["self"], a["target"]

@@ -15,6 +15,9 @@ FAMILIES = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "gpt2": "GPT2LMHeadModel",
+    "gemma": "GemmaForCausalLM",
+    "olmo": "OlmoForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
 }
 
 

@@ -3,6 +3,7 @@
 #include "bigc/Runtime/executor.h"
 #include "bigc/Runtime/cpu_adam.h"
 #include "bigc/Runtime/half.h"
+#include "bigc/Runtime/kernel_table.h"
 #include "bigc/Runtime/kernels.h"
 #include "bigc/Runtime/loss_scale.h"
 #include "bigc/Runtime/ops.h"
@@ -25,6 +26,7 @@ struct Executor::Op : BoundOp {
   std::vector<float *> parts;         // split: the outputs
   std::vector<const float *> cparts;  // concat: the inputs
   float *capture = nullptr;           // adamw with grad capture on: where its grad goes (f32)
+  Kernel kernel = nullptr;            // its kernel (kernels(), found when the program is loaded)
 };
 
 namespace {
@@ -41,6 +43,12 @@ cpu::Round roundOf(const BoundOp &op) {
 // Ops that read and write their operands in their stored dtypes themselves (no staging): on the
 // CPU also the embedding (rows copied or converted) and tp_slice (bytes).
 bool direct(OpKind k) { return handlesOwnDtypes(k) || k == OpKind::Embedding || k == OpKind::TpSlice; }
+
+// The operands as the kernels take them: f32 (or staged f32), i32 ids, an f32 scalar.
+const float *fi(const BoundOp &op, size_t k) { return static_cast<const float *>(op.in[k]); }
+float *fo(const BoundOp &op, size_t k) { return static_cast<float *>(op.out[k]); }
+const int32_t *ii(const BoundOp &op, size_t k) { return static_cast<const int32_t *>(op.in[k]); }
+float scalarIn(const BoundOp &op, size_t k) { return *static_cast<const float *>(op.rawIn[k]); }
 } // namespace
 
 Executor::Executor(Program program, uint64_t seed, RankContext rank)
@@ -177,7 +185,9 @@ std::unique_ptr<BoundOp> Executor::makeOp() const { return std::make_unique<Op>(
 
 void Executor::captureGrad(BoundOp &op, std::vector<float> &dst) { static_cast<Op &>(op).capture = dst.data(); }
 
-void Executor::planOp(BoundOp &op) {
+void Executor::planOp(BoundOp &bound) {
+  Op &op = static_cast<Op &>(bound);
+  op.kernel = kernels().at(op.kind, *op.ins, op.index); // (none: the program is refused here)
   // fp32 staging for the 16-bit operands of the ops that compute in fp32 on f32 pointers.
   if (!direct(op.kind))
     stageOperands(
@@ -219,217 +229,268 @@ void Executor::loadInputs(const int32_t *tokens, const int32_t *targets) {
   }
 }
 
+// The CPU device's kernels, one per op (include/bigc/Runtime/kernel_table.h): on f32 operands (the
+// 16-bit ones staged, planOp), or in the operands' own dtypes (direct).
+const KernelTable<Executor::Kernel> &Executor::kernels() {
+  const Kernel kGqaAttention = [](Executor &e, Op &op) {
+    const AttentionGeometry g = attentionGeometry(op);
+    if (op.kind == OpKind::GqaAttention)
+      cpu::attention(g, fi(op, 0), fi(op, 1), fi(op, 2), fo(op, 0), fo(op, 1));
+    else
+      cpu::attentionGrad(g, fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fi(op, 4), fi(op, 5), fo(op, 0), fo(op, 1),
+                         fo(op, 2));
+  };
+  const Kernel kAllReduce = [](Executor &e, Op &op) {
+    e.rank_.commOf(op.axis)->run(e.rank_.localOf(op.axis), op.collectiveKind(), op.reduce, op.coll, e.where(op));
+  };
+  const Kernel kSend = [](Executor &e, Op &op) {
+    const int peer = e.peerRank(op, e.rank_.globalRank);
+    if (op.kind == OpKind::Send)
+      e.rank_.p2p->send(e.rank_.p2pLocal, peer, op.tag, op.rawIn[0], op.n, e.where(op));
+    else
+      e.rank_.p2p->recv(e.rank_.p2pLocal, peer, op.tag, op.rawOut[0], op.n, e.where(op));
+  };
+  const Kernel kCheckFinite = [](Executor &e, Op &op) {
+    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, e.updates_, e.lrFor(op));
+  };
+  static const KernelTable<Kernel> table("cpu", {
+      {OpKind::Embedding, [](Executor &e, Op &op) {
+            const int32_t *ids = ii(op, 1);
+            const int64_t vocab = op.vocab, tokens = op.classes > 0 ? op.classes : vocab; // (a padded table's)
+            for (int64_t k = 0; k < op.n; ++k)
+              if (ids[k] < 0 || ids[k] >= tokens) e.badId(op, false, ids[k], k, tokens);
+            if (vocab != op.V) { // vocabulary-parallel: this rank's rows; other ids give zeros
+              const int64_t C = op.C, es = dtypeSize(op.outType[0]);
+              for (int64_t k = 0; k < op.n; ++k) {
+                const int64_t id = ids[k] - op.offset;
+                char *dst = static_cast<char *>(op.rawOut[0]) + k * C * es;
+                if (id < 0 || id >= op.V) {
+                  std::memset(dst, 0, size_t(C * es));
+                } else if (op.inType[0] == op.outType[0]) {
+                  std::memcpy(dst, static_cast<const char *>(op.rawIn[0]) + id * C * es, size_t(C * es));
+                } else {
+                  for (int64_t c = 0; c < C; ++c)
+                    storeFrom32(op.rawOut[0], op.outType[0], k * C + c, loadAs32(op.rawIn[0], op.inType[0], id * C + c));
+                }
+              }
+            } else if (op.inType[0] == DType::F32 && op.outType[0] == DType::F32) {
+              cpu::embedding(fi(op, 0), ids, fo(op, 0), op.n, op.V, op.C);
+            } else {
+              const int64_t C = op.C;
+              const int64_t rowBytes = C * dtypeSize(op.outType[0]);
+#pragma omp parallel for schedule(static) if (op.n * C >= (1 << 16))
+              for (int64_t k = 0; k < op.n; ++k) {
+                const int64_t id = ids[k];
+                if (op.inType[0] == op.outType[0]) {
+                  std::memcpy(static_cast<char *>(op.rawOut[0]) + k * rowBytes,
+                              static_cast<const char *>(op.rawIn[0]) + id * rowBytes, size_t(rowBytes));
+                } else {
+                  for (int64_t c = 0; c < C; ++c)
+                    storeFrom32(op.rawOut[0], op.outType[0], k * C + c, loadAs32(op.rawIn[0], op.inType[0], id * C + c));
+                }
+              }
+            }
+      }},
+      {OpKind::EmbeddingGrad, [](Executor &e, Op &op) {
+        const int64_t vocab = op.vocab, tokens = op.classes > 0 ? op.classes : vocab;
+        for (int64_t k = 0; k < op.n; ++k)
+          if (ii(op, 1)[k] < 0 || ii(op, 1)[k] >= tokens) e.badId(op, false, ii(op, 1)[k], k, tokens);
+        if (vocab != op.V)
+          cpu::embeddingGradRows(fi(op, 0), ii(op, 1), fo(op, 0), op.n, op.V, op.C, op.offset);
+        else
+          cpu::embeddingGrad(fi(op, 0), ii(op, 1), fo(op, 0), op.n, op.V, op.C);
+      }},
+      {OpKind::TpSlice, [](Executor &e, Op &op) {
+        const int64_t t = e.rank_.tpRank, chunk = op.rows * op.sliceRun, whole = op.cols * op.sliceRun;
+        for (int64_t p = 0; p < op.slicePre; ++p)
+          std::memcpy(static_cast<char *>(op.rawOut[0]) + p * chunk,
+                      static_cast<const char *>(op.rawIn[0]) + p * whole + t * chunk, size_t(chunk));
+      }},
+      {OpKind::VocabCeStats, [](Executor &e, Op &op) {
+        int64_t bad = -1;
+        const int64_t vocab = op.classes > 0 ? op.classes : op.vocab;
+        cpu::vocabCeStats(fi(op, 0), ii(op, 1), fo(op, 0), op.N, op.vocabCols, op.offset, vocab, &bad, op.V);
+        if (bad >= 0) e.badId(op, true, ii(op, 1)[bad], bad, vocab);
+      }},
+      {OpKind::VocabCeStatsGrad, [](Executor &e, Op &op) {
+        cpu::vocabCeStatsGrad(fi(op, 0), fi(op, 1), ii(op, 2), fi(op, 3), fo(op, 0), op.N, op.vocabCols, op.offset, op.V);
+      }},
+      {OpKind::LinearCeStats, [](Executor &e, Op &op) {
+        int64_t bad = -1;
+        {
+          std::unique_lock<std::mutex> l(e.blasMu_, std::defer_lock);
+          if (e.multi_) l.lock();
+          // A padded vocabulary (transpose_b: w's first vocabCols rows are the classes) as a smaller one.
+          cpu::linearCeStats(fi(op, 0), fi(op, 1), ii(op, 2), fo(op, 0), fo(op, 1), op.N, op.C, op.vocabCols, op.n, op.tb, op.offset,
+                             op.classes > 0 ? op.classes : op.vocab, &bad);
+        }
+        if (bad >= 0) e.badId(op, true, ii(op, 2)[bad], bad, op.classes > 0 ? op.classes : op.vocab);
+      }},
+      {OpKind::LinearCeStatsGrad, [](Executor &e, Op &op) {
+        std::unique_lock<std::mutex> l(e.blasMu_, std::defer_lock);
+        if (e.multi_) l.lock();
+        cpu::linearCeStatsGrad(fi(op, 0), fi(op, 1), fi(op, 2), ii(op, 3), fi(op, 4), fo(op, 0), fo(op, 1), fo(op, 2), op.N, op.C, op.vocabCols, op.n,
+                               op.tb, op.offset);
+        if (op.vocabCols < op.V) // a padded vocabulary's rows of dw (transpose_b): zero
+          std::fill(fo(op, 1) + op.vocabCols * op.C, fo(op, 1) + op.V * op.C, 0.0f);
+      }},
+      {OpKind::VocabCeLoss, [](Executor &e, Op &op) {
+        *fo(op, 0) = cpu::vocabCeLoss(fi(op, 0), op.N, op.n);
+      }},
+      {OpKind::VocabCeLossGrad, [](Executor &e, Op &op) {
+        cpu::vocabCeLossGrad(fi(op, 0), *fi(op, 1), fo(op, 0), op.N, op.n);
+      }},
+      {OpKind::Matmul, [](Executor &e, Op &op) {
+        if (e.multi_) {
+          std::lock_guard<std::mutex> l(e.blasMu_);
+          cpu::matmul(fi(op, 0), fi(op, 1), fo(op, 0), op.batch, op.M, op.N, op.K, op.ta, op.tb, op.sA, op.sB, op.sC);
+        } else {
+          cpu::matmul(fi(op, 0), fi(op, 1), fo(op, 0), op.batch, op.M, op.N, op.K, op.ta, op.tb, op.sA, op.sB, op.sC);
+        }
+      }},
+      {OpKind::Add, [](Executor &e, Op &op) {
+        cpu::add(fi(op, 0), fi(op, 1), fo(op, 0), op.n);
+      }},
+      {OpKind::BiasAdd, [](Executor &e, Op &op) {
+        cpu::biasAdd(fi(op, 0), fi(op, 1), fo(op, 0), op.rows, op.cols);
+      }},
+      {OpKind::Mul, [](Executor &e, Op &op) {
+        cpu::mul(fi(op, 0), fi(op, 1), fo(op, 0), op.n);
+      }},
+      {OpKind::Scale, [](Executor &e, Op &op) {
+        cpu::scale(fi(op, 0), fo(op, 0), op.value, op.n);
+      }},
+      {OpKind::ReduceSum, [](Executor &e, Op &op) {
+        cpu::reduceSum(fi(op, 0), fo(op, 0), op.rows, op.cols);
+      }},
+      {OpKind::Fill, [](Executor &e, Op &op) {
+        cpu::fill(fo(op, 0), op.value, op.n);
+      }},
+      {OpKind::Layernorm, [](Executor &e, Op &op) {
+        cpu::layernorm(fi(op, 0), fi(op, 1), fi(op, 2), fo(op, 0), fo(op, 1), fo(op, 2), op.N, op.C, op.value);
+      }},
+      {OpKind::LayernormGrad, [](Executor &e, Op &op) {
+        cpu::layernormGrad(fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fi(op, 4), fo(op, 0), fo(op, 1), fo(op, 2), op.N, op.C);
+      }},
+      {OpKind::AddLayernorm, [](Executor &e, Op &op) {
+        cpu::addLayernorm(fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fo(op, 0), fo(op, 1), fo(op, 2), fo(op, 3), op.N, op.C, op.value, roundOf(op));
+      }},
+      {OpKind::AddRmsNorm, [](Executor &e, Op &op) {
+        cpu::addRmsnorm(fi(op, 0), fi(op, 1), fi(op, 2), fo(op, 0), fo(op, 1), fo(op, 2), op.N, op.C, op.value, roundOf(op));
+      }},
+      {OpKind::LayernormGradAdd, [](Executor &e, Op &op) {
+        cpu::layernormGrad(fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fi(op, 4), fo(op, 0), fo(op, 1), fo(op, 2), op.N, op.C, fi(op, 5), roundOf(op));
+      }},
+      {OpKind::RmsNormGradAdd, [](Executor &e, Op &op) {
+        cpu::rmsnormGrad(fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fo(op, 0), fo(op, 1), op.N, op.C, fi(op, 4), roundOf(op));
+      }},
+      {OpKind::BiasGelu, [](Executor &e, Op &op) {
+        cpu::biasGelu(fi(op, 0), fi(op, 1), fo(op, 0), fo(op, 1), op.rows, op.cols, op.exact, roundOf(op));
+      }},
+      {OpKind::GeluGradBias, [](Executor &e, Op &op) {
+        cpu::geluGradBias(fi(op, 0), fi(op, 1), fo(op, 0), fo(op, 1), op.rows, op.cols, op.exact, roundOf(op));
+      }},
+      {OpKind::Gelu, [](Executor &e, Op &op) {
+        cpu::gelu(fi(op, 0), fo(op, 0), op.n, op.exact);
+      }},
+      {OpKind::GeluGrad, [](Executor &e, Op &op) {
+        cpu::geluGrad(fi(op, 0), fi(op, 1), fo(op, 0), op.n, op.exact);
+      }},
+      {OpKind::Silu, [](Executor &e, Op &op) {
+        cpu::silu(fi(op, 0), fo(op, 0), op.n);
+      }},
+      {OpKind::SiluGrad, [](Executor &e, Op &op) {
+        cpu::siluGrad(fi(op, 0), fi(op, 1), fo(op, 0), op.n);
+      }},
+      {OpKind::Swiglu, [](Executor &e, Op &op) {
+        cpu::swiglu(fi(op, 0), fi(op, 1), fo(op, 0), op.n);
+      }},
+      {OpKind::Geglu, [](Executor &, Op &op) { cpu::geglu(fi(op, 0), fi(op, 1), fo(op, 0), op.n, op.exact); }},
+      {OpKind::GegluGrad,
+       [](Executor &, Op &op) { cpu::gegluGrad(fi(op, 0), fi(op, 1), fi(op, 2), fo(op, 0), fo(op, 1), op.n, op.exact); }},
+      {OpKind::SwigluGrad, [](Executor &e, Op &op) {
+        cpu::swigluGrad(fi(op, 0), fi(op, 1), fi(op, 2), fo(op, 0), fo(op, 1), op.n);
+      }},
+      {OpKind::RmsNorm, [](Executor &e, Op &op) {
+        cpu::rmsnorm(fi(op, 0), fi(op, 1), fo(op, 0), fo(op, 1), op.N, op.C, op.value);
+      }},
+      {OpKind::RmsNormGrad, [](Executor &e, Op &op) {
+        cpu::rmsnormGrad(fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fo(op, 0), fo(op, 1), op.N, op.C);
+      }},
+      {OpKind::Rope, [](Executor &e, Op &op) {
+        cpu::rope(fi(op, 0), fo(op, 0), op.B, op.T, op.C, op.headDim, op.invFreq.data(), op.scale, op.inverse,
+                  op.interleaved);
+      }},
+      {OpKind::GqaAttention, kGqaAttention},
+      {OpKind::GqaAttentionGrad, kGqaAttention},
+      {OpKind::Attention, [](Executor &e, Op &op) {
+        cpu::attention(fi(op, 0), fo(op, 0), fo(op, 1), op.B, op.T, op.C, op.H);
+      }},
+      {OpKind::AttentionGrad, [](Executor &e, Op &op) {
+        cpu::attentionGrad(fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fo(op, 0), op.B, op.T, op.C, op.H);
+      }},
+      {OpKind::Transpose, [](Executor &e, Op &op) {
+        cpu::transpose(fi(op, 0), fo(op, 0), op.shape.data(), op.perm.data(), int(op.shape.size()));
+      }},
+      {OpKind::Copy, [](Executor &e, Op &op) {
+        // (inOffset, outOffset: a range copy's, bytes; chunks start on 4096-byte boundaries)
+        char *to = static_cast<char *>(op.rawOut[0]) + op.outOffset;
+        const char *from = static_cast<const char *>(op.rawIn[0]) + op.inOffset;
+        if (e.nvmeCopy(op)) return; // to or from the nvme space
+        if (to != from) std::memmove(to, from, size_t(op.n));
+      }},
+      {OpKind::Reshape, [](Executor &e, Op &op) {
+        if (op.rawIn[0] != op.rawOut[0]) std::memmove(op.rawOut[0], op.rawIn[0], size_t(op.n));
+      }},
+      {OpKind::Split, [](Executor &e, Op &op) {
+        cpu::split(fi(op, 0), op.parts.data(), op.rows, op.cols, op.n);
+      }},
+      {OpKind::Concat, [](Executor &e, Op &op) {
+        cpu::concat(op.cparts.data(), fo(op, 0), op.rows, op.cols, op.n);
+      }},
+      {OpKind::CrossEntropy, [](Executor &e, Op &op) {
+        int64_t bad = -1;
+        float loss = cpu::crossEntropy(fi(op, 0), ii(op, 1), op.N, op.vocabCols, &bad, op.V);
+        if (bad >= 0) e.badId(op, true, ii(op, 1)[bad], bad, op.vocabCols);
+        *fo(op, 0) = loss;
+      }},
+      {OpKind::CrossEntropyGrad, [](Executor &e, Op &op) {
+        cpu::crossEntropyGrad(fi(op, 0), ii(op, 1), *fi(op, 2), fo(op, 0), op.N, op.vocabCols, op.V);
+      }},
+      {OpKind::GlobalNorm, [](Executor &e, Op &op) {
+        runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, e.updates_, e.lrFor(op));
+      }},
+      {OpKind::Cast, [](Executor &e, Op &op) {
+        convert(op.rawIn[0], op.inType[0], op.rawOut[0], op.outType[0], op.n);
+      }},
+      {OpKind::Wait, [](Executor &, Op &) {}},
+      {OpKind::AllReduce, kAllReduce},
+      {OpKind::ReduceScatter, kAllReduce},
+      {OpKind::AllGather, kAllReduce},
+      {OpKind::Send, kSend},
+      {OpKind::Recv, kSend},
+      {OpKind::CheckFinite, kCheckFinite},
+      {OpKind::LossScaleUpdate, kCheckFinite},
+      {OpKind::AdamW, [](Executor &e, Op &op) {
+        if (op.capture) { // the grad as AdamW sees it, unscaled (a chunk's at its offset)
+          float *dst = op.capture + op.gradOffset;
+          toF32(static_cast<const char *>(op.rawIn[1]) + op.gradOffset * int64_t(dtypeSize(op.inType[1])), op.inType[1],
+                dst, op.n);
+          if (op.unscale) {
+            const double inv = 1.0 / double(scalarIn(op, size_t(op.iScale)));
+            for (int64_t k = 0; k < op.n; ++k) dst[k] = float(double(dst[k]) * inv);
+          }
+        }
+        runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, e.updates_, e.lrFor(op));
+      }},
+  });
+  return table;
+}
+
 void Executor::launch(BoundOp &bound) {
   Op &op = static_cast<Op &>(bound);
   for (const StagedOperand &c : op.pre) toF32(c.arena, c.dtype, c.stage, c.n);
-  auto fi = [&](size_t k) { return static_cast<const float *>(op.in[k]); };
-  auto fo = [&](size_t k) { return static_cast<float *>(op.out[k]); };
-  auto ii = [&](size_t k) { return static_cast<const int32_t *>(op.in[k]); };
-  auto scalar = [&](size_t k) { return *static_cast<const float *>(op.rawIn[k]); };
-  switch (op.kind) {
-  case OpKind::Embedding: {
-    const int32_t *ids = ii(1);
-    const int64_t vocab = op.vocab, tokens = op.classes > 0 ? op.classes : vocab; // (a padded table's)
-    for (int64_t k = 0; k < op.n; ++k)
-      if (ids[k] < 0 || ids[k] >= tokens) badId(op, false, ids[k], k, tokens);
-    if (vocab != op.V) { // vocabulary-parallel: this rank's rows; other ids give zeros
-      const int64_t C = op.C, e = dtypeSize(op.outType[0]);
-      for (int64_t k = 0; k < op.n; ++k) {
-        const int64_t id = ids[k] - op.offset;
-        char *dst = static_cast<char *>(op.rawOut[0]) + k * C * e;
-        if (id < 0 || id >= op.V) {
-          std::memset(dst, 0, size_t(C * e));
-        } else if (op.inType[0] == op.outType[0]) {
-          std::memcpy(dst, static_cast<const char *>(op.rawIn[0]) + id * C * e, size_t(C * e));
-        } else {
-          for (int64_t c = 0; c < C; ++c)
-            storeFrom32(op.rawOut[0], op.outType[0], k * C + c, loadAs32(op.rawIn[0], op.inType[0], id * C + c));
-        }
-      }
-    } else if (op.inType[0] == DType::F32 && op.outType[0] == DType::F32) {
-      cpu::embedding(fi(0), ids, fo(0), op.n, op.V, op.C);
-    } else {
-      const int64_t C = op.C;
-      const int64_t rowBytes = C * dtypeSize(op.outType[0]);
-#pragma omp parallel for schedule(static) if (op.n * C >= (1 << 16))
-      for (int64_t k = 0; k < op.n; ++k) {
-        const int64_t id = ids[k];
-        if (op.inType[0] == op.outType[0]) {
-          std::memcpy(static_cast<char *>(op.rawOut[0]) + k * rowBytes,
-                      static_cast<const char *>(op.rawIn[0]) + id * rowBytes, size_t(rowBytes));
-        } else {
-          for (int64_t c = 0; c < C; ++c)
-            storeFrom32(op.rawOut[0], op.outType[0], k * C + c, loadAs32(op.rawIn[0], op.inType[0], id * C + c));
-        }
-      }
-    }
-    break;
-  }
-  case OpKind::EmbeddingGrad: {
-    const int64_t vocab = op.vocab, tokens = op.classes > 0 ? op.classes : vocab;
-    for (int64_t k = 0; k < op.n; ++k)
-      if (ii(1)[k] < 0 || ii(1)[k] >= tokens) badId(op, false, ii(1)[k], k, tokens);
-    if (vocab != op.V)
-      cpu::embeddingGradRows(fi(0), ii(1), fo(0), op.n, op.V, op.C, op.offset);
-    else
-      cpu::embeddingGrad(fi(0), ii(1), fo(0), op.n, op.V, op.C);
-    break;
-  }
-  case OpKind::TpSlice: {
-    const int64_t t = rank_.tpRank, chunk = op.rows * op.sliceRun, whole = op.cols * op.sliceRun;
-    for (int64_t p = 0; p < op.slicePre; ++p)
-      std::memcpy(static_cast<char *>(op.rawOut[0]) + p * chunk,
-                  static_cast<const char *>(op.rawIn[0]) + p * whole + t * chunk, size_t(chunk));
-    break;
-  }
-  case OpKind::VocabCeStats: {
-    int64_t bad = -1;
-    const int64_t vocab = op.classes > 0 ? op.classes : op.vocab;
-    cpu::vocabCeStats(fi(0), ii(1), fo(0), op.N, op.vocabCols, op.offset, vocab, &bad, op.V);
-    if (bad >= 0) badId(op, true, ii(1)[bad], bad, vocab);
-    break;
-  }
-  case OpKind::VocabCeStatsGrad:
-    cpu::vocabCeStatsGrad(fi(0), fi(1), ii(2), fi(3), fo(0), op.N, op.vocabCols, op.offset, op.V);
-    break;
-  case OpKind::LinearCeStats: {
-    int64_t bad = -1;
-    {
-      std::unique_lock<std::mutex> l(blasMu_, std::defer_lock);
-      if (multi_) l.lock();
-      // A padded vocabulary (transpose_b: w's first vocabCols rows are the classes) as a smaller one.
-      cpu::linearCeStats(fi(0), fi(1), ii(2), fo(0), fo(1), op.N, op.C, op.vocabCols, op.n, op.tb, op.offset,
-                         op.classes > 0 ? op.classes : op.vocab, &bad);
-    }
-    if (bad >= 0) badId(op, true, ii(2)[bad], bad, op.classes > 0 ? op.classes : op.vocab);
-    break;
-  }
-  case OpKind::LinearCeStatsGrad: {
-    std::unique_lock<std::mutex> l(blasMu_, std::defer_lock);
-    if (multi_) l.lock();
-    cpu::linearCeStatsGrad(fi(0), fi(1), fi(2), ii(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C, op.vocabCols, op.n,
-                           op.tb, op.offset);
-    if (op.vocabCols < op.V) // a padded vocabulary's rows of dw (transpose_b): zero
-      std::fill(fo(1) + op.vocabCols * op.C, fo(1) + op.V * op.C, 0.0f);
-    break;
-  }
-  case OpKind::VocabCeLoss: *fo(0) = cpu::vocabCeLoss(fi(0), op.N, op.n); break;
-  case OpKind::VocabCeLossGrad: cpu::vocabCeLossGrad(fi(0), *fi(1), fo(0), op.N, op.n); break;
-  case OpKind::Matmul:
-    if (multi_) {
-      std::lock_guard<std::mutex> l(blasMu_);
-      cpu::matmul(fi(0), fi(1), fo(0), op.batch, op.M, op.N, op.K, op.ta, op.tb, op.sA, op.sB, op.sC);
-    } else {
-      cpu::matmul(fi(0), fi(1), fo(0), op.batch, op.M, op.N, op.K, op.ta, op.tb, op.sA, op.sB, op.sC);
-    }
-    break;
-  case OpKind::Add: cpu::add(fi(0), fi(1), fo(0), op.n); break;
-  case OpKind::BiasAdd: cpu::biasAdd(fi(0), fi(1), fo(0), op.rows, op.cols); break;
-  case OpKind::Mul: cpu::mul(fi(0), fi(1), fo(0), op.n); break;
-  case OpKind::Scale: cpu::scale(fi(0), fo(0), op.value, op.n); break;
-  case OpKind::ReduceSum: cpu::reduceSum(fi(0), fo(0), op.rows, op.cols); break;
-  case OpKind::Fill: cpu::fill(fo(0), op.value, op.n); break;
-  case OpKind::Layernorm: cpu::layernorm(fi(0), fi(1), fi(2), fo(0), fo(1), fo(2), op.N, op.C, op.value); break;
-  case OpKind::LayernormGrad:
-    cpu::layernormGrad(fi(0), fi(1), fi(2), fi(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C);
-    break;
-  case OpKind::AddLayernorm:
-    cpu::addLayernorm(fi(0), fi(1), fi(2), fi(3), fo(0), fo(1), fo(2), fo(3), op.N, op.C, op.value, roundOf(op));
-    break;
-  case OpKind::AddRmsNorm:
-    cpu::addRmsnorm(fi(0), fi(1), fi(2), fo(0), fo(1), fo(2), op.N, op.C, op.value, roundOf(op));
-    break;
-  case OpKind::LayernormGradAdd:
-    cpu::layernormGrad(fi(0), fi(1), fi(2), fi(3), fi(4), fo(0), fo(1), fo(2), op.N, op.C, fi(5), roundOf(op));
-    break;
-  case OpKind::RmsNormGradAdd:
-    cpu::rmsnormGrad(fi(0), fi(1), fi(2), fi(3), fo(0), fo(1), op.N, op.C, fi(4), roundOf(op));
-    break;
-  case OpKind::BiasGelu: cpu::biasGelu(fi(0), fi(1), fo(0), fo(1), op.rows, op.cols, op.exact, roundOf(op)); break;
-  case OpKind::GeluGradBias:
-    cpu::geluGradBias(fi(0), fi(1), fo(0), fo(1), op.rows, op.cols, op.exact, roundOf(op));
-    break;
-  case OpKind::Gelu: cpu::gelu(fi(0), fo(0), op.n, op.exact); break;
-  case OpKind::GeluGrad: cpu::geluGrad(fi(0), fi(1), fo(0), op.n, op.exact); break;
-  case OpKind::Silu: cpu::silu(fi(0), fo(0), op.n); break;
-  case OpKind::SiluGrad: cpu::siluGrad(fi(0), fi(1), fo(0), op.n); break;
-  case OpKind::Swiglu: cpu::swiglu(fi(0), fi(1), fo(0), op.n); break;
-  case OpKind::SwigluGrad: cpu::swigluGrad(fi(0), fi(1), fi(2), fo(0), fo(1), op.n); break;
-  case OpKind::RmsNorm: cpu::rmsnorm(fi(0), fi(1), fo(0), fo(1), op.N, op.C, op.value); break;
-  case OpKind::RmsNormGrad: cpu::rmsnormGrad(fi(0), fi(1), fi(2), fi(3), fo(0), fo(1), op.N, op.C); break;
-  case OpKind::Rope:
-    cpu::rope(fi(0), fo(0), op.B, op.T, op.C, op.headDim, op.invFreq.data(), op.scale, op.inverse);
-    break;
-  case OpKind::GqaAttention:
-  case OpKind::GqaAttentionGrad: {
-    const AttentionGeometry g = attentionGeometry(op);
-    if (op.kind == OpKind::GqaAttention)
-      cpu::attention(g, fi(0), fi(1), fi(2), fo(0), fo(1));
-    else
-      cpu::attentionGrad(g, fi(0), fi(1), fi(2), fi(3), fi(4), fi(5), fo(0), fo(1), fo(2));
-    break;
-  }
-  case OpKind::Attention: cpu::attention(fi(0), fo(0), fo(1), op.B, op.T, op.C, op.H); break;
-  case OpKind::AttentionGrad: cpu::attentionGrad(fi(0), fi(1), fi(2), fi(3), fo(0), op.B, op.T, op.C, op.H); break;
-  case OpKind::Transpose: cpu::transpose(fi(0), fo(0), op.shape.data(), op.perm.data(), int(op.shape.size())); break;
-  case OpKind::Copy: {
-    // (inOffset, outOffset: a range copy's, bytes; chunks start on 4096-byte boundaries)
-    char *to = static_cast<char *>(op.rawOut[0]) + op.outOffset;
-    const char *from = static_cast<const char *>(op.rawIn[0]) + op.inOffset;
-    if (nvmeCopy(op)) break; // to or from the nvme space
-    if (to != from) std::memmove(to, from, size_t(op.n));
-    break;
-  }
-  case OpKind::Reshape:
-    if (op.rawIn[0] != op.rawOut[0]) std::memmove(op.rawOut[0], op.rawIn[0], size_t(op.n));
-    break;
-  case OpKind::Split: cpu::split(fi(0), op.parts.data(), op.rows, op.cols, op.n); break;
-  case OpKind::Concat: cpu::concat(op.cparts.data(), fo(0), op.rows, op.cols, op.n); break;
-  case OpKind::CrossEntropy: {
-    int64_t bad = -1;
-    float loss = cpu::crossEntropy(fi(0), ii(1), op.N, op.vocabCols, &bad, op.V);
-    if (bad >= 0) badId(op, true, ii(1)[bad], bad, op.vocabCols);
-    *fo(0) = loss;
-    break;
-  }
-  case OpKind::CrossEntropyGrad: cpu::crossEntropyGrad(fi(0), ii(1), *fi(2), fo(0), op.N, op.vocabCols, op.V); break;
-  case OpKind::GlobalNorm:
-    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_, lrFor(op));
-    break;
-  case OpKind::Cast: convert(op.rawIn[0], op.inType[0], op.rawOut[0], op.outType[0], op.n); break;
-  case OpKind::Wait: break;
-  case OpKind::AllReduce:
-  case OpKind::ReduceScatter:
-  case OpKind::AllGather: {
-    rank_.commOf(op.axis)->run(rank_.localOf(op.axis), op.collectiveKind(), op.reduce, op.coll, where(op));
-    break;
-  }
-  case OpKind::Send:
-  case OpKind::Recv: {
-    const int peer = peerRank(op, rank_.globalRank);
-    if (op.kind == OpKind::Send)
-      rank_.p2p->send(rank_.p2pLocal, peer, op.tag, op.rawIn[0], op.n, where(op));
-    else
-      rank_.p2p->recv(rank_.p2pLocal, peer, op.tag, op.rawOut[0], op.n, where(op));
-    break;
-  }
-  case OpKind::CheckFinite:
-  case OpKind::LossScaleUpdate:
-    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_, lrFor(op));
-    break;
-  case OpKind::AdamW:
-    if (op.capture) { // the grad as AdamW sees it, unscaled (a chunk's at its offset)
-      float *dst = op.capture + op.gradOffset;
-      toF32(static_cast<const char *>(op.rawIn[1]) + op.gradOffset * int64_t(dtypeSize(op.inType[1])), op.inType[1],
-            dst, op.n);
-      if (op.unscale) {
-        const double inv = 1.0 / double(scalar(size_t(op.iScale)));
-        for (int64_t k = 0; k < op.n; ++k) dst[k] = float(double(dst[k]) * inv);
-      }
-    }
-    runOptimizerOpOnHost(op.kind, op, op.rawIn, op.rawOut, op.inType, op.outType, op.inNumel, updates_, lrFor(op));
-    break;
-  }
+  op.kernel(*this, op);
   for (const StagedOperand &c : op.post) fromF32(c.stage, c.arena, c.dtype, c.n);
 }
 

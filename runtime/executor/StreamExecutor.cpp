@@ -133,7 +133,7 @@ void StreamExecutor::bindOps() {
   ops_.reserve(prog_.instructions.size());
   for (size_t i = 0; i < prog_.instructions.size(); ++i) {
     const Instruction &ins = prog_.instructions[i];
-    const OpSignature *sig = findOpSignature(ins.op);
+    const OpDef *sig = findOp(ins.op);
     if (!sig) throw UserError("instruction " + std::to_string(i) + ": unknown op '" + ins.op + "'");
     std::unique_ptr<BoundOp> p = makeOp();
     BoundOp &op = *p;

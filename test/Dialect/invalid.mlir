@@ -341,6 +341,22 @@ func.func @f(%x: tensor<4xf32>) {
 
 // -----
 
+func.func @f(%g: tensor<4xf32>, %u: tensor<4xf32>) {
+  // expected-error@+1 {{approximate must be "tanh" or "none", got "sigmoid"}}
+  %y = bigc.geglu %g, %u {approximate = "sigmoid"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<4xf32>, %u: tensor<8xf32>) {
+  // expected-error@+1 {{requires the same type for all operands and results}}
+  %y = bigc.geglu %g, %u : (tensor<4xf32>, tensor<8xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
 func.func @f(%qkv: tensor<2x3x24xf32>) {
   // expected-error@+1 {{C = 8 must be divisible by heads = 3}}
   %o, %l = bigc.attention %qkv {heads = 3} : (tensor<2x3x24xf32>) -> (tensor<2x3x8xf32>, tensor<2x3x3xf32>)

@@ -114,6 +114,10 @@ func.func @compute(%ids: tensor<2x3xi32>, %table: tensor<16x8xf32>,
   %g = bigc.gelu %hb : (tensor<2x3x24xf32>) -> tensor<2x3x24xf32>
   // CHECK: bigc.gelu_grad %{{.*}}, %{{.*}} : (tensor<2x3x24xf32>, tensor<2x3x24xf32>) -> tensor<2x3x24xf32>
   %dg = bigc.gelu_grad %hb, %g : (tensor<2x3x24xf32>, tensor<2x3x24xf32>) -> tensor<2x3x24xf32>
+  // CHECK: bigc.geglu %{{.*}}, %{{.*}} : (tensor<2x3x24xf32>, tensor<2x3x24xf32>) -> tensor<2x3x24xf32>
+  %gg = bigc.geglu %hb, %g : (tensor<2x3x24xf32>, tensor<2x3x24xf32>) -> tensor<2x3x24xf32>
+  // CHECK: bigc.geglu_grad %{{.*}}, %{{.*}}, %{{.*}} {approximate = "none"} : (tensor<2x3x24xf32>, tensor<2x3x24xf32>, tensor<2x3x24xf32>) -> (tensor<2x3x24xf32>, tensor<2x3x24xf32>)
+  %dgg:2 = bigc.geglu_grad %hb, %g, %gg {approximate = "none"} : (tensor<2x3x24xf32>, tensor<2x3x24xf32>, tensor<2x3x24xf32>) -> (tensor<2x3x24xf32>, tensor<2x3x24xf32>)
   // CHECK: %[[OUT:.*]], %[[LSE:.*]] = bigc.attention %{{.*}} {heads = 2 : i64} : (tensor<2x3x24xf32>) -> (tensor<2x3x8xf32>, tensor<2x2x3xf32>)
   %out, %lse = bigc.attention %qkv {heads = 2} : (tensor<2x3x24xf32>) -> (tensor<2x3x8xf32>, tensor<2x2x3xf32>)
   // CHECK: bigc.attention_grad %{{.*}}, %{{.*}}, %[[OUT]], %[[LSE]] {heads = 2 : i64} : (tensor<2x3x8xf32>, tensor<2x3x24xf32>, tensor<2x3x8xf32>, tensor<2x2x3xf32>) -> tensor<2x3x24xf32>
@@ -140,4 +144,14 @@ func.func @compute(%ids: tensor<2x3xi32>, %table: tensor<16x8xf32>,
   // CHECK: bigc.gelu %{{.*}} {bigc.phase = "forward"}
   %gp = bigc.gelu %x {bigc.phase = "forward"} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
   return
+}
+
+// The LLaMA family's rotary embeddings: Hugging Face's halves (default) and interleaved pairs.
+// CHECK-LABEL: func.func @rotary
+func.func @rotary(%x: tensor<2x3x8xf32>) -> tensor<2x3x8xf32> {
+  // CHECK: bigc.rope %{{.*}} {head_dim = 4 : i64, inv_freq = array<f64: 1.000000e+00, 1.000000e-02>} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %a = bigc.rope %x {head_dim = 4 : i64, inv_freq = array<f64: 1.0, 0.01>} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  // CHECK: bigc.rope %{{.*}} {head_dim = 4 : i64, interleaved, inv_freq = array<f64: 1.000000e+00, 1.000000e-02>, inverse} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %b = bigc.rope %a {head_dim = 4 : i64, inv_freq = array<f64: 1.0, 0.01>, interleaved, inverse} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %b : tensor<2x3x8xf32>
 }

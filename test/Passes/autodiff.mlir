@@ -361,3 +361,41 @@ module {
     return %loss : tensor<f32>
   }
 }
+
+// -----
+
+// GeGLU (Gemma's MLP): its gradient is one geglu_grad with the same GELU form, giving the gate's and
+// the up projection's gradients.
+// CHECK:       bigc.geglu %[[GATE:[0-9]+]], %[[UP:[0-9]+]] {approximate = "none", bigc.phase = "forward"}
+// CHECK:       %[[DG:.*]], %[[DU:.*]] = bigc.geglu_grad %[[GATE]], %[[UP]], %{{.*}} {approximate = "none", bigc.phase = "backward"}
+// CHECK-DAG:   bigc.matmul %[[DU]], %{{.*}} {bigc.phase = "backward", transpose_a}
+// CHECK-DAG:   bigc.matmul %[[DG]], %{{.*}} {bigc.phase = "backward", transpose_a}
+module {
+  bigc.param @g : tensor<4x8xf32> {init = "normal", std = 0.02 : f64}
+  bigc.param @u : tensor<4x8xf32> {init = "normal", std = 0.02 : f64}
+  func.func @forward(%tokens: tensor<4xi32>, %targets: tensor<4xi32>) -> tensor<f32> {
+    %x = bigc.get_param @g : tensor<4x8xf32>
+    %g = bigc.get_param @g : tensor<4x8xf32>
+    %u = bigc.get_param @u : tensor<4x8xf32>
+    %a = bigc.matmul %x, %g {transpose_b} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x4xf32>
+    %b = bigc.matmul %x, %u {transpose_b} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x4xf32>
+    %y = bigc.geglu %a, %b {approximate = "none"} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+    %loss = bigc.cross_entropy %y, %targets : (tensor<4x4xf32>, tensor<4xi32>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}
+
+// -----
+
+// Rotary embeddings: the gradient is the inverse rotation in the same layout (interleaved pairs).
+// CHECK:       bigc.rope %{{.*}} {bigc.phase = "forward", head_dim = 4 : i64, interleaved, inv_freq = array<f64: 1.000000e+00, 1.000000e-02>}
+// CHECK:       bigc.rope %{{.*}} {bigc.phase = "backward", head_dim = 4 : i64, interleaved, inv_freq = array<f64: 1.000000e+00, 1.000000e-02>, inverse}
+module {
+  bigc.param @w : tensor<4x2x8xf32> {init = "normal", std = 0.02 : f64}
+  func.func @forward(%tokens: tensor<4x2xi32>, %targets: tensor<4x2xi32>) -> tensor<f32> {
+    %w = bigc.get_param @w : tensor<4x2x8xf32>
+    %r = bigc.rope %w {head_dim = 4 : i64, inv_freq = array<f64: 1.0, 0.01>, interleaved} : (tensor<4x2x8xf32>) -> tensor<4x2x8xf32>
+    %loss = bigc.cross_entropy %r, %targets : (tensor<4x2x8xf32>, tensor<4x2xi32>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}

@@ -2,8 +2,9 @@
 (test/e2e/import_custom.sh): an RMSNorm written out (weight first, and weight last), nn.RMSNorm,
 rotary tables as buffers sliced to the sequence (no inv_freq: the frequencies come from the
 tables), F.scaled_dot_product_attention with enable_gqa=True and with repeat_interleave of the
-key/value heads, F.silu(gate) * up, nn.LayerNorm(bias=False), a head as `x @ W` with W [C, V],
-and forward(tokens) -> logits (the importer adds the loss)."""
+key/value heads, F.silu(gate) * up (and, in `geglu`, Gemma's F.gelu(gate, approximate="tanh") * up),
+nn.LayerNorm(bias=False), a head as `x @ W` with W [C, V], and forward(tokens) -> logits (the
+importer adds the loss)."""
 import math, torch, torch.nn as nn, torch.nn.functional as F
 V, C, H, KV, L, B, T, BLOCK = 256, 64, 4, 2, 2, 4, 32, 64
 D = C // H
@@ -39,19 +40,21 @@ class Attn(nn.Module):
         return s.o(y.transpose(1, 2).reshape(b, t, H * D))
 
 class Block(nn.Module):
-    def __init__(s, mode, wl):
-        super().__init__()
+    def __init__(s, mode, wl, act="swiglu"):
+        super().__init__(); s.act = act
         s.n1 = RMS(C, weight_last=wl); s.n2 = nn.RMSNorm(C, eps=1e-6); s.a = Attn(mode)
         s.g = nn.Linear(C, 2 * C, bias=False); s.u = nn.Linear(C, 2 * C, bias=False); s.d = nn.Linear(2 * C, C, bias=False)
     def forward(s, x, cos, sin):
         x = x + s.a(s.n1(x), cos, sin)
         h = s.n2(x)
+        if s.act == "geglu":
+            return x + s.d(F.gelu(s.g(h), approximate="tanh") * s.u(h))
         return x + s.d(F.silu(s.g(h)) * s.u(h))
 
 class Net(nn.Module):
-    def __init__(s, mode="gqa", wl=False):
+    def __init__(s, mode="gqa", wl=False, act="swiglu"):
         super().__init__()
-        s.emb = nn.Embedding(V, C); s.blocks = nn.ModuleList([Block(mode, wl) for _ in range(L)])
+        s.emb = nn.Embedding(V, C); s.blocks = nn.ModuleList([Block(mode, wl, act) for _ in range(L)])
         s.norm = nn.LayerNorm(C, bias=False)
         s.W = nn.Parameter(torch.randn(C, V) * 0.02)
         inv = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
@@ -74,3 +77,99 @@ def gqa():
     torch.manual_seed(0); return Net("gqa"), batch()
 def rep():
     torch.manual_seed(1); return Net("rep", wl=True), batch()
+def geglu():
+    torch.manual_seed(2); return Net("gqa", act="geglu"), batch()
+
+
+# Attention written out, as minGPT and nanoGPT (without flash) and llama2.c / Meta's llama (their
+# non-flash path) write it: q @ k^T times 1/sqrt(D) with a causal mask (masked_fill of a lower
+# triangle's zeros with -inf, or an added upper triangle of -inf), softmax (through float and back
+# in the second form), @ v; GPT-2's packed c_attn and LayerNorm. The masks are non-persistent buffers
+# here (minGPT's is persistent: its state_dict holds the mask, which bigc's weights do not).
+class WrittenAttn(nn.Module):
+    def __init__(s, additive):
+        super().__init__()
+        s.c_attn = nn.Linear(C, 3 * C); s.c_proj = nn.Linear(C, C); s.additive = additive
+        s.register_buffer("bias", torch.tril(torch.ones(BLOCK, BLOCK)).view(1, 1, BLOCK, BLOCK), persistent=False)
+        s.register_buffer("mask", torch.triu(torch.full((1, 1, BLOCK, BLOCK), float("-inf")), diagonal=1),
+                          persistent=False)
+    def forward(s, x):
+        b, t, c = x.size()
+        q, k, v = s.c_attn(x).split(C, dim=2)
+        k = k.view(b, t, H, c // H).transpose(1, 2); q = q.view(b, t, H, c // H).transpose(1, 2)
+        v = v.view(b, t, H, c // H).transpose(1, 2)
+        if s.additive:
+            att = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(c // H)
+            att = att + s.mask[:, :, :t, :t]
+            att = F.softmax(att.float(), dim=-1).type_as(q)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(s.bias[:, :, :t, :t] == 0, float("-inf"))
+            att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return s.c_proj(y)
+
+class WrittenNet(nn.Module):
+    def __init__(s, additive):
+        super().__init__()
+        s.emb = nn.Embedding(V, C); s.ln = nn.ModuleList([nn.LayerNorm(C) for _ in range(L)])
+        s.a = nn.ModuleList([WrittenAttn(additive) for _ in range(L)]); s.head = nn.Linear(C, V)
+    def forward(s, idx):
+        x = s.emb(idx)
+        for ln, a in zip(s.ln, s.a):
+            x = x + a(ln(x))
+        return s.head(x)
+
+def masked():
+    torch.manual_seed(3); return WrittenNet(False), batch()
+def additive():
+    torch.manual_seed(4); return WrittenNet(True), batch()
+
+
+# llama2.c's manner (its model.py): rotary embeddings on interleaved pairs (each head's adjacent
+# elements unbound as real and imaginary parts, rotated by cos/sin tables computed in float32,
+# stacked back and flattened), RMSNorm through float and back, F.silu(w1(x)) * w3(x), a tied head,
+# forward(tokens, targets) returning the logits and keeping the loss in self.last_loss.
+def rotary_interleaved(x, cos, sin):
+    xr, xi = x.float().reshape(x.shape[:-1] + (-1, 2)).unbind(-1)
+    cos, sin = cos.view(1, cos.shape[0], 1, cos.shape[1]), sin.view(1, sin.shape[0], 1, sin.shape[1])
+    out = torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1).flatten(3)
+    return out.type_as(x)
+
+class L2cBlock(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.wq, s.wk, s.wv, s.wo = (nn.Linear(C, C, bias=False) for _ in range(4))
+        s.w1 = nn.Linear(C, 2 * C, bias=False); s.w2 = nn.Linear(2 * C, C, bias=False); s.w3 = nn.Linear(C, 2 * C, bias=False)
+        s.n1 = RMS(C); s.n2 = RMS(C)
+    def forward(s, x, cos, sin):
+        b, t, _ = x.shape
+        h = s.n1(x)
+        q, k, v = (m(h).view(b, t, H, D) for m in (s.wq, s.wk, s.wv))
+        q, k = rotary_interleaved(q, cos, sin), rotary_interleaved(k, cos, sin)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + s.wo(y.transpose(1, 2).contiguous().view(b, t, C))
+        h = s.n2(x)
+        return x + s.w2(F.silu(s.w1(h)) * s.w3(h))
+
+class L2cNet(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.tok = nn.Embedding(V, C); s.layers = nn.ModuleList([L2cBlock() for _ in range(L)]); s.norm = RMS(C)
+        s.out = nn.Linear(C, V, bias=False); s.tok.weight = s.out.weight
+        f = 1.0 / (10000.0 ** (torch.arange(0, D, 2)[: D // 2].float() / D))
+        a = torch.outer(torch.arange(BLOCK), f).float()
+        s.register_buffer("fcos", torch.cos(a), persistent=False); s.register_buffer("fsin", torch.sin(a), persistent=False)
+        s.last_loss = None
+    def forward(s, tokens, targets=None):
+        t = tokens.shape[1]
+        x = s.tok(tokens)
+        for l in s.layers:
+            x = l(x, s.fcos[:t], s.fsin[:t])
+        logits = s.out(s.norm(x))
+        if targets is not None:
+            s.last_loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits
+
+def llama2c():
+    torch.manual_seed(5); return L2cNet(), batch()

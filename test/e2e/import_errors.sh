@@ -63,7 +63,7 @@ json.dump({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "n
 json.dump({"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_size": 32}, open(f"{d}/phi3.json", "w"))
 open(f"{d}/broken.json", "w").write("{ not json")
 PY
-expect_error "model_type 'phi3' \(Phi3ForCausalLM\) is not supported; supported families: llama, mistral, qwen2, gpt2" -- hf "$d/phi3.json"
+expect_error "model_type 'phi3' \(Phi3ForCausalLM\) is not supported; supported families: llama, mistral, qwen2, gpt2, gemma, olmo, olmo2" -- hf "$d/phi3.json"
 expect_error "broken.json: not a JSON config" -- hf "$d/broken.json"
 expect_error "nope.json: no such file" -- hf "$d/nope.json"
 expect_error "--seq 32 exceeds the model's 16 positions" -- hf "$d/llama.json" --seq 32

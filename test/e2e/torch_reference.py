@@ -144,7 +144,9 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(2)
 
-    model, loss_fn = build_hf(a.hf, a.seed) if a.hf else build_torch(a.torch)
+    def build():
+        return build_hf(a.hf, a.seed) if a.hf else build_torch(a.torch)
+    model, loss_fn = build()
     init = read_safetensors(a.init)
     failures = []
     worst = {"loss": 0.0, "grad": 0.0, "weight": 0.0}
@@ -186,8 +188,15 @@ def main():
     tokens = read_tokens(a.data)
     it = batches(tokens, a.batch, a.seq)
 
-    # The same training in float64: how far PyTorch's own fp32 run is from exact arithmetic.
-    model64 = copy.deepcopy(model).double()
+    # The same training in float64: how far PyTorch's own fp32 run is from exact arithmetic. A
+    # second model from the same source (not a deep copy: a module may hold its layers in closures,
+    # as minGPT's Block does), given the same initial weights.
+    model64, _ = build()
+    with torch.no_grad():
+        for n, p in model64.named_parameters(remove_duplicate=False):
+            if n in P:
+                p.copy_(init[n])
+    model64 = model64.double()
     P64 = dict(model64.named_parameters(remove_duplicate=False))
     P64 = {n: P64[n] for n in P}
 

@@ -10,7 +10,7 @@
 //     instructions carry the same: 4 ulps bounds a chain of two rounded ops, 4 * 2^-8 = 1.6e-2;
 //   - attention on tensor cores additionally rounds the probabilities (and dS in the backward)
 //     to 16 bits before the second product, as FlashAttention does: 3e-2 for bf16.
-// The LLaMA family's kernels (rmsnorm, rope, silu, swiglu, gqa_attention, exact gelu) use the same
+// The LLaMA family's kernels (rmsnorm, rope, silu, swiglu, geglu, gqa_attention, exact gelu) use the same
 // bounds: they read their operands in the storage type, compute in fp32 as the CPU kernels do and
 // round once. In fp32 the differences are CUDA's expf/erff (at most 2 ulps, the CUDA math API's
 // stated bounds, against glibc's correctly rounded-or-nearly ones), FMA contraction and the order
@@ -608,6 +608,11 @@ TEST(CudaKernels, LlamaElementwise) {
       int64_t sw = o.output("swiglu", shape, t), dg = o.output("swiglu_dgate", shape, t),
               du = o.output("swiglu_dup", shape, t);
       int64_t ge = o.output("gelu_exact", shape, t), gg = o.output("gelu_exact_grad", shape, t);
+      int64_t gl = o.output("geglu", shape, t), gle = o.output("geglu_exact", shape, t),
+              gdg = o.output("geglu_dgate", shape, t), gdu = o.output("geglu_dup", shape, t);
+      o.b.inst("geglu", {x, u}, {gl});
+      o.b.inst("geglu", {x, u}, {gle}, {{"exact", num(1)}});
+      o.b.inst("geglu_grad", {x, u, dy}, {gdg, gdu});
       o.b.inst("silu", {x}, {si});
       o.b.inst("silu_grad", {x, dy}, {sg});
       o.b.inst("swiglu", {x, u}, {sw});

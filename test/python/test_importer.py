@@ -1,7 +1,8 @@
 """Unit tests of the importer's pieces (python/bigc_import), each on its own: the config checks,
 the prechecks that need no torch, the MLIR text writer, the weights' reading and writing, source
-locations, and the lowering's recognition of RMSNorm, SwiGLU, GELU, RoPE and repeat_kv (the MLIR
-it writes for small modules, FileCheck-style), near misses of each included.
+locations, the recognition stage (recognise.py: which fused op an elementwise expression is, by its
+structure, on expression trees alone), and the lowering's recognition of RMSNorm, SwiGLU, GELU, RoPE
+and repeat_kv (the MLIR it writes for small modules, FileCheck-style), near misses of each included.
 
 Run by `make test` (python.importer): test/python/run.sh, in the project's Python environment.
 """
@@ -22,7 +23,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bigc_import import capture, config_check, lower, mlir, precheck, source, weights  # noqa: E402
+from bigc_import import capture, config_check, lower, mlir, precheck, recognise, source, weights  # noqa: E402
 from bigc_import.errors import UserError  # noqa: E402
 
 LLAMA = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
@@ -236,6 +237,109 @@ def ops(text):
             if line.strip().startswith("%") and "=" in line]
 
 
+class X:
+    """Expression trees as the lowering builds them (lower.ENode), written with operators."""
+
+    def __init__(self, en):
+        self.en = en
+
+    @staticmethod
+    def var(name):
+        return X(lower.ENode("var", [name], None))
+
+    @staticmethod
+    def wrap(v):
+        return v.en if isinstance(v, X) else float(v)
+
+    def _b(self, op, o, swap=False):
+        a, b = self.en, X.wrap(o)
+        return X(lower.ENode(op, [b, a] if swap else [a, b], None))
+
+    __add__ = lambda s, o: s._b("add", o)
+    __radd__ = lambda s, o: s._b("add", o, True)
+    __sub__ = lambda s, o: s._b("sub", o)
+    __rsub__ = lambda s, o: s._b("sub", o, True)
+    __mul__ = lambda s, o: s._b("mul", o)
+    __rmul__ = lambda s, o: s._b("mul", o, True)
+    __truediv__ = lambda s, o: s._b("div", o)
+    __rtruediv__ = lambda s, o: s._b("div", o, True)
+    __pow__ = lambda s, o: s._b("pow", o)
+    __neg__ = lambda s: X(lower.ENode("neg", [s.en], None))
+
+
+def fn(name, x):
+    return X(lower.ENode(name, [x.en], None))
+
+
+class RecognitionStage(unittest.TestCase):
+    """recognise.py on expression trees: the forms models write, and near misses."""
+
+    def match(self, e, *names):
+        m = recognise.recognise(e.en, {n: f"value-{n}" for n in names}, var_key=lambda v: v)
+        return None if m is None else (m.op, m.variables, m.attrs)
+
+    def test_gelu_tanh_forms(self):
+        x = X.var("x")
+        k = math.sqrt(2.0 / math.pi)
+        want = ("gelu", ["value-x"], {})
+        for e in (0.5 * x * (1.0 + fn("tanh", k * (x + 0.044715 * x ** 3.0))),  # nanoGPT, HF NewGELU
+                  x * 0.5 * (fn("tanh", (x + x * x * x * 0.044715) * k) + 1.0),  # factors in another order
+                  0.5 * x + 0.5 * x * fn("tanh", k * x + k * 0.044715 * x ** 3),  # expanded
+                  x * (1.0 + fn("tanh", 0.7978845608028654 * (x + 0.044715 * x * x * x))) / 2.0,
+                  fn("gelu_tanh", x)):
+            self.assertEqual(self.match(e, "x"), want)
+
+    def test_gelu_erf_and_silu_forms(self):
+        x = X.var("x")
+        for e in (0.5 * x * (1.0 + fn("erf", x / math.sqrt(2.0))), x * 0.5 * (1.0 + fn("erf", x * 0.7071067811865476)),
+                  fn("gelu_none", x)):
+            self.assertEqual(self.match(e, "x"), ("gelu", ["value-x"], {"approximate": "none"}))
+        for e in (x * fn("sigmoid", x), fn("sigmoid", x) * x, x / (1.0 + fn("exp", -x)), fn("silu", x)):
+            self.assertEqual(self.match(e, "x"), ("silu", ["value-x"], {}))
+
+    def test_swiglu_operand_order(self):
+        g, u = X.var("g"), X.var("u")
+        for e in (fn("silu", g) * u, u * (g * fn("sigmoid", g)), g / (1.0 + fn("exp", -g)) * u):
+            self.assertEqual(self.match(e, "g", "u"), ("swiglu", ["value-g", "value-u"], {}))
+            self.assertEqual(self.match(e, "u", "g"), ("swiglu", ["value-g", "value-u"], {}))
+        for e in (fn("gelu_tanh", g) * u, u * 0.5 * g * (1.0 + fn("tanh", math.sqrt(2.0 / math.pi) * (g + 0.044715 * g ** 3)))):
+            self.assertEqual(self.match(e, "g", "u"), ("geglu", ["value-g", "value-u"], {}))
+        self.assertEqual(self.match(fn("gelu_none", g) * u, "u", "g"),
+                         ("geglu", ["value-g", "value-u"], {"approximate": "none"}))
+        # g * sigmoid(u) * u is silu(u) * g: the gate is u.
+        self.assertEqual(self.match(g * fn("sigmoid", u) * u, "g", "u"), ("swiglu", ["value-u", "value-g"], {}))
+
+    def test_identity_and_scale(self):
+        x = X.var("x")
+        self.assertEqual(self.match(x * 1.0, "x"), ("identity", ["value-x"], {}))
+        self.assertEqual(self.match(x * 3.0, "x"), ("scale", ["value-x"], {"factor": 3.0}))
+        self.assertEqual(self.match(x / 4.0, "x"), ("scale", ["value-x"], {"factor": 0.25}))
+        self.assertEqual(self.match(-(x * 2.0), "x"), ("scale", ["value-x"], {"factor": -2.0}))
+
+    def test_near_misses(self):
+        x, g, u = X.var("x"), X.var("g"), X.var("u")
+        k = math.sqrt(2.0 / math.pi)
+        for e in (x * fn("sigmoid", 1.702 * x),  # quick GELU
+                  0.5 * x * (1.0 + fn("tanh", k * (x + 0.04471 * x ** 3.0))),  # another coefficient
+                  0.5 * x * (1.0 + fn("tanh", x + 0.044715 * x ** 3.0)),  # sqrt(2/pi) left out
+                  0.5 * x * (1.0 + fn("erf", x)),  # erf without 1/sqrt(2)
+                  x * fn("sigmoid", x) + 1.0,
+                  x * x,
+                  fn("tanh", x),
+                  x * fn("sigmoid", x) * x):  # silu(x) * x: one variable twice, not SwiGLU
+            self.assertIsNone(self.match(e, "x"), e)
+        for e in (g * fn("sigmoid", u),  # the sigmoid of the other operand
+                  fn("silu", g) + u):
+            self.assertIsNone(self.match(e, "g", "u"))
+
+    def test_is_square(self):
+        x, y = X.var("x"), X.var("y")
+        for e in (x * x, x ** 2.0, fn("square", x)):
+            self.assertTrue(recognise.is_square(e.en, "x", var_key=lambda v: v))
+        for e in (x * y, 2.0 * x * x, x ** 3.0, x * x + 0.0 * x + 1e-30):
+            self.assertFalse(recognise.is_square(e.en, "x", var_key=lambda v: v))
+
+
 class Block(nn.Module):
     """Embedding, a block of `body(self, x)`, an LM head."""
 
@@ -285,11 +389,14 @@ class Recognition(unittest.TestCase):
             self.assertIn("bigc.swiglu", ops(text), text)
             self.assertRegex(text, r"bigc\.swiglu %linear, %linear_1 ")  # gate first, then up
 
-    def test_not_swiglu(self):
-        # GELU-gated (GeGLU): a GELU and a product, not SwiGLU.
+    def test_geglu_not_swiglu(self):
+        # GELU-gated (GeGLU, Gemma's MLP): bigc.geglu, with the GELU's form; not SwiGLU.
         text = self.lower(lambda s, x: s.d(F.gelu(s.g(x)) * s.u(x)))
-        self.assertEqual([o for o in ops(text) if o in ("bigc.gelu", "bigc.mul", "bigc.swiglu", "bigc.silu")],
-                         ["bigc.gelu", "bigc.mul"])
+        self.assertEqual([o for o in ops(text) if o in ("bigc.gelu", "bigc.mul", "bigc.swiglu", "bigc.geglu")],
+                         ["bigc.geglu"])
+        self.assertRegex(text, r'bigc\.geglu %linear, %linear_1 \{approximate = "none"\}')
+        text = self.lower(lambda s, x: s.d(s.u(x) * F.gelu(s.g(x), approximate="tanh")))
+        self.assertRegex(text, r"bigc\.geglu %linear_1, %linear :")  # (up computed first: the gate is linear_1)
         # A scaled sigmoid (quick GELU) is neither SiLU nor GELU: refused, naming the op.
         with self.assertRaisesRegex(UserError, r"unsupported operation aten\.sigmoid"):
             self.lower(lambda s, x: s.d(s.g(x) * torch.sigmoid(1.702 * s.g(x)) * s.u(x)))
@@ -302,6 +409,81 @@ class Recognition(unittest.TestCase):
         self.assertRegex(text, r'bigc\.gelu %\w+ \{approximate = "none"\}')
         text = self.lower(lambda s, x: x * 3.0)
         self.assertNotIn("bigc.gelu", ops(text))
+
+    def test_written_attention(self):
+        class Attn(nn.Module):
+            """q @ k^T * s, a mask, softmax, @ v, written out; `form` picks the mask and the scale."""
+
+            def __init__(self, form, H=4, C=16, V=32, T=8):
+                super().__init__()
+                self.form, self.H = form, H
+                self.emb = nn.Embedding(V, C)
+                self.q, self.k, self.v = (nn.Linear(C, C, bias=False) for _ in range(3))
+                self.head = nn.Linear(C, V, bias=False)
+                tril = torch.tril(torch.ones(T, T))
+                if form == "window":  # a sliding window of 3 keys
+                    tril = tril - torch.tril(torch.ones(T, T), diagonal=-3)
+                if form == "not_causal":
+                    tril = torch.ones(T, T)
+                self.register_buffer("tril", tril, persistent=False)
+
+            def forward(self, t):
+                B, T = t.shape
+                x = self.emb(t)
+                q, k, v = (m(x).view(B, T, self.H, -1).transpose(1, 2) for m in (self.q, self.k, self.v))
+                att = q @ k.transpose(-2, -1)
+                att = att * 0.25 if self.form == "scale" else att / math.sqrt(q.size(-1))
+                if self.form != "no_mask":
+                    att = att.masked_fill(self.tril[:T, :T] == 0, float("-inf"))
+                y = F.softmax(att, dim=-1) @ v
+                return self.head(x + y.transpose(1, 2).reshape(B, T, -1))
+
+        def attn(form):
+            torch.manual_seed(0)
+            return lowered(Attn(form))
+
+        self.assertRegex(attn("causal"), r"bigc\.gqa_attention %linear, %linear_1, %linear_2 \{heads = 4 : i64, "
+                                         r"kv_heads = 4 : i64\}")
+        self.assertRegex(attn("window"), r"bigc\.gqa_attention .*\{heads = 4 : i64, kv_heads = 4 : i64, window = 3 : i64\}")
+        # 1/sqrt(D) = 0.5 here: another scale is the op's
+        self.assertRegex(attn("scale"), r"bigc\.gqa_attention .*scale = 0\.25 : f64\}")
+        with self.assertRaisesRegex(UserError, r"non-causal attention"):
+            attn("no_mask")
+        with self.assertRaisesRegex(UserError, r"an attention mask that is not causal"):
+            attn("not_causal")
+
+    def test_interleaved_rope(self):
+        class Rot(nn.Module):
+            """llama2.c's rotary embeddings: adjacent pairs as complex numbers, rotated, stacked back."""
+
+            def __init__(self, sign=1.0, H=4, C=16, V=32, T=8):
+                super().__init__()
+                self.H, self.sign = H, sign
+                self.emb = nn.Embedding(V, C)
+                self.q = nn.Linear(C, C, bias=False)
+                self.head = nn.Linear(C, V, bias=False)
+                D = C // H
+                a = torch.outer(torch.arange(T).float(), 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D)))
+                self.register_buffer("c", torch.cos(a), persistent=False)
+                self.register_buffer("s", torch.sin(a), persistent=False)
+
+            def forward(self, t):
+                B, T = t.shape
+                q = self.q(self.emb(t)).view(B, T, self.H, -1)
+                r, i = q.reshape(q.shape[:-1] + (-1, 2)).unbind(-1)
+                c, s = self.c.view(1, T, 1, -1), self.s.view(1, T, 1, -1)
+                re_ = r * c - i * s if self.sign > 0 else r * c + i * s
+                q = torch.stack([re_, r * s + i * c], dim=-1).flatten(3)
+                return self.head(q.reshape(B, T, -1))
+
+        torch.manual_seed(0)
+        text = lowered(Rot())
+        self.assertRegex(text, r"bigc\.rope %linear \{head_dim = 4 : i64, inv_freq = array<f64: 1\.0, 0\.0099\d*>, interleaved\}")
+        # The sine's sign turned in the real part only is no rotation: refused, naming the op and line.
+        torch.manual_seed(0)
+        with self.assertRaisesRegex(UserError, r"test_importer\.py:\d+: unsupported operation aten\.\w+ \(rotary "
+                                               r"embeddings of interleaved pairs not of the form"):
+            lowered(Rot(sign=-1.0))
 
     def test_rope_and_repeat_kv(self):
         class Attn(nn.Module):

@@ -130,6 +130,84 @@ TEST(FastMath, SiluSwigluAndGradsAgainstDouble) {
   EXPECT_LE(worstRel(du, dur, 0.1), 2.5e-6);
 }
 
+// GeGLU y = gelu(g) * u and its gradient, both GELU forms, on g in [-8, 8] and u in [-3, 3], against
+// double (the erf form's derivative: Phi(g) + g phi(g)); in place (y over g) gives the same values.
+// Tolerances as GELU's and SwiGLU's (relative to |value| + 1e-3 and + 0.1). Measured 2026-11-28:
+// y 7.0e-7 (tanh) / 7.1e-7 (erf: through erfc; 1 + erf in float lost 2.4e-4 to cancellation at
+// g < -3), dgate 8.3e-7 / 7.0e-7, dup 1.6e-7 / 1.6e-7.
+TEST(FastMath, GegluAndGradAgainstDouble) {
+  std::mt19937 rng(103);
+  const int64_t n = 40000;
+  VecF g = randVec(rng, n, -8.0f, 8.0f), u = randVec(rng, n, -3.0f, 3.0f), dy = randVec(rng, n, -1.0f, 1.0f);
+  for (bool exact : {false, true}) {
+    VecF y(n), dg(n), du(n);
+    k::geglu(g.data(), u.data(), y.data(), n, exact);
+    k::gegluGrad(g.data(), u.data(), dy.data(), dg.data(), du.data(), n, exact);
+    VecD yr(n), dgr(n), dur(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = g[i];
+      const double a = exact ? 0.5 * gi * (1.0 + std::erf(gi / std::sqrt(2.0))) : geluD(gi);
+      const double slope =
+          exact ? 0.5 * (1.0 + std::erf(gi / std::sqrt(2.0))) + gi * std::exp(-0.5 * gi * gi) / std::sqrt(2.0 * M_PI)
+                : geluGradD(gi);
+      yr[i] = a * u[i], dgr[i] = dy[i] * u[i] * slope, dur[i] = dy[i] * a;
+    }
+    EXPECT_LE(worstRel(y, yr, 1e-3), 2e-6) << (exact ? "erf" : "tanh");
+    EXPECT_LE(worstRel(dg, dgr, 0.1), 2.5e-6) << (exact ? "erf" : "tanh");
+    EXPECT_LE(worstRel(du, dur, 0.1), 1e-6) << (exact ? "erf" : "tanh");
+    VecF inPlace = g;
+    k::geglu(inPlace.data(), u.data(), inPlace.data(), n, exact);
+    EXPECT_EQ(inPlace, y);
+  }
+}
+
+// Rotary embeddings in both layouts against double: pair i of a head is (x[i], x[i+D/2]) (Hugging
+// Face's rotate_half) or (x[2i], x[2i+1]) (interleaved: Meta's llama, llama2.c), rotated by
+// a = f32(inv_freq[i]) * f32(t) and scaled; the inverse undoes it. The kernel's cos/sin are double's
+// rounded to f32 and its products f32: errors relative to |y| + 1 (the inputs are of size ~1, and a
+// rotation's outputs cancel), measured 2026-11-28: y 8.1e-8 (halves) / 1.0e-7 (interleaved), the
+// round trip 1.3e-7 / 2.1e-7.
+TEST(Rope, BothLayoutsAgainstDouble) {
+  std::mt19937 rng(104);
+  const int64_t B = 2, T = 9, H = 3, D = 8, C = H * D, n = B * T * C;
+  VecF x = randVec(rng, n, -2.0f, 2.0f), inv(D / 2);
+  for (int64_t i = 0; i < D / 2; ++i) inv[i] = float(std::pow(10000.0, -2.0 * double(i) / double(D)));
+  const float s = 1.25f;
+  for (bool interleaved : {false, true}) {
+    VecF y(n), back(n);
+    k::rope(x.data(), y.data(), B, T, C, D, inv.data(), s, false, interleaved);
+    k::rope(y.data(), back.data(), B, T, C, D, inv.data(), s, true, interleaved);
+    VecD want(n), again(n);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < D / 2; ++i) {
+            const int64_t base = (b * T + t) * C + h * D;
+            const int64_t i1 = base + (interleaved ? 2 * i : i), i2 = i1 + (interleaved ? 1 : D / 2);
+            const double a = double(inv[size_t(i)] * float(t)), c = std::cos(a) * s, sn = std::sin(a) * s;
+            want[size_t(i1)] = x[size_t(i1)] * c - x[size_t(i2)] * sn;
+            want[size_t(i2)] = x[size_t(i2)] * c + x[size_t(i1)] * sn;
+            again[size_t(i1)] = double(x[size_t(i1)]) * s * s, again[size_t(i2)] = double(x[size_t(i2)]) * s * s;
+          }
+    EXPECT_LE(worstRel(y, want, 1.0), 5e-7) << (interleaved ? "interleaved" : "halves");
+    EXPECT_LE(worstRel(back, again, 1.0), 1e-6) << (interleaved ? "interleaved" : "halves"); // R(-a) s R(a) s x
+  }
+  // The two layouts are the same rotation of a permuted head: halves(P x) = P interleaved(x).
+  VecF yi(n), yh(n), px(n);
+  auto perm = [&](const VecF &v, VecF &out) { // interleaved pair i -> (i, i + D/2)
+    for (int64_t r = 0; r < n / D; ++r)
+      for (int64_t i = 0; i < D / 2; ++i)
+        out[size_t(r * D + i)] = v[size_t(r * D + 2 * i)],
+                           out[size_t(r * D + i + D / 2)] = v[size_t(r * D + 2 * i + 1)];
+  };
+  k::rope(x.data(), yi.data(), B, T, C, D, inv.data(), s, false, true);
+  perm(x, px);
+  k::rope(px.data(), yh.data(), B, T, C, D, inv.data(), s, false, false);
+  VecF pyi(n);
+  perm(yi, pyi);
+  EXPECT_EQ(pyi, yh);
+}
+
 // ------------------------------------------------------------------------------------------------
 // Attention on the general geometry: q [B,T,H*D], k and v [B,T,Hkv*D] (query head h reads kv head
 // h / (H/Hkv)), out [B,T,H*D]; keys j with t - window < j <= t (window 0: all j <= t).

@@ -3,8 +3,12 @@
 
 #include <fstream>
 #include <functional>
+#include <set>
 #include <nlohmann/json.hpp>
 
+#include "bigc/Runtime/engine.h"
+#include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/kernel_table.h"
 #include "bigc/Runtime/ops.h"
 #include "bigc/Runtime/program.h"
 #include "runtime_test_programs.h"
@@ -51,29 +55,116 @@ TEST(RuntimeProgram, DTypes) {
   EXPECT_FALSE(parseDType("f64", d));
 }
 
-TEST(RuntimeProgram, OpTableCoversTheFormat) {
-  EXPECT_EQ(opSignatures().size(), 55u);
-  for (const char *f : {"linear_ce_stats", "linear_ce_stats_grad"}) EXPECT_NE(findOpSignature(f), nullptr) << f;
+TEST(RuntimeProgram, OpRegistryCoversTheFormat) {
+  EXPECT_EQ(opDefs().size(), 57u);
+  for (const char *f : {"linear_ce_stats", "linear_ce_stats_grad"}) EXPECT_NE(findOp(f), nullptr) << f;
   for (const char *f :
        {"add_layernorm", "add_rmsnorm", "layernorm_grad_add", "rmsnorm_grad_add", "bias_gelu", "gelu_grad_bias"})
-    EXPECT_NE(findOpSignature(f), nullptr) << f;
-  for (const char *pp : {"send", "recv"}) EXPECT_NE(findOpSignature(pp), nullptr) << pp;
+    EXPECT_NE(findOp(f), nullptr) << f;
+  for (const char *pp : {"send", "recv"}) EXPECT_NE(findOp(pp), nullptr) << pp;
   for (const char *l : {"rmsnorm", "rmsnorm_grad", "rope", "silu", "silu_grad", "swiglu", "swiglu_grad",
                         "gqa_attention", "gqa_attention_grad"})
-    EXPECT_NE(findOpSignature(l), nullptr) << l;
+    EXPECT_NE(findOp(l), nullptr) << l;
+  for (const char *g : {"geglu", "geglu_grad"}) EXPECT_NE(findOp(g), nullptr) << g;
   for (const char *tp : {"tp_slice", "vocab_ce_stats", "vocab_ce_stats_grad", "vocab_ce_loss", "vocab_ce_loss_grad"})
-    EXPECT_NE(findOpSignature(tp), nullptr) << tp;
-  ASSERT_NE(findOpSignature("adamw"), nullptr);
-  EXPECT_EQ(findOpSignature("adamw")->maxIn, 7);
+    EXPECT_NE(findOp(tp), nullptr) << tp;
+  ASSERT_NE(findOp("adamw"), nullptr);
+  EXPECT_EQ(findOp("adamw")->maxIn, 7);
   for (const char *v2 : {"cast", "copy", "wait", "check_finite", "loss_scale_update"})
-    EXPECT_NE(findOpSignature(v2), nullptr) << v2;
-  for (const char *v3 : {"all_reduce", "reduce_scatter", "all_gather"}) EXPECT_NE(findOpSignature(v3), nullptr) << v3;
-  EXPECT_EQ(findOpSignature("conv2d"), nullptr);
+    EXPECT_NE(findOp(v2), nullptr) << v2;
+  for (const char *v3 : {"all_reduce", "reduce_scatter", "all_gather"}) EXPECT_NE(findOp(v3), nullptr) << v3;
+  EXPECT_EQ(findOp("conv2d"), nullptr);
+}
+
+// The registry: every OpKind declared once (in its own place: the table is indexed by kind), with
+// the rules every op has (a dims rule where a kernel takes sizes; a cost rule except for the
+// communication, which the communication model times); every op has a CPU kernel.
+TEST(RuntimeProgram, OpRegistryOneDeclarationPerOp) {
+  ASSERT_EQ(opDefs().size(), kOpKinds);
+  std::set<std::string> names;
+  for (size_t k = 0; k < kOpKinds; ++k) {
+    const OpDef &d = opDefs()[k];
+    EXPECT_EQ(size_t(d.kind), k) << d.name;
+    EXPECT_TRUE(names.insert(d.name).second) << d.name << " declared twice";
+    EXPECT_EQ(findOp(d.name), &d) << d.name;
+    const bool comm = d.kind == OpKind::AllReduce || d.kind == OpKind::ReduceScatter || d.kind == OpKind::AllGather ||
+                      d.kind == OpKind::Send || d.kind == OpKind::Recv;
+    EXPECT_EQ(d.flops == nullptr, comm) << d.name << ": a cost rule for every op but the communication";
+    EXPECT_TRUE(d.minIn >= 0 && (d.maxIn < 0 || d.maxIn >= d.minIn)) << d.name;
+    for (const auto &[o, i] : d.aliases) EXPECT_TRUE(d.inPlace && o >= 0 && i >= 0) << d.name;
+  }
+  EXPECT_TRUE(Executor::kernels().missing().empty()) << "an op without a CPU kernel";
+  if (cudaBackendCompiled()) { // (the CUDA device's table is data: checked without a GPU)
+    std::string missing;
+    for (const std::string &n : cudaMissingKernels()) missing += n + " ";
+    EXPECT_EQ(missing, "") << "ops without a CUDA kernel";
+  }
+  // (the old per-op switches, checked against the declarations)
+  EXPECT_TRUE(mayAlias(opDef(OpKind::AddLayernorm), 0, 1));
+  EXPECT_FALSE(mayAlias(opDef(OpKind::AddLayernorm), 1, 0));
+  EXPECT_TRUE(mayAlias(opDef(OpKind::Gelu), 0, 0));
+  EXPECT_FALSE(mayAlias(opDef(OpKind::Matmul), 0, 0));
+  EXPECT_EQ(operandType(OpKind::LinearCeStatsGrad, true, 3), OperandType::I32);
+  EXPECT_EQ(operandType(OpKind::LinearCeStatsGrad, false, 2), OperandType::F32);
+  EXPECT_EQ(operandType(OpKind::AdamW, true, 6), OperandType::F32);
+  EXPECT_EQ(operandType(OpKind::AdamW, false, 3), OperandType::Float);
+  EXPECT_EQ(operandType(OpKind::Copy, true, 0), OperandType::Any);
+  EXPECT_TRUE(handlesOwnDtypes(OpKind::Send) && !handlesOwnDtypes(OpKind::Matmul));
+}
+
+// A device without a kernel for an op refuses the program when it is loaded, naming the
+// instruction, the op and the device.
+TEST(RuntimeProgram, MissingKernelIsALoadTimeError) {
+  const KernelTable<int> table("test", {{OpKind::Add, 1}, {OpKind::Matmul, 2}});
+  Instruction ins;
+  ins.op = "gelu";
+  ins.loc = "model.mlir:3:5";
+  EXPECT_EQ(table.at(OpKind::Matmul, ins, 0), 2);
+  try {
+    table.at(OpKind::Gelu, ins, 7);
+    ADD_FAILURE() << "no error";
+  } catch (const bigc::UserError &e) {
+    EXPECT_ERROR_HAS(std::string(e.what()), "instruction 7 (gelu at model.mlir:3:5)",
+                     "the test device has no kernel for op 'gelu'");
+  }
+  EXPECT_EQ(table.missing().size(), kOpKinds - 2);
+}
+
+// Every attribute is one its op declares, with the declared type.
+TEST(RuntimeProgram, AttributesAsDeclared) {
+  using TM = TinyModel;
+  {
+    Program p = TM::build();
+    p.instructions[7].attrs["transpose_c"] = ProgramBuilder::num(1);
+    EXPECT_ERROR_HAS(validateError(p), "instruction 7 (matmul", "unknown attribute 'transpose_c'",
+                     "matmul takes transpose_a, transpose_b");
+  }
+  {
+    Program p = TM::build();
+    p.instructions[7].attrs["transpose_a"] = ProgramBuilder::num(2);
+    EXPECT_ERROR_HAS(validateError(p), "instruction 7 (matmul", "'transpose_a' is a flag");
+  }
+  {
+    Program p = TM::build();
+    p.instructions[0].attrs["classes"] = ProgramBuilder::num(2.5);
+    EXPECT_ERROR_HAS(validateError(p), "instruction 0 (embedding", "'classes' must be an integer");
+  }
+  {
+    Program p = TM::build();
+    Attr list;
+    list.isList = true, list.list = {1, 2};
+    p.instructions[7].attrs["transpose_a"] = list;
+    EXPECT_ERROR_HAS(validateError(p), "instruction 7 (matmul", "'transpose_a' must be a number, not a list");
+  }
+  {
+    Program p = TM::build();
+    p.instructions[2].attrs["eps"] = ProgramBuilder::num(1e-5); // (cross_entropy takes only classes)
+    EXPECT_ERROR_HAS(validateError(p), "instruction 2", "unknown attribute 'eps'");
+  }
 }
 
 TEST(RuntimeProgram, SerializeParseRoundTrip) {
   Program p = TinyModel::build(0.01, 1.0, 0.1);
-  p.instructions[5].attrs["perm_test"] = ProgramBuilder::list({1, 0});
   p.instructions[3].attrs["value"] = ProgramBuilder::num(0.1);
   std::string bytes = serializeProgram(p);
   ASSERT_EQ(bytes.rfind("BIGC-PROGRAM 3 ", 0), 0u);
@@ -109,10 +200,26 @@ TEST(RuntimeProgram, SerializeParseRoundTrip) {
     }
   }
   EXPECT_TRUE(q.instructions[7].flag("transpose_a"));
-  EXPECT_EQ(q.instructions[5].ints("perm_test"), (std::vector<int64_t>{1, 0}));
   // Serializing again gives the same bytes.
   EXPECT_EQ(serializeProgram(q), bytes);
   EXPECT_EQ(q.parameterCount(), 2 * TinyModel::V * TinyModel::C);
+
+  // A list attribute (an op that takes one: transpose's perm).
+  ProgramBuilder b(1, 2, 4);
+  int64_t tok = b.buffer("tokens", {1, 2}, "input", DType::I32);
+  int64_t tgt = b.buffer("targets", {1, 2}, "input", DType::I32);
+  int64_t wte = b.param("wte.weight", {4, 4}, 0.02);
+  int64_t x = b.buffer("x", {1, 2, 4}, "activation");
+  int64_t y = b.buffer("y", {1, 2, 4}, "activation");
+  int64_t loss = b.buffer("loss", {}, "activation");
+  b.p.tokenInputs = {tok}, b.p.targetInputs = {tgt}, b.p.loss = loss;
+  b.inst("embedding", {wte, tok}, {x});
+  b.inst("transpose", {x}, {y}, {{"perm", ProgramBuilder::list({0, 1, 2})}});
+  b.inst("cross_entropy", {y, tgt}, {loss});
+  const std::string tbytes = serializeProgram(b.finish());
+  Program t = parseProgram(tbytes, "t.bigc");
+  EXPECT_EQ(t.instructions[1].ints("perm"), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(serializeProgram(t), tbytes);
 }
 
 TEST(RuntimeProgram, LoadAndWriteFileAtomic) {

@@ -18,6 +18,32 @@ namespace mlir {
 namespace bigc {
 
 //===----------------------------------------------------------------------===//
+// bigc.param's init and role (inherent attributes; ParamOp::verify refuses
+// any other value)
+//===----------------------------------------------------------------------===//
+
+/// How a parameter starts: normal (std), zeros, ones, fill (value), copy (a
+/// cast of the persistent tensor `source`).
+inline constexpr llvm::StringLiteral kInitNormal = "normal";
+inline constexpr llvm::StringLiteral kInitZeros = "zeros";
+inline constexpr llvm::StringLiteral kInitOnes = "ones";
+inline constexpr llvm::StringLiteral kInitFill = "fill";
+inline constexpr llvm::StringLiteral kInitCopy = "copy";
+inline bool isKnownInit(StringRef s) {
+  return s == kInitNormal || s == kInitZeros || s == kInitOnes || s == kInitFill || s == kInitCopy;
+}
+/// What a parameter is: a weight the model computes with (param), the fp32
+/// master of 16-bit weights (master), AdamW's state or the loss scale
+/// (optimizer), a host staging tensor of the offload passes (transfer).
+inline constexpr llvm::StringLiteral kParamRole = "param";
+inline constexpr llvm::StringLiteral kMasterRole = "master";
+inline constexpr llvm::StringLiteral kOptimizerRole = "optimizer";
+inline constexpr llvm::StringLiteral kTransferRole = "transfer";
+inline bool isKnownRole(StringRef s) {
+  return s == kParamRole || s == kMasterRole || s == kOptimizerRole || s == kTransferRole;
+}
+
+//===----------------------------------------------------------------------===//
 // On ops of @train_step
 //===----------------------------------------------------------------------===//
 

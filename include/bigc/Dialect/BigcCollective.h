@@ -15,6 +15,26 @@ namespace mlir {
 namespace bigc {
 
 // kMeshAttrName, kFullShapeAttrName: BigcAttrNames.h.
+/// The axes of the device mesh (a collective's `group`, a key of bigc.mesh):
+/// data, tensor and pipeline parallelism. Their order is the program
+/// format's axis number (docs/program-format.md: 0 dp, 1 tp, 2 pp).
+inline constexpr llvm::StringLiteral kDpAxis = "dp";
+inline constexpr llvm::StringLiteral kTpAxis = "tp";
+inline constexpr llvm::StringLiteral kPpAxis = "pp";
+inline constexpr llvm::StringLiteral kMeshAxes[] = {kDpAxis, kTpAxis, kPpAxis};
+/// A collective's `reduce`: the format's reduce number is the index here
+/// (0 sum, 1 mean, 2 max, 3 norm: the square root of the sum of squares of
+/// the ranks' f32 norms).
+inline constexpr llvm::StringLiteral kReduceSum = "sum";
+inline constexpr llvm::StringLiteral kReduceMean = "mean";
+inline constexpr llvm::StringLiteral kReduceMax = "max";
+inline constexpr llvm::StringLiteral kReduceNorm = "norm";
+inline constexpr llvm::StringLiteral kReductions[] = {kReduceSum, kReduceMean, kReduceMax, kReduceNorm};
+/// Whether `s` is one of kMeshAxes / kReductions.
+inline bool isMeshAxis(StringRef s) { return s == kDpAxis || s == kTpAxis || s == kPpAxis; }
+inline bool isReduction(StringRef s) {
+  return s == kReduceSum || s == kReduceMean || s == kReduceMax || s == kReduceNorm;
+}
 /// The stream collectives over the data-parallel axis run on.
 inline constexpr llvm::StringLiteral kCommStream = "comm";
 /// The stream of collectives over the tensor-parallel axis: on the critical

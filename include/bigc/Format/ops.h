@@ -1,8 +1,13 @@
-// The instruction set of the program format (docs/program-format.md, "Instructions"), in one
-// table: operand counts, which operands are i32, and which ops may write in place. The loader's
-// validator and the executor both use it; the compiler's emitter may too. No MLIR here.
+// The op registry: every instruction of the program format (docs/program-format.md,
+// "Instructions") declared once, in format/ops/ (one file per family): its name, operand counts
+// and dtypes, in-place pairs, attributes with their types, shape rule, the dims its kernels take,
+// and its FLOPs and bytes for the cost model. The format's validator, the executors (the dims,
+// and each device's kernel table: include/bigc/Runtime/kernel_table.h) and the compiler's cost
+// model (lib/analysis/CostModel.cpp) read it. docs/architecture.md, "Adding an op", lists the
+// files a new op touches. No MLIR here.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -71,32 +76,152 @@ enum class OpKind {
   RmsNormGradAdd,
   BiasGelu,
   GeluGradBias,
+  // Gemma's gated MLP
+  Geglu,
+  GegluGrad,
 };
-
-struct OpSignature {
-  const char *name;
-  OpKind kind;
-  int minIn, maxIn;   // maxIn -1: any number >= minIn
-  int minOut, maxOut; // maxOut -1: any number >= minOut
-  unsigned i32Inputs; // bit i set: input i is i32 (the dtype rules of all operands: operandType)
-  bool inPlace;       // output may alias exactly one input whose last use this is
-};
-
-// Every op of version 2, in the order of the tables in the format document. adamw's operand
-// counts depend on its attributes (clip, unscale, skip_on_overflow, write_half): the loader checks
-// them exactly; the table gives the bounds.
-const std::vector<OpSignature> &opSignatures();
-// nullptr when `name` is not an op.
-const OpSignature *findOpSignature(const std::string &name);
-// Whether output `out` may share the memory of input `in` (an in-place op, at the input's last use):
-// every input for the single-output in-place ops; for the fused ops, the pairs their kernels
-// allow (add_layernorm's sum over a or r, layernorm_grad_add's dx over r, bias_gelu's pre over x, ...).
-bool mayAlias(const OpSignature &sig, size_t out, size_t in);
+// (the number of ops: keep last)
+constexpr size_t kOpKinds = size_t(OpKind::GegluGrad) + 1;
 
 // The dtype an operand must have (format doc, "Dtypes"): ids are I32; statistics (layernorm
 // mean/rstd, attention lse), scalars, AdamW's master weight, moments and optional scalars are
 // F32; other floating-point tensors are Float (f32, bf16 or f16); copy and reshape take Any.
 enum class OperandType { I32, F32, Float, Any };
-OperandType operandType(OpKind k, bool isIn, size_t j);
+
+// An attribute's type: Int (an integer a double holds exactly, |x| <= 2^53), Real (finite), Flag
+// (0 or 1; JSON true/false), Ints (a list of integers), Reals (a list of numbers).
+enum class AttrType { Int, Real, Flag, Ints, Reals };
+struct AttrSpec {
+  const char *name;
+  AttrType type;
+};
+
+// The AdamW hyperparameters a kernel takes (the runtime's CpuAdamArgs).
+struct AdamArgs {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weightDecay = 0.0f;
+  // Multiply grads by this before use: 1/loss_scale, times the clipping coefficient.
+  float gradScale = 1.0f;
+  // Step counter t >= 1 (the step being taken, counted from 1).
+  int64_t step = 1;
+};
+
+// An instruction's operands decoded once at load time into the sizes its kernel takes (the same
+// for every backend): element counts, row/column splits, GEMM dimensions, attention shapes, AdamW
+// and loss-scale attributes. Each op's `dims` rule fills its part.
+struct OpDims {
+  int64_t n = 0, rows = 0, cols = 0, V = 0, C = 0, B = 0, T = 0, H = 0;
+  // matmul: c[batch][M,N] = op(a)[M,K] @ op(b)[K,N]; strides between batch entries (elements)
+  int64_t batch = 1, M = 0, N = 0, K = 0, sA = 0, sB = 0, sC = 0;
+  bool ta = false, tb = false;
+  float value = 0.f;                // scale: factor; fill: value; layernorm: eps
+  std::vector<int64_t> shape, perm; // transpose
+  // adamw: hyperparameters (step and gradScale set per call), and where its optional inputs are
+  AdamArgs adam{};
+  double baseLr = 0.0; // adamw: the instruction's rate as written (double), which a schedule scales
+  double maxNorm = 0.0;
+  bool clip = false, unscale = false, skip = false, writeHalf = false;
+  // A range copy (bytes) or a chunk of an update (elements; half's offset: 0 for a chunk-sized half).
+  int64_t inOffset = 0, outOffset = 0, gradOffset = 0, halfOffset = 0;
+  int iNorm = -1, iScale = -1, iFound = -1;
+  // loss_scale_update
+  double growthInterval = 2000, backoff = 0.5, growth = 2;
+  // Tensor parallelism. embedding(_grad) with vocab_axis 1: this rank's V rows of a vocabulary of
+  // `vocab` = V * tp ids (rows [t*V, t*V+V) on tensor rank t; the engine knows t); vocab_ce_stats
+  // (_grad): likewise for the logits' V columns. tp_slice: rows = chunk rows of the split dim,
+  // cols = whole rows, slicePre = elements before it, sliceRun = bytes of one row after it.
+  bool vocabParallel = false;
+  int64_t vocab = 0;
+  // The loss ops of a padded vocabulary (bigc-pad-vocab, attribute `classes`): the vocabulary's
+  // classes (0: not padded); vocabCols, set by the engine, the columns of this op's V (of this
+  // rank's, vocabulary-parallel) that are classes, the rest padding.
+  int64_t classes = 0, vocabCols = 0;
+  int64_t slicePre = 1, sliceRun = 1;
+  // gelu(_grad): the exact erf form (else tanh).
+  bool exact = false;
+  // rmsnorm(_grad): N rows of C, eps in `value`. rope: x [B,T,H*D] with C = H*D, D = headDim,
+  // angle of token t and frequency i: f32(invFreq[i]) * f32(t); `scale` = attention_scaling;
+  // `inverse`: the rotation by -angle; `interleaved`: the pairs (x[2i], x[2i+1]), not (x[i], x[i+D/2]).
+  int64_t headDim = 0;
+  std::vector<float> invFreq;
+  float scale = 1.f;
+  bool inverse = false, interleaved = false;
+  // gqa_attention(_grad): q [B,T,H*D], k/v [B,T,Hkv*D], D = headDim; window (0: causal only);
+  // `scale` (the softmax scale); tpHeads: q holds tensor rank r's H heads (global head r*H + h)
+  // and k/v all Hkv (the engine sets headOffset = r*H); groups = (H * tp) / Hkv heads per kv head.
+  int64_t Hkv = 0, window = 0, headOffset = 0, group = 1;
+  bool tpHeads = false;
+  // send / recv (pipeline stages): the peer stage, the tag; `n` the bytes of the message.
+  int64_t peer = -1, tag = -1;
+};
+
+// What the cost rules read of an op: its operands' shapes and element counts, and its attributes
+// by name. A program's instruction and the compiler's MLIR op (whose inherent attributes the
+// emitter writes as the instruction's, under the same names) both present themselves so.
+class OpView {
+public:
+  virtual ~OpView() = default;
+  virtual size_t numIn() const = 0;
+  virtual size_t numOut() const = 0;
+  virtual std::vector<int64_t> inShape(size_t k) const = 0;
+  virtual std::vector<int64_t> outShape(size_t k) const = 0;
+  virtual int64_t inElements(size_t k) const = 0; // 0 for a shape not known
+  virtual int64_t outElements(size_t k) const = 0;
+  virtual bool has(const char *attr) const = 0;
+  virtual double num(const char *attr, double dflt) const = 0;
+};
+
+// How the cost model counts an op's bytes: its operands read and results written; a gather (the
+// embedding: the ids and one table row per id, not the whole table); none (reshape: an alias).
+enum class CostBytes { Operands, Gather, None };
+
+namespace detail {
+struct InstructionCheck; // format/Checks.h: one instruction of a program, with its error helper
+}
+
+struct OpDef {
+  const char *name = "";
+  OpKind kind = OpKind::Wait;
+  int minIn = 0, maxIn = 0;   // maxIn -1: any number >= minIn
+  int minOut = 0, maxOut = 0; // maxOut -1: any number >= minOut
+  // The operands' dtypes, input j / output j (past the end: the last entry; empty: Float).
+  std::vector<OperandType> inTypes, outTypes;
+  // In place: an output may alias an input whose last use this is; `aliases` the (out, in) pairs
+  // (empty: every pair).
+  bool inPlace = false;
+  std::vector<std::pair<int, int>> aliases;
+  // Reads and writes each operand in its own stored dtype on every backend (no uniform storage
+  // type, no fp32 staging): cast, copy, reshape, wait, the optimizer's ops, collectives, send, recv.
+  bool ownDtypes = false;
+  std::vector<AttrSpec> attrs; // every attribute it takes (others are refused)
+  // The shape rule (the validator: throws a UserError naming the instruction), the dims its
+  // kernels take (called on an instruction that passed the validator), its FLOPs (nullptr: the
+  // cost model does not know it) and how its bytes count.
+  void (*shape)(const detail::InstructionCheck &) = nullptr;
+  void (*dims)(const detail::InstructionCheck &, OpDims &) = nullptr;
+  int64_t (*flops)(const OpView &) = nullptr;
+  CostBytes bytes = CostBytes::Operands;
+
+  const AttrSpec *attr(const std::string &n) const;
+  OperandType operandType(bool isIn, size_t j) const;
+};
+
+// Every op, indexed by OpKind (opDefs()[size_t(k)].kind == k).
+const std::vector<OpDef> &opDefs();
+const OpDef &opDef(OpKind k);
+// nullptr when `name` is not an op.
+const OpDef *findOp(const std::string &name);
+// Whether output `out` may share the memory of input `in` (an in-place op, at the input's last use).
+bool mayAlias(const OpDef &def, size_t out, size_t in);
+inline OperandType operandType(OpKind k, bool isIn, size_t j) { return opDef(k).operandType(isIn, j); }
+inline bool handlesOwnDtypes(OpKind k) { return opDef(k).ownDtypes; }
+
+struct Program;
+struct Instruction;
+// The dims of `ins` (which must have passed validateProgram) by its op's rule.
+OpDims decodeOp(const Program &p, const Instruction &ins, OpKind kind);
 
 } // namespace bigc::format

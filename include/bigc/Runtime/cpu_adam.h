@@ -20,23 +20,16 @@
 // scalar code to within 1 ulp. `half` may alias nothing else; param/m/v must not overlap.
 #pragma once
 
+#include "bigc/Format/ops.h"
+#include "bigc/Runtime/format.h"
 #include "bigc/Runtime/program.h"
 
 #include <cstdint>
 
 namespace bigc::rt {
 
-struct CpuAdamArgs {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weightDecay = 0.0f;
-  // Multiply grads by this before use: 1/loss_scale, times the clipping coefficient.
-  float gradScale = 1.0f;
-  // Step counter t >= 1 (the step being taken, counted from 1).
-  int64_t step = 1;
-};
+// The hyperparameters of one AdamW call (the format's AdamArgs, which an instruction's dims hold).
+using CpuAdamArgs = AdamArgs;
 
 // The per-call constants every AdamW implementation of bigc uses (bias corrections formed once,
 // in double, from the decimals the float hyperparameters stand for). Per element, exactly:

@@ -180,6 +180,8 @@ int64_t processPeakResidentBytes();
 std::string pipelineStageAlone(int64_t pp);
 
 bool cudaBackendCompiled();
+// The registry's ops the CUDA backend has no kernel for (kernel_table.h; without the backend: all).
+std::vector<std::string> cudaMissingKernels();
 bool cudaDeviceVisible(std::string *why);
 std::unique_ptr<Engine> makeCudaEngine(Program program, uint64_t seed);
 

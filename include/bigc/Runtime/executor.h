@@ -16,6 +16,7 @@
 #include "bigc/Runtime/engine.h"
 #include "bigc/Runtime/nvme_file.h"
 #include "bigc/Runtime/program.h"
+#include "bigc/Runtime/kernel_table.h"
 #include "bigc/Runtime/stream_executor.h"
 
 namespace bigc::rt {
@@ -100,8 +101,12 @@ public:
   std::map<std::string, int64_t> stagingBytes() const;
   std::map<std::string, int64_t> measuredBytes() const override;
 
-private:
+  // The CPU device's kernels, one per op of the registry (kernel_table.h).
   struct Op;
+  using Kernel = void (*)(Executor &, Op &);
+  static const KernelTable<Kernel> &kernels();
+
+private:
   void *allocateArena(const Space &s, size_t bytes) override;
   void freeArena(size_t space, void *arena, size_t bytes) override;
   std::unique_ptr<BoundOp> makeOp() const override;

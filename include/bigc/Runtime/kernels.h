@@ -52,6 +52,9 @@ void silu(const float *x, float *y, int64_t n);
 void siluGrad(const float *x, const float *dy, float *dx, int64_t n);
 void swiglu(const float *g, const float *u, float *y, int64_t n);
 void swigluGrad(const float *g, const float *u, const float *dy, float *dg, float *du, int64_t n);
+// geglu y = gelu(g) * u (Gemma's MLP), GELU's tanh form or (`exact`) its erf form; y may be g or u.
+void geglu(const float *g, const float *u, float *y, int64_t n, bool exact);
+void gegluGrad(const float *g, const float *u, const float *dy, float *dg, float *du, int64_t n, bool exact);
 
 // RMSNorm over rows of C: rstd = 1/sqrt(mean(x^2) + eps), y = (x * rstd) * w.
 void rmsnorm(const float *x, const float *w, float *y, float *rstd, int64_t N, int64_t C, float eps);
@@ -67,8 +70,9 @@ void geluGradBias(const float *x, const float *dy, float *dx, float *db, int64_t
 
 // Rotary embeddings of x [B,T,C] with heads of D columns (docs/frontend.md): token t, frequency
 // i < D/2 rotated by a = f32(invFreq[i]) * f32(t) (by -a when `inverse`), times `scale`. y may be x.
+// `interleaved`: pair i is (x[2i], x[2i+1]) (Meta's llama), else (x[i], x[i+D/2]) (Hugging Face's).
 void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq, float scale,
-          bool inverse);
+          bool inverse, bool interleaved = false);
 
 // Causal attention on strided rows (attention_geometry.h).
 using AttentionGeometry = rt::AttentionGeometry;

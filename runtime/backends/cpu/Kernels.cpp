@@ -358,6 +358,37 @@ void swigluGrad(const float *g, const float *u, const float *dy, float *dg, floa
   }
 }
 
+// GELU's value and derivative at one point, as gelu and geluGrad compute them.
+namespace {
+inline float geluAt(float x, bool exact) {
+  if (exact) return 0.5f * x * std::erfc(-x * kInvSqrt2); // (= 1 + erf: no cancellation at x << 0)
+  const float u = kGeluS * (x + kGeluC * x * x * x);
+  return x / (1.0f + fastExp(-2.0f * u));
+}
+inline float geluSlope(float x, bool exact) {
+  if (exact) return 0.5f * std::erfc(-x * kInvSqrt2) + x * (kInvSqrt2Pi * std::exp(-0.5f * x * x));
+  const float u = kGeluS * (x + kGeluC * x * x * x);
+  const float e = fastExp(-2.0f * u);
+  const float sg = 1.0f / (1.0f + e);
+  const float du = kGeluS * (1.0f + 3.0f * kGeluC * x * x);
+  return sg + 2.0f * x * (sg * (e * sg)) * du;
+}
+} // namespace
+
+void geglu(const float *g, const float *u, float *y, int64_t n, bool exact) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = geluAt(g[i], exact) * u[i];
+}
+
+void gegluGrad(const float *g, const float *u, const float *dy, float *dg, float *du, int64_t n, bool exact) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i], ui = u[i], d = dy[i];
+    dg[i] = (d * ui) * geluSlope(gi, exact);
+    du[i] = d * geluAt(gi, exact);
+  }
+}
+
 namespace {
 inline void rmsnormRow(const float *xr, const float *w, float *yr, float *rstd, int64_t n, int64_t C, float eps) {
   float s = 0.0f;
@@ -441,7 +472,7 @@ void geluGradBias(const float *x, const float *dy, float *dx, float *db, int64_t
 }
 
 void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq, float scale,
-          bool inverse) {
+          bool inverse, bool interleaved) {
   const int64_t half = D / 2, heads = C / D;
 #pragma omp parallel for schedule(static) if (B * T * C >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {
@@ -455,14 +486,16 @@ void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, 
       for (int64_t h = 0; h < heads; ++h) {
         const float *xr = x + (b * T + t) * C + h * D;
         float *yr = y + (b * T + t) * C + h * D;
+        const int64_t step = interleaved ? 2 : 1, other = interleaved ? 1 : half; // pair i: (i1, i1 + other)
         for (int64_t i = 0; i < half; ++i) {
-          const float x1 = xr[i], x2 = xr[i + half];
+          const int64_t i1 = i * step, i2 = i1 + other;
+          const float x1 = xr[i1], x2 = xr[i2];
           if (!inverse) {
-            yr[i] = x1 * cs[i] - x2 * sn[i];
-            yr[i + half] = x2 * cs[i] + x1 * sn[i];
+            yr[i1] = x1 * cs[i] - x2 * sn[i];
+            yr[i2] = x2 * cs[i] + x1 * sn[i];
           } else {
-            yr[i] = x1 * cs[i] + x2 * sn[i];
-            yr[i + half] = x2 * cs[i] - x1 * sn[i];
+            yr[i1] = x1 * cs[i] + x2 * sn[i];
+            yr[i2] = x2 * cs[i] - x1 * sn[i];
           }
         }
       }

@@ -1,8 +1,8 @@
-// The CUDA backend's ops: the one switch over the op kinds (bindKernel), which gives each
-// instruction at bind time its workspace, the limits of its kernel, its launch on a GPU stream and,
-// for what the host stream may run (the offloaded optimizer: AdamW, norms, checks, loss scaling,
-// casts, copies, fills, scales), its run on the host with the CPU backend's code. A new op is one
-// case here. Also the GEMMs' cuBLASLt plans (with the padded staging of odd shapes and the bias
+// The CUDA backend's ops: the device's kernel table (kernels(), one binder per op of the registry),
+// which gives each instruction at bind time its workspace, the limits of its kernel, its launch on a
+// GPU stream and, for what the host stream may run (the offloaded optimizer: AdamW, norms, checks,
+// loss scaling, casts, copies, fills, scales), its run on the host with the CPU backend's code. A
+// new op is one entry here. Also the GEMMs' cuBLASLt plans (with the padded staging of odd shapes and the bias
 // epilogue) and the NCCL collectives.
 #include "bigc/Runtime/comm.h"
 #include "bigc/Runtime/cpu_adam.h"
@@ -40,135 +40,21 @@ uint32_t alignmentOf(const void *p, int64_t strideBytes) {
 const int32_t *ids(const BoundOp &o, size_t k) { return static_cast<const int32_t *>(o.in[k]); }
 const float *f32in(const BoundOp &o, size_t k) { return static_cast<const float *>(o.in[k]); }
 float *f32out(const BoundOp &o, size_t k) { return static_cast<float *>(o.out[k]); }
+// The instruction, for the errors found when a program is bound.
+std::string at(const BoundOp &op) {
+  return "instruction " + std::to_string(op.index) + " (" + op.ins->op +
+         (op.ins->loc.empty() ? "" : " at " + op.ins->loc) + ")";
+}
 
 } // namespace
 
-void CudaEngine::bindKernel(Op &op) {
-  auto where = [&] {
-    return "instruction " + std::to_string(op.index) + " (" + op.ins->op +
-           (op.ins->loc.empty() ? "" : " at " + op.ins->loc) + ")";
-  };
-  const bool onHost = onHost_[op.stream];
-  // The offloaded optimizer's ops on the host stream: the CPU backend's code (op_dims.h).
-  auto optimizerOnHost = [this](Op &o) {
-    runOptimizerOpOnHost(o.kind, o, o.rawIn, o.rawOut, o.inType, o.outType, o.inNumel, updates_, lrFor(o));
-  };
-  auto nothing = [](Op &) {};
-  switch (op.kind) {
-  case OpKind::Embedding:
-    op.gpu = [this](Op &o, cudaStream_t s, void *) {
-      cuda::embedding(o.t, o.in[0], ids(o, 1), o.out[0], o.n, o.V, o.C, errSlot(o), s, o.offset,
-                      o.classes > 0 ? o.classes : o.vocab); // (a padded table: its padding is no token)
-    };
-    break;
-  case OpKind::EmbeddingGrad:
-    op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V));
-    op.gpu = [this](Op &o, cudaStream_t s, void *w) {
-      cuda::embeddingGrad(o.t, o.in[0], ids(o, 1), o.out[0], o.n, o.V, o.C, w, size_t(o.scratchBytes), errSlot(o), s,
-                          o.offset, o.classes > 0 ? o.classes : o.vocab);
-    };
-    break;
-  case OpKind::TpSlice: // tensor rank t's chunk of the split dimension: slicePre rows of bytes
-    op.gpu = [this](Op &o, cudaStream_t s, void *) {
-      const size_t chunk = size_t(o.rows * o.sliceRun), whole = size_t(o.cols * o.sliceRun);
-      const char *src = static_cast<const char *>(o.in[0]) + size_t(rank_.tpRank) * chunk;
-      if (o.slicePre == 1) // one run (no pitch limit)
-        BIGC_CK(cudaMemcpyAsync(o.out[0], src, chunk, cudaMemcpyDeviceToDevice, s));
-      else if (o.slicePre > 1 && chunk > 0)
-        BIGC_CK(cudaMemcpy2DAsync(o.out[0], chunk, src, whole, chunk, size_t(o.slicePre), cudaMemcpyDeviceToDevice, s));
-    };
-    break;
-  case OpKind::VocabCeStats:
-    op.gpu = [this](Op &o, cudaStream_t s, void *) {
-      cuda::vocabCeStats(o.t, o.in[0], ids(o, 1), f32out(o, 0), o.N, o.vocabCols, o.V, o.offset,
-                         o.classes > 0 ? o.classes : o.vocab, errSlot(o), s);
-    };
-    break;
-  case OpKind::VocabCeStatsGrad:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::vocabCeStatsGrad(o.t, f32in(o, 0), o.in[1], ids(o, 2), f32in(o, 3), o.out[0], o.N, o.vocabCols, o.V,
-                             o.offset, s);
-    };
-    break;
-  case OpKind::VocabCeLoss:
-    op.scratchBytes = int64_t(cuda::vocabCeLossWorkspace(op.N));
-    op.gpu = [](Op &o, cudaStream_t s, void *w) { cuda::vocabCeLoss(f32in(o, 0), f32out(o, 0), o.N, o.n, w, s); };
-    break;
-  case OpKind::VocabCeLossGrad:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::vocabCeLossGrad(f32in(o, 0), f32in(o, 1), f32out(o, 0), o.N, o.n, s);
-    };
-    break;
-  case OpKind::Matmul:
-    hasMatmul_[op.stream] = true;
-    op.scratchBytes = matmulStagingBytes(op);
-    op.gpu = [this](Op &o, cudaStream_t s, void *w) { launchMatmul(o, s, w); };
-    break;
-  case OpKind::Add:
-    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::add(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
-    break;
-  case OpKind::Mul:
-    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::mul(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
-    break;
-  case OpKind::BiasAdd:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      if (!o.fusedAway) cuda::biasAdd(o.t, o.in[0], o.in[1], o.out[0], o.rows, o.cols, s);
-    };
-    break;
-  case OpKind::Scale:
-    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::scale(o.t, o.in[0], o.out[0], o.value, o.n, s); };
-    op.host = [](Op &o) {
-      for (int64_t i = 0; i < o.n; ++i)
-        storeFrom32(o.rawOut[0], o.outType[0], i, o.value * loadAs32(o.rawIn[0], o.inType[0], i));
-    };
-    break;
-  case OpKind::Fill:
-    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::fill(o.t, o.out[0], o.value, o.n, s); };
-    op.host = [](Op &o) {
-      for (int64_t i = 0; i < o.n; ++i) storeFrom32(o.rawOut[0], o.outType[0], i, o.value);
-    };
-    break;
-  case OpKind::Gelu:
-    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::gelu(o.t, o.in[0], o.out[0], o.n, s, o.exact); };
-    break;
-  case OpKind::GeluGrad:
-    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::geluGrad(o.t, o.in[0], o.in[1], o.out[0], o.n, s, o.exact); };
-    break;
-  case OpKind::Silu: op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::silu(o.t, o.in[0], o.out[0], o.n, s); }; break;
-  case OpKind::SiluGrad:
-    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::siluGrad(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
-    break;
-  case OpKind::Swiglu:
-    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::swiglu(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
-    break;
-  case OpKind::SwigluGrad:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::swigluGrad(o.t, o.in[0], o.in[1], o.in[2], o.out[0], o.out[1], o.n, s);
-    };
-    break;
-  case OpKind::RmsNorm:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::rmsnorm(o.t, o.in[0], o.in[1], o.out[0], f32out(o, 1), o.N, o.C, o.value, s);
-    };
-    break;
-  case OpKind::RmsNormGrad:
-    op.scratchBytes = int64_t(cuda::rmsnormGradWorkspace(op.N, op.C));
-    op.gpu = [](Op &o, cudaStream_t s, void *w) {
-      cuda::rmsnormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), o.out[0], o.out[1], o.N, o.C, w, s);
-    };
-    break;
-  case OpKind::Rope:
-    if (op.headDim / 2 > cuda::kRopeMaxHalf || int64_t(op.invFreq.size()) < op.headDim / 2)
-      throw UserError(where() + ": rope with head_dim " + std::to_string(op.headDim) +
-                      " (the CUDA backend supports up to " + std::to_string(2 * cuda::kRopeMaxHalf) + ")");
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::rope(o.t, o.in[0], o.out[0], o.B, o.T, o.C, o.headDim, o.invFreq.data(), o.scale, o.inverse, s);
-    };
-    break;
-  case OpKind::GqaAttention:
-  case OpKind::GqaAttentionGrad:
+// The CUDA device's kernels, one binder per op (include/bigc/Runtime/kernel_table.h): each sets the
+// op's workspace and limits and gives it its launch on a GPU stream (gpu) and, where the op may run
+// on the host stream, its host code (host).
+const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
+  const Binder bGqaAttention = [](CudaEngine &, Op &op) {
     if (op.headDim > cuda::kGenericAttentionMaxHead)
-      throw UserError(where() + ": attention head size " + std::to_string(op.headDim) +
+      throw UserError(at(op) + ": attention head size " + std::to_string(op.headDim) +
                       " exceeds the CUDA backend's limit of " + std::to_string(cuda::kGenericAttentionMaxHead));
     if (op.kind == OpKind::GqaAttention) {
       op.gpu = [](Op &o, cudaStream_t s, void *) {
@@ -181,81 +67,11 @@ void CudaEngine::bindKernel(Op &op) {
                                o.out[0], o.out[1], o.out[2], w, s);
       };
     }
-    break;
-  case OpKind::ReduceSum:
-    op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols));
-    op.gpu = [](Op &o, cudaStream_t s, void *w) { cuda::reduceSum(o.t, o.in[0], o.out[0], o.rows, o.cols, w, s); };
-    break;
-  case OpKind::Layernorm:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::layernorm(o.t, o.in[0], o.in[1], o.in[2], o.out[0], f32out(o, 1), f32out(o, 2), o.N, o.C, o.value, s);
-    };
-    break;
-  case OpKind::AddLayernorm:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::layernorm(o.t, o.in[0], o.in[2], o.in[3], o.out[1], f32out(o, 2), f32out(o, 3), o.N, o.C, o.value, s,
-                      o.in[1], o.out[0]);
-    };
-    break;
-  case OpKind::AddRmsNorm:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::rmsnorm(o.t, o.in[0], o.in[2], o.out[1], f32out(o, 2), o.N, o.C, o.value, s, o.in[1], o.out[0]);
-    };
-    break;
-  case OpKind::LayernormGradAdd:
-    op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C));
-    op.gpu = [](Op &o, cudaStream_t s, void *w) {
-      cuda::layernormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), f32in(o, 4), o.out[0], o.out[1], o.out[2], o.N,
-                          o.C, w, s, o.in[5]);
-    };
-    break;
-  case OpKind::RmsNormGradAdd:
-    op.scratchBytes = int64_t(cuda::rmsnormGradWorkspace(op.N, op.C));
-    op.gpu = [](Op &o, cudaStream_t s, void *w) {
-      cuda::rmsnormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), o.out[0], o.out[1], o.N, o.C, w, s, o.in[4]);
-    };
-    break;
-  case OpKind::BiasGelu:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      if (!o.fusedAway) cuda::biasGelu(o.t, o.in[0], o.in[1], o.out[0], o.out[1], o.rows, o.cols, o.exact, s);
-    };
-    break;
-  case OpKind::GeluGradBias:
-    op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols));
-    op.gpu = [](Op &o, cudaStream_t s, void *w) {
-      cuda::geluGradBias(o.t, o.in[0], o.in[1], o.out[0], o.out[1], o.rows, o.cols, o.exact, w, s);
-    };
-    break;
-  case OpKind::LayernormGrad:
-    op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C));
-    op.gpu = [](Op &o, cudaStream_t s, void *w) {
-      cuda::layernormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), f32in(o, 4), o.out[0], o.out[1], o.out[2], o.N,
-                          o.C, w, s);
-    };
-    break;
-  case OpKind::Attention:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::attention(o.t, o.in[0], o.out[0], f32out(o, 1), o.B, o.T, o.C, o.H, s);
-    };
-    break;
-  case OpKind::AttentionGrad:
-    op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
-    op.gpu = [](Op &o, cudaStream_t s, void *w) {
-      cuda::attentionGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), o.out[0], o.B, o.T, o.C, o.H, w, s);
-    };
-    break;
-  case OpKind::Transpose:
-    if (op.shape.size() > 8)
-      throw UserError(where() + ": transpose of rank " + std::to_string(op.shape.size()) +
-                      " (the CUDA backend supports up to 8)");
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::transpose(int(dtypeSize(o.t)), o.in[0], o.out[0], o.shape.data(), o.perm.data(), int(o.shape.size()), s);
-    };
-    break;
-  case OpKind::Reshape:
-  case OpKind::Copy: // (a range copy: bytes at inOffset and outOffset)
-    if (!onHost && (isNvme(op.ins->in[0]) || isNvme(op.ins->out[0])))
-      throw UserError(where() +
+  };
+  const Binder bReshape = [](CudaEngine &e, Op &op) {
+    // (a range copy: bytes at inOffset and outOffset)
+    if (!e.onHost_[op.stream] && (e.isNvme(op.ins->in[0]) || e.isNvme(op.ins->out[0])))
+      throw UserError(at(op) +
                       ": a copy to or from the nvme space runs on the nvme stream (a host thread), not on "
                       "stream '" +
                       op.ins->stream + "'");
@@ -264,15 +80,14 @@ void CudaEngine::bindKernel(Op &op) {
       char *to = static_cast<char *>(o.out[0]) + o.outOffset;
       if (from != to) BIGC_CK(cudaMemcpyAsync(to, from, size_t(o.n), cudaMemcpyDefault, s));
     };
-    op.host = [this](Op &o) {
-      if (nvmeCopy(o)) return; // the drive's reads and writes (pinned host staging)
+    op.host = [&e = e](Op &o) {
+      if (e.nvmeCopy(o)) return; // the drive's reads and writes (pinned host staging)
       const char *from = static_cast<const char *>(o.rawIn[0]) + o.inOffset;
       char *to = static_cast<char *>(o.rawOut[0]) + o.outOffset;
       if (from != to) std::memmove(to, from, size_t(o.n));
     };
-    break;
-  case OpKind::Split:
-  case OpKind::Concat:
+  };
+  const Binder bSplit = [](CudaEngine &, Op &op) {
     op.gpu = [](Op &o, cudaStream_t s, void *) {
       const size_t es = size_t(dtypeSize(o.t)), w = size_t(o.cols) * es, pitch = w * size_t(o.n);
       for (int64_t p = 0; p < o.n; ++p) {
@@ -285,104 +100,25 @@ void CudaEngine::bindKernel(Op &op) {
                                     size_t(o.rows), cudaMemcpyDefault, s));
       }
     };
-    break;
-  case OpKind::CrossEntropy:
-    op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N));
-    op.gpu = [this](Op &o, cudaStream_t s, void *w) {
-      cuda::crossEntropy(o.t, o.in[0], ids(o, 1), f32out(o, 0), o.N, o.vocabCols, o.V, w, errSlot(o), s);
-    };
-    break;
-  case OpKind::CrossEntropyGrad:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::crossEntropyGrad(o.t, o.in[0], ids(o, 1), f32in(o, 2), o.out[0], o.N, o.vocabCols, o.V, s);
-    };
-    break;
-  case OpKind::GlobalNorm: {
-    int64_t slots = 0;
-    for (int64_t n : op.inNumel) slots += cuda::partialSlots(n);
-    op.scratchBytes = slots * 8;
-    op.gpu = [](Op &o, cudaStream_t s, void *w) {
-      double *part = static_cast<double *>(w);
-      int64_t slot = 0;
-      for (size_t k = 0; k < o.in.size(); ++k)
-        cuda::sumSquaresPartial(o.inType[k], o.in[k], o.inNumel[k], part, &slot, s);
-      cuda::sqrtOfSum(part, slot, f32out(o, 0), s);
-    };
-    op.host = optimizerOnHost;
-    break;
-  }
-  case OpKind::CheckFinite:
-    if (!onHost) op.flag = flagCount_++;
-    op.gpu = [this](Op &o, cudaStream_t s, void *) {
-      int *flag = flags_ + o.flag;
-      BIGC_CK(cudaMemsetAsync(flag, 0, sizeof(int), s));
-      for (size_t k = 0; k < o.in.size(); ++k) cuda::nonFiniteAny(o.inType[k], o.in[k], o.inNumel[k], flag, s);
-      cuda::flagToFloat(flag, f32out(o, 0), s);
-    };
-    op.host = optimizerOnHost;
-    break;
-  case OpKind::Cast:
-    op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::cast(o.inType[0], o.in[0], o.outType[0], o.out[0], o.n, s); };
-    op.host = [](Op &o) { convert(o.rawIn[0], o.inType[0], o.rawOut[0], o.outType[0], o.n); };
-    break;
-  case OpKind::Wait:
-    op.gpu = [](Op &, cudaStream_t, void *) {};
-    op.host = nothing;
-    break;
-  case OpKind::LossScaleUpdate:
-    op.gpu = [](Op &o, cudaStream_t s, void *) {
-      cuda::lossScaleUpdate(f32in(o, 0), f32out(o, 0), f32out(o, 1), o.backoff, o.growth, o.growthInterval, s);
-    };
-    op.host = optimizerOnHost;
-    break;
-  case OpKind::AdamW:
-    if (op.outType[1] != DType::F32 && op.ins->stream != "host")
-      throw UserError("adamw at " + op.ins->loc +
-                      ": bf16 optimizer states (--optimizer-states bf16) are updated on the host in this version (the "
-                      "CPU backend, or --offload cpu on a GPU); compile with --optimizer-states fp32 for the GPU's "
-                      "AdamW");
-    if (!onHost && op.ins->attrs.count("count"))
-      throw UserError("adamw at " + op.ins->loc +
-                      ": an update of a chunk (--nvme-chunk) runs on the host stream in this version, not on the GPU");
-    op.gpu = [this](Op &o, cudaStream_t s, void *) {
-      if (o.capture)
-        BIGC_CK(
-            cudaMemcpyAsync(o.capture, o.in[1], size_t(o.n * int64_t(dtypeSize(o.inType[1]))), cudaMemcpyDefault, s));
-      CpuAdamArgs a = o.adam;
-      a.lr = lrFor(o);
-      a.step = updates_ + 1;
-      const AdamWConsts c = adamWConsts(a);
-      cuda::adamw(c, f32out(o, 0), o.in[1], o.inType[1], f32out(o, 1), f32out(o, 2), o.writeHalf ? o.out[3] : nullptr,
-                  o.writeHalf ? o.outType[3] : DType::F32, o.n, o.clip ? f32in(o, size_t(o.iNorm)) : nullptr, o.maxNorm,
-                  o.unscale ? f32in(o, size_t(o.iScale)) : nullptr, o.skip ? f32in(o, size_t(o.iFound)) : nullptr, s);
-    };
-    op.host = [this, optimizerOnHost](Op &o) {
-      if (o.capture) // (a chunk's grad: at its offset)
-        std::memcpy(o.capture, static_cast<const char *>(o.rawIn[1]) + o.gradOffset * int64_t(dtypeSize(o.inType[1])),
-                    size_t(o.n * int64_t(dtypeSize(o.inType[1]))));
-      optimizerOnHost(o);
-    };
-    break;
-  case OpKind::AllReduce:
-  case OpKind::ReduceScatter:
-  case OpKind::AllGather: {
-    if (onHost || (op.ins->stream != "comm" && op.ins->stream != "comm_tp"))
-      throw UserError(where() + ": collectives run on the comm or comm_tp stream");
-    const int64_t D = prog_.axisSize(int64_t(op.ins->num("axis", 0)));
-    if (rank_.host) { // virtual ranks: the bucket staged in pinned memory, in and out (hostCollective)
+  };
+  const Binder bAllReduce = [](CudaEngine &e, Op &op) {
+    if (e.onHost_[op.stream] || (op.ins->stream != "comm" && op.ins->stream != "comm_tp"))
+      throw UserError(at(op) + ": collectives run on the comm or comm_tp stream");
+    const int64_t D = e.prog_.axisSize(int64_t(op.ins->num("axis", 0)));
+    if (e.rank_.host) { // virtual ranks: the bucket staged in pinned memory, in and out (hostCollective)
       int64_t bytes = 0, floats = 0;
       for (size_t k = 0; k < op.ins->in.size(); ++k) {
         bytes += int64_t(cuda::align256(size_t(op.inNumel[k] * dtypeSize(op.inType[k])))) +
                  int64_t(cuda::align256(size_t(op.outNumel[k] * dtypeSize(op.outType[k]))));
         floats += (op.inNumel[k] + D - 1) / D;
       }
-      hostCollOf_[op.stream] = std::max(hostCollOf_[op.stream], bytes);
-      Communicator *c = rank_.host->commOf(op.axis).get();
+      e.hostCollOf_[op.stream] = std::max(e.hostCollOf_[op.stream], bytes);
+      Communicator *c = e.rank_.host->commOf(op.axis).get();
       if (!c)
-        throw UserError(where() + ": no communicator for the collective's mesh axis (virtual ranks; internal error)");
+        throw UserError(at(op) + ": no communicator for the collective's mesh axis (virtual ranks; internal error)");
       c->reserve(floats); // (as the CPU backend's ranks: no collective allocates during a step)
-      op.gpu = [this](Op &o, cudaStream_t s, void *) { hostCollective(o, s); };
-      break;
+      op.gpu = [&e = e](Op &o, cudaStream_t s, void *) { e.hostCollective(o, s); };
+      return;
     }
     // The padded and f32 copies issueCollective stages in pad_: a reduce-scatter or all-gather of
     // a tensor the ranks do not divide goes through a copy of S * D elements; a sum or mean of a
@@ -392,7 +128,7 @@ void CudaEngine::bindKernel(Op &op) {
     for (size_t k = 0; k < op.ins->in.size(); ++k) {
       const int64_t whole = op.kind == OpKind::AllGather ? op.outNumel[k] : op.inNumel[k];
       const int64_t S = op.kind == OpKind::ReduceScatter ? op.outNumel[k] : op.inNumel[k];
-      if (sumsIn32(op, k)) {
+      if (e.sumsIn32(op, k)) {
         const int64_t c = op.kind == OpKind::AllReduce ? std::min(whole, kWideChunk)
                                                        : std::min(S, std::max<int64_t>(1, kWideChunk / D));
         wide = std::max(wide, op.kind == OpKind::AllReduce ? c * 4 : (c * D + c) * 4);
@@ -401,35 +137,333 @@ void CudaEngine::bindKernel(Op &op) {
       }
     }
     pad += int64_t(cuda::align256(size_t(wide)));
-    padOf_[op.stream] = std::max(padOf_[op.stream], pad);
-    op.gpu = [this](Op &o, cudaStream_t s, void *) { issueCollective(o, s); };
-    break;
-  }
-  case OpKind::Send:
-  case OpKind::Recv:
-    if (onHost) throw UserError(where() + ": send and recv run on a GPU stream");
-    if (rank_.ncclPp) { // NCCL: issued in groups (launchGroup), not one by one
-      op.gpu = [this](Op &o, cudaStream_t, void *) {
-        runtimeError(o, "a send or recv outside its group (internal error)");
+    e.padOf_[op.stream] = std::max(e.padOf_[op.stream], pad);
+    op.gpu = [&e = e](Op &o, cudaStream_t s, void *) { e.issueCollective(o, s); };
+  };
+  const Binder bSend = [](CudaEngine &e, Op &op) {
+    if (e.onHost_[op.stream]) throw UserError(at(op) + ": send and recv run on a GPU stream");
+    if (e.rank_.ncclPp) { // NCCL: issued in groups (launchGroup), not one by one
+      op.gpu = [&e = e](Op &o, cudaStream_t, void *) {
+        e.runtimeError(o, "a send or recv outside its group (internal error)");
       };
-      break;
+      return;
     }
-    if (!rank_.host || !rank_.host->p2p)
-      throw UserError(where() + ": " + op.ins->op + " (pipeline parallelism) needs the ranks of every stage: run the " +
+    if (!e.rank_.host || !e.rank_.host->p2p)
+      throw UserError(at(op) + ": " + op.ins->op + " (pipeline parallelism) needs the ranks of every stage: run the " +
                       "program with `bigc run` (one GPU per rank over NCCL, or --virtual-ranks on one GPU)");
-    hostCollOf_[op.stream] = std::max(hostCollOf_[op.stream], int64_t(cuda::align256(size_t(op.n))));
-    op.gpu = [this](Op &o, cudaStream_t s, void *) { hostSendRecv(o, s); };
-    break;
-  case OpKind::LinearCeStats:
-  case OpKind::LinearCeStatsGrad:
+    e.hostCollOf_[op.stream] = std::max(e.hostCollOf_[op.stream], int64_t(cuda::align256(size_t(op.n))));
+    op.gpu = [&e = e](Op &o, cudaStream_t s, void *) { e.hostSendRecv(o, s); };
+  };
+  const Binder bLinearCeStats = [](CudaEngine &e, Op &op) {
     // The gradient of a chunk's logits in the type of h and w for its two GEMMs (f32: in place).
     op.scratchBytes = op.kind == OpKind::LinearCeStats || op.t == DType::F32
                           ? 0
                           : int64_t(cuda::align256(size_t(op.N * op.n * dtypeSize(op.t))));
-    op.gpu = [this](Op &o, cudaStream_t s, void *w) { launchLinearCe(o, s, w); };
-    break;
-  }
-  if (!op.gpu) throw UserError(where() + ": op kind not supported by the CUDA backend (internal error)");
+    op.gpu = [&e = e](Op &o, cudaStream_t s, void *w) { e.launchLinearCe(o, s, w); };
+  };
+  static const KernelTable<Binder> table("cuda", {
+      {OpKind::Embedding, [](CudaEngine &e, Op &op) {
+        op.gpu = [&e = e](Op &o, cudaStream_t s, void *) {
+          cuda::embedding(o.t, o.in[0], ids(o, 1), o.out[0], o.n, o.V, o.C, e.errSlot(o), s, o.offset,
+                          o.classes > 0 ? o.classes : o.vocab); // (a padded table: its padding is no token)
+        };
+      }},
+      {OpKind::EmbeddingGrad, [](CudaEngine &e, Op &op) {
+        op.scratchBytes = int64_t(cuda::embeddingGradWorkspace(op.n, op.V));
+        op.gpu = [&e = e](Op &o, cudaStream_t s, void *w) {
+          cuda::embeddingGrad(o.t, o.in[0], ids(o, 1), o.out[0], o.n, o.V, o.C, w, size_t(o.scratchBytes), e.errSlot(o), s,
+                              o.offset, o.classes > 0 ? o.classes : o.vocab);
+        };
+      }},
+      {OpKind::TpSlice, [](CudaEngine &e, Op &op) {
+        // tensor rank t's chunk of the split dimension: slicePre rows of bytes
+        op.gpu = [&e = e](Op &o, cudaStream_t s, void *) {
+          const size_t chunk = size_t(o.rows * o.sliceRun), whole = size_t(o.cols * o.sliceRun);
+          const char *src = static_cast<const char *>(o.in[0]) + size_t(e.rank_.tpRank) * chunk;
+          if (o.slicePre == 1) // one run (no pitch limit)
+            BIGC_CK(cudaMemcpyAsync(o.out[0], src, chunk, cudaMemcpyDeviceToDevice, s));
+          else if (o.slicePre > 1 && chunk > 0)
+            BIGC_CK(cudaMemcpy2DAsync(o.out[0], chunk, src, whole, chunk, size_t(o.slicePre), cudaMemcpyDeviceToDevice, s));
+        };
+      }},
+      {OpKind::VocabCeStats, [](CudaEngine &e, Op &op) {
+        op.gpu = [&e = e](Op &o, cudaStream_t s, void *) {
+          cuda::vocabCeStats(o.t, o.in[0], ids(o, 1), f32out(o, 0), o.N, o.vocabCols, o.V, o.offset,
+                             o.classes > 0 ? o.classes : o.vocab, e.errSlot(o), s);
+        };
+      }},
+      {OpKind::VocabCeStatsGrad, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::vocabCeStatsGrad(o.t, f32in(o, 0), o.in[1], ids(o, 2), f32in(o, 3), o.out[0], o.N, o.vocabCols, o.V,
+                                 o.offset, s);
+        };
+      }},
+      {OpKind::VocabCeLoss, [](CudaEngine &, Op &op) {
+        op.scratchBytes = int64_t(cuda::vocabCeLossWorkspace(op.N));
+        op.gpu = [](Op &o, cudaStream_t s, void *w) { cuda::vocabCeLoss(f32in(o, 0), f32out(o, 0), o.N, o.n, w, s); };
+      }},
+      {OpKind::VocabCeLossGrad, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::vocabCeLossGrad(f32in(o, 0), f32in(o, 1), f32out(o, 0), o.N, o.n, s);
+        };
+      }},
+      {OpKind::Matmul, [](CudaEngine &e, Op &op) {
+        e.hasMatmul_[op.stream] = true;
+        op.scratchBytes = e.matmulStagingBytes(op);
+        op.gpu = [&e = e](Op &o, cudaStream_t s, void *w) { e.launchMatmul(o, s, w); };
+      }},
+      {OpKind::Add, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::add(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
+      }},
+      {OpKind::Mul, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::mul(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
+      }},
+      {OpKind::BiasAdd, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          if (!o.fusedAway) cuda::biasAdd(o.t, o.in[0], o.in[1], o.out[0], o.rows, o.cols, s);
+        };
+      }},
+      {OpKind::Scale, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::scale(o.t, o.in[0], o.out[0], o.value, o.n, s); };
+        op.host = [](Op &o) {
+          for (int64_t i = 0; i < o.n; ++i)
+            storeFrom32(o.rawOut[0], o.outType[0], i, o.value * loadAs32(o.rawIn[0], o.inType[0], i));
+        };
+      }},
+      {OpKind::Fill, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::fill(o.t, o.out[0], o.value, o.n, s); };
+        op.host = [](Op &o) {
+          for (int64_t i = 0; i < o.n; ++i) storeFrom32(o.rawOut[0], o.outType[0], i, o.value);
+        };
+      }},
+      {OpKind::Gelu, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::gelu(o.t, o.in[0], o.out[0], o.n, s, o.exact); };
+      }},
+      {OpKind::GeluGrad, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::geluGrad(o.t, o.in[0], o.in[1], o.out[0], o.n, s, o.exact); };
+      }},
+      {OpKind::Silu, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::silu(o.t, o.in[0], o.out[0], o.n, s); };
+      }},
+      {OpKind::SiluGrad, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::siluGrad(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
+      }},
+      {OpKind::Swiglu, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::swiglu(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
+      }},
+      {OpKind::Geglu,
+       [](CudaEngine &, Op &op) {
+         op.gpu = [](Op &o, cudaStream_t s, void *) {
+           cuda::geglu(o.t, o.in[0], o.in[1], o.out[0], o.n, o.exact, s);
+         };
+       }},
+      {OpKind::GegluGrad,
+       [](CudaEngine &, Op &op) {
+         op.gpu = [](Op &o, cudaStream_t s, void *) {
+           cuda::gegluGrad(o.t, o.in[0], o.in[1], o.in[2], o.out[0], o.out[1], o.n, o.exact, s);
+         };
+       }},
+      {OpKind::SwigluGrad, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::swigluGrad(o.t, o.in[0], o.in[1], o.in[2], o.out[0], o.out[1], o.n, s);
+        };
+      }},
+      {OpKind::RmsNorm, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::rmsnorm(o.t, o.in[0], o.in[1], o.out[0], f32out(o, 1), o.N, o.C, o.value, s);
+        };
+      }},
+      {OpKind::RmsNormGrad, [](CudaEngine &, Op &op) {
+        op.scratchBytes = int64_t(cuda::rmsnormGradWorkspace(op.N, op.C));
+        op.gpu = [](Op &o, cudaStream_t s, void *w) {
+          cuda::rmsnormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), o.out[0], o.out[1], o.N, o.C, w, s);
+        };
+      }},
+      {OpKind::Rope, [](CudaEngine &, Op &op) {
+        if (op.headDim / 2 > cuda::kRopeMaxHalf || int64_t(op.invFreq.size()) < op.headDim / 2)
+          throw UserError(at(op) + ": rope with head_dim " + std::to_string(op.headDim) +
+                          " (the CUDA backend supports up to " + std::to_string(2 * cuda::kRopeMaxHalf) + ")");
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::rope(o.t, o.in[0], o.out[0], o.B, o.T, o.C, o.headDim, o.invFreq.data(), o.scale, o.inverse, s,
+                     o.interleaved);
+        };
+      }},
+      {OpKind::GqaAttention, bGqaAttention},
+      {OpKind::GqaAttentionGrad, bGqaAttention},
+      {OpKind::ReduceSum, [](CudaEngine &, Op &op) {
+        op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols));
+        op.gpu = [](Op &o, cudaStream_t s, void *w) { cuda::reduceSum(o.t, o.in[0], o.out[0], o.rows, o.cols, w, s); };
+      }},
+      {OpKind::Layernorm, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::layernorm(o.t, o.in[0], o.in[1], o.in[2], o.out[0], f32out(o, 1), f32out(o, 2), o.N, o.C, o.value, s);
+        };
+      }},
+      {OpKind::AddLayernorm, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::layernorm(o.t, o.in[0], o.in[2], o.in[3], o.out[1], f32out(o, 2), f32out(o, 3), o.N, o.C, o.value, s,
+                          o.in[1], o.out[0]);
+        };
+      }},
+      {OpKind::AddRmsNorm, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::rmsnorm(o.t, o.in[0], o.in[2], o.out[1], f32out(o, 2), o.N, o.C, o.value, s, o.in[1], o.out[0]);
+        };
+      }},
+      {OpKind::LayernormGradAdd, [](CudaEngine &, Op &op) {
+        op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C));
+        op.gpu = [](Op &o, cudaStream_t s, void *w) {
+          cuda::layernormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), f32in(o, 4), o.out[0], o.out[1], o.out[2], o.N,
+                              o.C, w, s, o.in[5]);
+        };
+      }},
+      {OpKind::RmsNormGradAdd, [](CudaEngine &, Op &op) {
+        op.scratchBytes = int64_t(cuda::rmsnormGradWorkspace(op.N, op.C));
+        op.gpu = [](Op &o, cudaStream_t s, void *w) {
+          cuda::rmsnormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), o.out[0], o.out[1], o.N, o.C, w, s, o.in[4]);
+        };
+      }},
+      {OpKind::BiasGelu, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          if (!o.fusedAway) cuda::biasGelu(o.t, o.in[0], o.in[1], o.out[0], o.out[1], o.rows, o.cols, o.exact, s);
+        };
+      }},
+      {OpKind::GeluGradBias, [](CudaEngine &, Op &op) {
+        op.scratchBytes = int64_t(cuda::reduceSumWorkspace(op.rows, op.cols));
+        op.gpu = [](Op &o, cudaStream_t s, void *w) {
+          cuda::geluGradBias(o.t, o.in[0], o.in[1], o.out[0], o.out[1], o.rows, o.cols, o.exact, w, s);
+        };
+      }},
+      {OpKind::LayernormGrad, [](CudaEngine &, Op &op) {
+        op.scratchBytes = int64_t(cuda::layernormGradWorkspace(op.N, op.C));
+        op.gpu = [](Op &o, cudaStream_t s, void *w) {
+          cuda::layernormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), f32in(o, 4), o.out[0], o.out[1], o.out[2], o.N,
+                              o.C, w, s);
+        };
+      }},
+      {OpKind::Attention, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::attention(o.t, o.in[0], o.out[0], f32out(o, 1), o.B, o.T, o.C, o.H, s);
+        };
+      }},
+      {OpKind::AttentionGrad, [](CudaEngine &, Op &op) {
+        op.scratchBytes = int64_t(cuda::attentionGradWorkspace(op.B, op.T, op.H));
+        op.gpu = [](Op &o, cudaStream_t s, void *w) {
+          cuda::attentionGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), o.out[0], o.B, o.T, o.C, o.H, w, s);
+        };
+      }},
+      {OpKind::Transpose, [](CudaEngine &e, Op &op) {
+        if (op.shape.size() > 8)
+          throw UserError(at(op) + ": transpose of rank " + std::to_string(op.shape.size()) +
+                          " (the CUDA backend supports up to 8)");
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::transpose(int(dtypeSize(o.t)), o.in[0], o.out[0], o.shape.data(), o.perm.data(), int(o.shape.size()), s);
+        };
+      }},
+      {OpKind::Reshape, bReshape},
+      {OpKind::Copy, bReshape},
+      {OpKind::Split, bSplit},
+      {OpKind::Concat, bSplit},
+      {OpKind::CrossEntropy, [](CudaEngine &e, Op &op) {
+        op.scratchBytes = int64_t(cuda::crossEntropyWorkspace(op.N));
+        op.gpu = [&e = e](Op &o, cudaStream_t s, void *w) {
+          cuda::crossEntropy(o.t, o.in[0], ids(o, 1), f32out(o, 0), o.N, o.vocabCols, o.V, w, e.errSlot(o), s);
+        };
+      }},
+      {OpKind::CrossEntropyGrad, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::crossEntropyGrad(o.t, o.in[0], ids(o, 1), f32in(o, 2), o.out[0], o.N, o.vocabCols, o.V, s);
+        };
+      }},
+      {OpKind::GlobalNorm, [](CudaEngine &e, Op &op) {
+        int64_t slots = 0;
+        for (int64_t n : op.inNumel) slots += cuda::partialSlots(n);
+        op.scratchBytes = slots * 8;
+        op.gpu = [](Op &o, cudaStream_t s, void *w) {
+          double *part = static_cast<double *>(w);
+          int64_t slot = 0;
+          for (size_t k = 0; k < o.in.size(); ++k)
+            cuda::sumSquaresPartial(o.inType[k], o.in[k], o.inNumel[k], part, &slot, s);
+          cuda::sqrtOfSum(part, slot, f32out(o, 0), s);
+        };
+        op.host = [&e = e](Op &o) { e.optimizerOnHost(o); };
+      }},
+      {OpKind::CheckFinite, [](CudaEngine &e, Op &op) {
+        if (!e.onHost_[op.stream]) op.flag = e.flagCount_++;
+        op.gpu = [&e = e](Op &o, cudaStream_t s, void *) {
+          int *flag = e.flags_ + o.flag;
+          BIGC_CK(cudaMemsetAsync(flag, 0, sizeof(int), s));
+          for (size_t k = 0; k < o.in.size(); ++k) cuda::nonFiniteAny(o.inType[k], o.in[k], o.inNumel[k], flag, s);
+          cuda::flagToFloat(flag, f32out(o, 0), s);
+        };
+        op.host = [&e = e](Op &o) { e.optimizerOnHost(o); };
+      }},
+      {OpKind::Cast, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::cast(o.inType[0], o.in[0], o.outType[0], o.out[0], o.n, s); };
+        op.host = [](Op &o) { convert(o.rawIn[0], o.inType[0], o.rawOut[0], o.outType[0], o.n); };
+      }},
+      {OpKind::Wait, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &, cudaStream_t, void *) {};
+        op.host = [](Op &) {};
+      }},
+      {OpKind::LossScaleUpdate, [](CudaEngine &e, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::lossScaleUpdate(f32in(o, 0), f32out(o, 0), f32out(o, 1), o.backoff, o.growth, o.growthInterval, s);
+        };
+        op.host = [&e = e](Op &o) { e.optimizerOnHost(o); };
+      }},
+      {OpKind::AdamW, [](CudaEngine &e, Op &op) {
+        if (op.outType[1] != DType::F32 && op.ins->stream != "host")
+          throw UserError("adamw at " + op.ins->loc +
+                          ": bf16 optimizer states (--optimizer-states bf16) are updated on the host in this version (the "
+                          "CPU backend, or --offload cpu on a GPU); compile with --optimizer-states fp32 for the GPU's "
+                          "AdamW");
+        if (!e.onHost_[op.stream] && op.ins->attrs.count("count"))
+          throw UserError("adamw at " + op.ins->loc +
+                          ": an update of a chunk (--nvme-chunk) runs on the host stream in this version, not on the GPU");
+        op.gpu = [&e = e](Op &o, cudaStream_t s, void *) {
+          if (o.capture)
+            BIGC_CK(
+                cudaMemcpyAsync(o.capture, o.in[1], size_t(o.n * int64_t(dtypeSize(o.inType[1]))), cudaMemcpyDefault, s));
+          CpuAdamArgs a = o.adam;
+          a.lr = e.lrFor(o);
+          a.step = e.updates_ + 1;
+          const AdamWConsts c = adamWConsts(a);
+          cuda::adamw(c, f32out(o, 0), o.in[1], o.inType[1], f32out(o, 1), f32out(o, 2), o.writeHalf ? o.out[3] : nullptr,
+                      o.writeHalf ? o.outType[3] : DType::F32, o.n, o.clip ? f32in(o, size_t(o.iNorm)) : nullptr, o.maxNorm,
+                      o.unscale ? f32in(o, size_t(o.iScale)) : nullptr, o.skip ? f32in(o, size_t(o.iFound)) : nullptr, s);
+        };
+        op.host = [&e = e](Op &o) {
+          if (o.capture) // (a chunk's grad: at its offset)
+            std::memcpy(o.capture, static_cast<const char *>(o.rawIn[1]) + o.gradOffset * int64_t(dtypeSize(o.inType[1])),
+                        size_t(o.n * int64_t(dtypeSize(o.inType[1]))));
+          e.optimizerOnHost(o);
+        };
+      }},
+      {OpKind::AllReduce, bAllReduce},
+      {OpKind::ReduceScatter, bAllReduce},
+      {OpKind::AllGather, bAllReduce},
+      {OpKind::Send, bSend},
+      {OpKind::Recv, bSend},
+      {OpKind::LinearCeStats, bLinearCeStats},
+      {OpKind::LinearCeStatsGrad, bLinearCeStats},
+  });
+  return table;
+}
+
+std::vector<std::string> cudaMissingKernels() {
+  std::vector<std::string> out;
+  for (OpKind k : CudaEngine::missingKernels()) out.push_back(opDef(k).name);
+  return out;
+}
+
+void CudaEngine::optimizerOnHost(Op &o) {
+  runOptimizerOpOnHost(o.kind, o, o.rawIn, o.rawOut, o.inType, o.outType, o.inNumel, updates_, lrFor(o));
+}
+
+void CudaEngine::bindKernel(Op &op) {
+  kernels().at(op.kind, *op.ins, op.index)(*this, op); // (none: the program is refused here)
+  if (!op.gpu) throw UserError(at(op) + ": no GPU launch bound (internal error)");
 }
 
 // A bias_add right after the matmul that produces its input, in place (the program format's

@@ -247,12 +247,34 @@ struct SiluGradF { // (x, dy): silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
 struct SwigluF { // (g, u)
   __device__ float operator()(float g, float u) const { return (g / (1.0f + expf(-g))) * u; }
 };
-__device__ __forceinline__ void swigluGradOne(float g, float u, float d, float &dg, float &du) {
-  const float sg = 1.0f / (1.0f + expf(-g));
-  const float a = g / (1.0f + expf(-g));
-  dg = (d * u) * (sg * (1.0f + g * (1.0f - sg)));
-  du = d * a;
+struct SwigluGradF { // (g, u, dy) -> (dg, du)
+  __device__ void operator()(float g, float u, float d, float &dg, float &du) const {
+    const float sg = 1.0f / (1.0f + expf(-g));
+    const float a = g / (1.0f + expf(-g));
+    dg = (d * u) * (sg * (1.0f + g * (1.0f - sg)));
+    du = d * a;
+  }
+};
+// GeGLU's GELU, as the CPU kernel's (the erf form through erfc: no cancellation at g << 0).
+__device__ __forceinline__ float gegluGelu(float g, bool exact) {
+  return exact ? 0.5f * g * erfcf(-g * kInvSqrt2) : GeluF{}(g, 0.f);
 }
+__device__ __forceinline__ float gegluSlope(float g, bool exact) {
+  return exact ? 0.5f * erfcf(-g * kInvSqrt2) + g * (kInvSqrt2Pi * expf(-0.5f * g * g)) : GeluGradF{}(g, 1.0f);
+}
+struct GegluF { // (g, u): gelu(g) * u
+  bool exact;
+  __device__ float operator()(float g, float u) const { return gegluGelu(g, exact) * u; }
+};
+struct GegluGradF { // (g, u, dy) -> (dg, du)
+  bool exact;
+  __device__ void operator()(float g, float u, float d, float &dg, float &du) const {
+    const float a = gegluGelu(g, exact);
+    const float slope = gegluSlope(g, exact);
+    dg = (d * u) * slope;
+    du = d * a;
+  }
+};
 
 // y = f(a, b) elementwise, one element per thread step (b == nullptr: unary).
 template <class T, class F> __global__ void mapK(const T *a, const T *b, T *y, int64_t n, F f) {
@@ -264,15 +286,18 @@ template <class T, class F> void mapAny(const void *a, const void *b, void *y, i
                                                static_cast<T *>(y), n, f);
 }
 
-template <class T> __global__ void swigluGradK(const T *g, const T *u, const T *dy, T *dg, T *du, int64_t n) {
+// The gated activations' gradients (swiglu_grad, geglu_grad): (g, u, dy) -> (dg, du) by F.
+template <class T, class F>
+__global__ void gatedGradK(const T *g, const T *u, const T *dy, T *dg, T *du, int64_t n, F f) {
   BIGC_GRID_LOOP(i, n) {
     float a, b;
-    swigluGradOne(ld(g, i), ld(u, i), ld(dy, i), a, b);
+    f(ld(g, i), ld(u, i), ld(dy, i), a, b);
     st(dg, i, a);
     st(du, i, b);
   }
 }
-template <class T> __global__ void swigluGradVK(const T *g, const T *u, const T *dy, T *dg, T *du, int64_t nv) {
+template <class T, class F>
+__global__ void gatedGradVK(const T *g, const T *u, const T *dy, T *dg, T *du, int64_t nv, F f) {
   constexpr int W = kVec<T>;
   BIGC_GRID_LOOP(v, nv) {
     float fg[W], fu[W], fd[W], og[W], ou[W];
@@ -280,9 +305,20 @@ template <class T> __global__ void swigluGradVK(const T *g, const T *u, const T 
     load16(u + v * W, fu);
     load16(dy + v * W, fd);
 #pragma unroll
-    for (int k = 0; k < W; ++k) swigluGradOne(fg[k], fu[k], fd[k], og[k], ou[k]);
+    for (int k = 0; k < W; ++k) f(fg[k], fu[k], fd[k], og[k], ou[k]);
     store16(dg + v * W, og);
     store16(du + v * W, ou);
+  }
+}
+template <class T, class F>
+void gatedGrad(const void *g, const void *u, const void *dy, void *dg, void *du, int64_t n, F f, cudaStream_t s) {
+  const T *gT = static_cast<const T *>(g), *uT = static_cast<const T *>(u), *dyT = static_cast<const T *>(dy);
+  T *dgT = static_cast<T *>(dg), *duT = static_cast<T *>(du);
+  if (vecOk(n, kVec<T>, {g, u, dy, dg, du})) {
+    const int64_t nv = n / kVec<T>;
+    gatedGradVK<T, F><<<blocksFor(nv), kThreads, 0, s>>>(gT, uT, dyT, dgT, duT, nv, f);
+  } else {
+    gatedGradK<T, F><<<blocksFor(n), kThreads, 0, s>>>(gT, uT, dyT, dgT, duT, n, f);
   }
 }
 
@@ -676,7 +712,8 @@ struct RopeFreq {
 // One block per token row (b, t): its cos/sin table of D/2 frequencies in shared memory, then every
 // (head, i) pair of the row; each pair is read before it is written by the same thread (in place).
 template <class T>
-__global__ void ropeK(const T *x, T *y, int64_t T_, int64_t C, int half, RopeFreq fr, float scale, bool inverse) {
+__global__ void ropeK(const T *x, T *y, int64_t T_, int64_t C, int half, RopeFreq fr, float scale, bool inverse,
+                      bool interleaved) {
   extern __shared__ float tab[]; // cos [half], sin [half]
   const int64_t row = blockIdx.x;
   const float tf = float(row % T_);
@@ -694,15 +731,16 @@ __global__ void ropeK(const T *x, T *y, int64_t T_, int64_t C, int half, RopeFre
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
     const int64_t h = p / half;
     const int i = int(p - h * half);
-    const int64_t o = h * 2 * half + i;
-    const float x1 = ld(xr, o), x2 = ld(xr, o + half);
+    // pair i of head h: (o, o + half), or (o, o + 1) interleaved (Meta's llama)
+    const int64_t o = h * 2 * half + (interleaved ? 2 * i : i), o2 = o + (interleaved ? 1 : half);
+    const float x1 = ld(xr, o), x2 = ld(xr, o2);
     const float c = tab[i], sn = tab[half + i];
     if (!inverse) {
       st(yr, o, x1 * c - x2 * sn);
-      st(yr, o + half, x2 * c + x1 * sn);
+      st(yr, o2, x2 * c + x1 * sn);
     } else {
       st(yr, o, x1 * c + x2 * sn);
-      st(yr, o + half, x2 * c - x1 * sn);
+      st(yr, o2, x2 * c - x1 * sn);
     }
   }
 }
@@ -1191,16 +1229,14 @@ void swiglu(DType t, const void *g, const void *u, void *y, int64_t n, cudaStrea
   BIGC_DISPATCH(t, mapAny<T>(g, u, y, n, SwigluF{}, s));
 }
 void swigluGrad(DType t, const void *g, const void *u, const void *dy, void *dg, void *du, int64_t n, cudaStream_t s) {
-  BIGC_DISPATCH(t, {
-    const T *gT = static_cast<const T *>(g), *uT = static_cast<const T *>(u), *dyT = static_cast<const T *>(dy);
-    T *dgT = static_cast<T *>(dg), *duT = static_cast<T *>(du);
-    if (vecOk(n, kVec<T>, {g, u, dy, dg, du})) {
-      const int64_t nv = n / kVec<T>;
-      swigluGradVK<T><<<blocksFor(nv), kThreads, 0, s>>>(gT, uT, dyT, dgT, duT, nv);
-    } else {
-      swigluGradK<T><<<blocksFor(n), kThreads, 0, s>>>(gT, uT, dyT, dgT, duT, n);
-    }
-  });
+  BIGC_DISPATCH(t, gatedGrad<T>(g, u, dy, dg, du, n, SwigluGradF{}, s));
+}
+void geglu(DType t, const void *g, const void *u, void *y, int64_t n, bool exact, cudaStream_t s) {
+  BIGC_DISPATCH(t, mapAny<T>(g, u, y, n, GegluF{exact}, s));
+}
+void gegluGrad(DType t, const void *g, const void *u, const void *dy, void *dg, void *du, int64_t n, bool exact,
+               cudaStream_t s) {
+  BIGC_DISPATCH(t, gatedGrad<T>(g, u, dy, dg, du, n, GegluGradF{exact}, s));
 }
 
 void cast(DType from, const void *x, DType to, void *y, int64_t n, cudaStream_t s) {
@@ -1312,7 +1348,7 @@ void rmsnormGrad(DType t, const void *dy, const void *x, const void *w, const fl
 }
 
 void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq,
-          float scale, bool inverse, cudaStream_t s) {
+          float scale, bool inverse, cudaStream_t s, bool interleaved) {
   const int64_t half = D / 2;
   if (B * T <= 0 || C <= 0) return;
   if (half < 1 || half > kRopeMaxHalf || C % D != 0)
@@ -1327,7 +1363,7 @@ void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int6
   const unsigned rows = unsigned(B * T);
   const int64_t seq = T;
   BIGC_DISPATCH(t, ropeK<T><<<rows, threads, smem, s>>>(static_cast<const T *>(x), static_cast<T *>(y), seq, C,
-                                                        int(half), fr, scale, inverse));
+                                                        int(half), fr, scale, inverse, interleaved));
 }
 
 void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, const int64_t *perm, int rank,

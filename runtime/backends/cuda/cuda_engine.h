@@ -5,6 +5,7 @@
 
 #include "bigc/Runtime/engine.h"
 #include "bigc/Runtime/executor.h"
+#include "bigc/Runtime/kernel_table.h"
 #include "bigc/Runtime/program.h"
 #include "bigc/Runtime/stream_executor.h"
 #include "kernels.h"
@@ -106,6 +107,8 @@ public:
   }
   std::string deviceInfo() const override { return info_; }
   std::map<std::string, int64_t> measuredBytes() const override;
+  // The registry's ops this device has no kernel for (none: the GPU tests check it).
+  static std::vector<OpKind> missingKernels() { return kernels().missing(); }
 
 private:
   // One cuBLASLt call shape.
@@ -187,9 +190,12 @@ private:
   const void *hostView(const BoundOp &op, int64_t id, const void *ptr, std::vector<unsigned char> &tmp) const override;
 
   void prepare();
-  // The one switch over the op kinds (CudaOps.cpp): per op, its workspace, the limits of its
-  // kernel, its GPU launch and its host run.
+  // The CUDA device's kernel table (CudaOps.cpp; kernel_table.h): per op, a binder that sets its
+  // workspace, the limits of its kernel, its GPU launch and its host run; bindKernel applies it.
+  using Binder = void (*)(CudaEngine &, Op &);
+  static const KernelTable<Binder> &kernels();
   void bindKernel(Op &op);
+  void optimizerOnHost(Op &o); // the offloaded optimizer's ops on the host stream (op_dims.h)
   cuda::ErrSlot errSlot(const Op &op) const { return {err_, int(op.index)}; }
   void planMatmul(Op &op);
   void launchMatmul(Op &op, cudaStream_t s, void *scratch);

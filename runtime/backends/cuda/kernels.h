@@ -53,6 +53,10 @@ void silu(DType t, const void *x, void *y, int64_t n, cudaStream_t s);
 void siluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s);
 void swiglu(DType t, const void *g, const void *u, void *y, int64_t n, cudaStream_t s);
 void swigluGrad(DType t, const void *g, const void *u, const void *dy, void *dg, void *du, int64_t n, cudaStream_t s);
+// geglu y = gelu(g) * u (`exact`: the erf GELU) and its gradient.
+void geglu(DType t, const void *g, const void *u, void *y, int64_t n, bool exact, cudaStream_t s);
+void gegluGrad(DType t, const void *g, const void *u, const void *dy, void *dg, void *du, int64_t n, bool exact,
+               cudaStream_t s);
 void cast(DType from, const void *x, DType to, void *y, int64_t n, cudaStream_t s);
 
 // y[c] = sum_r x[r, c].
@@ -89,8 +93,9 @@ void geluGradBias(DType t, const void *x, const void *dy, void *dx, void *db, in
 // double rounded to f32 (the CPU's), times `scale`. `invFreq` is host memory (D/2 <= 512 values,
 // passed by value to the kernel); y may be x.
 constexpr int64_t kRopeMaxHalf = 512;
+// `interleaved`: pair i is (x[2i], x[2i+1]) (Meta's llama), else (x[i], x[i+D/2]).
 void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq,
-          float scale, bool inverse, cudaStream_t s);
+          float scale, bool inverse, cudaStream_t s, bool interleaved = false);
 
 // dst[r, c] = src[r, c] for r < rows, c < cols; pitches in elements of `elemBytes` (2 or 4).
 void copy2d(int elemBytes, const void *src, int64_t srcPitch, void *dst, int64_t dstPitch, int64_t rows, int64_t cols,
