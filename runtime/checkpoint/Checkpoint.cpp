@@ -558,14 +558,25 @@ void follow(const Engine &ex, Follow what) {
     }
 }
 
-Info latest(const std::string &dir, std::vector<std::string> *skipped, bool quarantine) {
+Info latest(const std::string &dir, std::vector<std::string> *skipped, bool quarantine,
+            std::vector<std::string> *incomplete) {
+  if (quarantine) // (under the directory's lock: no writer runs) a replaced checkpoint left aside alone
+    for (const std::string &n : entries(dir)) {
+      int64_t s = 0;
+      const size_t dot = n.rfind('.');
+      if (n.rfind(".old-", 0) != 0 || dot <= 5) continue;
+      const std::string name = n.substr(5, dot - 5); // .old-step-N.PID -> step-N
+      if (!isStepName(name, &s) || ::access((dir + "/" + name).c_str(), F_OK) == 0) continue;
+      if (::rename((dir + "/" + n).c_str(), (dir + "/" + name).c_str()) == 0) fsyncPath(dir);
+    }
+  std::vector<std::string> *leftovers = incomplete ? incomplete : skipped;
   std::vector<std::pair<int64_t, std::string>> all;
   for (const std::string &n : entries(dir)) {
     int64_t s = 0;
     if (isStepName(n, &s))
       all.push_back({s, n});
-    else if (skipped && (n.rfind(".step-", 0) == 0 || n.rfind(".old-", 0) == 0))
-      skipped->push_back(dir + "/" + n + ": an incomplete checkpoint (a run stopped while writing it)");
+    else if (leftovers && (n.rfind(".step-", 0) == 0 || n.rfind(".old-", 0) == 0))
+      leftovers->push_back(dir + "/" + n + ": an incomplete checkpoint (a run stopped while writing it)");
   }
   std::sort(all.rbegin(), all.rend());
   for (const auto &[s, n] : all) {

@@ -685,10 +685,14 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
                       "); continue it with --resume, or give this run another directory");
   }
   if (resume) {
-    std::vector<std::string> skipped;
+    std::vector<std::string> skipped, incomplete;
     // Damaged checkpoints newer than the one resumed are moved aside (by process 0), so that they are
-    // never resumed, kept or counted again.
-    checkpoint::Info latest = checkpoint::latest(ckptDir, &skipped, /*quarantine=*/leader);
+    // never resumed, kept or counted again. An incomplete one (a run stopped while writing it) held
+    // nothing whole: it is passed over (the next checkpoint removes it), and without a complete
+    // checkpoint the run starts at step 0.
+    checkpoint::Info latest = checkpoint::latest(ckptDir, &skipped, /*quarantine=*/leader, &incomplete);
+    for (const auto &s : incomplete)
+      if (leader) std::fprintf(stderr, "bigc run: passing over %s\n", s.c_str());
     for (const auto &s : skipped)
       if (leader) std::fprintf(stderr, "bigc run: skipping %s\n", s.c_str());
     if (latest.path.empty() && !skipped.empty())

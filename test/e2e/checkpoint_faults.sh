@@ -12,7 +12,9 @@
 #  5. a checkpoint that cannot be written (a file-size limit standing in for a full disk): SIGTERM
 #     says so and names the newest complete checkpoint, exit 1; a periodic one stops the run with the
 #     same message, the log keeping every step and the error;
-#  6. --resume at --steps still writes --save-weights; I32 weights are refused by --load-weights.
+#  6. --resume at --steps still writes --save-weights; I32 weights are refused by --load-weights;
+#  1b. a run killed while writing its first checkpoint: --resume starts over instead of refusing; a
+#     checkpoint a same-step replacement renamed aside comes back.
 set -uo pipefail
 BIN=$1
 d=$(mktemp -d)
@@ -52,6 +54,25 @@ grep -q "resumed from .*step-00000008 " "$d/err" || bad "did not resume from ste
 [ -d "$d/ck/step-00000012.damaged" ] && [ -d "$d/ck/step-00000008.damaged" ] ||
   bad "the second damaged checkpoint was not moved aside: $(ls "$d/ck" | tr '\n' ' ')"
 echo "ok: damaged checkpoints moved aside ($(ls "$d/ck" | tr '\n' ' ')); the good ones kept and resumed"
+
+# 1b. A run killed while writing its first checkpoint leaves only a temporary directory: --resume
+# passes over it, starts at step 0 and trains on (found by e2e.fault_injection, FAULT_SEED=1795829055,
+# where every later attempt was refused); the next checkpoint removes it. A checkpoint renamed aside
+# by a same-step replacement that never arrived (.old-step-N.PID) goes back and is resumed.
+mkdir -p "$d/ik/.step-00000002.tmp.99999" && echo partial >"$d/ik/.step-00000002.tmp.99999/model.safetensors"
+"$BIN/bigc" run "$d/m.bigc" --synthetic --seed 5 --steps 12 --checkpoint-dir "$d/ik" --checkpoint-every 4 --resume \
+  --log "$d/ik.jsonl" 2>"$d/err" >/dev/null || bad "resume over an incomplete checkpoint only: $(cat "$d/err")"
+grep -q "passing over .*step-00000002.tmp.99999: an incomplete checkpoint" "$d/err" ||
+  bad "the incomplete checkpoint was not reported: $(cat "$d/err")"
+grep -q "no checkpoint in .*: starting at step 0" "$d/err" || bad "did not start at step 0: $(cat "$d/err")"
+[ "$(losses "$d/ik.jsonl")" = "$(losses "$d/straight.jsonl")" ] || bad "the run over an incomplete checkpoint differs"
+[ "$(ls -A "$d/ik" | grep -v '^.lock$' | tr '\n' ' ')" = "step-00000008 step-00000012 " ] ||
+  bad "leftovers after the run: $(ls -A "$d/ik" | tr '\n' ' ')"
+mv "$d/ik/step-00000012" "$d/ik/.old-step-00000012.4242"
+"$BIN/bigc" run "$d/m.bigc" --synthetic --seed 5 --steps 12 --checkpoint-dir "$d/ik" --resume --log "$d/ik.jsonl" \
+  2>"$d/err" >/dev/null || bad "resume with the newest checkpoint renamed aside: $(cat "$d/err")"
+grep -q "resumed from .*step-00000012 " "$d/err" || bad "the checkpoint renamed aside was not resumed: $(cat "$d/err")"
+echo "ok: an incomplete checkpoint passed over (a fresh start), a replaced one left aside taken back"
 
 # 2. The log: resumed, killed, and on an error.
 run --steps 6 --checkpoint-dir "$d/lk" --checkpoint-every 3 --log "$d/L.jsonl"
