@@ -80,7 +80,7 @@ wait $pid 2>/dev/null || true
 echo "ok   killed while writing: $(ls -a "$d/ck-kill" | grep step | tr '\n' ' ')"
 "$BIN/bigc" run "$d/fp32.bigc" --data "$d/tokens.bin" --steps 20 --checkpoint-dir "$d/ck-kill" --resume \
   --log "$d/kill.b.jsonl" 2> "$d/kill.err" > /dev/null
-grep -q "skipping .*incomplete checkpoint" "$d/kill.err" || { echo "FAIL: the partial checkpoint was not reported"; cat "$d/kill.err"; exit 1; }
+grep -q "passing over .*incomplete checkpoint" "$d/kill.err" || { echo "FAIL: the partial checkpoint was not reported"; cat "$d/kill.err"; exit 1; }
 grep -q "resumed from .*step-00000005" "$d/kill.err" || { echo "FAIL: did not resume from step 5"; cat "$d/kill.err"; exit 1; }
 head -n 5 "$d/fp32.straight.jsonl" > "$d/first5.jsonl"
 same "$d/fp32.straight.jsonl" "$d/first5.jsonl" "$d/kill.b.jsonl"
