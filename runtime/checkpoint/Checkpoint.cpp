@@ -560,22 +560,25 @@ void follow(const Engine &ex, Follow what) {
 
 Info latest(const std::string &dir, std::vector<std::string> *skipped, bool quarantine,
             std::vector<std::string> *incomplete) {
-  if (quarantine) // (under the directory's lock: no writer runs) a replaced checkpoint left aside alone
-    for (const std::string &n : entries(dir)) {
-      int64_t s = 0;
-      const size_t dot = n.rfind('.');
-      if (n.rfind(".old-", 0) != 0 || dot <= 5) continue;
-      const std::string name = n.substr(5, dot - 5); // .old-step-N.PID -> step-N
-      if (!isStepName(name, &s) || ::access((dir + "/" + name).c_str(), F_OK) == 0) continue;
-      if (::rename((dir + "/" + n).c_str(), (dir + "/" + name).c_str()) == 0) fsyncPath(dir);
-    }
   std::vector<std::string> *leftovers = incomplete ? incomplete : skipped;
   std::vector<std::pair<int64_t, std::string>> all;
-  for (const std::string &n : entries(dir)) {
+  const std::vector<std::string> names = entries(dir);
+  for (const std::string &n : names) {
     int64_t s = 0;
-    if (isStepName(n, &s))
+    if (isStepName(n, &s)) {
       all.push_back({s, n});
-    else if (leftovers && (n.rfind(".step-", 0) == 0 || n.rfind(".old-", 0) == 0))
+      continue;
+    }
+    // A whole checkpoint a same-step replacement renamed aside (.old-step-N.PID) before its
+    // replacement arrived is step N's checkpoint where there is no step-N: read where it is (every
+    // process of a run sees the same; the next write removes it once a newer one exists).
+    const size_t dot = n.rfind('.');
+    if (n.rfind(".old-", 0) == 0 && dot > 5 && isStepName(n.substr(5, dot - 5), &s) &&
+        std::find(names.begin(), names.end(), n.substr(5, dot - 5)) == names.end()) {
+      all.push_back({s, n});
+      continue;
+    }
+    if (leftovers && (n.rfind(".step-", 0) == 0 || n.rfind(".old-", 0) == 0))
       leftovers->push_back(dir + "/" + n + ": an incomplete checkpoint (a run stopped while writing it)");
   }
   std::sort(all.rbegin(), all.rend());

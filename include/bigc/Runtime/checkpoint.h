@@ -103,9 +103,9 @@ void follow(const Engine &ex, Follow what);
 // files have the sizes and checksums it records. Incomplete or damaged ones are skipped, each with
 // a line in `skipped`. Returns an empty path when there is none. With `quarantine`, each damaged
 // checkpoint newer than the one returned is moved aside (step-N.damaged, never counted among the
-// checkpoints kept nor pruned; `skipped` says where), and a whole checkpoint a same-step
-// replacement had renamed aside (.old-step-N.PID) when that replacement never arrived goes back to
-// step-N. An incomplete one (a temporary directory of a run stopped while writing it) is no
+// checkpoints kept nor pruned; `skipped` says where). A whole checkpoint a same-step replacement
+// had renamed aside (.old-step-N.PID) when that replacement never arrived counts as step N's where
+// there is no step-N. An incomplete one (a temporary directory of a run stopped while writing it) is no
 // checkpoint: it is listed in `incomplete` (in `skipped` when that is null) and left to the next
 // write, which removes it.
 Info latest(const std::string &dir, std::vector<std::string> *skipped, bool quarantine = false,
