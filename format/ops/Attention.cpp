@@ -129,7 +129,6 @@ int64_t gqaFlops(const OpView &v, bool grad) {
   return grad ? 10 * pairs * d + 8 * pairs + 2 * b * t * heads * d : 4 * pairs * d + 6 * pairs;
 }
 // rope: 6 per element (sin/cos per position and frequency counted apart).
-int64_t flopsRope(const OpView &v) { return 6 * n0(v); }
 
 } // namespace
 
@@ -185,7 +184,7 @@ std::vector<OpDef> attentionOps() {
                   {"interleaved", Flag}})
           .shape(shapeRope)
           .dims(dimsRope)
-          .flops(flopsRope),
+          .flops(perResult<6>),
   };
 }
 

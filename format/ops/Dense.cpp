@@ -83,9 +83,9 @@ void dimsMatmul(const Ctx &op, OpDims &d) {
   d.K = d.tb ? b[rb - 1] : b[rb - 2];
   if (ra > 2 && rb == 2) { // linear layer: flatten a's leading dims
     d.batch = 1;
-    d.M = prodRange(a, 0, ra - 1);
+    d.M = prod(a, 0, ra - 1);
   } else {
-    d.batch = prodRange(a, 0, ra - 2);
+    d.batch = prod(a, 0, ra - 2);
     d.M = d.ta ? a[ra - 1] : a[ra - 2];
     if (d.batch > 1) d.sA = d.M * d.K, d.sB = d.K * d.N, d.sC = d.M * d.N;
   }
@@ -99,7 +99,6 @@ int64_t flopsMatmul(const OpView &v) {
   return 2 * n0(v) * k;
 }
 // embedding_grad: a scatter-add, 1 per dy element.
-int64_t flopsEmbeddingGrad(const OpView &v) { return inN(v, 0); }
 
 } // namespace
 
@@ -131,7 +130,7 @@ std::vector<OpDef> denseOps() {
           .attrs({{"vocab_axis", Int}, {"classes", Int}})
           .shape(shapeEmbeddingGrad)
           .dims(dimsEmbeddingGrad)
-          .flops(flopsEmbeddingGrad),
+          .flops(perInput<1, 0>),
   };
 }
 

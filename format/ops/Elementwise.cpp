@@ -105,14 +105,12 @@ void dimsGeluGradBias(const Ctx &op, OpDims &d) {
 // Cast
 void dimsCast(const Ctx &op, OpDims &d) { d.n = op.in(0).numel(); }
 
-// FLOPs per element of the result (docs/architecture.md, "Cost model"): add, mul, bias_add, scale 1;
+// FLOPs per element of the result: add, mul, bias_add, scale 1;
 // gelu (tanh approximation: x^3 2, polynomial 3, tanh 4, 1+t and 0.5x(..) 3) 12, its grad 18;
 // silu (exp 3, 1+e and the division 2) 5, its grad 8; swiglu 6, its grad 10; geglu GELU's and the
 // product (13), its grad GELU's value and derivative and three products (12 + 6 + 3 = 21); the fused
 // pairs: the pair's, 1 + GELU's.
-template <int F> int64_t perResult(const OpView &v) { return F * n0(v); }
 // reduce_sum: 1 per input element.
-int64_t flopsReduceSum(const OpView &v) { return inN(v, 0); }
 
 } // namespace
 
@@ -131,7 +129,7 @@ std::vector<OpDef> elementwiseOps() {
           .dims(dimsElementwise)
           .flops(perResult<1>),
       // x [..,C] -> [C] (a suffix of x's shape): sums over the leading dimensions
-      Def("reduce_sum", OpKind::ReduceSum).in(1).out(1).shape(shapeReduceSum).dims(dimsReduceSum).flops(flopsReduceSum),
+      Def("reduce_sum", OpKind::ReduceSum).in(1).out(1).shape(shapeReduceSum).dims(dimsReduceSum).flops(perInput<1, 0>),
       Def("fill", OpKind::Fill).in(0).out(1).attrs({{"value", Real}}).dims(dimsElementwise).flops(zeroFlops),
       Def("gelu", OpKind::Gelu)
           .in(1)

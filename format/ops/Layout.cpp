@@ -117,8 +117,8 @@ void dimsSplit(const Ctx &op, OpDims &d) {
   int64_t parts = int64_t(split ? op.ins->out.size() : op.ins->in.size());
   int64_t ax = int64_t(op.ins->num("axis", 0));
   if (ax < 0) ax += int64_t(whole.shape.size());
-  d.rows = prodRange(whole.shape, 0, size_t(ax));
-  d.cols = whole.shape[size_t(ax)] / parts * prodRange(whole.shape, size_t(ax) + 1, whole.shape.size());
+  d.rows = prod(whole.shape, 0, size_t(ax));
+  d.cols = whole.shape[size_t(ax)] / parts * prod(whole.shape, size_t(ax) + 1, whole.shape.size());
   d.n = parts;
 }
 

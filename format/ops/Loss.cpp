@@ -127,7 +127,6 @@ void dimsVocabCeLoss(const Ctx &op, OpDims &d) {
 
 // FLOPs per logit: cross_entropy 6 (max 1, exp 4, sum 1), its grad 8 (softmax 6, minus one-hot and
 // scale 2); vocab_ce_stats 6, its grad 4; vocab_ce_loss(_grad) 4 per statistic.
-template <int F, size_t X> int64_t perX(const OpView &v) { return F * inN(v, X); }
 // The fused LM head: h [N,C] @ op(w) -> N x V logits a chunk at a time, then the statistics (6 per
 // logit); the gradient recomputes them (2NCV), forms dlogits (4 per logit) and multiplies twice more
 // (dh, dw: 4NCV).
@@ -151,7 +150,7 @@ std::vector<OpDef> lossOps() {
           .attrs({{"classes", Int}})
           .shape(shapeCrossEntropy)
           .dims(dimsCrossEntropy)
-          .flops(perX<6, 0>),
+          .flops(perInput<6, 0>),
       // logits, targets, dloss -> dlogits (over logits)
       Def("cross_entropy_grad", OpKind::CrossEntropyGrad)
           .in(3)
@@ -161,7 +160,7 @@ std::vector<OpDef> lossOps() {
           .attrs({{"classes", Int}})
           .shape(shapeCrossEntropy)
           .dims(dimsCrossEntropy)
-          .flops(perX<8, 0>),
+          .flops(perInput<8, 0>),
       // this rank's logit columns, targets -> stats [..,2] (max and sum of exp, target logit: vocab_ce_loss)
       Def("vocab_ce_stats", OpKind::VocabCeStats)
           .in(2)
@@ -170,7 +169,7 @@ std::vector<OpDef> lossOps() {
           .attrs({{"axis", Int}, {"classes", Int}})
           .shape(shapeVocabCeStats)
           .dims(dimsCrossEntropy)
-          .flops(perX<6, 0>),
+          .flops(perInput<6, 0>),
       // dstats, logits, targets, stats -> dlogits (over logits)
       Def("vocab_ce_stats_grad", OpKind::VocabCeStatsGrad)
           .in(4)
@@ -180,7 +179,7 @@ std::vector<OpDef> lossOps() {
           .attrs({{"axis", Int}, {"classes", Int}})
           .shape(shapeVocabCeStats)
           .dims(dimsVocabCeStatsGrad)
-          .flops(perX<4, 1>),
+          .flops(perInput<4, 1>),
       // the tensor ranks' stats (parts of them) -> loss
       Def("vocab_ce_loss", OpKind::VocabCeLoss)
           .in(1)
@@ -189,7 +188,7 @@ std::vector<OpDef> lossOps() {
           .attrs({{"parts", Int}})
           .shape(shapeVocabCeLoss)
           .dims(dimsVocabCeLoss)
-          .flops(perX<4, 0>),
+          .flops(perInput<4, 0>),
       Def("vocab_ce_loss_grad", OpKind::VocabCeLossGrad)
           .in(2)
           .out(1)
@@ -197,7 +196,7 @@ std::vector<OpDef> lossOps() {
           .attrs({{"parts", Int}})
           .shape(shapeVocabCeLoss)
           .dims(dimsVocabCeLoss)
-          .flops(perX<4, 0>),
+          .flops(perInput<4, 0>),
       // h, w, targets -> stats, workspace
       Def("linear_ce_stats", OpKind::LinearCeStats)
           .in(3)

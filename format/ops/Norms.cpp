@@ -113,7 +113,6 @@ void dimsLayernorm(const Ctx &op, OpDims &d) {
 // its grad 14 (x-hat 2, dy*w 1, two row sums 4, dx 4, dw/db 3); rmsnorm 4 (square-sum 2, scale by
 // rstd and w 2), its grad 9 (dy*w 1, row dot 2, dx 3, dw 3); the fused pairs 1 more (the add).
 // x is input 0 of the forward ops, input 1 of the gradients.
-template <int F, size_t X> int64_t perX(const OpView &v) { return F * inN(v, X); }
 
 } // namespace
 
@@ -127,7 +126,7 @@ std::vector<OpDef> normOps() {
           .attrs({{"eps", Real}})
           .shape(shapeLayernorm)
           .dims(dimsLayernorm)
-          .flops(perX<8, 0>),
+          .flops(perInput<8, 0>),
       // dy, x, w, mean, rstd -> dx, dw, db
       Def("layernorm_grad", OpKind::LayernormGrad)
           .in(5)
@@ -135,7 +134,7 @@ std::vector<OpDef> normOps() {
           .types({Fl, Fl, Fl, F32, F32}, {Fl})
           .shape(shapeLayernormGrad)
           .dims(dimsLayernorm)
-          .flops(perX<14, 1>),
+          .flops(perInput<14, 1>),
       // x [..,C], w [C] -> y, rstd [..]
       Def("rmsnorm", OpKind::RmsNorm)
           .in(2)
@@ -144,7 +143,7 @@ std::vector<OpDef> normOps() {
           .attrs({{"eps", Real}})
           .shape(shapeRmsNorm)
           .dims(dimsRmsNorm)
-          .flops(perX<4, 0>),
+          .flops(perInput<4, 0>),
       // dy, x, w, rstd -> dx, dw
       Def("rmsnorm_grad", OpKind::RmsNormGrad)
           .in(4)
@@ -152,7 +151,7 @@ std::vector<OpDef> normOps() {
           .types({Fl, Fl, Fl, F32}, {Fl})
           .shape(shapeRmsNormGrad)
           .dims(dimsRmsNorm)
-          .flops(perX<9, 1>),
+          .flops(perInput<9, 1>),
       // a, r, w, b -> s = a + r (over a or r), y = layernorm(s), mean, rstd
       Def("add_layernorm", OpKind::AddLayernorm)
           .in(4)
@@ -162,7 +161,7 @@ std::vector<OpDef> normOps() {
           .attrs({{"eps", Real}})
           .shape(shapeAddLayernorm)
           .dims(dimsLayernorm)
-          .flops(perX<9, 0>),
+          .flops(perInput<9, 0>),
       // a, r, w -> s (over a or r), y = rmsnorm(s), rstd
       Def("add_rmsnorm", OpKind::AddRmsNorm)
           .in(3)
@@ -172,7 +171,7 @@ std::vector<OpDef> normOps() {
           .attrs({{"eps", Real}})
           .shape(shapeAddLayernorm)
           .dims(dimsAddRmsNorm)
-          .flops(perX<5, 0>),
+          .flops(perInput<5, 0>),
       // dy, x, w, mean, rstd, r -> dx + r (over r), dw, db
       Def("layernorm_grad_add", OpKind::LayernormGradAdd)
           .in(6)
@@ -181,7 +180,7 @@ std::vector<OpDef> normOps() {
           .inPlace({{0, 5}})
           .shape(shapeLayernormGradAdd)
           .dims(dimsLayernorm)
-          .flops(perX<15, 1>),
+          .flops(perInput<15, 1>),
       // dy, x, w, rstd, r -> dx + r (over r), dw
       Def("rmsnorm_grad_add", OpKind::RmsNormGradAdd)
           .in(5)
@@ -190,7 +189,7 @@ std::vector<OpDef> normOps() {
           .inPlace({{0, 4}})
           .shape(shapeLayernormGradAdd)
           .dims(dimsAddRmsNorm)
-          .flops(perX<10, 1>),
+          .flops(perInput<10, 1>),
   };
 }
 

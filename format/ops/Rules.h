@@ -45,8 +45,6 @@ struct Def {
   operator OpDef() const { return d; }
 };
 
-inline int64_t prodRange(const std::vector<int64_t> &s, size_t from, size_t to) { return prod(s, from, to); }
-
 // Cost rules' shorthands: elements of result 0, of input k, of every input.
 inline int64_t n0(const OpView &v) { return v.numOut() ? v.outElements(0) : 0; }
 inline int64_t inN(const OpView &v, size_t k) { return k < v.numIn() ? v.inElements(k) : 0; }
@@ -56,6 +54,9 @@ inline int64_t allInN(const OpView &v) {
   return n;
 }
 inline int64_t zeroFlops(const OpView &) { return 0; }
+// F FLOPs per element of the result, or of input K.
+template <int F> int64_t perResult(const OpView &v) { return F * n0(v); }
+template <int F, size_t K> int64_t perInput(const OpView &v) { return F * inN(v, K); }
 
 // The families (one file each).
 std::vector<OpDef> denseOps();

@@ -819,14 +819,20 @@ class Lowerer:
                                "rotates position t of every sequence alike)")
         half = D // 2
         inv, s = self._rope_freqs(node, ct, st, sorted(set(cos.srcs) | set(sin.srcs)), T, half, halves=True)
-        x = self.mat(base, node)
-        attrs = {"head_dim": Attr.i64(D), "inv_freq": Attr.f64_array([float(v) for v in inv])}
-        if s != 1.0:
-            attrs["attention_scaling"] = Attr.f64(s)
-        y = self.emit("rope", [x], [x.shape], attrs)[0]
+        y = self._emit_rope(node, base, D, inv, s, interleaved=False)
         if lay == "bhtd":
             return heads_view(y, H, D)
         return make_view(y, ("r", (B, T, H, D)))
+
+    def _emit_rope(self, node, base, D, inv, s, interleaved):
+        """bigc.rope of the [B,T,H*D] tensor `base` with frequencies `inv` and scale `s`."""
+        x = self.mat(base, node)
+        attrs = {"head_dim": Attr.i64(D), "inv_freq": Attr.f64_array([float(v) for v in inv])}
+        if interleaved:
+            attrs["interleaved"] = Attr.UNIT
+        if s != 1.0:
+            attrs["attention_scaling"] = Attr.f64(s)
+        return self.emit("rope", [x], [x.shape], attrs)[0]
 
     def _rope_freqs(self, node, ct, st, srcs, T, half, halves=False):
         """(inv_freq, scale) of rotary tables ct, st [T, half] (cos and sin of inv_freq[i] * t, times
@@ -1236,13 +1242,7 @@ class Lowerer:
             tabs.append(t[0, :, 0, :])
         srcs = sorted(set(p.f["cos"].srcs) | set(p.f["sin"].srcs))
         inv, s = self._rope_freqs(node, tabs[0], tabs[1], srcs, T, half)
-        x = self.mat(base, node)
-        attrs = {"head_dim": Attr.i64(D), "inv_freq": Attr.f64_array([float(v) for v in inv]),
-                 "interleaved": Attr.UNIT}
-        if s != 1.0:
-            attrs["attention_scaling"] = Attr.f64(s)
-        y = self.emit("rope", [x], [x.shape], attrs)[0]
-        return make_view(y, ("r", (B, T, H, D)))
+        return make_view(self._emit_rope(node, base, D, inv, s, interleaved=True), ("r", (B, T, H, D)))
 
     def op_cat(self, node, a):
         xs = list(a["tensors"])
