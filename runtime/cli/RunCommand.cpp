@@ -915,7 +915,10 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
       if (!ckptDir.empty() && every > 0 && s % every == 0) saveCheckpoint(loss);
       int sig = stopSignal.load();
       if (world > 1) // every process stops after the same step (mpirun forwards the signal to each)
-        sig = mpiSum(sig ? 1.0 : 0.0) > 0 ? (sig ? sig : SIGTERM) : 0;
+        sig =
+            mpiSum(sig ? 1.0 : 0.0, "after step " + std::to_string(s) + ": whether a process was signalled to stop") > 0
+                ? (sig ? sig : SIGTERM)
+                : 0;
       if (sig) {
         const std::string stopped =
             std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " after step " + std::to_string(s);

@@ -30,6 +30,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 namespace bigc::rt {
 
@@ -80,6 +81,45 @@ std::string rendezvousDir() {
 std::string gRendezvous; // this process's arrival file ("" none)
 } // namespace
 
+namespace {
+double gTimeout = 300; // --comm-timeout, from mpiStart
+// The processes' scalars and broadcasts between steps go on a communicator of their own (made in
+// mpiStart, while its watchdog runs), so they never match a collective's messages.
+MPI_Comm gWorldOps = MPI_COMM_NULL;
+int64_t gWorldSeq = 0; // scalar sums so far (the same sequence on every process)
+std::vector<std::unique_ptr<double>> gSent;
+std::vector<MPI_Request> gSendReqs;
+
+MPI_Comm worldOps() {
+  if (gWorldOps == MPI_COMM_NULL) MPI_Comm_dup(MPI_COMM_WORLD, &gWorldOps);
+  return gWorldOps;
+}
+
+[[noreturn]] void worldTimeout(const std::string &what, const std::string &missing) {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", gTimeout);
+  throw UserError(what + ": process " + std::to_string(me) + " waited " + secs + " s (--comm-timeout) for " +
+                  (missing.empty() ? std::string("the other processes") : missing) +
+                  " (stuck or failed); every process stops");
+}
+
+// Polls `req` (MPI_Test under the MPI lock) until it completes or --comm-timeout passes.
+bool waitFor(MPI_Request *req, std::chrono::steady_clock::time_point t0) {
+  for (int k = 0;; ++k) {
+    int done = 0;
+    {
+      std::lock_guard<std::mutex> l(mpiMutex());
+      MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    }
+    if (done) return true;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > gTimeout) return false;
+    if (k > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+} // namespace
+
 void mpiStart(double timeout) {
   const char *a = std::getenv("OMPI_COMM_WORLD_SIZE");
   const char *b = std::getenv("PMI_SIZE");
@@ -128,45 +168,105 @@ void mpiStart(double timeout) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
+  gTimeout = timeout;
   (void)mpiWorld(); // MPI_Init_thread: returns once every process has arrived
+  (void)worldOps(); // (collective: under the watchdog too)
   up.store(true);
   watchdog.join();
 }
 
-double mpiSum(double x) {
+double mpiSum(double x, const std::string &what) {
   int init = 0;
   MPI_Initialized(&init);
   if (!init) return x;
-  double out = 0;
-  std::lock_guard<std::mutex> l(mpiMutex());
-  MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return out;
-}
-
-void mpiBroadcast(void *data, int64_t bytes) {
-  int init = 0;
-  MPI_Initialized(&init);
-  if (init) {
+  // Each process sends its value to every other and receives theirs (no blocking collective: a
+  // process stopped at this point is named after --comm-timeout instead of holding the others
+  // forever); the sum in process order, so every process has the same bits.
+  int procs = 1, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &procs);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  const MPI_Comm c = worldOps();
+  const int tag = int(gWorldSeq++ % 32768); // MPI guarantees tags up to 32767
+  std::vector<double> got(size_t(procs), 0.0);
+  std::vector<MPI_Request> recv(size_t(procs), MPI_REQUEST_NULL);
+  got[size_t(me)] = x;
+  {
     std::lock_guard<std::mutex> l(mpiMutex());
-    MPI_Bcast(data, int(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+    for (size_t i = 0; i < gSendReqs.size();) { // the sends of earlier sums that have completed
+      int done = 0;
+      MPI_Test(&gSendReqs[i], &done, MPI_STATUS_IGNORE);
+      if (done) {
+        gSendReqs[i] = gSendReqs.back(), gSendReqs.pop_back();
+        gSent[i] = std::move(gSent.back()), gSent.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    for (int q = 0; q < procs; ++q) {
+      if (q == me) continue;
+      MPI_Irecv(&got[size_t(q)], 1, MPI_DOUBLE, q, tag, c, &recv[size_t(q)]);
+      gSent.push_back(std::make_unique<double>(x));
+      gSendReqs.push_back(MPI_REQUEST_NULL);
+      MPI_Isend(gSent.back().get(), 1, MPI_DOUBLE, q, tag, c, &gSendReqs.back());
+    }
   }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int q = 0; q < procs; ++q) {
+    if (q == me || waitFor(&recv[size_t(q)], t0)) continue;
+    std::string missing;
+    int n = 0;
+    for (int r = q; r < procs; ++r) {
+      int done = r == me;
+      if (!done) {
+        std::lock_guard<std::mutex> l(mpiMutex());
+        MPI_Test(&recv[size_t(r)], &done, MPI_STATUS_IGNORE);
+      }
+      if (!done) missing += (missing.empty() ? "" : ", ") + std::to_string(r), ++n;
+    }
+    worldTimeout(what, (n > 1 ? "processes " : "process ") + missing + ", which never reached this point");
+  }
+  double sum = 0;
+  for (double v : got) sum += v;
+  return sum;
 }
 
-void mpiBroadcastFrom(int root, void *data, int64_t bytes) {
+void mpiBroadcast(void *data, int64_t bytes, const std::string &what) { mpiBroadcastFrom(0, data, bytes, what); }
+
+void mpiBroadcastFrom(int root, void *data, int64_t bytes, const std::string &what) {
   int init = 0;
   MPI_Initialized(&init);
   if (!init) return;
   constexpr int64_t piece = int64_t(1) << 30;
-  std::lock_guard<std::mutex> l(mpiMutex());
-  for (int64_t at = 0; at < bytes; at += piece)
-    MPI_Bcast(static_cast<char *>(data) + at, int(std::min(piece, bytes - at)), MPI_BYTE, root, MPI_COMM_WORLD);
+  const MPI_Comm c = worldOps();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t at = 0; at < bytes; at += piece) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    {
+      std::lock_guard<std::mutex> l(mpiMutex());
+      MPI_Ibcast(static_cast<char *>(data) + at, int(std::min(piece, bytes - at)), MPI_BYTE, root, c, &req);
+    }
+    if (!waitFor(&req, t0)) {
+      int me = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &me);
+      worldTimeout(what, me == root ? std::string() : "process " + std::to_string(root) + "'s data");
+    }
+  }
 }
 
 void mpiFinalize() {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (init && !fin) MPI_Finalize();
+  if (init && !fin) {
+    for (MPI_Request &r : gSendReqs) // sums' sends no one took (a process that stopped)
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
+    gSendReqs.clear(), gSent.clear();
+    if (gWorldOps != MPI_COMM_NULL) MPI_Comm_free(&gWorldOps);
+    MPI_Finalize();
+  }
   if (!gRendezvous.empty()) {
     ::unlink(gRendezvous.c_str());
     ::rmdir(gRendezvous.substr(0, gRendezvous.find_last_of('/')).c_str()); // (the last one out)
@@ -499,12 +599,12 @@ private:
       }
     }
   }
-  // The processes (mpirun's numbers) that have not reached collective seq_.
-  std::string missingProcesses() {
+  // The processes (mpirun's numbers) that have not reached collective seq_ (`all`: every other one).
+  std::string missingProcesses(bool all = false) {
     std::string out;
     int n = 0;
     for (int q = 0; q < procs_; ++q)
-      if (q != proc_ && seen_[size_t(q)] < seq_)
+      if (q != proc_ && (all || seen_[size_t(q)] < seq_))
         out += (out.empty() ? "" : ", ") + std::to_string(worldProc_[size_t(q)]), ++n;
     if (n == 0) return "";
     return (n > 1 ? "processes " : "process ") + out;
@@ -542,12 +642,13 @@ private:
         std::snprintf(secs, sizeof secs, "%g", g_.timeout());
         drainArrivals();
         const std::string missing = missingProcesses();
-        std::string msg = what + ": process " + std::to_string(worldProc_[size_t(proc_)]) + " (ranks " +
-                          std::to_string(globalRank(0)) + "-" + std::to_string(globalRank(local_ - 1)) + ") waited " +
-                          secs + " s for " +
-                          (missing.empty() ? std::string("the other processes, which did not complete this collective")
-                                           : missing + ", which never reached this collective") +
-                          " (stuck or failed); every rank stops";
+        std::string msg =
+            what + ": process " + std::to_string(worldProc_[size_t(proc_)]) + " (ranks " +
+            std::to_string(globalRank(0)) + "-" + std::to_string(globalRank(local_ - 1)) + ") waited " + secs +
+            " s for " +
+            (missing.empty() ? missingProcesses(true) + ", which reached this collective but did not complete it"
+                             : missing + ", which never reached this collective") +
+            " (stuck or failed); every rank stops";
         g_.abort(msg);
         throw CommError(msg);
       }

@@ -26,9 +26,9 @@ std::vector<MeshRank> makeMpiMesh(int, int, int, double, std::vector<std::shared
   throw UserError("this bigc was built without MPI (install libopenmpi-dev and rebuild)");
 }
 
-double mpiSum(double x) { return x; }
-void mpiBroadcast(void *, int64_t) {}
-void mpiBroadcastFrom(int, void *, int64_t) {}
+double mpiSum(double x, const std::string &) { return x; }
+void mpiBroadcast(void *, int64_t, const std::string &) {}
+void mpiBroadcastFrom(int, void *, int64_t, const std::string &) {}
 void mpiFinalize() {}
 
 } // namespace bigc::rt

@@ -6,6 +6,7 @@
 #include "bigc/Runtime/half.h"
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -172,11 +173,11 @@ RankGroup::RankGroup(Program program, uint64_t seed, std::shared_ptr<Communicato
       faultRank_ = std::stoi(field("rank"));
       faultStep_ = std::stoll(field("step"));
     } catch (...) {
-      throw UserError("BIGC_FAULT='" + s + "': expected rank=R,step=S,kind=crash|hang");
+      throw UserError("BIGC_FAULT='" + s + "': expected rank=R,step=S,kind=crash|hang|stop");
     }
     faultKind_ = field("kind");
-    if (faultKind_ != "crash" && faultKind_ != "hang")
-      throw UserError("BIGC_FAULT='" + s + "': kind must be crash or hang");
+    if (faultKind_ != "crash" && faultKind_ != "hang" && faultKind_ != "stop")
+      throw UserError("BIGC_FAULT='" + s + "': kind must be crash, hang or stop");
   }
   if (configure) configure(*this);
   arenasZeroed_ = std::string(engines_[0]->backend()) == "cpu"; // the ranks' arenas, just mapped
@@ -189,7 +190,9 @@ void RankGroup::refreshStageScale() {
   for (int s = 0; s < int(rankProgram_.pp); ++s)
     if (stage(s).lossScale >= 0) {
       const int l = localOf(firstRankOf(s));
-      stageScale_ = float(mpiSum(l >= 0 ? double(engines_[size_t(l)]->lastLossScale()) : 0.0));
+      stageScale_ = float(mpiSum(l >= 0 ? double(engines_[size_t(l)]->lastLossScale()) : 0.0,
+                                 "after step " + std::to_string(stepCount()) + ": stage " + std::to_string(s) +
+                                     "'s loss scale to every process"));
       return;
     }
 }
@@ -297,7 +300,7 @@ float RankGroup::runAll(const int32_t *tokens, const int32_t *targets, bool eval
       bool commErr = false;
       float loss = 0.0f;
       try {
-        if (!eval && g == faultRank_ && stepNo == faultStep_) {
+        if (!eval && g == faultRank_ && stepNo == faultStep_ && faultKind_ != "stop") {
           if (faultKind_ == "crash")
             throw Injected("injected fault (BIGC_FAULT): " + rankName(g) + " crashed in step " +
                            std::to_string(stepNo));
@@ -396,12 +399,15 @@ float RankGroup::runAll(const int32_t *tokens, const int32_t *targets, bool eval
       }
     throw UserError(msg);
   }
+  // kind=stop: the process holding the rank freezes (SIGSTOP) between the step's collectives and
+  // the processes' loss sum.
+  if (!eval && faultKind_ == "stop" && stepNo == faultStep_ && localOf(faultRank_) >= 0) ::raise(SIGSTOP);
   // The step's loss: the mean over the ranks of the last stage (the others have none).
   const int last = int(rankProgram_.pp) - 1;
   double sum = 0;
   for (int l = 0; l < local; ++l)
     if (stageOf(comm_->globalRank(l)) == last) sum += losses[size_t(l)];
-  sum = comm_->localSize() == comm_->size() ? sum : mpiSum(sum);
+  sum = comm_->localSize() == comm_->size() ? sum : mpiSum(sum, when + ": the loss's sum over the processes");
   if (!eval) refreshStageScale();
   return float(sum / double(rankProgram_.dp * rankProgram_.tp));
 }
@@ -442,7 +448,8 @@ std::vector<char> RankGroup::allRanks(int s, int64_t id) const {
     for (int r = 0; r < R; ++r) {
       char *at = all.data() + size_t(r) * bytes;
       if (const int l = localOf(first + r); l >= 0) engines_[size_t(l)]->readBytes(id, at);
-      mpiBroadcastFrom(processOf(first + r), at, int64_t(bytes));
+      mpiBroadcastFrom(processOf(first + r), at, int64_t(bytes),
+                       "gathering tensor '" + b.name + "' from rank " + std::to_string(first + r) + "'s process");
     }
     return all;
   }
@@ -518,7 +525,8 @@ void RankGroup::readBytes(int64_t logicalId, void *dst) const {
     gather(s, id, dst);
   } else if (rankProgram_.pp > 1 && spansProcesses()) { // the stage's first rank's, from its process
     if (const int l = localOf(first); l >= 0) engines_[size_t(l)]->readBytes(id, dst);
-    mpiBroadcastFrom(processOf(first), dst, b.bytes);
+    mpiBroadcastFrom(processOf(first), dst, b.bytes,
+                     "gathering tensor '" + b.name + "' from rank " + std::to_string(first) + "'s process");
   } else { // a replica every process holds
     engines_[size_t(localOf(first) >= 0 ? localOf(first) : 0)]->readBytes(id, dst);
   }

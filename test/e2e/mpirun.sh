@@ -187,8 +187,21 @@ rc=0
 timeout 120 "${MPIRUN[@]}" -np 2 "$d/stop.sh" "$d/stop.jsonl" "$BIN/bigc" run "$d/z2.bigc" --synthetic --steps 100000 \
   --quiet --comm-timeout 3 --log "$d/stop.jsonl" > "$d/stop.txt" 2>&1 || rc=$?
 took=$((SECONDS - t0))
-grep -qE "waited 3 s for process 1, which never reached this collective" "$d/stop.txt" &&
+grep -qE "waited 3 s for process 1, which (never reached this collective|reached this collective but did not complete it)" "$d/stop.txt" &&
   [ $rc -ne 0 ] && [ $rc -ne 124 ] || {
   echo "FAIL: a process stopped mid-run (exit $rc after $took s):"; cat "$d/stop.txt"; pkill -9 -f "bigc run $d/z2.bigc" || true; exit 1; }
 pkill -9 -f "bigc run $d/z2.bigc" 2> /dev/null || true # the stopped one, should mpirun have left it
 echo "ok   process 1 stopped mid-run: exit $rc after $took s, '$(grep -m1 -oE "step [0-9]+: instruction [0-9]+ \([a-z_]+" "$d/stop.txt")... waited 3 s for process 1'"
+# A process frozen between the step's collectives and the processes' loss sum (a blocking
+# MPI_Allreduce there once held process 0 forever, CI 2026-11-28): BIGC_FAULT kind=stop freezes
+# process 1 (ranks 4-7) after step 2; process 0 names it within --comm-timeout 3.
+t0=$SECONDS
+rc=0
+BIGC_FAULT=rank=4,step=2,kind=stop timeout 120 "${MPIRUN[@]}" -np 2 -x BIGC_FAULT "$BIN/bigc" run "$d/z2.bigc" \
+  --synthetic --steps 5 --quiet --comm-timeout 3 > "$d/frozen.txt" 2>&1 || rc=$?
+took=$((SECONDS - t0))
+pkill -9 -f "bigc run $d/z2.bigc" 2> /dev/null || true
+grep -qF "step 2: the loss's sum over the processes: process 0 waited 3 s (--comm-timeout) for process 1, which never reached this point" "$d/frozen.txt" &&
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || {
+  echo "FAIL: a process frozen after a step (exit $rc after $took s):"; cat "$d/frozen.txt"; exit 1; }
+echo "ok   process 1 frozen before the loss sum: exit $rc after $took s, '$(grep -m1 -o "process 0 waited[^;]*" "$d/frozen.txt")'"

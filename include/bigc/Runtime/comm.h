@@ -120,13 +120,17 @@ struct MeshRank {
 };
 std::vector<MeshRank> makeMpiMesh(int dp, int tp, int localRanks, double timeout,
                                   std::vector<std::shared_ptr<Communicator>> *all, int pp = 1);
-// A host scalar reduced over the processes (sum); identity without MPI.
-double mpiSum(double x);
+// A host scalar reduced over the processes (sum, the same bits on every process); identity without
+// MPI. `what` names the place ("step 12: the loss's sum over the processes"): a process that does
+// not get there within mpiStart's --comm-timeout is named in the CommError every other one throws
+// (no blocking collective that would wait for it forever).
+double mpiSum(double x, const std::string &what);
 // Process 0's `bytes` bytes at `data` to every process (NCCL's bootstrap); nothing without MPI.
-void mpiBroadcast(void *data, int64_t bytes);
+void mpiBroadcast(void *data, int64_t bytes, const std::string &what);
 // Process `root`'s bytes to every process (a pipeline stage's tensors to the process writing a
-// checkpoint), in pieces of at most 1 GiB; nothing without MPI.
-void mpiBroadcastFrom(int root, void *data, int64_t bytes);
+// checkpoint), in pieces of at most 1 GiB; nothing without MPI. Both within --comm-timeout, as
+// mpiSum.
+void mpiBroadcastFrom(int root, void *data, int64_t bytes, const std::string &what);
 void mpiFinalize();
 
 } // namespace bigc::rt

@@ -166,7 +166,8 @@ private:
   std::shared_ptr<void> keep_; // destroyed after the engines
   std::vector<std::unique_ptr<Engine>> engines_;
   std::vector<std::vector<int32_t>> tokens_, targets_; // per local rank: K*B*T ids
-  // BIGC_FAULT=rank=R,step=S,kind=crash|hang (tests): rank R fails (or stops answering) in step S.
+  // BIGC_FAULT=rank=R,step=S,kind=crash|hang|stop (tests): rank R fails (or stops answering) in
+  // step S; stop: its process freezes (SIGSTOP) after the step, before the processes' loss sum.
   int faultRank_ = -1;
   int64_t faultStep_ = -1;
   std::string faultKind_;

@@ -86,7 +86,7 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   // One NCCL communicator per local rank, bootstrapped from process 0's id (over MPI under mpirun).
   ncclUniqueId id{};
   if (proc == 0) BIGC_NCCL(ncclGetUniqueId(&id));
-  if (world > 1) mpiBroadcast(&id, int64_t(sizeof id));
+  if (world > 1) mpiBroadcast(&id, int64_t(sizeof id), "NCCL's start-up (process 0's id to every process)");
   // The processes of one machine take consecutive GPUs: local rank l of the machine's process p
   // (OpenMPI's node-local rank) uses GPU p*local + l.
   int firstDevice = 0;
