@@ -125,10 +125,12 @@ mlir::LogicalResult checkInterface(mlir::ModuleOp module) {
   return mlir::success();
 }
 
-// The module attribute `bigc.weights = "FILE.safetensors"` (bigc import writes it; relative to
-// the model file): the model's own initial weights. The file must hold every weight of the model
-// (bigc.param of role param), with its shape, and nothing else; its absolute path goes into the
-// program, which `bigc run` loads it from.
+// The module attribute `bigc.weights = "FILE"` (bigc import writes it; relative to the model file):
+// the model's own initial weights, a safetensors file or a Hugging Face index of several (a
+// published checkpoint bigc import hf --weights refers to where it is). The files must hold every
+// weight of the model (bigc.param of role param, under its name or one of its bigc.aliases), with
+// its shape and a float dtype, and nothing else but the buffers Hugging Face's older checkpoints
+// carry; the resolved path goes into the program, which `bigc run` loads the weights from.
 void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
   auto attr = module->getAttrOfType<mlir::StringAttr>(mlir::bigc::kWeightsAttrName);
   if (!attr) return;
@@ -143,34 +145,46 @@ void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
     std::free(real);
   } else {
     throw UserError("the model's initial weights (module attribute bigc.weights) '" + attr.getValue().str() +
-                    "' are not at " + path + " (bigc import writes them beside the model; copy them there)");
+                    "' are not at " + path + " (bigc import writes them beside the model, or names the checkpoint " +
+                    "it was given; put them there)");
   }
-  format::safetensors::File f = format::safetensors::readHeader(path);
+  const format::safetensors::Headers h = format::safetensors::readHeaders(path);
   std::map<std::string, const format::safetensors::Tensor *> byName;
-  for (const auto &t : f.tensors) byName[t.name] = &t;
-  size_t params = 0;
+  for (const auto &[t, file] : h.tensors()) byName[t->name] = t;
+  std::map<std::string, std::string> recordOf; // every name a weight may come under -> its name
+  for (mlir::bigc::ParamOp p : module.getOps<mlir::bigc::ParamOp>())
+    if (p.getRole() == "param") recordOf[p.getSymName().str()] = p.getSymName().str();
+  if (auto d = module->getAttrOfType<mlir::DictionaryAttr>("bigc.aliases"))
+    for (mlir::NamedAttribute e : d)
+      if (auto list = llvm::dyn_cast<mlir::ArrayAttr>(e.getValue()))
+        for (mlir::Attribute x : list)
+          if (auto s = llvm::dyn_cast<mlir::StringAttr>(x)) recordOf[s.str()] = e.getName().str();
+  using format::shapeStr;
+  const std::string &where = h.path;
   for (mlir::bigc::ParamOp p : module.getOps<mlir::bigc::ParamOp>()) {
     if (p.getRole() != "param") continue;
-    ++params;
-    std::string name = p.getSymName().str();
-    auto it = byName.find(name);
-    std::vector<int64_t> shape(p.getTensorType().getShape().begin(), p.getTensorType().getShape().end());
-    using format::shapeStr;
-    if (it == byName.end())
-      throw UserError(path + ": the weight '" + name + "' " + shapeStr(shape) + " of the model is missing");
-    if (it->second->shape != shape)
-      throw UserError(path + ": the weight '" + name + "' has shape " + shapeStr(it->second->shape) +
-                      ", the model's is " + shapeStr(shape));
-    if (it->second->dtype == format::DType::I32)
-      throw UserError(path + ": the weight '" + name + "' is stored as I32; expected F32, BF16 or F16");
+    const std::string name = p.getSymName().str();
+    const std::vector<int64_t> shape(p.getTensorType().getShape().begin(), p.getTensorType().getShape().end());
+    const format::safetensors::Tensor *t = nullptr;
+    for (const auto &[n, rec] : recordOf)
+      if (rec == name)
+        if (auto it = byName.find(n); it != byName.end() && !t) t = it->second;
+    if (!t) throw UserError(where + ": the weight '" + name + "' " + shapeStr(shape) + " of the model is missing");
+    if (t->shape != shape)
+      throw UserError(where + ": the weight '" + t->name + "' has shape " + shapeStr(t->shape) + ", the model's is " +
+                      shapeStr(shape));
+    if (t->dtype == format::DType::I32)
+      throw UserError(where + ": the weight '" + t->name + "' is stored as I32; expected F32, BF16 or F16");
   }
-  if (byName.size() != params)
-    for (const auto &[name, t] : byName)
-      if (!module.lookupSymbol<mlir::bigc::ParamOp>(name))
-        throw UserError(path + ": the tensor '" + name + "' is not a weight of the model");
-  struct stat st {};
-  o.initialWeights = path;
-  o.initialWeightsBytes = ::stat(path.c_str(), &st) == 0 ? int64_t(st.st_size) : 0;
+  auto endsWith = [](const std::string &s, const std::string &e) {
+    return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
+  };
+  for (const auto &[name, t] : byName)
+    if (!recordOf.count(name) && !endsWith(name, ".attn.bias") && !endsWith(name, ".attn.masked_bias") &&
+        !endsWith(name, ".rotary_emb.inv_freq"))
+      throw UserError(where + ": the tensor '" + name + "' is not a weight of the model");
+  o.initialWeights = h.path;
+  o.initialWeightsBytes = h.bytes();
 }
 
 std::string defaultOutput(const std::string &in) {

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -233,6 +235,91 @@ File readHeader(const std::string &path) {
     }
   }
   return parseImpl(head.data(), head.size(), size, path, false);
+}
+
+Headers readHeaders(const std::string &given) {
+  Headers h;
+  std::string path = given;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    const std::string index = path + "/model.safetensors.index.json", single = path + "/model.safetensors";
+    if (::access(index.c_str(), R_OK) == 0)
+      path = index;
+    else if (::access(single.c_str(), R_OK) == 0)
+      path = single;
+    else if (::access((path + "/pytorch_model.bin").c_str(), F_OK) == 0 ||
+             ::access((path + "/pytorch_model.bin.index.json").c_str(), F_OK) == 0)
+      fail(path, "a directory without model.safetensors.index.json or model.safetensors: its weights are "
+                 "pytorch_model.bin (PyTorch's pickle, which bigc does not read): save them as safetensors, e.g. "
+                 "model.save_pretrained(DIR) with transformers (safetensors is its default)");
+    else
+      fail(path, "a directory without model.safetensors.index.json or model.safetensors (a Hugging Face directory "
+                 "without weights?)");
+  }
+  h.path = path;
+  std::map<std::string, std::string> listed; // the index's tensor -> file
+  h.isIndex = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (h.isIndex) {
+    std::ifstream f(path);
+    if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
+    json idx;
+    try {
+      idx = json::parse(f);
+    } catch (const json::exception &e) {
+      fail(path, std::string("not valid JSON: ") + e.what());
+    }
+    if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
+      fail(path, "not a safetensors index: no \"weight_map\" object (tensor name -> file)");
+    const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
+    for (auto &[name, file] : idx["weight_map"].items()) {
+      if (!file.is_string() || file.get<std::string>().empty() ||
+          file.get<std::string>().find('/') != std::string::npos)
+        fail(path, "weight_map entry '" + name + "' must name a file beside the index");
+      const std::string fp = dir + "/" + file.get<std::string>();
+      listed[name] = fp;
+      if (std::find(h.files.begin(), h.files.end(), fp) == h.files.end()) h.files.push_back(fp);
+    }
+    if (h.files.empty()) fail(path, "the index's weight_map is empty");
+  } else {
+    h.files.push_back(path);
+  }
+  for (const std::string &f : h.files) {
+    if (h.isIndex && ::access(f.c_str(), F_OK) != 0)
+      fail(path,
+           "lists tensors in " + f.substr(f.find_last_of('/') + 1) + ", which is missing (a shard not downloaded?)");
+    h.headers.push_back(readHeader(f)); // checked as parse() checks
+  }
+  if (h.isIndex) {
+    for (size_t i = 0; i < h.headers.size(); ++i)
+      for (const Tensor &t : h.headers[i].tensors) {
+        auto it = listed.find(t.name);
+        if (it == listed.end() || it->second != h.files[i])
+          fail(h.files[i], "holds tensor '" + t.name + "', which " + path +
+                               (it == listed.end() ? " does not list" : " lists in " + it->second));
+      }
+    for (const auto &[name, fp] : listed) {
+      const File &f = h.headers[size_t(std::find(h.files.begin(), h.files.end(), fp) - h.files.begin())];
+      if (!f.find(name)) fail(fp, "has no tensor '" + name + "', which " + path + " lists there");
+    }
+  }
+  return h;
+}
+
+std::vector<std::pair<const Tensor *, size_t>> Headers::tensors() const {
+  std::vector<std::pair<const Tensor *, size_t>> out;
+  for (size_t i = 0; i < headers.size(); ++i)
+    for (const Tensor &t : headers[i].tensors) out.push_back({&t, i});
+  return out;
+}
+
+int64_t Headers::bytes() const {
+  int64_t n = 0;
+  for (const std::string &f : files) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) == 0) n += int64_t(st.st_size);
+  }
+  return n;
 }
 
 File read(const std::string &path) {

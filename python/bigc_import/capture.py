@@ -98,7 +98,118 @@ def user_frame(tb, path):
 # Hugging Face
 
 
-def build_hf(config_path, batch, seq, weights_path, seed, notes):
+class HfModel:
+    """What `bigc import hf` knows of a model besides its graph: each parameter's initialisation
+    (the `init` of its bigc.param, from Hugging Face's own rules), its buffers' values (the model
+    is built on the meta device, so nothing of its size is ever allocated) and, with --weights, the
+    checkpoint (weights.Checkpoint) and how its tensors are named."""
+
+    def __init__(self, inits, buffers, ckpt=None, names=None):
+        self.inits = inits
+        self.buffers = buffers
+        self.ckpt = ckpt
+        self.names = names or {}
+
+
+_BIGC_INITS = {"normal_", "zeros_", "ones_", "constant_", "trunc_normal_"}
+
+
+def hf_inits(model, notes):
+    """Runs the model's own initialisation (PreTrainedModel.initialize_weights: the family's rules,
+    GPT-2's scaled residual projections and Gemma's zero-centred norms included) with its init
+    functions replaced by recorders, on the meta model. Returns ({parameter name: bigc init},
+    {buffer name: value on the CPU}): a buffer's value is computed as the rule says (rotary
+    frequencies, Gemma's embedding scale); a parameter's rule becomes bigc's `init` (normal with
+    its std, zeros, ones, a constant), drawn by `bigc run --seed` at run time."""
+    import transformers.initialization as I
+
+    rules = {}  # id(tensor) -> [(function, is_view, args, kwargs)]
+
+    def recorder(fn):
+        def record(tensor, *a, **k):
+            base = tensor._base if tensor._base is not None else tensor
+            rules.setdefault(id(base), []).append((fn, tensor._base is not None, a, k))
+            return tensor
+        return record
+
+    saved, saved_copy = dict(I.TORCH_INIT_FUNCTIONS), I.copy_
+    for fn in list(I.TORCH_INIT_FUNCTIONS):
+        I.TORCH_INIT_FUNCTIONS[fn] = recorder(fn)
+    I.copy_ = recorder("copy_")
+    for m in model.modules():
+        if getattr(m, "_is_hf_initialized", False):
+            m._is_hf_initialized = False
+    try:
+        model.initialize_weights()
+    except Exception as e:
+        raise UserError(f"transformers cannot initialise the model ({first_line(e)})")
+    finally:
+        I.TORCH_INIT_FUNCTIONS.clear()
+        I.TORCH_INIT_FUNCTIONS.update(saved)
+        I.copy_ = saved_copy
+
+    def arg(r, i, key, default=None):
+        _, _, a, k = r
+        return k[key] if key in k else (a[i] if len(a) > i else default)
+
+    inits = {}
+    rows = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        whole = [r for r in rules.get(id(p), []) if not r[1]]
+        if any(r[1] for r in rules.get(id(p), [])):
+            rows.append(name)
+        if not whole:
+            raise UserError(f"the model's initialisation leaves '{name}' {list(p.shape)} unset: give its "
+                            "weights with --weights")
+        r = whole[-1]  # the last rule wins, as it would in place
+        fn = r[0]
+        if fn not in _BIGC_INITS:
+            raise UserError(f"'{name}' {list(p.shape)} is initialised with {fn.rstrip('_')}, which bigc "
+                            "does not draw (it draws normal, zeros, ones and constants): give its "
+                            "weights with --weights")
+        if fn in ("normal_", "trunc_normal_"):
+            mean, std = float(arg(r, 0, "mean", 0.0)), float(arg(r, 1, "std", 1.0))
+            if mean != 0.0:
+                raise UserError(f"'{name}' is initialised as normal with mean {mean:g}, which bigc does "
+                                "not draw (mean 0 only): give its weights with --weights")
+            if fn == "trunc_normal_":
+                lo, hi = float(arg(r, 2, "a", -2.0)), float(arg(r, 3, "b", 2.0))
+                if lo > -3 * std or hi < 3 * std:
+                    raise UserError(f"'{name}' is initialised as a normal truncated to [{lo:g}, {hi:g}] "
+                                    f"(std {std:g}), which bigc does not draw: give its weights with "
+                                    "--weights")
+            inits[name] = {"init": "normal", "std": std} if std > 0 else {"init": "zeros"}
+        elif fn == "zeros_":
+            inits[name] = {"init": "zeros"}
+        elif fn == "ones_":
+            inits[name] = {"init": "ones"}
+        else:
+            v = float(arg(r, 0, "val"))
+            inits[name] = {"init": "zeros"} if v == 0 else {"init": "ones"} if v == 1 else \
+                {"init": "fill", "value": v}
+    if rows:
+        notes.append("the padding row of " + ", ".join(rows) + " (pad_token_id) starts drawn like the "
+                     "other rows, not as zeros (bigc draws a whole tensor alike)")
+    buffers = {}
+    for name, b in model.named_buffers():
+        rs = [r for r in rules.get(id(b), []) if not r[1]]
+        if not rs:
+            continue
+        r = rs[-1]
+        val = torch.zeros(b.shape, dtype=b.dtype)
+        if r[0] == "copy_":
+            val.copy_(r[2][0].to("cpu"))
+        elif r[0] == "ones_":
+            val.fill_(1)
+        elif r[0] == "constant_":
+            val.fill_(float(arg(r, 0, "val")))
+        elif r[0] != "zeros_":
+            continue
+        buffers[name] = val
+    return inits, buffers
+
+
+def build_hf(config_path, batch, seq, weights_path, notes):
     raw = read_config_json(config_path)
     family = family_of(raw, config_path)
     import transformers
@@ -125,23 +236,25 @@ def build_hf(config_path, batch, seq, weights_path, seed, notes):
     if seq is None:
         seq = min(max_pos, 1024) if max_pos else 1024
     check_seq(seq, batch, max_pos)
-    torch.manual_seed(seed)
+    # On the meta device: shapes without storage (a 70B model is built in seconds, in no memory).
     try:
-        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
     except Exception as e:
         raise UserError(f"{config_path}: transformers cannot build the model ({first_line(e)})")
-    model = model.to(torch.float32)
+    inits, buffers = hf_inits(model, notes)
+    hf = HfModel(inits, {WRAPPER_PREFIX + k: v for k, v in buffers.items()})
     if weights_path:
-        W.load_into(model, W.Checkpoint(weights_path), weights_path)
+        hf.ckpt = W.Checkpoint(weights_path)
+        hf.names = W.match(model, hf.ckpt, weights_path)
     model.eval()
-    g = torch.Generator().manual_seed(seed)
-    V = int(getattr(cfg, "vocab_size"))
-    tokens = torch.randint(0, V, (batch, seq), generator=g)
-    targets = torch.randint(0, V, (batch, seq), generator=g)
+    tokens = torch.zeros((batch, seq), dtype=torch.int64, device="meta")
+    targets = torch.zeros((batch, seq), dtype=torch.int64, device="meta")
     desc = (f"{FAMILIES[family]} ({family}) from {os.path.basename(config_path)}, "
             f"batch {batch}, seq {seq}" + (f", weights {os.path.basename(weights_path)}"
-                                          if weights_path else f", random init (seed {seed})"))
-    return LossWrapper(model, "hf"), tokens, targets, desc
+                                          if weights_path else ", initial weights drawn by bigc run "
+                                          "(--seed) as transformers initialises them"))
+    return LossWrapper(model, "hf"), tokens, targets, desc, hf
 
 
 # --------------------------------------------------------------------------------------------

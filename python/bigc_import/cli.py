@@ -14,15 +14,18 @@ PROG = "bigc import"
 MAIN_HELP = """\
 Writes a PyTorch model as bigc MLIR (docs/frontend.md) plus its initial weights.
 
-  bigc import hf CONFIG.json [--batch B] [--seq T] [--weights FILE] [--seed S] -o model.mlir
+  bigc import hf CONFIG.json [--batch B] [--seq T] [--weights FILE] -o model.mlir
   bigc import torch FILE.py:FUNCTION [-o model.mlir]
 
 The model is captured with torch.export (strict=False) as forward(tokens, targets) -> loss, its
 ATen ops mapped to the bigc dialect, each op located at the Python line that made it and the
-ops of transformer block i marked {bigc.layer = i}. Beside model.mlir goes model.safetensors
-(every parameter, fp32, under the module's own names; a tied parameter once), named by the
-module attribute bigc.weights; `bigc compile` checks it and `bigc run` starts from it. Both
-files are written atomically, and nothing is written on an error.
+ops of transformer block i marked {bigc.layer = i}. The initial weights: `bigc import torch`
+writes the module's own beside model.mlir (model.safetensors: every parameter, fp32, under the
+module's own names; a tied parameter once); `bigc import hf` builds the model on PyTorch's meta
+device (no memory for its weights) and either names the checkpoint given with --weights (read by
+`bigc run` where it is) or lets `bigc run --seed S` draw them by the family's own rules. The
+module attribute bigc.weights names the file; `bigc compile` checks it and `bigc run` starts from
+it. The files are written atomically, and nothing is written on an error.
 
 Exit status: 0 done; 1 bad input (one line: an unsupported op with its source line, a config of
 another family, weights that do not match, a module torch.export cannot capture); 2 an internal
@@ -32,8 +35,14 @@ error (please report it).
 HF_HELP = """\
 A Hugging Face causal LM from its config.json: the families llama, mistral, qwen2, gpt2, gemma,
 olmo and olmo2 (chosen by model_type, else architectures). The model is built by transformers
-(AutoModelForCausalLM.from_config, attn_implementation="sdpa", fp32) after torch.manual_seed(S),
-so its random initialisation is reproducible, and --weights replaces it by a checkpoint's. The
+(AutoModelForCausalLM.from_config, attn_implementation="sdpa", fp32) on the meta device: shapes
+without storage, so a 70B config imports in seconds and little memory. Without --weights, each
+parameter's initialisation is the one transformers' own init gives it (normal with the config's
+initializer_range, GPT-2's scaled projections, ones or zeros for norms, zeros for biases), drawn
+by `bigc run` with its --seed. With --weights (a safetensors file or a sharded checkpoint's
+index), names, shapes and dtypes are checked from the headers and the MLIR names the checkpoint
+as it is (bigc run reads it, widening 16-bit floats exactly); a checkpoint named otherwise (GPT-2's
+without "transformer.") is converted into model.safetensors beside the MLIR, streamed. The
 loss is the mean cross-entropy of the logits against the targets, over B x T positions; dropout
 is set to 0 (bigc has no dropout). LLaMA-family models map to bigc.rmsnorm, bigc.rope (inv_freq
 from the model), bigc.gqa_attention (Mistral's sliding window included) and bigc.swiglu; Gemma's
@@ -75,10 +84,8 @@ def parser():
     h.add_argument("--weights", metavar="FILE",
                    help="start from these weights: a .safetensors file, or a sharded checkpoint's "
                         "model.safetensors.index.json (names and shapes must match the model's; "
-                        "16-bit checkpoints are converted to fp32)")
-    h.add_argument("--seed", type=int, default=0, metavar="S",
-                   help="torch.manual_seed before building the model: its random init "
-                        "(default 0)")
+                        "referred to where it is, not copied)")
+    h.add_argument("--seed", type=int, default=None, metavar="S", help=argparse.SUPPRESS)
     h.add_argument("-o", "--output", required=True, metavar="model.mlir",
                    help="the MLIR file; model.safetensors goes beside it")
     t = sub.add_parser("torch", help="your own nn.Module: FILE.py:FUNCTION",
@@ -254,9 +261,10 @@ def _run(args, out, weights_name, weights_path):
 
     notes = []
     hf_config = None
+    hf = None
     if args.cmd == "hf":
-        wrapper, tokens, targets, desc = capture.build_hf(args.config, args.batch, args.seq,
-                                                          args.weights, args.seed, notes)
+        wrapper, tokens, targets, desc, hf = capture.build_hf(args.config, args.batch, args.seq,
+                                                              args.weights, notes)
         hf_config = hf_config_of(args.config)
         cmd = f"bigc import hf {os.path.basename(args.config)}"
     else:
@@ -265,26 +273,53 @@ def _run(args, out, weights_name, weights_path):
     for n in notes:
         print(f"{PROG}: note: {n}", file=sys.stderr)
     ep = capture.export(wrapper, tokens, targets, desc)
-    lw = lower.Lowerer(ep, strip_prefix=capture.WRAPPER_PREFIX)
+    lw = lower.Lowerer(ep, strip_prefix=capture.WRAPPER_PREFIX, buffers=hf.buffers if hf else None)
     loss = lw.run()
     for n in lw.notes:
         print(f"{PROG}: note: {n}", file=sys.stderr)
     nparams = 0
     for name, t in lw.params:
-        lw.b.param(name, t.shape, weights.init_of(t))
+        lw.b.param(name, t.shape, hf.inits[name] if hf else weights.init_of(t))
         nparams += t.numel()
+    # The initial weights: the module's own, written beside the model (bigc import torch); a
+    # checkpoint's (--weights), referred to where it is when bigc run can read it as it is, else
+    # converted into a file beside the model, streamed; none for a config alone (bigc run draws
+    # them, seeded, by the family's rules: the params' init).
+    files = []
+    refer = None
+    if hf is None:
+        files.append((weights_path, lambda f: weights.write_safetensors(f, lw.params)))
+        weights_note = f"initial weights in {weights_name}"
+    elif hf.ckpt is not None and weights.refers_in_place(hf.ckpt, hf.names, [n for n, _ in lw.params]):
+        refer = os.path.abspath(args.weights)
+        weights_name, weights_note = refer, f"initial weights: {refer} (read by bigc run as it is)"
+    elif hf.ckpt is not None:
+        items = [(n, hf.names[n], tuple(t.shape)) for n, t in lw.params]
+        files.append((weights_path, lambda f: weights.write_from_checkpoint(f, hf.ckpt, items)))
+        weights_note = f"initial weights in {weights_name} (from {os.path.basename(args.weights)}, fp32)"
+    else:
+        weights_name = None
+        weights_note = "initial weights drawn by bigc run (--seed) by the family's rules (each param's init)"
     B, T = tokens.shape
     header = [f"Imported by `{cmd}`: {desc}.",
-              f"parameters: {nparams:,} ({len(lw.params)} tensors), initial weights in {weights_name}",
+              f"parameters: {nparams:,} ({len(lw.params)} tensors), {weights_note}",
               "Names and shapes: the module's own (linear weights [out, in] with transpose_b)."]
     text = lw.b.text([("%tokens", f"tensor<{B}x{T}xi32>"), ("%targets", f"tensor<{B}x{T}xi32>")],
                      loss.ssa, header, weights_name, module_attrs(wrapper.m, lw.params, hf_config))
+    files.append((out, lambda f: f.write(text.encode())))
     try:
-        write_atomically([(weights_path, lambda f: weights.write_safetensors(f, lw.params)),
-                          (out, lambda f: f.write(text.encode()))])
+        write_atomically(files)
     except OSError as e:
-        raise UserError(f"cannot write {out} and {weights_path}: {e.strerror or e}")
+        raise UserError(f"cannot write {' and '.join(p for p, _ in files)}: {e.strerror or e}")
     nops = sum(1 for line in text.splitlines() if line.strip().startswith("%"))
     from .driver import done
-    done([weights_path, out], f"{PROG}: wrote {out} ({nops} ops, {nparams:,} parameters) and {weights_path}")
+    written = [p for p, _ in files]
+    what = f"{PROG}: wrote {out} ({nops} ops, {nparams:,} parameters)"
+    if len(written) > 1:
+        what += f" and {weights_path}"
+    elif refer:
+        what += f", starting from {refer}"
+    else:
+        what += ", initial weights drawn by bigc run"
+    done(written, what)
     return 0

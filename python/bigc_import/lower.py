@@ -400,8 +400,27 @@ PASSTHROUGH = {"contiguous", "clone", "alias", "detach", "lift_fresh_copy", "_as
 
 
 class Lowerer:
-    def __init__(self, ep, strip_prefix=""):
+    def __init__(self, ep, strip_prefix="", buffers=None):
         self.ep = ep
+        self.gm = ep.graph_module
+        self.buffers = buffers or {}  # fqn -> a buffer's value (a model built on the meta device)
+        # A model captured on the meta device: the tensors its graph makes (positions, masks, the
+        # rotary tables; folded into constants here) are made on the CPU instead.
+        cpu = torch.device("cpu")
+        for gm in self.gm.modules():
+            if not isinstance(gm, torch.fx.GraphModule):
+                continue
+            changed = False
+            def on_cpu(a):
+                return cpu if isinstance(a, torch.device) and a.type == "meta" else a
+            for n in gm.graph.nodes:
+                args, kwargs = torch.fx.node.map_aggregate(n.args, on_cpu), \
+                    torch.fx.node.map_aggregate(n.kwargs, on_cpu)
+                if args != n.args or kwargs != n.kwargs:
+                    n.args, n.kwargs = args, kwargs
+                    changed = True
+            if changed:
+                gm.recompile()
         self.gm = ep.graph_module
         self.sig = ep.graph_signature
         self.strip = strip_prefix
@@ -872,12 +891,18 @@ class Lowerer:
 
     # --- the walk ------------------------------------------------------------------------------
     def buffer_value(self, fqn):
+        """A buffer's value: the one given for it (a model built on the meta device has its buffers'
+        values from its initialisation, taken aside), else the exported program's."""
         ep = self.ep
-        if fqn in ep.state_dict:
-            return ep.state_dict[fqn]
-        if fqn in ep.constants:
-            return ep.constants[fqn]
-        return None
+        t = self.buffers.get(fqn)
+        if t is None and fqn in ep.state_dict:
+            t = ep.state_dict[fqn]
+        if t is None and fqn in ep.constants:
+            t = ep.constants[fqn]
+        if isinstance(t, torch.Tensor) and t.is_meta:
+            self.fail_at(self.cur, f"the buffer '{fqn[len(self.strip):]}' has no value (the model is built "
+                         "without materialising it, and its initialisation does not set it)")
+        return t
 
     def placeholder(self, node):
         sig = self.sig
@@ -890,7 +915,7 @@ class Lowerer:
             return Const(t, {fqn})
         if name in getattr(sig, "inputs_to_lifted_tensor_constants", {}):
             fqn = sig.inputs_to_lifted_tensor_constants[name]
-            return Const(self.ep.constants[fqn], {fqn})
+            return Const(self.buffer_value(fqn), {fqn})
         if name in getattr(sig, "inputs_to_lifted_custom_objs", {}):
             self.fail_at(node, "a module holding custom objects")
         # a user input: tokens, then targets
@@ -961,7 +986,10 @@ class Lowerer:
                 continue
             fqn = self.sig.inputs_to_parameters[node.name]
             t = self.ep.state_dict[fqn]
-            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+            if t.is_meta:  # no storage: a tied parameter is one tensor object
+                key = ("meta", id(t))
+            else:
+                key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
             if key not in groups:
                 groups[key] = []
                 order.append(key)

@@ -102,6 +102,10 @@ def check_weights_file(path):
 
 def precheck(args):
     if args.cmd == "hf":
+        if args.seed is not None:
+            raise UserError(f"--seed {args.seed}: the initial weights of an imported config are drawn by "
+                            f"bigc run, by the family's rules: give --seed {args.seed} to `bigc run` (or "
+                            "start from a checkpoint with --weights)")
         raw = read_config_json(args.config)
         from .config_check import check_config
         check_config(raw, family_of(raw, args.config), args.config)

@@ -44,6 +44,8 @@ class Checkpoint:
             files[path] = None
         self.where = {}
         self.handles = []
+        self.paths = {}  # id(handle) -> its file
+        self._headers = {}
         for f, names in files.items():
             if not os.path.exists(f):
                 raise UserError(f"{path}: the shard {f} is missing")
@@ -54,6 +56,7 @@ class Checkpoint:
                 msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise UserError(f"{f}: not a readable safetensors file ({msg})")
             self.handles.append(h)
+            self.paths[id(h)] = f
             for k in keys:
                 if names is None or k in names:
                     self.where[k] = h
@@ -73,11 +76,29 @@ class Checkpoint:
     def get(self, name):
         return self.where[name].get_tensor(name)
 
+    def locate(self, name):
+        """(file, dtype, first byte, end byte) of a tensor's data, from the file's header."""
+        h = self.where[name]
+        path = self.paths[id(h)]
+        if path not in self._headers:
+            with open(path, "rb") as f:
+                n = struct.unpack("<Q", f.read(8))[0]
+                self._headers[path] = (json.loads(f.read(n)), 8 + n)
+        header, start = self._headers[path]
+        e = header[name]
+        return path, e["dtype"], start + e["data_offsets"][0], start + e["data_offsets"][1]
 
-def load_into(model, ckpt, path):
-    """Copies a checkpoint into the model's parameters. Names and shapes must match (a tied
-    parameter may come under any of its names; the checkpoint may lack or carry the base model's
-    prefix, as Hugging Face's own GPT-2 checkpoint does). The first mismatch is an error."""
+
+# Tensors Hugging Face checkpoints may carry that are no parameters (buffers older versions saved);
+# bigc run passes over these same names (runtime/checkpoint/Safetensors.cpp).
+_BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
+
+
+def match(model, ckpt, path):
+    """Which checkpoint tensor is each parameter: {model name: checkpoint name}, for every name of
+    every parameter found (a tied parameter may come under any of its names; the checkpoint may lack
+    or carry the base model's prefix, as Hugging Face's own GPT-2 checkpoint does). Checks names,
+    shapes and dtypes from the headers alone (nothing is read); the first mismatch is an error."""
     params = list(model.named_parameters(remove_duplicate=False))
     names = {n for n, _ in params}
     prefix = getattr(model, "base_model_prefix", "") or ""
@@ -95,13 +116,15 @@ def load_into(model, ckpt, path):
     ignore = [re.compile(p) for p in (getattr(model, "_keys_to_ignore_on_load_unexpected", None) or [])]
     buffers = {n for n, _ in model.named_buffers()}
     for k in extra:
-        if k in buffers or (prefix and f"{prefix}.{k}" in buffers) or any(p.search(k) for p in ignore):
+        if k in buffers or (prefix and f"{prefix}.{k}" in buffers) or any(p.search(k) for p in ignore) or \
+                k.endswith(_BUFFER_SUFFIXES):
             continue
         raise UserError(f"{path}: holds '{k}' {list(ckpt.shape(k))}, which is not a parameter of "
                         "the model")
     by_tensor = {}
     for n, p in params:
         by_tensor.setdefault(id(p), (p, []))[1].append(n)
+    out = {}
     for p, group in by_tensor.values():
         name = next((n for n in group if n in renamed), None)
         if name is None:
@@ -110,12 +133,70 @@ def load_into(model, ckpt, path):
         if ckpt.shape(k) != tuple(p.shape):
             raise UserError(f"{path}: '{k}' has shape {list(ckpt.shape(k))}, the model's is "
                             f"{_shape(p)}")
-        t = ckpt.get(k)
-        if not t.is_floating_point():
-            raise UserError(f"{path}: '{k}' is stored as {t.dtype}, not floating point")
-        with torch.no_grad():
-            p.copy_(t.to(torch.float32))
-        del t
+        if ckpt.dtype(k) not in _FLOAT_DTYPES:
+            raise UserError(f"{path}: '{k}' is stored as {ckpt.dtype(k)}, not floating point (F32, BF16 "
+                            "or F16)")
+        for n in group:
+            out[n] = renamed.get(n, k)
+    return out
+
+
+_FLOAT_DTYPES = {"F32", "BF16", "F16", "F64"}
+
+
+def refers_in_place(ckpt, names, kept):
+    """True when bigc can start from the checkpoint as it is (bigc run reads safetensors and
+    Hugging Face indexes, widening 16-bit floats): every parameter kept (`kept`, the names of the
+    MLIR's bigc.param) is there under its own name or a tied one's, in F32, BF16 or F16, and the
+    checkpoint holds nothing else but the buffers bigc run passes over."""
+    wanted = set()
+    for n in kept:
+        k = names[n]
+        group = [m for m, c in names.items() if c == k]
+        if k not in group or ckpt.dtype(k) == "F64":
+            return False
+        wanted.add(k)
+    return all(k in wanted or k in names.values() or k.endswith(_BUFFER_SUFFIXES) for k in ckpt.names())
+
+
+def write_from_checkpoint(f, ckpt, items, progress=None):
+    """Writes (bigc name, checkpoint name, shape) as a safetensors file, fp32, streamed: each
+    tensor read and converted in pieces of at most 64 MB (memory does not grow with the model).
+    `progress(done_bytes, total_bytes)` is called as it goes."""
+    header = {"__metadata__": {"format": "pt", "producer": "bigc import"}}
+    off = 0
+    for name, _, shape in items:
+        n = 4
+        for d in shape:
+            n *= int(d)
+        header[name] = {"dtype": "F32", "shape": [int(d) for d in shape], "data_offsets": [off, off + n]}
+        off += n
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    f.write(struct.pack("<Q", len(hb)))
+    f.write(hb)
+    total, done = off, 0
+    dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
+    for name, k, shape in items:
+        path, dtype, begin, end = ckpt.locate(k)
+        esize = torch.tensor([], dtype=dtypes[dtype]).element_size()
+        n = (end - begin) // esize
+        step = max(1, (64 << 20) // esize)  # elements of one piece: 64 MB read at most
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for i in range(0, n, step):
+                m = min(step, n - i)
+                raw = os.pread(fd, m * esize, begin + i * esize)
+                if len(raw) != m * esize:
+                    raise UserError(f"{path}: ends inside tensor '{k}'")
+                a = torch.frombuffer(bytearray(raw), dtype=dtypes[dtype]).to(torch.float32)
+                f.write(memoryview(a.numpy()).cast("B"))
+                done += m * 4
+                del raw, a
+                if progress:
+                    progress(done, total)
+        finally:
+            os.close(fd)
 
 
 def init_of(t):

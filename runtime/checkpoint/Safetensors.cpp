@@ -529,71 +529,14 @@ struct OpenFile {
 } // namespace
 
 void loadWeightsFrom(Engine &ex, const std::string &given) {
-  // The files: one safetensors file, or those of a Hugging Face index.
-  std::string path = given;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) {
-    const std::string index = path + "/model.safetensors.index.json", single = path + "/model.safetensors";
-    if (::access(index.c_str(), R_OK) == 0)
-      path = index;
-    else if (::access(single.c_str(), R_OK) == 0)
-      path = single;
-    else if (::access((path + "/pytorch_model.bin").c_str(), F_OK) == 0 ||
-             ::access((path + "/pytorch_model.bin.index.json").c_str(), F_OK) == 0)
-      fail(path, "a directory without model.safetensors.index.json or model.safetensors: its weights are "
-                 "pytorch_model.bin (PyTorch's pickle, which bigc does not read): save them as safetensors, e.g. "
-                 "model.save_pretrained(DIR) with transformers (safetensors is its default)");
-    else
-      fail(path, "a directory without model.safetensors.index.json or model.safetensors (a Hugging Face directory "
-                 "without weights?)");
-  }
-  std::vector<std::string> files;
-  std::map<std::string, std::string> listed; // the index's tensor -> file
-  const bool isIndex = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
-  if (isIndex) {
-    std::ifstream f(path);
-    if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
-    json idx;
-    try {
-      idx = json::parse(f);
-    } catch (const json::exception &e) {
-      fail(path, std::string("not valid JSON: ") + e.what());
-    }
-    if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
-      fail(path, "not a safetensors index: no \"weight_map\" object (tensor name -> file)");
-    const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
-    for (auto &[name, file] : idx["weight_map"].items()) {
-      if (!file.is_string() || file.get<std::string>().empty() ||
-          file.get<std::string>().find('/') != std::string::npos)
-        fail(path, "weight_map entry '" + name + "' must name a file beside the index");
-      const std::string fp = dir + "/" + file.get<std::string>();
-      listed[name] = fp;
-      if (std::find(files.begin(), files.end(), fp) == files.end()) files.push_back(fp);
-    }
-    if (files.empty()) fail(path, "the index's weight_map is empty");
-  } else {
-    files.push_back(path);
-  }
-  std::vector<File> headers;
-  for (const std::string &f : files) headers.push_back(readHeader(f)); // checked as parse() checks
+  // The files: one safetensors file, or those of a Hugging Face index (or a directory of either).
+  const format::safetensors::Headers h = format::safetensors::readHeaders(given);
+  const std::string &path = h.path;
+  const std::vector<std::string> &files = h.files;
+  const bool isIndex = h.isIndex;
   std::vector<const Tensor *> tensors;
   std::map<const Tensor *, size_t> fileOf;
-  for (size_t i = 0; i < headers.size(); ++i)
-    for (const Tensor &t : headers[i].tensors) {
-      if (isIndex) {
-        auto it = listed.find(t.name);
-        if (it == listed.end() || it->second != files[i])
-          fail(files[i], "holds tensor '" + t.name + "', which " + path +
-                             (it == listed.end() ? " does not list" : " lists in " + it->second));
-      }
-      tensors.push_back(&t), fileOf[&t] = i;
-    }
-  if (isIndex)
-    for (const auto &[name, fp] : listed) {
-      const File &h = headers[size_t(std::find(files.begin(), files.end(), fp) - files.begin())];
-      if (!h.find(name)) fail(fp, "has no tensor '" + name + "', which " + path + " lists there");
-    }
+  for (const auto &[t, i] : h.tensors()) tensors.push_back(t), fileOf[t] = i;
   std::vector<std::pair<const Tensor *, const Tensor *>> twins;
   const auto matched = matchWeights(ex, tensors, isIndex ? path : files[0], &twins);
   std::vector<OpenFile> fds(files.size());

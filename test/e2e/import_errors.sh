@@ -70,10 +70,12 @@ expect_error "--seq 32 exceeds the model's 16 positions" -- hf "$d/llama.json" -
 expect_error "unrecognized arguments: --frobnicate" -- hf "$d/llama.json" --frobnicate
 expect_error "invalid int value" -- hf "$d/llama.json" --batch x
 
-# Weights: names and shapes must match the model's.
-"$BIN/bigc" import hf "$d/llama.json" --seq 16 --seed 5 -o "$d/ref.mlir" >/dev/null 2>&1 || { echo "FAIL: import"; exit 1; }
+# Weights: names, shapes and dtypes must match the model's (from the headers: nothing is read).
+"$BIN/bigc" import hf "$d/llama.json" --seq 16 -o "$d/ref.mlir" >/dev/null 2>&1 || { echo "FAIL: import"; exit 1; }
+"$BIN/bigc" compile "$d/ref.mlir" -o "$d/ref.bigc" --quiet
+"$BIN/bigc" run "$d/ref.bigc" --steps 0 --seed 5 --save-weights "$d/ref.safetensors" --quiet
 "$PY" - "$d" <<'PY' || exit 1
-import json, sys
+import json, os, sys
 import torch
 from safetensors.torch import load_file, save_file
 d = sys.argv[1]
@@ -84,28 +86,41 @@ bad = dict(w); del bad["lm_head.weight"]
 save_file(bad, f"{d}/missing.safetensors")
 bad = dict(w); bad["model.layers.7.mlp.gate_proj.weight"] = torch.zeros(64, 32)
 save_file(bad, f"{d}/extra.safetensors")
-# A sharded checkpoint and a bf16 one.
+bad = dict(w); bad["model.norm.weight"] = torch.ones(32, dtype=torch.int32)
+save_file(bad, f"{d}/int.safetensors")
+# A sharded checkpoint and a bf16 one; a sharded one with a shard missing.
 names = sorted(w)
-save_file({k: w[k] for k in names[:5]}, f"{d}/model-00001-of-00002.safetensors")
-save_file({k: w[k] for k in names[5:]}, f"{d}/model-00002-of-00002.safetensors")
-json.dump({"metadata": {}, "weight_map": {k: ("model-00001-of-00002.safetensors" if i < 5 else
-           "model-00002-of-00002.safetensors") for i, k in enumerate(names)}},
-          open(f"{d}/model.safetensors.index.json", "w"))
+for sub in ("sharded", "gone"):
+    os.makedirs(f"{d}/{sub}")
+    save_file({k: w[k] for k in names[:5]}, f"{d}/{sub}/model-00001-of-00002.safetensors")
+    save_file({k: w[k] for k in names[5:]}, f"{d}/{sub}/model-00002-of-00002.safetensors")
+    json.dump({"metadata": {}, "weight_map": {k: ("model-00001-of-00002.safetensors" if i < 5 else
+               "model-00002-of-00002.safetensors") for i, k in enumerate(names)}},
+              open(f"{d}/{sub}/model.safetensors.index.json", "w"))
+os.unlink(f"{d}/gone/model-00002-of-00002.safetensors")
 save_file({k: v.to(torch.bfloat16) for k, v in w.items()}, f"{d}/bf16.safetensors")
 open(f"{d}/garbage.safetensors", "wb").write(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}xx")
 PY
 expect_error "shape.safetensors: 'model.layers.0.self_attn.q_proj.weight' has shape \[32, 31\], the model's is \[32, 32\]" -- hf "$d/llama.json" --seq 16 --weights "$d/shape.safetensors"
 expect_error "missing.safetensors: lacks the model's parameter 'lm_head.weight' \[64, 32\]" -- hf "$d/llama.json" --seq 16 --weights "$d/missing.safetensors"
 expect_error "extra.safetensors: holds 'model.layers.7.mlp.gate_proj.weight' \[64, 32\], which is not a parameter of the model" -- hf "$d/llama.json" --seq 16 --weights "$d/extra.safetensors"
+expect_error "int.safetensors: 'model.norm.weight' is stored as I32, not floating point" -- hf "$d/llama.json" --seq 16 --weights "$d/int.safetensors"
 expect_error "garbage.safetensors: not a readable safetensors file" -- hf "$d/llama.json" --seq 16 --weights "$d/garbage.safetensors"
 expect_error "nope.safetensors: no such file" -- hf "$d/llama.json" --seq 16 --weights "$d/nope.safetensors"
+expect_error "model.safetensors.index.json: the shard .*model-00002-of-00002.safetensors is missing" -- hf "$d/llama.json" --seq 16 --weights "$d/gone/model.safetensors.index.json"
+expect_error "--seed 5: the initial weights of an imported config are drawn by bigc run, by the family's rules: give --seed 5 to .bigc run." -- hf "$d/llama.json" --seq 16 --seed 5
 
-# Good weights: a file, a sharded index and a bf16 checkpoint give exactly those weights (fp32).
-for w in ref.safetensors model.safetensors.index.json bf16.safetensors; do
-  if ! "$BIN/bigc" import hf "$d/llama.json" --seq 16 --seed 9 --weights "$d/$w" -o "$d/w.mlir" >/dev/null 2>"$d/err"; then
-    echo "FAIL: --weights $w:"; cat "$d/err"; fail=1; continue
+# Good weights: a file, a sharded index and a bf16 checkpoint are named where they are (nothing
+# copied), and bigc run starts from exactly those weights (bf16 widened exactly).
+for w in ref.safetensors sharded/model.safetensors.index.json bf16.safetensors; do
+  rm -f "$d/w.mlir" "$d/w0.safetensors"
+  if ! "$BIN/bigc" import hf "$d/llama.json" --seq 16 --weights "$d/$w" -o "$d/w.mlir" >/dev/null 2>"$d/err" ||
+     ! grep -q "bigc.weights = \"$d/$w\"" "$d/w.mlir" || [ -e "$d/w.safetensors" ] ||
+     ! "$BIN/bigc" compile "$d/w.mlir" -o "$d/w.bigc" --quiet 2>>"$d/err" ||
+     ! "$BIN/bigc" run "$d/w.bigc" --steps 0 --save-weights "$d/w0.safetensors" --quiet 2>>"$d/err"; then
+    echo "FAIL: --weights $w:"; cat "$d/err"; grep "bigc.weights" "$d/w.mlir"; fail=1; continue
   fi
-  if "$PY" - "$d/ref.safetensors" "$d/w.safetensors" "$w" <<'PY'
+  if "$PY" - "$d/ref.safetensors" "$d/w0.safetensors" "$w" <<'PY'
 import sys
 import torch
 from safetensors.torch import load_file
@@ -115,8 +130,52 @@ for k in a:
     want = a[k].to(torch.bfloat16).float() if sys.argv[3].startswith("bf16") else a[k]
     assert b[k].dtype == torch.float32 and torch.equal(b[k], want), k
 PY
-  then echo "ok: --weights $w: the imported weights are the checkpoint's"; else echo "FAIL: --weights $w"; fail=1; fi
+  then echo "ok: --weights $w: named as it is; bigc run starts from the checkpoint's weights"; else echo "FAIL: --weights $w"; fail=1; fi
 done
+# A checkpoint changed after the import: bigc compile checks it again.
+cp -r "$d/sharded" "$d/later"
+"$BIN/bigc" import hf "$d/llama.json" --seq 16 --weights "$d/later/model.safetensors.index.json" -o "$d/later.mlir" >/dev/null 2>&1
+rm "$d/later/model-00001-of-00002.safetensors"
+if "$BIN/bigc" compile "$d/later.mlir" -o "$d/later.bigc" --quiet 2>"$d/err"; then
+  echo "FAIL: a checkpoint with a shard removed after the import compiled"; fail=1
+elif grep -q "model.safetensors.index.json: lists tensors in model-00001-of-00002.safetensors, which is missing" "$d/err"; then
+  echo "ok: a shard removed after the import: $(head -c 160 "$d/err")"
+else
+  echo "FAIL: a shard removed after the import:"; cat "$d/err"; fail=1
+fi
+# Named otherwise (GPT-2's own checkpoint, without the "transformer." prefix): converted into the
+# model's names beside it, fp32, streamed; bigc run starts from it.
+"$PY" - "$d" <<'PY' || exit 1
+import json, sys
+import torch
+from safetensors.torch import save_file
+from transformers import AutoConfig, AutoModelForCausalLM
+d = sys.argv[1]
+cfg = {"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 64, "n_positions": 16}
+json.dump(cfg, open(f"{d}/gpt2.json", "w"))
+torch.manual_seed(0)
+m = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg))
+sd = {k[len("transformer."):]: v.to(torch.bfloat16).contiguous() for k, v in m.state_dict().items()
+      if k.startswith("transformer.")}
+save_file(sd, f"{d}/gpt2_hub.safetensors")
+PY
+"$BIN/bigc" import hf "$d/gpt2.json" --seq 16 --weights "$d/gpt2_hub.safetensors" -o "$d/g.mlir" >/dev/null 2>"$d/err" &&
+  grep -q 'bigc.weights = "g.safetensors"' "$d/g.mlir" && "$BIN/bigc" compile "$d/g.mlir" -o "$d/g.bigc" --quiet &&
+  "$BIN/bigc" run "$d/g.bigc" --steps 0 --save-weights "$d/g0.safetensors" --quiet &&
+"$PY" - "$d" <<'PY' && echo "ok: GPT-2's own checkpoint (no prefix, bf16) converted beside the model; bigc run starts from it" || { echo "FAIL: GPT-2's checkpoint"; cat "$d/err"; fail=1; }
+import sys
+import torch
+from safetensors.torch import load_file
+d = sys.argv[1]
+hub, conv, run = load_file(f"{d}/gpt2_hub.safetensors"), load_file(f"{d}/g.safetensors"), load_file(f"{d}/g0.safetensors")
+assert all(v.dtype == torch.float32 for v in conv.values())
+for k, v in hub.items():
+    name = "transformer." + k
+    want = v.float()
+    got = conv[name] if name in conv else conv["lm_head.weight"]  # wte is kept as the tied lm_head
+    assert torch.equal(got, want), k
+    assert torch.equal(run.get(name, run.get("lm_head.weight")), want), k
+PY
 
 # A bf16 module: a note, and fp32 weights.
 if "$BIN/bigc" import torch "$M:half" -o "$d/half.mlir" >/dev/null 2>"$d/err" && grep -q "note: the module's parameters are torch.bfloat16: imported in fp32" "$d/err" \

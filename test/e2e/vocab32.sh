@@ -38,6 +38,7 @@ PY
 grep -q "uint32, vocabulary 70,002" "$d/enc.txt" || bad "not a 32-bit file: $(cat "$d/enc.txt")"
 "$BIN/bigc" import hf "$d/config.json" --batch 2 --seq 32 -o "$d/m.mlir" >/dev/null
 "$BIN/bigc" compile "$d/m.mlir" -o "$d/m.bigc" --quiet
+"$BIN/bigc" run "$d/m.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
 "$BIN/bigc" run "$d/m.bigc" --data "$d/t.bin" --steps 3 --log "$d/a.jsonl" --quiet || bad "run on the uint32 file"
 # The same tokens without a header.
 "$PY" -c "import numpy as np, sys
@@ -66,7 +67,7 @@ t = raw[256:].astype(np.int64)
 B, T = 2, 32
 x, y = torch.tensor(t[:B * T]).view(B, T), torch.tensor(t[1:B * T + 1]).view(B, T)
 m = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(f"{d}/config.json"))
-m.load_state_dict(load_file(f"{d}/m.safetensors"), strict=True)  # the importer's initial weights
+m.load_state_dict(load_file(f"{d}/init.safetensors"), strict=True)  # bigc run's initial weights
 m.eval()
 with torch.no_grad():
     lg = m(input_ids=x).logits

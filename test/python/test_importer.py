@@ -155,7 +155,7 @@ class Weights(unittest.TestCase):
             self.assertTrue(torch.equal(got["a"], a.float()))
             self.assertTrue(torch.equal(got["b"], torch.tensor([1.5])))
 
-    def test_load_into_names_the_first_mismatch(self):
+    def test_match_names_the_first_mismatch(self):
         from safetensors.torch import save_file
 
         class Tied(nn.Module):
@@ -173,25 +173,51 @@ class Weights(unittest.TestCase):
                 save_file(tensors, p)
                 return weights.Checkpoint(p), p
 
-            m = Tied()
             w = torch.arange(32, dtype=torch.float32).view(8, 4)
             c, p = ckpt({"head.weight": w})  # a tied weight under its other name
-            weights.load_into(m, c, p)
-            self.assertTrue(torch.equal(m.emb.weight, w))
-            c, p = ckpt({"model.emb.weight": w})  # the base model's prefix
-            weights.load_into(Tied(), c, p)
+            self.assertEqual(weights.match(Tied(), c, p), {"emb.weight": "head.weight", "head.weight": "head.weight"})
+            self.assertTrue(weights.refers_in_place(c, weights.match(Tied(), c, p), ["emb.weight"]))
+            c, p = ckpt({"model.emb.weight": w})  # the base model's prefix: converted, not referred to
+            names = weights.match(Tied(), c, p)
+            self.assertEqual(names["emb.weight"], "model.emb.weight")
+            self.assertFalse(weights.refers_in_place(c, names, ["emb.weight"]))
             c, p = ckpt({"emb.weight": w, "extra": torch.zeros(1)})
             with self.assertRaisesRegex(UserError, "holds 'extra' \\[1\\], which is not a parameter"):
-                weights.load_into(Tied(), c, p)
+                weights.match(Tied(), c, p)
             c, p = ckpt({"emb.weight": torch.zeros(8, 5)})
             with self.assertRaisesRegex(UserError, "'emb.weight' has shape \\[8, 5\\], the model's is \\[8, 4\\]"):
-                weights.load_into(Tied(), c, p)
+                weights.match(Tied(), c, p)
             c, p = ckpt({"emb.weight": torch.zeros(8, 4, dtype=torch.int32)})
-            with self.assertRaisesRegex(UserError, "stored as torch.int32, not floating point"):
-                weights.load_into(Tied(), c, p)
+            with self.assertRaisesRegex(UserError, "stored as I32, not floating point"):
+                weights.match(Tied(), c, p)
             c, p = ckpt({"other": torch.zeros(1)})
             with self.assertRaisesRegex(UserError, "not a parameter"):
-                weights.load_into(Tied(), c, p)
+                weights.match(Tied(), c, p)
+            # Meta parameters: checked from the headers alone.
+            with torch.device("meta"):
+                m = Tied()
+            c, p = ckpt({"emb.weight": w})
+            self.assertEqual(weights.match(m, c, p)["head.weight"], "emb.weight")
+
+    def test_conversion_is_exact_and_streamed_in_pieces(self):
+        from safetensors.torch import load_file, save_file
+        g = torch.Generator().manual_seed(0)
+        src = {"a": torch.randn(3, 5, generator=g).to(torch.bfloat16), "b": torch.randn(7, generator=g).half(),
+               "c": torch.randn(2, 2, generator=g)}
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "c.safetensors")
+            save_file(src, p)
+            c = weights.Checkpoint(p)
+            seen = []
+            out = os.path.join(d, "o.safetensors")
+            with open(out, "wb") as f:
+                weights.write_from_checkpoint(f, c, [("x.a", "a", (3, 5)), ("x.b", "b", (7,)), ("x.c", "c", (2, 2))],
+                                              progress=lambda done, total: seen.append((done, total)))
+            got = load_file(out)
+            for k in src:
+                self.assertEqual(got["x." + k].dtype, torch.float32)
+                self.assertTrue(torch.equal(got["x." + k], src[k].float()), k)
+            self.assertEqual(seen[-1], (4 * 26, 4 * 26))
 
     def test_index_naming_a_missing_shard(self):
         with tempfile.TemporaryDirectory() as d:
@@ -200,6 +226,86 @@ class Weights(unittest.TestCase):
                 json.dump({"weight_map": {"w": "model-00001-of-00002.safetensors"}}, f)
             with self.assertRaisesRegex(UserError, "the shard .*model-00001-of-00002.safetensors is missing"):
                 weights.Checkpoint(p)
+
+
+class HfInits(unittest.TestCase):
+    """capture.hf_inits reads the initialisation off transformers' own rules (the model built on the
+    meta device): each parameter's bigc init must describe what transformers' init draws on the CPU.
+    Each family's tiny model is built both ways; zeros/ones/fill must be exact, a normal's std within
+    15% of the sample std (the smallest tensors have 64 elements: the sample std's spread is 9%)."""
+
+    CONFIGS = {
+        "llama": dict(LLAMA),
+        "gpt2": {"model_type": "gpt2", "n_embd": 32, "n_layer": 3, "n_head": 2, "vocab_size": 64, "n_positions": 16},
+        "gemma": {"model_type": "gemma", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+                  "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+                  "max_position_embeddings": 16, "pad_token_id": 0},
+        "qwen2": {"model_type": "qwen2", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+                  "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+                  "max_position_embeddings": 16},
+        "olmo": {"model_type": "olmo", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+                 "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 16},
+    }
+
+    def test_each_family_as_transformers_draws_it(self):
+        from transformers import AutoConfig, AutoModelForCausalLM
+        for fam, c in self.CONFIGS.items():
+            with self.subTest(fam):
+                cfg = AutoConfig.for_model(**c)
+                torch.manual_seed(0)
+                real = dict(AutoModelForCausalLM.from_config(cfg).named_parameters(remove_duplicate=False))
+                with torch.device("meta"):
+                    meta = AutoModelForCausalLM.from_config(cfg)
+                notes = []
+                inits, buffers = capture.hf_inits(meta, notes)
+                self.assertEqual(set(inits), set(real))
+                for n, t in real.items():
+                    i = inits[n]
+                    if i["init"] == "zeros":
+                        self.assertTrue(bool((t == 0).all()), n)
+                    elif i["init"] == "ones":
+                        self.assertTrue(bool((t == 1).all()), n)
+                    elif i["init"] == "fill":
+                        self.assertTrue(bool((t == i["value"]).all()), n)
+                    else:
+                        rows = t[1:] if fam == "gemma" and "embed" in n else t  # the padding row is zero
+                        self.assertAlmostEqual(float(rows.std()) / i["std"], 1.0, delta=0.15, msg=n)
+                if fam == "gpt2":  # the residual projections' std: 0.02 / sqrt(2 * n_layer)
+                    self.assertAlmostEqual(inits["transformer.h.0.attn.c_proj.weight"]["std"], 0.02 / math.sqrt(6))
+                    self.assertEqual(inits["transformer.h.0.attn.c_attn.weight"]["std"], 0.02)
+                if fam == "gemma":  # (1 + w) norms start at zero; the embedding scale is a buffer's value
+                    self.assertEqual(inits["model.norm.weight"], {"init": "zeros"})
+                    self.assertIn("the padding row of model.embed_tokens.weight", " ".join(notes))
+                    self.assertAlmostEqual(float(buffers["model.embed_tokens.embed_scale"]), math.sqrt(32), places=5)
+                if fam == "llama":
+                    want = AutoModelForCausalLM.from_config(cfg).model.rotary_emb.inv_freq
+                    self.assertTrue(torch.equal(buffers["model.rotary_emb.inv_freq"], want))
+
+    def test_meta_capture_lowers_as_the_materialised_one(self):
+        """The same MLIR ops from the model built on the meta device (constants folded on the CPU from
+        the recorded buffers) as from the model in memory."""
+        from transformers import AutoConfig, AutoModelForCausalLM
+        cfg = AutoConfig.for_model(**dict(LLAMA, tie_word_embeddings=True))
+        texts = []
+        for meta in (False, True):
+            torch.manual_seed(0)
+            if meta:
+                with torch.device("meta"):
+                    m = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+                _, buffers = capture.hf_inits(m, [])
+                buffers = {capture.WRAPPER_PREFIX + k: v for k, v in buffers.items()}
+            else:
+                m, buffers = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa"), None
+            tok = torch.zeros((2, 16), dtype=torch.int64, device="meta" if meta else "cpu")
+            ep = capture.export(capture.LossWrapper(m.eval(), "hf"), tok, tok, "llama")
+            lw = lower.Lowerer(ep, strip_prefix=capture.WRAPPER_PREFIX, buffers=buffers)
+            loss = lw.run()
+            self.assertEqual([n for n, _ in lw.params][-1], "model.norm.weight")  # tied: one embedding
+            self.assertEqual(len(lw.params), 20)
+            texts.append(lw.b.text([("%tokens", "tensor<2x16xi32>"), ("%targets", "tensor<2x16xi32>")], loss.ssa,
+                                   [], None))
+        self.assertEqual(texts[0], texts[1])
+        self.assertIn("bigc.rope", texts[1])
 
 
 class SourceLocations(unittest.TestCase):

@@ -51,6 +51,19 @@ File read(const std::string &path);
 // The header alone, checked as parse() checks it (offsets within the file, sizes, no overlaps),
 // without reading the data: tensors have empty `data` and their `fileOffset` (for large files).
 File readHeader(const std::string &path);
+// The headers of a set of weights as `--load-weights` takes them: one safetensors file, a Hugging
+// Face index (model.safetensors.index.json: tensor -> file beside it) of several, or a directory
+// holding either. Every file's header is read and checked (an index's files must hold exactly what
+// it lists); no data is read.
+struct Headers {
+  std::string path; // the file or the index (a directory resolved)
+  bool isIndex = false;
+  std::vector<std::string> files;                                 // the safetensors files, in the index's order
+  std::vector<File> headers;                                      // per file
+  std::vector<std::pair<const Tensor *, size_t>> tensors() const; // every tensor with its file's index
+  int64_t bytes() const;                                          // the files' sizes together
+};
+Headers readHeaders(const std::string &path);
 // Header (sorted by name, data in that order, header padded with spaces to a multiple of 8) + data.
 std::string serialize(const File &file);
 // Atomic write (tmp file, fsync, rename). Throws UserError.
