@@ -42,7 +42,8 @@ initializer_range, GPT-2's scaled projections, ones or zeros for norms, zeros fo
 by `bigc run` with its --seed. With --weights (a safetensors file or a sharded checkpoint's
 index), names, shapes and dtypes are checked from the headers and the MLIR names the checkpoint
 as it is (bigc run reads it, widening 16-bit floats exactly); a checkpoint named otherwise (GPT-2's
-without "transformer.") is converted into model.safetensors beside the MLIR, streamed. The
+without "transformer.") is copied into model.safetensors beside the MLIR under the model's names
+(the same bytes, copied by the kernel). The
 loss is the mean cross-entropy of the logits against the targets, over B x T positions; dropout
 is set to 0 (bigc has no dropout). LLaMA-family models map to bigc.rmsnorm, bigc.rope (inv_freq
 from the model), bigc.gqa_attention (Mistral's sliding window included) and bigc.swiglu; Gemma's
@@ -283,7 +284,7 @@ def _run(args, out, weights_name, weights_path):
         nparams += t.numel()
     # The initial weights: the module's own, written beside the model (bigc import torch); a
     # checkpoint's (--weights), referred to where it is when bigc run can read it as it is, else
-    # converted into a file beside the model, streamed; none for a config alone (bigc run draws
+    # copied beside the model under its names (the same bytes); none for a config alone (bigc run draws
     # them, seeded, by the family's rules: the params' init).
     files = []
     refer = None
@@ -296,7 +297,7 @@ def _run(args, out, weights_name, weights_path):
     elif hf.ckpt is not None:
         items = [(n, hf.names[n], tuple(t.shape)) for n, t in lw.params]
         files.append((weights_path, lambda f: weights.write_from_checkpoint(f, hf.ckpt, items)))
-        weights_note = f"initial weights in {weights_name} (from {os.path.basename(args.weights)}, fp32)"
+        weights_note = f"initial weights in {weights_name} ({os.path.basename(args.weights)}'s, under the model's names)"
     else:
         weights_name = None
         weights_note = "initial weights drawn by bigc run (--seed) by the family's rules (each param's init)"

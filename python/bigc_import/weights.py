@@ -160,43 +160,56 @@ def refers_in_place(ckpt, names, kept):
 
 
 def write_from_checkpoint(f, ckpt, items, progress=None):
-    """Writes (bigc name, checkpoint name, shape) as a safetensors file, fp32, streamed: each
-    tensor read and converted in pieces of at most 64 MB (memory does not grow with the model).
-    `progress(done_bytes, total_bytes)` is called as it goes."""
+    """Writes (bigc name, checkpoint name, shape) as a safetensors file under the model's names:
+    each tensor's bytes as they are (F32, BF16 and F16: bigc run widens 16-bit floats exactly),
+    copied by the kernel (copy_file_range) without passing through this process; F64 converted to
+    F32 in pieces of at most 64 MB. Memory does not grow with the model. `progress(done_bytes,
+    total_bytes)` is called as it goes."""
     header = {"__metadata__": {"format": "pt", "producer": "bigc import"}}
+    where = []
     off = 0
-    for name, _, shape in items:
-        n = 4
-        for d in shape:
-            n *= int(d)
-        header[name] = {"dtype": "F32", "shape": [int(d) for d in shape], "data_offsets": [off, off + n]}
+    for name, k, shape in items:
+        path, dtype, begin, end = ckpt.locate(k)
+        out_dtype = "F32" if dtype == "F64" else dtype
+        n = (end - begin) // (2 if dtype == "F64" else 1)
+        header[name] = {"dtype": out_dtype, "shape": [int(d) for d in shape], "data_offsets": [off, off + n]}
+        where.append((k, path, dtype, begin, end, n))
         off += n
     hb = json.dumps(header, separators=(",", ":")).encode()
     hb += b" " * (-len(hb) % 8)
     f.write(struct.pack("<Q", len(hb)))
     f.write(hb)
+    f.flush()
+    dst = f.fileno()
+    pos = f.tell()
     total, done = off, 0
-    dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
-    for name, k, shape in items:
-        path, dtype, begin, end = ckpt.locate(k)
-        esize = torch.tensor([], dtype=dtypes[dtype]).element_size()
-        n = (end - begin) // esize
-        step = max(1, (64 << 20) // esize)  # elements of one piece: 64 MB read at most
+    piece = 64 << 20
+    for k, path, dtype, begin, end, n in where:
         fd = os.open(path, os.O_RDONLY)
         try:
-            for i in range(0, n, step):
-                m = min(step, n - i)
-                raw = os.pread(fd, m * esize, begin + i * esize)
-                if len(raw) != m * esize:
+            at = begin
+            while at < end:
+                m = min(piece, end - at)
+                if dtype == "F64":
+                    raw = os.pread(fd, m - m % 8, at)
+                    a = torch.frombuffer(bytearray(raw), dtype=torch.float64).to(torch.float32)
+                    got, wrote = len(raw), os.pwrite(dst, memoryview(a.numpy()).cast("B"), pos)
+                else:
+                    try:
+                        got = os.copy_file_range(fd, dst, m, at, pos)
+                    except OSError:  # (a file system without it)
+                        got = os.pwrite(dst, os.pread(fd, m, at), pos)
+                    wrote = got
+                if got <= 0:
                     raise UserError(f"{path}: ends inside tensor '{k}'")
-                a = torch.frombuffer(bytearray(raw), dtype=dtypes[dtype]).to(torch.float32)
-                f.write(memoryview(a.numpy()).cast("B"))
-                done += m * 4
-                del raw, a
+                at += got
+                pos += wrote
+                done += wrote
                 if progress:
                     progress(done, total)
         finally:
             os.close(fd)
+    f.seek(pos)
 
 
 def init_of(t):

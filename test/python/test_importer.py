@@ -199,11 +199,11 @@ class Weights(unittest.TestCase):
             c, p = ckpt({"emb.weight": w})
             self.assertEqual(weights.match(m, c, p)["head.weight"], "emb.weight")
 
-    def test_conversion_is_exact_and_streamed_in_pieces(self):
+    def test_renamed_copy_keeps_the_bytes(self):
         from safetensors.torch import load_file, save_file
         g = torch.Generator().manual_seed(0)
         src = {"a": torch.randn(3, 5, generator=g).to(torch.bfloat16), "b": torch.randn(7, generator=g).half(),
-               "c": torch.randn(2, 2, generator=g)}
+               "c": torch.randn(2, 2, generator=g), "d": torch.randn(3, generator=g).double()}
         with tempfile.TemporaryDirectory() as d:
             p = os.path.join(d, "c.safetensors")
             save_file(src, p)
@@ -211,13 +211,17 @@ class Weights(unittest.TestCase):
             seen = []
             out = os.path.join(d, "o.safetensors")
             with open(out, "wb") as f:
-                weights.write_from_checkpoint(f, c, [("x.a", "a", (3, 5)), ("x.b", "b", (7,)), ("x.c", "c", (2, 2))],
+                weights.write_from_checkpoint(f, c, [("x.a", "a", (3, 5)), ("x.b", "b", (7,)), ("x.c", "c", (2, 2)),
+                                                     ("x.d", "d", (3,))],
                                               progress=lambda done, total: seen.append((done, total)))
             got = load_file(out)
-            for k in src:
-                self.assertEqual(got["x." + k].dtype, torch.float32)
-                self.assertTrue(torch.equal(got["x." + k], src[k].float()), k)
-            self.assertEqual(seen[-1], (4 * 26, 4 * 26))
+            for k in "abc":  # the same bytes under the new names
+                self.assertEqual(got["x." + k].dtype, src[k].dtype)
+                self.assertTrue(torch.equal(got["x." + k], src[k]), k)
+            self.assertEqual(got["x.d"].dtype, torch.float32)  # f64, which bigc run does not read: rounded
+            self.assertTrue(torch.equal(got["x.d"], src["d"].float()))
+            total = 2 * 15 + 2 * 7 + 4 * 4 + 4 * 3
+            self.assertEqual(seen[-1], (total, total))
 
     def test_index_naming_a_missing_shard(self):
         with tempfile.TemporaryDirectory() as d:
