@@ -38,6 +38,7 @@ FIELDS = {
     "gemma": _LLAMA,
     "olmo": _LLAMA,
     "olmo2": _LLAMA,
+    "phi3": _LLAMA,
     "gpt2": {
         "vocab_size": "size",
         "n_embd": "size",
@@ -109,6 +110,11 @@ def check_config(cfg, family, path):
         return
     width, heads, kv, hd = (g("hidden_size"), g("num_attention_heads"),
                             g("num_key_value_heads"), g("head_dim"))
+    rp = g("rope_parameters") if isinstance(g("rope_parameters"), dict) else {}
+    prf = rp.get("partial_rotary_factor", g("partial_rotary_factor"))
+    if prf is not None and prf != 1:
+        raise UserError(f"{path}: \"partial_rotary_factor\" is {_show(prf)}: rotary embeddings over part of "
+                        "each head are not supported yet (bigc.rope rotates the whole head)")
     if _is_int(width) and _is_int(heads) and hd is None and width % heads != 0:
         raise UserError(f"{path}: \"num_attention_heads\" {heads} does not divide \"hidden_size\" "
                         f"{width} (the head size is hidden_size / num_attention_heads; or give "

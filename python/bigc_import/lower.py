@@ -1287,6 +1287,8 @@ class Lowerer:
                         (s.f["start"], s.f["end"]) == (0, D // 2):
                     return Pat("rothalf", node, shape, x=q)
         xs = [x for x in xs if not (is_tensor_value(x) and 0 in x.shape)]
+        if len(xs) == 1:  # beside empty parts (Phi-3's rotary: [rotated, the empty rest]): itself
+            return xs[0]
         if any(isinstance(x, Const) for x in xs):
             self.fail_node(node, "concatenation with a constant tensor: bigc's graph holds no "
                                  "constants")

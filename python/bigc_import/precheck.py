@@ -18,6 +18,7 @@ FAMILIES = {
     "gemma": "GemmaForCausalLM",
     "olmo": "OlmoForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
 }
 
 

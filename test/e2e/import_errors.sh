@@ -60,10 +60,13 @@ d = sys.argv[1]
 json.dump({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
            "max_position_embeddings": 16}, open(f"{d}/llama.json", "w"))
-json.dump({"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_size": 32}, open(f"{d}/phi3.json", "w"))
+json.dump({"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "hidden_size": 32}, open(f"{d}/neox.json", "w"))
+json.dump({"model_type": "phi3", "hidden_size": 32, "num_attention_heads": 4, "partial_rotary_factor": 0.75},
+          open(f"{d}/phi4mini.json", "w"))
 open(f"{d}/broken.json", "w").write("{ not json")
 PY
-expect_error "model_type 'phi3' \(Phi3ForCausalLM\) is not supported; supported families: llama, mistral, qwen2, gpt2, gemma, olmo, olmo2" -- hf "$d/phi3.json"
+expect_error "model_type 'gpt_neox' \(GPTNeoXForCausalLM\) is not supported; supported families: llama, mistral, qwen2, gpt2, gemma, olmo, olmo2, phi3" -- hf "$d/neox.json"
+expect_error "phi4mini.json: \"partial_rotary_factor\" is 0.75: rotary embeddings over part of each head are not supported yet" -- hf "$d/phi4mini.json"
 expect_error "broken.json: not a JSON config" -- hf "$d/broken.json"
 expect_error "nope.json: no such file" -- hf "$d/nope.json"
 expect_error "--seq 32 exceeds the model's 16 positions" -- hf "$d/llama.json" --seq 32

@@ -4,7 +4,9 @@
 # - Gemma: the embedding scaled by sqrt(hidden), RMSNorm's (1 + w), GeGLU with GELU's tanh form
 #   (bigc.geglu), one key/value head, head_dim 32 apart from hidden / heads, tied embeddings;
 # - OLMo: LayerNorm without a weight or bias (non-parametric), SwiGLU, untied head;
-# - OLMo 2: RMSNorm after attention and after the MLP (post-norm), and on q and k over all heads.
+# - OLMo 2: RMSNorm after attention and after the MLP (post-norm), and on q and k over all heads;
+# - Phi-3: q, k and v sliced out of one projection (qkv_proj, grouped: 4 query heads, 2 key/value
+#   heads), gate and up chunked out of one (gate_up_proj) into SwiGLU, rotary over the whole head.
 source "$(dirname "$0")/import_crosscheck.shlib" "$1"
 common=(hidden_size=64 intermediate_size=128 num_hidden_layers=2 num_attention_heads=4 vocab_size=256
         max_position_embeddings=64)
@@ -25,3 +27,9 @@ make_config "$d/olmo2.json" olmo2 "${common[@]}" num_key_value_heads=2
 crosscheck olmo2 4 32 -- hf "$d/olmo2.json" --batch 4 --seq 32 -- --hf "$d/olmo2.json"
 [ "$(grep -c 'bigc.rmsnorm ' "$d/olmo2.mlir")" -ge 9 ] \
   || { echo "FAIL: OLMo 2 without its post-norms and q/k norms (9 rmsnorms)"; exit 1; }
+
+make_config "$d/phi3.json" phi3 "${common[@]}" num_key_value_heads=2 pad_token_id=0 bos_token_id=1 eos_token_id=2
+crosscheck phi3 4 32 -- hf "$d/phi3.json" --batch 4 --seq 32 -- --hf "$d/phi3.json"
+for op in bigc.swiglu bigc.rope bigc.gqa_attention; do
+  grep -q "$op " "$d/phi3.mlir" || { echo "FAIL: phi3 imported without $op"; exit 1; }
+done
