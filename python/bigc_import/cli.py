@@ -274,7 +274,8 @@ def _run(args, out, weights_name, weights_path):
     for n in notes:
         print(f"{PROG}: note: {n}", file=sys.stderr)
     ep = capture.export(wrapper, tokens, targets, desc)
-    lw = lower.Lowerer(ep, strip_prefix=capture.WRAPPER_PREFIX, buffers=hf.buffers if hf else None)
+    lw = lower.Lowerer(ep, strip_prefix=capture.WRAPPER_PREFIX, buffers=hf.buffers if hf else None,
+                       replay=lambda: wrapper(tokens, targets))
     loss = lw.run()
     for n in lw.notes:
         print(f"{PROG}: note: {n}", file=sys.stderr)

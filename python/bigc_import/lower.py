@@ -400,10 +400,11 @@ PASSTHROUGH = {"contiguous", "clone", "alias", "detach", "lift_fresh_copy", "_as
 
 
 class Lowerer:
-    def __init__(self, ep, strip_prefix="", buffers=None):
+    def __init__(self, ep, strip_prefix="", buffers=None, replay=None):
         self.ep = ep
         self.gm = ep.graph_module
         self.buffers = buffers or {}  # fqn -> a buffer's value (a model built on the meta device)
+        self.replay = replay  # runs the model's forward again (source.op_site), or None
         # A model captured on the meta device: the tensors its graph makes (positions, masks, the
         # rotary tables; folded into constants here) are made on the CPU instead.
         cpu = torch.device("cpu")
@@ -441,7 +442,12 @@ class Lowerer:
         purpose = what or PURPOSE.get(base_name(node))
         p = f" ({purpose})" if purpose else ""
         tail = f"{advice}; nothing written" if advice else ADVICE
-        raise UserError(f"{source.display(loc)}: unsupported operation {name}{p}; {tail}")
+        site = source.op_site(self.replay, self.ep.graph, node) if self.replay else None
+        chain = ""
+        if site and site[0] != loc:  # made in a function the forward calls: its own line, and how
+            loc = site[0]
+            chain = f"; called as {source.chain_text(site[1])}"
+        raise UserError(f"{source.display(loc)}: unsupported operation {name}{p}{chain}; {tail}")
 
     def fail_at(self, node, message):
         raise UserError(f"{source.display(source.location(node))}: {message}; nothing written")

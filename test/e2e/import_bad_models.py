@@ -38,6 +38,20 @@ class Cumsum(Base):
         return self.loss(self.fc(x), targets)
 
 
+def apply_rotary_emb(xq, freqs_cis):
+    """Meta's reference llama (model.py): the pairs as complex numbers."""
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))  # MARK: complex
+    return torch.view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq)
+
+
+class Complex(Base):
+    def forward(self, idx, targets):
+        x = self.fc(self.wte(idx)).view(B, T, 4, C // 4)
+        freqs = torch.polar(torch.ones(T, C // 8), torch.outer(torch.arange(T).float(), torch.ones(C // 8)))
+        x = apply_rotary_emb(x, freqs[None, :, None, :])  # MARK: calls complex
+        return self.loss(x.reshape(B, T, C), targets)
+
+
 class Branchy(Base):
     def forward(self, idx, targets):
         x = self.fc(self.wte(idx))
@@ -81,6 +95,10 @@ def relu():
 
 def cumsum():
     return Cumsum(), batch()
+
+
+def complex():
+    return Complex(), batch()
 
 
 def branchy():
