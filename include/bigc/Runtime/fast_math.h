@@ -40,4 +40,30 @@ inline float fastExp(float x) {
 
 inline float fastSigmoid(float x) { return 1.0f / (1.0f + fastExp(-x)); }
 
+// erfc(z) for z >= 0 (Numerical Recipes' erfcc: a Chebyshev fit of fractional error below 1.2e-7,
+// times fastExp), vectorised as fastExp; relative error up to 2.0e-6 on [0, 5.5], most of it the
+// float rounding of z*z in the exponent (6e-8 z^2; FastMath.ExactGeluAndGradAgainstDouble).
+// +inf gives 0, NaN stays NaN.
+inline float fastErfc(float z) {
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  return t * fastExp(-z * z + p);
+}
+
+// 1 + erf(z) without cancellation at z << 0 (it is erfc(-z) there): the exact GELU's 2 Phi(x) at
+// z = x / sqrt 2.
+inline float fastOnePlusErf(float z) {
+  const float e = fastErfc(z < 0.0f ? -z : z);
+  return z < 0.0f ? e : 2.0f - e;
+}
+
 } // namespace bigc::rt::cpu

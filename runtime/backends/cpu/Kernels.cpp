@@ -285,7 +285,7 @@ void layernormGrad(const float *dy, const float *x, const float *w, const float 
 void gelu(const float *x, float *y, int64_t n, bool exact) {
   if (exact) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * fastOnePlusErf(x[i] * kInvSqrt2);
     return;
   }
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
@@ -301,8 +301,8 @@ void geluGrad(const float *x, const float *dy, float *dx, int64_t n, bool exact)
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
       const float xi = x[i];
-      const float cdf = 0.5f * (1.0f + std::erf(xi * kInvSqrt2));
-      const float pdf = kInvSqrt2Pi * std::exp(-0.5f * xi * xi);
+      const float cdf = 0.5f * fastOnePlusErf(xi * kInvSqrt2);
+      const float pdf = kInvSqrt2Pi * fastExp(-0.5f * xi * xi);
       dx[i] = dy[i] * (cdf + xi * pdf);
     }
     return;
@@ -361,12 +361,12 @@ void swigluGrad(const float *g, const float *u, const float *dy, float *dg, floa
 // GELU's value and derivative at one point, as gelu and geluGrad compute them.
 namespace {
 inline float geluAt(float x, bool exact) {
-  if (exact) return 0.5f * x * std::erfc(-x * kInvSqrt2); // (= 1 + erf: no cancellation at x << 0)
+  if (exact) return 0.5f * x * fastOnePlusErf(x * kInvSqrt2);
   const float u = kGeluS * (x + kGeluC * x * x * x);
   return x / (1.0f + fastExp(-2.0f * u));
 }
 inline float geluSlope(float x, bool exact) {
-  if (exact) return 0.5f * std::erfc(-x * kInvSqrt2) + x * (kInvSqrt2Pi * std::exp(-0.5f * x * x));
+  if (exact) return 0.5f * fastOnePlusErf(x * kInvSqrt2) + x * (kInvSqrt2Pi * fastExp(-0.5f * x * x));
   const float u = kGeluS * (x + kGeluC * x * x * x);
   const float e = fastExp(-2.0f * u);
   const float sg = 1.0f / (1.0f + e);
