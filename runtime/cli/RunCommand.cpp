@@ -34,10 +34,34 @@
 #include <nlohmann/json.hpp>
 
 extern "C" void openblas_set_num_threads(int);
+extern "C" char *openblas_get_corename(void) __attribute__((weak));
 
 namespace bigc::rt {
 
 namespace {
+// Debian's OpenBLAS (0.3.21) does not know some newer x86 CPUs and takes its Prescott kernels
+// there: every matmul about 5 times slower (docs/performance.md, bench/cpu). It reads
+// OPENBLAS_CORETYPE only as it loads, so on such a CPU with AVX-512 or AVX2 the run starts itself
+// again once, the same command with the CPU's kernels named (set OPENBLAS_CORETYPE to choose).
+void pickBlasKernels(char **argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") || !openblas_get_corename) return;
+  const char *core = openblas_get_corename();
+  if (!core || std::strcmp(core, "Prescott") != 0) return;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const char *want = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+                         ? "SkylakeX"
+                     : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "Haswell"
+                                                                                       : nullptr;
+  if (!want) return;
+  ::setenv("OPENBLAS_CORETYPE", want, 1);
+  ::execv("/proc/self/exe", argv); // returns only on failure: go on with the Prescott kernels
+  ::unsetenv("OPENBLAS_CORETYPE");
+#else
+  (void)argv;
+#endif
+}
 
 // The options of `bigc run` and `bigc eval`, each declared once: its name, its value's metavariable
 // (nullptr: a switch), its help, and which command takes it. The usage text and the parser's sets
@@ -907,6 +931,7 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
           st["init_copies_s"] = it.copiesSeconds;
           st[resume ? "resume_s" : "load_weights_s"] = loadSeconds;
           st["first_step_s"] = dt;
+          if (openblas_get_corename && openblas_get_corename()) st["blas_kernels"] = openblas_get_corename();
           j["startup"] = st;
         }
         log->line(j.dump());
@@ -1007,6 +1032,7 @@ void report(const char *prefix, const std::string &msg) {
 } // namespace
 
 int evalMain(int argc, char **argv, int first) {
+  pickBlasKernels(argv);
   try {
     return runBody(argc, argv, first, /*evalCmd=*/true);
   } catch (const UserError &e) {
@@ -1022,6 +1048,7 @@ int evalMain(int argc, char **argv, int first) {
 }
 
 int runMain(int argc, char **argv, int first) {
+  pickBlasKernels(argv);
   try {
     return runBody(argc, argv, first, /*evalCmd=*/false);
   } catch (const UserError &e) {
