@@ -114,13 +114,48 @@ class HfModel:
 _BIGC_INITS = {"normal_", "zeros_", "ones_", "constant_", "trunc_normal_"}
 
 
-def hf_inits(model, notes):
+def _arg(r, i, key, default=None):
+    """Argument `key` (or the i-th after the tensor) of a recorded init call."""
+    _, _, a, k = r
+    return k[key] if key in k else (a[i] if len(a) > i else default)
+
+
+def _bigc_init(name, p, rules, refuse):
+    """The bigc init of a parameter from the init calls recorded on it (hf_inits); refuse(message)
+    for a rule bigc does not draw."""
+    whole = [r for r in rules if not r[1]]
+    if not whole:
+        return refuse(f"the model's initialisation leaves '{name}' {list(p.shape)} unset: give its weights "
+                      "with --weights")
+    r = whole[-1]  # the last rule wins, as it would in place
+    fn = r[0]
+    if fn not in _BIGC_INITS:
+        return refuse(f"'{name}' {list(p.shape)} is initialised with {fn.rstrip('_')}, which bigc does not "
+                      "draw (it draws normal, zeros, ones and constants): give its weights with --weights")
+    if fn in ("normal_", "trunc_normal_"):
+        mean, std = float(_arg(r, 0, "mean", 0.0)), float(_arg(r, 1, "std", 1.0))
+        if mean != 0.0:
+            return refuse(f"'{name}' is initialised as normal with mean {mean:g}, which bigc does not draw "
+                          "(mean 0 only): give its weights with --weights")
+        lo, hi = float(_arg(r, 2, "a", -2.0)), float(_arg(r, 3, "b", 2.0))
+        if fn == "trunc_normal_" and (lo > -3 * std or hi < 3 * std):
+            return refuse(f"'{name}' is initialised as a normal truncated to [{lo:g}, {hi:g}] (std {std:g}), "
+                          "which bigc does not draw: give its weights with --weights")
+        return {"init": "normal", "std": std} if std > 0 else {"init": "zeros"}
+    if fn in ("zeros_", "ones_"):
+        return {"init": fn.rstrip("_")}
+    v = float(_arg(r, 0, "val"))
+    return {"init": "zeros"} if v == 0 else {"init": "ones"} if v == 1 else {"init": "fill", "value": v}
+
+
+def hf_inits(model, notes, drawn=True):
     """Runs the model's own initialisation (PreTrainedModel.initialize_weights: the family's rules,
     GPT-2's scaled residual projections and Gemma's zero-centred norms included) with its init
     functions replaced by recorders, on the meta model. Returns ({parameter name: bigc init},
     {buffer name: value on the CPU}): a buffer's value is computed as the rule says (rotary
     frequencies, Gemma's embedding scale); a parameter's rule becomes bigc's `init` (normal with
-    its std, zeros, ones, a constant), drawn by `bigc run --seed` at run time."""
+    its std, zeros, ones, a constant), drawn by `bigc run --seed` at run time. `drawn` False (the
+    weights come from a checkpoint): a rule bigc cannot draw is no error, and nothing is noted."""
     import transformers.initialization as I
 
     rules = {}  # id(tensor) -> [(function, is_view, args, kwargs)]
@@ -148,45 +183,18 @@ def hf_inits(model, notes):
         I.TORCH_INIT_FUNCTIONS.update(saved)
         I.copy_ = saved_copy
 
-    def arg(r, i, key, default=None):
-        _, _, a, k = r
-        return k[key] if key in k else (a[i] if len(a) > i else default)
-
     inits = {}
     rows = []
+
+    def refuse(msg):
+        if drawn:
+            raise UserError(msg)
+        return {"init": "zeros"}  # (the checkpoint's weights replace it)
+
     for name, p in model.named_parameters(remove_duplicate=False):
-        whole = [r for r in rules.get(id(p), []) if not r[1]]
-        if any(r[1] for r in rules.get(id(p), [])):
+        inits[name] = _bigc_init(name, p, rules.get(id(p), []), refuse)
+        if drawn and any(r[1] for r in rules.get(id(p), [])):
             rows.append(name)
-        if not whole:
-            raise UserError(f"the model's initialisation leaves '{name}' {list(p.shape)} unset: give its "
-                            "weights with --weights")
-        r = whole[-1]  # the last rule wins, as it would in place
-        fn = r[0]
-        if fn not in _BIGC_INITS:
-            raise UserError(f"'{name}' {list(p.shape)} is initialised with {fn.rstrip('_')}, which bigc "
-                            "does not draw (it draws normal, zeros, ones and constants): give its "
-                            "weights with --weights")
-        if fn in ("normal_", "trunc_normal_"):
-            mean, std = float(arg(r, 0, "mean", 0.0)), float(arg(r, 1, "std", 1.0))
-            if mean != 0.0:
-                raise UserError(f"'{name}' is initialised as normal with mean {mean:g}, which bigc does "
-                                "not draw (mean 0 only): give its weights with --weights")
-            if fn == "trunc_normal_":
-                lo, hi = float(arg(r, 2, "a", -2.0)), float(arg(r, 3, "b", 2.0))
-                if lo > -3 * std or hi < 3 * std:
-                    raise UserError(f"'{name}' is initialised as a normal truncated to [{lo:g}, {hi:g}] "
-                                    f"(std {std:g}), which bigc does not draw: give its weights with "
-                                    "--weights")
-            inits[name] = {"init": "normal", "std": std} if std > 0 else {"init": "zeros"}
-        elif fn == "zeros_":
-            inits[name] = {"init": "zeros"}
-        elif fn == "ones_":
-            inits[name] = {"init": "ones"}
-        else:
-            v = float(arg(r, 0, "val"))
-            inits[name] = {"init": "zeros"} if v == 0 else {"init": "ones"} if v == 1 else \
-                {"init": "fill", "value": v}
     if rows:
         notes.append("the padding row of " + ", ".join(rows) + " (pad_token_id) starts drawn like the "
                      "other rows, not as zeros (bigc draws a whole tensor alike)")
@@ -202,7 +210,7 @@ def hf_inits(model, notes):
         elif r[0] == "ones_":
             val.fill_(1)
         elif r[0] == "constant_":
-            val.fill_(float(arg(r, 0, "val")))
+            val.fill_(float(_arg(r, 0, "val")))
         elif r[0] != "zeros_":
             continue
         buffers[name] = val
@@ -242,7 +250,7 @@ def build_hf(config_path, batch, seq, weights_path, notes):
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
     except Exception as e:
         raise UserError(f"{config_path}: transformers cannot build the model ({first_line(e)})")
-    inits, buffers = hf_inits(model, notes)
+    inits, buffers = hf_inits(model, notes, drawn=not weights_path)
     hf = HfModel(inits, {WRAPPER_PREFIX + k: v for k, v in buffers.items()})
     if weights_path:
         hf.ckpt = W.Checkpoint(weights_path)
