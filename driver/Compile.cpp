@@ -151,24 +151,27 @@ void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
   const format::safetensors::Headers h = format::safetensors::readHeaders(path);
   std::map<std::string, const format::safetensors::Tensor *> byName;
   for (const auto &[t, file] : h.tensors()) byName[t->name] = t;
-  std::map<std::string, std::string> recordOf; // every name a weight may come under -> its name
+  // Every name a weight may come under: its own, then its bigc.aliases (a tied weight's others).
+  std::map<std::string, std::vector<std::string>> namesOf;
   for (mlir::bigc::ParamOp p : module.getOps<mlir::bigc::ParamOp>())
-    if (p.getRole() == "param") recordOf[p.getSymName().str()] = p.getSymName().str();
+    if (p.getRole() == "param") namesOf[p.getSymName().str()] = {p.getSymName().str()};
   if (auto d = module->getAttrOfType<mlir::DictionaryAttr>("bigc.aliases"))
     for (mlir::NamedAttribute e : d)
       if (auto list = llvm::dyn_cast<mlir::ArrayAttr>(e.getValue()))
         for (mlir::Attribute x : list)
-          if (auto s = llvm::dyn_cast<mlir::StringAttr>(x)) recordOf[s.str()] = e.getName().str();
+          if (auto s = llvm::dyn_cast<mlir::StringAttr>(x)) namesOf[e.getName().str()].push_back(s.str());
   using format::shapeStr;
   const std::string &where = h.path;
+  std::set<std::string> known;
   for (mlir::bigc::ParamOp p : module.getOps<mlir::bigc::ParamOp>()) {
     if (p.getRole() != "param") continue;
     const std::string name = p.getSymName().str();
     const std::vector<int64_t> shape(p.getTensorType().getShape().begin(), p.getTensorType().getShape().end());
     const format::safetensors::Tensor *t = nullptr;
-    for (const auto &[n, rec] : recordOf)
-      if (rec == name)
-        if (auto it = byName.find(n); it != byName.end() && !t) t = it->second;
+    for (const std::string &n : namesOf[name]) {
+      known.insert(n);
+      if (auto it = byName.find(n); it != byName.end() && !t) t = it->second;
+    }
     if (!t) throw UserError(where + ": the weight '" + name + "' " + shapeStr(shape) + " of the model is missing");
     if (t->shape != shape)
       throw UserError(where + ": the weight '" + t->name + "' has shape " + shapeStr(t->shape) + ", the model's is " +
@@ -176,12 +179,8 @@ void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
     if (t->dtype == format::DType::I32)
       throw UserError(where + ": the weight '" + t->name + "' is stored as I32; expected F32, BF16 or F16");
   }
-  auto endsWith = [](const std::string &s, const std::string &e) {
-    return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
-  };
   for (const auto &[name, t] : byName)
-    if (!recordOf.count(name) && !endsWith(name, ".attn.bias") && !endsWith(name, ".attn.masked_bias") &&
-        !endsWith(name, ".rotary_emb.inv_freq"))
+    if (!known.count(name) && !format::safetensors::isSavedBuffer(name))
       throw UserError(where + ": the tensor '" + name + "' is not a weight of the model");
   o.initialWeights = h.path;
   o.initialWeightsBytes = h.bytes();

@@ -306,6 +306,14 @@ Headers readHeaders(const std::string &given) {
   return h;
 }
 
+bool isSavedBuffer(const std::string &name) {
+  for (const char *suffix : {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"}) {
+    const size_t n = std::strlen(suffix);
+    if (name.size() >= n && name.compare(name.size() - n, n, suffix) == 0) return true;
+  }
+  return false;
+}
+
 std::vector<std::pair<const Tensor *, size_t>> Headers::tensors() const {
   std::vector<std::pair<const Tensor *, size_t>> out;
   for (size_t i = 0; i < headers.size(); ++i)

@@ -90,7 +90,7 @@ class Checkpoint:
 
 
 # Tensors Hugging Face checkpoints may carry that are no parameters (buffers older versions saved);
-# bigc run passes over these same names (runtime/checkpoint/Safetensors.cpp).
+# bigc compile and bigc run pass over these same names (format::safetensors::isSavedBuffer).
 _BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
 
 
@@ -149,14 +149,12 @@ def refers_in_place(ckpt, names, kept):
     Hugging Face indexes, widening 16-bit floats): every parameter kept (`kept`, the names of the
     MLIR's bigc.param) is there under its own name or a tied one's, in F32, BF16 or F16, and the
     checkpoint holds nothing else but the buffers bigc run passes over."""
-    wanted = set()
     for n in kept:
         k = names[n]
-        group = [m for m, c in names.items() if c == k]
-        if k not in group or ckpt.dtype(k) == "F64":
+        if names.get(k) != k or ckpt.dtype(k) == "F64":  # (under a model name, not a prefixed one)
             return False
-        wanted.add(k)
-    return all(k in wanted or k in names.values() or k.endswith(_BUFFER_SUFFIXES) for k in ckpt.names())
+    found = set(names.values())
+    return all(k in found or k.endswith(_BUFFER_SUFFIXES) for k in ckpt.names())
 
 
 def write_from_checkpoint(f, ckpt, items, progress=None):

@@ -286,12 +286,6 @@ File gradsOf(const Engine &ex) {
   return f;
 }
 
-namespace {
-bool endsWith(const std::string &s, const std::string &suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-} // namespace
-
 std::vector<NamedWeight> weightNames(const Engine &ex, WeightNames how) {
   const Program &p = ex.program();
   std::vector<NamedWeight> out;
@@ -345,10 +339,7 @@ matchWeights(const Engine &ex, const std::vector<const Tensor *> &tensors, const
   for (const Tensor *t : tensors) {
     auto it = nameOf.find(t->name);
     if (it == nameOf.end()) {
-      // Hugging Face's non-parameter buffers saved by older versions.
-      if (endsWith(t->name, ".attn.bias") || endsWith(t->name, ".attn.masked_bias") ||
-          endsWith(t->name, ".rotary_emb.inv_freq"))
-        continue;
+      if (format::safetensors::isSavedBuffer(t->name)) continue;
       fail(path, "tensor '" + t->name + "' " + shapeStr(t->shape) + " is not a parameter of this model");
     }
     auto [at, fresh] = got.emplace(it->second, t);

@@ -64,6 +64,9 @@ struct Headers {
   int64_t bytes() const;                                          // the files' sizes together
 };
 Headers readHeaders(const std::string &path);
+// A tensor Hugging Face checkpoints may hold that is no parameter (buffers older versions saved:
+// GPT-2's attention masks, rotary frequencies); loading weights passes over them.
+bool isSavedBuffer(const std::string &name);
 // Header (sorted by name, data in that order, header padded with spaces to a multiple of 8) + data.
 std::string serialize(const File &file);
 // Atomic write (tmp file, fsync, rename). Throws UserError.
