@@ -323,6 +323,12 @@ static LogicalResult verifyApproximate(Operation *op, StringRef a) {
 LogicalResult GeluOp::verify() { return verifyApproximate(*this, getApproximate()); }
 LogicalResult GeluGradOp::verify() { return verifyApproximate(*this, getApproximate()); }
 LogicalResult SiluOp::verify() { return success(); }
+static LogicalResult verifyCap(Operation *op, double cap) {
+  if (!(cap > 0.0) || !std::isfinite(cap)) return op->emitOpError("cap must be a finite number > 0, got ") << cap;
+  return success();
+}
+LogicalResult SoftcapOp::verify() { return verifyCap(*this, getCap().convertToDouble()); }
+LogicalResult SoftcapGradOp::verify() { return verifyCap(*this, getCap().convertToDouble()); }
 LogicalResult SiluGradOp::verify() { return success(); }
 LogicalResult SwigluOp::verify() { return success(); }
 LogicalResult SwigluGradOp::verify() { return success(); }
@@ -370,8 +376,9 @@ LogicalResult RopeOp::verify() {
   if (d <= 0 || d % 2 != 0 || d > 1024)
     return emitOpError("head_dim must be positive, even and at most 1024, got ") << d;
   if (x[2] % d != 0) return emitOpError("the last dimension (") << x[2] << ") must be a multiple of head_dim = " << d;
-  if ((int64_t)getInvFreq().size() != d / 2)
-    return emitOpError("inv_freq must have head_dim / 2 = ") << d / 2 << " values, got " << getInvFreq().size();
+  if (getInvFreq().empty() || (int64_t)getInvFreq().size() > d / 2)
+    return emitOpError("inv_freq must have 1 to head_dim / 2 = ")
+           << d / 2 << " values (the rotated pairs), got " << getInvFreq().size();
   for (double f : getInvFreq())
     if (!std::isfinite(f)) return emitOpError("inv_freq must be finite");
   if (!std::isfinite(getAttentionScaling().convertToDouble())) return emitOpError("attention_scaling must be finite");
@@ -404,6 +411,8 @@ LogicalResult GqaAttentionOp::verify() {
   FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
                                    getScale().convertToDouble(), getTpHeads());
   if (failed(d)) return failure();
+  if (!(getSoftcap().convertToDouble() >= 0.0) || !std::isfinite(getSoftcap().convertToDouble()))
+    return emitOpError("softcap must be >= 0 (0: none), got ") << getSoftcap().convertToDouble();
   auto qs = shapeOf(getQ());
   if (failed(sameElementTypes(*this, {getQ(), getK(), getV(), getOut()})) ||
       failed(expectF32(*this, "result lse", getLse())) || failed(expectShape(*this, "result out", getOut(), qs)) ||
@@ -416,6 +425,8 @@ LogicalResult GqaAttentionGradOp::verify() {
   FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
                                    getScale().convertToDouble(), getTpHeads());
   if (failed(d)) return failure();
+  if (!(getSoftcap().convertToDouble() >= 0.0) || !std::isfinite(getSoftcap().convertToDouble()))
+    return emitOpError("softcap must be >= 0 (0: none), got ") << getSoftcap().convertToDouble();
   auto qs = shapeOf(getQ());
   if (failed(sameElementTypes(*this, {getDout(), getQ(), getK(), getV(), getOut(), getDq(), getDk(), getDv()})) ||
       failed(expectF32(*this, "lse", getLse())) || failed(expectShape(*this, "dout", getDout(), qs)) ||
@@ -807,6 +818,13 @@ LogicalResult SiluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, S
   return success();
 }
 
+LogicalResult SoftcapOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  Value dx = b.create<SoftcapGradOp>(getLoc(), getX().getType(), getY(), resultGrads[0], getCapAttr());
+  operandGrads.assign({dx});
+  return success();
+}
+
 LogicalResult SwigluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   auto g = b.create<SwigluGradOp>(getLoc(), TypeRange{getGate().getType(), getUp().getType()}, getGate(), getUp(),
                                   resultGrads[0]);
@@ -846,7 +864,8 @@ LogicalResult GqaAttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> result
     return emitOpError("the lse result of gqa_attention has no gradient; only out may be used by differentiable ops");
   auto g = b.create<GqaAttentionGradOp>(getLoc(), TypeRange{getQ().getType(), getK().getType(), getV().getType()},
                                         resultGrads[0], getQ(), getK(), getV(), getOut(), getLse(), getHeadsAttr(),
-                                        getKvHeadsAttr(), getWindowAttr(), getScaleAttr(), getTpHeadsAttr());
+                                        getKvHeadsAttr(), getWindowAttr(), getScaleAttr(), getTpHeadsAttr(),
+                                        getSoftcapAttr());
   operandGrads.assign({g.getDq(), g.getDk(), g.getDv()});
   return success();
 }

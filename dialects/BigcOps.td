@@ -397,6 +397,9 @@ def Bigc_RopeOp : Bigc_DiffOp<"rope", [SameOperandsAndResultType]> {
     s = `attention_scaling` (Hugging Face's rotate_half layout).
     `interleaved`: the pairs are (x[2i], x[2i+1]) instead (Meta's llama and
     llama2.c: the complex numbers of adjacent elements).
+    A partial rotary (GPT-NeoX, Pythia, Phi): `inv_freq` holds R/2 < D/2
+    values; the first R elements of each head are rotated as above with R in
+    D's place (pairs (x[i], x[i+R/2])), the other D - R pass through.
     `inverse`: the rotation by -a (the gradient).
     ```mlir
     %y = bigc.rope %x {head_dim = 16 : i64, inv_freq = array<f64: 1.0, 0.1>}
@@ -419,6 +422,18 @@ def Bigc_SiluOp : Bigc_DiffOp<"silu", [SameOperandsAndResultType]> {
 def Bigc_SiluGradOp : Bigc_ComputeOp<"silu_grad", [SameOperandsAndResultType]> {
   let summary = "dx = dy * silu'(x)";
   let arguments = (ins Bigc_FloatTensor:$x, Bigc_FloatTensor:$dy);
+  let results = (outs Bigc_FloatTensor:$dx);
+}
+
+def Bigc_SoftcapOp : Bigc_DiffOp<"softcap", [SameOperandsAndResultType]> {
+  let summary = "y = cap * tanh(x / cap) (Gemma 2's final_logit_softcapping)";
+  let arguments = (ins Bigc_FloatTensor:$x, F64Attr:$cap);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_SoftcapGradOp : Bigc_ComputeOp<"softcap_grad", [SameOperandsAndResultType]> {
+  let summary = "dx = dy * (1 - (y / cap)^2), from softcap's result y";
+  let arguments = (ins Bigc_FloatTensor:$y, Bigc_FloatTensor:$dy, F64Attr:$cap);
   let results = (outs Bigc_FloatTensor:$dx);
 }
 
@@ -458,7 +473,9 @@ def Bigc_GqaAttentionOp : Bigc_DiffOp<"gqa_attention"> {
     q `[B,T,H*D]`, k and v `[B,T,Hkv*D]` (H = `heads`, Hkv = `kv_heads`
     dividing H; query head h reads key/value head h / (H/Hkv)) → out
     `[B,T,H*D]`, lse `[B,H,T]` (f32). Causal; `window` W > 0 limits query i
-    to keys i - W < j <= i; `scale` (0: 1/sqrt(D)). With `tp_heads`
+    to keys i - W < j <= i; `scale` (0: 1/sqrt(D)); `softcap` c > 0 caps
+    each score s = scale q.k as c tanh(s / c) before the softmax (Gemma 2's
+    attn_logit_softcapping; 0: none). With `tp_heads`
     (bigc-tensor-parallel, when the tensor ranks do not divide the key/value
     heads): q holds this tensor rank's `heads` query heads and k, v all
     `kv_heads`; query head h is global head (rank * heads + h).
@@ -472,7 +489,8 @@ def Bigc_GqaAttentionOp : Bigc_DiffOp<"gqa_attention"> {
                        I64Attr:$heads, I64Attr:$kv_heads,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<F64Attr, "0.0">:$scale,
-                       UnitAttr:$tp_heads);
+                       UnitAttr:$tp_heads,
+                       DefaultValuedAttr<F64Attr, "0.0">:$softcap);
   let results = (outs Bigc_FloatTensor:$out, Bigc_FloatTensor:$lse);
 }
 
@@ -483,7 +501,8 @@ def Bigc_GqaAttentionGradOp : Bigc_ComputeOp<"gqa_attention_grad"> {
                        I64Attr:$heads, I64Attr:$kv_heads,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<F64Attr, "0.0">:$scale,
-                       UnitAttr:$tp_heads);
+                       UnitAttr:$tp_heads,
+                       DefaultValuedAttr<F64Attr, "0.0">:$softcap);
   let results = (outs Bigc_FloatTensor:$dq, Bigc_FloatTensor:$dk, Bigc_FloatTensor:$dv);
 }
 

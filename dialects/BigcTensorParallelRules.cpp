@@ -16,7 +16,7 @@
 //   rope        keeps a split on whole heads
 //   rmsnorm     as layernorm
 //   reshape     keeps a split of the last dimension when it keeps that dimension (logits.view(-1, V))
-//   layernorm, bias_add, add, mul, scale, gelu, silu, swiglu, geglu, cast: keep a split (and,
+//   layernorm, bias_add, add, mul, scale, gelu, silu, softcap, swiglu, geglu, cast: keep a split (and,
 //               with sequence parallelism, take partial sums as the
 //               reduce-scatter onto this rank's part of the sequence)
 //
@@ -293,6 +293,7 @@ void mlir::bigc::attachTensorParallelRules(MLIRContext &ctx) {
   CastOp::attachInterface<ElementwiseTp<CastOp, true>>(ctx);
   GeluOp::attachInterface<ElementwiseTp<GeluOp, false>>(ctx);
   SiluOp::attachInterface<ElementwiseTp<SiluOp, false>>(ctx);
+  SoftcapOp::attachInterface<ElementwiseTp<SoftcapOp, false>>(ctx);
   SwigluOp::attachInterface<ElementwiseTp<SwigluOp, false>>(ctx);
   GegluOp::attachInterface<ElementwiseTp<GegluOp, false>>(ctx);
   RmsNormOp::attachInterface<RmsNormTp>(ctx);

@@ -48,7 +48,8 @@ int64_t mlir::bigc::tensorBytes(Type type) {
 }
 
 bool mlir::bigc::isInPlaceElementwise(Operation *op) {
-  return isa<AddOp, BiasAddOp, MulOp, ScaleOp, GeluOp, GeluGradOp, SiluOp, SiluGradOp, SwigluOp, GegluOp, RopeOp>(op);
+  return isa<AddOp, BiasAddOp, MulOp, ScaleOp, GeluOp, GeluGradOp, SiluOp, SiluGradOp, SwigluOp, GegluOp, RopeOp,
+             SoftcapOp, SoftcapGradOp>(op);
 }
 
 SmallVector<unsigned> mlir::bigc::inPlaceOperands(Operation *op, unsigned result) {

@@ -15,9 +15,9 @@ void shapeRope(const Ctx &op) {
     op.bad("attribute 'head_dim' (an even integer in [2, 1024]) is required");
   if (x.shape[2] % int64_t(d) != 0) op.bad("the last dimension of " + op.desc(x) + " is not a multiple of head_dim");
   const std::vector<double> f = op.ins->reals("inv_freq");
-  if (int64_t(f.size()) != int64_t(d) / 2)
-    op.bad("attribute 'inv_freq' must hold head_dim / 2 = " + std::to_string(int64_t(d) / 2) + " numbers, holds " +
-           std::to_string(f.size()));
+  if (f.empty() || int64_t(f.size()) > int64_t(d) / 2)
+    op.bad("attribute 'inv_freq' must hold 1 to head_dim / 2 = " + std::to_string(int64_t(d) / 2) +
+           " numbers (the rotated pairs), holds " + std::to_string(f.size()));
   for (double v : f)
     if (!std::isfinite(v)) op.bad("attribute 'inv_freq' must be finite");
   op.sameShape(x, op.out(0), "output");
@@ -32,6 +32,8 @@ void shapeGqaAttention(const Ctx &op) {
   if (h < 1 || h != std::floor(h)) op.bad("attribute 'heads' (a positive integer) is required");
   if (hk < 1 || hk != std::floor(hk)) op.bad("attribute 'kv_heads' (a positive integer) is required");
   if (w < 0 || w != std::floor(w)) op.bad("attribute 'window' must be an integer >= 0");
+  const double cap = op.ins->num("softcap", 0);
+  if (!(cap >= 0) || !std::isfinite(cap)) op.bad("attribute 'softcap' must be a finite number >= 0 (0: none)");
   const int64_t H = int64_t(h), Hkv = int64_t(hk);
   const bool tpHeads = op.ins->flag("tp_heads");
   if (!tpHeads && H % Hkv != 0)
@@ -98,6 +100,7 @@ void dimsGqaAttention(const Ctx &op, OpDims &d) {
   const double sc = op.ins->num("scale", 0.0);
   d.scale = float(sc > 0 ? sc : 1.0 / std::sqrt(double(d.headDim)));
   d.tpHeads = op.ins->flag("tp_heads");
+  d.softcap = float(op.ins->num("softcap", 0.0));
   d.group = std::max<int64_t>(1, (d.H * (d.tpHeads ? op.p.tp : 1)) / std::max<int64_t>(1, d.Hkv));
 }
 
@@ -126,15 +129,16 @@ int64_t gqaFlops(const OpView &v, bool grad) {
   int64_t perRow = t * (t + 1) / 2; // causal pairs of one head
   if (window > 0 && window < t) perRow = window * (window + 1) / 2 + (t - window) * window;
   const int64_t pairs = b * heads * perRow;
-  return grad ? 10 * pairs * d + 8 * pairs + 2 * b * t * heads * d : 4 * pairs * d + 6 * pairs;
+  const int64_t cap = v.num("softcap", 0) > 0 ? pairs * (grad ? 8 : 4) : 0; // tanh, and its derivative
+  return (grad ? 10 * pairs * d + 8 * pairs + 2 * b * t * heads * d : 4 * pairs * d + 6 * pairs) + cap;
 }
 // rope: 6 per element (sin/cos per position and frequency counted apart).
 
 } // namespace
 
 std::vector<OpDef> attentionOps() {
-  const std::vector<AttrSpec> gqa = {
-      {"heads", Int}, {"kv_heads", Int}, {"window", Int}, {"scale", Real}, {"tp_heads", Flag}};
+  const std::vector<AttrSpec> gqa = {{"heads", Int},  {"kv_heads", Int},  {"window", Int},
+                                     {"scale", Real}, {"tp_heads", Flag}, {"softcap", Real}};
   return {
       // qkv [B,T,3C] -> out [B,T,C], lse [B,H,T] (causal)
       Def("attention", OpKind::Attention)

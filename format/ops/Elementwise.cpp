@@ -74,6 +74,18 @@ void dimsElementwise(const Ctx &op, OpDims &d) {
   d.exact = op.ins->flag("exact");
 }
 
+// Softcap, SoftcapGrad: the cap in `value`
+void dimsSoftcap(const Ctx &op, OpDims &d) {
+  d.n = op.out(0).numel();
+  d.value = float(op.ins->num("cap", 0.0));
+}
+void shapeSoftcap(const Ctx &op) {
+  const double cap = op.ins->num("cap", 0.0);
+  if (!(cap > 0) || !std::isfinite(cap)) op.bad("attribute 'cap' (a finite number > 0) is required");
+  if (op.kind == OpKind::SoftcapGrad) op.sameShape(op.in(0), op.in(1), "y and dy");
+  op.sameShape(op.in(0), op.out(0), "output");
+}
+
 // BiasAdd
 void dimsBiasAdd(const Ctx &op, OpDims &d) {
   d.cols = op.in(1).numel();
@@ -149,6 +161,23 @@ std::vector<OpDef> elementwiseOps() {
           .dims(dimsElementwise)
           .flops(perResult<18>),
       Def("silu", OpKind::Silu).in(1).out(1).inPlace().shape(shapeScale).dims(dimsElementwise).flops(perResult<5>),
+      // cap * tanh(x / cap) (Gemma 2's logits); its gradient from the result y: dy (1 - (y / cap)^2)
+      Def("softcap", OpKind::Softcap)
+          .in(1)
+          .out(1)
+          .inPlace()
+          .attrs({{"cap", Real}})
+          .shape(shapeSoftcap)
+          .dims(dimsSoftcap)
+          .flops(perResult<8>),
+      Def("softcap_grad", OpKind::SoftcapGrad)
+          .in(2)
+          .out(1)
+          .inPlace()
+          .attrs({{"cap", Real}})
+          .shape(shapeSoftcap)
+          .dims(dimsSoftcap)
+          .flops(perResult<4>),
       Def("silu_grad", OpKind::SiluGrad)
           .in(2)
           .out(1)

@@ -247,7 +247,10 @@ def build_hf(config_path, batch, seq, weights_path, notes):
     # On the meta device: shapes without storage (a 70B model is built in seconds, in no memory).
     try:
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+            # Gemma 2's soft-capped attention has no SDPA form: its own eager attention (written out,
+            # recognised whole as bigc's attention with a softcap)
+            attn = "eager" if family == "gemma2" else "sdpa"
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32)
     except Exception as e:
         raise UserError(f"{config_path}: transformers cannot build the model ({first_line(e)})")
     inits, buffers = hf_inits(model, notes, drawn=not weights_path)

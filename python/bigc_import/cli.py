@@ -34,7 +34,7 @@ error (please report it).
 
 HF_HELP = """\
 A Hugging Face causal LM from its config.json: the families llama, mistral, qwen2, gpt2, gemma,
-olmo, olmo2 and phi3 (chosen by model_type, else architectures). The model is built by transformers
+gemma2, olmo, olmo2, phi3 and gpt_neox (chosen by model_type, else architectures). The model is built by transformers
 (AutoModelForCausalLM.from_config, attn_implementation="sdpa", fp32) on the meta device: shapes
 without storage, so a 70B config imports in seconds and little memory. Without --weights, each
 parameter's initialisation is the one transformers' own init gives it (normal with the config's
@@ -75,7 +75,7 @@ class Parser(argparse.ArgumentParser):
 def parser():
     p = Parser(prog=PROG, description=MAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", metavar="{hf,torch}")
-    h = sub.add_parser("hf", help="a Hugging Face causal-LM config (llama, mistral, qwen2, gpt2, gemma, olmo, olmo2, phi3)",
+    h = sub.add_parser("hf", help="a Hugging Face causal-LM config (llama, mistral, qwen2, gpt2, gemma, gemma2, olmo, olmo2, phi3, gpt_neox)",
                        description=HF_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     h.add_argument("config", metavar="CONFIG.json", help="the model's config.json")
     h.add_argument("--batch", type=int, default=1, metavar="B",

@@ -36,9 +36,22 @@ FIELDS = {
     "mistral": _LLAMA,
     "qwen2": dict(_LLAMA, max_window_layers="size0"),
     "gemma": _LLAMA,
+    "gemma2": dict(_LLAMA, query_pre_attn_scalar="pos", attn_logit_softcapping="opt_pos",
+                   final_logit_softcapping="opt_pos"),
     "olmo": _LLAMA,
     "olmo2": _LLAMA,
     "phi3": _LLAMA,
+    "gpt_neox": {
+        "vocab_size": "size",
+        "hidden_size": "size",
+        "intermediate_size": "size",
+        "num_hidden_layers": "size",
+        "num_attention_heads": "size",
+        "max_position_embeddings": "size",
+        "layer_norm_eps": "pos",
+        "rotary_emb_base": "pos",
+        "initializer_range": "nonneg",
+    },
     "gpt2": {
         "vocab_size": "size",
         "n_embd": "size",
@@ -111,10 +124,13 @@ def check_config(cfg, family, path):
     width, heads, kv, hd = (g("hidden_size"), g("num_attention_heads"),
                             g("num_key_value_heads"), g("head_dim"))
     rp = g("rope_parameters") if isinstance(g("rope_parameters"), dict) else {}
-    prf = rp.get("partial_rotary_factor", g("partial_rotary_factor"))
-    if prf is not None and prf != 1:
-        raise UserError(f"{path}: \"partial_rotary_factor\" is {_show(prf)}: rotary embeddings over part of "
-                        "each head are not supported yet (bigc.rope rotates the whole head)")
+    field = "partial_rotary_factor"
+    prf = rp.get(field, g(field))
+    if prf is None and family == "gpt_neox":  # GPT-NeoX's own name, and transformers' default for it
+        field, prf = "rotary_pct", g("rotary_pct", 0.25)
+    if prf is not None and not (_is_num(prf) and 0 < prf <= 1):
+        raise UserError(f"{path}: \"{field}\" is {_show(prf)}; it must be a number in (0, 1] (the "
+                        "part of each head that rotary embeddings rotate)")
     if _is_int(width) and _is_int(heads) and hd is None and width % heads != 0:
         raise UserError(f"{path}: \"num_attention_heads\" {heads} does not divide \"hidden_size\" "
                         f"{width} (the head size is hidden_size / num_attention_heads; or give "
@@ -126,6 +142,12 @@ def check_config(cfg, family, path):
     if _is_int(hd) and hd % 2 != 0:
         raise UserError(f"{path}: \"head_dim\" {hd} is odd; rotary embeddings rotate pairs, so it "
                         "must be even")
-    if hd is None and _is_int(width) and _is_int(heads) and (width // heads) % 2 != 0:
+    if hd is None and _is_int(width) and _is_int(heads) and (width // heads) % 2 != 0 and prf in (None, 1):
         raise UserError(f"{path}: the head size hidden_size / num_attention_heads = "
                         f"{width // heads} is odd; rotary embeddings rotate pairs, so it must be even")
+    size = hd if _is_int(hd) else (width // heads if _is_int(width) and _is_int(heads) else None)
+    if prf not in (None, 1) and size is not None:
+        rot = int(size * prf)  # transformers' rotary_ndims
+        if rot < 2 or rot % 2 != 0:
+            raise UserError(f"{path}: \"{field}\" {_show(prf)} of a head of {size} rotates {rot} elements; "
+                            "rotary embeddings rotate pairs, so that must be even and at least 2")

@@ -306,6 +306,15 @@ def heads_layout(v):
     return None
 
 
+def same_src(u, v):
+    """u and v are the same value: one object, or two slices of one value over the same range
+    (a partial rotary's q[..., :R], seen by its two uses)."""
+    if u is v:
+        return True
+    return isinstance(u, Pat) and isinstance(v, Pat) and u.kind == v.kind == "slice" and \
+        u.f["x"] is v.f["x"] and (u.f["dim"], u.f["start"], u.f["end"]) == (v.f["dim"], v.f["start"], v.f["end"])
+
+
 def heads_view(ten, H, D):
     B, T, _ = ten.shape
     return make_view(make_view(ten, ("r", (B, T, H, D))), ("t", (0, 2, 1, 3)))
@@ -568,6 +577,9 @@ class Lowerer:
         if k == "slice":
             x = self.mat(p.f["x"], node)
             return self.slice_ten(x, p.f["dim"], p.f["start"], p.f["end"], node)
+        if k == "partrope":  # a partial rotary's rotated part used alone: the slice of the whole
+            y = self.mat(p.f["y"], node)
+            return self.slice_ten(y, len(y.shape) - 1, 0, p.f["R"], node)
         if k == "negslice":
             x = self.mat(p.f["x"], node)
             return self.scale(self.slice_ten(x, p.f["dim"], p.f["start"], p.f["end"], node), -1.0,
@@ -591,6 +603,7 @@ class Lowerer:
             "rothalf": "rotate_half outside rotary embeddings",
             "mulrot": "rotary embeddings not of the form q*cos + rotate_half(q)*sin",
             "repeat_kv": "repeat_kv outside attention",
+            "repeat_kv_t": "repeat_kv outside attention",
             "scores": "attention scores q @ k^T used other than in softmax(q @ k^T * scale + a causal mask) "
                       "@ v (bigc's attention is that, whole)",
             "probs": "attention probabilities used other than multiplied by the values",
@@ -698,6 +711,9 @@ class Lowerer:
             return ts[0]
         if m.op == "scale":
             return self.scale(ts[0], m.attrs["factor"], node)
+        if m.op == "softcap":
+            x = ts[0] if abs(m.attrs["prescale"] - 1.0) <= 1e-12 else self.scale(ts[0], m.attrs["prescale"], node)
+            return self.emit("softcap", [x], [x.shape], {"cap": Attr.f64(m.attrs["cap"])}, node=node)[0]
         attrs = {"approximate": Attr.str(m.attrs["approximate"])} if "approximate" in m.attrs else {}
         return self.emit(m.op, ts, [ts[0].shape], attrs, node=node)[0]
 
@@ -759,6 +775,11 @@ class Lowerer:
         shape = out_shape(node)
         P = [o for o in operands if isinstance(o, Pat)]
         others = [o for o in operands if not isinstance(o, Pat)]
+        if op == "mul" and len(P) == 1 and P[0].kind == "slice" and P[0].f["start"] == 0 and \
+                P[0].f["dim"] == len(shape) - 1 and len(others) == 1 and isinstance(others[0], Const) and \
+                scalar_of(others[0]) is None and heads_layout(P[0].f["x"]) is not None:
+            # a partial rotary's q[..., :R] * cos (GPT-NeoX, Phi): q_rot * cos + rotate_half(q_rot) * sin
+            return Pat("mulc", node, shape, x=P[0], c=others[0])
         if op == "mul" and len(P) == 1 and P[0].kind == "pair" and len(others) == 1 and \
                 isinstance(others[0], Const) and scalar_of(others[0]) is None:
             return Pat("pairmul", node, shape, **dict(P[0].f, c=others[0]))
@@ -775,13 +796,18 @@ class Lowerer:
                 return Pat("pairrot", node, shape, **dict(re_.f, which=0, cos=re_.f["c"], sin=im_.f["c"]))
             if op == "add" and sine(re_.f["c"]) and not sine(im_.f["c"]):
                 return Pat("pairrot", node, shape, **dict(re_.f, which=1, cos=im_.f["c"], sin=re_.f["c"]))
+        if op == "tanh" and len(P) == 1 and P[0].kind == "scores" and P[0].f["cap"] is None and \
+                P[0].f["window"] is None:  # soft-capped scores: cap * tanh(scores / cap) (Gemma 2)
+            return Pat("scores", node, shape, **dict(P[0].f, cap=1.0))
         if len(P) == 1 and P[0].kind == "scores" and len(others) == 1:  # a written-out attention
             p, o = P[0], others[0]
             c = scalar_of(o)
-            if op == "mul" and c is not None:
-                return Pat("scores", node, shape, **dict(p.f, scale=p.f["scale"] * c))
-            if op == "div" and c is not None and operands[0] is p and c != 0:
-                return Pat("scores", node, shape, **dict(p.f, scale=p.f["scale"] / c))
+            k = "cap" if p.f["cap"] is not None else "scale"  # after tanh: the cap's multiplier
+            if op == "mul" and c is not None and (k == "scale" or p.f["window"] is None):
+                return Pat("scores", node, shape, **dict(p.f, **{k: p.f[k] * c}))
+            if op == "div" and c is not None and operands[0] is p and c != 0 and \
+                    (k == "scale" or p.f["window"] is None):
+                return Pat("scores", node, shape, **dict(p.f, **{k: p.f[k] / c}))
             if op == "add" and isinstance(o, Const) and c is None and p.f["window"] is None:
                 # an additive mask: 0 where a key is seen, -inf where not (llama2.c, Meta's llama)
                 W = self._causal_window(node, o, p.f["H"], p.f["T"])
@@ -795,7 +821,7 @@ class Lowerer:
             a, b = P
             if a.kind == "mulrot":
                 a, b = b, a
-            if a.kind == "mulc" and b.kind == "mulrot" and a.f["x"] is b.f["x"]:
+            if a.kind == "mulc" and b.kind == "mulrot" and same_src(a.f["x"], b.f["x"]):
                 return self.rope(node, a.f["x"], a.f["c"], b.f["c"])
         if op in ("rsqrt", "sqrt") and P[0].kind == "meansq_eps":
             return Pat("rstd" if op == "rsqrt" else "std", node, shape, x=P[0].f["x"], eps=P[0].f["eps"])
@@ -821,7 +847,14 @@ class Lowerer:
         return None
 
     def rope(self, node, q, cos, sin):
-        hl = heads_layout(q)
+        R = None  # a partial rotary: q is q_heads[..., :R] (GPT-NeoX, Phi)
+        whole = q
+        if isinstance(q, Pat) and q.kind == "slice":
+            whole, R = q.f["x"], q.f["end"]
+            if q.f["start"] != 0 or q.f["dim"] != len(whole.shape) - 1 or R % 2 != 0:
+                self.fail_at(node, "rotary embeddings of a part of each head other than its first "
+                                   "elements (an even number of them)")
+        hl = heads_layout(whole)
         if hl is None:
             self.fail_at(node, "rotary embeddings of a tensor that is not the heads of a "
                                "[B,T,H*D] projection")
@@ -842,12 +875,13 @@ class Lowerer:
         if not same:
             self.fail_at(node, "rotary tables that differ between sequences or heads (bigc.rope "
                                "rotates position t of every sequence alike)")
-        half = D // 2
+        half = (R if R is not None else D) // 2
         inv, s = self._rope_freqs(node, ct, st, sorted(set(cos.srcs) | set(sin.srcs)), T, half, halves=True)
-        y = self._emit_rope(node, base, D, inv, s, interleaved=False)
-        if lay == "bhtd":
-            return heads_view(y, H, D)
-        return make_view(y, ("r", (B, T, H, D)))
+        y = self._emit_rope(node, base, D, inv, s, interleaved=False)  # rotates the first 2 * len(inv)
+        y = heads_view(y, H, D) if lay == "bhtd" else make_view(y, ("r", (B, T, H, D)))
+        if R is not None:  # the rest joins it in torch.cat([q_embed, q[..., R:]], -1)
+            return Pat("partrope", node, q.shape, y=y, src=whole, R=R)
+        return y
 
     def _emit_rope(self, node, base, D, inv, s, interleaved):
         """bigc.rope of the [B,T,H*D] tensor `base` with frequencies `inv` and scale `s`."""
@@ -1123,6 +1157,8 @@ class Lowerer:
                 r = self.repeat_kv(node, x, op[1])
                 if r is not None:
                     return r
+            if x.kind == "repeat_kv" and op == ("t", (0, 1, 3, 2)):  # repeat_kv(k).transpose(2, 3)
+                return Pat("repeat_kv_t", node, out_shape(node), kv=x.f["kv"], n=x.f["n"])
             self.force_pat(x, node)
         if isinstance(x, Elem):
             x = self.mat(x, node)
@@ -1197,11 +1233,17 @@ class Lowerer:
             return x
         if isinstance(x, Elem):
             x = self.mat(x, node)
+        if isinstance(x, Pat) and x.kind == "slice" and x.f["dim"] == dim:  # a slice of a slice
+            o = x.f["start"]
+            return Pat("slice", node, out_shape(node), x=x.f["x"], dim=dim, start=o + start, end=o + end)
         if isinstance(x, Pat):
-            self.force_pat(x, node)
+            x = self.force_pat(x, node)
         return Pat("slice", node, out_shape(node), x=x, dim=dim, start=start, end=end)
 
     def _split(self, node, x, sizes, dim):
+        hl = heads_layout(x)
+        if hl is not None and norm_dim(dim, 4) == 3 and len(sizes) > 1:
+            return self._split_heads(node, hl, sizes)
         if isinstance(x, (Elem, Pat, View)):
             x = self.mat(x, node)
         dim = norm_dim(dim, len(x.shape))
@@ -1209,6 +1251,24 @@ class Lowerer:
             return [x]
         g = Group(x, dim, sizes)
         return [Part(g, i) for i in range(len(sizes))]
+
+    def _split_heads(self, node, hl, sizes):
+        """Each head of a [B,T,H*D] tensor split along its D into parts (GPT-NeoX's query_key_value
+        holds [q k v] per head): the parts as [B,T,H*d] tensors seen in the same heads layout."""
+        base, H, D, lay = hl
+        B, T, _ = base.shape
+        t4 = self.mat(make_view(base, ("r", (B, T, H, D))), node)
+        if len(set(sizes)) == 1:
+            parts = self.emit("split", [t4], [(B, T, H, sizes[0])] * len(sizes), {"axis": Attr.i64(3)},
+                              hints=["split"], node=node)
+        else:
+            offs = [sum(sizes[:i]) for i in range(len(sizes))]
+            parts = [self.slice_ten(t4, 3, o, o + s, node) for o, s in zip(offs, sizes)]
+        out = []
+        for p_, s in zip(parts, sizes):
+            t = self.mat(make_view(p_, ("r", (B, T, H * s))), node)
+            out.append(heads_view(t, H, s) if lay == "bhtd" else make_view(t, ("r", (B, T, H, s))))
+        return out
 
     def op_split(self, node, a):
         x = a["self"]
@@ -1288,10 +1348,18 @@ class Lowerer:
                 q = s.f["x"]
                 D = q.shape[-1]
                 last = len(q.shape) - 1
-                if n.f["dim"] == last and s.f["dim"] == last and dim == last and D % 2 == 0 and \
-                        (n.f["start"], n.f["end"]) == (D // 2, D) and \
-                        (s.f["start"], s.f["end"]) == (0, D // 2):
-                    return Pat("rothalf", node, shape, x=q)
+                h = s.f["end"] - s.f["start"]
+                if n.f["dim"] == last and s.f["dim"] == last and dim == last and s.f["start"] == 0 and \
+                        (n.f["start"], n.f["end"]) == (h, 2 * h):
+                    if 2 * h == D:
+                        return Pat("rothalf", node, shape, x=q)
+                    # rotate_half of a partial rotary's q[..., :2h]
+                    part = Pat("slice", node, shape, x=q, dim=last, start=0, end=2 * h)
+                    return Pat("rothalf", node, shape, x=part)
+            if n.kind == "partrope" and s.kind == "slice" and s.f["x"] is n.f["src"]:
+                last = len(shape) - 1
+                if dim == last and s.f["dim"] == last and (s.f["start"], s.f["end"]) == (n.f["R"], shape[-1]):
+                    return n.f["y"]
         xs = [x for x in xs if not (is_tensor_value(x) and 0 in x.shape)]
         if len(xs) == 1:  # beside empty parts (Phi-3's rotary: [rotated, the empty rest]): itself
             return xs[0]
@@ -1549,16 +1617,22 @@ class Lowerer:
     # flash, llama2.c, Meta's llama), recognised whole as bigc's attention ---------------------------
     def _scores(self, node, q, w):
         """Pat('scores') for q @ k^T of two heads views (x.view(B,T,H,D).transpose(1,2)), else None."""
-        if len(q.shape) != 4 or not isinstance(w, View) or len(w.shape) != 4:
+        if len(q.shape) != 4 or len(w.shape) != 4:
+            return None
+        n = 1
+        if isinstance(w, Pat) and w.kind == "repeat_kv_t":  # grouped keys (Gemma 2's eager attention)
+            hk, n = heads_layout(w.f["kv"]), w.f["n"]
+        elif isinstance(w, View):
+            hk = heads_layout(make_view(w, ("t", (0, 1, 3, 2))))
+        else:
             return None
         hq = heads_layout(q)
-        hk = heads_layout(make_view(w, ("t", (0, 1, 3, 2))))
-        if hq is None or hk is None or hq[3] != "bhtd" or hk[3] != "bhtd" or hq[1:3] != hk[1:3] or \
-                hq[0].shape[:2] != hk[0].shape[:2]:
+        if hq is None or hk is None or hq[3] != "bhtd" or hk[3] != "bhtd" or hq[1] != hk[1] * n or \
+                hq[2] != hk[2] or hq[0].shape[:2] != hk[0].shape[:2]:
             return None
         B, T, _ = hq[0].shape
-        return Pat("scores", node, out_shape(node), q=hq[0], k=hk[0], H=hq[1], D=hq[2], T=T, scale=1.0,
-                   window=None, x=q, w=w)
+        return Pat("scores", node, out_shape(node), q=hq[0], k=hk[0], H=hq[1], Hk=hk[1], D=hq[2], T=T,
+                   scale=1.0, cap=None, window=None, x=q, w=w)
 
     def op_masked_fill(self, node, a):
         x, mask, value = a["self"], a["mask"], a["value"]
@@ -1587,15 +1661,16 @@ class Lowerer:
     op_softmax = op__softmax
 
     def _written_attention(self, node, p, v):
-        hv = heads_layout(v)
-        if hv is None or hv[3] != "bhtd" or hv[1:3] != (p.f["H"], p.f["D"]) or \
+        hv = heads_layout(v.f["kv"]) if isinstance(v, Pat) and v.kind == "repeat_kv" else heads_layout(v)
+        if hv is None or hv[3] != "bhtd" or hv[1:3] != (p.f["Hk"], p.f["D"]) or \
                 hv[0].shape[:2] != p.f["q"].shape[:2]:
             self.fail_at(node, "attention probabilities multiplied by values that are not the heads "
-                               "of a [B,T,H*D] tensor with the queries' heads")
-        return self._attention(node, p.f["q"], p.f["k"], hv[0], p.f["H"], p.f["H"], p.f["D"], p.f["window"],
-                               p.f["scale"])
+                               "of a [B,T,H*D] tensor with the keys' heads")
+        cap = p.f["cap"]  # cap * tanh(scale * q.k): bigc's softcap c tanh(s / c) of s = (scale * cap) q.k
+        return self._attention(node, p.f["q"], p.f["k"], hv[0], p.f["H"], p.f["Hk"], p.f["D"], p.f["window"],
+                               p.f["scale"] * cap if cap else p.f["scale"], softcap=cap)
 
-    def _attention(self, node, qb, kb, vb, H, Hk, D, W, scale):
+    def _attention(self, node, qb, kb, vb, H, Hk, D, W, scale, softcap=None):
         """bigc's attention over the [B,T,H*D] q and [B,T,Hk*D] k, v: the packed form (GPT-2's
         split of one qkv projection) or grouped-query attention; W the sliding window (0: none)."""
         B, T, _ = qb.shape
@@ -1604,7 +1679,8 @@ class Lowerer:
         packed = (isinstance(qb, Part) and isinstance(kb, Part) and isinstance(vb, Part) and
                   qb.group is kb.group is vb.group and (qb.index, kb.index, vb.index) == (0, 1, 2) and
                   len(qb.group.sizes) == 3 and len(set(qb.group.sizes)) == 1 and
-                  qb.group.axis == len(qb.group.src.shape) - 1 and Hk == H and W == 0 and not custom)
+                  qb.group.axis == len(qb.group.src.shape) - 1 and Hk == H and W == 0 and not custom and
+                  not softcap)
         if packed:
             qkv = self.mat(qb.group.src, node)
             out = self.emit("attention", [qkv], [(B, T, H * D), (B, H, T)], {"heads": Attr.i64(H)},
@@ -1616,6 +1692,8 @@ class Lowerer:
                 attrs["window"] = Attr.i64(W)
             if custom:
                 attrs["scale"] = Attr.f64(scale)
+            if softcap:
+                attrs["softcap"] = Attr.f64(softcap)
             out = self.emit("gqa_attention", [qt, kt, vt], [(B, T, H * D), (B, H, T)], attrs,
                             hints=[node.name, node.name + "_lse"])[0]
         return heads_view(out, H, D)

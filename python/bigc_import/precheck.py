@@ -19,6 +19,8 @@ FAMILIES = {
     "olmo": "OlmoForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
     "phi3": "Phi3ForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
 }
 
 
@@ -46,7 +48,7 @@ def family_of(cfg, path):
     if not mt and archs:
         a = str(archs[0]).lower()
         for fam in FAMILIES:
-            if a.startswith(fam):
+            if a == FAMILIES[fam].lower() or a.startswith(fam):
                 mt = fam
                 break
         else:

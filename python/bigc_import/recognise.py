@@ -7,6 +7,7 @@ expression alone, whether it is one of bigc's fused elementwise ops:
 * the identity and ``scale`` (c * x),
 * ``gelu`` in its tanh form and in its erf form (``approximate = "none"``),
 * ``silu``, ``swiglu`` (silu(gate) * up) and ``geglu`` (gelu(gate) * up, either GELU),
+* ``softcap`` (c * tanh(x / c), Gemma 2's capped logits; c * tanh(a x) as softcap of a scaled x),
 
 whatever way a model writes them: ``F.gelu``, nanoGPT's ``0.5 * x * (1 + tanh(...))``,
 ``x * sigmoid(x)``, ``x / (1 + exp(-x))``, factors in any order. Each expression is brought to a
@@ -198,6 +199,23 @@ def _canon_of(template_expr):
     return canonical(template_expr, var_key=lambda k: k)
 
 
+def _softcap(p, k):
+    """(c, a) when p is c * tanh(a * x) of the variable k (c, a != 0): softcap with cap c of x scaled
+    by a * c (Gemma 2's logits / c, tanh, * c: a = 1 / c), else None."""
+    if len(p.terms) != 1:
+        return None
+    (f, c), = p.terms.items()
+    if len(f) != 1 or f[0][0] != "tanh" or c == 0.0:
+        return None
+    inner = f[0][1]  # the argument's key: ((factors, coefficient), ...)
+    if len(inner) != 1 or inner[0][0] != (("v", k),):
+        return None
+    a = inner[0][1]  # (rounded to 10 digits in the key: a * c within REL of 1 is 1)
+    if a == 0.0:
+        return None
+    return (c, 1.0 if abs(a * c - 1.0) <= REL else a * c)
+
+
 def recognise(en, variables, var_key=id):
     """The fused op `en` computes over `variables` ({var_key(leaf value): value}, one or two), or
     None."""
@@ -213,6 +231,9 @@ def recognise(en, variables, var_key=id):
             (f, c), = p.terms.items()
             if f == (("v", k),):
                 return Match("identity", [v]) if c == 1.0 else Match("scale", [v], factor=c)
+        cap = _softcap(p, k)
+        if cap is not None:
+            return Match("softcap", [v], cap=cap[0], prescale=cap[1])
         for op, name, attrs in (("gelu_tanh", "gelu", {}), ("gelu_none", "gelu", {"approximate": "none"}),
                                 ("silu", "silu", {})):
             if p.close(_canon_of(TEMPLATES[op](x))):

@@ -399,6 +399,8 @@ const KernelTable<Executor::Kernel> &Executor::kernels() {
       {OpKind::Silu, [](Executor &e, Op &op) {
         cpu::silu(fi(op, 0), fo(op, 0), op.n);
       }},
+      {OpKind::Softcap, [](Executor &e, Op &op) { cpu::softcap(fi(op, 0), fo(op, 0), op.n, op.value); }},
+      {OpKind::SoftcapGrad, [](Executor &e, Op &op) { cpu::softcapGrad(fi(op, 0), fi(op, 1), fo(op, 0), op.n, op.value); }},
       {OpKind::SiluGrad, [](Executor &e, Op &op) {
         cpu::siluGrad(fi(op, 0), fi(op, 1), fo(op, 0), op.n);
       }},
@@ -419,7 +421,7 @@ const KernelTable<Executor::Kernel> &Executor::kernels() {
       }},
       {OpKind::Rope, [](Executor &e, Op &op) {
         cpu::rope(fi(op, 0), fo(op, 0), op.B, op.T, op.C, op.headDim, op.invFreq.data(), op.scale, op.inverse,
-                  op.interleaved);
+                  op.interleaved, 2 * int64_t(op.invFreq.size()));
       }},
       {OpKind::GqaAttention, kGqaAttention},
       {OpKind::GqaAttentionGrad, kGqaAttention},

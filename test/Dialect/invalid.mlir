@@ -749,3 +749,27 @@ func.func @f(%x: tensor<2x3x8xf32>, %w: tensor<8xf32>, %s: tensor<2x3xf32>) {
   %d:3 = bigc.layernorm_grad_add %x, %x, %w, %s, %s, %x : (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x8xf32>, tensor<8xf32>, tensor<4xf32>)
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<2x3x8xf32>) {
+  // expected-error@+1 {{inv_freq must have 1 to head_dim / 2 = 2 values (the rotated pairs), got 3}}
+  %y = bigc.rope %x {head_dim = 4 : i64, inv_freq = array<f64: 1.0, 0.1, 0.01>} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x3x8xf32>) {
+  // expected-error@+1 {{cap must be a finite number > 0, got 0.000000e+00}}
+  %y = bigc.softcap %x {cap = 0.0 : f64} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x3x8xf32>, %kv: tensor<2x3x4xf32>) {
+  // expected-error@+1 {{softcap must be >= 0 (0: none), got -1.000000e+00}}
+  %o, %l = bigc.gqa_attention %q, %kv, %kv {heads = 2 : i64, kv_heads = 1 : i64, softcap = -1.0 : f64} : (tensor<2x3x8xf32>, tensor<2x3x4xf32>, tensor<2x3x4xf32>) -> (tensor<2x3x8xf32>, tensor<2x2x3xf32>)
+  return
+}

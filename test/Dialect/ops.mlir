@@ -153,5 +153,20 @@ func.func @rotary(%x: tensor<2x3x8xf32>) -> tensor<2x3x8xf32> {
   %a = bigc.rope %x {head_dim = 4 : i64, inv_freq = array<f64: 1.0, 0.01>} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
   // CHECK: bigc.rope %{{.*}} {head_dim = 4 : i64, interleaved, inv_freq = array<f64: 1.000000e+00, 1.000000e-02>, inverse} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
   %b = bigc.rope %a {head_dim = 4 : i64, inv_freq = array<f64: 1.0, 0.01>, interleaved, inverse} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
-  return %b : tensor<2x3x8xf32>
+  // A partial rotary (GPT-NeoX): one frequency, the first 2 of each head of 4 rotated.
+  // CHECK: bigc.rope %{{.*}} {head_dim = 4 : i64, inv_freq = array<f64: 1.000000e+00>} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %c = bigc.rope %b {head_dim = 4 : i64, inv_freq = array<f64: 1.0>} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %c : tensor<2x3x8xf32>
+}
+
+// Gemma 2's soft caps: the attention's scores and the logits.
+// CHECK-LABEL: func.func @softcaps
+func.func @softcaps(%q: tensor<2x3x8xf32>, %kv: tensor<2x3x4xf32>) -> tensor<2x3x8xf32> {
+  // CHECK: bigc.gqa_attention %{{.*}}, %{{.*}}, %{{.*}} {heads = 2 : i64, kv_heads = 1 : i64, softcap = 5.000000e+01 : f64, window = 2 : i64}
+  %o, %l = bigc.gqa_attention %q, %kv, %kv {heads = 2 : i64, kv_heads = 1 : i64, window = 2 : i64, softcap = 50.0 : f64} : (tensor<2x3x8xf32>, tensor<2x3x4xf32>, tensor<2x3x4xf32>) -> (tensor<2x3x8xf32>, tensor<2x2x3xf32>)
+  // CHECK: bigc.softcap %{{.*}} {cap = 3.000000e+01 : f64} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %y = bigc.softcap %o {cap = 30.0 : f64} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  // CHECK: bigc.softcap_grad %{{.*}}, %{{.*}} {cap = 3.000000e+01 : f64}
+  %d = bigc.softcap_grad %y, %o {cap = 30.0 : f64} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %d : tensor<2x3x8xf32>
 }

@@ -63,13 +63,16 @@ d = sys.argv[1]
 json.dump({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
            "max_position_embeddings": 16}, open(f"{d}/llama.json", "w"))
-json.dump({"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "hidden_size": 32}, open(f"{d}/neox.json", "w"))
-json.dump({"model_type": "phi3", "hidden_size": 32, "num_attention_heads": 4, "partial_rotary_factor": 0.75},
+json.dump({"model_type": "bloom", "architectures": ["BloomForCausalLM"], "hidden_size": 32}, open(f"{d}/bloom.json", "w"))
+json.dump({"model_type": "phi3", "hidden_size": 32, "num_attention_heads": 4, "partial_rotary_factor": 0.1},
           open(f"{d}/phi4mini.json", "w"))
+json.dump({"model_type": "gpt_neox", "hidden_size": 32, "num_attention_heads": 4, "rotary_pct": 1.5},
+          open(f"{d}/neox.json", "w"))
 open(f"{d}/broken.json", "w").write("{ not json")
 PY
-expect_error "model_type 'gpt_neox' \(GPTNeoXForCausalLM\) is not supported; supported families: llama, mistral, qwen2, gpt2, gemma, olmo, olmo2, phi3" -- hf "$d/neox.json"
-expect_error "phi4mini.json: \"partial_rotary_factor\" is 0.75: rotary embeddings over part of each head are not supported yet" -- hf "$d/phi4mini.json"
+expect_error "model_type 'bloom' \(BloomForCausalLM\) is not supported; supported families: llama, mistral, qwen2, gpt2, gemma, olmo, olmo2, phi3, gpt_neox, gemma2" -- hf "$d/bloom.json"
+expect_error "phi4mini.json: \"partial_rotary_factor\" 0.1 of a head of 8 rotates 0 elements; rotary embeddings rotate pairs, so that must be even and at least 2" -- hf "$d/phi4mini.json"
+expect_error "neox.json: \"rotary_pct\" is 1.5; it must be a number in \(0, 1\]" -- hf "$d/neox.json"
 expect_error "broken.json: not a JSON config" -- hf "$d/broken.json"
 expect_error "nope.json: no such file" -- hf "$d/nope.json"
 expect_error "--seq 32 exceeds the model's 16 positions" -- hf "$d/llama.json" --seq 32

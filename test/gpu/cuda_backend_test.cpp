@@ -619,6 +619,10 @@ TEST(CudaKernels, LlamaElementwise) {
       o.b.inst("swiglu_grad", {x, u, dy}, {dg, du});
       o.b.inst("gelu", {x}, {ge}, {{"exact", num(1)}});
       o.b.inst("gelu_grad", {x, dy}, {gg}, {{"exact", num(1)}});
+      // Gemma 2's logit cap at 2 (binding for inputs of std 3), its gradient from the capped values
+      int64_t sc = o.output("softcap", shape, t), scg = o.output("softcap_grad", shape, t);
+      o.b.inst("softcap", {x}, {sc}, {{"cap", num(2.0)}});
+      o.b.inst("softcap_grad", {sc, dy}, {scg}, {{"cap", num(2.0)}});
       o.check(tolFor(t));
     }
 }
@@ -665,11 +669,17 @@ TEST(CudaKernels, Rope) {
   REQUIRE_GPU();
   // Head sizes 16 and 64 (T = 300: angles up to 300 rad), Llama 3's attention_scaling, and the
   // inverse rotation (rope's gradient).
+  // A partial rotary (GPT-NeoX's: the first 16 of 64 rotated, the rest copied), in both layouts.
   struct Case {
     int64_t B, T, H, D;
     double theta, scale;
+    int64_t rotary = 0; // 0: D
+    bool interleaved = false;
   };
-  const Case cases[] = {{2, 37, 6, 16, 10000.0, 1.0}, {1, 300, 3, 64, 500000.0, 0.8}};
+  const Case cases[] = {{2, 37, 6, 16, 10000.0, 1.0},
+                        {1, 300, 3, 64, 500000.0, 0.8},
+                        {2, 33, 4, 64, 10000.0, 1.0, 16},
+                        {2, 33, 4, 64, 10000.0, 1.0, 16, true}};
   for (DType t : kTypes)
     for (const Case &c : cases) {
       SCOPED_TRACE(std::string(dtypeName(t)) + " D=" + std::to_string(c.D));
@@ -678,8 +688,9 @@ TEST(CudaKernels, Rope) {
       int64_t x = o.input("x", {c.B, c.T, C}, t);
       int64_t y = o.output("y", {c.B, c.T, C}, t), dx = o.output("inverse", {c.B, c.T, C}, t);
       std::map<std::string, Attr> at = {{"head_dim", num(double(c.D))},
-                                        {"inv_freq", reals(invFreq(c.D, c.theta))},
+                                        {"inv_freq", reals(invFreq(c.rotary ? c.rotary : c.D, c.theta))},
                                         {"attention_scaling", num(c.scale)}};
+      if (c.interleaved) at["interleaved"] = num(1);
       o.b.inst("rope", {x}, {y}, at);
       at["inverse"] = num(1);
       o.b.inst("rope", {x}, {dx}, at);

@@ -419,6 +419,20 @@ class RecognitionStage(unittest.TestCase):
         # g * sigmoid(u) * u is silu(u) * g: the gate is u.
         self.assertEqual(self.match(g * fn("sigmoid", u) * u, "g", "u"), ("swiglu", ["value-u", "value-g"], {}))
 
+    def test_softcap_forms(self):
+        # Gemma 2's final_logit_softcapping: logits / c, tanh, * c; other orders; c tanh(a x) is
+        # softcap of x scaled by a c; a tanh of anything else, or a sum with it, is not.
+        x, y = X.var("x"), X.var("y")
+        for c in (30.0, 0.1, 1.0 / 3.0):
+            for e in (fn("tanh", x / c) * c, c * fn("tanh", x * (1.0 / c)), fn("tanh", (x / c)) * (c / 2.0) * 2.0):
+                self.assertEqual(self.match(e, "x"), ("softcap", ["value-x"], {"cap": c, "prescale": 1.0}))
+        self.assertEqual(self.match(5.0 * fn("tanh", 2.0 * x), "x"), ("softcap", ["value-x"], {"cap": 5.0, "prescale": 10.0}))
+        # tanh itself is softcap with cap 1
+        self.assertEqual(self.match(fn("tanh", x), "x"), ("softcap", ["value-x"], {"cap": 1.0, "prescale": 1.0}))
+        self.assertIsNone(self.match(fn("tanh", x / 3.0) * 3.0 + x, "x"))
+        self.assertIsNone(self.match(fn("tanh", x * x) * 3.0, "x"))
+        self.assertIsNone(self.match(fn("tanh", x / 3.0) * y, "x", "y"))
+
     def test_identity_and_scale(self):
         x = X.var("x")
         self.assertEqual(self.match(x * 1.0, "x"), ("identity", ["value-x"], {}))
@@ -435,7 +449,6 @@ class RecognitionStage(unittest.TestCase):
                   0.5 * x * (1.0 + fn("erf", x)),  # erf without 1/sqrt(2)
                   x * fn("sigmoid", x) + 1.0,
                   x * x,
-                  fn("tanh", x),
                   x * fn("sigmoid", x) * x):  # silu(x) * x: one variable twice, not SwiGLU
             self.assertIsNone(self.match(e, "x"), e)
         for e in (g * fn("sigmoid", u),  # the sigmoid of the other operand

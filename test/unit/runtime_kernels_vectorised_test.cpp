@@ -194,32 +194,48 @@ TEST(FastMath, GegluAndGradAgainstDouble) {
 // a = f32(inv_freq[i]) * f32(t) and scaled; the inverse undoes it. The kernel's cos/sin are double's
 // rounded to f32 and its products f32: errors relative to |y| + 1 (the inputs are of size ~1, and a
 // rotation's outputs cancel), measured 2026-11-28: y 8.1e-8 (halves) / 1.0e-7 (interleaved), the
-// round trip 1.3e-7 / 2.1e-7.
+// round trip 1.3e-7 / 2.1e-7. A partial rotary (R = 4 of D = 8, GPT-NeoX's) rotates the first R
+// elements of each head as a head of R and copies the rest exactly (also in place).
 TEST(Rope, BothLayoutsAgainstDouble) {
   std::mt19937 rng(104);
   const int64_t B = 2, T = 9, H = 3, D = 8, C = H * D, n = B * T * C;
-  VecF x = randVec(rng, n, -2.0f, 2.0f), inv(D / 2);
-  for (int64_t i = 0; i < D / 2; ++i) inv[i] = float(std::pow(10000.0, -2.0 * double(i) / double(D)));
+  VecF x = randVec(rng, n, -2.0f, 2.0f);
   const float s = 1.25f;
-  for (bool interleaved : {false, true}) {
-    VecF y(n), back(n);
-    k::rope(x.data(), y.data(), B, T, C, D, inv.data(), s, false, interleaved);
-    k::rope(y.data(), back.data(), B, T, C, D, inv.data(), s, true, interleaved);
-    VecD want(n), again(n);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t i = 0; i < D / 2; ++i) {
-            const int64_t base = (b * T + t) * C + h * D;
-            const int64_t i1 = base + (interleaved ? 2 * i : i), i2 = i1 + (interleaved ? 1 : D / 2);
-            const double a = double(inv[size_t(i)] * float(t)), c = std::cos(a) * s, sn = std::sin(a) * s;
-            want[size_t(i1)] = x[size_t(i1)] * c - x[size_t(i2)] * sn;
-            want[size_t(i2)] = x[size_t(i2)] * c + x[size_t(i1)] * sn;
-            again[size_t(i1)] = double(x[size_t(i1)]) * s * s, again[size_t(i2)] = double(x[size_t(i2)]) * s * s;
+  for (int64_t R : {D, int64_t(4)})
+    for (bool interleaved : {false, true}) {
+      VecF inv(size_t(R / 2));
+      for (int64_t i = 0; i < R / 2; ++i) inv[size_t(i)] = float(std::pow(10000.0, -2.0 * double(i) / double(R)));
+      VecF y(n), back(n), inplace = x;
+      k::rope(x.data(), y.data(), B, T, C, D, inv.data(), s, false, interleaved, R);
+      k::rope(y.data(), back.data(), B, T, C, D, inv.data(), s, true, interleaved, R);
+      k::rope(inplace.data(), inplace.data(), B, T, C, D, inv.data(), s, false, interleaved, R);
+      EXPECT_EQ(inplace, y);
+      VecD want(n), again(n);
+      for (int64_t e = 0; e < n; ++e) // the elements a partial rotary passes through
+        want[size_t(e)] = x[size_t(e)], again[size_t(e)] = x[size_t(e)];
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < R / 2; ++i) {
+              const int64_t base = (b * T + t) * C + h * D;
+              const int64_t i1 = base + (interleaved ? 2 * i : i), i2 = i1 + (interleaved ? 1 : R / 2);
+              const double a = double(inv[size_t(i)] * float(t)), c = std::cos(a) * s, sn = std::sin(a) * s;
+              want[size_t(i1)] = x[size_t(i1)] * c - x[size_t(i2)] * sn;
+              want[size_t(i2)] = x[size_t(i2)] * c + x[size_t(i1)] * sn;
+              again[size_t(i1)] = double(x[size_t(i1)]) * s * s, again[size_t(i2)] = double(x[size_t(i2)]) * s * s;
+            }
+      const std::string what = std::string(interleaved ? "interleaved" : "halves") + " R=" + std::to_string(R);
+      EXPECT_LE(worstRel(y, want, 1.0), 5e-7) << what;
+      EXPECT_LE(worstRel(back, again, 1.0), 1e-6) << what; // R(-a) s R(a) s x
+      if (R < D) {
+        for (int64_t r = 0; r < n / D; ++r)
+          for (int64_t i = R; i < D; ++i) {
+            ASSERT_EQ(y[size_t(r * D + i)], x[size_t(r * D + i)]) << what;
           }
-    EXPECT_LE(worstRel(y, want, 1.0), 5e-7) << (interleaved ? "interleaved" : "halves");
-    EXPECT_LE(worstRel(back, again, 1.0), 1e-6) << (interleaved ? "interleaved" : "halves"); // R(-a) s R(a) s x
-  }
+      }
+    }
+  VecF inv(D / 2);
+  for (int64_t i = 0; i < D / 2; ++i) inv[i] = float(std::pow(10000.0, -2.0 * double(i) / double(D)));
   // The two layouts are the same rotation of a permuted head: halves(P x) = P interleaved(x).
   VecF yi(n), yh(n), px(n);
   auto perm = [&](const VecF &v, VecF &out) { // interleaved pair i -> (i, i + D/2)
@@ -243,6 +259,7 @@ TEST(Rope, BothLayoutsAgainstDouble) {
 namespace {
 struct AttnCase {
   int64_t B, T, H, Hkv, D, window;
+  double softcap = 0; // > 0: scores capped as c tanh(s / c) (Gemma 2)
 };
 
 bigc::rt::AttentionGeometry geometry(const AttnCase &c) {
@@ -251,6 +268,7 @@ bigc::rt::AttentionGeometry geometry(const AttnCase &c) {
   g.sq = g.so = c.H * c.D, g.skv = c.Hkv * c.D;
   g.group = c.H / c.Hkv, g.window = c.window;
   g.scale = float(1.0 / std::sqrt(double(c.D)));
+  g.softcap = float(c.softcap);
   return g;
 }
 
@@ -275,6 +293,7 @@ void attentionGeomRef(const AttnCase &c, const VecF &q, const VecF &kk, const Ve
         for (int64_t j = 0; j < T; ++j) {
           double s = 0.0;
           for (int64_t d = 0; d < D; ++d) s += Q(t, d) * K(j, d);
+          if (c.softcap > 0) s = c.softcap * std::tanh(s * sc / c.softcap) / sc;
           P[t * T + j] = seen(t, j) ? s * sc : -std::numeric_limits<double>::infinity();
           mx = std::max(mx, P[t * T + j]);
         }
@@ -298,8 +317,15 @@ void attentionGeomRef(const AttnCase &c, const VecF &q, const VecF &kk, const Ve
           Dt += P[t * T + j] * s;
         }
         for (int64_t j = 0; j < T; ++j) {
-          const double p = P[t * T + j], ds = p * (dp[j] - Dt);
+          const double p = P[t * T + j];
+          double ds = p * (dp[j] - Dt);
           if (p == 0.0) continue;
+          if (c.softcap > 0) { // d(c tanh(u / c))/du = 1 - tanh^2
+            double s = 0.0;
+            for (int64_t d = 0; d < D; ++d) s += Q(t, d) * K(j, d);
+            const double th = std::tanh(s * sc / c.softcap);
+            ds *= 1.0 - th * th;
+          }
           for (int64_t d = 0; d < D; ++d) {
             dq[(b * T + t) * sq + h * D + d] += sc * ds * K(j, d);
             dk[(b * T + j) * skv + kh * D + d] += sc * ds * Q(t, d);
@@ -326,7 +352,7 @@ void checkAttention(const AttnCase &c, unsigned seed) {
   attentionGeomRef(c, q, kk, v, dout, outR, lseR, dqR, dkR, dvR);
   const std::string what = "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) +
                            " Hkv=" + std::to_string(c.Hkv) + " D=" + std::to_string(c.D) +
-                           " window=" + std::to_string(c.window);
+                           " window=" + std::to_string(c.window) + " softcap=" + std::to_string(c.softcap);
   // dq and dk are exactly 0 where a row sees one key (window 1, T = 1): rounding noise there is
   // measured against 1, the size of the other gradients.
   EXPECT_LE(worstRel(out, outR, maxAbs(outR)), 1.5e-6) << what;
@@ -350,6 +376,15 @@ TEST(KernelAttentionBlocked, SlidingWindow) {
   checkAttention({2, 192, 2, 2, 16, 64}, 204);
   checkAttention({1, 260, 4, 2, 8, 100}, 205);
   checkAttention({1, 70, 2, 2, 8, 1}, 206); // each row sees only itself
+}
+
+// Soft-capped scores (Gemma 2's attn_logit_softcapping, c tanh(s / c)): a cap that binds (2.0,
+// under scores of up to ~|q||k|/sqrt(D) ~ 4-9 here) and one that hardly does (50, Gemma 2's own),
+// grouped and with a sliding window (Gemma 2's alternate layers).
+TEST(KernelAttentionBlocked, SoftCappedScores) {
+  checkAttention({2, 150, 4, 2, 16, 0, 2.0}, 209);
+  checkAttention({1, 130, 4, 2, 16, 37, 2.0}, 210);
+  checkAttention({1, 70, 2, 1, 32, 0, 50.0}, 211);
 }
 
 // A head size of 128 (LLaMA) and one row.

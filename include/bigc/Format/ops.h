@@ -79,9 +79,12 @@ enum class OpKind {
   // Gemma's gated MLP
   Geglu,
   GegluGrad,
+  // Gemma 2's capped logits: cap * tanh(x / cap), and its gradient from the result
+  Softcap,
+  SoftcapGrad,
 };
 // (the number of ops: keep last)
-constexpr size_t kOpKinds = size_t(OpKind::GegluGrad) + 1;
+constexpr size_t kOpKinds = size_t(OpKind::SoftcapGrad) + 1;
 
 // The dtype an operand must have (format doc, "Dtypes"): ids are I32; statistics (layernorm
 // mean/rstd, attention lse), scalars, AdamW's master weight, moments and optional scalars are
@@ -145,6 +148,7 @@ struct OpDims {
   // rmsnorm(_grad): N rows of C, eps in `value`. rope: x [B,T,H*D] with C = H*D, D = headDim,
   // angle of token t and frequency i: f32(invFreq[i]) * f32(t); `scale` = attention_scaling;
   // `inverse`: the rotation by -angle; `interleaved`: the pairs (x[2i], x[2i+1]), not (x[i], x[i+D/2]).
+  // invFreq.size() * 2 = R <= D: the first R elements of each head rotate, the rest pass through.
   int64_t headDim = 0;
   std::vector<float> invFreq;
   float scale = 1.f;
@@ -152,7 +156,9 @@ struct OpDims {
   // gqa_attention(_grad): q [B,T,H*D], k/v [B,T,Hkv*D], D = headDim; window (0: causal only);
   // `scale` (the softmax scale); tpHeads: q holds tensor rank r's H heads (global head r*H + h)
   // and k/v all Hkv (the engine sets headOffset = r*H); groups = (H * tp) / Hkv heads per kv head.
+  // softcap c > 0: each score s capped as c tanh(s / c) (Gemma 2).
   int64_t Hkv = 0, window = 0, headOffset = 0, group = 1;
+  float softcap = 0.f;
   bool tpHeads = false;
   // send / recv (pipeline stages): the peer stage, the tag; `n` the bytes of the message.
   int64_t peer = -1, tag = -1;

@@ -14,6 +14,7 @@ struct AttentionGeometry {
   int64_t sq = 0, skv = 0, so = 0;
   int64_t group = 1, headOffset = 0, window = 0;
   float scale = 1.f;
+  float softcap = 0.f; // > 0: scores capped as softcap * tanh(score / softcap) (Gemma 2)
   int64_t kvHead(int64_t h) const { return (headOffset + h) / group; }
 };
 

@@ -50,6 +50,9 @@ void geluGrad(const float *x, const float *dy, float *dx, int64_t n, bool exact 
 // SiLU y = x / (1 + exp(-x)); swiglu y = silu(g) * u (LLaMA's MLP).
 void silu(const float *x, float *y, int64_t n);
 void siluGrad(const float *x, const float *dy, float *dx, int64_t n);
+// y = cap * tanh(x / cap) (Gemma 2's logits) and dx = dy * (1 - (y / cap)^2) from y; y may be x, dx dy.
+void softcap(const float *x, float *y, int64_t n, float cap);
+void softcapGrad(const float *y, const float *dy, float *dx, int64_t n, float cap);
 void swiglu(const float *g, const float *u, float *y, int64_t n);
 void swigluGrad(const float *g, const float *u, const float *dy, float *dg, float *du, int64_t n);
 // geglu y = gelu(g) * u (Gemma's MLP), GELU's tanh form or (`exact`) its erf form; y may be g or u.
@@ -71,8 +74,10 @@ void geluGradBias(const float *x, const float *dy, float *dx, float *db, int64_t
 // Rotary embeddings of x [B,T,C] with heads of D columns (docs/frontend.md): token t, frequency
 // i < D/2 rotated by a = f32(invFreq[i]) * f32(t) (by -a when `inverse`), times `scale`. y may be x.
 // `interleaved`: pair i is (x[2i], x[2i+1]) (Meta's llama), else (x[i], x[i+D/2]) (Hugging Face's).
+// `rotary` R (0: D): a partial rotary, the first R elements of each head rotated as a head of R, the
+// other D - R copied (GPT-NeoX's); invFreq holds R/2 values.
 void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq, float scale,
-          bool inverse, bool interleaved = false);
+          bool inverse, bool interleaved = false, int64_t rotary = 0);
 
 // Causal attention on strided rows (attention_geometry.h).
 using AttentionGeometry = rt::AttentionGeometry;

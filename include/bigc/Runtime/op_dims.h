@@ -21,6 +21,7 @@ inline AttentionGeometry attentionGeometry(const OpDims &d) {
   g.B = d.B, g.T = d.T, g.H = d.H, g.D = d.headDim, g.Hkv = d.Hkv;
   g.sq = g.so = d.H * d.headDim, g.skv = d.Hkv * d.headDim;
   g.group = d.group, g.headOffset = d.headOffset, g.window = d.window, g.scale = d.scale;
+  g.softcap = d.softcap;
   return g;
 }
 

@@ -324,6 +324,19 @@ void geluGrad(const float *x, const float *dy, float *dx, int64_t n, bool exact)
 // The LLaMA family: SiLU, SwiGLU, RMSNorm, rotary embeddings (docs/frontend.md). The arithmetic
 // follows PyTorch's (and Hugging Face's) order, so fp32 results agree to rounding.
 
+void softcap(const float *x, float *y, int64_t n, float cap) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = cap * std::tanh(x[i] / cap);
+}
+
+void softcapGrad(const float *y, const float *dy, float *dx, int64_t n, float cap) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float u = y[i] / cap;
+    dx[i] = dy[i] * (1.0f - u * u);
+  }
+}
+
 void silu(const float *x, float *y, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + fastExp(-x[i]));
@@ -472,8 +485,8 @@ void geluGradBias(const float *x, const float *dy, float *dx, float *db, int64_t
 }
 
 void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq, float scale,
-          bool inverse, bool interleaved) {
-  const int64_t half = D / 2, heads = C / D;
+          bool inverse, bool interleaved, int64_t rotary) {
+  const int64_t R = rotary > 0 ? rotary : D, half = R / 2, heads = C / D;
 #pragma omp parallel for schedule(static) if (B * T * C >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {
     float cs[512], sn[512]; // head dims up to 1024
@@ -498,6 +511,8 @@ void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, 
             yr[i2] = x2 * cs[i] - x1 * sn[i];
           }
         }
+        if (yr != xr)
+          for (int64_t i = R; i < D; ++i) yr[i] = xr[i];
       }
   }
 }
@@ -511,12 +526,18 @@ void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, 
 namespace {
 // One block of scores, row-major [rows x cols], rows <= kQueryBlock, cols <= kKeyBlock, with its
 // leading dimension kKeyBlock: S = scale * Q K^T through sgemm (single-threaded inside the parallel
-// region), then the causal and window masks as -inf.
+// region), capped as c tanh(S / c) with a softcap c, then the causal and window masks as -inf.
 void scoreBlock(const AttentionGeometry &g, const float *q, const float *k, int64_t t0, int64_t rows, int64_t j0,
                 int64_t cols, float *S) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(cols),
               static_cast<blasint>(g.D), g.scale, q, static_cast<blasint>(g.sq), k, static_cast<blasint>(g.skv), 0.0f,
               S, static_cast<blasint>(kKeyBlock));
+  if (g.softcap > 0.0f)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        float &s = S[i * kKeyBlock + j];
+        s = g.softcap * std::tanh(s / g.softcap);
+      }
   const float ninf = -std::numeric_limits<float>::infinity();
   const bool causalCut = j0 + cols - 1 > t0;                                // some key after some query
   const bool windowCut = g.window > 0 && j0 < t0 + rows - 1 - g.window + 1; // some key before a window
@@ -604,6 +625,8 @@ void attention(const AttentionGeometry &g, const float *qp, const float *kp, con
 //   D_t = dout_t . out_t
 //   P = exp(scale Q K^T - lse), dV += P^T dO, dP = dO V^T, dS = P (dP - D),
 //   dQ += scale dS K, dK += scale dS^T Q
+// With a softcap c the scores are S = c tanh(scale Q K^T / c) and dS carries their derivative,
+// 1 - (S / c)^2.
 void attentionGrad(const AttentionGeometry &g, const float *dout, const float *qp, const float *kp, const float *vp,
                    const float *out, const float *lse, float *dqp, float *dkp, float *dvp) {
   const int64_t B = g.B, T = g.T, H = g.H, hs = g.D, Hkv = g.Hkv;
@@ -618,6 +641,7 @@ void attentionGrad(const AttentionGeometry &g, const float *dout, const float *q
       const float *kb = kp + b * T * g.skv + kh * hs, *vb = vp + b * T * g.skv + kh * hs;
       float *dkb = dkp + b * T * g.skv + kh * hs, *dvb = dvp + b * T * g.skv + kh * hs;
       float S[kQueryBlock * kKeyBlock], dP[kQueryBlock * kKeyBlock], D[kQueryBlock];
+      float capGrad[kQueryBlock * kKeyBlock]; // softcap: 1 - (S / c)^2 (0 where masked)
       for (int64_t h = 0; h < H; ++h) {
         if (g.kvHead(h) != kh) continue;
         for (int64_t t = 0; t < T; ++t) std::memset(dqp + (b * T + t) * g.sq + h * hs, 0, sizeof(float) * hs);
@@ -632,6 +656,12 @@ void attentionGrad(const AttentionGeometry &g, const float *dout, const float *q
           for (int64_t j0 = firstKey(g, t0); j0 < t0 + rows; j0 += kKeyBlock) {
             const int64_t cols = std::min(t0 + rows, j0 + kKeyBlock) - j0;
             scoreBlock(g, q, kb + j0 * g.skv, t0, rows, j0, cols, S);
+            if (g.softcap > 0.0f)
+              for (int64_t i = 0; i < rows; ++i)
+                for (int64_t j = 0; j < cols; ++j) {
+                  const float s = S[i * kKeyBlock + j], u = s / g.softcap;
+                  capGrad[i * kKeyBlock + j] = std::isinf(s) ? 0.0f : 1.0f - u * u;
+                }
             for (int64_t i = 0; i < rows; ++i) {
               float *Si = S + i * kKeyBlock;
               const float Li = L[i];
@@ -652,6 +682,8 @@ void attentionGrad(const AttentionGeometry &g, const float *dout, const float *q
               const float Di = D[i];
 #pragma omp simd
               for (int64_t j = 0; j < cols; ++j) dPi[j] = g.scale * Si[j] * (dPi[j] - Di);
+              if (g.softcap > 0.0f)
+                for (int64_t j = 0; j < cols; ++j) dPi[j] *= capGrad[i * kKeyBlock + j];
             }
             // dQ += dS K_j; dK_j += dS^T Q
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ib(rows), ib(hs), ib(cols), 1.0f, dP, ib(kKeyBlock),

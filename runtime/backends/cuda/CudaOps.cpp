@@ -53,6 +53,9 @@ std::string at(const BoundOp &op) {
 // on the host stream, its host code (host).
 const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
   const Binder bGqaAttention = [](CudaEngine &, Op &op) {
+    if (op.softcap > 0)
+      throw UserError(at(op) + ": attention with soft-capped scores (softcap " + std::to_string(op.softcap) +
+                      ", Gemma 2's) has no CUDA kernel yet; run this program on the CPU backend (--backend cpu)");
     if (op.headDim > cuda::kGenericAttentionMaxHead)
       throw UserError(at(op) + ": attention head size " + std::to_string(op.headDim) +
                       " exceeds the CUDA backend's limit of " + std::to_string(cuda::kGenericAttentionMaxHead));
@@ -245,6 +248,14 @@ const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
       {OpKind::Silu, [](CudaEngine &, Op &op) {
         op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::silu(o.t, o.in[0], o.out[0], o.n, s); };
       }},
+      {OpKind::Softcap, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::softcap(o.t, o.in[0], o.out[0], o.n, o.value, s); };
+      }},
+      {OpKind::SoftcapGrad, [](CudaEngine &, Op &op) {
+        op.gpu = [](Op &o, cudaStream_t s, void *) {
+          cuda::softcapGrad(o.t, o.in[0], o.in[1], o.out[0], o.n, o.value, s);
+        };
+      }},
       {OpKind::SiluGrad, [](CudaEngine &, Op &op) {
         op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::siluGrad(o.t, o.in[0], o.in[1], o.out[0], o.n, s); };
       }},
@@ -280,12 +291,12 @@ const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
         };
       }},
       {OpKind::Rope, [](CudaEngine &, Op &op) {
-        if (op.headDim / 2 > cuda::kRopeMaxHalf || int64_t(op.invFreq.size()) < op.headDim / 2)
+        if (op.headDim / 2 > cuda::kRopeMaxHalf || op.invFreq.empty() || int64_t(op.invFreq.size()) > op.headDim / 2)
           throw UserError(at(op) + ": rope with head_dim " + std::to_string(op.headDim) +
                           " (the CUDA backend supports up to " + std::to_string(2 * cuda::kRopeMaxHalf) + ")");
         op.gpu = [](Op &o, cudaStream_t s, void *) {
           cuda::rope(o.t, o.in[0], o.out[0], o.B, o.T, o.C, o.headDim, o.invFreq.data(), o.scale, o.inverse, s,
-                     o.interleaved);
+                     o.interleaved, 2 * int64_t(o.invFreq.size()));
         };
       }},
       {OpKind::GqaAttention, bGqaAttention},

@@ -244,6 +244,17 @@ struct SiluGradF { // (x, dy): silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
     return dy * (sg * (1.0f + xi * (1.0f - sg)));
   }
 };
+struct SoftcapF {
+  float cap;
+  __device__ float operator()(float xi, float) const { return cap * tanhf(xi / cap); }
+};
+struct SoftcapGradF { // (y, dy)
+  float cap;
+  __device__ float operator()(float yi, float dy) const {
+    const float u = yi / cap;
+    return dy * (1.0f - u * u);
+  }
+};
 struct SwigluF { // (g, u)
   __device__ float operator()(float g, float u) const { return (g / (1.0f + expf(-g))) * u; }
 };
@@ -712,8 +723,8 @@ struct RopeFreq {
 // One block per token row (b, t): its cos/sin table of D/2 frequencies in shared memory, then every
 // (head, i) pair of the row; each pair is read before it is written by the same thread (in place).
 template <class T>
-__global__ void ropeK(const T *x, T *y, int64_t T_, int64_t C, int half, RopeFreq fr, float scale, bool inverse,
-                      bool interleaved) {
+__global__ void ropeK(const T *x, T *y, int64_t T_, int64_t C, int64_t D, int half, RopeFreq fr, float scale,
+                      bool inverse, bool interleaved) {
   extern __shared__ float tab[]; // cos [half], sin [half]
   const int64_t row = blockIdx.x;
   const float tf = float(row % T_);
@@ -727,12 +738,12 @@ __global__ void ropeK(const T *x, T *y, int64_t T_, int64_t C, int half, RopeFre
   __syncthreads();
   const T *xr = x + row * C;
   T *yr = y + row * C;
-  const int64_t pairs = C / 2;
+  const int64_t heads = C / D, pairs = heads * half;
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
     const int64_t h = p / half;
     const int i = int(p - h * half);
     // pair i of head h: (o, o + half), or (o, o + 1) interleaved (Meta's llama)
-    const int64_t o = h * 2 * half + (interleaved ? 2 * i : i), o2 = o + (interleaved ? 1 : half);
+    const int64_t o = h * D + (interleaved ? 2 * i : i), o2 = o + (interleaved ? 1 : half);
     const float x1 = ld(xr, o), x2 = ld(xr, o2);
     const float c = tab[i], sn = tab[half + i];
     if (!inverse) {
@@ -743,6 +754,12 @@ __global__ void ropeK(const T *x, T *y, int64_t T_, int64_t C, int half, RopeFre
       st(yr, o2, x2 * c - x1 * sn);
     }
   }
+  const int64_t rest = D - 2 * half; // a partial rotary's unrotated elements (GPT-NeoX)
+  if (rest > 0 && xr != yr)
+    for (int64_t e = threadIdx.x; e < heads * rest; e += blockDim.x) {
+      const int64_t h = e / rest, o = h * D + 2 * half + (e - h * rest);
+      yr[o] = xr[o];
+    }
 }
 
 // ---- transpose -----------------------------------------------------------------------------------
@@ -1225,6 +1242,12 @@ void silu(DType t, const void *x, void *y, int64_t n, cudaStream_t s) {
 void siluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s) {
   BIGC_DISPATCH(t, mapAny<T>(x, dy, dx, n, SiluGradF{}, s));
 }
+void softcap(DType t, const void *x, void *y, int64_t n, float cap, cudaStream_t s) {
+  BIGC_DISPATCH(t, mapAny<T>(x, nullptr, y, n, SoftcapF{cap}, s));
+}
+void softcapGrad(DType t, const void *y, const void *dy, void *dx, int64_t n, float cap, cudaStream_t s) {
+  BIGC_DISPATCH(t, mapAny<T>(y, dy, dx, n, SoftcapGradF{cap}, s));
+}
 void swiglu(DType t, const void *g, const void *u, void *y, int64_t n, cudaStream_t s) {
   BIGC_DISPATCH(t, mapAny<T>(g, u, y, n, SwigluF{}, s));
 }
@@ -1348,21 +1371,21 @@ void rmsnormGrad(DType t, const void *dy, const void *x, const void *w, const fl
 }
 
 void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq,
-          float scale, bool inverse, cudaStream_t s, bool interleaved) {
-  const int64_t half = D / 2;
+          float scale, bool inverse, cudaStream_t s, bool interleaved, int64_t rotary) {
+  const int64_t half = (rotary > 0 ? rotary : D) / 2;
   if (B * T <= 0 || C <= 0) return;
-  if (half < 1 || half > kRopeMaxHalf || C % D != 0)
+  if (half < 1 || half > kRopeMaxHalf || C % D != 0 || 2 * half > D)
     throw std::runtime_error("rope: head size " + std::to_string(D) + " of rows of " + std::to_string(C) +
                              " (the CUDA backend takes even head sizes up to " + std::to_string(2 * kRopeMaxHalf) +
                              " dividing the row)");
   RopeFreq fr{};
   for (int64_t i = 0; i < half; ++i) fr.f[i] = invFreq[i];
-  const int64_t pairs = C / 2;
+  const int64_t pairs = C / 2; // threads for the whole row: a partial rotary's copies too
   const int threads = int(std::min<int64_t>(kThreads, std::max<int64_t>(32, (pairs + 31) / 32 * 32)));
   const size_t smem = size_t(2 * half) * 4;
   const unsigned rows = unsigned(B * T);
   const int64_t seq = T;
-  BIGC_DISPATCH(t, ropeK<T><<<rows, threads, smem, s>>>(static_cast<const T *>(x), static_cast<T *>(y), seq, C,
+  BIGC_DISPATCH(t, ropeK<T><<<rows, threads, smem, s>>>(static_cast<const T *>(x), static_cast<T *>(y), seq, C, D,
                                                         int(half), fr, scale, inverse, interleaved));
 }
 

@@ -51,6 +51,9 @@ void geluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaS
 // expressions; outputs may alias one input (swiglu_grad's may not).
 void silu(DType t, const void *x, void *y, int64_t n, cudaStream_t s);
 void siluGrad(DType t, const void *x, const void *dy, void *dx, int64_t n, cudaStream_t s);
+// y = cap * tanh(x / cap); dx = dy * (1 - (y / cap)^2) from y (Gemma 2's logits).
+void softcap(DType t, const void *x, void *y, int64_t n, float cap, cudaStream_t s);
+void softcapGrad(DType t, const void *y, const void *dy, void *dx, int64_t n, float cap, cudaStream_t s);
 void swiglu(DType t, const void *g, const void *u, void *y, int64_t n, cudaStream_t s);
 void swigluGrad(DType t, const void *g, const void *u, const void *dy, void *dg, void *du, int64_t n, cudaStream_t s);
 // geglu y = gelu(g) * u (`exact`: the erf GELU) and its gradient.
@@ -94,8 +97,9 @@ void geluGradBias(DType t, const void *x, const void *dy, void *dx, void *db, in
 // passed by value to the kernel); y may be x.
 constexpr int64_t kRopeMaxHalf = 512;
 // `interleaved`: pair i is (x[2i], x[2i+1]) (Meta's llama), else (x[i], x[i+D/2]).
+// `rotary` R (0: D): the first R elements of each head rotate (invFreq holds R/2), the rest are copied.
 void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq,
-          float scale, bool inverse, cudaStream_t s, bool interleaved = false);
+          float scale, bool inverse, cudaStream_t s, bool interleaved = false, int64_t rotary = 0);
 
 // dst[r, c] = src[r, c] for r < rows, c < cols; pitches in elements of `elemBytes` (2 or 4).
 void copy2d(int elemBytes, const void *src, int64_t srcPitch, void *dst, int64_t dstPitch, int64_t rows, int64_t cols,
