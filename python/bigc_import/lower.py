@@ -441,6 +441,9 @@ class Lowerer:
         self.params = []  # (name, tensor) in declaration order
         self.user_inputs = []
         self.uses_cache = {}
+        # Writes of trained values into constant tensors (a KV cache: cache[:B, 0:T] = k): (the view
+        # written, the value); a read of exactly that view is the value (see fold)
+        self.cache_writes = []
         self.notes = []
         self.pad_noted = set()
 
@@ -604,6 +607,7 @@ class Lowerer:
             "mulrot": "rotary embeddings not of the form q*cos + rotate_half(q)*sin",
             "repeat_kv": "repeat_kv outside attention",
             "repeat_kv_t": "repeat_kv outside attention",
+            "repeat_kv_bthd": "repeat_kv outside attention",
             "scores": "attention scores q @ k^T used other than in softmax(q @ k^T * scale + a causal mask) "
                       "@ v (bigc's attention is that, whole)",
             "probs": "attention probabilities used other than multiplied by the values",
@@ -613,6 +617,10 @@ class Lowerer:
                        "x_re*sin + x_im*cos)",
             "pairrot": "rotary embeddings of interleaved pairs not stacked back (torch.stack([re, im], -1))",
             "pairstack": "rotary embeddings of interleaved pairs not flattened back to the heads",
+            "cpx": "complex numbers other than a rotary embedding's pairs times a table (view_as_complex(x) * "
+                   "freqs_cis, then view_as_real)",
+            "cpxrot": "complex numbers other than a rotary embedding's pairs times a table (view_as_complex(x) * "
+                      "freqs_cis, then view_as_real)",
         }.get(k)
         self.fail_node(p.node, what)
 
@@ -780,6 +788,12 @@ class Lowerer:
                 scalar_of(others[0]) is None and heads_layout(P[0].f["x"]) is not None:
             # a partial rotary's q[..., :R] * cos (GPT-NeoX, Phi): q_rot * cos + rotate_half(q_rot) * sin
             return Pat("mulc", node, shape, x=P[0], c=others[0])
+        if op == "mul" and len(P) == 1 and P[0].kind == "cpx" and len(others) == 1 and \
+                isinstance(others[0], Const) and isinstance(others[0].val, torch.Tensor) and \
+                others[0].val.is_complex():  # the pairs times cos + i sin: a rotation
+            c = others[0]
+            return Pat("cpxrot", node, shape, **dict(P[0].f, cos=Const(c.val.real.contiguous(), c.srcs),
+                                                     sin=Const(c.val.imag.contiguous(), c.srcs)))
         if op == "mul" and len(P) == 1 and P[0].kind == "pair" and len(others) == 1 and \
                 isinstance(others[0], Const) and scalar_of(others[0]) is None:
             return Pat("pairmul", node, shape, **dict(P[0].f, c=others[0]))
@@ -1014,7 +1028,52 @@ class Lowerer:
                 val = target(*a, **k)
         if isinstance(val, (list, tuple)):
             return type(val)(Const(x, srcs) for x in val)
+        if self.cache_writes and isinstance(val, torch.Tensor):
+            written = self._cache_read(node, val)
+            if written is not None:
+                return written
         return Const(val, srcs)
+
+    @staticmethod
+    def _span(t):
+        """The bytes [first, last] a strided view reaches in its storage."""
+        lo = t.storage_offset() * t.element_size()
+        hi = lo + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0) * t.element_size()
+        return t.untyped_storage().data_ptr(), lo, hi
+
+    def _cache_read(self, node, val):
+        """The value a step wrote into a cache, when val is a view of exactly what it wrote (Meta's
+        llama: keys = cache_k[:B, :T] after cache_k[:B, 0:T] = xk); an error when it reads part of
+        it or more; None when it reads none of it."""
+        if val.numel() == 0:
+            return None
+        ptr, lo, hi = self._span(val)
+        for dst, src in reversed(self.cache_writes):
+            dptr, dlo, dhi = self._span(dst)
+            if dptr != ptr or hi < dlo or dhi < lo:
+                continue
+            if tuple(dst.shape) == tuple(val.shape) and dst.stride() == val.stride() and \
+                    dst.storage_offset() == val.storage_offset():
+                return src
+            self.fail_at(node, f"a read of {list(val.shape)} from a tensor this step wrote "
+                               f"{list(dst.shape)} of (a KV cache?): bigc keeps no state between steps, so a "
+                               "step may read back exactly what it wrote (cache[:B, :T] after cache[:B, 0:T] = "
+                               "k, with start_pos 0), nothing older")
+        return None
+
+    def op_copy(self, node, a):
+        """dst.copy_(src) into a constant tensor's view (a KV cache): later reads of that view are src."""
+        dst, src = a["self"], a["src"]
+        if not node.target._schema.name.endswith("_"):  # aten.copy: src's values in dst's shape
+            if is_tensor_value(src) and tuple(dst.shape) == tuple(src.shape):
+                return src
+            self.fail_node(node)
+        if isinstance(dst, Const) and isinstance(dst.val, torch.Tensor) and is_tensor_value(src) and \
+                tuple(dst.val.shape) == tuple(src.shape):
+            self.cache_writes.append((dst.val, src))
+            return src
+        self.fail_node(node, "an in-place copy into a tensor other than a constant's view (a KV cache "
+                             "written by the step)")
 
     def declare_params(self):
         """One Param per parameter tensor: tied parameters (placeholders of one storage) are
@@ -1159,6 +1218,8 @@ class Lowerer:
                     return r
             if x.kind == "repeat_kv" and op == ("t", (0, 1, 3, 2)):  # repeat_kv(k).transpose(2, 3)
                 return Pat("repeat_kv_t", node, out_shape(node), kv=x.f["kv"], n=x.f["n"])
+            if x.kind == "repeat_kv_bthd" and op == ("t", (0, 2, 1, 3)):  # to [B,H,T,D]
+                return Pat("repeat_kv", node, out_shape(node), kv=make_view(x.f["kv"], op), n=x.f["n"])
             self.force_pat(x, node)
         if isinstance(x, Elem):
             x = self.mat(x, node)
@@ -1168,6 +1229,7 @@ class Lowerer:
         return self._view(node, a["self"], ("r", out_shape(node)))
 
     op_reshape = op__unsafe_view = op_view_copy = op_unsqueeze = op_squeeze = op_view
+    op_view_as = op_view  # (fairscale's model-parallel regions of one rank: x.view_as(x))
     op_flatten = op_unflatten = op_view
 
     def op_transpose(self, node, a):
@@ -1216,6 +1278,14 @@ class Lowerer:
             kv = make_view(x, ("r", (s[0], s[1], s[3], s[4])))
             if heads_layout(kv) is not None and heads_layout(kv)[3] == "bhtd":
                 return Pat("repeat_kv", node, tuple(target), kv=kv, n=e[2])
+        # Meta's llama: x [B,T,Hk,D] as x[:, :, :, None, :].expand(B,T,Hk,n,D).reshape(B,T,Hk*n,D),
+        # then .transpose(1, 2) (below, in _view)
+        if len(s) == 5 and s[3] == 1 and len(target) == 4 and e[2] * e[3] == target[2] and \
+                tuple(e[:3]) == tuple(s[:3]) and e[4] == s[4] and tuple(target[:2]) == tuple(s[:2]) and \
+                target[3] == s[4]:
+            kv = make_view(x, ("r", (s[0], s[1], s[2], s[4])))
+            if heads_layout(kv) is not None and heads_layout(kv)[3] == "bthd":
+                return Pat("repeat_kv_bthd", node, tuple(target), kv=kv, n=e[3])
         return None
 
     def op_slice(self, node, a):
@@ -1298,6 +1368,27 @@ class Lowerer:
             H, half = x.shape[2], x.shape[3]
             if tuple(x.shape[:2]) == (B, T) and H * half * 2 == C:
                 return [Pat("pair", node, x.shape[:4], x=x.base, H=H, D=2 * half, part=k) for k in (0, 1)]
+        self.fail_node(node)
+
+    # Meta's llama: the pairs as complex numbers (view_as_complex of a [..., D/2, 2] view), multiplied
+    # by the complex table freqs_cis (torch.polar), view_as_real and flattened back: the same
+    # rotation of interleaved pairs
+    def op_view_as_complex(self, node, a):
+        x = a["self"]
+        if isinstance(x, View) and len(x.shape) == 5 and x.shape[4] == 2 and len(x.base.shape) == 3 and \
+                list(x.chain) == compose_chain(x.base.shape, [("r", x.shape)]):
+            B, T, C = x.base.shape
+            H, half = x.shape[2], x.shape[3]
+            if tuple(x.shape[:2]) == (B, T) and H * half * 2 == C:
+                return Pat("cpx", node, x.shape[:4], x=x.base, H=H, D=2 * half)
+        self.fail_node(node)
+
+    def op_view_as_real(self, node, a):
+        x = a["self"]
+        if isinstance(x, Pat) and x.kind == "cpxrot":
+            return Pat("pairstack", node, out_shape(node), **x.f)
+        if isinstance(x, Pat):
+            self.force_pat(x, node)
         self.fail_node(node)
 
     def op_stack(self, node, a):

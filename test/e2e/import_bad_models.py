@@ -39,9 +39,9 @@ class Cumsum(Base):
 
 
 def apply_rotary_emb(xq, freqs_cis):
-    """Meta's reference llama (model.py): the pairs as complex numbers."""
+    """Meta's reference llama's complex pairs (model.py), squared: not a rotation."""
     xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))  # MARK: complex
-    return torch.view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq)
+    return torch.view_as_real(xq_ * xq_).flatten(3).type_as(xq)
 
 
 class Complex(Base):
@@ -50,6 +50,19 @@ class Complex(Base):
         freqs = torch.polar(torch.ones(T, C // 8), torch.outer(torch.arange(T).float(), torch.ones(C // 8)))
         x = apply_rotary_emb(x, freqs[None, :, None, :])  # MARK: calls complex
         return self.loss(x.reshape(B, T, C), targets)
+
+
+class OldCache(Base):
+    """A KV cache read beyond what the step wrote (decoding from start_pos > 0)."""
+    def __init__(self):
+        super().__init__()
+        self.cache = torch.zeros(B, 2 * T, C)
+
+    def forward(self, idx, targets):
+        x = self.fc(self.wte(idx))
+        self.cache[:, T : 2 * T] = x
+        x = self.cache[:, T - 1 : 2 * T - 1]  # MARK: oldcache
+        return self.loss(x, targets)
 
 
 class Branchy(Base):
@@ -99,6 +112,10 @@ def cumsum():
 
 def complex():
     return Complex(), batch()
+
+
+def oldcache():
+    return OldCache(), batch()
 
 
 def branchy():

@@ -173,3 +173,100 @@ class L2cNet(nn.Module):
 
 def llama2c():
     torch.manual_seed(5); return L2cNet(), batch()
+
+
+# Meta's reference llama/model.py's manner (its file needs fairscale and a GPU; with fairscale
+# installed it imports unmodified through examples/meta_llama.py, measured by hand): rotary
+# embeddings as complex numbers (torch.polar's freqs_cis, view_as_complex of the pairs, a complex
+# product, view_as_real, flatten(3)), a KV cache written by the step and read back
+# (cache_k[:B, 0:T] = xk; keys = cache_k[:B, :T]), repeat_kv by expand in [B,T,Hk,D], the causal
+# mask built by triu of a full -inf matrix and hstack, softmax through float, the forward under
+# @torch.inference_mode() and called through its __wrapped__ (training needs autograd), the caches
+# detached at each step (they outlive it).
+def precompute_freqs_cis(dim, end, theta=10000.0):
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    freqs = torch.outer(torch.arange(end, device=freqs.device), freqs).float()
+    return torch.polar(torch.ones_like(freqs), freqs)
+
+def apply_rotary_emb(xq, xk, freqs_cis):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    shape = [d if i == 1 or i == xq_.ndim - 1 else 1 for i, d in enumerate(xq_.shape)]
+    freqs_cis = freqs_cis.view(*shape)
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+
+def meta_repeat_kv(x, n_rep):
+    bs, slen, n_kv_heads, head_dim = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, :, None, :].expand(bs, slen, n_kv_heads, n_rep, head_dim).reshape(bs, slen, n_kv_heads * n_rep, head_dim)
+
+class MetaAttention(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.wq = nn.Linear(C, H * D, bias=False); s.wk = nn.Linear(C, KV * D, bias=False)
+        s.wv = nn.Linear(C, KV * D, bias=False); s.wo = nn.Linear(H * D, C, bias=False)
+        s.cache_k = torch.zeros((B, BLOCK, KV, D)); s.cache_v = torch.zeros((B, BLOCK, KV, D))
+    def forward(s, x, start_pos, freqs_cis, mask):
+        bsz, seqlen, _ = x.shape
+        xq, xk, xv = s.wq(x), s.wk(x), s.wv(x)
+        xq = xq.view(bsz, seqlen, H, D); xk = xk.view(bsz, seqlen, KV, D); xv = xv.view(bsz, seqlen, KV, D)
+        xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
+        s.cache_k = s.cache_k.to(xq); s.cache_v = s.cache_v.to(xq)
+        s.cache_k[:bsz, start_pos : start_pos + seqlen] = xk
+        s.cache_v[:bsz, start_pos : start_pos + seqlen] = xv
+        keys = s.cache_k[:bsz, : start_pos + seqlen]; values = s.cache_v[:bsz, : start_pos + seqlen]
+        keys = meta_repeat_kv(keys, H // KV); values = meta_repeat_kv(values, H // KV)
+        xq = xq.transpose(1, 2); keys = keys.transpose(1, 2); values = values.transpose(1, 2)
+        scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(D)
+        if mask is not None:
+            scores = scores + mask
+        scores = F.softmax(scores.float(), dim=-1).type_as(xq)
+        output = torch.matmul(scores, values)
+        return s.wo(output.transpose(1, 2).contiguous().view(bsz, seqlen, -1))
+
+class MetaBlock(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.attention = MetaAttention(); s.attention_norm = RMS(C, eps=1e-6); s.ffn_norm = RMS(C, eps=1e-6)
+        s.w1 = nn.Linear(C, 2 * C, bias=False); s.w2 = nn.Linear(2 * C, C, bias=False); s.w3 = nn.Linear(C, 2 * C, bias=False)
+    def forward(s, x, start_pos, freqs_cis, mask):
+        h = x + s.attention(s.attention_norm(x), start_pos, freqs_cis, mask)
+        f = s.ffn_norm(h)
+        return h + s.w2(F.silu(s.w1(f)) * s.w3(f))
+
+class MetaTransformer(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.tok_embeddings = nn.Embedding(V, C); s.layers = nn.ModuleList([MetaBlock() for _ in range(L)])
+        s.norm = RMS(C, eps=1e-6); s.output = nn.Linear(C, V, bias=False)
+        s.freqs_cis = precompute_freqs_cis(D, BLOCK * 2)
+    @torch.inference_mode()
+    def forward(s, tokens, start_pos):
+        _bsz, seqlen = tokens.shape
+        h = s.tok_embeddings(tokens)
+        s.freqs_cis = s.freqs_cis.to(h.device)
+        freqs_cis = s.freqs_cis[start_pos : start_pos + seqlen]
+        mask = None
+        if seqlen > 1:
+            mask = torch.full((seqlen, seqlen), float("-inf"), device=tokens.device)
+            mask = torch.triu(mask, diagonal=1)
+            mask = torch.hstack([torch.zeros((seqlen, start_pos), device=tokens.device), mask]).type_as(h)
+        for layer in s.layers:
+            h = layer(h, start_pos, freqs_cis, mask)
+        h = s.norm(h)
+        return s.output(h).float()
+
+class MetaTrain(nn.Module):  # the wrapper (examples/meta_llama.py's Train)
+    def __init__(s, m):
+        super().__init__(); s.m = m
+    def forward(s, tokens):
+        for layer in s.m.layers:
+            layer.attention.cache_k = layer.attention.cache_k.detach()
+            layer.attention.cache_v = layer.attention.cache_v.detach()
+        return MetaTransformer.forward.__wrapped__(s.m, tokens, 0)
+
+def meta():
+    torch.manual_seed(6); return MetaTrain(MetaTransformer()), batch()

@@ -41,9 +41,10 @@ expect_error() {
 # Unsupported ops: the op and the line of the module that made it.
 expect_error "import_bad_models.py:$(line_of relu): unsupported operation aten.relu \(ReLU activation\)" -- torch "$M:relu"
 expect_error "import_bad_models.py:$(line_of cumsum): unsupported operation aten.cumsum \(cumulative sum\)" -- torch "$M:cumsum"
-# An op made in a function the forward calls (Meta's llama: view_as_complex in apply_rotary_emb):
+# An op made in a function the forward calls (Meta's llama's complex pairs, squared: no rotation):
 # its own line, and the call chain from the forward.
 expect_error "import_bad_models.py:$(line_of complex): unsupported operation aten.view_as_complex \(.*\); called as .*import_bad_models.py:$(line_of 'calls complex') forward -> .*import_bad_models.py:$(line_of complex) apply_rotary_emb;" -- torch "$M:complex"
+expect_error "import_bad_models.py:$(line_of oldcache): a read of \[2, 8, 32\] from a tensor this step wrote \[2, 8, 32\] of \(a KV cache\?\): bigc keeps no state between steps" -- torch "$M:oldcache"
 expect_error "import_bad_models.py:$(line_of dropout): unsupported operation aten.dropout \(dropout with p=0.1 in training mode\)" -- torch "$M:dropout"
 expect_error "import_bad_models.py:$(line_of noncausal): non-causal attention" -- torch "$M:noncausal"
 # torch.export's failure: its first line, where, and the fix.
