@@ -323,6 +323,35 @@ static LogicalResult verifyApproximate(Operation *op, StringRef a) {
 LogicalResult GeluOp::verify() { return verifyApproximate(*this, getApproximate()); }
 LogicalResult GeluGradOp::verify() { return verifyApproximate(*this, getApproximate()); }
 LogicalResult SiluOp::verify() { return success(); }
+// moe(_grad): x [...,C], router [E,C], gate_up [E,2F,C], down [E,C,F], 1 <= top_k <= E.
+static LogicalResult verifyMoe(Operation *op, Value x, Value router, Value gateUp, Value down, int64_t k) {
+  auto xs = shapeOf(x), rs = shapeOf(router), gs = shapeOf(gateUp), ds = shapeOf(down);
+  if (xs.empty()) return op->emitOpError("x must have a last dimension (the width C)");
+  const int64_t C = xs.back();
+  if (rs.size() != 2 || rs[1] != C) return op->emitOpError("router must be [E, ") << C << "], got " << str(rs);
+  const int64_t E = rs[0];
+  if (gs.size() != 3 || gs[0] != E || gs[1] % 2 != 0 || gs[2] != C)
+    return op->emitOpError("gate_up must be [") << E << ", 2F, " << C << "], got " << str(gs);
+  const int64_t F = gs[1] / 2;
+  if (failed(expectShape(op, "down", down, {E, C, F}))) return failure();
+  if (k < 1 || k > E) return op->emitOpError("top_k must be in [1, ") << E << "] (the experts), got " << k;
+  return success();
+}
+LogicalResult MoeOp::verify() {
+  if (failed(verifyMoe(*this, getX(), getRouter(), getGateUp(), getDown(), getTopK()))) return failure();
+  return expectShape(*this, "result y", getY(), shapeOf(getX()));
+}
+LogicalResult MoeGradOp::verify() {
+  if (failed(verifyMoe(*this, getX(), getRouter(), getGateUp(), getDown(), getTopK()))) return failure();
+  if (failed(expectShape(*this, "dy", getDy(), shapeOf(getX()))) ||
+      failed(expectShape(*this, "result dx", getDx(), shapeOf(getX()))) ||
+      failed(expectShape(*this, "result drouter", getDrouter(), shapeOf(getRouter()))) ||
+      failed(expectShape(*this, "result dgate_up", getDgateUp(), shapeOf(getGateUp()))) ||
+      failed(expectShape(*this, "result ddown", getDdown(), shapeOf(getDown()))))
+    return failure();
+  return success();
+}
+
 static LogicalResult verifyCap(Operation *op, double cap) {
   if (!(cap > 0.0) || !std::isfinite(cap)) return op->emitOpError("cap must be a finite number > 0, got ") << cap;
   return success();
@@ -815,6 +844,16 @@ LogicalResult GeluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, S
 LogicalResult SiluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   Value dx = b.create<SiluGradOp>(getLoc(), getX().getType(), getX(), resultGrads[0]);
   operandGrads.assign({dx});
+  return success();
+}
+
+LogicalResult MoeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
+  // Everything of the forward is recomputed from its inputs (the routing and the experts'
+  // activations): nothing but x and the weights is kept for the backward.
+  auto g = b.create<MoeGradOp>(
+      getLoc(), TypeRange{getX().getType(), getRouter().getType(), getGateUp().getType(), getDown().getType()},
+      resultGrads[0], getX(), getRouter(), getGateUp(), getDown(), getTopKAttr(), getNormalizeAttr());
+  operandGrads.assign({g.getDx(), g.getDrouter(), g.getDgateUp(), g.getDdown()});
   return success();
 }
 

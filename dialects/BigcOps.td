@@ -425,6 +425,37 @@ def Bigc_SiluGradOp : Bigc_ComputeOp<"silu_grad", [SameOperandsAndResultType]> {
   let results = (outs Bigc_FloatTensor:$dx);
 }
 
+def Bigc_MoeOp : Bigc_DiffOp<"moe"> {
+  let summary = "a mixture of experts: a top-k router over SwiGLU experts (Mixtral's block)";
+  let description = [{
+    x `[...,C]` (N tokens), router `[E,C]`, gate_up `[E,2F,C]`, down `[E,C,F]`
+    → y (shape of x). Per token: p = softmax(x router^T) over the E experts
+    (f32), its `top_k` largest (the lower index first on a tie), w those
+    probabilities (divided by their sum with `normalize`: Mixtral's; Qwen-MoE
+    without); y = sum over the chosen e of w_e down_e (silu(g) * u), with
+    [g; u] = gate_up_e x (the first F rows the gate). One rank holds every
+    expert (no expert parallelism yet). The router's auxiliary
+    load-balancing loss is not part of it.
+    ```mlir
+    %y = bigc.moe %x, %r, %gu, %d {top_k = 2 : i64, normalize}
+        : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>)
+       -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$x, Bigc_FloatTensor:$router, Bigc_FloatTensor:$gate_up,
+                       Bigc_FloatTensor:$down, I64Attr:$top_k, UnitAttr:$normalize);
+  let results = (outs Bigc_FloatTensor:$y);
+}
+
+def Bigc_MoeGradOp : Bigc_ComputeOp<"moe_grad"> {
+  let summary = "gradients of moe: (dy, x, router, gate_up, down) -> (dx, drouter, dgate_up, ddown)";
+  let arguments = (ins Bigc_FloatTensor:$dy, Bigc_FloatTensor:$x, Bigc_FloatTensor:$router,
+                       Bigc_FloatTensor:$gate_up, Bigc_FloatTensor:$down, I64Attr:$top_k,
+                       UnitAttr:$normalize);
+  let results = (outs Bigc_FloatTensor:$dx, Bigc_FloatTensor:$drouter, Bigc_FloatTensor:$dgate_up,
+                      Bigc_FloatTensor:$ddown);
+}
+
 def Bigc_SoftcapOp : Bigc_DiffOp<"softcap", [SameOperandsAndResultType]> {
   let summary = "y = cap * tanh(x / cap) (Gemma 2's final_logit_softcapping)";
   let arguments = (ins Bigc_FloatTensor:$x, F64Attr:$cap);

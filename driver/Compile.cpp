@@ -120,6 +120,15 @@ mlir::LogicalResult checkInterface(mlir::ModuleOp module) {
         !nlohmann::json::parse(str.getValue().str()).is_object())
       return module.emitError("bigc.hf_config must be a string holding a JSON object (a Hugging Face config.json)");
   }
+  if (mlir::Attribute a = module->getAttr("bigc.weights_names")) { // {"weight" = "its name in bigc.weights"}
+    auto dict = llvm::dyn_cast<mlir::DictionaryAttr>(a);
+    if (!dict) return module.emitError("bigc.weights_names must be a dictionary {\"weight\" = \"name in the file\"}");
+    for (mlir::NamedAttribute e : dict)
+      if (!module.lookupSymbol<mlir::bigc::ParamOp>(e.getName().getValue()) ||
+          !llvm::isa<mlir::StringAttr>(e.getValue()))
+        return module.emitError("bigc.weights_names: '")
+               << e.getName().getValue() << "' must be a bigc.param of the model with a name (a string)";
+  }
   if (mlir::Attribute a = module->getAttr("bigc.hf_prefix"); a && !llvm::isa<mlir::StringAttr>(a))
     return module.emitError("bigc.hf_prefix must be a string");
   return mlir::success();
@@ -160,6 +169,15 @@ void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
       if (auto list = llvm::dyn_cast<mlir::ArrayAttr>(e.getValue()))
         for (mlir::Attribute x : list)
           if (auto s = llvm::dyn_cast<mlir::StringAttr>(x)) namesOf[e.getName().str()].push_back(s.str());
+  // ... and its name in the file where that differs (bigc.weights_names: a checkpoint without the
+  // base model's prefix, referred to as it is)
+  o.initialNames.clear();
+  if (auto d = module->getAttrOfType<mlir::DictionaryAttr>("bigc.weights_names"))
+    for (mlir::NamedAttribute e : d)
+      if (auto s = llvm::dyn_cast<mlir::StringAttr>(e.getValue())) {
+        namesOf[e.getName().str()].push_back(s.str());
+        o.initialNames[e.getName().str()] = s.str();
+      }
   using format::shapeStr;
   const std::string &where = h.path;
   std::set<std::string> known;

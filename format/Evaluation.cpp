@@ -29,7 +29,7 @@ Program evaluationProgram(const Program &p) {
   v.nvmeCapacityBytes = p.nvmeCapacityBytes, v.nvmePath = p.nvmePath;
   v.deviceReserveBytes = p.deviceReserveBytes, v.hostReserveBytes = p.hostReserveBytes;
   v.deviceReserveParts = p.deviceReserveParts;
-  v.initialWeights = p.initialWeights, v.initialWeightsBytes = p.initialWeightsBytes;
+  v.initialWeights = p.initialWeights, v.initialWeightsBytes = p.initialWeightsBytes, v.initialNames = p.initialNames;
   v.aliases = p.aliases, v.hfConfig = p.hfConfig, v.hfPrefix = p.hfPrefix;
   for (const Space &s : p.spaces) {
     Space t = s;

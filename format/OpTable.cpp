@@ -21,7 +21,7 @@ const std::vector<OpDef> &opDefs() {
     std::vector<OpDef> byKind(kOpKinds);
     std::vector<char> seen(kOpKinds, 0);
     for (auto family : {ops::denseOps, ops::elementwiseOps, ops::normOps, ops::attentionOps, ops::layoutOps,
-                        ops::lossOps, ops::optimizerOps, ops::communicationOps})
+                        ops::lossOps, ops::optimizerOps, ops::communicationOps, ops::moeOps})
       for (OpDef &d : family()) {
         const size_t k = size_t(d.kind);
         if (k >= kOpKinds || seen[k]) internal(std::string("op '") + d.name + "' declared twice or out of range");

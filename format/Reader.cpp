@@ -208,6 +208,13 @@ Program fromJson(const json &root, const std::string &path, bool top) {
     const json &w = r.object(root, "initial_weights", "payload");
     p.initialWeights = r.string(w, "path", "initial_weights");
     p.initialWeightsBytes = r.integerOr(w, "bytes", "initial_weights", 0);
+    if (w.contains("names")) {
+      const json &names = r.object(w, "names", "initial_weights");
+      for (auto it = names.begin(); it != names.end(); ++it) {
+        if (!it.value().is_string()) fail(path, "initial_weights.names." + it.key() + ": expected a name");
+        p.initialNames[it.key()] = it.value().get<std::string>();
+      }
+    }
   }
 
   if (root.contains("nvme")) p.nvmePath = r.string(r.object(root, "nvme", "payload"), "path", "nvme");

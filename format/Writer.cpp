@@ -58,8 +58,10 @@ json payloadJson(const Program &p) {
                                      {"min_lr", s.minLr}};
   }
   root["hardware"] = json(hardwareJson(p));
-  if (!p.initialWeights.empty())
+  if (!p.initialWeights.empty()) {
     root["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
+    if (!p.initialNames.empty()) root["initial_weights"]["names"] = p.initialNames;
+  }
   if (!p.aliases.empty()) root["aliases"] = p.aliases;
   if (!p.hfConfig.empty()) root["hf"] = {{"config", json::parse(p.hfConfig)}, {"prefix", p.hfPrefix}};
   if (!p.nvmePath.empty()) root["nvme"] = {{"path", p.nvmePath}};

@@ -63,6 +63,7 @@ std::vector<OpDef> denseOps();
 std::vector<OpDef> elementwiseOps();
 std::vector<OpDef> normOps();
 std::vector<OpDef> attentionOps();
+std::vector<OpDef> moeOps();
 std::vector<OpDef> layoutOps();
 std::vector<OpDef> lossOps();
 std::vector<OpDef> optimizerOps();

@@ -254,6 +254,9 @@ def build_hf(config_path, batch, seq, weights_path, notes):
     except Exception as e:
         raise UserError(f"{config_path}: transformers cannot build the model ({first_line(e)})")
     inits, buffers = hf_inits(model, notes, drawn=not weights_path)
+    if family in ("mixtral", "qwen2_moe"):  # its experts route with data-dependent shapes: the block as one op
+        from . import moe
+        moe.patch(model)
     hf = HfModel(inits, {WRAPPER_PREFIX + k: v for k, v in buffers.items()})
     if weights_path:
         hf.ckpt = W.Checkpoint(weights_path)

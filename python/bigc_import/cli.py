@@ -34,16 +34,16 @@ error (please report it).
 
 HF_HELP = """\
 A Hugging Face causal LM from its config.json: the families llama, mistral, qwen2, gpt2, gemma,
-gemma2, olmo, olmo2, phi3 and gpt_neox (chosen by model_type, else architectures). The model is built by transformers
+gemma2, olmo, olmo2, phi3, gpt_neox, mixtral and qwen2_moe (chosen by model_type, else architectures). The model is built by transformers
 (AutoModelForCausalLM.from_config, attn_implementation="sdpa", fp32) on the meta device: shapes
 without storage, so a 70B config imports in seconds and little memory. Without --weights, each
 parameter's initialisation is the one transformers' own init gives it (normal with the config's
 initializer_range, GPT-2's scaled projections, ones or zeros for norms, zeros for biases), drawn
 by `bigc run` with its --seed. With --weights (a safetensors file or a sharded checkpoint's
 index), names, shapes and dtypes are checked from the headers and the MLIR names the checkpoint
-as it is (bigc run reads it, widening 16-bit floats exactly); a checkpoint named otherwise (GPT-2's
-without "transformer.") is copied into model.safetensors beside the MLIR under the model's names
-(the same bytes, copied by the kernel). The
+as it is (bigc run reads it, widening 16-bit floats exactly), also when it names the weights
+otherwise (GPT-2's own, without "transformer.": the file's names go into bigc.weights_names); an
+F64 checkpoint is copied beside the MLIR in F32 under the model's names. The
 loss is the mean cross-entropy of the logits against the targets, over B x T positions; dropout
 is set to 0 (bigc has no dropout). LLaMA-family models map to bigc.rmsnorm, bigc.rope (inv_freq
 from the model), bigc.gqa_attention (Mistral's sliding window included) and bigc.swiglu; Gemma's
@@ -75,7 +75,7 @@ class Parser(argparse.ArgumentParser):
 def parser():
     p = Parser(prog=PROG, description=MAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", metavar="{hf,torch}")
-    h = sub.add_parser("hf", help="a Hugging Face causal-LM config (llama, mistral, qwen2, gpt2, gemma, gemma2, olmo, olmo2, phi3, gpt_neox)",
+    h = sub.add_parser("hf", help="a Hugging Face causal-LM config (llama, mistral, qwen2, gpt2, gemma, gemma2, olmo, olmo2, phi3, gpt_neox, mixtral, qwen2_moe)",
                        description=HF_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     h.add_argument("config", metavar="CONFIG.json", help="the model's config.json")
     h.add_argument("--batch", type=int, default=1, metavar="B",
@@ -144,7 +144,7 @@ def hf_config_of(path):
     return cfg
 
 
-def module_attrs(module, params, hf_config):
+def module_attrs(module, params, hf_config, stored=None):
     """The module attributes that carry what bigc needs to write the model back as its authors'
     tools read it: `bigc.aliases` (a tied parameter's other names: the module's state_dict holds
     every name, Hugging Face's save_pretrained the input embedding's) and `bigc.hf_config` (an
@@ -165,6 +165,8 @@ def module_attrs(module, params, hf_config):
             f"{quote(k)} = [{', '.join(quote(a) for a in v)}]" for k, v in sorted(aliases.items())) + "}"
     if hf_config is not None:
         out["bigc.hf_config"] = quote(json.dumps(hf_config, sort_keys=True))
+    if stored:  # a checkpoint referred to as it is, under other names (GPT-2's own: no prefix)
+        out["bigc.weights_names"] = "{" + ", ".join(f"{quote(k)} = {quote(v)}" for k, v in sorted(stored.items())) + "}"
     return out
 
 
@@ -284,17 +286,20 @@ def _run(args, out, weights_name, weights_path):
         lw.b.param(name, t.shape, hf.inits[name] if hf else weights.init_of(t))
         nparams += t.numel()
     # The initial weights: the module's own, written beside the model (bigc import torch); a
-    # checkpoint's (--weights), referred to where it is when bigc run can read it as it is, else
-    # copied beside the model under its names (the same bytes); none for a config alone (bigc run draws
-    # them, seeded, by the family's rules: the params' init).
+    # checkpoint's (--weights), referred to where it is when bigc run can read it as it is (under
+    # other names too: bigc.weights_names), else (F64) copied beside the model in F32 under its names;
+    # none for a config alone (bigc run draws them, seeded, by the family's rules: the params' init).
     files = []
     refer = None
+    stored = None
     if hf is None:
         files.append((weights_path, lambda f: weights.write_safetensors(f, lw.params)))
         weights_note = f"initial weights in {weights_name}"
     elif hf.ckpt is not None and weights.refers_in_place(hf.ckpt, hf.names, [n for n, _ in lw.params]):
         refer = os.path.abspath(args.weights)
-        weights_name, weights_note = refer, f"initial weights: {refer} (read by bigc run as it is)"
+        stored = weights.stored_names(hf.names, [n for n, _ in lw.params])
+        weights_name, weights_note = refer, f"initial weights: {refer} (read by bigc run as it is" + (
+            f"; {len(stored)} under other names there: bigc.weights_names)" if stored else ")")
     elif hf.ckpt is not None:
         items = [(n, hf.names[n], tuple(t.shape)) for n, t in lw.params]
         files.append((weights_path, lambda f: weights.write_from_checkpoint(f, hf.ckpt, items)))
@@ -307,7 +312,7 @@ def _run(args, out, weights_name, weights_path):
               f"parameters: {nparams:,} ({len(lw.params)} tensors), {weights_note}",
               "Names and shapes: the module's own (linear weights [out, in] with transpose_b)."]
     text = lw.b.text([("%tokens", f"tensor<{B}x{T}xi32>"), ("%targets", f"tensor<{B}x{T}xi32>")],
-                     loss.ssa, header, weights_name, module_attrs(wrapper.m, lw.params, hf_config))
+                     loss.ssa, header, weights_name, module_attrs(wrapper.m, lw.params, hf_config, stored))
     files.append((out, lambda f: f.write(text.encode())))
     try:
         write_atomically(files)

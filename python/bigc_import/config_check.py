@@ -41,6 +41,11 @@ FIELDS = {
     "olmo": _LLAMA,
     "olmo2": _LLAMA,
     "phi3": _LLAMA,
+    "mixtral": dict(_LLAMA, num_local_experts="size", num_experts_per_tok="size", router_jitter_noise="nonneg",
+                    router_aux_loss_coef="nonneg"),
+    "qwen2_moe": dict(_LLAMA, num_experts="size", num_experts_per_tok="size", moe_intermediate_size="size",
+                      shared_expert_intermediate_size="size", decoder_sparse_step="size",
+                      router_aux_loss_coef="nonneg"),
     "gpt_neox": {
         "vocab_size": "size",
         "hidden_size": "size",
@@ -121,6 +126,20 @@ def check_config(cfg, family, path):
             raise UserError(f"{path}: \"n_head\" {heads} does not divide \"n_embd\" {width} (the "
                             "head size is n_embd / n_head)")
         return
+    if family in ("mixtral", "qwen2_moe"):
+        experts = "num_local_experts" if family == "mixtral" else "num_experts"
+        E, k = g(experts, 8 if family == "mixtral" else 60), g("num_experts_per_tok", 2 if family == "mixtral" else 4)
+        if _is_int(E) and _is_int(k) and k > E:
+            raise UserError(f"{path}: \"num_experts_per_tok\" {k} exceeds \"{experts}\" {E}")
+        if g("router_jitter_noise", 0):
+            raise UserError(f"{path}: \"router_jitter_noise\" is {_show(g('router_jitter_noise'))}: the router's "
+                            "random jitter in training is not supported (bigc's steps are deterministic); set it to 0")
+        if g("output_router_logits", False):
+            raise UserError(f"{path}: \"output_router_logits\" is true: the router's auxiliary load-balancing "
+                            "loss is not supported yet (bigc trains the cross-entropy alone); set it to false")
+        if g("hidden_act", "silu") != "silu":
+            raise UserError(f"{path}: \"hidden_act\" is {_show(g('hidden_act'))}: bigc.moe's experts are SwiGLU "
+                            "(silu)")
     width, heads, kv, hd = (g("hidden_size"), g("num_attention_heads"),
                             g("num_key_value_heads"), g("head_dim"))
     rp = g("rope_parameters") if isinstance(g("rope_parameters"), dict) else {}

@@ -704,6 +704,16 @@ class Lowerer:
                 else:
                     bt = self.scale(bt, -1.0, node)
             return self.emit("bias_add", [bt, st], [shape])[0]
+        if op == "mul" and len(vals) == 2 and all(not isinstance(v, float) for v in vals) and len(shape) >= 2:
+            # a column times rows (Qwen-MoE's gate [N, 1] times its shared expert [N, C]): the column
+            # spread over the C columns by a product with a row of ones
+            a, b = vals
+            col, full = (a, b) if tuple(b.shape) == tuple(shape) else (b, a)
+            if tuple(full.shape) == tuple(shape) and tuple(col.shape) == tuple(shape[:-1]) + (1,):
+                ct = self.mat(col, node)
+                ones = self.fill(1.0, (1, shape[-1]), node)
+                spread = self.emit("matmul", [ct, ones], [tuple(shape)], node=node)[0]
+                return self.emit("mul", [spread, self.mat(full, node)], [tuple(shape)], node=node)[0]
         self.fail_node(node, f"broadcasting {op}: bigc's {op} takes equal shapes"
                        if op in ("mul", "div", "add", "sub") else None)
 
@@ -719,6 +729,14 @@ class Lowerer:
             return ts[0]
         if m.op == "scale":
             return self.scale(ts[0], m.attrs["factor"], node)
+        if m.op == "sigmoid":  # 0.5 + 0.5 tanh(x / 2)
+            t = self.emit("softcap", [self.scale(ts[0], 0.5, node)], [ts[0].shape], {"cap": Attr.f64(1.0)},
+                          node=node)[0]
+            t = self.scale(t, 0.5, node)
+            half = self.fill(0.5, (t.shape[-1],) if t.shape else (), node)
+            if not t.shape:
+                return self.emit("add", [t, half], [t.shape], node=node)[0]
+            return self.emit("bias_add", [t, half], [t.shape], node=node)[0]
         if m.op == "softcap":
             x = ts[0] if abs(m.attrs["prescale"] - 1.0) <= 1e-12 else self.scale(ts[0], m.attrs["prescale"], node)
             return self.emit("softcap", [x], [x.shape], {"cap": Attr.f64(m.attrs["cap"])}, node=node)[0]
@@ -1230,6 +1248,18 @@ class Lowerer:
 
     op_reshape = op__unsafe_view = op_view_copy = op_unsqueeze = op_squeeze = op_view
     op_view_as = op_view  # (fairscale's model-parallel regions of one rank: x.view_as(x))
+
+    def op_moe(self, node, a):
+        """torch.ops.bigc.moe (moe.py: a Hugging Face MoE block captured whole) as bigc.moe."""
+        x, ws = a["x"], [a["router"], a["gate_up"], a["down"]]
+        if not all(isinstance(w, Param) for w in ws):
+            self.fail_node(node, "a mixture of experts whose weights are not parameters")
+        xt = self.mat(x, node)
+        ts = [self.mat(w, node) for w in ws]
+        attrs = {"top_k": Attr.i64(int(a["top_k"]))}
+        if a["normalize"]:
+            attrs["normalize"] = Attr.UNIT
+        return self.emit("moe", [xt] + ts, [xt.shape], attrs, node=node)[0]
     op_flatten = op_unflatten = op_view
 
     def op_transpose(self, node, a):

@@ -21,6 +21,8 @@ FAMILIES = {
     "phi3": "Phi3ForCausalLM",
     "gpt_neox": "GPTNeoXForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
 }
 
 

@@ -8,6 +8,7 @@ expression alone, whether it is one of bigc's fused elementwise ops:
 * ``gelu`` in its tanh form and in its erf form (``approximate = "none"``),
 * ``silu``, ``swiglu`` (silu(gate) * up) and ``geglu`` (gelu(gate) * up, either GELU),
 * ``softcap`` (c * tanh(x / c), Gemma 2's capped logits; c * tanh(a x) as softcap of a scaled x),
+* ``sigmoid`` alone (lowered as 0.5 + 0.5 tanh(x / 2): softcap 1 between scales; Qwen-MoE's gate),
 
 whatever way a model writes them: ``F.gelu``, nanoGPT's ``0.5 * x * (1 + tanh(...))``,
 ``x * sigmoid(x)``, ``x / (1 + exp(-x))``, factors in any order. Each expression is brought to a
@@ -174,7 +175,11 @@ def _gelu_none(x):
     return _T("mul", [_T("mul", [0.5, x]), _T("add", [1.0, _T("erf", [_T("div", [x, math.sqrt(2.0)])])])])
 
 
-TEMPLATES = {"silu": _silu, "gelu_tanh": _gelu_tanh, "gelu_none": _gelu_none}
+def _sigmoid(x):
+    return _T("sigmoid", [x])
+
+
+TEMPLATES = {"silu": _silu, "gelu_tanh": _gelu_tanh, "gelu_none": _gelu_none, "sigmoid": _sigmoid}
 
 
 class Match:
@@ -235,7 +240,7 @@ def recognise(en, variables, var_key=id):
         if cap is not None:
             return Match("softcap", [v], cap=cap[0], prescale=cap[1])
         for op, name, attrs in (("gelu_tanh", "gelu", {}), ("gelu_none", "gelu", {"approximate": "none"}),
-                                ("silu", "silu", {})):
+                                ("silu", "silu", {}), ("sigmoid", "sigmoid", {})):
             if p.close(_canon_of(TEMPLATES[op](x))):
                 return Match(name, [v], **attrs)
         return None

@@ -146,15 +146,21 @@ _FLOAT_DTYPES = {"F32", "BF16", "F16", "F64"}
 
 def refers_in_place(ckpt, names, kept):
     """True when bigc can start from the checkpoint as it is (bigc run reads safetensors and
-    Hugging Face indexes, widening 16-bit floats): every parameter kept (`kept`, the names of the
-    MLIR's bigc.param) is there under its own name or a tied one's, in F32, BF16 or F16, and the
-    checkpoint holds nothing else but the buffers bigc run passes over."""
+    Hugging Face indexes, widening 16-bit floats; bigc.weights_names gives a weight's name in the
+    file where it differs: a checkpoint without the base model's prefix, GPT-2's own): every
+    parameter kept (`kept`, the names of the MLIR's bigc.param) is there, in F32, BF16 or F16, and
+    the checkpoint holds nothing else but the buffers bigc run passes over."""
     for n in kept:
-        k = names[n]
-        if names.get(k) != k or ckpt.dtype(k) == "F64":  # (under a model name, not a prefixed one)
+        if ckpt.dtype(names[n]) == "F64":
             return False
     found = set(names.values())
     return all(k in found or k.endswith(_BUFFER_SUFFIXES) for k in ckpt.names())
+
+
+def stored_names(names, kept):
+    """{kept parameter: its name in the checkpoint} where the two differ (bigc.weights_names),
+    except a tied parameter's other name that bigc.aliases already gives."""
+    return {n: names[n] for n in kept if names[n] != n and names.get(names[n]) != names[n]}
 
 
 def write_from_checkpoint(f, ckpt, items, progress=None):

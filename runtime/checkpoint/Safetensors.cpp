@@ -335,6 +335,8 @@ matchWeights(const Engine &ex, const std::vector<const Tensor *> &tensors, const
   for (const Buffer *b : weights)
     if (auto al = prog.aliases.find(b->name); al != prog.aliases.end())
       for (const std::string &a : al->second) add(a, b);
+  for (const Buffer *b : weights) // its name in the initial weights file (a checkpoint without the prefix)
+    if (auto st = prog.initialNames.find(b->name); st != prog.initialNames.end()) nameOf.emplace(st->second, b);
   std::map<const Buffer *, const Tensor *> got;
   for (const Tensor *t : tensors) {
     auto it = nameOf.find(t->name);

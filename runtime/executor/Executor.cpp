@@ -399,6 +399,14 @@ const KernelTable<Executor::Kernel> &Executor::kernels() {
       {OpKind::Silu, [](Executor &e, Op &op) {
         cpu::silu(fi(op, 0), fo(op, 0), op.n);
       }},
+      {OpKind::Moe, [](Executor &e, Op &op) {
+         cpu::moe(fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fo(op, 0), op.N, op.C, op.experts, op.ffn, op.topK,
+                  op.normalize);
+       }},
+      {OpKind::MoeGrad, [](Executor &e, Op &op) {
+         cpu::moeGrad(fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fi(op, 4), fo(op, 0), fo(op, 1), fo(op, 2), fo(op, 3),
+                      op.N, op.C, op.experts, op.ffn, op.topK, op.normalize);
+       }},
       {OpKind::Softcap, [](Executor &e, Op &op) { cpu::softcap(fi(op, 0), fo(op, 0), op.n, op.value); }},
       {OpKind::SoftcapGrad, [](Executor &e, Op &op) { cpu::softcapGrad(fi(op, 0), fi(op, 1), fo(op, 0), op.n, op.value); }},
       {OpKind::SiluGrad, [](Executor &e, Op &op) {

@@ -773,3 +773,19 @@ func.func @f(%q: tensor<2x3x8xf32>, %kv: tensor<2x3x4xf32>) {
   %o, %l = bigc.gqa_attention %q, %kv, %kv {heads = 2 : i64, kv_heads = 1 : i64, softcap = -1.0 : f64} : (tensor<2x3x8xf32>, tensor<2x3x4xf32>, tensor<2x3x4xf32>) -> (tensor<2x3x8xf32>, tensor<2x2x3xf32>)
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<2x3x8xf32>, %r: tensor<4x8xf32>, %gu: tensor<4x10x8xf32>, %d: tensor<4x8x5xf32>) {
+  // expected-error@+1 {{top_k must be in [1, 4] (the experts), got 5}}
+  %y = bigc.moe %x, %r, %gu, %d {top_k = 5 : i64} : (tensor<2x3x8xf32>, tensor<4x8xf32>, tensor<4x10x8xf32>, tensor<4x8x5xf32>) -> tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x3x8xf32>, %r: tensor<4x8xf32>, %gu: tensor<4x10x8xf32>, %d: tensor<4x8x4xf32>) {
+  // expected-error@+1 {{down must have shape [4,8,5], got [4,8,4]}}
+  %y = bigc.moe %x, %r, %gu, %d {top_k = 2 : i64} : (tensor<2x3x8xf32>, tensor<4x8xf32>, tensor<4x10x8xf32>, tensor<4x8x4xf32>) -> tensor<2x3x8xf32>
+  return
+}

@@ -170,3 +170,13 @@ func.func @softcaps(%q: tensor<2x3x8xf32>, %kv: tensor<2x3x4xf32>) -> tensor<2x3
   %d = bigc.softcap_grad %y, %o {cap = 30.0 : f64} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
   return %d : tensor<2x3x8xf32>
 }
+
+// A mixture of experts (Mixtral's block) and its gradient.
+// CHECK-LABEL: func.func @experts
+func.func @experts(%x: tensor<2x3x8xf32>, %r: tensor<4x8xf32>, %gu: tensor<4x10x8xf32>, %d: tensor<4x8x5xf32>) -> tensor<2x3x8xf32> {
+  // CHECK: bigc.moe %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {normalize, top_k = 2 : i64}
+  %y = bigc.moe %x, %r, %gu, %d {top_k = 2 : i64, normalize} : (tensor<2x3x8xf32>, tensor<4x8xf32>, tensor<4x10x8xf32>, tensor<4x8x5xf32>) -> tensor<2x3x8xf32>
+  // CHECK: bigc.moe_grad
+  %dx, %dr, %dgu, %dd = bigc.moe_grad %y, %x, %r, %gu, %d {top_k = 2 : i64} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<4x8xf32>, tensor<4x10x8xf32>, tensor<4x8x5xf32>) -> (tensor<2x3x8xf32>, tensor<4x8xf32>, tensor<4x10x8xf32>, tensor<4x8x5xf32>)
+  return %dx : tensor<2x3x8xf32>
+}

@@ -69,11 +69,20 @@ json.dump({"model_type": "phi3", "hidden_size": 32, "num_attention_heads": 4, "p
           open(f"{d}/phi4mini.json", "w"))
 json.dump({"model_type": "gpt_neox", "hidden_size": 32, "num_attention_heads": 4, "rotary_pct": 1.5},
           open(f"{d}/neox.json", "w"))
+json.dump({"model_type": "mixtral", "hidden_size": 32, "num_attention_heads": 4, "router_jitter_noise": 0.1},
+          open(f"{d}/jitter.json", "w"))
+json.dump({"model_type": "mixtral", "hidden_size": 32, "num_attention_heads": 4, "output_router_logits": True},
+          open(f"{d}/auxloss.json", "w"))
+json.dump({"model_type": "qwen2_moe", "hidden_size": 32, "num_attention_heads": 4, "num_experts": 4,
+           "num_experts_per_tok": 6}, open(f"{d}/topk.json", "w"))
 open(f"{d}/broken.json", "w").write("{ not json")
 PY
-expect_error "model_type 'bloom' \(BloomForCausalLM\) is not supported; supported families: llama, mistral, qwen2, gpt2, gemma, olmo, olmo2, phi3, gpt_neox, gemma2" -- hf "$d/bloom.json"
+expect_error "model_type 'bloom' \(BloomForCausalLM\) is not supported; supported families: llama, mistral, qwen2, gpt2, gemma, olmo, olmo2, phi3, gpt_neox, gemma2, mixtral, qwen2_moe" -- hf "$d/bloom.json"
 expect_error "phi4mini.json: \"partial_rotary_factor\" 0.1 of a head of 8 rotates 0 elements; rotary embeddings rotate pairs, so that must be even and at least 2" -- hf "$d/phi4mini.json"
 expect_error "neox.json: \"rotary_pct\" is 1.5; it must be a number in \(0, 1\]" -- hf "$d/neox.json"
+expect_error "jitter.json: \"router_jitter_noise\" is 0.1: the router's random jitter in training is not supported" -- hf "$d/jitter.json"
+expect_error "auxloss.json: \"output_router_logits\" is true: the router's auxiliary load-balancing loss is not supported yet" -- hf "$d/auxloss.json"
+expect_error "topk.json: \"num_experts_per_tok\" 6 exceeds \"num_experts\" 4" -- hf "$d/topk.json"
 expect_error "broken.json: not a JSON config" -- hf "$d/broken.json"
 expect_error "nope.json: no such file" -- hf "$d/nope.json"
 expect_error "--seq 32 exceeds the model's 16 positions" -- hf "$d/llama.json" --seq 32
@@ -153,8 +162,9 @@ elif grep -q "model.safetensors.index.json: lists tensors in model-00001-of-0000
 else
   echo "FAIL: a shard removed after the import:"; cat "$d/err"; fail=1
 fi
-# Named otherwise (GPT-2's own checkpoint, without the "transformer." prefix): copied beside the
-# model under the model's names (the same bf16 bytes); bigc run starts from it, widened exactly.
+# Named otherwise (GPT-2's own checkpoint, without the "transformer." prefix): referred to where it
+# is, the file's names in bigc.weights_names; bigc run starts from it, bf16 widened exactly. The same
+# checkpoint in f64 (which bigc run does not read) is copied beside the model, converted to f32.
 "$PY" - "$d" <<'PY' || exit 1
 import json, sys
 import torch
@@ -168,21 +178,30 @@ m = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg))
 sd = {k[len("transformer."):]: v.to(torch.bfloat16).contiguous() for k, v in m.state_dict().items()
       if k.startswith("transformer.")}
 save_file(sd, f"{d}/gpt2_hub.safetensors")
+save_file({k: v.double() for k, v in sd.items()}, f"{d}/gpt2_hub64.safetensors")
 PY
 "$BIN/bigc" import hf "$d/gpt2.json" --seq 16 --weights "$d/gpt2_hub.safetensors" -o "$d/g.mlir" >/dev/null 2>"$d/err" &&
-  grep -q 'bigc.weights = "g.safetensors"' "$d/g.mlir" && "$BIN/bigc" compile "$d/g.mlir" -o "$d/g.bigc" --quiet &&
+  grep -q "bigc.weights = \"$d/gpt2_hub.safetensors\"" "$d/g.mlir" &&
+  grep -q 'bigc.weights_names = {.*"lm_head.weight" = "wte.weight".*"transformer.h.0.attn.c_attn.weight" = "h.0.attn.c_attn.weight"' "$d/g.mlir" &&
+  [ ! -e "$d/g.safetensors" ] && "$BIN/bigc" compile "$d/g.mlir" -o "$d/g.bigc" --quiet &&
   "$BIN/bigc" run "$d/g.bigc" --steps 0 --save-weights "$d/g0.safetensors" --quiet &&
-"$PY" - "$d" <<'PY' && echo "ok: GPT-2's own checkpoint (no prefix, bf16) copied beside the model under its names; bigc run starts from it" || { echo "FAIL: GPT-2's checkpoint"; cat "$d/err"; fail=1; }
+  "$BIN/bigc" import hf "$d/gpt2.json" --seq 16 --weights "$d/gpt2_hub64.safetensors" -o "$d/g64.mlir" >/dev/null 2>>"$d/err" &&
+  grep -q 'bigc.weights = "g64.safetensors"' "$d/g64.mlir" && ! grep -q "bigc.weights_names" "$d/g64.mlir" &&
+  "$BIN/bigc" compile "$d/g64.mlir" -o "$d/g64.bigc" --quiet &&
+  "$BIN/bigc" run "$d/g64.bigc" --steps 0 --save-weights "$d/g64run.safetensors" --quiet &&
+"$PY" - "$d" <<'PY' && echo "ok: GPT-2's own checkpoint (no prefix, bf16) read where it is under its names, bigc run starts from it; in f64, copied beside the model in f32" || { echo "FAIL: GPT-2's checkpoint"; cat "$d/err"; fail=1; }
 import sys
 import torch
 from safetensors.torch import load_file
 d = sys.argv[1]
-hub, conv, run = load_file(f"{d}/gpt2_hub.safetensors"), load_file(f"{d}/g.safetensors"), load_file(f"{d}/g0.safetensors")
+hub, run = load_file(f"{d}/gpt2_hub.safetensors"), load_file(f"{d}/g0.safetensors")
+conv, run64 = load_file(f"{d}/g64.safetensors"), load_file(f"{d}/g64run.safetensors")
 for k, v in hub.items():
     name = "transformer." + k
-    got = conv[name] if name in conv else conv["lm_head.weight"]  # wte is kept as the tied lm_head
-    assert got.dtype == torch.bfloat16 and torch.equal(got, v), k
-    assert torch.equal(run.get(name, run.get("lm_head.weight")), v.float()), k
+    assert torch.equal(run.get(name, run.get("lm_head.weight")), v.float()), k  # wte: the tied lm_head
+    got = conv[name] if name in conv else conv["lm_head.weight"]
+    assert got.dtype == torch.float32 and torch.equal(got, v.float()), k
+    assert torch.equal(run64.get(name, run64.get("lm_head.weight")), v.float()), k
 PY
 
 # A bf16 module: a note, and fp32 weights.

@@ -15,7 +15,12 @@
 #   grouped-query attention written out (eager: repeat_kv, matmul, tanh, softmax), four norms per
 #   layer, query_pre_attn_scalar's scale. The caps are set where they bind: this model's scores are
 #   about 0.02-0.1 and its logits about 0.1-0.3 at initialisation (Gemma 2's own 50 and 30 would not
-#   change a number here), so a cap that was dropped or misplaced fails the comparison.
+#   change a number here), so a cap that was dropped or misplaced fails the comparison;
+# - Mixtral: each layer's sparse MoE block (a router's top 2 of 4 experts, renormalised; SwiGLU
+#   experts in Hugging Face's fused gate_up_proj / down_proj) as bigc.moe, against transformers'
+#   own eager expert loop;
+# - Qwen-MoE: top 2 of 6 experts not renormalised (norm_topk_prob false), plus the shared expert
+#   gated by sigmoid(x w) (bigc.softcap between scales, the column spread over the row).
 source "$(dirname "$0")/import_crosscheck.shlib" "$1"
 common=(hidden_size=64 intermediate_size=128 num_hidden_layers=2 num_attention_heads=4 vocab_size=256
         max_position_embeddings=64)
@@ -64,3 +69,15 @@ crosscheck gemma2 4 32 -- hf "$d/gemma2.json" --batch 4 --seq 32 -- --hf "$d/gem
   || { echo "FAIL: Gemma 2's attention: one sliding-window layer and one global, both soft-capped"; exit 1; }
 grep -q "bigc.softcap %[a-z_0-9]* {cap = 0.1 : f64}" "$d/gemma2.mlir" \
   || { echo "FAIL: Gemma 2's logits are not soft-capped"; exit 1; }
+
+make_config "$d/mixtral.json" mixtral "${common[@]}" num_key_value_heads=2 intermediate_size=96 num_local_experts=4 \
+    num_experts_per_tok=2
+crosscheck mixtral 4 32 -- hf "$d/mixtral.json" --batch 4 --seq 32 -- --hf "$d/mixtral.json"
+[ "$(grep -c 'bigc.moe .*{bigc.layer = [01] : i64, top_k = 2 : i64, normalize}' "$d/mixtral.mlir")" = 2 ] \
+  || { echo "FAIL: Mixtral's two MoE blocks are not bigc.moe (top 2, normalised)"; exit 1; }
+
+make_config "$d/qmoe.json" qwen2_moe "${common[@]}" num_key_value_heads=2 num_experts=6 num_experts_per_tok=2 \
+    moe_intermediate_size=48 shared_expert_intermediate_size=80 decoder_sparse_step=1 norm_topk_prob=false
+crosscheck qmoe 4 32 -- hf "$d/qmoe.json" --batch 4 --seq 32 -- --hf "$d/qmoe.json"
+[ "$(grep -c 'bigc.moe .*{bigc.layer = [01] : i64, top_k = 2 : i64}' "$d/qmoe.mlir")" = 2 ] \
+  || { echo "FAIL: Qwen-MoE's two MoE blocks are not bigc.moe (top 2, not normalised)"; exit 1; }

@@ -81,7 +81,11 @@ def build_hf(config, seed):
     torch.manual_seed(seed)
     # Eager attention: an implementation of the masks and grouped heads other than the SDPA
     # path the importer captured.
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    # Mixtures of experts: the experts' eager loop (tokens gathered per expert), an implementation
+    # other than bigc.moe's, and one that runs in float64 (grouped_mm does not).
+    moe = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)
+    extra = {"experts_implementation": "eager"} if moe else {}
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32, **extra)
     model.eval()
 
     def loss_fn(m, x, y):

@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <algorithm>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -391,4 +393,102 @@ TEST(KernelAttentionBlocked, SoftCappedScores) {
 TEST(KernelAttentionBlocked, WideHeadsAndOneRow) {
   checkAttention({1, 96, 2, 1, 128, 0}, 207);
   checkAttention({2, 1, 2, 2, 16, 0}, 208);
+}
+
+// ------------------------------------------------------------------------------------------------
+// A mixture of experts (bigc.moe, Mixtral's block) against a double reference of its definition,
+// and its gradient against central differences of that reference (h = 1e-5 in double): the loss
+// L = sum(y * g) for a fixed g, through the router's softmax and top-k (the choice does not change
+// under h), the normalisation of the chosen weights (Mixtral) or not (Qwen-MoE), and each SwiGLU
+// expert (k = 1 normalised: a weight of 1, the router's gradient exactly 0). Measured 2026-11-28:
+// y 8.6e-8, gradients 1.8e-7 relative to each tensor's largest; bounds 5e-7 and 1e-6.
+namespace {
+struct MoeCase {
+  int64_t N, C, E, F, k;
+  bool normalize;
+};
+
+VecD moeRef(const MoeCase &c, const VecD &x, const VecD &r, const VecD &gu, const VecD &dn) {
+  const int64_t N = c.N, C = c.C, E = c.E, F = c.F;
+  VecD y(size_t(N * C), 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    VecD p(static_cast<size_t>(E));
+    double mx = -1e300, s = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      double l = 0;
+      for (int64_t i = 0; i < C; ++i) l += x[size_t(n * C + i)] * r[size_t(e * C + i)];
+      p[size_t(e)] = l, mx = std::max(mx, l);
+    }
+    for (double &v : p) s += (v = std::exp(v - mx));
+    for (double &v : p) v /= s;
+    std::vector<int64_t> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[size_t(a)] > p[size_t(b)]; });
+    double tot = 0;
+    for (int64_t j = 0; j < c.k; ++j) tot += p[size_t(order[size_t(j)])];
+    for (int64_t j = 0; j < c.k; ++j) {
+      const int64_t e = order[size_t(j)];
+      const double w = c.normalize ? p[size_t(e)] / tot : p[size_t(e)];
+      VecD h(static_cast<size_t>(F));
+      for (int64_t f = 0; f < F; ++f) {
+        double g = 0, u = 0;
+        for (int64_t i = 0; i < C; ++i) {
+          g += gu[size_t((e * 2 * F + f) * C + i)] * x[size_t(n * C + i)];
+          u += gu[size_t((e * 2 * F + F + f) * C + i)] * x[size_t(n * C + i)];
+        }
+        h[size_t(f)] = g / (1 + std::exp(-g)) * u;
+      }
+      for (int64_t i = 0; i < C; ++i) {
+        double o = 0;
+        for (int64_t f = 0; f < F; ++f) o += dn[size_t((e * C + i) * F + f)] * h[size_t(f)];
+        y[size_t(n * C + i)] += w * o;
+      }
+    }
+  }
+  return y;
+}
+} // namespace
+
+TEST(KernelMoe, AgainstDoubleAndFiniteDifferences) {
+  for (const MoeCase c : {MoeCase{7, 8, 4, 5, 2, true}, MoeCase{9, 6, 5, 3, 3, false}, MoeCase{4, 8, 3, 4, 1, true}}) {
+    SCOPED_TRACE("N=" + std::to_string(c.N) + " E=" + std::to_string(c.E) + " k=" + std::to_string(c.k) +
+                 (c.normalize ? " normalize" : ""));
+    std::mt19937 rng(unsigned(300 + c.N));
+    const int64_t N = c.N, C = c.C, E = c.E, F = c.F;
+    VecF x = randVec(rng, N * C, -1.0f, 1.0f), r = randVec(rng, E * C, -1.0f, 1.0f);
+    VecF gu = randVec(rng, E * 2 * F * C, -0.5f, 0.5f), dn = randVec(rng, E * C * F, -0.5f, 0.5f);
+    VecF g = randVec(rng, N * C, -1.0f, 1.0f);
+    VecF y(size_t(N * C)), dx(x.size(), 7.0f), dr(r.size(), 7.0f), dgu(gu.size(), 7.0f), ddn(dn.size(), 7.0f);
+    k::moe(x.data(), r.data(), gu.data(), dn.data(), y.data(), N, C, E, F, c.k, c.normalize);
+    k::moeGrad(g.data(), x.data(), r.data(), gu.data(), dn.data(), dx.data(), dr.data(), dgu.data(), ddn.data(), N, C,
+               E, F, c.k, c.normalize);
+    auto D = [](const VecF &v) { return VecD(v.begin(), v.end()); };
+    VecD xd = D(x), rd = D(r), gud = D(gu), dnd = D(dn), gd = D(g);
+    const VecD yR = moeRef(c, xd, rd, gud, dnd);
+    EXPECT_LE(worstRel(y, yR, maxAbs(yR)), 5e-7);
+    auto loss = [&]() {
+      const VecD yy = moeRef(c, xd, rd, gud, dnd);
+      double s = 0;
+      for (size_t i = 0; i < yy.size(); ++i) s += yy[i] * gd[i];
+      return s;
+    };
+    auto fd = [&](VecD &v) {
+      VecD out(v.size());
+      for (size_t i = 0; i < v.size(); ++i) {
+        const double keep = v[i], h = 1e-5;
+        v[i] = keep + h;
+        const double lp = loss();
+        v[i] = keep - h;
+        const double lm = loss();
+        v[i] = keep;
+        out[i] = (lp - lm) / (2 * h);
+      }
+      return out;
+    };
+    const VecD fx = fd(xd), fr = fd(rd), fgu = fd(gud), fdn = fd(dnd);
+    EXPECT_LE(worstRel(dx, fx, maxAbs(fx)), 1e-6) << "dx";
+    EXPECT_LE(worstRel(dr, fr, maxAbs(fr)), 1e-6) << "drouter";
+    EXPECT_LE(worstRel(dgu, fgu, maxAbs(fgu)), 1e-6) << "dgate_up";
+    EXPECT_LE(worstRel(ddn, fdn, maxAbs(fdn)), 1e-6) << "ddown";
+  }
 }

@@ -56,7 +56,7 @@ TEST(RuntimeProgram, DTypes) {
 }
 
 TEST(RuntimeProgram, OpRegistryCoversTheFormat) {
-  EXPECT_EQ(opDefs().size(), 59u);
+  EXPECT_EQ(opDefs().size(), 61u);
   for (const char *f : {"linear_ce_stats", "linear_ce_stats_grad"}) EXPECT_NE(findOp(f), nullptr) << f;
   for (const char *f :
        {"add_layernorm", "add_rmsnorm", "layernorm_grad_add", "rmsnorm_grad_add", "bias_gelu", "gelu_grad_bias"})
@@ -65,7 +65,8 @@ TEST(RuntimeProgram, OpRegistryCoversTheFormat) {
   for (const char *l : {"rmsnorm", "rmsnorm_grad", "rope", "silu", "silu_grad", "swiglu", "swiglu_grad",
                         "gqa_attention", "gqa_attention_grad"})
     EXPECT_NE(findOp(l), nullptr) << l;
-  for (const char *g : {"geglu", "geglu_grad", "softcap", "softcap_grad"}) EXPECT_NE(findOp(g), nullptr) << g;
+  for (const char *g : {"geglu", "geglu_grad", "softcap", "softcap_grad", "moe", "moe_grad"})
+    EXPECT_NE(findOp(g), nullptr) << g;
   for (const char *tp : {"tp_slice", "vocab_ce_stats", "vocab_ce_stats_grad", "vocab_ce_loss", "vocab_ce_loss_grad"})
     EXPECT_NE(findOp(tp), nullptr) << tp;
   ASSERT_NE(findOp("adamw"), nullptr);

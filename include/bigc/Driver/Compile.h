@@ -38,6 +38,8 @@ struct CompileOptions : mlir::bigc::TrainPipelineConfig {
   // The model's own initial weights (module attribute bigc.weights, resolved and checked).
   std::string initialWeights;
   int64_t initialWeightsBytes = 0;
+  // A weight's name in that file where it differs (module attribute bigc.weights_names).
+  std::map<std::string, std::string> initialNames;
   // Capacity
   bool haveHardware = false;
   HardwareProfile hardware;

@@ -82,9 +82,12 @@ enum class OpKind {
   // Gemma 2's capped logits: cap * tanh(x / cap), and its gradient from the result
   Softcap,
   SoftcapGrad,
+  // a mixture of experts (Mixtral): router top-k over SwiGLU experts, one rank holding them all
+  Moe,
+  MoeGrad,
 };
 // (the number of ops: keep last)
-constexpr size_t kOpKinds = size_t(OpKind::SoftcapGrad) + 1;
+constexpr size_t kOpKinds = size_t(OpKind::MoeGrad) + 1;
 
 // The dtype an operand must have (format doc, "Dtypes"): ids are I32; statistics (layernorm
 // mean/rstd, attention lse), scalars, AdamW's master weight, moments and optional scalars are
@@ -159,6 +162,10 @@ struct OpDims {
   // softcap c > 0: each score s capped as c tanh(s / c) (Gemma 2).
   int64_t Hkv = 0, window = 0, headOffset = 0, group = 1;
   float softcap = 0.f;
+  // moe(_grad): N tokens of width C (C), E experts of F (rows = N, experts = E, ffn = F), top_k,
+  // normalize (the top-k probabilities divided by their sum).
+  int64_t experts = 0, ffn = 0, topK = 0;
+  bool normalize = false;
   bool tpHeads = false;
   // send / recv (pipeline stages): the peer stage, the tag; `n` the bytes of the message.
   int64_t peer = -1, tag = -1;

@@ -245,6 +245,10 @@ struct Program {
   // the inits of the buffers are the start): `bigc run` loads them before the first step.
   std::string initialWeights;
   int64_t initialWeightsBytes = 0;
+  // A weight's name in the initial weights file where it differs from the weight's (a published
+  // checkpoint without the base model's prefix: Hugging Face's own GPT-2 says "h.0..." for the
+  // model's "transformer.h.0..."); loading accepts it as one more name of that weight.
+  std::map<std::string, std::string> initialNames;
   // The model as its authors' tools read it (optional; `bigc run --save-hf`, --save-weights,
   // --load-weights): a tied weight's other names (weight of record -> its aliases: a module's
   // state_dict holds every name, Hugging Face's save_pretrained the input embedding's), the Hugging

@@ -50,6 +50,15 @@ void geluGrad(const float *x, const float *dy, float *dx, int64_t n, bool exact 
 // SiLU y = x / (1 + exp(-x)); swiglu y = silu(g) * u (LLaMA's MLP).
 void silu(const float *x, float *y, int64_t n);
 void siluGrad(const float *x, const float *dy, float *dx, int64_t n);
+// A mixture of experts (bigc.moe, Mixtral's block): x [N,C], router [E,C], gate_up [E,2F,C], down
+// [E,C,F] -> y [N,C]: softmax(x router^T), its top k (normalised to sum 1 with `normalize`), each
+// token the weighted sum of its experts' down_e (silu(g) * u), [g; u] = gate_up_e x. The gradient
+// recomputes the routing and the experts' activations (dx, drouter, dgate_up, ddown overwritten).
+void moe(const float *x, const float *router, const float *gateUp, const float *down, float *y, int64_t N, int64_t C,
+         int64_t E, int64_t F, int64_t k, bool normalize);
+void moeGrad(const float *dy, const float *x, const float *router, const float *gateUp, const float *down, float *dx,
+             float *drouter, float *dgateUp, float *ddown, int64_t N, int64_t C, int64_t E, int64_t F, int64_t k,
+             bool normalize);
 // y = cap * tanh(x / cap) (Gemma 2's logits) and dx = dy * (1 - (y / cap)^2) from y; y may be x, dx dy.
 void softcap(const float *x, float *y, int64_t n, float cap);
 void softcapGrad(const float *y, const float *dy, float *dx, int64_t n, float cap);

@@ -52,6 +52,10 @@ std::string at(const BoundOp &op) {
 // op's workspace and limits and gives it its launch on a GPU stream (gpu) and, where the op may run
 // on the host stream, its host code (host).
 const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
+  const Binder bMoe = [](CudaEngine &, Op &op) -> void {
+    throw UserError(at(op) + ": a mixture of experts (bigc.moe, " + std::to_string(op.experts) +
+                    " experts) has no CUDA kernel yet; run this program on the CPU backend (--backend cpu)");
+  };
   const Binder bGqaAttention = [](CudaEngine &, Op &op) {
     if (op.softcap > 0)
       throw UserError(at(op) + ": attention with soft-capped scores (softcap " + std::to_string(op.softcap) +
@@ -248,6 +252,8 @@ const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
       {OpKind::Silu, [](CudaEngine &, Op &op) {
         op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::silu(o.t, o.in[0], o.out[0], o.n, s); };
       }},
+      {OpKind::Moe, bMoe},
+      {OpKind::MoeGrad, bMoe},
       {OpKind::Softcap, [](CudaEngine &, Op &op) {
         op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::softcap(o.t, o.in[0], o.out[0], o.n, o.value, s); };
       }},
