@@ -129,6 +129,17 @@ mlir::LogicalResult checkInterface(mlir::ModuleOp module) {
         return module.emitError("bigc.weights_names: '")
                << e.getName().getValue() << "' must be a bigc.param of the model with a name (a string)";
   }
+  if (mlir::Attribute a = module->getAttr("bigc.buffers")) { // ["the module's persistent buffer", ...]
+    auto list = llvm::dyn_cast<mlir::ArrayAttr>(a);
+    if (!list || !llvm::all_of(list, [](mlir::Attribute x) { return llvm::isa<mlir::StringAttr>(x); }))
+      return module.emitError("bigc.buffers must be an array of names (the module's persistent buffers)");
+    for (mlir::Attribute x : list)
+      if (module.lookupSymbol<mlir::bigc::ParamOp>(llvm::cast<mlir::StringAttr>(x).getValue()))
+        return module.emitError("bigc.buffers: '")
+               << llvm::cast<mlir::StringAttr>(x).getValue() << "' is a parameter, not a buffer";
+    if (!module->getAttr(mlir::bigc::kWeightsAttrName))
+      return module.emitError("bigc.buffers needs bigc.weights (the file that holds them)");
+  }
   if (mlir::Attribute a = module->getAttr("bigc.hf_prefix"); a && !llvm::isa<mlir::StringAttr>(a))
     return module.emitError("bigc.hf_prefix must be a string");
   return mlir::success();
@@ -197,6 +208,18 @@ void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
     if (t->dtype == format::DType::I32)
       throw UserError(where + ": the weight '" + t->name + "' is stored as I32; expected F32, BF16 or F16");
   }
+  o.initialBuffers.clear();
+  if (auto list = module->getAttrOfType<mlir::ArrayAttr>("bigc.buffers"))
+    for (mlir::Attribute x : list) {
+      const std::string name = llvm::cast<mlir::StringAttr>(x).str();
+      auto it = byName.find(name);
+      if (it == byName.end())
+        throw UserError(where + ": the module's buffer '" + name + "' (bigc.buffers) is missing");
+      if (it->second->dtype == format::DType::I32)
+        throw UserError(where + ": the module's buffer '" + name + "' is stored as I32; expected F32, BF16 or F16");
+      known.insert(name);
+      o.initialBuffers.push_back(name);
+    }
   for (const auto &[name, t] : byName)
     if (!known.count(name) && !format::safetensors::isSavedBuffer(name))
       throw UserError(where + ": the tensor '" + name + "' is not a weight of the model");

@@ -126,6 +126,7 @@ format::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std:
   header.initialWeights = o.initialWeights;
   header.initialWeightsBytes = o.initialWeightsBytes;
   header.initialNames = o.initialNames;
+  header.initialBuffers = o.initialBuffers;
   // The model's names as its authors' tools read them (checked by checkInterface).
   if (auto d = module->getAttrOfType<mlir::DictionaryAttr>("bigc.aliases"))
     for (mlir::NamedAttribute e : d)

@@ -30,6 +30,7 @@ Program evaluationProgram(const Program &p) {
   v.deviceReserveBytes = p.deviceReserveBytes, v.hostReserveBytes = p.hostReserveBytes;
   v.deviceReserveParts = p.deviceReserveParts;
   v.initialWeights = p.initialWeights, v.initialWeightsBytes = p.initialWeightsBytes, v.initialNames = p.initialNames;
+  v.initialBuffers = p.initialBuffers;
   v.aliases = p.aliases, v.hfConfig = p.hfConfig, v.hfPrefix = p.hfPrefix;
   for (const Space &s : p.spaces) {
     Space t = s;

@@ -215,6 +215,13 @@ Program fromJson(const json &root, const std::string &path, bool top) {
         p.initialNames[it.key()] = it.value().get<std::string>();
       }
     }
+    if (w.contains("buffers")) {
+      const json &bs = r.array(w, "buffers", "initial_weights");
+      for (const json &b : bs) {
+        if (!b.is_string()) fail(path, "initial_weights.buffers: expected an array of names");
+        p.initialBuffers.push_back(b.get<std::string>());
+      }
+    }
   }
 
   if (root.contains("nvme")) p.nvmePath = r.string(r.object(root, "nvme", "payload"), "path", "nvme");

@@ -61,6 +61,7 @@ json payloadJson(const Program &p) {
   if (!p.initialWeights.empty()) {
     root["initial_weights"] = {{"path", p.initialWeights}, {"bytes", p.initialWeightsBytes}};
     if (!p.initialNames.empty()) root["initial_weights"]["names"] = p.initialNames;
+    if (!p.initialBuffers.empty()) root["initial_weights"]["buffers"] = p.initialBuffers;
   }
   if (!p.aliases.empty()) root["aliases"] = p.aliases;
   if (!p.hfConfig.empty()) root["hf"] = {{"config", json::parse(p.hfConfig)}, {"prefix", p.hfPrefix}};

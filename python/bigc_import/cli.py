@@ -144,7 +144,7 @@ def hf_config_of(path):
     return cfg
 
 
-def module_attrs(module, params, hf_config, stored=None):
+def module_attrs(module, params, hf_config, stored=None, buffers=None):
     """The module attributes that carry what bigc needs to write the model back as its authors'
     tools read it: `bigc.aliases` (a tied parameter's other names: the module's state_dict holds
     every name, Hugging Face's save_pretrained the input embedding's) and `bigc.hf_config` (an
@@ -165,6 +165,8 @@ def module_attrs(module, params, hf_config, stored=None):
             f"{quote(k)} = [{', '.join(quote(a) for a in v)}]" for k, v in sorted(aliases.items())) + "}"
     if hf_config is not None:
         out["bigc.hf_config"] = quote(json.dumps(hf_config, sort_keys=True))
+    if buffers:  # persistent buffers written with the weights, carried into --save-weights
+        out["bigc.buffers"] = "[" + ", ".join(quote(n) for n, _ in buffers) + "]"
     if stored:  # a checkpoint referred to as it is, under other names (GPT-2's own: no prefix)
         out["bigc.weights_names"] = "{" + ", ".join(f"{quote(k)} = {quote(v)}" for k, v in sorted(stored.items())) + "}"
     return out
@@ -279,6 +281,7 @@ def _run(args, out, weights_name, weights_path):
     lw = lower.Lowerer(ep, strip_prefix=capture.WRAPPER_PREFIX, buffers=hf.buffers if hf else None,
                        replay=lambda: wrapper(tokens, targets))
     loss = lw.run()
+    buffers = weights.persistent_buffers(wrapper.m, lw.params, lw.notes) if hf is None else []
     for n in lw.notes:
         print(f"{PROG}: note: {n}", file=sys.stderr)
     nparams = 0
@@ -293,7 +296,7 @@ def _run(args, out, weights_name, weights_path):
     refer = None
     stored = None
     if hf is None:
-        files.append((weights_path, lambda f: weights.write_safetensors(f, lw.params)))
+        files.append((weights_path, lambda f: weights.write_safetensors(f, lw.params + buffers)))
         weights_note = f"initial weights in {weights_name}"
     elif hf.ckpt is not None and weights.refers_in_place(hf.ckpt, hf.names, [n for n, _ in lw.params]):
         refer = os.path.abspath(args.weights)
@@ -312,7 +315,7 @@ def _run(args, out, weights_name, weights_path):
               f"parameters: {nparams:,} ({len(lw.params)} tensors), {weights_note}",
               "Names and shapes: the module's own (linear weights [out, in] with transpose_b)."]
     text = lw.b.text([("%tokens", f"tensor<{B}x{T}xi32>"), ("%targets", f"tensor<{B}x{T}xi32>")],
-                     loss.ssa, header, weights_name, module_attrs(wrapper.m, lw.params, hf_config, stored))
+                     loss.ssa, header, weights_name, module_attrs(wrapper.m, lw.params, hf_config, stored, buffers))
     files.append((out, lambda f: f.write(text.encode())))
     try:
         write_atomically(files)

@@ -231,6 +231,26 @@ def init_of(t):
     return {"init": "normal", "std": float(f"{std:.4g}")}
 
 
+def persistent_buffers(module, params, notes):
+    """The module's persistent floating-point buffers (its state_dict's tensors that are not
+    parameters: minGPT's causal mask), (name, tensor) in state_dict order: written beside the
+    parameters so that bigc run --save-weights gives a file load_state_dict(strict=True) takes.
+    Other dtypes are left out with a note."""
+    names = {n for n, _ in module.named_parameters(remove_duplicate=False)} | {n for n, _ in params}
+    out, skipped = [], []
+    for n, t in module.state_dict(keep_vars=True).items():
+        if n in names or not isinstance(t, torch.Tensor):
+            continue
+        if t.is_floating_point():
+            out.append((n, t))
+        else:
+            skipped.append(f"{n} ({str(t.dtype).replace('torch.', '')})")
+    if skipped:
+        notes.append("persistent buffers not carried into the saved weights (not floating point): " +
+                     ", ".join(skipped))
+    return out
+
+
 def write_safetensors(f, params):
     """Writes (name, tensor) pairs as a safetensors file, fp32, one tensor at a time."""
     header = {"__metadata__": {"format": "pt", "producer": "bigc import"}}

@@ -222,21 +222,65 @@ std::pair<int64_t, uint64_t> writeImage(const std::string &path, const std::map<
   return writeFile(path, headerOf(metadata, ts, 4096), [&](DirectFileWriter &out) { out.appendInPlace(image, total); });
 }
 
+namespace {
+// The module's persistent buffers (Program::initialBuffers), read from the initial weights file
+// that holds them, as they are there.
+std::vector<Tensor> moduleBuffers(const Program &p) {
+  std::vector<Tensor> out;
+  if (p.initialBuffers.empty()) return out;
+  const format::safetensors::Headers h = format::safetensors::readHeaders(p.initialWeights);
+  for (const std::string &name : p.initialBuffers) {
+    const Tensor *found = nullptr;
+    size_t file = 0;
+    for (const auto &[t, f] : h.tensors())
+      if (t->name == name) found = t, file = f;
+    if (!found)
+      fail(h.path, "the module's buffer '" + name + "', which --save-weights copies from it, is not there");
+    Tensor t = *found;
+    t.data.resize(size_t(t.numel() * dtypeSize(t.dtype)));
+    const int fd = ::open(h.files[file].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(h.files[file], std::string("cannot open it: ") + std::strerror(errno));
+    const ssize_t got = ::pread(fd, t.data.data(), t.data.size(), off_t(t.fileOffset));
+    ::close(fd);
+    if (got != ssize_t(t.data.size())) fail(h.files[file], "cannot read the module's buffer '" + name + "'");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::pair<int64_t, uint64_t> writeWeightsAnd(const std::string &path, const Engine &ex,
+                                             const std::vector<NamedWeight> &ws,
+                                             const std::map<std::string, std::string> &metadata,
+                                             const std::vector<Tensor> &extras);
+} // namespace
+
 std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex,
                                           const std::map<std::string, std::string> &metadata, WeightNames how) {
-  return writeWeights(path, ex, weightNames(ex, how), metadata);
+  // The names of the module's state_dict: its persistent buffers too.
+  const std::vector<Tensor> extras = how == WeightNames::Module ? moduleBuffers(ex.program()) : std::vector<Tensor>();
+  return writeWeightsAnd(path, ex, weightNames(ex, how), metadata, extras);
 }
 
 std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine &ex, const std::vector<NamedWeight> &ws,
                                           const std::map<std::string, std::string> &metadata) {
+  return writeWeightsAnd(path, ex, ws, metadata, {});
+}
+
+namespace {
+std::pair<int64_t, uint64_t> writeWeightsAnd(const std::string &path, const Engine &ex,
+                                             const std::vector<NamedWeight> &ws,
+                                             const std::map<std::string, std::string> &metadata,
+                                             const std::vector<Tensor> &extras) {
   std::vector<OutTensor> ts; // the model's shapes: a padded vocabulary's first rows (the data's prefix)
   for (const NamedWeight &w : ws)
     ts.push_back({w.name, DType::F32, w.buffer->logicalShape(), w.buffer->logicalNumel() * 4});
+  for (const Tensor &t : extras) ts.push_back({t.name, t.dtype, t.shape, int64_t(t.data.size())});
   std::map<std::string, std::string> md = {{"format", "pt"}, {"producer", "bigc"}};
   for (const auto &[k, v] : metadata) md[k] = v;
   std::vector<uint8_t> last; // the previous tensor's bytes, for a tied weight's other name
   const uint8_t *lastPtr = nullptr;
   return writeStreaming(path, md, ts, [&](size_t i, std::vector<uint8_t> &buf) -> const uint8_t * {
+    if (i >= ws.size()) return extras[i - ws.size()].data.data(); // a module's buffer, as it was given
     if (ws[i].again) return lastPtr; // the same weight again (read once: under mpirun, reads are collective)
     lastPtr = [&]() -> const uint8_t * {
       const Buffer &b = *ws[i].buffer;
@@ -262,6 +306,8 @@ std::pair<int64_t, uint64_t> writeWeights(const std::string &path, const Engine 
     return lastPtr;
   });
 }
+
+} // namespace
 
 File weightsOf(const Engine &ex) {
   File f;
@@ -341,7 +387,9 @@ matchWeights(const Engine &ex, const std::vector<const Tensor *> &tensors, const
   for (const Tensor *t : tensors) {
     auto it = nameOf.find(t->name);
     if (it == nameOf.end()) {
-      if (format::safetensors::isSavedBuffer(t->name)) continue;
+      if (format::safetensors::isSavedBuffer(t->name) ||
+          std::find(prog.initialBuffers.begin(), prog.initialBuffers.end(), t->name) != prog.initialBuffers.end())
+        continue;
       fail(path, "tensor '" + t->name + "' " + shapeStr(t->shape) + " is not a parameter of this model");
     }
     auto [at, fresh] = got.emplace(it->second, t);

@@ -84,13 +84,15 @@ def geglu():
 # Attention written out, as minGPT and nanoGPT (without flash) and llama2.c / Meta's llama (their
 # non-flash path) write it: q @ k^T times 1/sqrt(D) with a causal mask (masked_fill of a lower
 # triangle's zeros with -inf, or an added upper triangle of -inf), softmax (through float and back
-# in the second form), @ v; GPT-2's packed c_attn and LayerNorm. The masks are non-persistent buffers
-# here (minGPT's is persistent: its state_dict holds the mask, which bigc's weights do not).
+# in the second form), @ v; GPT-2's packed c_attn and LayerNorm. minGPT's mask is a persistent buffer,
+# as in minGPT (its state_dict holds it: bigc import writes it with the weights and bigc run
+# --save-weights carries it, so that load_state_dict(strict=True) takes the file); the additive one
+# is not.
 class WrittenAttn(nn.Module):
     def __init__(s, additive):
         super().__init__()
         s.c_attn = nn.Linear(C, 3 * C); s.c_proj = nn.Linear(C, C); s.additive = additive
-        s.register_buffer("bias", torch.tril(torch.ones(BLOCK, BLOCK)).view(1, 1, BLOCK, BLOCK), persistent=False)
+        s.register_buffer("bias", torch.tril(torch.ones(BLOCK, BLOCK)).view(1, 1, BLOCK, BLOCK))
         s.register_buffer("mask", torch.triu(torch.full((1, 1, BLOCK, BLOCK), float("-inf")), diagonal=1),
                           persistent=False)
     def forward(s, x):

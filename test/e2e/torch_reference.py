@@ -187,7 +187,12 @@ def main():
         with torch.no_grad():
             p.copy_(init[n])
         P[n] = p
-    extra = set(init) - covered
+    buffers = {n: b for n, b in model.state_dict().items()
+               if n not in {m for m, _ in model.named_parameters(remove_duplicate=False)}}
+    for n in set(init) & set(buffers):  # a persistent buffer, as the module holds it
+        if not torch.equal(init[n].to(buffers[n].dtype), buffers[n]):
+            failures.append(f"the importer's copy of the buffer {n} differs from the module's")
+    extra = set(init) - covered - set(buffers)
     if extra:
         failures.append(f"the importer's weights hold tensors the module lacks: {sorted(extra)}")
 
@@ -280,8 +285,17 @@ def main():
     for n, p in P.items():
         if n in bigc_final and not torch.equal(p.detach(), bigc_final[n].to(p.dtype)):
             failures.append(f"load_state_dict(bigc's weights): {n} differs from the file")
+    # The module's persistent buffers (minGPT's mask) come back as they were.
+    params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    nbuf = 0
+    for n, b in model.state_dict().items():
+        if n in params or not b.is_floating_point():
+            continue
+        nbuf += 1
+        if n not in bigc_final or not torch.equal(bigc_final[n].to(b.dtype), b):
+            failures.append(f"bigc's saved weights: the buffer {n} is {'missing' if n not in bigc_final else 'changed'}")
     print(f"load_state_dict(strict=True) took bigc's {len(bigc_final)} tensors (tied names among them: "
-          f"{sorted(tied) or 'none'})")
+          f"{sorted(tied) or 'none'}; persistent buffers: {nbuf})")
     print(f"checked {len(P)} parameters, {a.steps} steps: worst relative differences: loss "
           f"{worst['loss']:.2e} (tolerance {a.loss_tol:g}), step-1 gradient {worst['grad']:.2e} "
           f"({a.grad_tol:g}), final weights {worst['weight']:.2e} ({a.weight_tol:g}; or 4x "

@@ -40,6 +40,8 @@ struct CompileOptions : mlir::bigc::TrainPipelineConfig {
   int64_t initialWeightsBytes = 0;
   // A weight's name in that file where it differs (module attribute bigc.weights_names).
   std::map<std::string, std::string> initialNames;
+  // The module's persistent buffers in that file (module attribute bigc.buffers).
+  std::vector<std::string> initialBuffers;
   // Capacity
   bool haveHardware = false;
   HardwareProfile hardware;

@@ -249,6 +249,10 @@ struct Program {
   // checkpoint without the base model's prefix: Hugging Face's own GPT-2 says "h.0..." for the
   // model's "transformer.h.0..."); loading accepts it as one more name of that weight.
   std::map<std::string, std::string> initialNames;
+  // The module's persistent buffers the initial weights file holds beside the weights (a module's
+  // state_dict tensors that are no parameters: minGPT's causal masks): loading passes over them,
+  // --save-weights copies them from that file, so that load_state_dict(strict=True) takes it.
+  std::vector<std::string> initialBuffers;
   // The model as its authors' tools read it (optional; `bigc run --save-hf`, --save-weights,
   // --load-weights): a tied weight's other names (weight of record -> its aliases: a module's
   // state_dict holds every name, Hugging Face's save_pretrained the input embedding's), the Hugging
