@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Importing published model configs without materialising them (docs/performance.md, "Import"):
-# `bigc import hf` of TinyLlama-1.1B, Llama-3.2-1B, Mistral-7B-v0.1 and Llama-3-70B's config.json
+# `bigc import hf` of TinyLlama-1.1B, Llama-3.2-1B, Mistral-7B-v0.1, Mixtral-8x7B and Llama-3-70B's config.json
 # (their published values, below; batch 1, seq 256): wall time and the largest resident memory of
 # the import (bigc and its Python child), then of `bigc compile` of the result. And a checkpoint
 # under other names (GPT-2's own, without "transformer.", bf16; gpt2-large's shape): `bigc import hf
@@ -43,6 +43,11 @@ cfgs = {
                        intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                        num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768,
                        rope_theta=10000.0, sliding_window=4096, tie_word_embeddings=False),
+    "mixtral-8x7b": dict(common, architectures=["MixtralForCausalLM"], model_type="mixtral", hidden_size=4096,
+                         intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768,
+                         rope_theta=1000000.0, num_local_experts=8, num_experts_per_tok=2,
+                         router_aux_loss_coef=0.02, output_router_logits=False, tie_word_embeddings=False),
     "llama-3-70b": dict(common, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
                         num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
                         max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=False),
@@ -52,7 +57,7 @@ for k, v in cfgs.items():
 PY
 echo "# $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 printf "%-34s %10s %11s\n" "step" "wall" "max RSS"
-for m in tinyllama-1.1b llama-3.2-1b mistral-7b llama-3-70b; do
+for m in tinyllama-1.1b llama-3.2-1b mistral-7b mixtral-8x7b llama-3-70b; do
   measure "import hf $m" "$BIN/bigc" import hf "$W/$m.json" --batch 1 --seq 256 -o "$W/$m.mlir"
   measure "compile $m" "$BIN/bigc" compile "$W/$m.mlir" -o "$W/$m.bigc" --precision bf16 --quiet
 done
@@ -80,14 +85,19 @@ save_file({k: (torch.randn(s, generator=g) * 0.02).to(torch.bfloat16) for k, s i
 PY
 ck="$W/gpt2-large.safetensors"
 size=$(stat -c %s "$ck")
-$PY -c "
+# Cold: the page cache dropped (as root; else the file's pages advised out, which a virtual disk's
+# own cache may still serve).
+cold() {
+  sync
+  if [ -w /proc/sys/vm/drop_caches ]; then echo 3 > /proc/sys/vm/drop_caches; else
+    $PY -c "
 import os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$ck"
+fd = os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$1"
+  fi
+}
+cold "$ck"
 /usr/bin/time -f "%e" -o "$W/dd.txt" dd if="$ck" of=/dev/null bs=8M iflag=direct 2> /dev/null
 dd_s=$(cat "$W/dd.txt")
-$PY -c "
-import os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$ck"
 measure "import hf gpt2-large --weights" "$BIN/bigc" import hf "$W/gpt2-large.json" --batch 1 --seq 256 \
   --weights "$ck" -o "$W/g.mlir"
 read -r with_s _ < "$W/time.txt"
@@ -95,9 +105,7 @@ measure "import hf gpt2-large (no weights)" "$BIN/bigc" import hf "$W/gpt2-large
 read -r base_s _ < "$W/time.txt"
 grep -q 'bigc.weights_names' "$W/g.mlir" || { echo "the renamed checkpoint was not referred to in place" >&2; exit 1; }
 "$BIN/bigc" compile "$W/g.mlir" -o "$W/g.bigc" --quiet
-$PY -c "
-import os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$ck"
+cold "$ck"
 measure "run gpt2-large, 1 step (reads it)" "$BIN/bigc" run "$W/g.bigc" --steps 1 --log "$W/run.jsonl"
 $PY - "$size" "$dd_s" "$with_s" "$base_s" "$W/run.jsonl" <<'PY'
 import json, sys
