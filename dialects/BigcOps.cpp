@@ -440,8 +440,8 @@ LogicalResult GqaAttentionOp::verify() {
   FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
                                    getScale().convertToDouble(), getTpHeads());
   if (failed(d)) return failure();
-  if (!(getSoftcap().convertToDouble() >= 0.0) || !std::isfinite(getSoftcap().convertToDouble()))
-    return emitOpError("softcap must be >= 0 (0: none), got ") << getSoftcap().convertToDouble();
+  if (auto cap = getSoftcap(); cap && (!(cap->convertToDouble() >= 0.0) || !std::isfinite(cap->convertToDouble())))
+    return emitOpError("softcap must be >= 0 (0: none), got ") << cap->convertToDouble();
   auto qs = shapeOf(getQ());
   if (failed(sameElementTypes(*this, {getQ(), getK(), getV(), getOut()})) ||
       failed(expectF32(*this, "result lse", getLse())) || failed(expectShape(*this, "result out", getOut(), qs)) ||
@@ -454,8 +454,8 @@ LogicalResult GqaAttentionGradOp::verify() {
   FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
                                    getScale().convertToDouble(), getTpHeads());
   if (failed(d)) return failure();
-  if (!(getSoftcap().convertToDouble() >= 0.0) || !std::isfinite(getSoftcap().convertToDouble()))
-    return emitOpError("softcap must be >= 0 (0: none), got ") << getSoftcap().convertToDouble();
+  if (auto cap = getSoftcap(); cap && (!(cap->convertToDouble() >= 0.0) || !std::isfinite(cap->convertToDouble())))
+    return emitOpError("softcap must be >= 0 (0: none), got ") << cap->convertToDouble();
   auto qs = shapeOf(getQ());
   if (failed(sameElementTypes(*this, {getDout(), getQ(), getK(), getV(), getOut(), getDq(), getDk(), getDv()})) ||
       failed(expectF32(*this, "lse", getLse())) || failed(expectShape(*this, "dout", getDout(), qs)) ||

@@ -521,7 +521,7 @@ def Bigc_GqaAttentionOp : Bigc_DiffOp<"gqa_attention"> {
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<F64Attr, "0.0">:$scale,
                        UnitAttr:$tp_heads,
-                       DefaultValuedAttr<F64Attr, "0.0">:$softcap);
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs Bigc_FloatTensor:$out, Bigc_FloatTensor:$lse);
 }
 
@@ -533,7 +533,7 @@ def Bigc_GqaAttentionGradOp : Bigc_ComputeOp<"gqa_attention_grad"> {
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<F64Attr, "0.0">:$scale,
                        UnitAttr:$tp_heads,
-                       DefaultValuedAttr<F64Attr, "0.0">:$softcap);
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs Bigc_FloatTensor:$dq, Bigc_FloatTensor:$dk, Bigc_FloatTensor:$dv);
 }
 

@@ -213,8 +213,7 @@ void resolveInitialWeights(mlir::ModuleOp module, CompileOptions &o) {
     for (mlir::Attribute x : list) {
       const std::string name = llvm::cast<mlir::StringAttr>(x).str();
       auto it = byName.find(name);
-      if (it == byName.end())
-        throw UserError(where + ": the module's buffer '" + name + "' (bigc.buffers) is missing");
+      if (it == byName.end()) throw UserError(where + ": the module's buffer '" + name + "' (bigc.buffers) is missing");
       if (it->second->dtype == format::DType::I32)
         throw UserError(where + ": the module's buffer '" + name + "' is stored as I32; expected F32, BF16 or F16");
       known.insert(name);

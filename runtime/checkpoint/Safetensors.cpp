@@ -234,8 +234,7 @@ std::vector<Tensor> moduleBuffers(const Program &p) {
     size_t file = 0;
     for (const auto &[t, f] : h.tensors())
       if (t->name == name) found = t, file = f;
-    if (!found)
-      fail(h.path, "the module's buffer '" + name + "', which --save-weights copies from it, is not there");
+    if (!found) fail(h.path, "the module's buffer '" + name + "', which --save-weights copies from it, is not there");
     Tensor t = *found;
     t.data.resize(size_t(t.numel() * dtypeSize(t.dtype)));
     const int fd = ::open(h.files[file].c_str(), O_RDONLY | O_CLOEXEC);

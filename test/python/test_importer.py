@@ -177,10 +177,14 @@ class Weights(unittest.TestCase):
             c, p = ckpt({"head.weight": w})  # a tied weight under its other name
             self.assertEqual(weights.match(Tied(), c, p), {"emb.weight": "head.weight", "head.weight": "head.weight"})
             self.assertTrue(weights.refers_in_place(c, weights.match(Tied(), c, p), ["emb.weight"]))
-            c, p = ckpt({"model.emb.weight": w})  # the base model's prefix: converted, not referred to
+            self.assertEqual(weights.stored_names(weights.match(Tied(), c, p), ["emb.weight"]), {})  # (an alias)
+            c, p = ckpt({"model.emb.weight": w})  # the base model's prefix: referred to under the file's name
             names = weights.match(Tied(), c, p)
             self.assertEqual(names["emb.weight"], "model.emb.weight")
-            self.assertFalse(weights.refers_in_place(c, names, ["emb.weight"]))
+            self.assertTrue(weights.refers_in_place(c, names, ["emb.weight"]))
+            self.assertEqual(weights.stored_names(names, ["emb.weight"]), {"emb.weight": "model.emb.weight"})
+            c, p = ckpt({"model.emb.weight": w.double()})  # F64, which bigc run does not read: copied
+            self.assertFalse(weights.refers_in_place(c, weights.match(Tied(), c, p), ["emb.weight"]))
             c, p = ckpt({"emb.weight": w, "extra": torch.zeros(1)})
             with self.assertRaisesRegex(UserError, "holds 'extra' \\[1\\], which is not a parameter"):
                 weights.match(Tied(), c, p)
