@@ -384,8 +384,14 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     const CompileOptions &c = plan.options;
     const int64_t unit = c.pp * (c.ppSchedule == PpSchedule::Interleaved ? mlir::bigc::virtualStagesOf(c) : 1);
     // (A pipeline: two and three layers a stage, where one layer a stage is too small a model of
-    // its stages' memory.)
-    const int64_t k1 = c.pp > 1 ? 2 * unit : unit, k2 = k1 + unit;
+    // its stages' memory. Weights streamed layer by layer -- ZeRO 3, offload -- keep a window of
+    // layers on the device, which a cut of one or two layers does not fill: 175b with ZeRO 3, CPU
+    // offload and full recomputation on h100-80g-x8 needs 6.72, 9.95, 13.28, 13.75 and 14.69 GiB a
+    // device at 1, 2, 3, 4 and 6 layers, so the slope of 1 -> 2 (3.23 GiB a layer) put the whole
+    // model at 313 GiB and that of 3 -> 4 (0.47) at 57 GiB, against 56.88 compiled whole: three
+    // and four layers then.)
+    const bool streamed = c.zero == 3 || c.offload != Offload::None;
+    const int64_t k1 = (c.pp > 1 ? 2 : streamed ? 3 : 1) * unit, k2 = k1 + unit;
     mlir::ModuleOp a = cut(k1), b = a ? cut(k2) : nullptr;
     if (!a || !b) {
       compileWhole(plan);
