@@ -195,6 +195,10 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
   if (c.offload != Offload::None)
     add("--offload " + toString(c.offload) +
         (c.offload == Offload::NVMe && base.nvmePath.empty() ? " --nvme-path DIR" : std::string()));
+  if (c.offload != Offload::None &&
+      (c.offloadParams == OffloadParams::Host || c.offloadParams == OffloadParams::Nvme) &&
+      c.offloadParams != base.offloadParams)
+    add("--offload-params " + toString(c.offloadParams));
   return f;
 }
 
@@ -281,7 +285,8 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   struct Tech {
     RecomputePolicy recompute;
     Offload offload;
-    bool fused = false; // --fuse-loss
+    bool fused = false;                         // --fuse-loss
+    OffloadParams params = OffloadParams::Auto; // --offload-params: the weights off the device too
   };
   using RP = RecomputePolicy;
   // Cheapest first. The fused loss costs one more GEMM of the LM head (about a tenth of gpt2's
@@ -295,9 +300,14 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
                                               {RP::Full, off},
                                               {RP::Full, off, true}})
       techs.push_back(t);
+  // The weights off the device too (ZeRO 0 and 3), as ZeRO-Infinity does: with auto the pass keeps
+  // them on the device where they fit, which a cut of a few layers always does, so its estimate
+  // would not be the whole model's; explicitly host (or the drive) they are the same in both.
+  techs.push_back({RP::Full, Offload::CPU, false, OffloadParams::Host});
   if (base.nvmeCapacity > 0 && (!base.nvmePath.empty() || scope.driveWithoutPath)) {
     techs.push_back({RP::Full, Offload::NVMe});
     techs.push_back({RP::Full, Offload::NVMe, true});
+    techs.push_back({RP::Full, Offload::NVMe, false, OffloadParams::Nvme});
   }
   if (!canFuse)
     techs.erase(std::remove_if(techs.begin(), techs.end(), [](const Tech &t) { return t.fused; }), techs.end());
@@ -435,6 +445,9 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
         for (const Tech &t : techs) {
           if (given("--recompute") && t.recompute != base.recompute) continue;
           if (given("--offload") && t.offload != base.offload) continue;
+          // (weights off the device: ZeRO 0 and 3 only; pinned by --offload-params)
+          if (t.params != OffloadParams::Auto && (z == 1 || z == 2)) continue;
+          if (given("--offload-params") && t.params != OffloadParams::Auto && t.params != base.offloadParams) continue;
           if (t.fused && (fusedRefused ||
                           std::count(fitUnfused.begin(), fitUnfused.end(), std::make_pair(t.recompute, t.offload))))
             continue;
@@ -452,6 +465,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           c.recomputeDrop = -1;
           if (c.offload != base.offload) c.offloadParams = OffloadParams::Auto;
           if (c.offload != Offload::None && (c.zero == 1 || c.zero == 2)) c.offloadParams = OffloadParams::Device;
+          if (t.params != OffloadParams::Auto) c.offloadParams = t.params;
           c.quiet = true;
           c.autoSearch = false;
           plan.flags = techniqueFlags(c, base);
