@@ -49,6 +49,7 @@ namespace {
 using format::UserError;
 using mlir::bigc::Offload;
 using mlir::bigc::OffloadParams;
+using mlir::bigc::OptimizerStates;
 using mlir::bigc::PpSchedule;
 using mlir::bigc::Precision;
 using mlir::bigc::RecomputePolicy;
@@ -199,6 +200,7 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
       (c.offloadParams == OffloadParams::Host || c.offloadParams == OffloadParams::Nvme) &&
       c.offloadParams != base.offloadParams)
     add("--offload-params " + toString(c.offloadParams));
+  if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
   return f;
 }
 
@@ -287,6 +289,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     Offload offload;
     bool fused = false;                         // --fuse-loss
     OffloadParams params = OffloadParams::Auto; // --offload-params: the weights off the device too
+    bool bf16States = false;                    // --optimizer-states bf16: AdamW's moments in half
   };
   using RP = RecomputePolicy;
   // Cheapest first. The fused loss costs one more GEMM of the LM head (about a tenth of gpt2's
@@ -309,6 +312,17 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     techs.push_back({RP::Full, Offload::NVMe, true});
     techs.push_back({RP::Full, Offload::NVMe, false, OffloadParams::Nvme});
   }
+  // Last, where nothing above fits a mesh (the techniques of a mesh stop at the first that fits):
+  // AdamW's moments stored in bf16 (updated in fp32), half their memory, as DeepSpeed's and
+  // torchao's low-precision optimizers; the numbers change a little, so never where fp32 fits.
+  const size_t fp32States = techs.size();
+  for (size_t i = 0; i < fp32States; ++i)
+    if (techs[i].recompute == RP::Full && !techs[i].fused &&
+        (techs[i].offload == Offload::None || techs[i].params != OffloadParams::Auto)) {
+      Tech t = techs[i];
+      t.bf16States = true;
+      techs.push_back(t);
+    }
   if (!canFuse)
     techs.erase(std::remove_if(techs.begin(), techs.end(), [](const Tech &t) { return t.fused; }), techs.end());
   if (base.nvmeCapacity > 0 && base.nvmePath.empty() && !scope.driveWithoutPath)
@@ -448,6 +462,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           // (weights off the device: ZeRO 0 and 3 only; pinned by --offload-params)
           if (t.params != OffloadParams::Auto && (z == 1 || z == 2)) continue;
           if (given("--offload-params") && t.params != OffloadParams::Auto && t.params != base.offloadParams) continue;
+          if (t.bf16States && (given("--optimizer-states") || base.adamw.bf16States())) continue;
           if (t.fused && (fusedRefused ||
                           std::count(fitUnfused.begin(), fitUnfused.end(), std::make_pair(t.recompute, t.offload))))
             continue;
@@ -466,6 +481,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           if (c.offload != base.offload) c.offloadParams = OffloadParams::Auto;
           if (c.offload != Offload::None && (c.zero == 1 || c.zero == 2)) c.offloadParams = OffloadParams::Device;
           if (t.params != OffloadParams::Auto) c.offloadParams = t.params;
+          if (t.bf16States) c.adamw.states = OptimizerStates::BF16;
           c.quiet = true;
           c.autoSearch = false;
           plan.flags = techniqueFlags(c, base);
