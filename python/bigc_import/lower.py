@@ -1336,8 +1336,10 @@ class Lowerer:
         if isinstance(x, Pat) and x.kind == "slice" and x.f["dim"] == dim:  # a slice of a slice
             o = x.f["start"]
             return Pat("slice", node, out_shape(node), x=x.f["x"], dim=dim, start=o + start, end=o + end)
-        if isinstance(x, Pat):
-            x = self.force_pat(x, node)
+        if isinstance(x, Pat):  # materialised once: the slices of one value stay slices of one tensor
+            if getattr(x, "forced", None) is None:
+                x.forced = self.force_pat(x, node)
+            x = x.forced
         return Pat("slice", node, out_shape(node), x=x, dim=dim, start=start, end=end)
 
     def _split(self, node, x, sizes, dim):
