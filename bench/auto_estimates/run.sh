@@ -2,7 +2,8 @@
 # How far `bigc compile --auto`'s estimates are from the whole compile (issue 44: within 10% of
 # the device memory): for each configuration below, the model cut to k1 and k2 layers (what --auto
 # compiles: one and two layers, three and four where the weights stream layer by layer -- ZeRO 3
-# or offload --, two and three a stage for a pipeline) extrapolated linearly to every layer, as
+# or offload --, two and three a stage for a pipeline), their device arenas' lower bounds
+# extrapolated linearly to every layer and times the larger cut's packing ratio, as
 # driver/Auto.cpp's `estimate` does, against the same configuration compiled whole. The cuts are
 # `bigc gen gpt --layers k` of the same preset (the model --auto cuts, regenerated). A plan that
 # does not fit is compared by what its not-fit table says the device needs.
@@ -31,13 +32,14 @@ arena() { # compile output -> "device_GiB host_GiB"
   $PY -c "
 import re, sys
 t = sys.stdin.read()
-def g(space):
-    m = re.search(space + r' arena +([0-9.]+) (KiB|MiB|GiB|TiB)', t)
+U = {'KiB': 2**-20, 'MiB': 2**-10, 'GiB': 1, 'TiB': 1024}
+def g(space):  # (the arena, its lower bound)
+    m = re.search(space + r' arena +([0-9.]+) (KiB|MiB|GiB|TiB) \\(lower bound ([0-9.]+) (KiB|MiB|GiB|TiB)', t)
     if not m:  # a plan that does not fit: its table of what each space needs
-        m = re.search(r'^  ' + space + r' +([0-9.]+) (KiB|MiB|GiB|TiB)', t, re.M)
-    if not m: return float('nan')
-    return float(m.group(1)) * {'KiB': 2**-20, 'MiB': 2**-10, 'GiB': 1, 'TiB': 1024}[m.group(2)]
-print(g('device'), g('host'))"
+        m = re.search(r'^  ' + space + r' +([0-9.]+) (KiB|MiB|GiB|TiB) +([0-9.]+) (KiB|MiB|GiB|TiB)', t, re.M)
+    if not m: return float('nan'), float('nan')
+    return float(m.group(1)) * U[m.group(2)], float(m.group(3)) * U[m.group(4)]
+print(*g('device'))"
 }
 compile() { # preset layers flags... -> arena
   local preset=$1 layers=$2; shift 2
@@ -54,14 +56,14 @@ for c in "${CONFIGS[@]}"; do
   if [ "$pp" -gt 1 ]; then k1=$((2 * pp)); elif [[ $flags =~ --zero\ 3|--offload ]]; then k1=3; else k1=1; fi
   k2=$((k1 + pp))
   # shellcheck disable=SC2086
-  read -r x _ < <(compile "$preset" $k1 $flags)
+  read -r x xb < <(compile "$preset" $k1 $flags)
   # shellcheck disable=SC2086
-  read -r y _ < <(compile "$preset" $k2 $flags)
+  read -r y yb < <(compile "$preset" $k2 $flags)
   # shellcheck disable=SC2086
   read -r w _ < <(compile "$preset" "" $flags)
   $PY -c "
-x, y, w, L, k1, k2 = float('$x'), float('$y'), float('$w'), $L, $k1, $k2
+x, y, w, xb, yb, L, k1, k2 = float('$x'), float('$y'), float('$w'), float('$xb'), float('$yb'), $L, $k1, $k2
 f = (L - k1) / (k2 - k1)
-est = max(y, x + (y - x) * f)
+est = max(yb, xb + (yb - xb) * f) * (y / yb)  # the lower bound extrapolated, times the larger cut's packing
 print('%-8s %-62s %9.2f %9.2f %6.1f%%' % ('$preset', '$flags', est, w, 100 * (est - w) / w))"
 done
