@@ -50,8 +50,7 @@ echo "# $(date -u +%F), $(nproc) cores; h100-80g-x8, bf16, 8 ranks; device arena
 printf "%-8s %-62s %9s %9s %7s\n" model flags estimate whole error
 for c in "${CONFIGS[@]}"; do
   preset=${c%%|*}; flags=${c#*|}
-  L=$("$BIN/bigc" gen gpt --preset "$preset" -o "$W/full.mlir" > /dev/null && grep -c 'bigc.layer = ' "$W/full.mlir" > /dev/null; \
-      $PY -c "print({'gpt2-xl': 48, '6.7b': 32, '13b': 40, '175b': 96}['$preset'])")
+  L=$($PY -c "print({'gpt2-xl': 48, '6.7b': 32, '13b': 40, '175b': 96}['$preset'])") # (the presets' layers)
   pp=1; [[ $flags =~ --pp\ ([0-9]+) ]] && pp=${BASH_REMATCH[1]}
   if [ "$pp" -gt 1 ]; then k1=$((2 * pp)); elif [[ $flags =~ --zero\ 3|--offload ]]; then k1=3; else k1=1; fi
   k2=$((k1 + pp))
