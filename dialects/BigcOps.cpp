@@ -325,7 +325,7 @@ LogicalResult GeluGradOp::verify() { return verifyApproximate(*this, getApproxim
 LogicalResult SiluOp::verify() { return success(); }
 // moe(_grad): x [...,C], router [E,C], gate_up [E,2F,C], down [E,C,F], 1 <= top_k <= E.
 static LogicalResult verifyMoe(Operation *op, Value x, Value router, Value gateUp, Value down, int64_t k) {
-  auto xs = shapeOf(x), rs = shapeOf(router), gs = shapeOf(gateUp), ds = shapeOf(down);
+  auto xs = shapeOf(x), rs = shapeOf(router), gs = shapeOf(gateUp);
   if (xs.empty()) return op->emitOpError("x must have a last dimension (the width C)");
   const int64_t C = xs.back();
   if (rs.size() != 2 || rs[1] != C) return op->emitOpError("router must be [E, ") << C << "], got " << str(rs);
@@ -416,7 +416,7 @@ LogicalResult RopeOp::verify() {
 
 /// q [B,T,H*D], k and v [B,T,Hkv*D]: checks the shapes and heads; returns D.
 static FailureOr<int64_t> verifyGqa(Operation *op, Value q, Value k, Value v, int64_t heads, int64_t kvHeads,
-                                    int64_t window, double scale, bool tpHeads) {
+                                    int64_t window, double scale, bool tpHeads, std::optional<APFloat> softcap) {
   auto qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
   if (qs.size() != 3) return op->emitOpError("q must have rank 3 [B,T,H*D], got ") << str(qs);
   if (heads <= 0 || kvHeads <= 0)
@@ -432,16 +432,16 @@ static FailureOr<int64_t> verifyGqa(Operation *op, Value q, Value k, Value v, in
   if (window < 0) return op->emitOpError("window must be >= 0 (0: none), got ") << window;
   if (!(scale >= 0.0) || !std::isfinite(scale))
     return op->emitOpError("scale must be >= 0 (0: 1/sqrt(head dim)), got ") << scale;
+  if (softcap && (!(softcap->convertToDouble() >= 0.0) || !std::isfinite(softcap->convertToDouble())))
+    return op->emitOpError("softcap must be >= 0 (0: none), got ") << softcap->convertToDouble();
   (void)vs;
   return d;
 }
 
 LogicalResult GqaAttentionOp::verify() {
   FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
-                                   getScale().convertToDouble(), getTpHeads());
+                                   getScale().convertToDouble(), getTpHeads(), getSoftcap());
   if (failed(d)) return failure();
-  if (auto cap = getSoftcap(); cap && (!(cap->convertToDouble() >= 0.0) || !std::isfinite(cap->convertToDouble())))
-    return emitOpError("softcap must be >= 0 (0: none), got ") << cap->convertToDouble();
   auto qs = shapeOf(getQ());
   if (failed(sameElementTypes(*this, {getQ(), getK(), getV(), getOut()})) ||
       failed(expectF32(*this, "result lse", getLse())) || failed(expectShape(*this, "result out", getOut(), qs)) ||
@@ -452,10 +452,8 @@ LogicalResult GqaAttentionOp::verify() {
 
 LogicalResult GqaAttentionGradOp::verify() {
   FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
-                                   getScale().convertToDouble(), getTpHeads());
+                                   getScale().convertToDouble(), getTpHeads(), getSoftcap());
   if (failed(d)) return failure();
-  if (auto cap = getSoftcap(); cap && (!(cap->convertToDouble() >= 0.0) || !std::isfinite(cap->convertToDouble())))
-    return emitOpError("softcap must be >= 0 (0: none), got ") << cap->convertToDouble();
   auto qs = shapeOf(getQ());
   if (failed(sameElementTypes(*this, {getDout(), getQ(), getK(), getV(), getOut(), getDq(), getDk(), getDv()})) ||
       failed(expectF32(*this, "lse", getLse())) || failed(expectShape(*this, "dout", getDout(), qs)) ||
