@@ -229,12 +229,13 @@ std::vector<Tensor> moduleBuffers(const Program &p) {
   std::vector<Tensor> out;
   if (p.initialBuffers.empty()) return out;
   const format::safetensors::Headers h = format::safetensors::readHeaders(p.initialWeights);
+  std::map<std::string, std::pair<const Tensor *, size_t>> byName;
+  for (const auto &[t, f] : h.tensors()) byName[t->name] = {t, f};
   for (const std::string &name : p.initialBuffers) {
-    const Tensor *found = nullptr;
-    size_t file = 0;
-    for (const auto &[t, f] : h.tensors())
-      if (t->name == name) found = t, file = f;
-    if (!found) fail(h.path, "the module's buffer '" + name + "', which --save-weights copies from it, is not there");
+    auto it = byName.find(name);
+    if (it == byName.end())
+      fail(h.path, "the module's buffer '" + name + "', which --save-weights copies from it, is not there");
+    const auto [found, file] = it->second;
     Tensor t = *found;
     t.data.resize(size_t(t.numel() * dtypeSize(t.dtype)));
     const int fd = ::open(h.files[file].c_str(), O_RDONLY | O_CLOEXEC);
