@@ -28,12 +28,12 @@ int64_t mlir::bigc::meshRanks(ModuleOp module) {
   if (!mesh) return 1;
   int64_t n = 1;
   for (NamedAttribute na : mesh)
-    if (auto a = dyn_cast<IntegerAttr>(na.getValue())) n *= a.getInt();
+    if (auto a = dyn_cast<IntegerAttr>(na.getValue()); a && na.getName() != kCpAxis) n *= a.getInt();
   return n;
 }
 
 bool mlir::bigc::isCollective(Operation *op) {
-  return isa<AllReduceOp, ReduceScatterOp, AllGatherOp, ParamAllGatherOp>(op);
+  return isa<AllReduceOp, ReduceScatterOp, AllGatherOp, ParamAllGatherOp, RingShiftOp, CpAllToAllOp>(op);
 }
 
 bool mlir::bigc::isP2P(Operation *op) { return isa<SendOp, RecvOp>(op); }
@@ -54,7 +54,7 @@ namespace {
 
 LogicalResult verifyGroup(Operation *op, StringRef group) {
   if (!isMeshAxis(group))
-    return op->emitOpError("group must be a mesh axis: \"dp\", \"tp\" or \"pp\", got \"") << group << "\"";
+    return op->emitOpError("group must be a mesh axis: \"dp\", \"tp\", \"pp\" or \"cp\", got \"") << group << "\"";
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
     StringRef want = group == kTpAxis ? kTpCommStream : kCommStream;
@@ -132,6 +132,36 @@ LogicalResult ParamAllGatherOp::verifySymbolUses(SymbolTableCollection &symbols)
   if (!to) return emitOpError("to ") << getToAttr() << " does not name a bigc.param";
   Type ft = from.getType(), tt = to.getType();
   if (failed(verifyShards(*this, {}, TypeRange{tt}, TypeRange{ft}, getGroup()))) return failure();
+  return success();
+}
+
+LogicalResult RingShiftOp::verify() {
+  if (getGroup() != kCpAxis) return emitOpError("group must be the context axis \"cp\", got \"") << getGroup() << "\"";
+  if (failed(verifyGroup(*this, getGroup()))) return failure();
+  if (getInputs().empty() || getInputs().size() != getOutputs().size())
+    return emitOpError("needs one result per operand and at least one");
+  for (size_t i = 0; i < getInputs().size(); ++i)
+    if (getInputs()[i].getType() != getOutputs()[i].getType())
+      return emitOpError("result #") << i << " must have the type of its operand, " << getInputs()[i].getType()
+                                     << ", got " << getOutputs()[i].getType();
+  return success();
+}
+
+LogicalResult CpAllToAllOp::verify() {
+  if (getGroup() != kCpAxis) return emitOpError("group must be the context axis \"cp\", got \"") << getGroup() << "\"";
+  if (failed(verifyGroup(*this, getGroup()))) return failure();
+  if (getInputs().empty() || getInputs().size() != getOutputs().size())
+    return emitOpError("needs one result per operand and at least one");
+  const int64_t C = meshAxisSize(*this, kCpAxis);
+  for (size_t i = 0; i < getInputs().size(); ++i) {
+    auto in = cast<RankedTensorType>(getInputs()[i].getType()), out = cast<RankedTensorType>(getOutputs()[i].getType());
+    auto seq = getToHeads() ? in : out, heads = getToHeads() ? out : in;
+    if (in.getElementType() != out.getElementType() || seq.getRank() != 3 || heads.getRank() != 3 ||
+        seq.getDimSize(2) % C != 0 || heads.getDimSize(0) != seq.getDimSize(0) ||
+        heads.getDimSize(1) != C * seq.getDimSize(1) || heads.getDimSize(2) * C != seq.getDimSize(2))
+      return emitOpError("tensor #") << i << ": " << in << " -> " << out << " is not [B,T,N] <-> [B," << C << "T,N/"
+                                     << C << "] over the " << C << " ranks of \"cp\"";
+  }
   return success();
 }
 

@@ -141,4 +141,45 @@ def Bigc_RecvOp : Bigc_Op<"recv", [MemoryEffects<[MemRead, MemWrite]>]> {
   let hasVerifier = 1;
 }
 
+def Bigc_RingShiftOp : Bigc_Op<"ring_shift", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "context parallelism: each rank's tensors to the next rank of the cp ring";
+  let description = [{
+    Rank c of the cp axis gets the inputs of rank (c - 1) mod C (and sends
+    its own to rank (c + 1) mod C): one step of ring attention's key/value
+    blocks (and, in the backward, their gradients). Every rank of the axis
+    runs every shift, in the same order, so the sends and receives pair by
+    construction (NCCL: one group of a send and a receive per rank).
+
+    ```mlir
+    %k1, %v1 = bigc.ring_shift %k, %v {group = "cp"}
+        : (tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> (tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+    ```
+  }];
+  let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs, StrAttr:$group);
+  let results = (outs Variadic<Bigc_FloatTensor>:$outputs);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Bigc_CpAllToAllOp : Bigc_Op<"cp_all_to_all", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "context parallelism (DeepSpeed-Ulysses): a sequence split turned into a head split, or back";
+  let description = [{
+    `to_heads`: each input `[B,T,N]` (this rank's T tokens of every head,
+    N = heads x D) becomes `[B,C*T,N/C]`: the whole sequence, in rank order
+    (token i is token i mod T of rank i / T of the cp axis), of this rank's
+    C-th of the heads (rank c: heads [c H/C, (c+1) H/C)). Without: the
+    inverse, `[B,C*T,N/C]` to `[B,T,N]`.
+
+    ```mlir
+    %qh = bigc.cp_all_to_all %q {group = "cp", to_heads} : (tensor<2x16x64xf32>) -> tensor<2x32x32xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs, StrAttr:$group, UnitAttr:$to_heads);
+  let results = (outs Variadic<Bigc_FloatTensor>:$outputs);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 #endif // BIGC_COLLECTIVE_OPS_TD

@@ -411,6 +411,9 @@ LogicalResult RopeOp::verify() {
   for (double f : getInvFreq())
     if (!std::isfinite(f)) return emitOpError("inv_freq must be finite");
   if (!std::isfinite(getAttentionScaling().convertToDouble())) return emitOpError("attention_scaling must be finite");
+  if (getCp() && (*getCp() < 1 || x[1] % 2 != 0))
+    return emitOpError("cp must be >= 1 over an even number of tokens (two chunks), got cp = ")
+           << *getCp() << " over " << x[1];
   return success();
 }
 
@@ -438,10 +441,18 @@ static FailureOr<int64_t> verifyGqa(Operation *op, Value q, Value k, Value v, in
   return d;
 }
 
+/// The context-parallel size of an attention op: >= 1, the token count even (two chunks).
+static LogicalResult verifyCp(Operation *op, std::optional<int64_t> cp, Value q) {
+  if (cp && (*cp < 1 || shapeOf(q)[1] % 2 != 0))
+    return op->emitOpError("cp must be >= 1 over an even number of tokens (two chunks), got cp = ")
+           << *cp << " over " << shapeOf(q)[1];
+  return success();
+}
+
 LogicalResult GqaAttentionOp::verify() {
   FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
                                    getScale().convertToDouble(), getTpHeads(), getSoftcap());
-  if (failed(d)) return failure();
+  if (failed(d) || failed(verifyCp(*this, getCp(), getQ()))) return failure();
   auto qs = shapeOf(getQ());
   if (failed(sameElementTypes(*this, {getQ(), getK(), getV(), getOut()})) ||
       failed(expectF32(*this, "result lse", getLse())) || failed(expectShape(*this, "result out", getOut(), qs)) ||
@@ -453,7 +464,7 @@ LogicalResult GqaAttentionOp::verify() {
 LogicalResult GqaAttentionGradOp::verify() {
   FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
                                    getScale().convertToDouble(), getTpHeads(), getSoftcap());
-  if (failed(d)) return failure();
+  if (failed(d) || failed(verifyCp(*this, getCp(), getQ()))) return failure();
   auto qs = shapeOf(getQ());
   if (failed(sameElementTypes(*this, {getDout(), getQ(), getK(), getV(), getOut(), getDq(), getDk(), getDv()})) ||
       failed(expectF32(*this, "lse", getLse())) || failed(expectShape(*this, "dout", getDout(), qs)) ||
@@ -465,6 +476,56 @@ LogicalResult GqaAttentionGradOp::verify() {
     return failure();
   return success();
 }
+/// ring_attention(_grad)'s own attributes: cp >= 2, step in [0, cp), 0 with a2a.
+static LogicalResult verifyRing(Operation *op, int64_t cp, int64_t step, bool a2a, Value q) {
+  if (cp < 2) return op->emitOpError("cp must be at least 2, got ") << cp;
+  if (step < 0 || step >= cp || (a2a && step != 0))
+    return op->emitOpError("step must be in [0, cp) (0 with a2a), got ") << step;
+  if (shapeOf(q)[1] % (a2a ? 2 * cp : 2) != 0)
+    return op->emitOpError("the ") << shapeOf(q)[1] << " tokens must split in " << (a2a ? 2 * cp : 2) << " chunks";
+  return success();
+}
+
+LogicalResult RingAttentionOp::verify() {
+  FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
+                                   getScale().convertToDouble(), getTpHeads(), getSoftcap());
+  if (failed(d) || failed(verifyRing(*this, getCp(), getStep(), getA2a(), getQ()))) return failure();
+  auto qs = shapeOf(getQ());
+  SmallVector<int64_t> ls{qs[0], (int64_t)getHeads(), qs[1]};
+  if (failed(sameElementTypes(*this, {getQ(), getK(), getV()})) || failed(expectF32(*this, "result lse", getLse())) ||
+      failed(expectShape(*this, "result out", getOut(), qs)) || failed(expectShape(*this, "result lse", getLse(), ls)))
+    return failure();
+  if (!getAcc().empty()) {
+    if (getAcc().size() != 2) return emitOpError("acc must be (out, lse) of the earlier blocks, or nothing");
+    if (failed(expectShape(*this, "acc out", getAcc()[0], qs)) ||
+        failed(expectShape(*this, "acc lse", getAcc()[1], ls)) || failed(expectF32(*this, "acc lse", getAcc()[1])))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult RingAttentionGradOp::verify() {
+  FailureOr<int64_t> d = verifyGqa(*this, getQ(), getK(), getV(), getHeads(), getKvHeads(), getWindow(),
+                                   getScale().convertToDouble(), getTpHeads(), getSoftcap());
+  if (failed(d) || failed(verifyRing(*this, getCp(), getStep(), getA2a(), getQ()))) return failure();
+  auto qs = shapeOf(getQ());
+  if (failed(expectF32(*this, "lse", getLse())) || failed(expectShape(*this, "dout", getDout(), qs)) ||
+      failed(expectShape(*this, "out", getOut(), qs)) ||
+      failed(expectShape(*this, "lse", getLse(), {qs[0], (int64_t)getHeads(), qs[1]})) ||
+      failed(expectShape(*this, "result dq", getDq(), qs)) ||
+      failed(expectShape(*this, "result dk", getDk(), shapeOf(getK()))) ||
+      failed(expectShape(*this, "result dv", getDv(), shapeOf(getV()))))
+    return failure();
+  if (!getAcc().empty()) {
+    if (getAcc().size() != 3) return emitOpError("acc must be (dq, dk, dv) so far, or nothing");
+    if (failed(expectShape(*this, "acc dq", getAcc()[0], qs)) ||
+        failed(expectShape(*this, "acc dk", getAcc()[1], shapeOf(getK()))) ||
+        failed(expectShape(*this, "acc dv", getAcc()[2], shapeOf(getV()))))
+      return failure();
+  }
+  return success();
+}
+
 LogicalResult FillOp::verify() { return success(); }
 
 LogicalResult BiasAddOp::verify() {
@@ -888,9 +949,9 @@ LogicalResult RmsNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads
 
 LogicalResult RopeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads, SmallVectorImpl<Value> &operandGrads) {
   // y = s R(a) x per pair: dx = s R(-a) dy.
-  auto r =
-      b.create<RopeOp>(getLoc(), getX().getType(), resultGrads[0], getHeadDimAttr(), getInvFreqAttr(),
-                       getAttentionScalingAttr(), getInverse() ? UnitAttr() : b.getUnitAttr(), getInterleavedAttr());
+  auto r = b.create<RopeOp>(getLoc(), getX().getType(), resultGrads[0], getHeadDimAttr(), getInvFreqAttr(),
+                            getAttentionScalingAttr(), getInverse() ? UnitAttr() : b.getUnitAttr(),
+                            getInterleavedAttr(), getCpAttr());
   operandGrads.assign({r.getY()});
   return success();
 }
@@ -902,7 +963,7 @@ LogicalResult GqaAttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> result
   auto g = b.create<GqaAttentionGradOp>(getLoc(), TypeRange{getQ().getType(), getK().getType(), getV().getType()},
                                         resultGrads[0], getQ(), getK(), getV(), getOut(), getLse(), getHeadsAttr(),
                                         getKvHeadsAttr(), getWindowAttr(), getScaleAttr(), getTpHeadsAttr(),
-                                        getSoftcapAttr());
+                                        getSoftcapAttr(), getCpAttr());
   operandGrads.assign({g.getDq(), g.getDk(), g.getDv()});
   return success();
 }

@@ -400,7 +400,11 @@ def Bigc_RopeOp : Bigc_DiffOp<"rope", [SameOperandsAndResultType]> {
     A partial rotary (GPT-NeoX, Pythia, Phi): `inv_freq` holds R/2 < D/2
     values; the first R elements of each head are rotated as above with R in
     D's place (pairs (x[i], x[i+R/2])), the other D - R pass through.
-    `inverse`: the rotation by -a (the gradient).
+    `inverse`: the rotation by -a (the gradient). `cp` C > 1 (context
+    parallelism, bigc-context-parallel): x holds this rank's part of each
+    sequence of C x T tokens, the halves of T from chunks c and 2C-1-c of 2C
+    (c: the rank's index on the mesh's cp axis); t is the token's position in
+    the whole sequence.
     ```mlir
     %y = bigc.rope %x {head_dim = 16 : i64, inv_freq = array<f64: 1.0, 0.1>}
         : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
@@ -409,7 +413,8 @@ def Bigc_RopeOp : Bigc_DiffOp<"rope", [SameOperandsAndResultType]> {
   let arguments = (ins Bigc_FloatTensor:$x, I64Attr:$head_dim,
                        DenseF64ArrayAttr:$inv_freq,
                        DefaultValuedAttr<F64Attr, "1.0">:$attention_scaling,
-                       UnitAttr:$inverse, UnitAttr:$interleaved);
+                       UnitAttr:$inverse, UnitAttr:$interleaved,
+                       OptionalAttr<I64Attr>:$cp);
   let results = (outs Bigc_FloatTensor:$y);
 }
 
@@ -521,7 +526,8 @@ def Bigc_GqaAttentionOp : Bigc_DiffOp<"gqa_attention"> {
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<F64Attr, "0.0">:$scale,
                        UnitAttr:$tp_heads,
-                       OptionalAttr<F64Attr>:$softcap);
+                       OptionalAttr<F64Attr>:$softcap,
+                       OptionalAttr<I64Attr>:$cp);
   let results = (outs Bigc_FloatTensor:$out, Bigc_FloatTensor:$lse);
 }
 
@@ -533,7 +539,60 @@ def Bigc_GqaAttentionGradOp : Bigc_ComputeOp<"gqa_attention_grad"> {
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<F64Attr, "0.0">:$scale,
                        UnitAttr:$tp_heads,
-                       OptionalAttr<F64Attr>:$softcap);
+                       OptionalAttr<F64Attr>:$softcap,
+                       OptionalAttr<I64Attr>:$cp);
+  let results = (outs Bigc_FloatTensor:$dq, Bigc_FloatTensor:$dk, Bigc_FloatTensor:$dv);
+}
+
+def Bigc_RingAttentionOp : Bigc_ComputeOp<"ring_attention"> {
+  let summary = "context parallelism: one block of keys of gqa_attention, merged into the partial result";
+  let description = [{
+    gqa_attention (same attributes) of this rank's queries q `[B,T,H*D]`
+    over one block of keys and values k, v `[B,T,Hkv*D]`, each token at its
+    position in the whole sequence of C x T tokens (C = `cp`): q holds the
+    chunks c and 2C-1-c of 2C (c: this rank's index on the cp axis), k and v
+    those of rank (c - `step`) mod C, which the ring passed on `step` times.
+    A query sees the keys at positions p' <= p (and p - p' < `window`).
+    With `acc` (the out and lse of the earlier blocks): the two partial
+    softmaxes merged exactly, lse = log(e^lse_acc + e^lse_block), out = the
+    weighted mean; without: the block's own (a row that sees no key: out 0,
+    lse -inf). `a2a` (all-to-all attention): q, k and v hold the whole
+    sequence of some heads, gathered in rank order (token i is token
+    i mod T' of rank i / T', T' = T / C), and `step` is 0.
+    ```mlir
+    %o, %l = bigc.ring_attention %q, %k1, %v1, %o0, %l0 {heads = 4 : i64, kv_heads = 2 : i64, cp = 2 : i64, step = 1 : i64}
+        : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x64xf32>, tensor<2x4x16xf32>)
+       -> (tensor<2x16x64xf32>, tensor<2x4x16xf32>)
+    ```
+  }];
+  let arguments = (ins Bigc_FloatTensor:$q, Bigc_FloatTensor:$k, Bigc_FloatTensor:$v,
+                       Variadic<Bigc_FloatTensor>:$acc,
+                       I64Attr:$heads, I64Attr:$kv_heads,
+                       DefaultValuedAttr<I64Attr, "0">:$window,
+                       DefaultValuedAttr<F64Attr, "0.0">:$scale,
+                       UnitAttr:$tp_heads,
+                       OptionalAttr<F64Attr>:$softcap,
+                       I64Attr:$cp, I64Attr:$step, UnitAttr:$a2a);
+  let results = (outs Bigc_FloatTensor:$out, Bigc_FloatTensor:$lse);
+}
+
+def Bigc_RingAttentionGradOp : Bigc_ComputeOp<"ring_attention_grad"> {
+  let summary = "context parallelism: one block's part of gqa_attention's gradients";
+  let description = [{
+    (dout, q, k, v, out, lse) as gqa_attention_grad, with out and lse the
+    whole attention's (every block merged), k and v one block as in
+    ring_attention: dq (this rank's queries) and dk, dv (of the block's keys)
+    from this block's scores. With `acc` (dq, dk, dv so far): added to them.
+  }];
+  let arguments = (ins Bigc_FloatTensor:$dout, Bigc_FloatTensor:$q, Bigc_FloatTensor:$k,
+                       Bigc_FloatTensor:$v, Bigc_FloatTensor:$out, Bigc_FloatTensor:$lse,
+                       Variadic<Bigc_FloatTensor>:$acc,
+                       I64Attr:$heads, I64Attr:$kv_heads,
+                       DefaultValuedAttr<I64Attr, "0">:$window,
+                       DefaultValuedAttr<F64Attr, "0.0">:$scale,
+                       UnitAttr:$tp_heads,
+                       OptionalAttr<F64Attr>:$softcap,
+                       I64Attr:$cp, I64Attr:$step, UnitAttr:$a2a);
   let results = (outs Bigc_FloatTensor:$dq, Bigc_FloatTensor:$dk, Bigc_FloatTensor:$dv);
 }
 

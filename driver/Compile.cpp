@@ -581,6 +581,13 @@ CompileOptions parseOptions(const cli::Args &args) {
                     " does not divide --ranks " + std::to_string(o.ranks) +
                     ": the mesh is dp x tp x pp = ranks (use --ranks " +
                     std::to_string(o.tp * o.pp * std::max<int64_t>(1, o.ranks / (o.tp * o.pp))) + ")");
+  if (o.cp > 1 && o.ranks % (o.cp * o.tp * o.pp) != 0)
+    throw UserError("option --cp " + std::to_string(o.cp) + " does not divide the data-parallel ranks: the mesh is " +
+                    "dp x tp x pp = ranks with the cp ranks within dp, so --ranks must be a multiple of cp" +
+                    (o.tp > 1 ? " x tp" : "") + (o.pp > 1 ? " x pp" : "") + " = " + std::to_string(o.cp * o.tp * o.pp) +
+                    " (got --ranks " + std::to_string(o.ranks) + ")");
+  if (args.has("--cp-kind") && o.cp == 1)
+    throw UserError("option --cp-kind: only with --cp C, C > 1 (context parallelism)");
   if (args.has("--virtual-stages") && o.ppSchedule != PpSchedule::Interleaved)
     throw UserError("option --virtual-stages " + std::to_string(o.virtualStages) +
                     ": only with --pp-schedule interleaved (model chunks per stage)");
@@ -898,7 +905,12 @@ int compileMain(int argc, char **argv, int first) {
            << "\n";
     }
     if (program.ranks > 1) {
-      os << "  ranks         " << program.ranks << " (" << program.dp << " data parallel, ZeRO " << program.zero;
+      os << "  ranks         " << program.ranks << " (" << program.dp << " data parallel"
+         << (program.cp > 1 ? " of which " + std::to_string(program.cp) + " context parallel (each sequence of " +
+                                  std::to_string(program.cp * program.seq) + " tokens over " +
+                                  std::to_string(program.cp) + " ranks)"
+                            : std::string())
+         << ", ZeRO " << program.zero;
       if (program.tp > 1) os << " x " << program.tp << " tensor parallel";
       if (program.pp > 1) os << " x " << program.pp << " pipeline stages";
       os << "): the device arena is per rank";

@@ -22,7 +22,7 @@ Program evaluationProgram(const Program &p) {
   v.version = p.version;
   v.producer = p.producer, v.source = p.source;
   v.batch = p.batch, v.seq = p.seq, v.vocab = p.vocab, v.microBatches = p.microBatches, v.ranks = p.ranks;
-  v.dp = p.dp, v.tp = p.tp, v.pp = p.pp, v.zero = p.zero;
+  v.dp = p.dp, v.tp = p.tp, v.pp = p.pp, v.cp = p.cp, v.zero = p.zero;
   v.sequenceParallel = p.sequenceParallel, v.tpReplicated = p.tpReplicated;
   v.precision = p.precision, v.optimizer = p.optimizer, v.hardwareName = p.hardwareName;
   v.deviceCapacityBytes = p.deviceCapacityBytes, v.hostCapacityBytes = p.hostCapacityBytes;

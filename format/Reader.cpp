@@ -145,6 +145,7 @@ Program fromJson(const json &root, const std::string &path, bool top) {
     p.dp = r.integerOr(m, "dp", "config.mesh", 1);
     p.tp = r.integerOr(m, "tp", "config.mesh", 1);
     p.pp = r.integerOr(m, "pp", "config.mesh", 1);
+    p.cp = r.integerOr(m, "cp", "config.mesh", 1);
   }
   if (cfg.contains("tensor_parallel") && !cfg["tensor_parallel"].is_null()) {
     const json &t = r.object(cfg, "tensor_parallel", "config");

@@ -96,6 +96,9 @@ void validateStage(const Program &p, const std::string &path) {
   if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.dp > 4096 || p.tp > 4096 || p.pp > 4096 || p.dp * p.tp * p.pp != p.ranks)
     fail(path, "config: the mesh dp " + std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " +
                    std::to_string(p.pp) + " must multiply to ranks " + std::to_string(p.ranks));
+  if (p.cp < 1 || p.dp % p.cp != 0 || (p.cp > 1 && p.seq % 2 != 0))
+    fail(path, "config: the mesh's cp " + std::to_string(p.cp) + " must divide dp " + std::to_string(p.dp) +
+                   (p.cp > 1 ? " and seq (" + std::to_string(p.seq) + ") be even (two chunks per rank)" : ""));
   if (p.zero < 0 || p.zero > 3) fail(path, "config: zero must be 0, 1, 2 or 3, is " + std::to_string(p.zero));
   {
     const Optimizer &o = p.optimizer;
@@ -359,8 +362,7 @@ void validateStage(const Program &p, const std::string &path) {
                       std::to_string(kNvmeAlignment) + " bytes");
         }
       }
-      const bool collective =
-          sig->kind == OpKind::AllReduce || sig->kind == OpKind::ReduceScatter || sig->kind == OpKind::AllGather;
+      const bool collective = isCollectiveOp(sig->kind);
       const bool commStream = ins.stream == "comm" || ins.stream == "comm_tp";
       if (collective != commStream)
         v.bad(collective ? "a collective runs on the comm or comm_tp stream, not '" + ins.stream + "'"

@@ -42,6 +42,7 @@ json payloadJson(const Program &p) {
                     {"ranks", p.ranks},
                     {"zero", p.zero},
                     {"mesh", {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}}}};
+  if (p.cp > 1) root["config"]["mesh"]["cp"] = p.cp;
   if (p.tp > 1)
     root["config"]["tensor_parallel"] = {{"sequence_parallel", p.sequenceParallel ? 1 : 0},
                                          {"replicated", p.tpReplicated}};

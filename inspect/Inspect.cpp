@@ -604,11 +604,13 @@ std::string textReport(const format::Program &p, const std::string &path, int64_
   o << "\n";
   if (p.ranks > 1) {
     ModelState ms = modelState(p);
-    o << "mesh: dp " << p.dp << " x tp " << p.tp << " x pp " << p.pp << ", ZeRO " << p.zero
+    o << "mesh: dp " << p.dp << (p.cp > 1 ? " (of which cp " + std::to_string(p.cp) + ")" : "") << " x tp " << p.tp
+      << " x pp " << p.pp << ", ZeRO " << p.zero
       << (p.pp > 1 ? "; the ranks of stage " + std::to_string(p.stage) + " run this plan"
                    : "; every rank runs this plan")
-      << " on their data-parallel slice of the global batch (" << p.dp << " x " << p.microBatches << " x " << p.batch
-      << " sequences per step)\n";
+      << " on their data-parallel slice of the global batch (" << p.dp / p.cp << " x " << p.microBatches << " x "
+      << p.batch << " sequences per step"
+      << (p.cp > 1 ? ", each rank holding 1/" + std::to_string(p.cp) + " of each" : "") << ")\n";
     o << "model state: " << humanBytes(ms.perRank) << " on rank " << rank << " of " << humanBytes(ms.whole)
       << " whole (" << fmt("%.3f", ms.whole > 0 ? double(ms.perRank) / double(ms.whole) : 1.0) << ")";
     if (ms.shardedTensors > 0)
@@ -623,6 +625,24 @@ std::string textReport(const format::Program &p, const std::string &path, int64_
           << fmt("%.0f", c.seconds > 0 ? 100.0 * c.hiddenSeconds / c.seconds : 100.0) << "% hidden behind compute"
           << (c.queuedSeconds > 0 ? ", " + durationStr(c.queuedSeconds) + " queued behind its stream" : "");
       o << "\n";
+    }
+    if (p.cp > 1) { // the context axis: its collectives, and the sequences' chunks of this rank
+      const int64_t c = (rank / p.tp) % p.dp % p.cp, C = p.cp;
+      int64_t shifts = 0, a2a = 0, shiftBytes = 0, a2aBytes = 0;
+      for (const auto &ins : p.instructions)
+        for (int64_t id : ins.in) {
+          if (ins.op == "ring_shift") shiftBytes += p.buffers[size_t(id)].bytes;
+          if (ins.op == "cp_all_to_all") a2aBytes += p.buffers[size_t(id)].bytes;
+        }
+      for (const auto &ins : p.instructions) shifts += ins.op == "ring_shift", a2a += ins.op == "cp_all_to_all";
+      o << "context parallel: cp " << C << " (within dp: " << p.dp / C << " data groups of " << C
+        << " ranks); each sequence of " << C * p.seq << " tokens in " << 2 * C << " chunks of " << p.seq / 2
+        << ", rank " << rank << " (index " << c << " on the cp axis) holding chunks " << c << " and " << 2 * C - 1 - c
+        << "; attention "
+        << (a2a > 0
+                ? "by all-to-all (" + std::to_string(a2a) + " per step, " + humanBytes(a2aBytes) + " sent)"
+                : "by ring (" + std::to_string(shifts) + " shifts per step, " + humanBytes(shiftBytes) + " passed on)")
+        << "\n";
     }
     if (p.tp > 1) {
       auto isWeight = [](const format::Buffer &b) { // one buffer per weight: the master, else the weight

@@ -88,6 +88,77 @@ def BigcAutodiff : Pass<"bigc-autodiff", "::mlir::ModuleOp"> {
   ];
 }
 
+def BigcContextParallel : Pass<"bigc-context-parallel", "::mlir::ModuleOp"> {
+  let summary = "Context parallelism: @forward becomes one rank's part of each sequence, before autodiff";
+  let description = [{
+    Splits each sequence of T tokens over `cp` ranks (Megatron-LM's context
+    parallelism, Colossal-AI's sequence parallelism), so that a sequence
+    longer than one device holds can be trained. The sequence is cut into
+    2 x cp chunks and rank c holds chunks c and 2cp-1-c: with causal
+    attention every rank then does the same work (Megatron's load balancing).
+
+    Every op but attention works on the rank's tokens alone, so the pass
+    follows the tokens from @forward's token inputs through each op's rule
+    (per-token ops keep the token dimension, a matmul keeps its left
+    operand's, a reshape keeps it when the dimensions after it stay
+    together) and divides that dimension by cp in every type:
+
+      %x = bigc.embedding %w, %tokens : (tensor<96x64xf32>, tensor<2x64xi32>) -> tensor<2x64x64xf32>
+    becomes, with cp = 2,
+      %x = bigc.embedding %w, %tokens : (tensor<96x64xf32>, tensor<2x32xi32>) -> tensor<2x32x64xf32>
+
+    bigc.rope gets `cp` (the rotation uses the token's position in the whole
+    sequence) and bigc.gqa_attention `cp` (bigc-cp-attention lowers it after
+    bigc-shard, when the mesh exists: `kind` ring passes key/value blocks
+    around the ranks, a2a turns the sequence split into a head split with an
+    all-to-all). Records `bigc.context_parallel = {size, kind, seq}`. The
+    loss is the mean over the rank's tokens; the cp ranks are data ranks for
+    the gradients (their mean over dp, which counts them, is the mean over
+    every token).
+
+    Errors, each naming the op: an op with no rule (one that may mix the
+    tokens), a product of two activations (attention written out), a
+    position table or mask spanning the sequence, GPT-2's bigc.attention, a
+    sequence not divisible by 2 x cp, a model without attention, a2a with
+    heads that cp does not divide.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"cp", "cp", "int64_t", /*default=*/"1", "Context-parallel ranks (the cp axis, within dp)">,
+    Option<"kind", "kind", "std::string", /*default=*/"\"ring\"", "ring (key/value blocks around the ranks) or a2a (all-to-all)">,
+  ];
+}
+
+def BigcCpAttention : Pass<"bigc-cp-attention", "::mlir::ModuleOp"> {
+  let summary = "Context parallelism: the attention over the whole sequence as ring blocks or an all-to-all";
+  let description = [{
+    After bigc-shard (the mesh has its dp axis, which counts the cp ranks):
+    records `cp` in `bigc.mesh` and replaces every bigc.gqa_attention and
+    gqa_attention_grad marked `cp` by bigc-context-parallel.
+
+    kind ring (Megatron-LM's context parallelism, ring attention): the
+    rank's queries meet each rank's key/value block in turn; the blocks go
+    around the ring with `bigc.ring_shift` (rank c receives rank c-1's), the
+    next block's transfer free to overlap the current block's attention:
+
+      %o0, %l0 = bigc.ring_attention %q, %k, %v {step = 0}
+      %k1, %v1 = bigc.ring_shift %k, %v {group = "cp"}
+      %o1, %l1 = bigc.ring_attention %q, %k1, %v1, %o0, %l0 {step = 1}
+      ...
+
+    each merging its partial softmax into the earlier ones' exactly (the
+    partial outs in f32). The backward passes (k, v, dk, dv) around the same
+    way, the key/value gradients accumulating in f32 as they travel, and a
+    last shift brings each block's gradients home. Only the kv heads travel.
+
+    kind a2a (DeepSpeed-Ulysses): `bigc.cp_all_to_all {to_heads}` gives each
+    rank the whole sequence of a cp-th of the heads (q, k, v), attention runs
+    there, and the inverse all-to-all returns the rank's tokens; the backward
+    mirrors it.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+}
+
 def BigcTensorParallel : Pass<"bigc-tensor-parallel", "::mlir::ModuleOp"> {
   let summary = "Tensor (and sequence) parallelism on the tp axis of the device mesh, before autodiff";
   let description = [{

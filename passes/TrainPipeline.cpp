@@ -50,6 +50,11 @@ template <> const std::vector<std::pair<PpSchedule, const char *>> &choiceNames<
   return names;
 }
 
+template <> const std::vector<std::pair<CpKind, const char *>> &choiceNames<CpKind>() {
+  static const std::vector<std::pair<CpKind, const char *>> names = {{CpKind::Ring, "ring"}, {CpKind::A2A, "a2a"}};
+  return names;
+}
+
 template <> const std::vector<std::pair<OptimizerStates, const char *>> &choiceNames<OptimizerStates>() {
   static const std::vector<std::pair<OptimizerStates, const char *>> names = {{OptimizerStates::FP32, "fp32"},
                                                                               {OptimizerStates::BF16, "bf16"}};
@@ -59,8 +64,15 @@ template <> const std::vector<std::pair<OptimizerStates, const char *>> &choiceN
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainStage stage) {
   switch (stage) {
   case TrainStage::Model: {
-    // The vocabulary padded (before tensor parallelism splits it), tensor parallelism (on the
-    // forward), then backward + optimizer.
+    // Context parallelism (the forward at the rank's part of the sequence), the vocabulary padded
+    // (before tensor parallelism splits it), tensor parallelism (on the forward), then backward +
+    // optimizer.
+    if (o.cp > 1) {
+      BigcContextParallelOptions co;
+      co.cp = o.cp;
+      co.kind = toString(o.cpKind);
+      pm.addPass(createBigcContextParallel(co));
+    }
     if (o.padVocab > 0) {
       BigcPadVocabOptions po;
       po.multiple = o.padVocab;
@@ -132,6 +144,8 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
       so.bucketMb = o.bucketMb;
       pm.addPass(createBigcShard(so));
     }
+    // Context parallelism: the attention over the whole sequence, once the mesh exists.
+    if (o.cp > 1) pm.addPass(createBigcCpAttention());
     if (o.offload != Offload::None) {
       BigcOffloadOptions oo;
       oo.offload = "cpu";

@@ -6,6 +6,16 @@ namespace bigc::format::ops {
 
 namespace {
 
+// rope and ring_attention(_grad)'s `cp`: the program's, over tokens that split in two chunks.
+void checkCp(const Ctx &op, const Buffer &x) {
+  const double cp = op.ins->num("cp", 1);
+  if (cp != 1 && cp != double(op.p.cp))
+    op.bad("attribute 'cp' " + std::to_string(int64_t(cp)) + " must be the program's cp " + std::to_string(op.p.cp));
+  if (cp > 1 && x.shape[1] % 2 != 0)
+    op.bad("with cp > 1 the " + std::to_string(x.shape[1]) + " tokens of " + op.desc(x) +
+           " must be two chunks (an even number)");
+}
+
 // Rope
 void shapeRope(const Ctx &op) {
   const Buffer &x = op.in(0);
@@ -21,11 +31,12 @@ void shapeRope(const Ctx &op) {
   for (double v : f)
     if (!std::isfinite(v)) op.bad("attribute 'inv_freq' must be finite");
   op.sameShape(x, op.out(0), "output");
+  checkCp(op, x);
 }
 
 // GqaAttention, GqaAttentionGrad
 void shapeGqaAttention(const Ctx &op) {
-  const bool grad = op.kind == OpKind::GqaAttentionGrad;
+  const bool grad = op.kind == OpKind::GqaAttentionGrad || op.kind == OpKind::RingAttentionGrad;
   const Buffer &q = op.in(grad ? 1 : 0), &k = op.in(grad ? 2 : 1), &v = op.in(grad ? 3 : 2);
   if (q.shape.size() != 3) op.bad("q must be [B,T,H*D], " + op.desc(q) + " is not");
   const double h = op.ins->num("heads", 0), hk = op.ins->num("kv_heads", 0), w = op.ins->num("window", 0);
@@ -55,6 +66,30 @@ void shapeGqaAttention(const Ctx &op) {
   } else {
     op.wantShape(op.out(0), q.shape, "out");
     op.wantShape(op.out(1), {B, H, T}, "lse");
+  }
+  if (op.kind == OpKind::RingAttention || op.kind == OpKind::RingAttentionGrad) { // a block of a context axis
+    if (op.p.cp < 2)
+      op.bad("ring attention needs a context axis (cp >= 2); this program has cp " + std::to_string(op.p.cp));
+    checkCp(op, q);
+    const double step = op.ins->num("step", -1);
+    const bool a2a = op.ins->flag("a2a");
+    if (step < 0 || step >= double(op.p.cp) || step != std::floor(step) || (a2a && step != 0))
+      op.bad("attribute 'step' must be in [0, cp) (0 with a2a)");
+    if (a2a && T % (2 * op.p.cp) != 0) op.bad("with a2a the " + std::to_string(T) + " tokens must be 2 x cp chunks");
+    const size_t base = grad ? 6 : 3, accN = grad ? 3 : 2;
+    if (op.ins->in.size() != base && op.ins->in.size() != base + accN)
+      op.bad("takes " + std::to_string(base) + " inputs, or " + std::to_string(base + accN) +
+             " with the blocks so far");
+    if (op.ins->in.size() == base + accN) {
+      if (grad) {
+        op.wantShape(op.in(6), q.shape, "dq so far");
+        op.wantShape(op.in(7), k.shape, "dk so far");
+        op.wantShape(op.in(8), v.shape, "dv so far");
+      } else {
+        op.wantShape(op.in(3), q.shape, "out so far");
+        op.wantShape(op.in(4), {B, H, T}, "lse so far");
+      }
+    }
   }
 }
 
@@ -88,11 +123,12 @@ void dimsRope(const Ctx &op, OpDims &d) {
   d.scale = float(op.ins->num("attention_scaling", 1.0));
   d.inverse = op.ins->flag("inverse");
   d.interleaved = op.ins->flag("interleaved");
+  d.cp = int64_t(op.ins->num("cp", 1));
 }
 
 // GqaAttention, GqaAttentionGrad
 void dimsGqaAttention(const Ctx &op, OpDims &d) {
-  const Buffer &q = op.kind == OpKind::GqaAttention ? op.in(0) : op.in(1);
+  const Buffer &q = op.kind == OpKind::GqaAttention || op.kind == OpKind::RingAttention ? op.in(0) : op.in(1);
   d.B = q.shape[0], d.T = q.shape[1], d.H = int64_t(op.ins->num("heads", 1));
   d.Hkv = int64_t(op.ins->num("kv_heads", 1));
   d.headDim = q.shape[2] / std::max<int64_t>(1, d.H);
@@ -102,6 +138,9 @@ void dimsGqaAttention(const Ctx &op, OpDims &d) {
   d.tpHeads = op.ins->flag("tp_heads");
   d.softcap = float(op.ins->num("softcap", 0.0));
   d.group = std::max<int64_t>(1, (d.H * (d.tpHeads ? op.p.tp : 1)) / std::max<int64_t>(1, d.Hkv));
+  d.cp = int64_t(op.ins->num("cp", 1)), d.step = int64_t(op.ins->num("step", 0));
+  d.a2a = op.ins->flag("a2a");
+  d.acc = op.ins->in.size() == (op.kind == OpKind::RingAttentionGrad ? 9u : 5u);
 }
 
 // Attention, AttentionGrad
@@ -132,6 +171,19 @@ int64_t gqaFlops(const OpView &v, bool grad) {
   const int64_t cap = v.num("softcap", 0) > 0 ? pairs * (grad ? 8 : 4) : 0; // tanh, and its derivative
   return (grad ? 10 * pairs * d + 8 * pairs + 2 * b * t * heads * d : 4 * pairs * d + 6 * pairs) + cap;
 }
+// One block of ring attention: step 0 (the rank's own two chunks) has the causal pairs, T(T+1)/2
+// per head; every other block half of T x T (one chunk of queries sees both, or both queries one).
+// All-to-all attention: the causal pairs of the whole sequence it holds.
+int64_t ringFlops(const OpView &v, bool grad) {
+  if (v.has("a2a") || v.num("step", 0) == 0) return gqaFlops(v, grad);
+  const std::vector<int64_t> q = v.inShape(grad ? 1 : 0);
+  const int64_t heads = int64_t(v.num("heads", 0));
+  if (q.size() != 3 || heads <= 0) return 0;
+  const int64_t b = q[0], t = q[1], d = q[2] / heads, pairs = b * heads * t * t / 2;
+  const int64_t cap = v.num("softcap", 0) > 0 ? pairs * (grad ? 8 : 4) : 0;
+  return (grad ? 10 * pairs * d + 8 * pairs + 2 * b * t * heads * d : 4 * pairs * d + 6 * pairs + 3 * b * t * q[2]) +
+         cap;
+}
 // rope: 6 per element (sin/cos per position and frequency counted apart).
 
 } // namespace
@@ -139,6 +191,8 @@ int64_t gqaFlops(const OpView &v, bool grad) {
 std::vector<OpDef> attentionOps() {
   const std::vector<AttrSpec> gqa = {{"heads", Int},  {"kv_heads", Int},  {"window", Int},
                                      {"scale", Real}, {"tp_heads", Flag}, {"softcap", Real}};
+  std::vector<AttrSpec> ring = gqa;
+  ring.insert(ring.end(), {{"cp", Int}, {"step", Int}, {"a2a", Flag}});
   return {
       // qkv [B,T,3C] -> out [B,T,C], lse [B,H,T] (causal)
       Def("attention", OpKind::Attention)
@@ -176,6 +230,24 @@ std::vector<OpDef> attentionOps() {
           .shape(shapeGqaAttention)
           .dims(dimsGqaAttention)
           .flops([](const OpView &v) { return gqaFlops(v, true); }),
+      // context parallelism: q, one block of k, v [, out, lse so far] -> out, lse (merged)
+      Def("ring_attention", OpKind::RingAttention)
+          .in(3, 5)
+          .out(2)
+          .types({Fl, Fl, Fl, Fl, F32}, {Fl, F32})
+          .attrs(ring)
+          .shape(shapeGqaAttention)
+          .dims(dimsGqaAttention)
+          .flops([](const OpView &v) { return ringFlops(v, false); }),
+      // dout, q, k, v, out, lse [, dq, dk, dv so far] -> dq, dk, dv (this block's added)
+      Def("ring_attention_grad", OpKind::RingAttentionGrad)
+          .in(6, 9)
+          .out(3)
+          .types({Fl, Fl, Fl, Fl, Fl, F32, Fl}, {Fl})
+          .attrs(ring)
+          .shape(shapeGqaAttention)
+          .dims(dimsGqaAttention)
+          .flops([](const OpView &v) { return ringFlops(v, true); }),
       // x [B,T,H*D] rotated by position (the inverse rotation: the gradient)
       Def("rope", OpKind::Rope)
           .in(1)
@@ -185,7 +257,8 @@ std::vector<OpDef> attentionOps() {
                   {"inv_freq", Reals},
                   {"attention_scaling", Real},
                   {"inverse", Flag},
-                  {"interleaved", Flag}})
+                  {"interleaved", Flag},
+                  {"cp", Int}})
           .shape(shapeRope)
           .dims(dimsRope)
           .flops(perResult<6>),

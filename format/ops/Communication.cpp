@@ -43,6 +43,34 @@ void shapeAllReduce(const Ctx &op) {
   }
 }
 
+// RingShift, CpAllToAll: over the context axis (3) of a program with cp > 1.
+void shapeCp(const Ctx &op) {
+  if (op.ins->num("axis", -1) != 3 || op.p.cp <= 1)
+    op.bad("attribute 'axis' must be 3 (cp), the context axis, in a program with cp > 1 (this one has cp " +
+           std::to_string(op.p.cp) + ")");
+  if (op.ins->in.size() != op.ins->out.size())
+    op.bad("has one output per input, has " + std::to_string(op.ins->in.size()) + " inputs and " +
+           std::to_string(op.ins->out.size()) + " outputs");
+  const int64_t C = op.p.cp;
+  for (size_t k = 0; k < op.ins->in.size(); ++k) {
+    const Buffer &a = op.in(k), &b = op.out(k);
+    if (a.dtype != b.dtype)
+      op.bad("input " + std::to_string(k) + " and output " + std::to_string(k) + " must have one dtype");
+    if (op.kind == OpKind::RingShift) {
+      op.sameShape(a, b, "output");
+      continue;
+    }
+    const bool toHeads = op.ins->flag("to_heads");
+    const Buffer &seq = toHeads ? a : b, &heads = toHeads ? b : a;
+    if (seq.shape.size() != 3 || seq.shape[2] % C != 0)
+      op.bad("'" + seq.name + "' " + shapeStr(seq.shape) + " must be [B,T,N] with N divisible by cp " +
+             std::to_string(C));
+    op.wantShape(heads, {seq.shape[0], seq.shape[1] * C, seq.shape[2] / C}, toHeads ? "output" : "input");
+  }
+}
+
+void dimsCp(const Ctx &op, OpDims &d) { d.toHeads = op.ins->flag("to_heads"); }
+
 // Send, Recv
 void dimsSend(const Ctx &op, OpDims &d) {
   d.n = op.kind == OpKind::Send ? op.in(0).bytes : op.out(0).bytes;
@@ -71,6 +99,14 @@ std::vector<OpDef> communicationOps() {
           .ownDtypes()
           .attrs({{"axis", Int}})
           .shape(shapeAllReduce),
+      Def("ring_shift", OpKind::RingShift).in(1, -1).out(1, -1).ownDtypes().attrs({{"axis", Int}}).shape(shapeCp),
+      Def("cp_all_to_all", OpKind::CpAllToAll)
+          .in(1, -1)
+          .out(1, -1)
+          .ownDtypes()
+          .attrs({{"axis", Int}, {"to_heads", Flag}})
+          .shape(shapeCp)
+          .dims(dimsCp),
       Def("send", OpKind::Send)
           .in(1)
           .out(0)

@@ -573,6 +573,7 @@ format::Program buildProgram(ModuleOp module, format::Program header) {
   p.dp = bigcd::meshAxisSize(module, bigcd::kDpAxis);
   p.tp = bigcd::meshAxisSize(module, bigcd::kTpAxis);
   p.pp = bigcd::meshAxisSize(module, bigcd::kPpAxis);
+  p.cp = bigcd::meshAxisSize(module, bigcd::kCpAxis);
   p.ranks = p.dp * p.tp * p.pp;
   // bigc-pipeline: which stage this module is (the driver bundles the stages' programs).
   if (auto pipe = module->getAttrOfType<DictionaryAttr>(bigcd::kPipelineAttrName)) {

@@ -543,12 +543,14 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
   }
   const Program stages = args.has("--timeline") ? prog : Program(); // the engine takes `prog`
   const double programSeconds = secondsSince(runBegan);
-  const int64_t B = prog.batch, T = prog.seq, vocab = prog.vocab, R = prog.ranks, tpSize = prog.tp;
+  // Context parallelism: the program's seq is one rank's part of sequences of cp x seq tokens, and
+  // the cp ranks of a data group read one slice together.
+  const int64_t B = prog.batch, T = prog.seq * prog.cp, vocab = prog.vocab, R = prog.ranks, tpSize = prog.tp;
   if (virtualRanks && (backend != "cuda" || R == 1))
     throw UserError("--virtual-ranks runs the ranks of a multi-rank program on one GPU (the CUDA backend); " +
                     programPath +
                     (R == 1 ? " has one rank" : " runs on the " + backend + " backend here (--backend cuda)"));
-  const int64_t dpSize = prog.dp, ppSize = prog.pp;
+  const int64_t dpSize = prog.dp / prog.cp, ppSize = prog.pp, cpSize = prog.cp;
   // Under mpirun: this process runs ranks/world of the ranks; only process 0 writes and prints.
   const auto [world, proc] = mpiWorld();
   if (world > 1 && R == 1)
@@ -572,8 +574,8 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
   // --eval-batches of them (default: as many as the file holds, up to 20), as llm.c does.
   std::unique_ptr<data::FileTokenSource> valSource;
   int64_t evalBatches = 0;
-  const int64_t evalMicro = prog.microBatches * prog.dp; // micro-batches of one evaluation batch
-  const int64_t evalTokens = evalMicro * B * T;          // tokens of one evaluation batch
+  const int64_t evalMicro = prog.microBatches * dpSize; // micro-batches of one evaluation batch
+  const int64_t evalTokens = evalMicro * B * T;         // tokens of one evaluation batch
   if (evalCmd || args.has("--val-data")) {
     const std::string vpath = args.str(evalCmd ? "--data" : "--val-data");
     valSource = std::make_unique<data::FileTokenSource>(vpath, B, T, vocab, rawWidth);
@@ -768,9 +770,11 @@ int runBody(int argc, char **argv, int first, bool evalCmd) {
           "data: %s; %lld steps\n",
           programPath.c_str(), ex.backend(), (long long)ex.program().parameterCount(), ex.program().precision.c_str(),
           R > 1 ? (std::to_string(R) + " ranks" +
-                   (tpSize > 1 || ppSize > 1 ? " (dp " + std::to_string(dpSize) + " x tp " + std::to_string(tpSize) +
-                                                   (ppSize > 1 ? " x pp " + std::to_string(ppSize) : "") + ")"
-                                             : "") +
+                   (tpSize > 1 || ppSize > 1 || cpSize > 1
+                        ? " (dp " + std::to_string(dpSize) + (cpSize > 1 ? " x cp " + std::to_string(cpSize) : "") +
+                              " x tp " + std::to_string(tpSize) +
+                              (ppSize > 1 ? " x pp " + std::to_string(ppSize) : "") + ")"
+                        : "") +
                    " x ")
                       .c_str()
                 : "",

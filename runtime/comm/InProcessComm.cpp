@@ -130,6 +130,36 @@ void runLocal(LocalGroup &g, int r, CollectiveKind kind, Reduce red, const std::
     }
   };
   switch (kind) {
+  case CollectiveKind::RingShift: { // from the rank before, read in place; the second barrier keeps its
+                                    // inputs until every rank has read them
+    const std::vector<CollectiveTensor> &from = *g.posted_[size_t(mod(r - 1, n))];
+    for (size_t k = 0; k < ts.size(); ++k)
+      std::memcpy(ts[k].out, from[k].in, size_t(ts[k].inNumel) * dtypeSize(ts[k].dtype));
+    g.barrier(r, what);
+    break;
+  }
+  case CollectiveKind::ToHeads:
+  case CollectiveKind::ToSequence: {
+    for (size_t k = 0; k < ts.size(); ++k) {
+      const CollectiveTensor &t = ts[k];
+      const int64_t e = dtypeSize(t.dtype), B = t.rows, N = t.width, w = N / n, T = t.inNumel / (B * N);
+      for (int j = 0; j < n; ++j) {
+        const char *src = static_cast<const char *>((*g.posted_[size_t(j)])[k].in);
+        char *dst = static_cast<char *>(t.out);
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t i = 0; i < T; ++i) {
+            if (kind == CollectiveKind::ToHeads) // rank j's token i, my columns -> my token j*T + i
+              std::memcpy(dst + ((b * n + j) * T + i) * w * e, src + ((b * T + i) * N + int64_t(r) * w) * e,
+                          size_t(w * e));
+            else // rank j's token r*T + i (its columns) -> my token i, columns of rank j
+              std::memcpy(dst + ((b * T + i) * N + int64_t(j) * w) * e, src + ((b * n + r) * T + i) * w * e,
+                          size_t(w * e));
+          }
+      }
+    }
+    g.barrier(r, what);
+    break;
+  }
   case CollectiveKind::ReduceScatter: writeReduced(true); break;
   case CollectiveKind::AllReduce:
     writeReduced(false);
@@ -151,7 +181,7 @@ void runLocal(LocalGroup &g, int r, CollectiveKind kind, Reduce red, const std::
 
 int64_t scratchFloats(CollectiveKind kind, const std::vector<CollectiveTensor> &ts, int n) {
   int64_t f = 0;
-  if (kind != CollectiveKind::AllGather)
+  if (kind == CollectiveKind::AllReduce || kind == CollectiveKind::ReduceScatter)
     for (const auto &t : ts) f += n == 1 ? t.inNumel : (t.inNumel + n - 1) / n;
   return f;
 }

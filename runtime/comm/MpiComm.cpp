@@ -342,6 +342,9 @@ public:
 
   void run(int l, CollectiveKind kind, Reduce red, const std::vector<CollectiveTensor> &ts,
            const std::string &what) override {
+    if (kind != CollectiveKind::AllReduce && kind != CollectiveKind::ReduceScatter && kind != CollectiveKind::AllGather)
+      throw CommError(what + ": context parallelism's ring and all-to-all run in one process (bigc run without "
+                             "mpirun); not over MPI");
     g_.posted_[size_t(l)] = &ts;
     g_.barrier(l, what);
     const int64_t total = [&] {

@@ -55,7 +55,8 @@ Executor::Executor(Program program, uint64_t seed, RankContext rank)
     : StreamExecutor(std::move(program), rank.tpRank), rank_(std::move(rank)) {
   if ((prog_.dp != 1 && (!rank_.comm || rank_.comm->size() != prog_.dp)) ||
       (prog_.tp != 1 && (!rank_.tpComm || rank_.tpComm->size() != prog_.tp)) ||
-      (prog_.pp != 1 && (!rank_.p2p || !rank_.ppComm || rank_.ppComm->size() != prog_.pp)))
+      (prog_.pp != 1 && (!rank_.p2p || !rank_.ppComm || rank_.ppComm->size() != prog_.pp)) ||
+      (prog_.cp != 1 && (!rank_.cpComm || rank_.cpComm->size() != prog_.cp)))
     throw UserError("this program has " + std::to_string(prog_.ranks) +
                     " ranks: run it with `bigc run`, which "
                     "starts every rank with a communicator (one executor runs one rank)");
@@ -83,8 +84,13 @@ Executor::Executor(Program program, uint64_t seed, RankContext rank)
       if (op.kind == OpKind::Concat)
         for (void *q : op.in) op.cparts.push_back(static_cast<const float *>(q));
       if (op.isCollective())
-        for (size_t k = 0; k < op.rawIn.size(); ++k)
+        for (size_t k = 0; k < op.rawIn.size(); ++k) {
           op.coll.push_back(CollectiveTensor{op.rawIn[k], op.rawOut[k], op.inType[k], op.inNumel[k], op.outNumel[k]});
+          if (op.kind == OpKind::CpAllToAll) { // [B,T,N] of the sequence side
+            const auto &seq = prog_.buffers[size_t(op.toHeads ? op.ins->in[k] : op.ins->out[k])].shape;
+            op.coll.back().rows = seq[0], op.coll.back().width = seq[2];
+          }
+        }
     }
   } catch (...) {
     freeArenas();
@@ -239,6 +245,29 @@ const KernelTable<Executor::Kernel> &Executor::kernels() {
     else
       cpu::attentionGrad(g, fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fi(op, 4), fi(op, 5), fo(op, 0), fo(op, 1),
                          fo(op, 2));
+  };
+  const Kernel kRingAttention = [](Executor &e, Op &op) {
+    const AttentionGeometry g = attentionGeometry(op);
+    // The tokens' positions: this rank's queries and the block's keys (rank (c - step) mod C's); with
+    // a2a both the whole sequence, gathered in rank order.
+    const int64_t C = op.cp, c = e.rank_.cpLocal, T = op.T;
+    std::vector<int64_t> qpos(static_cast<size_t>(T)), kpos(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      if (op.a2a) {
+        const int64_t part = T / C;
+        qpos[size_t(t)] = kpos[size_t(t)] = format::cpPosition(t % part, part, C, t / part);
+      } else {
+        qpos[size_t(t)] = format::cpPosition(t, T, C, c);
+        kpos[size_t(t)] = format::cpPosition(t, T, C, ((c - op.step) % C + C) % C);
+      }
+    }
+    if (op.kind == OpKind::RingAttention)
+      cpu::ringAttention(g, fi(op, 0), fi(op, 1), fi(op, 2), qpos.data(), kpos.data(), op.acc ? fi(op, 3) : nullptr,
+                         op.acc ? fi(op, 4) : nullptr, fo(op, 0), fo(op, 1));
+    else
+      cpu::ringAttentionGrad(g, fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fi(op, 4), fi(op, 5), qpos.data(),
+                             kpos.data(), op.acc ? fi(op, 6) : nullptr, op.acc ? fi(op, 7) : nullptr,
+                             op.acc ? fi(op, 8) : nullptr, fo(op, 0), fo(op, 1), fo(op, 2));
   };
   const Kernel kAllReduce = [](Executor &e, Op &op) {
     e.rank_.commOf(op.axis)->run(e.rank_.localOf(op.axis), op.collectiveKind(), op.reduce, op.coll, e.where(op));
@@ -429,8 +458,12 @@ const KernelTable<Executor::Kernel> &Executor::kernels() {
       }},
       {OpKind::Rope, [](Executor &e, Op &op) {
         cpu::rope(fi(op, 0), fo(op, 0), op.B, op.T, op.C, op.headDim, op.invFreq.data(), op.scale, op.inverse,
-                  op.interleaved, 2 * int64_t(op.invFreq.size()));
+                  op.interleaved, 2 * int64_t(op.invFreq.size()), op.cp, e.rank_.cpLocal);
       }},
+      {OpKind::RingAttention, kRingAttention},
+      {OpKind::RingAttentionGrad, kRingAttention},
+      {OpKind::RingShift, kAllReduce},
+      {OpKind::CpAllToAll, kAllReduce},
       {OpKind::GqaAttention, kGqaAttention},
       {OpKind::GqaAttentionGrad, kGqaAttention},
       {OpKind::Attention, [](Executor &e, Op &op) {

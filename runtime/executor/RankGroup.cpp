@@ -264,13 +264,26 @@ float RankGroup::evaluate(const int32_t *tokens, const int32_t *targets) { retur
 
 float RankGroup::runAll(const int32_t *tokens, const int32_t *targets, bool eval) {
   const int local = int(engines_.size());
-  const int64_t R = rankProgram_.dp, K = rankProgram_.microBatches; // the tensor ranks of a group share a slice
-  const int64_t bt = rankProgram_.batch * rankProgram_.seq;
+  // The tensor ranks of a group share a slice. Context parallelism: the cp ranks of a group share
+  // the sequences of one slice of cp x seq tokens, rank c taking chunks c and 2cp-1-c of 2cp.
+  const int64_t C = rankProgram_.cp, R = rankProgram_.dp / C, K = rankProgram_.microBatches;
+  const int64_t B = rankProgram_.batch, T = rankProgram_.seq, bt = B * T, half = T / 2;
   for (int l = 0; l < local; ++l) {
-    const int64_t g = dpIndex(comm_->globalRank(l));
+    const int64_t d = dpIndex(comm_->globalRank(l)), g = d / C, c = d % C;
     for (int64_t m = 0; m < K; ++m) {
-      std::memcpy(tokens_[size_t(l)].data() + m * bt, tokens + (m * R + g) * bt, size_t(bt) * sizeof(int32_t));
-      std::memcpy(targets_[size_t(l)].data() + m * bt, targets + (m * R + g) * bt, size_t(bt) * sizeof(int32_t));
+      const int64_t from = (m * R + g) * bt * C;
+      if (C == 1) {
+        std::memcpy(tokens_[size_t(l)].data() + m * bt, tokens + from, size_t(bt) * sizeof(int32_t));
+        std::memcpy(targets_[size_t(l)].data() + m * bt, targets + from, size_t(bt) * sizeof(int32_t));
+        continue;
+      }
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < 2; ++h) { // this rank's chunk of the half h of its row
+          const int64_t chunk = h == 0 ? c : 2 * C - 1 - c;
+          const int64_t src = from + b * T * C + chunk * half, dst = m * bt + b * T + h * half;
+          std::memcpy(tokens_[size_t(l)].data() + dst, tokens + src, size_t(half) * sizeof(int32_t));
+          std::memcpy(targets_[size_t(l)].data() + dst, targets + src, size_t(half) * sizeof(int32_t));
+        }
     }
   }
   const int64_t stepNo = eval ? stepCount() : stepCount() + 1;
@@ -646,8 +659,17 @@ void RankGroup::refreshCopies(int stageIndex) {
   }
 }
 
-InProcessMesh::InProcessMesh(int dpN, int tpN, double commTimeout, int ppN) : dpSize(dpN), tpSize(tpN), ppSize(ppN) {
+InProcessMesh::InProcessMesh(int dpN, int tpN, double commTimeout, int ppN, int cpN)
+    : dpSize(dpN), tpSize(tpN), ppSize(ppN), cpSize(cpN) {
   auto rank = [&](int s, int d, int t) { return (s * dpN + d) * tpN + t; };
+  if (cpN > 1)
+    for (int s = 0; s < ppN; ++s)
+      for (int q = 0; q < dpN / cpN; ++q)
+        for (int t = 0; t < tpN; ++t) { // (the order of cpGroupOf)
+          std::vector<int> ids;
+          for (int c = 0; c < cpN; ++c) ids.push_back(rank(s, q * cpN + c, t));
+          cp.push_back(makeInProcessCommunicator(ids));
+        }
   for (int s = 0; s < ppN; ++s)
     for (int t = 0; t < tpN; ++t) {
       std::vector<int> ids;
@@ -667,7 +689,7 @@ InProcessMesh::InProcessMesh(int dpN, int tpN, double commTimeout, int ppN) : dp
         for (int s = 0; s < ppN; ++s) ids.push_back(rank(s, d, t));
         pp.push_back(makeInProcessCommunicator(ids));
       }
-  for (auto *v : {&dp, &tp, &pp})
+  for (auto *v : {&dp, &tp, &pp, &cp})
     for (auto &c : *v) c->setTimeout(commTimeout);
 }
 
@@ -676,6 +698,7 @@ void InProcessMesh::install(RankGroup &g) const {
   std::vector<std::shared_ptr<Communicator>> all = dp, dpOf;
   all.insert(all.end(), tp.begin(), tp.end());
   all.insert(all.end(), pp.begin(), pp.end());
+  all.insert(all.end(), cp.begin(), cp.end());
   std::vector<int> dpLocal;
   for (int r = 0; r < ranks; ++r) { // rank r = (s * dp + d) * tp + t
     const int s = r / (dpSize * tpSize), d = (r / tpSize) % dpSize, t = r % tpSize;
@@ -696,6 +719,7 @@ RankContext inProcessRankContext(const InProcessMesh *mesh, std::shared_ptr<Comm
   if (!mesh) return RankContext{local, std::move(world), false};
   const int dp = mesh->dpSize, s = local / (dp * tp), d = (local / tp) % dp, t = local % tp;
   RankContext ctx{d, mesh->dp[size_t(s * tp + t)], false, mesh->tp[size_t(s * dp + d)], t, t};
+  if (mesh->cpSize > 1) ctx.cpComm = mesh->cp[size_t(mesh->cpGroupOf(s, d, t))], ctx.cpLocal = d % mesh->cpSize;
   if (mesh->ppSize > 1) // the stages' messages over the world communicator; tied weights over the pp group
     ctx.p2p = std::move(world), ctx.p2pLocal = local, ctx.globalRank = local, ctx.ppComm = mesh->pp[size_t(d * tp + t)],
     ctx.ppLocal = s;
@@ -728,7 +752,12 @@ std::unique_ptr<RankGroup> makeCpuRankGroup(Program program, uint64_t seed, doub
   // Tensor parallelism or pipeline stages: in one process the in-process mesh; under mpirun each
   // local rank's groups, in-process or over MPI (makeMpiMesh), and the stages' messages over the
   // world communicator.
-  auto mesh = (tp > 1 || pp > 1) && world == 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp) : nullptr;
+  const int cp = int(program.cp);
+  if (cp > 1 && world > 1)
+    throw UserError("this program has context parallelism (cp " + std::to_string(cp) +
+                    "), whose ring and all-to-all run with every rank in one process: run it without mpirun");
+  auto mesh = (tp > 1 || pp > 1 || cp > 1) && world == 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp, cp)
+                                                         : nullptr;
   std::vector<MeshRank> mpiMesh;
   std::vector<std::shared_ptr<Communicator>> mpiAll;
   if ((tp > 1 || pp > 1) && world > 1) mpiMesh = makeMpiMesh(dp, tp, ranks / world, commTimeout, &mpiAll, pp);

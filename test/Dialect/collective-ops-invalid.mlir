@@ -13,7 +13,7 @@ module attributes {bigc.mesh = {dp = 4 : i64, pp = 1 : i64, tp = 1 : i64}} {
 
 module attributes {bigc.mesh = {dp = 4 : i64, pp = 1 : i64, tp = 1 : i64}} {
   func.func @bad_group(%g: tensor<4xf32>) -> tensor<4xf32> {
-    // expected-error@+1 {{group must be a mesh axis: "dp", "tp" or "pp", got "world"}}
+    // expected-error@+1 {{group must be a mesh axis: "dp", "tp", "pp" or "cp", got "world"}}
     %s = bigc.all_reduce %g {group = "world", reduce = "sum"} : (tensor<4xf32>) -> tensor<4xf32>
     return %s : tensor<4xf32>
   }
@@ -68,5 +68,37 @@ module attributes {bigc.mesh = {dp = 1 : i64, pp = 1 : i64, tp = 2 : i64}} {
     // expected-error@+1 {{of group "tp" runs on the "comm_tp" stream, got bigc.stream = "comm"}}
     %s = bigc.all_reduce %g {group = "tp", reduce = "sum", bigc.stream = "comm"} : (tensor<4xf32>) -> tensor<4xf32>
     return %s : tensor<4xf32>
+  }
+}
+
+// -----
+
+// Context parallelism: ring_shift and cp_all_to_all run on the cp axis only.
+module attributes {bigc.mesh = {cp = 2 : i64, dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  func.func @shift_dp(%k: tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
+    // expected-error@+1 {{group must be the context axis "cp", got "dp"}}
+    %s = bigc.ring_shift %k {group = "dp"} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    return %s : tensor<2x8x16xf32>
+  }
+}
+
+// -----
+
+module attributes {bigc.mesh = {cp = 2 : i64, dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  func.func @shift_type(%k: tensor<2x8x16xf32>) -> tensor<2x8x8xf32> {
+    // expected-error@+1 {{result #0 must have the type of its operand, 'tensor<2x8x16xf32>', got 'tensor<2x8x8xf32>'}}
+    %s = bigc.ring_shift %k {group = "cp"} : (tensor<2x8x16xf32>) -> tensor<2x8x8xf32>
+    return %s : tensor<2x8x8xf32>
+  }
+}
+
+// -----
+
+// The whole sequence of half the heads: [2,8,16] -> [2,16,8] over 2 ranks, not [2,8,8].
+module attributes {bigc.mesh = {cp = 2 : i64, dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  func.func @a2a_shape(%q: tensor<2x8x16xf32>) -> tensor<2x8x8xf32> {
+    // expected-error@+1 {{tensor #0: 'tensor<2x8x16xf32>' -> 'tensor<2x8x8xf32>' is not [B,T,N] <-> [B,2T,N/2] over the 2 ranks of "cp"}}
+    %h = bigc.cp_all_to_all %q {group = "cp", to_heads} : (tensor<2x8x16xf32>) -> tensor<2x8x8xf32>
+    return %h : tensor<2x8x8xf32>
   }
 }

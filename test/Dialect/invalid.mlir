@@ -789,3 +789,29 @@ func.func @f(%x: tensor<2x3x8xf32>, %r: tensor<4x8xf32>, %gu: tensor<4x10x8xf32>
   %y = bigc.moe %x, %r, %gu, %d {top_k = 2 : i64} : (tensor<2x3x8xf32>, tensor<4x8xf32>, tensor<4x10x8xf32>, tensor<4x8x4xf32>) -> tensor<2x3x8xf32>
   return
 }
+
+// -----
+
+func.func @ring_step(%q: tensor<2x8x64xf32>, %k: tensor<2x8x32xf32>, %v: tensor<2x8x32xf32>) -> tensor<2x8x64xf32> {
+  // expected-error@+1 {{step must be in [0, cp) (0 with a2a), got 2}}
+  %o, %l = bigc.ring_attention %q, %k, %v {heads = 4 : i64, kv_heads = 2 : i64, cp = 2 : i64, step = 2 : i64}
+      : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> (tensor<2x8x64xf32>, tensor<2x4x8xf32>)
+  return %o : tensor<2x8x64xf32>
+}
+
+// -----
+
+func.func @ring_acc(%q: tensor<2x8x64xf32>, %k: tensor<2x8x32xf32>, %v: tensor<2x8x32xf32>) -> tensor<2x8x64xf32> {
+  // expected-error@+1 {{acc must be (out, lse) of the earlier blocks, or nothing}}
+  %o, %l = bigc.ring_attention %q, %k, %v, %q {heads = 4 : i64, kv_heads = 2 : i64, cp = 2 : i64, step = 1 : i64}
+      : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x4x8xf32>)
+  return %o : tensor<2x8x64xf32>
+}
+
+// -----
+
+func.func @rope_cp_odd(%x: tensor<2x7x64xf32>) -> tensor<2x7x64xf32> {
+  // expected-error@+1 {{cp must be >= 1 over an even number of tokens (two chunks), got cp = 2 over 7}}
+  %y = bigc.rope %x {head_dim = 16 : i64, inv_freq = array<f64: 1.0, 0.1>, cp = 2 : i64} : (tensor<2x7x64xf32>) -> tensor<2x7x64xf32>
+  return %y : tensor<2x7x64xf32>
+}

@@ -56,7 +56,7 @@ TEST(RuntimeProgram, DTypes) {
 }
 
 TEST(RuntimeProgram, OpRegistryCoversTheFormat) {
-  EXPECT_EQ(opDefs().size(), 61u);
+  EXPECT_EQ(opDefs().size(), 65u);
   for (const char *f : {"linear_ce_stats", "linear_ce_stats_grad"}) EXPECT_NE(findOp(f), nullptr) << f;
   for (const char *f :
        {"add_layernorm", "add_rmsnorm", "layernorm_grad_add", "rmsnorm_grad_add", "bias_gelu", "gelu_grad_bias"})
@@ -74,6 +74,8 @@ TEST(RuntimeProgram, OpRegistryCoversTheFormat) {
   for (const char *v2 : {"cast", "copy", "wait", "check_finite", "loss_scale_update"})
     EXPECT_NE(findOp(v2), nullptr) << v2;
   for (const char *v3 : {"all_reduce", "reduce_scatter", "all_gather"}) EXPECT_NE(findOp(v3), nullptr) << v3;
+  for (const char *cp : {"ring_shift", "cp_all_to_all", "ring_attention", "ring_attention_grad"})
+    EXPECT_NE(findOp(cp), nullptr) << cp;
   EXPECT_EQ(findOp("conv2d"), nullptr);
 }
 
@@ -88,8 +90,7 @@ TEST(RuntimeProgram, OpRegistryOneDeclarationPerOp) {
     EXPECT_EQ(size_t(d.kind), k) << d.name;
     EXPECT_TRUE(names.insert(d.name).second) << d.name << " declared twice";
     EXPECT_EQ(findOp(d.name), &d) << d.name;
-    const bool comm = d.kind == OpKind::AllReduce || d.kind == OpKind::ReduceScatter || d.kind == OpKind::AllGather ||
-                      d.kind == OpKind::Send || d.kind == OpKind::Recv;
+    const bool comm = isCollectiveOp(d.kind) || d.kind == OpKind::Send || d.kind == OpKind::Recv;
     EXPECT_EQ(d.flops == nullptr, comm) << d.name << ": a cost rule for every op but the communication";
     EXPECT_TRUE(d.minIn >= 0 && (d.maxIn < 0 || d.maxIn >= d.minIn)) << d.name;
     for (const auto &[o, i] : d.aliases) EXPECT_TRUE(d.inPlace && o >= 0 && i >= 0) << d.name;

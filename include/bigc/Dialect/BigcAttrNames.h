@@ -133,6 +133,9 @@ inline constexpr llvm::StringLiteral kMicroBatchesAttrName = "bigc.micro_batches
 inline constexpr llvm::StringLiteral kPipelineAttrName = "bigc.pipeline";
 /// i64 ZeRO stage (bigc-shard).
 inline constexpr llvm::StringLiteral kZeroAttrName = "bigc.zero";
+/// Module: `{size = C, kind = "ring" | "a2a", seq = T}` (bigc-context-parallel: @forward is one
+/// of C context-parallel ranks' part of sequences of T tokens), read by bigc-cp-attention.
+inline constexpr llvm::StringLiteral kContextParallelAttrName = "bigc.context_parallel";
 /// unit: Megatron sequence parallelism (bigc-tensor-parallel).
 inline constexpr llvm::StringLiteral kSequenceParallelAttrName = "bigc.sequence_parallel";
 /// The weights every tensor rank holds whole (bigc-tensor-parallel notes).

@@ -85,9 +85,15 @@ enum class OpKind {
   // a mixture of experts (Mixtral): router top-k over SwiGLU experts, one rank holding them all
   Moe,
   MoeGrad,
+  // context parallelism (the mesh's cp axis, 3): the ring's key/value blocks, the all-to-all of
+  // DeepSpeed-Ulysses, and attention over one block at the tokens' positions in the sequence
+  RingShift,
+  CpAllToAll,
+  RingAttention,
+  RingAttentionGrad,
 };
 // (the number of ops: keep last)
-constexpr size_t kOpKinds = size_t(OpKind::MoeGrad) + 1;
+constexpr size_t kOpKinds = size_t(OpKind::RingAttentionGrad) + 1;
 
 // The dtype an operand must have (format doc, "Dtypes"): ids are I32; statistics (layernorm
 // mean/rstd, attention lse), scalars, AdamW's master weight, moments and optional scalars are
@@ -162,6 +168,15 @@ struct OpDims {
   // softcap c > 0: each score s capped as c tanh(s / c) (Gemma 2).
   int64_t Hkv = 0, window = 0, headOffset = 0, group = 1;
   float softcap = 0.f;
+  // Context parallelism: rope and ring_attention(_grad) with cp C > 1 see tokens at their
+  // positions in the whole sequence (the engine knows the rank's index on the cp axis); ring
+  // attention's `step` (the key block is rank (c - step) mod C's), `a2a` (the whole sequence of
+  // some heads, in rank order), and whether it merges into / adds to the `acc` operands.
+  int64_t cp = 1, step = 0;
+  bool a2a = false, acc = false;
+  // cp_all_to_all: to_heads (else back to the sequence split); B, T (tokens of the
+  // sequence-split side) and C = N (the sequence side's last dimension) of each tensor.
+  bool toHeads = false;
   // moe(_grad): N tokens of width C (C), E experts of F (rows = N, experts = E, ffn = F), top_k,
   // normalize (the top-k probabilities divided by their sum).
   int64_t experts = 0, ffn = 0, topK = 0;
@@ -231,6 +246,18 @@ const OpDef *findOp(const std::string &name);
 bool mayAlias(const OpDef &def, size_t out, size_t in);
 inline OperandType operandType(OpKind k, bool isIn, size_t j) { return opDef(k).operandType(isIn, j); }
 inline bool handlesOwnDtypes(OpKind k) { return opDef(k).ownDtypes; }
+// Context parallelism (cp C > 1): token t of the T tokens of cp rank c (chunks c and 2C-1-c of
+// the 2C chunks of T/2 tokens of a sequence of C x T) is at position cpPosition(t, T, C, c).
+inline int64_t cpPosition(int64_t t, int64_t T, int64_t C, int64_t c) {
+  if (C <= 1) return t;
+  const int64_t half = T / 2;
+  return t < half ? c * half + t : (2 * C - 1 - c) * half + (t - half);
+}
+// A collective over an axis of the mesh (attribute `axis`; stream comm, or comm_tp for axis 1).
+inline bool isCollectiveOp(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::ReduceScatter || k == OpKind::AllGather || k == OpKind::RingShift ||
+         k == OpKind::CpAllToAll;
+}
 
 struct Program;
 struct Instruction;

@@ -212,7 +212,11 @@ struct Program {
   int64_t batch = 0, seq = 0, vocab = 0, microBatches = 1, ranks = 1;
   // Version 3: the device mesh (ranks = dp * tp * pp) and the ZeRO stage over dp.
   int64_t dp = 1, tp = 1, pp = 1, zero = 0;
-  int64_t axisSize(int64_t axis) const { return axis == 0 ? dp : axis == 1 ? tp : pp; }
+  // Context parallelism: the cp ranks (axis 3) are cp consecutive data-parallel indices that hold
+  // the parts of the same sequences (dp counts them; cp divides dp). The program's `seq` is one
+  // rank's part: the sequences are cp x seq tokens.
+  int64_t cp = 1;
+  int64_t axisSize(int64_t axis) const { return axis == 0 ? dp : axis == 1 ? tp : axis == 2 ? pp : cp; }
   // Pipeline parallelism (pp > 1): a program of P stages, each its own program (buffers, arenas,
   // instructions), in one file. This one is stage `stage`; the top program (stage 0) holds the
   // others in `stages` (stages 1..pp-1, each with its `stage` set and no `stages` of its own). Rank

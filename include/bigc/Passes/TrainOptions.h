@@ -98,6 +98,21 @@ template <typename B> void bindTrainOptions(B &b, TrainPipelineConfig &c) {
                       "sequence (Megatron-SP: reduce-scatter + all-gather for all-reduce)",
                       true},
            c.sequenceParallel, check::none<bool>());
+  b.option(OptionInfo{"cp", "C",
+                      "context parallelism: each sequence split over C ranks (2C chunks,\n"
+                      "rank c holding chunks c and 2C-1-c so that the causal attention's\n"
+                      "work is even); every op but attention works on the rank's tokens,\n"
+                      "the attention as --cp-kind says; the cp ranks are data ranks (dp\n"
+                      "counts them: ranks = dp x tp x pp, C dividing dp)",
+                      true},
+           c.cp, check::atLeast(1));
+  b.option(OptionInfo{"cp-kind", "ring|a2a",
+                      "with --cp: ring (default; ring attention: the key/value blocks\n"
+                      "passed around the C ranks, each merged into the softmax exactly)\n"
+                      "or a2a (DeepSpeed-Ulysses: an all-to-all gives each rank the whole\n"
+                      "sequence of a C-th of the heads; C must divide the kv heads)",
+                      true},
+           c.cpKind, check::none<CpKind>());
   b.option(OptionInfo{"bucket-mb", "F", "largest bucket of merged collectives in MiB (25; 0: one per tensor)", true},
            c.bucketMb, Check<double>([](const double &v) {
              return v >= 0 && !std::isinf(v)

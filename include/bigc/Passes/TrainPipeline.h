@@ -44,6 +44,7 @@ enum class RecomputePolicy { None, Full, Selective, Auto };
 enum class Offload { None, CPU, NVMe };
 enum class OffloadParams { Auto, Device, Host, Nvme };
 enum class PpSchedule { GPipe, OneFOneB, Interleaved, ZeroBubble };
+enum class CpKind { Ring, A2A };
 
 /// The names of an enum's values, as the options spell them.
 template <typename E> const std::vector<std::pair<E, const char *>> &choiceNames();
@@ -52,6 +53,7 @@ template <> const std::vector<std::pair<RecomputePolicy, const char *>> &choiceN
 template <> const std::vector<std::pair<Offload, const char *>> &choiceNames<Offload>();
 template <> const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>();
 template <> const std::vector<std::pair<PpSchedule, const char *>> &choiceNames<PpSchedule>();
+template <> const std::vector<std::pair<CpKind, const char *>> &choiceNames<CpKind>();
 template <> const std::vector<std::pair<OptimizerStates, const char *>> &choiceNames<OptimizerStates>();
 
 /// "fp32", "auto", ...: the name of `value`.
@@ -75,6 +77,8 @@ struct TrainPipelineConfig {
   int64_t zero = 0;  ///< ZeRO stage over dp
   int64_t tp = 1;    ///< tensor-parallel ranks (the tp axis; dp = ranks / tp)
   bool sequenceParallel = false;
+  int64_t cp = 1; ///< context-parallel ranks (the cp axis, within dp)
+  CpKind cpKind = CpKind::Ring;
   double bucketMb = 25; ///< largest merged collective, MiB
   // bigc-pad-vocab
   int64_t padVocab = 0; ///< the vocabulary padded to a multiple of this x tp (0: not padded)

@@ -23,16 +23,22 @@
 
 namespace bigc::rt {
 
-enum class CollectiveKind { AllReduce, ReduceScatter, AllGather };
+// RingShift (context parallelism's ring): rank r gets rank r-1's tensors (mod size), sends its own
+// to r+1. ToHeads / ToSequence (DeepSpeed-Ulysses' all-to-all): [B,T,N] of every rank's part of the
+// sequence <-> [B,size*T,N/size] of every token of the rank's size-th of N (rank r: columns
+// [r N/size, (r+1) N/size)), the tokens in rank order.
+enum class CollectiveKind { AllReduce, ReduceScatter, AllGather, RingShift, ToHeads, ToSequence };
 
 // One tensor of a collective (a bucket has several): `in` has inNumel elements, `out` outNumel,
-// both of `dtype` (all-reduce: equal; reduce-scatter: out = ceil(in / size); all-gather: in =
-// ceil(out / size)).
+// both of `dtype` (all-reduce, ring shift and all-to-all: equal; reduce-scatter: out = ceil(in /
+// size); all-gather: in = ceil(out / size)). All-to-all: `rows` = B and `width` = N of the
+// sequence side's [B,T,N].
 struct CollectiveTensor {
   const void *in = nullptr;
   void *out = nullptr;
   DType dtype = DType::F32;
   int64_t inNumel = 0, outNumel = 0;
+  int64_t rows = 0, width = 0;
 };
 
 // A collective that could not complete: it timed out waiting for a rank, or the run was stopped

@@ -71,10 +71,16 @@ struct RankContext {
   // issued in the groups the CUDA backend issues over NCCL (p2pGroups), each send waiting until
   // its recv has taken it; a check on the CPU of what runs on several GPUs.
   bool ncclOrder = false;
-  // The communicator of a collective over mesh axis `axis` (0 dp, 1 tp, 2 pp), and this rank's
+  // Context parallelism: the group of the cp ranks that share this rank's sequences, and this
+  // rank's index c in it (its chunks of each sequence: c and 2cp-1-c).
+  std::shared_ptr<Communicator> cpComm;
+  int cpLocal = 0;
+  // The communicator of a collective over mesh axis `axis` (0 dp, 1 tp, 2 pp, 3 cp), and this rank's
   // local index in it.
-  const std::shared_ptr<Communicator> &commOf(int axis) const { return axis == 1 ? tpComm : axis == 2 ? ppComm : comm; }
-  int localOf(int axis) const { return axis == 1 ? tpLocal : axis == 2 ? ppLocal : local; }
+  const std::shared_ptr<Communicator> &commOf(int axis) const {
+    return axis == 1 ? tpComm : axis == 2 ? ppComm : axis == 3 ? cpComm : comm;
+  }
+  int localOf(int axis) const { return axis == 1 ? tpLocal : axis == 2 ? ppLocal : axis == 3 ? cpLocal : local; }
 };
 
 // The CPU device under the one executor (stream_executor.h): arenas mapped from the kernel

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "bigc/Format/ops.h"
 #include "bigc/Runtime/attention_geometry.h"
 
 namespace bigc::rt::cpu {
@@ -84,9 +85,23 @@ void geluGradBias(const float *x, const float *dy, float *dx, float *db, int64_t
 // i < D/2 rotated by a = f32(invFreq[i]) * f32(t) (by -a when `inverse`), times `scale`. y may be x.
 // `interleaved`: pair i is (x[2i], x[2i+1]) (Meta's llama), else (x[i], x[i+D/2]) (Hugging Face's).
 // `rotary` R (0: D): a partial rotary, the first R elements of each head rotated as a head of R, the
-// other D - R copied (GPT-NeoX's); invFreq holds R/2 values.
+// other D - R copied (GPT-NeoX's); invFreq holds R/2 values. `cp` C > 1: the T tokens are cp rank
+// `cpRank`'s part of a sequence, token t at position format::cpPosition(t, T, C, cpRank).
 void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq, float scale,
-          bool inverse, bool interleaved = false, int64_t rotary = 0);
+          bool inverse, bool interleaved = false, int64_t rotary = 0, int64_t cp = 1, int64_t cpRank = 0);
+
+// Context parallelism: attention of queries q (g's layout, g.T rows) over one block of keys and
+// values k, v (g.T rows too), each row at its position in the sequence (qpos, kpos: g.T each); a
+// query sees the keys at positions <= its own (and within g.window). out, lse: the block's
+// softmax, merged exactly into accOut / accLse (the earlier blocks') when they are given (rows that
+// see no key: out 0, lse -inf before merging). ringAttentionGrad: this block's part of the
+// gradients, from out and lse of the whole attention, added to accDq / accDk / accDv when given
+// (else to zeros).
+void ringAttention(const AttentionGeometry &g, const float *q, const float *k, const float *v, const int64_t *qpos,
+                   const int64_t *kpos, const float *accOut, const float *accLse, float *out, float *lse);
+void ringAttentionGrad(const AttentionGeometry &g, const float *dout, const float *q, const float *k, const float *v,
+                       const float *out, const float *lse, const int64_t *qpos, const int64_t *kpos, const float *accDq,
+                       const float *accDk, const float *accDv, float *dq, float *dk, float *dv);
 
 // Causal attention on strided rows (attention_geometry.h).
 using AttentionGeometry = rt::AttentionGeometry;

@@ -181,8 +181,12 @@ private:
 // tensor-parallel group (one s and d) and per pipeline group (one d and t).
 struct InProcessMesh {
   std::vector<std::shared_ptr<Communicator>> dp, tp, pp; // by s * tp + t, by s * dp + d, by d * tp + t
-  int dpSize = 1, tpSize = 1, ppSize = 1;
-  InProcessMesh(int dp, int tp, double commTimeout, int pp = 1);
+  // Context parallelism: the cp consecutive data indices of one group (d / cp), by (s * (dp / cp) +
+  // d / cp) * tp + t.
+  std::vector<std::shared_ptr<Communicator>> cp;
+  int dpSize = 1, tpSize = 1, ppSize = 1, cpSize = 1;
+  InProcessMesh(int dp, int tp, double commTimeout, int pp = 1, int cp = 1);
+  int cpGroupOf(int s, int d, int t) const { return (s * (dpSize / cpSize) + d / cpSize) * tpSize + t; }
   // Gives the group its host-side mesh communicators (RankGroup's `configure`).
   void install(RankGroup &g) const;
 };

@@ -65,12 +65,12 @@ struct BoundOp : OpDims {
   // member's `groupHead` is that first member's index (-1: not grouped).
   std::vector<size_t> group;
   int64_t groupHead = -1;
-  bool isCollective() const {
-    return kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::AllGather;
-  }
+  bool isCollective() const { return isCollectiveOp(kind); }
   CollectiveKind collectiveKind() const {
     return kind == OpKind::AllReduce       ? CollectiveKind::AllReduce
            : kind == OpKind::ReduceScatter ? CollectiveKind::ReduceScatter
+           : kind == OpKind::RingShift     ? CollectiveKind::RingShift
+           : kind == OpKind::CpAllToAll    ? (toHeads ? CollectiveKind::ToHeads : CollectiveKind::ToSequence)
                                            : CollectiveKind::AllGather;
   }
 };

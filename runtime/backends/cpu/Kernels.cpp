@@ -485,13 +485,14 @@ void geluGradBias(const float *x, const float *dy, float *dx, float *db, int64_t
 }
 
 void rope(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq, float scale,
-          bool inverse, bool interleaved, int64_t rotary) {
+          bool inverse, bool interleaved, int64_t rotary, int64_t cp, int64_t cpRank) {
   const int64_t R = rotary > 0 ? rotary : D, half = R / 2, heads = C / D;
 #pragma omp parallel for schedule(static) if (B * T * C >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {
     float cs[512], sn[512]; // head dims up to 1024
+    const float pos = static_cast<float>(format::cpPosition(t, T, cp, cpRank));
     for (int64_t i = 0; i < half && i < 512; ++i) {
-      const float a = invFreq[i] * static_cast<float>(t); // an fp32 product, as Hugging Face's
+      const float a = invFreq[i] * pos; // an fp32 product, as Hugging Face's
       cs[i] = static_cast<float>(std::cos(static_cast<double>(a))) * scale;
       sn[i] = static_cast<float>(std::sin(static_cast<double>(a))) * scale;
     }

@@ -56,6 +56,11 @@ const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
     throw UserError(at(op) + ": a mixture of experts (bigc.moe, " + std::to_string(op.experts) +
                     " experts) has no CUDA kernel yet; run this program on the CPU backend (--backend cpu)");
   };
+  const Binder bContextParallel = [](CudaEngine &, Op &op) -> void {
+    throw UserError(at(op) + ": context parallelism (" + format::opDef(op.kind).name +
+                    ") has no CUDA kernels yet (the ring's NCCL send/recv and the blocks' attention); run this "
+                    "program on the CPU backend (--backend cpu)");
+  };
   const Binder bGqaAttention = [](CudaEngine &, Op &op) {
     if (op.softcap > 0)
       throw UserError(at(op) + ": attention with soft-capped scores (softcap " + std::to_string(op.softcap) +
@@ -254,6 +259,10 @@ const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
       }},
       {OpKind::Moe, bMoe},
       {OpKind::MoeGrad, bMoe},
+      {OpKind::RingShift, bContextParallel},
+      {OpKind::CpAllToAll, bContextParallel},
+      {OpKind::RingAttention, bContextParallel},
+      {OpKind::RingAttentionGrad, bContextParallel},
       {OpKind::Softcap, [](CudaEngine &, Op &op) {
         op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::softcap(o.t, o.in[0], o.out[0], o.n, o.value, s); };
       }},
@@ -297,6 +306,10 @@ const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
         };
       }},
       {OpKind::Rope, [](CudaEngine &, Op &op) {
+        if (op.cp > 1)
+          throw UserError(at(op) + ": context parallelism (cp " + std::to_string(op.cp) +
+                          ") has no CUDA kernels yet (ring attention, positions of a rank's part); run this "
+                          "program on the CPU backend (--backend cpu)");
         if (op.headDim / 2 > cuda::kRopeMaxHalf || op.invFreq.empty() || int64_t(op.invFreq.size()) > op.headDim / 2)
           throw UserError(at(op) + ": rope with head_dim " + std::to_string(op.headDim) +
                           " (the CUDA backend supports up to " + std::to_string(2 * cuda::kRopeMaxHalf) + ")");
