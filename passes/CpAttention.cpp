@@ -124,18 +124,18 @@ struct BigcCpAttentionPass : public mlir::bigc::impl::BigcCpAttentionBase<BigcCp
       // The lse keeps its place for the gradient (lowered below, with the head-split one).
       return;
     }
+    // The next block is passed on before this one is used: its transfer overlaps this block's attention.
     Value k = g.getK(), v = g.getV(), out, lse;
     for (int64_t s = 0; s < C; ++s) {
-      if (s > 0) {
-        SmallVector<Value> kv(shift(b, g, ValueRange{k, v}));
-        k = kv[0], v = kv[1];
-      }
+      SmallVector<Value> next;
+      if (s + 1 < C) next = SmallVector<Value>(shift(b, g, ValueRange{k, v}));
       Type outT = s + 1 == C ? g.getOut().getType() : Type(f32Like(g.getOut()));
       SmallVector<Value> operands{g.getQ(), k, v};
       if (s > 0) operands.append({out, lse});
       auto r =
           tagged(b, g, b.create<RingAttentionOp>(loc, TypeRange{outT, lseT}, operands, attention(b, g, s).getAttrs()));
       out = r.getOut(), lse = r.getLse();
+      if (s + 1 < C) k = next[0], v = next[1];
     }
     g.getOut().replaceAllUsesWith(out);
     g.getLse().replaceAllUsesWith(lse);
@@ -161,24 +161,24 @@ struct BigcCpAttentionPass : public mlir::bigc::impl::BigcCpAttentionBase<BigcCp
       g.getDv().replaceAllUsesWith(back[2]);
       return success();
     }
+    // Step s: the next block's k, v passed on first (overlapping this block), then this block's
+    // key/value gradients, accumulated so far, passed to the next rank, which adds its part (after
+    // the last step: home to the block's own rank).
     Value k = g.getK(), v = g.getV(), dq, dk, dv;
     for (int64_t s = 0; s < C; ++s) {
-      SmallVector<Value> acc;
-      if (s > 0) {
-        SmallVector<Value> moved(shift(b, g, ValueRange{k, v, dk, dv}));
-        k = moved[0], v = moved[1];
-        acc = {dq, moved[2], moved[3]};
-      }
+      SmallVector<Value> next;
+      if (s + 1 < C) next = SmallVector<Value>(shift(b, g, ValueRange{k, v}));
       SmallVector<Value> operands{g.getDout(), g.getQ(), k, v, g.getOut(), g.getLse()};
-      operands.append(acc);
+      if (s > 0) operands.append({dq, dk, dv});
       Type dqT = s + 1 == C ? g.getDq().getType() : Type(f32Like(g.getDq()));
       auto r = tagged(b, g,
                       b.create<RingAttentionGradOp>(loc, TypeRange{dqT, f32Like(g.getDk()), f32Like(g.getDv())},
                                                     operands, attention(b, g, s).getAttrs()));
-      dq = r.getDq(), dk = r.getDk(), dv = r.getDv();
+      dq = r.getDq();
+      SmallVector<Value> moved(shift(b, g, ValueRange{r.getDk(), r.getDv()}));
+      dk = moved[0], dv = moved[1];
+      if (s + 1 < C) k = next[0], v = next[1];
     }
-    SmallVector<Value> home(shift(b, g, ValueRange{dk, dv})); // each block's gradients to its rank
-    dk = home[0], dv = home[1];
     if (dk.getType() != g.getDk().getType()) {
       dk = tagged(b, g, b.create<CastOp>(loc, g.getDk().getType(), dk)).getResult();
       dv = tagged(b, g, b.create<CastOp>(loc, g.getDv().getType(), dv)).getResult();

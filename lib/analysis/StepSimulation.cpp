@@ -161,7 +161,11 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
       }
       // Ring collectives over the op's mesh axis (data- or tensor-parallel group).
       const double n = double(meshAxisSize(module, g ? g.getValue() : StringRef(kDpAxis)));
-      double factor = n <= 1 ? 0.0 : isa<AllReduceOp>(op) ? 2.0 * (n - 1) / n : (n - 1) / n;
+      // A ring shift sends each rank's tensors whole to the next rank (and takes its neighbour's).
+      double factor = n <= 1                 ? 0.0
+                      : isa<AllReduceOp>(op) ? 2.0 * (n - 1) / n
+                      : isa<RingShiftOp>(op) ? 1.0
+                                             : (n - 1) / n;
       dur = hw.interconnectBytesPerS > 0 ? bytes * factor / hw.interconnectBytesPerS : 0;
       if (n > 1) dur += hw.collectiveLatencyS; // (a measured profile's fixed cost)
     } else if (isa<WaitOp>(op)) {

@@ -57,15 +57,18 @@ module {
 // CP4: func.func @forward(%{{.*}}: tensor<2x4xi32>
 // CP4: bigc.gqa_attention {{.*}}cp = 4 : i64{{.*}} -> (tensor<2x4x32xf32>, tensor<2x4x4xf32>)
 
-// The forward: this rank's block, then the block of the rank before it, merged; the backward
-// passes k, v and their gradients around and brings the gradients home with a last shift.
+// The forward: the next block passed on first (its transfer overlaps this block), this rank's block,
+// then the block of the rank before it, merged. The backward passes k, v on the same way, and after
+// each block its key/value gradients so far to the next rank, which adds its part (after the last
+// block: home).
 // RING: bigc.mesh = {cp = 2 : i64, dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}
-// RING: %[[O0:.*]], %[[L0:.*]] = bigc.ring_attention %[[Q:.*]], %[[K:.*]], %[[V:[^ ]*]] {{{.*}}step = 0 : i64}
-// RING: %[[KV:.*]]:2 = bigc.ring_shift %[[K]], %[[V]] {{{.*}}group = "cp"}
+// RING: %[[KV:.*]]:2 = bigc.ring_shift %[[K:.*]], %[[V:[^ ]*]] {{{.*}}group = "cp"}
+// RING: %[[O0:.*]], %[[L0:.*]] = bigc.ring_attention %[[Q:.*]], %[[K]], %[[V]] {{{.*}}step = 0 : i64}
 // RING: %[[O1:.*]], %[[L1:.*]] = bigc.ring_attention %[[Q]], %[[KV]]#0, %[[KV]]#1, %[[O0]], %[[L0]] {{{.*}}step = 1 : i64}
-// RING: %[[DQ0:[^,]*]], %[[DK0:[^,]*]], %[[DV0:[^ ]*]] = bigc.ring_attention_grad %{{.*}}, %[[Q]], %[[K]], %[[V]], %[[O1]], %[[L1]] {{{.*}}step = 0
-// RING: %[[M:.*]]:4 = bigc.ring_shift %[[K]], %[[V]], %[[DK0]], %[[DV0]] {{{.*}}group = "cp"}
-// RING: %{{.*}}, %[[DK1:[^,]*]], %[[DV1:[^ ]*]] = bigc.ring_attention_grad %{{.*}}, %[[Q]], %[[M]]#0, %[[M]]#1, %[[O1]], %[[L1]], %[[DQ0]], %[[M]]#2, %[[M]]#3 {{{.*}}step = 1
+// RING: %[[NEXT:.*]]:2 = bigc.ring_shift %[[K]], %[[V]] {{{.*}}group = "cp"}
+// RING: %[[DQ0:[^,]*]], %[[DK0:[^,]*]], %[[DV0:[^ ]*]] = bigc.ring_attention_grad %[[DO:[^,]*]], %[[Q]], %[[K]], %[[V]], %[[O1]], %[[L1]] {{{.*}}step = 0
+// RING: %[[M:.*]]:2 = bigc.ring_shift %[[DK0]], %[[DV0]] {{{.*}}group = "cp"}
+// RING: %{{.*}}, %[[DK1:[^,]*]], %[[DV1:[^ ]*]] = bigc.ring_attention_grad %[[DO]], %[[Q]], %[[NEXT]]#0, %[[NEXT]]#1, %[[O1]], %[[L1]], %[[DQ0]], %[[M]]#0, %[[M]]#1 {{{.*}}step = 1
 // RING: bigc.ring_shift %[[DK1]], %[[DV1]] {{{.*}}group = "cp"}
 // RING-NOT: bigc.gqa_attention
 

@@ -61,7 +61,7 @@ for n, ref, tol, utol in pairs:
     print(f"MEASURED {n}: loss {r:.3g}, update {u:.3g}")
 plan = open(f"{d}/ring4.txt").read()
 check("inspect shows the cp axis", "context parallel: cp 4 (within dp: 1 data groups of 4 ranks); each sequence of "
-      "32 tokens in 8 chunks of 4, rank 0 (index 0 on the cp axis) holding chunks 0 and 7; attention by ring (14 shifts "
+      "32 tokens in 8 chunks of 4, rank 0 (index 0 on the cp axis) holding chunks 0 and 7; attention by ring (20 shifts "
       "per step" in plan, "the plan names the context axis, the chunks and the ring")
 sys.exit(0 if check.ok else 1)
 PY
