@@ -47,7 +47,7 @@ int64_t mlir::bigc::pipelineStage(Operation *op) {
 
 StringRef mlir::bigc::collectiveStream(Operation *op) {
   auto g = op->getAttrOfType<StringAttr>("group");
-  return g && g.getValue() == kTpAxis ? kTpCommStream : kCommStream;
+  return g && g.getValue() == kTpAxis ? kTpCommStream : g && g.getValue() == kCpAxis ? kCpCommStream : kCommStream;
 }
 
 namespace {
@@ -57,7 +57,7 @@ LogicalResult verifyGroup(Operation *op, StringRef group) {
     return op->emitOpError("group must be a mesh axis: \"dp\", \"tp\", \"pp\" or \"cp\", got \"") << group << "\"";
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
-    StringRef want = group == kTpAxis ? kTpCommStream : kCommStream;
+    StringRef want = group == kTpAxis ? kTpCommStream : group == kCpAxis ? kCpCommStream : kCommStream;
     if (!s || s.getValue() != want)
       return op->emitOpError("of group \"")
              << group << "\" runs on the \"" << want << "\" stream, got bigc.stream = " << stream;

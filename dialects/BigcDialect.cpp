@@ -31,7 +31,7 @@ LogicalResult BigcDialect::verifyOperationAttribute(Operation *op, NamedAttribut
     return op->emitOpError("bigc.space must be \"device\", \"host\" or \"nvme\", got ") << attr.getValue();
   if (name == kStreamAttrName && !(value && isKnownStream(value.getValue())))
     return op->emitOpError("bigc.stream must be \"compute\", \"h2d\", \"d2h\", \"host\", \"nvme\", \"comm\", "
-                           "\"comm_tp\" or \"p2p\", got ")
+                           "\"comm_tp\", \"comm_cp\" or \"p2p\", got ")
            << attr.getValue();
   return success();
 }

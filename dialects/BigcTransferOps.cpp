@@ -22,7 +22,8 @@ bool mlir::bigc::isKnownSpace(StringRef space) {
 
 bool mlir::bigc::isKnownStream(StringRef stream) {
   return stream == kComputeStream || stream == kH2DStream || stream == kD2HStream || stream == kHostStream ||
-         stream == kNvmeStream || stream == kCommStream || stream == kTpCommStream || stream == kP2PStream;
+         stream == kNvmeStream || stream == kCommStream || stream == kTpCommStream || stream == kCpCommStream ||
+         stream == kP2PStream;
 }
 
 StringRef mlir::bigc::paramSpace(ParamOp param) {
@@ -94,10 +95,12 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
   }
   if (Attribute stream = op->getAttr(kStreamAttrName)) {
     auto s = dyn_cast<StringAttr>(stream);
-    if (s && (s.getValue() == kCommStream || s.getValue() == kTpCommStream || s.getValue() == kP2PStream))
-      return op->emitOpError("bigc.stream \"comm\", \"comm_tp\" and \"p2p\" are the streams of collectives "
-                             "(bigc.all_reduce, bigc.reduce_scatter, bigc.all_gather) and messages, not of "
-                             "transfers");
+    if (s && (s.getValue() == kCommStream || s.getValue() == kTpCommStream || s.getValue() == kCpCommStream ||
+              s.getValue() == kP2PStream))
+      return op->emitOpError(
+          "bigc.stream \"comm\", \"comm_tp\", \"comm_cp\" and \"p2p\" are the streams of collectives "
+          "(bigc.all_reduce, bigc.reduce_scatter, bigc.all_gather) and messages, not of "
+          "transfers");
     if (!s || !isKnownStream(s.getValue()))
       return op->emitOpError("bigc.stream must be \"compute\", \"h2d\", \"comm\", "
                              "\"d2h\", \"host\" or \"nvme\", got ")

@@ -337,9 +337,10 @@ void validateStage(const Program &p, const std::string &path) {
               "] by its attributes, has " + std::to_string(ins.out.size()));
     }
     {
-      static const std::set<std::string> streams = {"compute", "h2d", "d2h", "host", "nvme", "comm", "comm_tp", "p2p"};
+      static const std::set<std::string> streams = {"compute", "h2d",     "d2h",     "host", "nvme",
+                                                    "comm",    "comm_tp", "comm_cp", "p2p"};
       if (!streams.count(ins.stream))
-        v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host, nvme, comm, comm_tp or p2p)");
+        v.bad("unknown stream '" + ins.stream + "' (compute, h2d, d2h, host, nvme, comm, comm_tp, comm_cp or p2p)");
       // The nvme space: only a copy on the nvme stream touches it, between it and an aligned host buffer.
       {
         auto spaceOf = [&](int64_t id) {
@@ -363,10 +364,10 @@ void validateStage(const Program &p, const std::string &path) {
         }
       }
       const bool collective = isCollectiveOp(sig->kind);
-      const bool commStream = ins.stream == "comm" || ins.stream == "comm_tp";
+      const bool commStream = ins.stream == "comm" || ins.stream == "comm_tp" || ins.stream == "comm_cp";
       if (collective != commStream)
-        v.bad(collective ? "a collective runs on the comm or comm_tp stream, not '" + ins.stream + "'"
-                         : "only collectives run on the comm and comm_tp streams");
+        v.bad(collective ? "a collective runs on the comm, comm_tp or comm_cp stream, not '" + ins.stream + "'"
+                         : "only collectives run on the comm, comm_tp and comm_cp streams");
       const bool p2p = sig->kind == OpKind::Send || sig->kind == OpKind::Recv;
       if (p2p != (ins.stream == "p2p"))
         v.bad(p2p ? ins.op + " runs on the p2p stream, not '" + ins.stream + "'"
@@ -386,6 +387,9 @@ void validateStage(const Program &p, const std::string &path) {
         if (tag < 0) v.bad("attribute 'tag' " + std::to_string(int64_t(tag)) + " must be >= 0");
       }
       // comm_tp: the tensor-parallel axis (1) only; comm: any other axis.
+      if (collective && (ins.stream == "comm_cp") != (ins.num("axis", 0) == 3))
+        v.bad(ins.stream == "comm_cp" ? "the comm_cp stream runs collectives over the context axis (axis 3) only"
+                                      : "a collective over the context axis (axis 3) runs on the comm_cp stream");
       if (collective && (ins.stream == "comm_tp") != (ins.num("axis", 0) == 1))
         v.bad(ins.stream == "comm_tp" ? "the comm_tp stream runs collectives over the tensor axis (axis 1) only"
                                       : "a collective over the tensor axis (axis 1) runs on the comm_tp stream");

@@ -270,6 +270,7 @@ struct Lane {
 std::vector<Lane> lanesOf(const format::Program &p) {
   std::vector<Lane> lanes = {{"comm", "#2ca02c", "collectives (all-reduce, reduce-scatter, all-gather)", {}, 0},
                              {"comm_tp", "#17becf", "tensor-parallel collectives", {}, 0},
+                             {"comm_cp", "#bcbd22", "context-parallel collectives (the ring's blocks)", {}, 0},
                              {"h2d", "#1f77b4", "copies from host to device", {}, 0},
                              {"d2h", "#d62728", "copies from device to host", {}, 0},
                              {"host", "#8c564b", "work on the host (CPU Adam, ...)", {}, 0},
@@ -281,7 +282,7 @@ std::vector<Lane> lanesOf(const format::Program &p) {
       bool on = l.name == "recompute" ? ins.recompute : ins.stream == l.name;
       if (!on) continue;
       l.at.push_back(int64_t(i));
-      if (ins.stream == "comm" || ins.stream == "comm_tp")
+      if (ins.stream == "comm" || ins.stream == "comm_tp" || ins.stream == "comm_cp")
         for (size_t k = 0; k < ins.in.size() && k < ins.out.size(); ++k)
           l.bytes += std::max(p.buffers[size_t(ins.in[k])].bytes, p.buffers[size_t(ins.out[k])].bytes);
       if (ins.op == "copy")
@@ -351,7 +352,7 @@ struct CollectiveStat {
 std::map<std::string, CollectiveStat> collectiveStats(const format::Program &p, int axis = -1) {
   std::map<std::string, CollectiveStat> m;
   for (const auto &ins : p.instructions) {
-    if (ins.stream != "comm" && ins.stream != "comm_tp") continue;
+    if (ins.stream != "comm" && ins.stream != "comm_tp" && ins.stream != "comm_cp") continue;
     if (axis >= 0 && int(ins.num("axis", 0)) != axis) continue;
     CollectiveStat &c = m[ins.op];
     c.count += 1;

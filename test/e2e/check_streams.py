@@ -10,8 +10,9 @@ overlap) with at least one of them writing it, the earlier one (in program order
 the later one: otherwise the runtime's threads could race. Also checks that every `wait` index
 is earlier and on another stream, that side-stream instructions read/write the spaces their
 stream says (d2h: device -> host, h2d: host -> device, host: host only, nvme: copies between the
-nvme space and the host only, and nothing else touches the nvme space, comm and comm_tp:
-collectives on device memory, comm_tp those of the tensor axis, p2p: the sends and receives of
+nvme space and the host only, and nothing else touches the nvme space, comm, comm_tp and comm_cp:
+collectives on device memory, comm_tp those of the tensor axis, comm_cp the context axis's ring
+shifts and all-to-alls, p2p: the sends and receives of
 pipeline stages on device memory), and that a buffer an
 asynchronous instruction touches is live until that instruction is joined by the compute stream.
 A pipelined program is checked stage by stage. Exit 0 and one summary line (per stage) when all
@@ -79,9 +80,13 @@ def check(p, path):
             errors.append(f"instruction {j} ({x['op']}, h2d) reads {ins_sp} writes {out_sp}")
         if s == "host" and not (ins_sp | out_sp) <= {"host"}:
             errors.append(f"instruction {j} ({x['op']}, host) touches {ins_sp | out_sp}")
-        if s in ("comm", "comm_tp") and not (ins_sp | out_sp) <= {"device"}:
+        if s in ("comm", "comm_tp", "comm_cp") and not (ins_sp | out_sp) <= {"device"}:
             errors.append(f"instruction {j} ({x['op']}, {s}) touches {ins_sp | out_sp}: collectives move device memory")
         if s in ("comm", "comm_tp") and x["op"] not in ("all_reduce", "reduce_scatter", "all_gather"):
+            errors.append(f"instruction {j} ({x['op']}) on the {s} stream is not a collective")
+        if (s == "comm_cp") != (x["op"] in ("ring_shift", "cp_all_to_all")):
+            errors.append(f"instruction {j} ({x['op']}) on stream {s}: comm_cp runs the context axis's ring shifts "
+                          "and all-to-alls, and only them")
             errors.append(f"instruction {j} ({x['op']}) on the {s} stream is not a collective")
         if x["op"] in ("all_reduce", "reduce_scatter", "all_gather") and \
                 s != ("comm_tp" if x.get("attrs", {}).get("axis", 0) == 1 else "comm"):

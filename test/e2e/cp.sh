@@ -40,6 +40,12 @@ names="one one16 ring2 ring4 a2a2 a2a4 ring2tp2 ring4tp2 a2a2tp2 ring2z3 a2a2z3 
 for n in $names; do run $n; done
 "$BIN/bigc" run "$d/one.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
 "$BIN/bigc" inspect "$d/ring4.bigc" > "$d/ring4.txt"
+# The streams' discipline (the ring's shifts and the all-to-alls on comm_cp, nothing else there) and
+# the plan's proof, on a ring and an all-to-all program.
+for n in ring4 a2a2z3 ring2tp2; do
+  $PY "$HERE/check_streams.py" "$d/$n.bigc" > /dev/null
+  "$BIN/bigc" verify "$d/$n.bigc" > /dev/null
+done
 
 $PY - "$d" "$HERE" <<'PY'
 import sys

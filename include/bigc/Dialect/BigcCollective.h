@@ -46,13 +46,17 @@ inline constexpr llvm::StringLiteral kCommStream = "comm";
 /// The stream of collectives over the tensor-parallel axis: on the critical
 /// path, they never queue behind a data-parallel bucket or weight gather.
 inline constexpr llvm::StringLiteral kTpCommStream = "comm_tp";
+/// The stream of the context axis's collectives (ring shifts, all-to-alls): the next key/value block
+/// travels there while the compute stream works on the current one, never queued behind a
+/// data-parallel bucket or weight gather.
+inline constexpr llvm::StringLiteral kCpCommStream = "comm_cp";
 /// The stream of the point-to-point ops of pipeline parallelism (send, recv).
 inline constexpr llvm::StringLiteral kP2PStream = "p2p";
 /// bigc.send or bigc.recv.
 bool isP2P(Operation *op);
 /// The module's pipeline stage (the `stage` of its bigc.pipeline attribute): 0 without one.
 int64_t pipelineStage(Operation *op);
-/// The stream of collective `op`: kTpCommStream for group "tp", else kCommStream.
+/// The stream of collective `op`: kTpCommStream for group "tp", kCpCommStream for "cp", else kCommStream.
 StringRef collectiveStream(Operation *op);
 
 /// The size of mesh axis `axis` ("dp", "tp", "pp") of the module holding
