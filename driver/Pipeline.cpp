@@ -138,8 +138,11 @@ format::Program planAndEmit(mlir::ModuleOp module, const CompileOptions &o, std:
   // The evaluation program: the step's own forward (phase forward, not recomputed in the backward),
   // run alone in the training plan's arenas (the validator checks that it reads nothing the
   // backward or the optimizer writes).
+  // (Not the copies of activations to the host for the backward, --offload-activations: the
+  // forward alone has no backward to keep them for.)
   for (size_t i = 0; i < program.instructions.size(); ++i)
-    if (program.instructions[i].phase == "forward" && !program.instructions[i].recompute)
+    if (program.instructions[i].phase == "forward" && !program.instructions[i].recompute &&
+        program.instructions[i].stream != "d2h")
       program.evalInstructions.push_back(int64_t(i));
   if (o.haveHardware) { // the step on the profile: time and the collectives hidden behind compute
     mlir::bigc::StepEstimate est = mlir::bigc::simulateStep(module, o.hardware);

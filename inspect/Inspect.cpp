@@ -831,6 +831,16 @@ std::string textReport(const format::Program &p, const std::string &path, int64_
     o << "activations kept for the backward: " << humanBytes(kept)
       << " (activation buffers live across the forward/backward boundary)\n";
 
+  { // --offload-activations: the forward's copies of activations to the host (for the backward)
+    int64_t n = 0, bytes = 0;
+    for (const auto &ins : p.instructions)
+      if (ins.phase == "forward" && ins.stream == "d2h" && ins.op == "copy")
+        for (int64_t id : ins.out) ++n, bytes += p.buffers[size_t(id)].bytes;
+    if (n > 0)
+      o << "activations offloaded (--offload-activations): " << n << " tensors, " << humanBytes(bytes)
+        << " copied to the host as the forward makes them and back a layer ahead of the backward\n";
+  }
+
   std::vector<Phase> ph = inferPhases(p);
   for (const auto &s : sums) {
     const format::Space &sp = *s.space;

@@ -747,6 +747,42 @@ def BigcOffloadNvme : Pass<"bigc-offload-nvme", "::mlir::ModuleOp"> {
 // Fusion
 //===----------------------------------------------------------------------===//
 
+def BigcOffloadActivations : Pass<"bigc-offload-activations", "::mlir::ModuleOp"> {
+  let summary = "Activation offload: the activations kept for the backward wait on the host";
+  let description = [{
+    Runs after bigc-recompute (which chose what the backward keeps) and the
+    other offload passes, before bigc-schedule. Every device value the
+    forward of a layer but the last defines and the backward reads (of at
+    least `min-bytes`; the last layer's and those outside the layers, the
+    embedding, head and loss, are read as soon as the backward starts) gets a
+    `bigc.copy {bigc.space = "host"}` right after its definition (the d2h
+    stream moves it while the forward goes on; the device buffer is freed
+    once the copy is joined and the forward's last reader ran) and a
+    `bigc.copy {bigc.space = "device"}` before its first backward reader,
+    which every backward reader then reads; bigc-schedule moves that copy to
+    the start of the layer before (the h2d transfer overlaps the previous
+    layer's backward), as it prefetches offloaded weights. The memory plan
+    then holds the kept activations in the host arena and one or two layers'
+    worth on the device.
+
+      %h = bigc.matmul %x, %w ...                      // forward
+      %hh = bigc.copy %h {bigc.space = "host"}         // d2h, as soon as %h exists
+      ...
+      %hd = bigc.copy %hh {bigc.space = "device"}      // h2d, a layer ahead of its reader
+      %dx = bigc.matmul %dy, %hd ...                   // backward
+
+    With --recompute full only the blocks' inputs cross to the backward, so
+    the device keeps nearly nothing of the forward (the combination that
+    long sequences want). Records `bigc.offload_activations = {tensors,
+    bytes}`.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"minBytes", "min-bytes", "int64_t", /*default=*/"0",
+           "Offload only activations of at least this many bytes">,
+  ];
+}
+
 def BigcFuse : Pass<"bigc-fuse", "::mlir::ModuleOp"> {
   let summary = "Pairs of memory-bound ops fused: residual add + norm, norm gradient + residual gradient, bias + GELU, GELU gradient + bias gradient";
   let description = [{

@@ -375,7 +375,11 @@ void prefetchParams(Block &block) {
   SmallVector<std::pair<Operation *, Operation *>> moves;
   for (Operation &op : block.without_terminator()) {
     GetParamOp gp = fetchedParam(&op);
-    if (!gp) continue;
+    // (an offloaded activation's way back, bigc-offload-activations: the same, without a get_param)
+    auto act = dyn_cast<CopyOp>(op);
+    const bool activation = act && opSpace(act) == kDeviceSpace && act.getX().getDefiningOp<CopyOp>() &&
+                            valueSpace(act.getX()) == kHostSpace;
+    if (!gp && !activation) continue;
     Operation *first = firstUser(block, &op);
     auto it = first ? seg.position.find(first) : seg.position.end();
     if (it == seg.position.end()) continue;
@@ -387,7 +391,13 @@ void prefetchParams(Block &block) {
     if (!copy->isBeforeInBlock(target)) {
       auto gp = cast<CopyOp>(copy).getX().getDefiningOp();
       copy->moveBefore(target);
-      if (gp->getBlock() == &block && copy->isBeforeInBlock(gp)) gp->moveBefore(copy);
+      if (gp->getBlock() == &block && copy->isBeforeInBlock(gp)) {
+        if (!isa<GetParamOp>(gp)) { // an activation's host copy is made in the forward: stay after it
+          copy->moveAfter(gp);
+          continue;
+        }
+        gp->moveBefore(copy);
+      }
     }
   }
 }

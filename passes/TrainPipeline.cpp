@@ -161,6 +161,7 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
         pm.addPass(createBigcOffloadNvme(no));
       }
     }
+    if (o.offloadActivations) pm.addPass(createBigcOffloadActivations());
     return;
   }
   case TrainStage::Plan: {

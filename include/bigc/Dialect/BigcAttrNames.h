@@ -136,6 +136,9 @@ inline constexpr llvm::StringLiteral kZeroAttrName = "bigc.zero";
 /// Module: `{size = C, kind = "ring" | "a2a", seq = T}` (bigc-context-parallel: @forward is one
 /// of C context-parallel ranks' part of sequences of T tokens), read by bigc-cp-attention.
 inline constexpr llvm::StringLiteral kContextParallelAttrName = "bigc.context_parallel";
+/// Module: `{tensors = N, bytes = B}` (bigc-offload-activations: the activations that go to the
+/// host in the forward and come back for the backward), for bigc inspect and the driver's summary.
+inline constexpr llvm::StringLiteral kOffloadActivationsAttrName = "bigc.offload_activations";
 /// unit: Megatron sequence parallelism (bigc-tensor-parallel).
 inline constexpr llvm::StringLiteral kSequenceParallelAttrName = "bigc.sequence_parallel";
 /// The weights every tensor rank holds whole (bigc-tensor-parallel notes).

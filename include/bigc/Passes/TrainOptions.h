@@ -223,6 +223,13 @@ template <typename B> void bindTrainOptions(B &b, TrainPipelineConfig &c) {
                       "host or nvme",
                       true},
            c.offloadParams, check::none<OffloadParams>());
+  b.option(OptionInfo{"offload-activations", nullptr,
+                      "the activations kept for the backward go to the host as the forward\n"
+                      "makes them and come back a layer ahead of the backward (the d2h and\n"
+                      "h2d streams; the host arena holds them); with --recompute full only\n"
+                      "the blocks' inputs travel",
+                      true},
+           c.offloadActivations, check::none<bool>());
   b.option(OptionInfo{"nvme-chunk", "N",
                       "--offload nvme: a tensor's update streams its optimizer state\n"
                       "through the host in chunks of N elements (default 16777216 = 2^24;\n"

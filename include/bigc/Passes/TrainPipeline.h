@@ -77,7 +77,8 @@ struct TrainPipelineConfig {
   int64_t zero = 0;  ///< ZeRO stage over dp
   int64_t tp = 1;    ///< tensor-parallel ranks (the tp axis; dp = ranks / tp)
   bool sequenceParallel = false;
-  int64_t cp = 1; ///< context-parallel ranks (the cp axis, within dp)
+  int64_t cp = 1;                  ///< context-parallel ranks (the cp axis, within dp)
+  bool offloadActivations = false; ///< the activations kept for the backward on the host
   CpKind cpKind = CpKind::Ring;
   double bucketMb = 25; ///< largest merged collective, MiB
   // bigc-pad-vocab
