@@ -61,6 +61,8 @@ struct ModelFacts {
   int64_t headsGcd = 0; // of every attention's heads (and kv heads)
   int64_t batch = 0;    // the model's batch (per micro-batch and data-parallel rank)
   int64_t vocab = 0;    // the classes of its cross-entropy (0: none)
+  int64_t seq = 0;      // the tokens of a sequence
+  bool gqa = false;     // grouped-query attention (what --cp splits)
 };
 
 ModelFacts factsOf(mlir::ModuleOp m) {
@@ -73,13 +75,16 @@ ModelFacts factsOf(mlir::ModuleOp m) {
       f.layers = std::max<int64_t>(f.layers, l.getInt() + 1);
     for (const char *a : {"heads", "kv_heads"})
       if (auto h = op->getAttrOfType<mlir::IntegerAttr>(a)) f.headsGcd = std::gcd(f.headsGcd, h.getInt());
+    f.gqa |= llvm::isa<mlir::bigc::GqaAttentionOp>(op);
     if (auto ce = llvm::dyn_cast<mlir::bigc::CrossEntropyOp>(op))
       f.vocab = llvm::cast<mlir::RankedTensorType>(ce.getLogits().getType()).getShape().back();
   });
   if (auto fwd = m.lookupSymbol<mlir::func::FuncOp>("forward"))
     if (fwd.getNumArguments() > 0)
-      if (auto t = llvm::dyn_cast<mlir::RankedTensorType>(fwd.getFunctionType().getInput(0)); t && t.getRank() > 0)
+      if (auto t = llvm::dyn_cast<mlir::RankedTensorType>(fwd.getFunctionType().getInput(0)); t && t.getRank() > 0) {
         f.batch = t.getDimSize(0);
+        if (t.getRank() > 1) f.seq = t.getDimSize(1);
+      }
   return f;
 }
 
@@ -184,6 +189,7 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
   add("--ranks " + std::to_string(c.ranks));
   if (c.precision != base.precision) add("--precision " + toString(c.precision));
   if (c.tp > 1) add("--tp " + std::to_string(c.tp));
+  if (c.cp > 1) add("--cp " + std::to_string(c.cp));
   if (c.pp > 1) add("--pp " + std::to_string(c.pp));
   if (c.pp > 1 && c.ppSchedule != base.ppSchedule) add("--pp-schedule " + toString(c.ppSchedule));
   if (c.pp > 1 && c.ppSchedule == PpSchedule::Interleaved && mlir::bigc::virtualStagesOf(c) != 2)
@@ -200,6 +206,7 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
       (c.offloadParams == OffloadParams::Host || c.offloadParams == OffloadParams::Nvme) &&
       c.offloadParams != base.offloadParams)
     add("--offload-params " + toString(c.offloadParams));
+  if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
   if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
   return f;
 }
@@ -249,31 +256,38 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   // slower than the unfused head, and in the ladder of every profile the largest searches took up
   // to 30.1 s, at their 30 s bound (docs/cuda-backend.md).
   const bool cpuProfile = base.hardware.name == "cpu" || base.hardware.name.rfind("cpu-", 0) == 0;
-  const bool canFuse =
-      cpuProfile && !base.fuseLoss && !given("--fuse-loss") && mlir::bigc::countFusableLossHeads(parsed) > 0;
+  // Long sequences (8k tokens and more): the context axis (--cp, where the model's attention is
+  // grouped-query: rotary positions), activation offload and the fused loss (whose logits would
+  // otherwise hold sequence x vocabulary) on every profile, where the simpler plans do not fit.
+  const bool longSeq = m.seq >= 8192;
+  const bool canFuse = (cpuProfile || longSeq) && !base.fuseLoss && !given("--fuse-loss") &&
+                       mlir::bigc::countFusableLossHeads(parsed) > 0;
   // The global batch: --global-batch, else what the command line without --auto trains.
-  const int64_t userDp = base.ranks / std::max<int64_t>(1, base.tp * base.pp);
+  const int64_t userDp = base.ranks / std::max<int64_t>(1, base.tp * base.pp * base.cp);
   r.globalBatch = base.globalBatch ? *base.globalBatch : userDp * base.microBatches * m.batch;
   const int64_t R = base.ranks, perMachine = std::max<int64_t>(1, base.hardware.devices);
 
   // Meshes.
   struct Mesh {
-    int64_t tp, pp, dp, k;
+    int64_t tp, pp, dp, k, cp = 1;
   };
   std::vector<Mesh> meshes;
   for (int64_t pp : {1, 2, 4, 8})
-    for (int64_t tp : {1, 2, 4, 8}) {
-      if ((given("--tp") && tp != base.tp) || (given("--pp") && pp != base.pp)) continue;
-      if (R % (tp * pp) != 0 || tp > perMachine) continue;
-      if (tp > 1 && m.headsGcd > 0 && m.headsGcd % tp != 0) continue;
-      if (pp > 1 && (m.layers < pp || m.layers == 0)) continue;
-      const int64_t dp = R / (tp * pp);
-      if (r.globalBatch % (dp * m.batch) != 0) continue;
-      const int64_t k = r.globalBatch / (dp * m.batch);
-      if (given("--micro-batches") && k != base.microBatches) continue;
-      if (pp > 1 && k < pp) continue; // fewer micro-batches than stages: mostly bubble
-      meshes.push_back({tp, pp, dp, k});
-    }
+    for (int64_t tp : {1, 2, 4, 8})
+      for (int64_t cp : {1, 2, 4, 8}) {
+        if ((given("--tp") && tp != base.tp) || (given("--pp") && pp != base.pp) || (given("--cp") && cp != base.cp))
+          continue;
+        if (cp > 1 && (!(longSeq || given("--cp")) || !m.gqa || m.seq % (2 * cp) != 0)) continue;
+        if (R % (tp * pp * cp) != 0 || tp > perMachine) continue;
+        if (tp > 1 && m.headsGcd > 0 && m.headsGcd % tp != 0) continue;
+        if (pp > 1 && (m.layers < pp || m.layers == 0)) continue;
+        const int64_t dp = R / (tp * pp), groups = dp / cp; // (the cp ranks of a group share its sequences)
+        if (r.globalBatch % (groups * m.batch) != 0) continue;
+        const int64_t k = r.globalBatch / (groups * m.batch);
+        if (given("--micro-batches") && k != base.microBatches) continue;
+        if (pp > 1 && k < pp) continue; // fewer micro-batches than stages: mostly bubble
+        meshes.push_back({tp, pp, dp, k, cp});
+      }
   if (meshes.empty())
     throw UserError("--auto: no mesh of " + std::to_string(R) + " ranks trains the global batch of " +
                     std::to_string(r.globalBatch) + " sequences with the model's batch of " + std::to_string(m.batch) +
@@ -281,8 +295,9 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
                     " (the data-parallel ranks x micro-batches must divide it by the model's batch); give "
                     "--global-batch N or regenerate the model with another --batch");
   // Simplest meshes first (they compile fastest and are what a tie prefers).
-  std::stable_sort(meshes.begin(), meshes.end(),
-                   [](const Mesh &a, const Mesh &b) { return a.tp * a.pp * 100 + a.pp < b.tp * b.pp * 100 + b.pp; });
+  std::stable_sort(meshes.begin(), meshes.end(), [](const Mesh &a, const Mesh &b) {
+    return a.tp * a.pp * a.cp * 100 + a.pp < b.tp * b.pp * b.cp * 100 + b.pp;
+  });
 
   struct Tech {
     RecomputePolicy recompute;
@@ -290,6 +305,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     bool fused = false;                         // --fuse-loss
     OffloadParams params = OffloadParams::Auto; // --offload-params: the weights off the device too
     bool bf16States = false;                    // --optimizer-states bf16: AdamW's moments in half
+    bool activations = false;                   // --offload-activations
   };
   using RP = RecomputePolicy;
   // Cheapest first. The fused loss costs one more GEMM of the LM head (about a tenth of gpt2's
@@ -312,12 +328,21 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     techs.push_back({RP::Full, Offload::NVMe, true});
     techs.push_back({RP::Full, Offload::NVMe, false, OffloadParams::Nvme});
   }
+  // Long sequences: the activations kept for the backward on the host too (with full recomputation:
+  // the blocks' inputs), after every plan that keeps them on the device.
+  if (longSeq && !given("--offload-activations"))
+    for (Offload off : {Offload::None, Offload::CPU})
+      for (bool fused : {false, true}) {
+        Tech t{RP::Full, off, fused};
+        t.activations = true;
+        techs.push_back(t);
+      }
   // Last, where nothing above fits a mesh (the techniques of a mesh stop at the first that fits):
   // AdamW's moments stored in bf16 (updated in fp32), half their memory, as DeepSpeed's and
   // torchao's low-precision optimizers; the numbers change a little, so never where fp32 fits.
   const size_t fp32States = techs.size();
   for (size_t i = 0; i < fp32States; ++i)
-    if (techs[i].recompute == RP::Full && !techs[i].fused &&
+    if (techs[i].recompute == RP::Full && !techs[i].fused && !techs[i].activations &&
         (techs[i].offload == Offload::None || techs[i].params != OffloadParams::Auto)) {
       Tech t = techs[i];
       t.bf16States = true;
@@ -476,7 +501,8 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           AutoPlan plan;
           CompileOptions &c = plan.options;
           c = base;
-          c.tp = mesh.tp, c.pp = mesh.pp, c.zero = z, c.microBatches = mesh.k;
+          c.tp = mesh.tp, c.pp = mesh.pp, c.cp = mesh.cp, c.zero = z, c.microBatches = mesh.k;
+          c.offloadActivations = base.offloadActivations || t.activations;
           c.recompute = t.recompute, c.offload = t.offload, c.precision = prec;
           c.fuseLoss = base.fuseLoss || t.fused;
           // A tensor size that does not divide the vocabulary (GPT-2's 50257): the vocabulary padded,
