@@ -447,7 +447,8 @@ void checkRing(const AttnCase &whole, int64_t C, unsigned seed) {
         for (int64_t h = 0; h < H; ++h) lse[size_t((b * H + h) * Tw + p)] = l[size_t((b * H + h) * T + t)];
       }
   }
-  std::vector<VecF> dkl(static_cast<size_t>(C), VecF(static_cast<size_t>(B * T * Hkv * D), 0.0f)), dvl = dkl; // per block's owner
+  std::vector<VecF> dkl(static_cast<size_t>(C), VecF(static_cast<size_t>(B * T * Hkv * D), 0.0f)),
+      dvl = dkl;                    // per block's owner
   for (int64_t c = 0; c < C; ++c) { // the backward: each block's part, summed where the block belongs
     const VecF ql = local(q, H * D, c), dol = local(dout, H * D, c);
     VecF dqAcc;
