@@ -100,6 +100,13 @@ for set in $SETS; do
     c ranks-pp2 m --ranks 2 --pp 2 --micro-batches 4
     c ranks-pp2-zb-bf16 m --ranks 2 --pp 2 --micro-batches 4 --pp-schedule zero-bubble --precision bf16
     c ranks-pp2-tp2-dp2 m --ranks 8 --pp 2 --tp 2 --zero 1 --micro-batches 2
+    # Context parallelism: each sequence over 2 ranks, ring (fp32, bf16, with activation offload) and
+    # all-to-all, and ring with tp 2 (4 ranks).
+    c ranks-llama-cp2 llama --ranks 2 --cp 2
+    c ranks-llama-cp2-bf16 llama --ranks 2 --cp 2 --precision bf16
+    c ranks-llama-cp2-a2a llama --ranks 2 --cp 2 --cp-kind a2a
+    c ranks-llama-cp2-offact llama --ranks 2 --cp 2 --offload-activations --recompute full
+    c ranks-llama-cp2-tp2 llama --ranks 4 --cp 2 --tp 2
     ;;
   bench)
     B=${BENCH_BATCH:-16}

@@ -849,6 +849,84 @@ TEST(CudaKernels, GqaAttentionTensorParallelHeads) {
     }
 }
 
+// Context parallelism's kernels against the CPU's: one block of ring attention (step 1 of cp 2, so
+// the keys are the other rank's chunks; merged into an earlier block's out and lse), the same as
+// all-to-all attention (a2a: the whole sequence in rank order), their gradients (added to those so
+// far), and rope at a cp rank's positions. fp32, as the engine runs them (16-bit operands staged in
+// fp32 with the f32 partial results); the fp32 bound.
+TEST(CudaKernels, RingAttention) {
+  REQUIRE_GPU();
+  const int64_t B = 2, T = 40, H = 4, Hkv = 2, D = 16, C = 2;
+  for (bool a2a : {false, true})
+    for (int64_t window : {int64_t(0), int64_t(13)}) {
+      SCOPED_TRACE(std::string(a2a ? "a2a" : "ring") + " window " + std::to_string(window));
+      cuda::AttentionGeometry g;
+      g.B = B, g.T = T, g.H = H, g.D = D, g.Hkv = Hkv, g.sq = g.so = H * D, g.skv = Hkv * D;
+      g.group = H / Hkv, g.window = window, g.scale = 1.0f / std::sqrt(float(D));
+      cuda::RingPositions pos;
+      pos.cp = C, pos.qRank = a2a ? 0 : 1, pos.kRank = 0, pos.a2a = a2a; // rank 1, step 1: rank 0's keys
+      std::vector<int64_t> qpos(static_cast<size_t>(T)), kpos(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) {
+        if (a2a) {
+          qpos[size_t(t)] = kpos[size_t(t)] = bigc::format::cpPosition(t % (T / C), T / C, C, t / (T / C));
+        } else {
+          qpos[size_t(t)] = bigc::format::cpPosition(t, T, C, 1);
+          kpos[size_t(t)] = bigc::format::cpPosition(t, T, C, 0);
+        }
+      }
+      const size_t nq = size_t(B * T * H * D), nkv = size_t(B * T * Hkv * D), nl = size_t(B * H * T);
+      std::vector<float> q = randomVec(nq, 11), k = randomVec(nkv, 12), v = randomVec(nkv, 13),
+                         dout = randomVec(nq, 14);
+      std::vector<float> accOut = randomVec(nq, 15), accLse = randomVec(nl, 16), accDq = randomVec(nq, 17),
+                         accDk = randomVec(nkv, 18), accDv = randomVec(nkv, 19);
+      const bool acc = !a2a; // (a2a: one block, nothing before it)
+      std::vector<float> out(nq), lse(nl), dq(nq), dk(nkv), dv(nkv);
+      cpu::ringAttention(g, q.data(), k.data(), v.data(), qpos.data(), kpos.data(), acc ? accOut.data() : nullptr,
+                         acc ? accLse.data() : nullptr, out.data(), lse.data());
+      cpu::ringAttentionGrad(g, dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), qpos.data(),
+                             kpos.data(), acc ? accDq.data() : nullptr, acc ? accDk.data() : nullptr,
+                             acc ? accDv.data() : nullptr, dq.data(), dk.data(), dv.data());
+      DevBuf<float> dQ(nq), dK(nkv), dV(nkv), dO(nq), dOut(nq), dLse(nl), dAo(nq), dAl(nl), dAq(nq), dAk(nkv), dAv(nkv),
+          dDq(nq), dDk(nkv), dDv(nkv);
+      DevBuf<unsigned char> ws(cuda::ringAttentionGradWorkspace(B, T, H));
+      auto up = [](const std::vector<float> &h, float *d) {
+        ASSERT_EQ(cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      };
+      auto down = [](const float *d, size_t n) {
+        std::vector<float> h(n);
+        EXPECT_EQ(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        return h;
+      };
+      up(q, dQ.p), up(k, dK.p), up(v, dV.p), up(dout, dO.p), up(accOut, dAo.p), up(accLse, dAl.p), up(accDq, dAq.p),
+          up(accDk, dAk.p), up(accDv, dAv.p);
+      cuda::ringAttention(DType::F32, DType::F32, g, pos, dQ.p, dK.p, dV.p, acc ? dAo.p : nullptr,
+                          acc ? dAl.p : nullptr, dOut.p, dLse.p, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_LE(relErr(down(dOut.p, nq), out), 1e-5) << "out";
+      EXPECT_LE(relErr(down(dLse.p, nl), lse), 1e-5) << "lse";
+      up(out, dOut.p), up(lse, dLse.p); // the backward from the same out and lse on both
+      cuda::ringAttentionGrad(DType::F32, DType::F32, g, pos, dO.p, dQ.p, dK.p, dV.p, dOut.p, dLse.p,
+                              acc ? dAq.p : nullptr, acc ? dAk.p : nullptr, acc ? dAv.p : nullptr, dDq.p, dDk.p, dDv.p,
+                              ws.p, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_LE(relErr(down(dDq.p, nq), dq), 1e-5) << "dq";
+      EXPECT_LE(relErr(down(dDk.p, nkv), dk), 1e-5) << "dk";
+      EXPECT_LE(relErr(down(dDv.p, nkv), dv), 1e-5) << "dv";
+    }
+  // rope at rank 1's positions of cp 2.
+  const int64_t rB = 2, rT = 16, Crow = 64, rD = 16;
+  std::vector<float> invFreq = {1.0f, 0.3f, 0.1f, 0.03f, 0.01f, 0.003f, 0.001f, 0.0003f};
+  std::vector<float> x = randomVec(size_t(rB * rT * Crow), 21), y(x.size());
+  cpu::rope(x.data(), y.data(), rB, rT, Crow, rD, invFreq.data(), 1.0f, false, false, 0, 2, 1);
+  DevBuf<float> dx(x.size()), dy(x.size());
+  ASSERT_EQ(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  cuda::rope(DType::F32, dx.p, dy.p, rB, rT, Crow, rD, invFreq.data(), 1.0f, false, nullptr, false, 0, 2, 1);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> gy(x.size());
+  ASSERT_EQ(cudaMemcpy(gy.data(), dy.p, gy.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_LE(relErr(gy, y), 1e-5) << "rope at rank 1's positions of cp 2";
+}
+
 TEST(CudaKernels, OptimizerOps) {
   REQUIRE_GPU();
   // fp16 TinyModel: check_finite, global_norm, AdamW with unscale/clip/skip/write_half, loss

@@ -4,8 +4,9 @@
 # (with and without sequence parallelism, and bf16), tp 2 x dp 2 under zero 1 (fp32 with SP; bf16,
 # whose compute copies start from sharded masters), the tiny LLaMA (4 heads, 2 kv heads) as tp 2 (kv
 # heads split) and with 1 kv head as tp 2 (replicated: tp_heads), fp32 and bf16, the fused LM head and
-# loss over tp 2 (and padded, bf16), and pipelines (pp 2 under 1F1B; zero-bubble in bf16; pp 2 x tp 2 x
-# dp 2 under ZeRO 1); trained 10 steps with --backend cuda they give the CPU backend's losses (its
+# loss over tp 2 (and padded, bf16), pipelines (pp 2 under 1F1B; zero-bubble in bf16; pp 2 x tp 2 x
+# dp 2 under ZeRO 1), and context parallelism (the tiny LLaMA's sequences over cp 2: ring in fp32, bf16
+# and with activation offload, all-to-all, ring x tp 2); trained 10 steps with --backend cuda they give the CPU backend's losses (its
 # in-process communicators) of the same program: fp32 to 1e-4 relative, bf16 to 1e-2. Two ways:
 #   - one GPU per rank, NCCL (each rank's communicator split per mesh axis), where the machine has
 #     as many GPUs as the program has ranks (16-bit sums and means through f32 copies, so NCCL
@@ -35,7 +36,7 @@ for f in "$P"/ranks-*.bigc; do
   name=$(basename "$f" .bigc)
   names="$names $name"
   ranks=2
-  case $name in *pp2-tp2-dp2*) ranks=8 ;; *dp2*) ranks=4 ;; esac
+  case $name in *pp2-tp2-dp2*) ranks=8 ;; *dp2* | *cp2-tp2*) ranks=4 ;; esac
   "$RUN" "$f" --backend cpu --synthetic --steps 10 --seed 7 --log "$d/$name.cpu.jsonl" --quiet
   # (--comm-timeout 60: a message or collective that never comes fails in a minute, naming the rank)
   "$RUN" "$f" --backend cuda --virtual-ranks --synthetic --steps 10 --seed 7 --comm-timeout 60 \

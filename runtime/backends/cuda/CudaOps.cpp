@@ -56,10 +56,62 @@ const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
     throw UserError(at(op) + ": a mixture of experts (bigc.moe, " + std::to_string(op.experts) +
                     " experts) has no CUDA kernel yet; run this program on the CPU backend (--backend cpu)");
   };
-  const Binder bContextParallel = [](CudaEngine &, Op &op) -> void {
-    throw UserError(at(op) + ": context parallelism (" + format::opDef(op.kind).name +
-                    ") has no CUDA kernels yet (the ring's NCCL send/recv and the blocks' attention); run this "
-                    "program on the CPU backend (--backend cpu)");
+  // Context parallelism: a block of ring attention at the tokens' positions (RingAttention.cu).
+  // Mixed dtypes (16-bit q, k, v with the f32 partial outputs and travelling gradients) are staged
+  // in fp32 by planOp; the kernels take the partial results and dk, dv in f32.
+  const Binder bRingAttention = [](CudaEngine &e, Op &op) {
+    if (op.softcap > 0)
+      throw UserError(at(op) + ": ring attention with soft-capped scores (softcap " + std::to_string(op.softcap) +
+                      ") has no CUDA kernel yet; run this program on the CPU backend (--backend cpu)");
+    if (op.headDim > cuda::kGenericAttentionMaxHead)
+      throw UserError(at(op) + ": attention head size " + std::to_string(op.headDim) +
+                      " exceeds the CUDA backend's limit of " + std::to_string(cuda::kGenericAttentionMaxHead));
+    if ((op.acc || op.kind == OpKind::RingAttentionGrad) && op.t != DType::F32)
+      throw UserError(at(op) + ": ring attention's partial results and key/value gradients are f32 (internal error)");
+    const int64_t C = op.cp, c = e.rank_.cpRank;
+    cuda::RingPositions pos;
+    pos.cp = C, pos.qRank = c, pos.kRank = ((c - op.step) % C + C) % C, pos.a2a = op.a2a;
+    if (op.kind == OpKind::RingAttention) {
+      op.gpu = [pos](Op &o, cudaStream_t s, void *) {
+        cuda::ringAttention(o.t, o.t, attentionGeometry(o), pos, o.in[0], o.in[1], o.in[2],
+                            o.acc ? f32in(o, 3) : nullptr, o.acc ? f32in(o, 4) : nullptr, o.out[0], f32out(o, 1), s);
+      };
+    } else {
+      op.scratchBytes = int64_t(cuda::ringAttentionGradWorkspace(op.B, op.T, op.H));
+      op.gpu = [pos](Op &o, cudaStream_t s, void *w) {
+        cuda::ringAttentionGrad(o.t, o.t, attentionGeometry(o), pos, o.in[0], o.in[1], o.in[2], o.in[3], o.in[4],
+                                f32in(o, 5), o.acc ? f32in(o, 6) : nullptr, o.acc ? f32in(o, 7) : nullptr,
+                                o.acc ? f32in(o, 8) : nullptr, o.out[0], f32out(o, 1), f32out(o, 2), w, s);
+      };
+    }
+  };
+  // The context axis's collectives (stream comm_cp): with virtual ranks through the host (the CPU
+  // backend's ring shift and all-to-all, hostCollective); over NCCL a ring shift is one group of a
+  // send to the next rank and a receive from the previous per tensor, an all-to-all one group of a
+  // send and a receive per peer of chunks packed in the stream's scratch (copy2d), then unpacked.
+  const Binder bCpCollective = [](CudaEngine &e, Op &op) {
+    if (e.onHost_[op.stream] || op.ins->stream != "comm_cp")
+      throw UserError(at(op) + ": the context axis's collectives run on the comm_cp stream");
+    if (e.rank_.host) {
+      int64_t bytes = 0;
+      for (size_t k = 0; k < op.ins->in.size(); ++k)
+        bytes += int64_t(cuda::align256(size_t(op.inNumel[k] * dtypeSize(op.inType[k])))) +
+                 int64_t(cuda::align256(size_t(op.outNumel[k] * dtypeSize(op.outType[k]))));
+      e.hostCollOf_[op.stream] = std::max(e.hostCollOf_[op.stream], bytes);
+      if (!e.rank_.host->commOf(3))
+        throw UserError(at(op) + ": no communicator for the context axis (virtual ranks; internal error)");
+      op.gpu = [&e = e](Op &o, cudaStream_t s, void *) { e.hostCollective(o, s); };
+      return;
+    }
+    if (!e.rank_.ncclCp)
+      throw UserError(at(op) + ": " + op.ins->op + " (context parallelism) needs every rank of its cp group: run " +
+                      "the program with `bigc run` (one GPU per rank over NCCL, or --virtual-ranks on one GPU)");
+    if (op.kind == OpKind::CpAllToAll) { // the send and receive chunks of the largest tensor
+      int64_t most = 0;
+      for (size_t k = 0; k < op.ins->in.size(); ++k) most = std::max(most, op.inNumel[k] * dtypeSize(op.inType[k]));
+      op.scratchBytes = 2 * int64_t(cuda::align256(size_t(most)));
+    }
+    op.gpu = [&e = e](Op &o, cudaStream_t s, void *w) { e.cpCollective(o, s, w); };
   };
   const Binder bGqaAttention = [](CudaEngine &, Op &op) {
     if (op.softcap > 0)
@@ -259,10 +311,10 @@ const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
       }},
       {OpKind::Moe, bMoe},
       {OpKind::MoeGrad, bMoe},
-      {OpKind::RingShift, bContextParallel},
-      {OpKind::CpAllToAll, bContextParallel},
-      {OpKind::RingAttention, bContextParallel},
-      {OpKind::RingAttentionGrad, bContextParallel},
+      {OpKind::RingShift, bCpCollective},
+      {OpKind::CpAllToAll, bCpCollective},
+      {OpKind::RingAttention, bRingAttention},
+      {OpKind::RingAttentionGrad, bRingAttention},
       {OpKind::Softcap, [](CudaEngine &, Op &op) {
         op.gpu = [](Op &o, cudaStream_t s, void *) { cuda::softcap(o.t, o.in[0], o.out[0], o.n, o.value, s); };
       }},
@@ -305,17 +357,13 @@ const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
           cuda::rmsnormGrad(o.t, o.in[0], o.in[1], o.in[2], f32in(o, 3), o.out[0], o.out[1], o.N, o.C, w, s);
         };
       }},
-      {OpKind::Rope, [](CudaEngine &, Op &op) {
-        if (op.cp > 1)
-          throw UserError(at(op) + ": context parallelism (cp " + std::to_string(op.cp) +
-                          ") has no CUDA kernels yet (ring attention, positions of a rank's part); run this "
-                          "program on the CPU backend (--backend cpu)");
+      {OpKind::Rope, [](CudaEngine &e, Op &op) {
         if (op.headDim / 2 > cuda::kRopeMaxHalf || op.invFreq.empty() || int64_t(op.invFreq.size()) > op.headDim / 2)
           throw UserError(at(op) + ": rope with head_dim " + std::to_string(op.headDim) +
                           " (the CUDA backend supports up to " + std::to_string(2 * cuda::kRopeMaxHalf) + ")");
-        op.gpu = [](Op &o, cudaStream_t s, void *) {
+        op.gpu = [cpRank = e.rank_.cpRank](Op &o, cudaStream_t s, void *) {
           cuda::rope(o.t, o.in[0], o.out[0], o.B, o.T, o.C, o.headDim, o.invFreq.data(), o.scale, o.inverse, s,
-                     o.interleaved, 2 * int64_t(o.invFreq.size()));
+                     o.interleaved, 2 * int64_t(o.invFreq.size()), o.cp, cpRank);
         };
       }},
       {OpKind::GqaAttention, bGqaAttention},
@@ -845,6 +893,10 @@ void CudaEngine::hostCollective(Op &op, cudaStream_t s) {
     at = out + cuda::align256(outB);
     BIGC_CK(cudaMemcpyAsync(in, op.rawIn[k], inB, cudaMemcpyDefault, s)); // (device or pinned host)
     ts.push_back(CollectiveTensor{in, out, op.inType[k], op.inNumel[k], op.outNumel[k]});
+    if (op.kind == OpKind::CpAllToAll) { // [B,T,N] of the sequence side
+      const auto &seq = prog_.buffers[size_t(op.toHeads ? op.ins->in[k] : op.ins->out[k])].shape;
+      ts.back().rows = seq[0], ts.back().width = seq[2];
+    }
   }
   BIGC_CK(cudaStreamSynchronize(s));
   h.commOf(op.axis)->run(h.localOf(op.axis), op.collectiveKind(), op.reduce, ts, where(op));
@@ -868,6 +920,56 @@ void CudaEngine::hostSendRecv(Op &op, cudaStream_t s) {
     h.p2p->recv(h.p2pLocal, peer, op.tag, stage, op.n, where(op));
     BIGC_CK(cudaMemcpyAsync(op.rawOut[0], stage, size_t(op.n), cudaMemcpyDefault, s));
   }
+}
+
+// The context axis's collectives over NCCL (the rank's cp group, stream comm_cp): a ring shift is
+// one group of a send to rank c+1 and a receive from rank c-1 per tensor; an all-to-all packs each
+// peer's chunk of a tensor into the scratch (send half), exchanges them in one group (receive half;
+// its own chunk copied), and unpacks them into the output (kernels.h's copy2d: strided rows).
+void CudaEngine::cpCollective(Op &op, cudaStream_t s, void *ws) {
+#if !BIGC_HAVE_NCCL
+  (void)s, (void)ws;
+  runtimeError(op, "this build has no NCCL: context parallelism runs on the CPU backend or with --virtual-ranks");
+#else
+  const int C = int(prog_.cp), c = rank_.cpRank, next = (c + 1) % C, prev = (c + C - 1) % C;
+  if (op.kind == OpKind::RingShift) {
+    NcclGroup group;
+    for (size_t k = 0; k < op.rawIn.size(); ++k) {
+      const size_t bytes = size_t(op.inNumel[k] * dtypeSize(op.inType[k]));
+      BIGC_NCCL(ncclSend(op.rawIn[k], bytes, ncclInt8, next, rank_.ncclCp, s));
+      BIGC_NCCL(ncclRecv(op.rawOut[k], bytes, ncclInt8, prev, rank_.ncclCp, s));
+    }
+    group.end();
+    return;
+  }
+  for (size_t k = 0; k < op.rawIn.size(); ++k) {
+    const auto &seq = prog_.buffers[size_t(op.toHeads ? op.ins->in[k] : op.ins->out[k])].shape; // [B,T,N]
+    const int64_t B = seq[0], T = seq[1], N = seq[2], w = N / C, chunk = B * T * w, e = dtypeSize(op.inType[k]);
+    char *send = static_cast<char *>(ws), *recv = send + cuda::align256(size_t(op.inNumel[k] * e));
+    const char *in = static_cast<const char *>(op.rawIn[k]);
+    char *out = static_cast<char *>(op.rawOut[k]);
+    for (int j = 0; j < C; ++j) // peer j's chunk, contiguous
+      if (op.toHeads)           // its columns of every token of mine: [B*T, w] of [B*T, N]
+        cuda::copy2d(int(e), in + j * w * e, N, send + j * chunk * e, w, B * T, w, s);
+      else // its tokens of my columns: [B, T*w] of [B, C*T*w]
+        cuda::copy2d(int(e), in + j * T * w * e, C * T * w, send + j * chunk * e, T * w, B, T * w, s);
+    {
+      NcclGroup group;
+      for (int j = 0; j < C; ++j) {
+        if (j == c) continue;
+        BIGC_NCCL(ncclSend(send + j * chunk * e, size_t(chunk * e), ncclInt8, j, rank_.ncclCp, s));
+        BIGC_NCCL(ncclRecv(recv + j * chunk * e, size_t(chunk * e), ncclInt8, j, rank_.ncclCp, s));
+      }
+      group.end();
+    }
+    BIGC_CK(cudaMemcpyAsync(recv + c * chunk * e, send + c * chunk * e, size_t(chunk * e), cudaMemcpyDefault, s));
+    for (int j = 0; j < C; ++j) // rank j's chunk into its place
+      if (op.toHeads)           // rank j's tokens of my columns: out[b, j*T + t, :]
+        cuda::copy2d(int(e), recv + j * chunk * e, T * w, out + j * T * w * e, C * T * w, B, T * w, s);
+      else // my tokens of rank j's columns: out[b, t, j*w : (j+1)*w]
+        cuda::copy2d(int(e), recv + j * chunk * e, w, out + j * w * e, N, B * T, w, s);
+  }
+#endif
 }
 
 // A pipeline stage's sends and recvs over NCCL: one group (p2pGroups; the plan verifier's NCCL play

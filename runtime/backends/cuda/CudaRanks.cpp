@@ -24,11 +24,13 @@ std::unique_ptr<RankGroup> virtualRankGroup(Program program, uint64_t seed, doub
                     "mpirun");
   int device = 0;
   BIGC_CK(cudaGetDevice(&device));
-  const int ranks = int(program.ranks), tp = int(program.tp), dp = int(program.dp), pp = int(program.pp);
+  const int ranks = int(program.ranks), tp = int(program.tp), dp = int(program.dp), pp = int(program.pp),
+            cp = int(program.cp);
   std::shared_ptr<Communicator> world = makeInProcessCommunicator(ranks);
   world->setTimeout(commTimeout);
-  // The mesh as on the CPU backend (pipeline stages too: their messages over `world`).
-  auto mesh = tp > 1 || pp > 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp) : nullptr;
+  // The mesh as on the CPU backend (pipeline stages too: their messages over `world`; the cp groups'
+  // ring shifts and all-to-alls through the host).
+  auto mesh = tp > 1 || pp > 1 || cp > 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp, cp) : nullptr;
   // A stream waiting for a collective (issued when it has finished, here) waits longer than the
   // collective itself may: the communicator's timeout names the rank that did not come.
   const double streamWait = std::max(300.0, 2.0 * commTimeout);
@@ -38,6 +40,7 @@ std::unique_ptr<RankGroup> virtualRankGroup(Program program, uint64_t seed, doub
         CudaRank r;
         r.device = device, r.initialize = false, r.tpRank = local % tp, r.globalRank = local;
         r.host = std::make_shared<RankContext>(inProcessRankContext(mesh.get(), world, tp, local));
+        r.cpRank = r.host->cpLocal;
         auto e = std::make_unique<CudaEngine>(p, seed, r);
         e->setWaitTimeoutForTesting(streamWait);
         return std::unique_ptr<Engine>(std::move(e));
@@ -125,10 +128,13 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   // rank's data-parallel group (the ranks of its s and t), tensor-parallel group (of its s and d)
   // and pipeline group (of its d and t: the stages' messages and the collectives over the stages),
   // split from the world's.
-  const int tp = int(program.tp), dp = int(program.dp), pp = int(program.pp);
+  const int tp = int(program.tp), dp = int(program.dp), pp = int(program.pp), cp = int(program.cp);
+  if (cp > 1 && world > 1)
+    throw UserError("this program has context parallelism (cp " + std::to_string(cp) +
+                    "), whose groups run in one process for now: run it without mpirun");
   std::vector<ncclComm_t> dpComm(size_t(local), nullptr), tpComm(size_t(local), nullptr),
-      ppComm(size_t(local), nullptr), ppColl(size_t(local), nullptr);
-  if (tp > 1 || pp > 1) {
+      ppComm(size_t(local), nullptr), ppColl(size_t(local), nullptr), cpComm(size_t(local), nullptr);
+  if (tp > 1 || pp > 1 || cp > 1) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
     // color and key of global rank g in each group
     auto split = [&](std::vector<ncclComm_t> &out, const std::function<std::pair<int, int>(int)> &colorKey) {
@@ -150,6 +156,12 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
     // together.
     if (pp > 1) split(ppComm, [&](int g) { return std::pair{g % stageRanks, g / stageRanks}; });
     if (pp > 1) split(ppColl, [&](int g) { return std::pair{g % stageRanks, g / stageRanks}; });
+    // The cp group of rank g: the cp consecutive data indices of its group d / cp, with its s and t.
+    if (cp > 1)
+      split(cpComm, [&](int g) {
+        const int s = g / stageRanks, d = (g / tp) % dp, t = g % tp;
+        return std::pair{(s * (dp / cp) + d / cp) * tp + t, d % cp};
+      });
 #else
     throw UserError(
         std::string("this program is ") +
@@ -163,16 +175,19 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   host->setTimeout(commTimeout);
   // Host-side collectives of the mesh (initialising a whole copy from ZeRO shards gathers over the
   // rank's data-parallel group only), as on the CPU backend.
-  auto mesh = (tp > 1 || pp > 1) && world == 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp) : nullptr;
+  auto mesh = (tp > 1 || pp > 1 || cp > 1) && world == 1 ? std::make_shared<InProcessMesh>(dp, tp, commTimeout, pp, cp)
+                                                         : nullptr;
   std::vector<MeshRank> mpiMesh; // under mpirun (makeMpiMesh: the same layout rules as the CPU backend's)
   std::vector<std::shared_ptr<Communicator>> mpiAll;
   if ((tp > 1 || pp > 1) && world > 1) mpiMesh = makeMpiMesh(dp, tp, local, commTimeout, &mpiAll, pp);
   auto group = std::make_unique<RankGroup>(
       std::move(program), seed, host,
-      [comms, seed, firstDevice, tp, pp, local, proc, dpComm, tpComm, ppComm, ppColl](const Program &p, int l) {
+      [comms, seed, firstDevice, tp, pp, cp, dp, local, proc, dpComm, tpComm, ppComm, ppColl, cpComm](const Program &p,
+                                                                                                      int l) {
         const int g = proc * local + l;
         CudaRank r{firstDevice + l, comms->c[size_t(l)], false};
-        if (tp > 1 || pp > 1) r.nccl = dpComm[size_t(l)];
+        if (tp > 1 || pp > 1 || cp > 1) r.nccl = dpComm[size_t(l)];
+        if (cp > 1) r.ncclCp = cpComm[size_t(l)], r.cpRank = ((g / tp) % dp) % cp;
         if (tp > 1) r.ncclTp = tpComm[size_t(l)], r.tpRank = g % tp;
         if (pp > 1) r.ncclPp = ppComm[size_t(l)], r.ncclPpColl = ppColl[size_t(l)];
         r.globalRank = g;

@@ -724,10 +724,13 @@ struct RopeFreq {
 // (head, i) pair of the row; each pair is read before it is written by the same thread (in place).
 template <class T>
 __global__ void ropeK(const T *x, T *y, int64_t T_, int64_t C, int64_t D, int half, RopeFreq fr, float scale,
-                      bool inverse, bool interleaved) {
+                      bool inverse, bool interleaved, int cp, int cpRank) {
   extern __shared__ float tab[]; // cos [half], sin [half]
   const int64_t row = blockIdx.x;
-  const float tf = float(row % T_);
+  // the token's position: in the whole sequence of a context-parallel rank's part (format::cpPosition)
+  const int64_t t = row % T_, halfT = T_ / 2;
+  const float tf =
+      cp > 1 ? float(t < halfT ? cpRank * halfT + t : (2 * cp - 1 - cpRank) * halfT + (t - halfT)) : float(t);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float a = fr.f[i] * tf; // an fp32 product, as the CPU's (and Hugging Face's)
     double sv, cv;
@@ -1371,7 +1374,7 @@ void rmsnormGrad(DType t, const void *dy, const void *x, const void *w, const fl
 }
 
 void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq,
-          float scale, bool inverse, cudaStream_t s, bool interleaved, int64_t rotary) {
+          float scale, bool inverse, cudaStream_t s, bool interleaved, int64_t rotary, int64_t cp, int64_t cpRank) {
   const int64_t half = (rotary > 0 ? rotary : D) / 2;
   if (B * T <= 0 || C <= 0) return;
   if (half < 1 || half > kRopeMaxHalf || C % D != 0 || 2 * half > D)
@@ -1385,8 +1388,9 @@ void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int6
   const size_t smem = size_t(2 * half) * 4;
   const unsigned rows = unsigned(B * T);
   const int64_t seq = T;
-  BIGC_DISPATCH(t, ropeK<T><<<rows, threads, smem, s>>>(static_cast<const T *>(x), static_cast<T *>(y), seq, C, D,
-                                                        int(half), fr, scale, inverse, interleaved));
+  BIGC_DISPATCH(t,
+                ropeK<T><<<rows, threads, smem, s>>>(static_cast<const T *>(x), static_cast<T *>(y), seq, C, D,
+                                                     int(half), fr, scale, inverse, interleaved, int(cp), int(cpRank)));
 }
 
 void transpose(int elemBytes, const void *x, void *y, const int64_t *shape, const int64_t *perm, int rank,

@@ -92,6 +92,10 @@ struct CudaRank {
   // one per stage, each at its stage's index): `ncclPp` the stages' sends and recvs (in p2pGroups'
   // groups, stream p2p), `ncclPpColl` the collectives over the pipeline axis (stream comm).
   ncclComm_t ncclPp = nullptr, ncclPpColl = nullptr;
+  // Context parallelism over NCCL: the communicator of the rank's cp group (its ring's shifts and
+  // all-to-alls, stream comm_cp) and its index c there (its chunks of each sequence).
+  ncclComm_t ncclCp = nullptr;
+  int cpRank = 0;
 };
 
 class CudaEngine final : public StreamExecutor {
@@ -213,6 +217,7 @@ private:
   void issueCollective(Op &op, cudaStream_t s);
   void hostCollective(Op &op, cudaStream_t s); // virtual ranks
   void hostSendRecv(Op &op, cudaStream_t s);
+  void cpCollective(Op &op, cudaStream_t s, void *ws); // the context axis over NCCL
   bool sumsIn32(const Op &op, size_t k) const;
   // The f32 elements of one chunk of a 16-bit sum over NCCL (64 MiB; issueCollective).
   static constexpr int64_t kWideChunk = int64_t(16) << 20;

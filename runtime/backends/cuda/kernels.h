@@ -98,8 +98,34 @@ void geluGradBias(DType t, const void *x, const void *dy, void *dx, void *db, in
 constexpr int64_t kRopeMaxHalf = 512;
 // `interleaved`: pair i is (x[2i], x[2i+1]) (Meta's llama), else (x[i], x[i+D/2]).
 // `rotary` R (0: D): the first R elements of each head rotate (invFreq holds R/2), the rest are copied.
+// `cp` C > 1: the T tokens are context-parallel rank `cpRank`'s part of a sequence of C x T, token t
+// at its position there (format::cpPosition).
 void rope(DType t, const void *x, void *y, int64_t B, int64_t T, int64_t C, int64_t D, const float *invFreq,
-          float scale, bool inverse, cudaStream_t s, bool interleaved = false, int64_t rotary = 0);
+          float scale, bool inverse, cudaStream_t s, bool interleaved = false, int64_t rotary = 0, int64_t cp = 1,
+          int64_t cpRank = 0);
+
+// Context parallelism (ring_attention, ring_attention_grad; the CPU's cpu::ringAttention): the
+// queries of `a` (a.T rows) against one block of keys (a.T rows), query t at position
+// qpos(t) and key j at kpos(j) of the whole sequence: the positions of cp rank `qRank`'s and
+// `kRank`'s tokens (format::cpPosition), or with `a2a` both the whole sequence of cp parts in rank
+// order. A query sees the keys at positions <= its own (and within a.window). `out` has dtype
+// `outT` (the step's: f32 between blocks), accOut and the lse's are f32; merged exactly into
+// accOut / accLse when they are given. No soft cap (refused by the engine).
+struct RingPositions {
+  int64_t cp = 1, qRank = 0, kRank = 0;
+  bool a2a = false;
+};
+void ringAttention(DType t, DType outT, const AttentionGeometry &a, const RingPositions &pos, const void *q,
+                   const void *k, const void *v, const float *accOut, const float *accLse, void *out, float *lse,
+                   cudaStream_t s);
+// The block's part of the gradients from the whole attention's out and lse (dtype t, as q): dq
+// (dtype dqT) = accDq + this block's, dk and dv (f32) = accDk / accDv + this block's (zeros when
+// the acc pointers are null). ws: ringAttentionGradWorkspace bytes.
+size_t ringAttentionGradWorkspace(int64_t B, int64_t T, int64_t H);
+void ringAttentionGrad(DType t, DType dqT, const AttentionGeometry &a, const RingPositions &pos, const void *dout,
+                       const void *q, const void *k, const void *v, const void *out, const float *lse,
+                       const float *accDq, const float *accDk, const float *accDv, void *dq, float *dk, float *dv,
+                       void *ws, cudaStream_t s);
 
 // dst[r, c] = src[r, c] for r < rows, c < cols; pitches in elements of `elemBytes` (2 or 4).
 void copy2d(int elemBytes, const void *src, int64_t srcPitch, void *dst, int64_t dstPitch, int64_t rows, int64_t cols,
