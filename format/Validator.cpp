@@ -387,9 +387,10 @@ void validateStage(const Program &p, const std::string &path) {
         if (tag < 0) v.bad("attribute 'tag' " + std::to_string(int64_t(tag)) + " must be >= 0");
       }
       // comm_tp: the tensor-parallel axis (1) only; comm: any other axis.
-      if (collective && (ins.stream == "comm_cp") != (ins.num("axis", 0) == 3))
-        v.bad(ins.stream == "comm_cp" ? "the comm_cp stream runs collectives over the context axis (axis 3) only"
-                                      : "a collective over the context axis (axis 3) runs on the comm_cp stream");
+      const bool cpCollective = sig->kind == OpKind::RingShift || sig->kind == OpKind::CpAllToAll;
+      if (collective && (ins.stream == "comm_cp") != cpCollective)
+        v.bad(ins.stream == "comm_cp" ? "the comm_cp stream runs the context axis's ring shifts and all-to-alls only"
+                                      : ins.op + " (the context axis) runs on the comm_cp stream");
       if (collective && (ins.stream == "comm_tp") != (ins.num("axis", 0) == 1))
         v.bad(ins.stream == "comm_tp" ? "the comm_tp stream runs collectives over the tensor axis (axis 1) only"
                                       : "a collective over the tensor axis (axis 1) runs on the comm_tp stream");

@@ -28,7 +28,7 @@ func.func @space(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @stream(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error@+1 {{bigc.stream must be "compute", "h2d", "d2h", "host", "nvme", "comm", "comm_tp" or "p2p", got "d2d"}}
+  // expected-error@+1 {{bigc.stream must be "compute", "h2d", "d2h", "host", "nvme", "comm", "comm_tp", "comm_cp" or "p2p", got "d2d"}}
   %c = bigc.add %a, %b {bigc.stream = "d2d"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %c : tensor<4xf32>
 }

@@ -37,7 +37,7 @@ func.func @nvme_to_device() {
 // -----
 
 func.func @bad_stream(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error@+1 {{bigc.stream "comm", "comm_tp" and "p2p" are the streams of collectives}}
+  // expected-error@+1 {{bigc.stream "comm", "comm_tp", "comm_cp" and "p2p" are the streams of collectives}}
   %y = bigc.copy %x {bigc.space = "host", bigc.stream = "comm"} : tensor<4xf32>
   return %y : tensor<4xf32>
 }

@@ -10,7 +10,7 @@ set -uo pipefail
 BIN=$1
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
-"$BIN/bigc" gen gpt --preset tiny --layers 4 -o "$d/m.mlir" >/dev/null
+"$BIN/bigc" gen llama --preset tiny --layers 4 -o "$d/m.mlir" >/dev/null
 cat >"$d/sets.txt" <<'EOF'
 --ranks 2 --zero 3 --prefetch 2 --bucket-mb 1
 --ranks 4 --tp 2 --sequence-parallel --zero 1
@@ -23,6 +23,7 @@ cat >"$d/sets.txt" <<'EOF'
 --offload cpu --offload-params host --ranks 2 --zero 3
 --offload nvme --nvme-path NVME --nvme-chunk 4096
 --lr 1e-3 --beta1 0.8 --beta2 0.9 --eps 1e-6 --weight-decay 0.01 --grad-clip 1.0 --optimizer-states bf16
+--ranks 2 --cp 2 --cp-kind a2a --offload-activations
 EOF
 /usr/bin/python3 - "$BIN" "$d" <<'PY'
 import re, subprocess, sys

@@ -351,6 +351,14 @@ TEST(Pipeline, PipelineAxisCollectives) {
                      "the comm_tp stream runs collectives over the tensor axis (axis 1) only");
   }
   {
+    // comm_cp runs the context axis's ring shifts and all-to-alls, nothing else.
+    Program p = PipeTiny::build(2, 1, 0.05, 1.0);
+    const size_t ar = indexOf(p, "all_reduce");
+    p.instructions[ar].stream = "comm_cp";
+    EXPECT_ERROR_HAS(validateError(p), "stage 0: instruction " + std::to_string(ar) + " (all_reduce",
+                     "the comm_cp stream runs the context axis's ring shifts and all-to-alls only");
+  }
+  {
     // Every stage runs the same ones in the same order.
     Program p = PipeTiny::build(2, 1, 0.05, 1.0);
     const size_t ar = indexOf(p.stages[0], "all_reduce");
