@@ -67,6 +67,27 @@ int verifyMain(int argc, char **argv, int first) {
                   path.c_str(), p.instructions.size(), streams.size(), streams.size() == 1 ? "" : "s",
                   p.buffers.size());
       std::fputs(evalLine.c_str(), stdout);
+      if (p.cp > 1) {
+        // The context axis: every rank of a cp group runs this program, so its k-th ring shift or
+        // all-to-all meets the k-th of every other rank of the group, issued in the order of one
+        // stream; a shift is one NCCL group of a send to the next rank and a receive from the
+        // previous, an all-to-all one group of a send and a receive per peer, of the sizes the
+        // program gives every rank alike: they pair in order and a group cannot wait on itself.
+        size_t shifts = 0, a2a = 0;
+        std::set<std::string> cpStreams;
+        for (int64_t s = 0; s < p.pp; ++s)
+          for (const auto &ins : p.stageProgram(s).instructions)
+            if (ins.op == "ring_shift" || ins.op == "cp_all_to_all")
+              shifts += ins.op == "ring_shift", a2a += ins.op == "cp_all_to_all", cpStreams.insert(ins.stream);
+        if (cpStreams.size() > 1)
+          throw UserError("verify: " + path + ": the context axis's collectives run on " +
+                          std::to_string(cpStreams.size()) +
+                          " streams; on one (comm_cp) their order is every rank's (internal error)");
+        std::printf("%s: on NCCL (several GPUs): the context axis's %zu ring shifts and %zu all-to-alls per step, on "
+                    "one stream in the same order on each of the %lld ranks of a cp group, pair in order and cannot "
+                    "deadlock\n",
+                    path.c_str(), shifts, a2a, static_cast<long long>(p.cp));
+      }
       if (p.pp > 1) {
         const std::string nccl = ncclPipelineProblem(p);
         if (nccl.empty()) {

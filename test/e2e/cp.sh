@@ -44,8 +44,12 @@ for n in $names; do run $n; done
 # the plan's proof, on a ring and an all-to-all program.
 for n in ring4 a2a2z3 ring2tp2; do
   $PY "$HERE/check_streams.py" "$d/$n.bigc" > /dev/null
-  "$BIN/bigc" verify "$d/$n.bigc" > /dev/null
+  "$BIN/bigc" verify "$d/$n.bigc" > "$d/$n.verify"
 done
+grep -q "the context axis's 20 ring shifts and 0 all-to-alls per step, on one stream in the same order on each of the 4 ranks of a cp group, pair in order and cannot deadlock" "$d/ring4.verify" ||
+  { echo "FAIL: bigc verify on ring4:"; cat "$d/ring4.verify"; exit 1; }
+grep -q "the context axis's 0 ring shifts and 8 all-to-alls per step" "$d/a2a2z3.verify" ||
+  { echo "FAIL: bigc verify on a2a2z3:"; cat "$d/a2a2z3.verify"; exit 1; }
 
 $PY - "$d" "$HERE" <<'PY'
 import sys
