@@ -4,7 +4,8 @@
 # brought back a layer ahead of the backward, alone, with --recompute full, with --cp 2 (ring) and
 # with --offload cpu in bf16: the same numbers as without (bit-identical: the transfers copy bytes),
 # the device arena smaller by what went to the host (from the plans), the streams' discipline and
-# the plan's proof (check_streams, bigc verify), and inspect's line.
+# the plan's proof (check_streams, bigc verify), inspect's line, and --recompute auto recomputing
+# only what the offload does not free.
 set -euo pipefail
 BIN=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -55,4 +56,14 @@ for n, ref in [("oa", "one"), ("oarc", "rc"), ("oacp", "cp"), ("oaoff", "off")]:
     print(f"MEASURED {n}: device {ref_dev} -> {dev} bytes ({100 * (1 - dev / ref_dev):.0f}% less), host +{host}")
 sys.exit(0 if check.ok else 1)
 PY
+# --recompute auto weighs the offload: under a budget of 6 MiB it recomputes what the device cannot
+# keep; with the activations on the host it recomputes nothing.
+"$BIN/bigc" compile "$d/m.mlir" --recompute auto --memory-budget 6M -o "$d/ra.bigc" > "$d/ra.txt" 2>&1
+"$BIN/bigc" compile "$d/m.mlir" --recompute auto --memory-budget 6M --offload-activations -o "$d/raoa.bigc" \
+  > "$d/raoa.txt" 2>&1
+grep -qE "recomputing the first [1-9][0-9]* ranked candidates fits" "$d/ra.txt" ||
+  { echo "FAIL: recompute auto without the offload:"; cat "$d/ra.txt"; exit 1; }
+grep -q "recomputing the first 0 ranked candidates fits" "$d/raoa.txt" ||
+  { echo "FAIL: recompute auto with the offload:"; cat "$d/raoa.txt"; exit 1; }
+echo "ok   --recompute auto: $(grep -o 'recomputing the first [0-9]*' "$d/ra.txt") without the offload, none with it"
 echo "offload_activations: ok"
