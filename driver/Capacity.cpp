@@ -99,8 +99,15 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   if (c.zero != base.zero) add("--zero " + std::to_string(c.zero));
   if (c.tp != base.tp) add("--tp " + std::to_string(c.tp));
   if (c.pp != base.pp) add("--pp " + std::to_string(c.pp));
+  if (c.pp > 1 && c.ppSchedule != base.ppSchedule) add("--pp-schedule " + toString(c.ppSchedule));
+  if (c.cp != base.cp) add("--cp " + std::to_string(c.cp));
   if (c.sequenceParallel != base.sequenceParallel && c.sequenceParallel) add("--sequence-parallel");
   if (c.padVocab != base.padVocab) add("--pad-vocab " + std::to_string(c.padVocab));
+  if (c.offload != Offload::None && c.offloadParams != base.offloadParams &&
+      (c.offloadParams == OffloadParams::Host || c.offloadParams == OffloadParams::Nvme))
+    add("--offload-params " + toString(c.offloadParams));
+  if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
+  if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
   return f;
 }
 
@@ -673,8 +680,9 @@ std::string notFitReport(mlir::ModuleOp parsed, const format::Program &p, const 
   }
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<const Candidate *> good, bad;
+  std::set<std::string> listed; // (one line per set of flags: the first, the search's simplest)
   for (const auto &c : cands)
-    if (c.compiled) (c.fits ? good : bad).push_back(&c);
+    if (c.compiled && listed.insert((c.fits ? "+" : "-") + c.flags).second) (c.fits ? good : bad).push_back(&c);
   // Searched: by the cost model's step; the fixed list: by the work added to the step.
   auto cost = [&](const Candidate *c) { return searched ? c->stepSeconds : c->work.seconds; };
   std::stable_sort(good.begin(), good.end(), [&](const Candidate *a, const Candidate *b) { return cost(a) < cost(b); });
