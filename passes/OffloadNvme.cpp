@@ -33,9 +33,10 @@ using namespace mlir::bigc;
 
 namespace {
 
-/// A host staging tensor (role transfer) of `type` named `name`, after `after`.
-FailureOr<ParamOp> addHostStaging(ParamOp after, StringRef name, Type type) {
-  FailureOr<ParamOp> p = addParamAfter(after, name, type, kInitZeros, kTransferRole, "", "bigc-offload-nvme");
+/// A host staging tensor (role transfer) of `type` named `name`, after `after` (entered into
+/// `symbols`: a lookup without the table scans the module, once per new tensor).
+FailureOr<ParamOp> addHostStaging(ParamOp after, StringRef name, Type type, SymbolTable *symbols) {
+  FailureOr<ParamOp> p = addParamAfter(after, name, type, kInitZeros, kTransferRole, "", "bigc-offload-nvme", symbols);
   if (succeeded(p)) p->getOperation()->setAttr(kSpaceAttrName, StringAttr::get(after.getContext(), kHostSpace));
   return p;
 }
@@ -45,6 +46,8 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    SymbolTable table(module);
+    symbols_ = &table;
     auto func = module.lookupSymbol<func::FuncOp>("train_step");
     if (!func || func.isExternal() || !func.getBody().hasOneBlock()) {
       module.emitError("bigc-offload-nvme: the module needs a func.func @train_step of one block (run "
@@ -83,7 +86,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
                                                                       {"exp_avg_sq", a.getExpAvgSqAttr()}};
       if (masters) tensors.push_back({"param", a.getParamAttr()});
       for (auto &[attr, ref] : tensors) {
-        auto p = module.lookupSymbol<ParamOp>(ref);
+        auto p = symbols_->lookup<ParamOp>(ref.getValue());
         if (!p) {
           a.emitError("bigc-offload-nvme: unknown parameter @") << ref.getValue();
           return signalPassFailure();
@@ -91,7 +94,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
         // Only what this update alone touches, on the host, streams from the file.
         if (paramSpace(p) != kHostSpace || touches.lookup(ref.getValue()) != 1) continue;
         std::string ioName = (ref.getValue() + ".io").str();
-        if (failed(addHostStaging(p, ioName, p.getType()))) return signalPassFailure();
+        if (failed(addHostStaging(p, ioName, p.getType(), symbols_))) return signalPassFailure();
         p->setAttr(kSpaceAttrName, StringAttr::get(ctx, kNvmeSpace));
         auto ioRef = FlatSymbolRefAttr::get(ctx, ioName);
         OpBuilder b(a);
@@ -152,7 +155,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
       ParamOp after = p;
       for (int s = 0; s < 2; ++s) {
         std::string setName = (name + ".c" + llvm::Twine(s)).str();
-        FailureOr<ParamOp> q = addHostStaging(after, setName, type);
+        FailureOr<ParamOp> q = addHostStaging(after, setName, type, symbols_);
         if (failed(q)) return failure();
         after = *q;
         out[s] = FlatSymbolRefAttr::get(ctx, setName);
@@ -218,7 +221,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
     for (StringRef name : unused)
       if (ParamOp p = params_.lookup(name)) {
         std::string key = name.str(); // (the name lives in the op)
-        p.erase();
+        symbols_->erase(p);           // (out of the table, and erased)
         params_.erase(key);
       }
     return success();
@@ -226,6 +229,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
 
   int64_t chunkCounter_ = 0;
   llvm::StringMap<ParamOp> params_;                          // by name, for splitUpdate
+  SymbolTable *symbols_ = nullptr;                           // the module's, while the pass runs
   llvm::DenseMap<int64_t, SmallVector<ParamCopyOp>> groups_; // update number -> its nvme copies
 
   /// --offload-params nvme: every compute copy on the host (role param) to the nvme space; its
@@ -274,7 +278,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
       if (!writers.empty()) {
         AdamWOp a = writers.front();
         std::string ioName = (name + ".io").str();
-        if (failed(addHostStaging(w, ioName, w.getType()))) return failure();
+        if (failed(addHostStaging(w, ioName, w.getType(), symbols_))) return failure();
         auto ioRef = FlatSymbolRefAttr::get(ctx, ioName);
         a.setHalfAttr(ioRef);
         OpBuilder b(a);
@@ -287,7 +291,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
       ParamOp after = w;
       for (auto [k, gp] : llvm::enumerate(reads)) {
         std::string fetchName = (name + ".fetch." + llvm::Twine(k)).str();
-        FailureOr<ParamOp> fetch = addHostStaging(after, fetchName, w.getType());
+        FailureOr<ParamOp> fetch = addHostStaging(after, fetchName, w.getType(), symbols_);
         if (failed(fetch)) return failure();
         after = *fetch;
         auto fetchRef = FlatSymbolRefAttr::get(ctx, fetchName);

@@ -18,23 +18,36 @@ using namespace mlir;
 using namespace mlir::bigc;
 
 namespace {
+/// The module's bigc.param ops by name, looked up once (a symbol lookup scans the module: with
+/// 100,000 instructions and as many parameters, the scans took half of a 1T plan's compile).
+struct Params {
+  llvm::StringMap<ParamOp> byName;
+  explicit Params(ModuleOp m) {
+    for (ParamOp p : m.getOps<ParamOp>()) byName[p.getSymName()] = p;
+  }
+  ParamOp get(FlatSymbolRefAttr ref) const {
+    auto it = byName.find(ref.getValue());
+    return it == byName.end() ? ParamOp() : it->second;
+  }
+};
+
 /// The space of the bigc.param `ref` names ("device" when there is none).
-StringRef symbolSpace(ModuleOp m, FlatSymbolRefAttr ref) {
-  auto p = m.lookupSymbol<ParamOp>(ref);
+StringRef symbolSpace(const Params &ps, FlatSymbolRefAttr ref) {
+  auto p = ps.get(ref);
   return p ? paramSpace(p) : StringRef(kDeviceSpace);
 }
 
-int64_t symbolBytes(ModuleOp m, FlatSymbolRefAttr ref) {
-  auto p = m.lookupSymbol<ParamOp>(ref);
+int64_t symbolBytes(const Params &ps, FlatSymbolRefAttr ref) {
+  auto p = ps.get(ref);
   return p ? typeBytes(p.getType()) : 0;
 }
 
 /// The bytes a bigc.param_copy moves: its range's (a chunk), else its destination's.
-int64_t copyBytes(ModuleOp m, ParamCopyOp pc) {
-  auto p = m.lookupSymbol<ParamOp>(pc.getToAttr());
+int64_t copyBytes(const Params &ps, ParamCopyOp pc) {
+  auto p = ps.get(pc.getToAttr());
   if (std::optional<int64_t> count = pc.getCount(); count && p)
     return *count * int64_t(std::max<unsigned>(1, p.getTensorType().getElementTypeBitWidth() / 8));
-  return symbolBytes(m, pc.getToAttr());
+  return symbolBytes(ps, pc.getToAttr());
 }
 } // namespace
 
@@ -62,6 +75,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
   StepEstimate est;
   auto func = module.lookupSymbol<func::FuncOp>("train_step");
   if (!func || func.isExternal()) return est;
+  const Params params(module);
   const int64_t stage = pipelineStage(module);
   // A measured CPU profile (bigc calibrate: `threads`): the CPU backend's ranks are threads on its
   // cores, so with more ranks than devices each rank's compute and host work gets its share.
@@ -146,7 +160,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     } else if (isCollective(&op)) {
       double bytes = 0;
       if (auto pg = dyn_cast<ParamAllGatherOp>(op)) {
-        bytes = double(symbolBytes(module, pg.getToAttr()));
+        bytes = double(symbolBytes(params, pg.getToAttr()));
       } else {
         // A sum or mean of a 16-bit tensor is reduced in f32 (the CPU backend's rings; f32 copies
         // on NCCL): 4 bytes an element.
@@ -173,7 +187,7 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     } else if (stream == kH2DStream || stream == kD2HStream) {
       double bytes = 0;
       if (auto pc = dyn_cast<ParamCopyOp>(op))
-        bytes = double(copyBytes(module, pc));
+        bytes = double(copyBytes(params, pc));
       else
         for (Value r : op.getResults()) bytes += double(typeBytes(r.getType()));
       double bw = stream == kH2DStream ? hw.h2dBytesPerS : hw.d2hBytesPerS;
@@ -181,8 +195,8 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     } else if (stream == kNvmeStream) {
       // The machine's drives, shared by its ranks (each moves its own tensors at once).
       auto pc = dyn_cast<ParamCopyOp>(op);
-      const double bytes = pc ? double(copyBytes(module, pc)) : 0.0;
-      const bool write = pc && symbolSpace(module, pc.getToAttr()) == kNvmeSpace;
+      const double bytes = pc ? double(copyBytes(params, pc)) : 0.0;
+      const bool write = pc && symbolSpace(params, pc.getToAttr()) == kNvmeSpace;
       const double bw =
           (write ? hw.nvmeWriteBytesPerS : hw.nvmeReadBytesPerS) / double(std::max<int64_t>(1, hw.devices));
       dur = bw > 0 ? bytes / bw : 0;
