@@ -40,6 +40,14 @@ namespace {
 /// The op of `block` that holds `op` (itself, or its ancestor in `block`).
 Operation *inBlock(Block &block, Operation *op) { return block.findAncestorOpInBlock(*op); }
 
+/// Each op of `block` by its place in it now.
+llvm::DenseMap<Operation *, unsigned> positions(Block &block) {
+  llvm::DenseMap<Operation *, unsigned> pos;
+  unsigned i = 0;
+  for (Operation &op : block) pos[&op] = i++;
+  return pos;
+}
+
 /// The earliest op of `block` holding a user of `op` (and `accept`ing it), or `first` when that
 /// is earlier; null when there is none.
 Operation *firstUser(Block &block, Operation *op, Operation *first = nullptr,
@@ -300,6 +308,10 @@ void placeNvmeFetches(Block &block, const ParamSpaces &spaces) {
     }
   }
   Segments seg = computeSegments(block);
+  // The order before the moves: a move invalidates the block's order, and asking it again after
+  // each would renumber the block each time (a 190-layer plan: seconds). The compute ops and the
+  // reads compared here do not move.
+  const llvm::DenseMap<Operation *, unsigned> pos = positions(block);
   for (ParamCopyOp pc : fetches) {
     Operation *use = firstRead.lookup(pc.getTo());
     if (!use) continue; // (an update's staging: placeNvmeCopies placed it)
@@ -309,7 +321,7 @@ void placeNvmeFetches(Block &block, const ParamSpaces &spaces) {
     if (o) {
       unsigned s = seg.segment[seg.position.lookup(o)];
       Operation *start = seg.ops[seg.firstOp[s > 0 ? s - 1 : 0]];
-      if (start->isBeforeInBlock(use)) target = start;
+      if (pos.lookup(start) < pos.lookup(use)) target = start;
     }
     pc->moveBefore(target);
   }
@@ -387,11 +399,15 @@ void prefetchParams(Block &block) {
     if (s == 0) continue;
     moves.push_back({&op, seg.ops[seg.firstOp[s - 1]]});
   }
+  // Decided on the order before the moves (each copy and its get_param move once, the targets
+  // not at all): asking the block after each move would renumber it each time.
+  const llvm::DenseMap<Operation *, unsigned> pos = positions(block);
   for (auto &[copy, target] : moves) {
-    if (!copy->isBeforeInBlock(target)) {
+    if (pos.lookup(copy) > pos.lookup(target)) {
       auto gp = cast<CopyOp>(copy).getX().getDefiningOp();
       copy->moveBefore(target);
-      if (gp->getBlock() == &block && copy->isBeforeInBlock(gp)) {
+      // (copy is now just before target: before gp when gp comes after target)
+      if (gp->getBlock() == &block && pos.lookup(gp) > pos.lookup(target)) {
         if (!isa<GetParamOp>(gp)) { // an activation's host copy is made in the forward: stay after it
           copy->moveAfter(gp);
           continue;
