@@ -107,6 +107,52 @@ TEST(Comm, AllReduceReduceScatterAllGatherMatchNaive) {
   }
 }
 
+// Context parallelism's collectives on 3 in-process ranks: a ring shift gives rank r rank r-1's
+// tensors (two of them, f32 and bf16 bytes); the all-to-all to heads gives rank r, for each token
+// of each rank j in rank order, rank j's columns [r N/3, (r+1) N/3); back to the sequence, the
+// inverse: every element where its definition puts it, and the round trip the identity.
+TEST(Comm, RingShiftAndAllToAll) {
+  const int n = 3;
+  const int64_t B = 2, T = 4, N = 6, w = N / n;
+  auto comm = makeInProcessCommunicator(n);
+  auto value = [](int r, int64_t b, int64_t t, int64_t c) { return float(r * 1000 + b * 100 + t * 10 + c); };
+  std::vector<std::vector<float>> in(n), heads(n), back(n), shifted(n);
+  std::vector<std::vector<uint16_t>> in16(n), shifted16(n);
+  for (int r = 0; r < n; ++r) {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < N; ++c) in[r].push_back(value(r, b, t, c));
+    heads[r].assign(in[r].size(), -1.0f), back[r].assign(in[r].size(), -1.0f), shifted[r].assign(in[r].size(), -1.0f);
+    in16[r].assign(5, uint16_t(r + 1)), shifted16[r].assign(5, 0);
+  }
+  const int64_t numel = B * T * N;
+  auto errors = onRanks(n, [&](int r) {
+    comm->run(r, CollectiveKind::RingShift, Reduce::Sum,
+              {CollectiveTensor{in[r].data(), shifted[r].data(), DType::F32, numel, numel},
+               CollectiveTensor{in16[r].data(), shifted16[r].data(), DType::BF16, 5, 5}},
+              "ring shift");
+    CollectiveTensor h{in[r].data(), heads[r].data(), DType::F32, numel, numel};
+    h.rows = B, h.width = N;
+    comm->run(r, CollectiveKind::ToHeads, Reduce::Sum, {h}, "to heads");
+    CollectiveTensor s{heads[r].data(), back[r].data(), DType::F32, numel, numel};
+    s.rows = B, s.width = N;
+    comm->run(r, CollectiveKind::ToSequence, Reduce::Sum, {s}, "to the sequence");
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(errors[size_t(r)], "");
+    const int prev = (r + n - 1) % n;
+    EXPECT_EQ(shifted[r], in[prev]) << "rank " << r << " gets rank " << prev << "'s";
+    EXPECT_EQ(shifted16[r], in16[prev]);
+    for (int j = 0; j < n; ++j) // heads[r]: [B, n*T, w]
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t c = 0; c < w; ++c)
+            ASSERT_EQ(heads[r][size_t((b * n * T + j * T + t) * w + c)], value(j, b, t, r * w + c))
+                << "rank " << r << ": rank " << j << "'s token " << t << ", column " << r * w + c;
+    EXPECT_EQ(back[r], in[r]) << "rank " << r << ": to heads and back";
+  }
+}
+
 TEST(Comm, Bf16BucketAndNorm) {
   const int n = 4;
   auto comm = makeInProcessCommunicator(n);
