@@ -517,10 +517,11 @@ LogicalResult RingAttentionGradOp::verify() {
       failed(expectShape(*this, "result dv", getDv(), shapeOf(getV()))))
     return failure();
   if (!getAcc().empty()) {
-    if (getAcc().size() != 3) return emitOpError("acc must be (dq, dk, dv) so far, or nothing");
+    if (getAcc().size() != 3 && getAcc().size() != 1)
+      return emitOpError("acc must be (dq, dk, dv) so far, dq alone, or nothing");
     if (failed(expectShape(*this, "acc dq", getAcc()[0], qs)) ||
-        failed(expectShape(*this, "acc dk", getAcc()[1], shapeOf(getK()))) ||
-        failed(expectShape(*this, "acc dv", getAcc()[2], shapeOf(getV()))))
+        (getAcc().size() == 3 && (failed(expectShape(*this, "acc dk", getAcc()[1], shapeOf(getK()))) ||
+                                  failed(expectShape(*this, "acc dv", getAcc()[2], shapeOf(getV()))))))
       return failure();
   }
   return success();

@@ -582,7 +582,8 @@ def Bigc_RingAttentionGradOp : Bigc_ComputeOp<"ring_attention_grad"> {
     (dout, q, k, v, out, lse) as gqa_attention_grad, with out and lse the
     whole attention's (every block merged), k and v one block as in
     ring_attention: dq (this rank's queries) and dk, dv (of the block's keys)
-    from this block's scores. With `acc` (dq, dk, dv so far): added to them.
+    from this block's scores. With `acc` (dq, dk, dv so far, or dq alone):
+    added to them (dk, dv without theirs: the block's part alone).
   }];
   let arguments = (ins Bigc_FloatTensor:$dout, Bigc_FloatTensor:$q, Bigc_FloatTensor:$k,
                        Bigc_FloatTensor:$v, Bigc_FloatTensor:$out, Bigc_FloatTensor:$lse,

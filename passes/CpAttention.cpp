@@ -161,21 +161,27 @@ struct BigcCpAttentionPass : public mlir::bigc::impl::BigcCpAttentionBase<BigcCp
       g.getDv().replaceAllUsesWith(back[2]);
       return success();
     }
-    // Step s: the next block's k, v passed on first (overlapping this block), then this block's
-    // key/value gradients, accumulated so far, passed to the next rank, which adds its part (after
-    // the last step: home to the block's own rank).
+    // Step s: the next block's k, v passed on first (overlapping this block); the block's own
+    // key/value gradients, computed without the ones so far, then added to those that arrived
+    // while it ran (the previous step's shift overlaps this block), and the sum passed to the next
+    // rank (after the last step: home to the block's own rank).
     Value k = g.getK(), v = g.getV(), dq, dk, dv;
     for (int64_t s = 0; s < C; ++s) {
       SmallVector<Value> next;
       if (s + 1 < C) next = SmallVector<Value>(shift(b, g, ValueRange{k, v}));
       SmallVector<Value> operands{g.getDout(), g.getQ(), k, v, g.getOut(), g.getLse()};
-      if (s > 0) operands.append({dq, dk, dv});
+      if (s > 0) operands.push_back(dq);
       Type dqT = s + 1 == C ? g.getDq().getType() : Type(f32Like(g.getDq()));
       auto r = tagged(b, g,
                       b.create<RingAttentionGradOp>(loc, TypeRange{dqT, f32Like(g.getDk()), f32Like(g.getDv())},
                                                     operands, attention(b, g, s).getAttrs()));
       dq = r.getDq();
-      SmallVector<Value> moved(shift(b, g, ValueRange{r.getDk(), r.getDv()}));
+      Value sk = r.getDk(), sv = r.getDv();
+      if (s > 0) {
+        sk = tagged(b, g, b.create<AddOp>(loc, sk.getType(), sk, dk)).getResult();
+        sv = tagged(b, g, b.create<AddOp>(loc, sv.getType(), sv, dv)).getResult();
+      }
+      SmallVector<Value> moved(shift(b, g, ValueRange{sk, sv}));
       dk = moved[0], dv = moved[1];
       if (s + 1 < C) k = next[0], v = next[1];
     }

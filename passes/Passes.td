@@ -147,9 +147,11 @@ def BigcCpAttention : Pass<"bigc-cp-attention", "::mlir::ModuleOp"> {
       ...
 
     each merging its partial softmax into the earlier ones' exactly (the
-    partial outs in f32). The backward passes (k, v, dk, dv) around the same
-    way, the key/value gradients accumulating in f32 as they travel, and a
-    last shift brings each block's gradients home. Only the kv heads travel.
+    partial outs in f32). The backward passes k and v around the same way;
+    each block's key/value gradients (f32) are computed alone and then added
+    (bigc.add) to those that arrived from the previous rank while the block
+    ran, and the sum is passed on; the last shift brings each block's
+    gradients home. Only the kv heads travel.
 
     kind a2a (DeepSpeed-Ulysses): `bigc.cp_all_to_all {to_heads}` gives each
     rank the whole sequence of a cp-th of the heads (q, k, v), attention runs

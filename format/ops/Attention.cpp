@@ -76,15 +76,15 @@ void shapeGqaAttention(const Ctx &op) {
     if (step < 0 || step >= double(op.p.cp) || step != std::floor(step) || (a2a && step != 0))
       op.bad("attribute 'step' must be in [0, cp) (0 with a2a)");
     if (a2a && T % (2 * op.p.cp) != 0) op.bad("with a2a the " + std::to_string(T) + " tokens must be 2 x cp chunks");
-    const size_t base = grad ? 6 : 3, accN = grad ? 3 : 2;
-    if (op.ins->in.size() != base && op.ins->in.size() != base + accN)
+    const size_t base = grad ? 6 : 3, accN = grad ? 3 : 2, n = op.ins->in.size();
+    if (n != base && n != base + accN && !(grad && n == base + 1))
       op.bad("takes " + std::to_string(base) + " inputs, or " + std::to_string(base + accN) +
-             " with the blocks so far");
-    if (op.ins->in.size() == base + accN) {
+             " with the blocks so far" + (grad ? " (7: dq so far alone)" : ""));
+    if (n > base) {
       if (grad) {
         op.wantShape(op.in(6), q.shape, "dq so far");
-        op.wantShape(op.in(7), k.shape, "dk so far");
-        op.wantShape(op.in(8), v.shape, "dv so far");
+        if (n == 9) op.wantShape(op.in(7), k.shape, "dk so far");
+        if (n == 9) op.wantShape(op.in(8), v.shape, "dv so far");
       } else {
         op.wantShape(op.in(3), q.shape, "out so far");
         op.wantShape(op.in(4), {B, H, T}, "lse so far");
@@ -140,7 +140,9 @@ void dimsGqaAttention(const Ctx &op, OpDims &d) {
   d.group = std::max<int64_t>(1, (d.H * (d.tpHeads ? op.p.tp : 1)) / std::max<int64_t>(1, d.Hkv));
   d.cp = int64_t(op.ins->num("cp", 1)), d.step = int64_t(op.ins->num("step", 0));
   d.a2a = op.ins->flag("a2a");
-  d.acc = op.ins->in.size() == (op.kind == OpKind::RingAttentionGrad ? 9u : 5u);
+  // (acc: the outputs so far are given; the gradient's dk and dv too only with all 9 inputs)
+  d.acc = op.ins->in.size() > (op.kind == OpKind::RingAttentionGrad ? 6u : 3u);
+  d.accKv = op.ins->in.size() == 9u;
 }
 
 // Attention, AttentionGrad

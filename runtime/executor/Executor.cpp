@@ -266,8 +266,8 @@ const KernelTable<Executor::Kernel> &Executor::kernels() {
                          op.acc ? fi(op, 4) : nullptr, fo(op, 0), fo(op, 1));
     else
       cpu::ringAttentionGrad(g, fi(op, 0), fi(op, 1), fi(op, 2), fi(op, 3), fi(op, 4), fi(op, 5), qpos.data(),
-                             kpos.data(), op.acc ? fi(op, 6) : nullptr, op.acc ? fi(op, 7) : nullptr,
-                             op.acc ? fi(op, 8) : nullptr, fo(op, 0), fo(op, 1), fo(op, 2));
+                             kpos.data(), op.acc ? fi(op, 6) : nullptr, op.accKv ? fi(op, 7) : nullptr,
+                             op.accKv ? fi(op, 8) : nullptr, fo(op, 0), fo(op, 1), fo(op, 2));
   };
   const Kernel kAllReduce = [](Executor &e, Op &op) {
     e.rank_.commOf(op.axis)->run(e.rank_.localOf(op.axis), op.collectiveKind(), op.reduce, op.coll, e.where(op));

@@ -58,9 +58,9 @@ module {
 // CP4: bigc.gqa_attention {{.*}}cp = 4 : i64{{.*}} -> (tensor<2x4x32xf32>, tensor<2x4x4xf32>)
 
 // The forward: the next block passed on first (its transfer overlaps this block), this rank's block,
-// then the block of the rank before it, merged. The backward passes k, v on the same way, and after
-// each block its key/value gradients so far to the next rank, which adds its part (after the last
-// block: home).
+// then the block of the rank before it, merged. The backward passes k, v on the same way; each
+// block's key/value gradients are its own, added to those that arrived from the rank before while
+// it ran, and the sum goes to the next rank (after the last block: home).
 // RING: bigc.mesh = {cp = 2 : i64, dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}
 // RING: %[[KV:.*]]:2 = bigc.ring_shift %[[K:.*]], %[[V:[^ ]*]] {{{.*}}group = "cp"}
 // RING: %[[O0:.*]], %[[L0:.*]] = bigc.ring_attention %[[Q:.*]], %[[K]], %[[V]] {{{.*}}step = 0 : i64}
@@ -68,8 +68,10 @@ module {
 // RING: %[[NEXT:.*]]:2 = bigc.ring_shift %[[K]], %[[V]] {{{.*}}group = "cp"}
 // RING: %[[DQ0:[^,]*]], %[[DK0:[^,]*]], %[[DV0:[^ ]*]] = bigc.ring_attention_grad %[[DO:[^,]*]], %[[Q]], %[[K]], %[[V]], %[[O1]], %[[L1]] {{{.*}}step = 0
 // RING: %[[M:.*]]:2 = bigc.ring_shift %[[DK0]], %[[DV0]] {{{.*}}group = "cp"}
-// RING: %{{.*}}, %[[DK1:[^,]*]], %[[DV1:[^ ]*]] = bigc.ring_attention_grad %[[DO]], %[[Q]], %[[NEXT]]#0, %[[NEXT]]#1, %[[O1]], %[[L1]], %[[DQ0]], %[[M]]#0, %[[M]]#1 {{{.*}}step = 1
-// RING: bigc.ring_shift %[[DK1]], %[[DV1]] {{{.*}}group = "cp"}
+// RING: %{{.*}}, %[[DK1:[^,]*]], %[[DV1:[^ ]*]] = bigc.ring_attention_grad %[[DO]], %[[Q]], %[[NEXT]]#0, %[[NEXT]]#1, %[[O1]], %[[L1]], %[[DQ0]] {{{.*}}step = 1
+// RING: %[[SK:.*]] = bigc.add %[[DK1]], %[[M]]#0
+// RING: %[[SV:.*]] = bigc.add %[[DV1]], %[[M]]#1
+// RING: bigc.ring_shift %[[SK]], %[[SV]] {{{.*}}group = "cp"}
 // RING-NOT: bigc.gqa_attention
 
 // A2A: bigc.mesh = {cp = 2 : i64, dp = 4 : i64, pp = 1 : i64, tp = 1 : i64}

@@ -173,7 +173,7 @@ struct OpDims {
   // attention's `step` (the key block is rank (c - step) mod C's), `a2a` (the whole sequence of
   // some heads, in rank order), and whether it merges into / adds to the `acc` operands.
   int64_t cp = 1, step = 0;
-  bool a2a = false, acc = false;
+  bool a2a = false, acc = false, accKv = false;
   // cp_all_to_all: to_heads (else back to the sequence split); B, T (tokens of the
   // sequence-split side) and C = N (the sequence side's last dimension) of each tensor.
   bool toHeads = false;

@@ -80,8 +80,8 @@ const KernelTable<CudaEngine::Binder> &CudaEngine::kernels() {
       op.scratchBytes = int64_t(cuda::ringAttentionGradWorkspace(op.B, op.T, op.H));
       op.gpu = [pos](Op &o, cudaStream_t s, void *w) {
         cuda::ringAttentionGrad(o.t, o.t, attentionGeometry(o), pos, o.in[0], o.in[1], o.in[2], o.in[3], o.in[4],
-                                f32in(o, 5), o.acc ? f32in(o, 6) : nullptr, o.acc ? f32in(o, 7) : nullptr,
-                                o.acc ? f32in(o, 8) : nullptr, o.out[0], f32out(o, 1), f32out(o, 2), w, s);
+                                f32in(o, 5), o.acc ? f32in(o, 6) : nullptr, o.accKv ? f32in(o, 7) : nullptr,
+                                o.accKv ? f32in(o, 8) : nullptr, o.out[0], f32out(o, 1), f32out(o, 2), w, s);
       };
     }
   };
