@@ -771,10 +771,11 @@ int compileMain(int argc, char **argv, int first) {
     const int64_t g = *opts.globalBatch;
     auto fwd = module->lookupSymbol<mlir::func::FuncOp>("forward");
     const int64_t b = llvm::cast<mlir::RankedTensorType>(fwd.getFunctionType().getInput(0)).getDimSize(0);
-    // Tensor ranks share their batch, and so do pipeline stages.
-    const int64_t dpRanks = opts.ranks / std::max<int64_t>(1, opts.tp * opts.pp);
+    // Tensor ranks share their batch, and so do pipeline stages and the cp ranks of a data group.
+    const int64_t dpRanks = opts.ranks / std::max<int64_t>(1, opts.tp * opts.pp * opts.cp);
     const int64_t per = dpRanks * opts.microBatches;
-    std::string what = std::to_string(dpRanks) + (opts.tp * opts.pp > 1 ? " data-parallel" : "") + " rank(s) x " +
+    std::string what = std::to_string(dpRanks) + (opts.tp * opts.pp * opts.cp > 1 ? " data-parallel" : "") +
+                       (opts.cp > 1 ? " group(s) of " + std::to_string(opts.cp) + " cp ranks" : " rank(s)") + " x " +
                        std::to_string(opts.microBatches) + " micro-batch(es)";
     if (g < 1 || g % per != 0) {
       std::fprintf(stderr,

@@ -86,4 +86,8 @@ bad "the model has no attention, so nothing needs the whole sequence" "$HERE/../
   --cp 2
 bad "cp-kind" "$d/b32.mlir" --ranks 2 --cp 2 --cp-kind ulysses
 bad "option --cp-kind: only with --cp C, C > 1" "$d/b32.mlir" --cp-kind a2a
+# The global batch counts the data groups (a group's cp ranks share its sequences): 2 x 32 here.
+bad "global-batch 128 with 2 data-parallel group\(s\) of 2 cp ranks x 1 micro-batch\(es\) needs a batch of 64" \
+  "$d/b32.mlir" --ranks 4 --cp 2 --global-batch 128
+"$BIN/bigc" compile "$d/b32.mlir" --ranks 4 --cp 2 --global-batch 64 -o "$d/gb.bigc" --quiet
 echo "cp: ok"
