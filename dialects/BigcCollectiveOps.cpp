@@ -92,19 +92,23 @@ LogicalResult verifyShards(Operation *op, ValueRange fulls, TypeRange fullTypes,
   return success();
 }
 
+/// One result per operand (at least one), each of its operand's type: all_reduce and ring_shift.
+LogicalResult verifySameTypes(Operation *op, ValueRange in, ValueRange out) {
+  if (in.empty() || in.size() != out.size()) return op->emitOpError("needs one result per operand and at least one");
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i].getType() != out[i].getType())
+      return op->emitOpError("result #") << i << " must have the type of its operand, " << in[i].getType() << ", got "
+                                         << out[i].getType();
+  return success();
+}
+
 } // namespace
 
 LogicalResult AllReduceOp::verify() {
   if (failed(verifyGroup(*this, getGroup()))) return failure();
   StringRef r = getReduce();
   if (!isReduction(r)) return emitOpError("reduce must be \"sum\", \"mean\", \"max\" or \"norm\", got \"") << r << "\"";
-  if (getInputs().empty() || getInputs().size() != getOutputs().size())
-    return emitOpError("needs one result per operand and at least one");
-  for (size_t i = 0; i < getInputs().size(); ++i)
-    if (getInputs()[i].getType() != getOutputs()[i].getType())
-      return emitOpError("result #") << i << " must have the type of its operand, " << getInputs()[i].getType()
-                                     << ", got " << getOutputs()[i].getType();
-  return success();
+  return verifySameTypes(*this, getInputs(), getOutputs());
 }
 
 LogicalResult ReduceScatterOp::verify() {
@@ -138,13 +142,7 @@ LogicalResult ParamAllGatherOp::verifySymbolUses(SymbolTableCollection &symbols)
 LogicalResult RingShiftOp::verify() {
   if (getGroup() != kCpAxis) return emitOpError("group must be the context axis \"cp\", got \"") << getGroup() << "\"";
   if (failed(verifyGroup(*this, getGroup()))) return failure();
-  if (getInputs().empty() || getInputs().size() != getOutputs().size())
-    return emitOpError("needs one result per operand and at least one");
-  for (size_t i = 0; i < getInputs().size(); ++i)
-    if (getInputs()[i].getType() != getOutputs()[i].getType())
-      return emitOpError("result #") << i << " must have the type of its operand, " << getInputs()[i].getType()
-                                     << ", got " << getOutputs()[i].getType();
-  return success();
+  return verifySameTypes(*this, getInputs(), getOutputs());
 }
 
 LogicalResult CpAllToAllOp::verify() {
