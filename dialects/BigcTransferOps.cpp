@@ -115,9 +115,22 @@ LogicalResult verifyPlacementAttrs(Operation *op, bool spaceRequired) {
 } // namespace
 
 LogicalResult CopyOp::verify() {
-  if (opSpace(getOperation()) == kNvmeSpace)
-    return emitOpError("a value cannot live in the nvme space (only persistent tensors do, moved by "
-                       "bigc.param_copy)");
+  // A value in the nvme space (a gradient waiting there, bigc-offload-nvme) comes from the host
+  // and goes back to it: nothing else can read a file.
+  // (The operand's space from its op: a bigc.get_param's would be a symbol lookup per copy.)
+  Operation *def = getX().getDefiningOp();
+  const StringRef from = !def ? StringRef(kDeviceSpace) : isa<GetParamOp>(def) ? StringRef("param") : opSpace(def);
+  const bool toNvme = opSpace(getOperation()) == kNvmeSpace;
+  if (toNvme && from != kHostSpace)
+    return emitOpError("a value goes to the nvme space from a host value only, got one in the ") << from << " space";
+  if (from == kNvmeSpace && opSpace(getOperation()) != kHostSpace)
+    return emitOpError("a value in the nvme space comes back to the host only, not to the ")
+           << opSpace(getOperation()) << " space";
+  if (toNvme)
+    for (Operation *user : getY().getUsers())
+      if (!isa<CopyOp>(user))
+        return emitOpError("a value in the nvme space is read only by a bigc.copy back to the host, not by ")
+               << user->getName();
   return verifyPlacementAttrs(getOperation(), /*spaceRequired=*/true);
 }
 

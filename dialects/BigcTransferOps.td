@@ -25,6 +25,9 @@ def Bigc_CopyOp : Bigc_Op<"copy", [AllTypesMatch<["x", "y"]>]> {
     `bigc.space` attribute: "host" or "device". When the operand lives in the
     other space this is a transfer (device to host: stream "d2h"; host to
     device: stream "h2d", set by bigc-schedule). Same type in and out.
+    A host value may also be copied into "nvme" (written to the drive,
+    stream "nvme"), and such a value only back into "host": a gradient
+    waiting for its update on the drive (bigc-offload-nvme, grads=true).
 
     ```mlir
     %gh = bigc.copy %g {bigc.space = "host"} : tensor<64x64xf32>

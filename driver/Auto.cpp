@@ -48,6 +48,7 @@ namespace {
 
 using format::UserError;
 using mlir::bigc::Offload;
+using mlir::bigc::OffloadGrads;
 using mlir::bigc::OffloadParams;
 using mlir::bigc::OptimizerStates;
 using mlir::bigc::PpSchedule;
@@ -206,6 +207,8 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
       (c.offloadParams == OffloadParams::Host || c.offloadParams == OffloadParams::Nvme) &&
       c.offloadParams != base.offloadParams)
     add("--offload-params " + toString(c.offloadParams));
+  if (c.offload == Offload::NVMe && c.offloadGrads == OffloadGrads::Nvme && c.offloadGrads != base.offloadGrads)
+    add("--offload-grads nvme");
   if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
   if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
   return f;
@@ -306,6 +309,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     OffloadParams params = OffloadParams::Auto; // --offload-params: the weights off the device too
     bool bf16States = false;                    // --optimizer-states bf16: AdamW's moments in half
     bool activations = false;                   // --offload-activations
+    OffloadGrads grads = OffloadGrads::Auto;    // --offload-grads: the gradients on the drive
   };
   using RP = RecomputePolicy;
   // Cheapest first. The fused loss costs one more GEMM of the LM head (about a tenth of gpt2's
@@ -327,6 +331,11 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     techs.push_back({RP::Full, Offload::NVMe});
     techs.push_back({RP::Full, Offload::NVMe, true});
     techs.push_back({RP::Full, Offload::NVMe, false, OffloadParams::Nvme});
+    // The gradients waiting on the drive too (they wait for the overflow check or the clipping
+    // norm at the end of the backward): the host then holds the staging in flight.
+    Tech t{RP::Full, Offload::NVMe, false, OffloadParams::Nvme};
+    t.grads = OffloadGrads::Nvme;
+    techs.push_back(t);
   }
   // Long sequences: the activations kept for the backward on the host too (with full recomputation:
   // the blocks' inputs), after every plan that keeps them on the device.
@@ -494,6 +503,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           // (weights off the device: ZeRO 0 and 3 only; pinned by --offload-params)
           if (t.params != OffloadParams::Auto && (z == 1 || z == 2)) continue;
           if (given("--offload-params") && t.params != OffloadParams::Auto && t.params != base.offloadParams) continue;
+          if (given("--offload-grads") && t.grads != OffloadGrads::Auto && t.grads != base.offloadGrads) continue;
           if (t.bf16States && (given("--optimizer-states") || base.adamw.bf16States())) continue;
           if (t.fused && (fusedRefused ||
                           std::count(fitUnfused.begin(), fitUnfused.end(), std::make_pair(t.recompute, t.offload))))
@@ -514,6 +524,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           if (c.offload != base.offload) c.offloadParams = OffloadParams::Auto;
           if (c.offload != Offload::None && (c.zero == 1 || c.zero == 2)) c.offloadParams = OffloadParams::Device;
           if (t.params != OffloadParams::Auto) c.offloadParams = t.params;
+          if (t.grads != OffloadGrads::Auto) c.offloadGrads = t.grads;
           if (t.bf16States) c.adamw.states = OptimizerStates::BF16;
           c.quiet = true;
           c.autoSearch = false;

@@ -33,6 +33,7 @@ namespace bigc {
 
 using format::UserError;
 using mlir::bigc::Offload;
+using mlir::bigc::OffloadGrads;
 using mlir::bigc::OffloadParams;
 using mlir::bigc::Precision;
 using mlir::bigc::RecomputePolicy;
@@ -106,6 +107,8 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   if (c.offload != Offload::None && c.offloadParams != base.offloadParams &&
       (c.offloadParams == OffloadParams::Host || c.offloadParams == OffloadParams::Nvme))
     add("--offload-params " + toString(c.offloadParams));
+  if (c.offload == Offload::NVMe && c.offloadGrads == OffloadGrads::Nvme && c.offloadGrads != base.offloadGrads)
+    add("--offload-grads nvme");
   if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
   if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
   return f;
@@ -234,7 +237,11 @@ std::vector<RoleUsage> peakUsageByRole(const format::Program &p, const std::stri
 // The choices bigc compile makes before the final pipeline
 //===----------------------------------------------------------------------===//
 
-void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
+namespace {
+
+/// --offload-params auto: the device when the plan fits there, else the host, else (with a
+/// drive) the drive.
+void chooseWeightsPlace(mlir::ModuleOp parsed, CompileOptions &o) {
   if (o.offload == Offload::None || o.offloadParams != OffloadParams::Auto) return;
   o.offloadParams = OffloadParams::Device;
   if (o.deviceCapacity <= 0) return; // nothing to fit: the weights stay on the device
@@ -256,6 +263,29 @@ void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
                     "%s available: the weights stay in the nvme space between uses\n",
                     humanBytes(f.needed).c_str(), humanBytes(f.capacity).c_str());
     }
+}
+
+/// --offload-grads auto: the host, unless the plan does not fit the host memory there and the
+/// drive can take the gradients (--offload nvme).
+void chooseGradientsPlace(mlir::ModuleOp parsed, CompileOptions &o) {
+  if (o.offloadGrads != OffloadGrads::Auto) return;
+  o.offloadGrads = OffloadGrads::Host;
+  if (o.offload != Offload::NVMe || o.hostCapacity <= 0) return;
+  for (const SpaceFit &f : checkFit(compileToProgram(parsed, o), o))
+    if (f.space == "host" && !f.fits) {
+      o.offloadGrads = OffloadGrads::Nvme;
+      if (!o.quiet)
+        std::printf("bigc compile: --offload nvme: with the gradients waiting on the host the plan needs %s of host "
+                    "memory, %s available: they wait in the nvme space\n",
+                    humanBytes(f.needed).c_str(), humanBytes(f.capacity).c_str());
+    }
+}
+
+} // namespace
+
+void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o) {
+  chooseWeightsPlace(parsed, o);
+  chooseGradientsPlace(parsed, o);
 }
 
 // The smallest number N of ranked recomputation candidates (bigc-recompute

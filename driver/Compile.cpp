@@ -55,6 +55,7 @@ namespace bigc {
 
 using format::UserError;
 using mlir::bigc::Offload;
+using mlir::bigc::OffloadGrads;
 using mlir::bigc::OffloadParams;
 using mlir::bigc::PpSchedule;
 using mlir::bigc::Precision;
@@ -548,7 +549,7 @@ CompileOptions parseOptions(const cli::Args &args) {
   if (o.offload == Offload::NVMe && o.nvmePath.empty())
     throw UserError("option --offload nvme needs --nvme-path DIR: the directory on the NVMe drive where each rank "
                     "keeps its nvme space (a preallocated scratch file)");
-  for (const char *opt : {"--nvme-path", "--nvme-mem", "--nvme-chunk"})
+  for (const char *opt : {"--nvme-path", "--nvme-mem", "--nvme-chunk", "--offload-grads"})
     if (args.has(opt) && o.offload != Offload::NVMe)
       throw UserError(std::string("option ") + opt + ": only with --offload nvme");
   if (o.offload == Offload::NVMe && o.haveHardware && o.nvmeCapacity <= 0)

@@ -131,13 +131,41 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
     for (ParamOp p : module.getOps<ParamOp>())
       if (p.getRole() == kOptimizerRole) setSpace(p, kHostSpace);
     func.walk([&](LossScaleUpdateOp op) { setSpace(op, kHostSpace); });
-    // The reductions over every gradient (fp16's overflow check, the norm
-    // for clipping) read the host copies: on the device they would keep
-    // every gradient alive until the end of the backward.
-    func.walk([&](Operation *op) {
-      if (isa<CheckFiniteOp, GlobalNormOp>(op)) setSpace(op, kHostSpace);
-    });
+    reduceOnDevice(block);
     return success();
+  }
+
+  /// The reductions over every gradient (fp16's overflow check, the norm for clipping) stay on
+  /// the device, each over one norm per gradient taken as the gradient is made (ZeRO-Infinity's
+  /// check before the gradients leave): the device keeps a scalar per gradient, not the
+  /// gradients, and the host copies need no reading before the updates. The norm of the norms
+  /// is the norm; a gradient's norm is inf or nan exactly when the gradient has an inf or a nan
+  /// (the squares of 16-bit values sum in f32 far below its range), so the overflow check over
+  /// the norms is the check over the gradients. A gradient read by both shares its norm.
+  void reduceOnDevice(Block &block) {
+    llvm::DenseMap<Value, Value> normOf;
+    SmallVector<Operation *> reductions;
+    for (Operation &op : block.without_terminator())
+      if (isa<CheckFiniteOp, GlobalNormOp>(op)) reductions.push_back(&op);
+    for (Operation *op : reductions)
+      for (OpOperand &use : op->getOpOperands()) {
+        Value g = use.get();
+        if (cast<RankedTensorType>(g.getType()).getRank() == 0) continue; // (a norm or flag already)
+        Value &n = normOf[g];
+        if (!n) {
+          OpBuilder b(op->getContext());
+          Operation *def = g.getDefiningOp();
+          if (def)
+            b.setInsertionPointAfter(def);
+          else
+            b.setInsertionPointToStart(&block);
+          auto gn = b.create<GlobalNormOp>(op->getLoc(), RankedTensorType::get({}, b.getF32Type()), ValueRange{g});
+          if (def) copyPlacementTags(def, gn);
+          gn->setAttr(kPartialNormAttrName, b.getUnitAttr());
+          n = gn.getNorm();
+        }
+        use.set(n);
+      }
   }
 
   /// Each device value a host op reads (a gradient, found_inf, the global

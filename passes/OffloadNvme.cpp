@@ -82,6 +82,7 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
     };
     for (auto [id, a] : llvm::enumerate(updates)) {
       tag(a, int64_t(id));
+      if (grads) swapGradient(a, int64_t(id));
       SmallVector<std::pair<StringRef, FlatSymbolRefAttr>> tensors = {{"exp_avg", a.getExpAvgAttr()},
                                                                       {"exp_avg_sq", a.getExpAvgSqAttr()}};
       if (masters) tensors.push_back({"param", a.getParamAttr()});
@@ -225,6 +226,27 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
         params_.erase(key);
       }
     return success();
+  }
+
+  /// grads=true: the update's gradient, the host copy bigc-offload made of a device gradient (read
+  /// by the update alone), goes to the nvme space as it arrives and comes back for the update: a
+  /// copy into "nvme" after the host copy, and a copy back into "host" after that (bigc-schedule
+  /// moves it an update ahead, by its bigc.nvme_update), which the update (and its chunks) read.
+  void swapGradient(AdamWOp a, int64_t id) {
+    Value g = a.getGrad();
+    auto host = g.getDefiningOp<CopyOp>();
+    if (!host || opSpace(host) != kHostSpace || !g.hasOneUse()) return;
+    MLIRContext *ctx = a.getContext();
+    OpBuilder b(host);
+    b.setInsertionPointAfter(host);
+    auto out = b.create<CopyOp>(host.getLoc(), g);
+    out->setAttr(kSpaceAttrName, StringAttr::get(ctx, kNvmeSpace));
+    copyPlacementTags(host, out);
+    auto in = b.create<CopyOp>(a.getLoc(), out.getY());
+    in->setAttr(kSpaceAttrName, StringAttr::get(ctx, kHostSpace));
+    copyPlacementTags(a, in);
+    in->setAttr(kNvmeUpdateAttrName, IntegerAttr::get(IntegerType::get(ctx, 64), id));
+    a.getGradMutable().assign(in.getY());
   }
 
   int64_t chunkCounter_ = 0;

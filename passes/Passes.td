@@ -729,6 +729,14 @@ def BigcOffloadNvme : Pass<"bigc-offload-nvme", "::mlir::ModuleOp"> {
     `bigc.param_copy {from = @W, to = @"W.fetch.K"}` that bigc-schedule
     issues a layer ahead of the host-to-device copy that reads it.
 
+    With grads=true (`--offload-grads nvme`), each update's gradient (the
+    host copy bigc-offload made of it) is written to the nvme space as it
+    arrives (`bigc.copy` into "nvme") and read back into the host for its
+    update (`bigc.copy` into "host", tagged `bigc.nvme_update` like the
+    update's reads, so placed an update ahead): with fp16's overflow check
+    or clipping every update waits for the end of the backward, and the
+    gradients wait on the drive instead of the host (ZeRO-Infinity).
+
     The host then holds the staging of the updates in flight, not the whole
     optimizer state; bigc-memory-plan plans the "nvme" arena with 4096-byte
     alignment (O_DIRECT) and the host arena likewise.
@@ -739,6 +747,8 @@ def BigcOffloadNvme : Pass<"bigc-offload-nvme", "::mlir::ModuleOp"> {
            "Move the fp32 masters too (else the moments only)">,
     Option<"params", "params", "bool", /*default=*/"false",
            "Move the compute weights bigc-offload left on the host (params=host) too">,
+    Option<"grads", "grads", "bool", /*default=*/"false",
+           "Write each update's gradient to the nvme space as it arrives and read it back for the update">,
     Option<"chunk", "chunk", "int64_t", /*default=*/"16777216",
            "Split each update larger than this many elements into chunks (0: none; a multiple of 2048; "
            "the default is bigc compile's --nvme-chunk, 2^24)">,

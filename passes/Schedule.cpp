@@ -258,6 +258,7 @@ void hoistOptimizer(Block &block, const ParamSpaces &spaces) {
 /// (a read into a set waits for the update two chunks before, the emitter's cross-stream order).
 void placeNvmeCopies(Block &block, const ParamSpaces &spaces) {
   llvm::DenseMap<int64_t, SmallVector<ParamCopyOp>> reads, writes; // by update number
+  llvm::DenseMap<int64_t, SmallVector<CopyOp>> gradReads;          // (--offload-grads nvme)
   SmallVector<AdamWOp> updates;
   auto number = [](Operation *op) -> std::optional<int64_t> {
     if (auto t = op->getAttrOfType<IntegerAttr>(kNvmeUpdateAttrName)) return t.getInt();
@@ -273,6 +274,8 @@ void placeNvmeCopies(Block &block, const ParamSpaces &spaces) {
         reads[*id].push_back(pc);
     } else if (auto a = dyn_cast<AdamWOp>(op)) {
       updates.push_back(a);
+    } else if (auto c = dyn_cast<CopyOp>(op)) {
+      if (std::optional<int64_t> id = number(c)) gradReads[*id].push_back(c);
     }
   }
   Operation *previous = nullptr; // the last update with staging so far
@@ -280,9 +283,16 @@ void placeNvmeCopies(Block &block, const ParamSpaces &spaces) {
     std::optional<int64_t> id = number(a);
     if (!id) continue;
     SmallVector<ParamCopyOp> in = reads.lookup(*id), out = writes.lookup(*id);
-    if (in.empty() && out.empty()) continue;
+    SmallVector<CopyOp> grad = gradReads.lookup(*id);
+    if (in.empty() && out.empty() && grad.empty()) continue;
     Operation *before = previous ? previous : a.getOperation();
     for (ParamCopyOp pc : in) pc->moveBefore(before);
+    // A gradient's read back: not above its write to the drive (an update that does not wait for
+    // the end of the backward can come before a later gradient is written); then before its update.
+    for (CopyOp c : grad) {
+      Operation *write = c.getX().getDefiningOp();
+      c->moveBefore(write && write->getBlock() == &block && before->isBeforeInBlock(write) ? a.getOperation() : before);
+    }
     Operation *after = a;
     for (ParamCopyOp pc : out) {
       pc->moveAfter(after);
@@ -366,6 +376,34 @@ void accumulateShardsEarly(Block &block) {
       if (Operation *d = v.getDefiningOp() ? inBlock(block, v.getDefiningOp()) : nullptr)
         if (at->isBeforeInBlock(d)) at = d;
     if (at->isBeforeInBlock(op)) op->moveAfter(at);
+  }
+}
+
+/// bigc-offload's norm of one gradient (bigc.partial_norm) reads it where it is made; one whose
+/// gradient a collective makes moves a layer later (as an update would wait for it), so that the
+/// compute stream does not wait for the collective just issued, though not past the reduction
+/// that reads it. It takes the placement tags of the op it now follows (its segment's).
+void deferPartialNorms(Block &block) {
+  Segments seg = computeSegments(block);
+  llvm::DenseSet<Operation *> moving; // (a target is none of these: they move)
+  for (Operation &op : block.without_terminator())
+    if (Operation *d = op.hasAttr(kPartialNormAttrName) ? op.getOperand(0).getDefiningOp() : nullptr;
+        d && d->getBlock() == &block && isa<AllReduceOp, ReduceScatterOp>(d))
+      moving.insert(&op);
+  SmallVector<std::pair<Operation *, Operation *>> moves;
+  for (Operation &op : block.without_terminator()) {
+    if (!moving.count(&op)) continue;
+    Operation *target = afterCollective(block, seg, op.getOperand(0).getDefiningOp());
+    for (Operation *user : op.getUsers())
+      if (Operation *u = inBlock(block, user); target && u && !target->isBeforeInBlock(u)) target = u->getPrevNode();
+    while (target && moving.count(target)) target = target->getPrevNode();
+    if (target && target != &op && op.isBeforeInBlock(target)) moves.push_back({&op, target});
+  }
+  for (auto &[op, target] : llvm::reverse(moves)) {
+    op->moveAfter(target);
+    for (StringRef tag : {StringRef(kPhaseAttrName), StringRef(kLayerAttrName), StringRef(kMicroBatchAttrName)})
+      op->removeAttr(tag);
+    copyPlacementTags(target, op);
   }
 }
 
@@ -700,6 +738,7 @@ struct BigcSchedulePass : public mlir::bigc::impl::BigcScheduleBase<BigcSchedule
     prefetchParams(block);
     prefetchGathers(block, prefetch);
     hoistTpCollectives(block);
+    deferPartialNorms(block);
     placeNvmeFetches(block, spaces);
     assignStreamsAndWaits(block, module, spaces);
   }

@@ -34,6 +34,11 @@ template <> const std::vector<std::pair<Offload, const char *>> &choiceNames<Off
       {Offload::None, "none"}, {Offload::CPU, "cpu"}, {Offload::NVMe, "nvme"}};
   return names;
 }
+template <> const std::vector<std::pair<OffloadGrads, const char *>> &choiceNames<OffloadGrads>() {
+  static const std::vector<std::pair<OffloadGrads, const char *>> names = {
+      {OffloadGrads::Auto, "auto"}, {OffloadGrads::Host, "host"}, {OffloadGrads::Nvme, "nvme"}};
+  return names;
+}
 template <> const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>() {
   static const std::vector<std::pair<OffloadParams, const char *>> names = {{OffloadParams::Auto, "auto"},
                                                                             {OffloadParams::Device, "device"},
@@ -157,6 +162,7 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
       if (o.offload == Offload::NVMe) {
         BigcOffloadNvmeOptions no;
         no.params = o.offloadParams == OffloadParams::Nvme;
+        no.grads = o.offloadGrads == OffloadGrads::Nvme;
         no.chunk = o.nvmeChunk;
         pm.addPass(createBigcOffloadNvme(no));
       }

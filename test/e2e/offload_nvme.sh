@@ -11,6 +11,9 @@
 #     (--nvme-chunk): fp32, bf16 moments, the weights there with fp16 overflow, ZeRO 3 with chunks
 #     of 2048 elements (each against the unchunked --offload cpu run of the same options), and
 #     --dump-grads gives the same gradients under the weights' names;
+#     With the gradients waiting on the drive (--offload-grads nvme): fp16 (whole and chunked
+#     updates), fp16 overflow with the weights there too, clipping with 2 micro-batches, ZeRO 3
+#     in chunks and tp 2, each equal to the --offload cpu run of the same options bit for bit;
 #  2. bigc inspect --json: the nvme space holds every master (4 B/param) and moment (8 B/param);
 #     the host arena holds only the staging of the updates in flight (about two layers' state):
 #     the same for 4 and 8 blocks 256 wide, where --offload cpu's grows by half or more, and under
@@ -19,7 +22,9 @@
 #     in and out, each step: within 10% of 12 B/param, the rest the 4096-byte rounding); with
 #     --offload-params nvme the weights are there too, none on the host, and each step writes
 #     them once (16 B/param) and reads them for every use (at least 20 B/param: forward and
-#     backward), the bytes the program's nvme reads add up to;
+#     backward), the bytes the program's nvme reads add up to; with --offload-grads nvme the
+#     gradients (2 B/param in fp16) wait in the nvme space, the host arena is smaller by about as
+#     much, and each step reads and writes 14 B/param;
 #  3. every program obeys the stream discipline (check_streams.py --expect-nvme: only copies on the
 #     nvme stream touch the nvme space, ordered against the host updates);
 #  4. --load-weights into the nvme space trains as on the host; the scratch file never shows in the directory (it is removed as soon as it is open), also
@@ -50,7 +55,7 @@ run() { # name, options...
 }
 # name : options (each compiled with --offload cpu as c<name> and --offload nvme as n<name>)
 CONFIGS=("fp32:" "bf16:--precision bf16" "bs:--precision bf16 --optimizer-states bf16"
-         "ov:--precision fp16 --loss-scale 1e30" "mb:--micro-batches 2 --grad-clip 0.5"
+         "ov:--precision fp16 --loss-scale 1e30" "f16:--precision fp16" "mb:--micro-batches 2 --grad-clip 0.5"
          "z1:--ranks 8 --zero 1" "z3:--ranks 8 --zero 3"
          "tp:--ranks 8 --tp 2 --zero 1" "pp:--ranks 2 --pp 2 --micro-batches 2"
          # the weights too: --offload-params host (c) against nvme (n)
@@ -78,7 +83,13 @@ done
 # Chunked updates (--nvme-chunk N): name, the --offload cpu run to equal, options.
 CHUNKED=("k32|cfp32|--nvme-chunk 65536" "kbs|cbs|--nvme-chunk 65536 --precision bf16 --optimizer-states bf16"
          "kov|cpov|--nvme-chunk 65536 --offload-params nvme --precision fp16 --loss-scale 1e30"
-         "kz3|cpz3|--nvme-chunk 2048 --offload-params nvme --ranks 8 --zero 3")
+         "kz3|cpz3|--nvme-chunk 2048 --offload-params nvme --ranks 8 --zero 3"
+         # the gradients waiting on the drive (--offload-grads nvme)
+         "g16|cf16|--offload-grads nvme --precision fp16" "gk16|cf16|--offload-grads nvme --precision fp16 --nvme-chunk 2048"
+         "gov|cpov|--offload-grads nvme --offload-params nvme --precision fp16 --loss-scale 1e30"
+         "gmb|cmb|--offload-grads nvme --micro-batches 2 --grad-clip 0.5"
+         "gz3|cpz3|--offload-grads nvme --offload-params nvme --ranks 8 --zero 3 --nvme-chunk 2048"
+         "gtp|ctp|--offload-grads nvme --ranks 8 --tp 2 --zero 1")
 for c in "${CHUNKED[@]}"; do
   IFS='|' read -r n _ o <<< "$c"
   # shellcheck disable=SC2086
@@ -156,6 +167,17 @@ last = rows("nfp32")[-1]["nvme"]
 per_step = (last["read_bytes"] / 6 / P, last["write_bytes"] / 6 / P)
 check("nvme traffic", all(12 <= x <= 12 * 1.1 for x in per_step) and last["engine"] in ("io_uring", "pread/pwrite"),
       f"read {per_step[0]:.2f} and wrote {per_step[1]:.2f} B/param per step through {last['engine']}")
+# --offload-grads nvme: the gradients wait on the drive, not the host (fp16: every update waits for
+# the overflow check at the end of the backward); each step writes and reads them once more.
+g16, f16 = inspect("ng16"), inspect("nf16")
+gh, fh = g16["spaces"]["host"]["arena_bytes"], f16["spaces"]["host"]["arena_bytes"]
+gn = g16["spaces"]["nvme"]["by_role"].get("grad", 0)
+check("gradients on the drive", gn >= 2 * P and gh <= fh - 1.5 * P,
+      f"nvme holds {gn / P:.2f} B/param of gradients; host arena {gh} bytes against {fh} with them on the host")
+last = rows("ng16")[-1]["nvme"]
+per_step = (last["read_bytes"] / 6 / P, last["write_bytes"] / 6 / P)
+check("nvme traffic, gradients", all(14 <= x <= 14 * 1.1 for x in per_step),
+      f"read {per_step[0]:.2f} and wrote {per_step[1]:.2f} B/param per step (the state's 12 and the 2 of the gradients)")
 # --offload-params nvme: the weights in the nvme space too, written once a step, read for every use.
 def program(n):
     raw = open(f"{d}/{n}.bigc", "rb").read()

@@ -67,6 +67,10 @@ inline constexpr llvm::StringLiteral kMicroBatchAttrName = "bigc.micro_batch";
 /// unit: an add or cast that accumulates a gradient over micro-batches
 /// (bigc-grad-accum).
 inline constexpr llvm::StringLiteral kGradAccumAttrName = "bigc.grad_accum";
+/// unit: a bigc.global_norm of one gradient, which the overflow check or the clipping norm
+/// reads instead of the gradient (bigc-offload); bigc-schedule places it a layer after the
+/// collective that makes its gradient.
+inline constexpr llvm::StringLiteral kPartialNormAttrName = "bigc.partial_norm";
 /// unit: a backward op of the weight-gradient part of its micro-batch's
 /// backward (no send of its stage needs it), which the zero-bubble schedule
 /// runs apart from the input-gradient part (bigc-pipeline).

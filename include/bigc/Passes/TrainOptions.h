@@ -223,6 +223,14 @@ template <typename B> void bindTrainOptions(B &b, TrainPipelineConfig &c) {
                       "host or nvme",
                       true},
            c.offloadParams, check::none<OffloadParams>());
+  b.option(OptionInfo{"offload-grads", "G",
+                      "with --offload nvme: where the 16-bit gradients (ZeRO: their shards)\n"
+                      "wait for their update when the updates wait for every gradient\n"
+                      "(fp16's overflow check, clipping): auto (default: the host when the\n"
+                      "plan fits there, else the drive), host or nvme (written as they\n"
+                      "arrive, read back an update ahead: ZeRO-Infinity's gradient swap)",
+                      true},
+           c.offloadGrads, check::none<OffloadGrads>());
   b.option(OptionInfo{"offload-activations", nullptr,
                       "the activations kept for the backward go to the host as the forward\n"
                       "makes them and come back a layer ahead of the backward (the d2h and\n"

@@ -43,6 +43,7 @@ enum class Precision { FP32, BF16, FP16 };
 enum class RecomputePolicy { None, Full, Selective, Auto };
 enum class Offload { None, CPU, NVMe };
 enum class OffloadParams { Auto, Device, Host, Nvme };
+enum class OffloadGrads { Auto, Host, Nvme };
 enum class PpSchedule { GPipe, OneFOneB, Interleaved, ZeroBubble };
 enum class CpKind { Ring, A2A };
 
@@ -52,6 +53,7 @@ template <> const std::vector<std::pair<Precision, const char *>> &choiceNames<P
 template <> const std::vector<std::pair<RecomputePolicy, const char *>> &choiceNames<RecomputePolicy>();
 template <> const std::vector<std::pair<Offload, const char *>> &choiceNames<Offload>();
 template <> const std::vector<std::pair<OffloadParams, const char *>> &choiceNames<OffloadParams>();
+template <> const std::vector<std::pair<OffloadGrads, const char *>> &choiceNames<OffloadGrads>();
 template <> const std::vector<std::pair<PpSchedule, const char *>> &choiceNames<PpSchedule>();
 template <> const std::vector<std::pair<CpKind, const char *>> &choiceNames<CpKind>();
 template <> const std::vector<std::pair<OptimizerStates, const char *>> &choiceNames<OptimizerStates>();
@@ -107,6 +109,9 @@ struct TrainPipelineConfig {
   /// With offload: where the weights live between uses (Auto: decided by the
   /// driver before the pipeline runs; the pipeline treats it as Device).
   OffloadParams offloadParams = OffloadParams::Auto;
+  /// With offload nvme: where the gradients wait for their update (Auto: decided by the driver
+  /// before the pipeline runs; the pipeline treats it as Host).
+  OffloadGrads offloadGrads = OffloadGrads::Auto;
   /// offload nvme: updates larger than this many elements stream their state in chunks of it.
   int64_t nvmeChunk = int64_t(1) << 24;
   // bigc-schedule
