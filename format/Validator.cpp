@@ -192,8 +192,9 @@ void validateStage(const Program &p, const std::string &path) {
       fail(path, where + ": offset " + std::to_string(b.offset) + " is not aligned to " + std::to_string(kAlignment) +
                      " bytes");
     if (b.space == "nvme" && (b.offset % kNvmeAlignment != 0 || !(b.persistent() || b.role == "grad")))
-      fail(path, where + ": an nvme buffer must be persistent (param, master, optimizer) or a gradient waiting for "
-                         "its update (grad) at an offset aligned to " +
+      fail(path, where +
+                     ": an nvme buffer must be persistent (param, master, optimizer) or a gradient waiting for "
+                     "its update (grad) at an offset aligned to " +
                      std::to_string(kNvmeAlignment) + " bytes (is role '" + b.role + "' at " +
                      std::to_string(b.offset) + ")");
     if (b.offset > s->arenaBytes || b.bytes > s->arenaBytes - b.offset)
