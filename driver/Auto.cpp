@@ -210,6 +210,7 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
   if (c.offload == Offload::NVMe && c.offloadGrads == OffloadGrads::Nvme && c.offloadGrads != base.offloadGrads)
     add("--offload-grads nvme");
   if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
+  if (c.zero == 3 && c.prefetch != base.prefetch) add("--prefetch " + std::to_string(c.prefetch));
   if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
   return f;
 }
@@ -310,6 +311,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     bool bf16States = false;                    // --optimizer-states bf16: AdamW's moments in half
     bool activations = false;                   // --offload-activations
     OffloadGrads grads = OffloadGrads::Auto;    // --offload-grads: the gradients on the drive
+    int64_t prefetch = -1;                      // --prefetch (-1: the command line's)
   };
   using RP = RecomputePolicy;
   // Cheapest first. The fused loss costs one more GEMM of the LM head (about a tenth of gpt2's
@@ -346,6 +348,21 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
         t.activations = true;
         techs.push_back(t);
       }
+  // The leanest device: the weights off it, the blocks' inputs kept for the backward on the host,
+  // and each ZeRO-3 gather just before its use (a layer of a 1T model, 25,600 wide, gathers 14.6
+  // GiB: two do not fit a V100-32G), as ZeRO-Infinity runs its largest models.
+  if (!given("--offload-activations") && !given("--prefetch")) {
+    Tech t{RP::Full, Offload::CPU, false, OffloadParams::Host};
+    t.activations = true;
+    t.prefetch = 0;
+    techs.push_back(t);
+    if (base.nvmeCapacity > 0 && (!base.nvmePath.empty() || scope.driveWithoutPath)) {
+      t.offload = Offload::NVMe;
+      t.params = OffloadParams::Nvme;
+      t.grads = OffloadGrads::Nvme;
+      techs.push_back(t);
+    }
+  }
   // Last, where nothing above fits a mesh (the techniques of a mesh stop at the first that fits):
   // AdamW's moments stored in bf16 (updated in fp32), half their memory, as DeepSpeed's and
   // torchao's low-precision optimizers; the numbers change a little, so never where fp32 fits.
@@ -525,6 +542,7 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
           if (c.offload != Offload::None && (c.zero == 1 || c.zero == 2)) c.offloadParams = OffloadParams::Device;
           if (t.params != OffloadParams::Auto) c.offloadParams = t.params;
           if (t.grads != OffloadGrads::Auto) c.offloadGrads = t.grads;
+          if (t.prefetch >= 0) c.prefetch = t.prefetch;
           if (t.bf16States) c.adamw.states = OptimizerStates::BF16;
           c.quiet = true;
           c.autoSearch = false;

@@ -110,6 +110,7 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   if (c.offload == Offload::NVMe && c.offloadGrads == OffloadGrads::Nvme && c.offloadGrads != base.offloadGrads)
     add("--offload-grads nvme");
   if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
+  if (c.zero == 3 && c.prefetch != base.prefetch) add("--prefetch " + std::to_string(c.prefetch));
   if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
   return f;
 }
@@ -118,7 +119,8 @@ bool sameTechniques(const CompileOptions &a, const CompileOptions &b) {
   return a.precision == b.precision && a.microBatches == b.microBatches && a.recompute == b.recompute &&
          a.offload == b.offload && a.memoryBudget == b.memoryBudget && a.zero == b.zero && a.tp == b.tp &&
          a.pp == b.pp && a.sequenceParallel == b.sequenceParallel && a.fuseLoss == b.fuseLoss && a.fuse == b.fuse &&
-         a.padVocab == b.padVocab;
+         a.padVocab == b.padVocab && a.offloadActivations == b.offloadActivations && a.prefetch == b.prefetch &&
+         a.offloadGrads == b.offloadGrads;
 }
 
 std::string pct(double x) {

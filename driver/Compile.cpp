@@ -549,9 +549,11 @@ CompileOptions parseOptions(const cli::Args &args) {
   if (o.offload == Offload::NVMe && o.nvmePath.empty())
     throw UserError("option --offload nvme needs --nvme-path DIR: the directory on the NVMe drive where each rank "
                     "keeps its nvme space (a preallocated scratch file)");
+  // (--auto searches the drive's plans when it has a directory on it)
   for (const char *opt : {"--nvme-path", "--nvme-mem", "--nvme-chunk", "--offload-grads"})
-    if (args.has(opt) && o.offload != Offload::NVMe)
-      throw UserError(std::string("option ") + opt + ": only with --offload nvme");
+    if (args.has(opt) && o.offload != Offload::NVMe && !o.autoSearch)
+      throw UserError(std::string("option ") + opt + ": only with --offload nvme" +
+                      (opt == std::string("--nvme-path") ? " (or --auto)" : ""));
   if (o.offload == Offload::NVMe && o.haveHardware && o.nvmeCapacity <= 0)
     throw UserError("option --offload nvme: the hardware profile " + o.hardware.name +
                     " has no NVMe drive (nvme_bytes, nvme_read_bytes_per_s); give --nvme-mem SIZE or use a profile "
