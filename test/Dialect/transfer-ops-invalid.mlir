@@ -18,9 +18,38 @@ func.func @bad_space(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-func.func @value_in_nvme(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error@+1 {{a value cannot live in the nvme space (only persistent tensors do, moved by bigc.param_copy)}}
+func.func @device_value_to_nvme(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{a value goes to the nvme space from a host value only, got one in the device space}}
   %y = bigc.copy %x {bigc.space = "nvme"} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @nvme_value_to_device(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %h = bigc.copy %x {bigc.space = "host"} : tensor<4xf32>
+  %n = bigc.copy %h {bigc.space = "nvme"} : tensor<4xf32>
+  // expected-error@+1 {{a value in the nvme space comes back to the host only, not to the device space}}
+  %y = bigc.copy %n {bigc.space = "device"} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @nvme_value_read(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %h = bigc.copy %x {bigc.space = "host"} : tensor<4xf32>
+  // expected-error@+1 {{a value in the nvme space is read only by a bigc.copy back to the host, not by bigc.add}}
+  %n = bigc.copy %h {bigc.space = "nvme"} : tensor<4xf32>
+  %y = bigc.add %n, %n : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @nvme_value_round_trip(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %h = bigc.copy %x {bigc.space = "host"} : tensor<4xf32>
+  %n = bigc.copy %h {bigc.space = "nvme"} : tensor<4xf32>
+  %y = bigc.copy %n {bigc.space = "host"} : tensor<4xf32>
   return %y : tensor<4xf32>
 }
 

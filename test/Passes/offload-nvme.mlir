@@ -10,6 +10,7 @@
 // RUN: not grep -E "get_param @[a-z0-9]+\.half :" %t.params.mlir
 // RUN: bigc-opt %t.params.mlir --bigc-schedule | FileCheck %s --check-prefix=SCHED-PARAMS
 // RUN: not bigc-opt %s --bigc-autodiff --bigc-offload --bigc-offload-nvme=params=true 2>&1 | FileCheck %s --check-prefix=NO-HOST-WEIGHTS
+// RUN: bigc-opt %s --bigc-autodiff --bigc-mixed-precision=precision=fp16 --bigc-offload --bigc-offload-nvme=grads=true --bigc-schedule | FileCheck %s --check-prefix=GRADS
 
 // bigc-offload-nvme on the model of offload.mlir (a tied embedding @wte, blocks @w0 and @w1):
 // after bigc-offload, each update's master and moments move to the nvme space and the update
@@ -95,6 +96,20 @@
 // SCHED-PARAMS:       bigc.matmul {{.*}}bigc.layer = 1 : i64, bigc.phase = "forward"
 // SCHED-PARAMS:       bigc.adamw {{.*}}bigc.stream = "host"{{.*}}half = @w1.half.io
 // SCHED-PARAMS:       bigc.param_copy {{.*}}bigc.stream = "nvme", from = @w1.half.io, to = @w1.half}
+
+// grads=true, fp16: each gradient's host copy goes on to the nvme space (stream nvme) as it
+// arrives, and the device keeps only its norm for the overflow check; after the check, each
+// gradient comes back to the host an update ahead (bigc.nvme_update of its update, with the
+// state's reads), and the update reads that copy.
+// GRADS:       %[[G1:.*]] = bigc.copy %{{.*}} {{{.*}}bigc.layer = 1 : i64, bigc.phase = "optimizer", bigc.space = "host", bigc.stream = "d2h"} : tensor<4x4xf16>
+// GRADS-NEXT:  %[[N1:.*]] = bigc.copy %[[G1]] {{{.*}}bigc.layer = 1 : i64, bigc.phase = "optimizer", bigc.space = "nvme", bigc.stream = "nvme"} : tensor<4x4xf16>
+// GRADS-NEXT:  bigc.global_norm {{.*}}bigc.partial_norm
+// GRADS:       bigc.check_finite
+// GRADS:       bigc.param_copy {{{.*}}bigc.nvme_update = 1 : i64{{.*}}from = @w0, to = @w0.io}
+// GRADS:       bigc.param_copy {{{.*}}bigc.nvme_update = 2 : i64{{.*}}from = @w1, to = @w1.io}
+// GRADS:       %[[B1:.*]] = bigc.copy %[[N1]] {{{.*}}bigc.nvme_update = 2 : i64, bigc.phase = "optimizer", bigc.space = "host", bigc.stream = "nvme"} : tensor<4x4xf16>
+// GRADS:       bigc.adamw {{.*}}bigc.nvme_update = 1 : i64
+// GRADS:       bigc.adamw %[[B1]] {{.*}}bigc.nvme_update = 2 : i64
 
 // params=true needs weights on the host (bigc-offload params=host).
 // NO-HOST-WEIGHTS: bigc-offload-nvme: params=true, but no weights live on the host (run bigc-offload with params=host first)

@@ -92,9 +92,11 @@
 // the device with a host staging tensor, as in fp32 (an update skipped on
 // overflow writes `half` as the cast of the unchanged master, so the copy
 // back stays right). The loss scale is on the host: the seed reads a device
-// copy of it. The overflow check runs on the host over the host copies of
-// the gradients (on the device it would keep every gradient alive to the
-// end), so the updates and the loss scale update read its flag directly.
+// copy of it. The overflow check runs on the device over one norm per
+// gradient, each taken as its gradient is made (beside the gradient's copy to
+// the host), so the device keeps scalars, not gradients, and no host op reads
+// every gradient; the updates and the loss scale update read a host copy of
+// its flag.
 // FP16:       bigc.param @w0.half : tensor<4x4xf16> {init = "copy", source = "w0"}
 // FP16-NEXT:  bigc.param @w0.stage : tensor<4x4xf16> {bigc.space = "host", init = "zeros", role = "transfer"}
 // FP16:       bigc.param @loss_scale : tensor<f32> {bigc.space = "host"
@@ -102,8 +104,13 @@
 // FP16-NEXT:  %[[SD:.*]] = bigc.copy %[[S]] {bigc.event = 0 : i64, bigc.phase = "backward", bigc.space = "device", bigc.stream = "h2d"}
 // FP16:       bigc.wait {bigc.phase = "backward", events = array<i64: 0>}
 // FP16-NEXT:  bigc.cross_entropy_grad %{{.*}}, %{{.*}}, %[[SD]]
-// FP16:       %[[HT:.*]] = bigc.copy %{{.*}} {bigc.event = 3 : i64, bigc.phase = "optimizer", bigc.space = "host", bigc.stream = "d2h"}
-// FP16-NEXT:  %[[F:.*]] = bigc.check_finite %[[HT]], %{{.*}}, %{{.*}} {bigc.event = 4 : i64, bigc.phase = "optimizer", bigc.space = "host", bigc.stream = "host"}
+// FP16:       %[[G1:.*]] = bigc.matmul {{.*}}bigc.layer = 1 : i64, bigc.phase = "backward", transpose_a}
+// FP16-NEXT:  bigc.copy %[[G1]] {{{.*}}bigc.space = "host", bigc.stream = "d2h"}
+// FP16-NEXT:  %[[N1:.*]] = bigc.global_norm %[[G1]] {bigc.layer = 1 : i64, bigc.partial_norm, bigc.phase = "backward"} : (tensor<4x4xf16>) -> tensor<f32>
+// FP16:       %[[HT:.*]] = bigc.copy %[[GT:.*]] {bigc.event = 3 : i64, bigc.phase = "optimizer", bigc.space = "host", bigc.stream = "d2h"}
+// FP16-NEXT:  %[[NT:.*]] = bigc.global_norm %[[GT]] {bigc.partial_norm, bigc.phase = "backward"}
+// FP16:       %[[FD:.*]] = bigc.check_finite %[[NT]], %{{.*}}, %[[N1]] {bigc.phase = "optimizer"} : (tensor<f32>, tensor<f32>, tensor<f32>) -> tensor<f32>
+// FP16-NEXT:  %[[F:.*]] = bigc.copy %[[FD]] {{{.*}}bigc.space = "host", bigc.stream = "d2h"} : tensor<f32>
 // FP16:       bigc.adamw %[[HT]] unscale(%{{.*}}) skip_if(%[[F]]) {{.*}}half = @wte.stage
 // FP16-NEXT:  bigc.param_copy {{{.*}}from = @wte.stage, to = @wte.half}
 // FP16:       bigc.loss_scale_update %[[F]] {{{.*}}bigc.space = "host", bigc.stream = "host"
