@@ -64,6 +64,9 @@ int spaceRank(const std::string &s) { return s == "device" ? 0 : s == "host" ? 1
 
 // Where a space's capacity came from, for the headline.
 std::string capacitySource(const CompileOptions &o, const std::string &space) {
+  if (space == "nvme") // (the drives of one machine, --nvme-mem or the profile's nvme_bytes; no reserve)
+    return o.haveHardware && o.nvmeCapacity == o.hardware.nvmeBytes ? "hardware " + o.hardware.name + "'s drives"
+                                                                    : std::string("--nvme-mem");
   if (space != "device" && space != "host") return "?";
   const bool dev = space == "device";
   const int64_t mem = dev ? o.deviceMemory : o.hostMemory, reserve = dev ? o.deviceReserve : o.hostReserve;

@@ -228,14 +228,16 @@ void validateStage(const Program &p, const std::string &path) {
   }
 
   // init kind copy: the source is another persistent buffer of the same shape; no cycles.
+  std::map<std::string, const Buffer *> persistentByName; // (the last of a name, as a scan would find)
+  for (const Buffer &c : p.buffers)
+    if (c.persistent()) persistentByName[c.name] = &c;
   for (const Buffer &b : p.buffers) {
     if (!b.persistent() || b.init.kind != "copy") continue;
     std::string where = "buffer " + std::to_string(b.id) + " ('" + b.name + "')";
     const Buffer *cur = &b;
     for (size_t hops = 0; cur->init.kind == "copy"; ++hops) {
-      const Buffer *src = nullptr;
-      for (const Buffer &c : p.buffers)
-        if (c.persistent() && c.name == cur->init.source) src = &c;
+      auto found = persistentByName.find(cur->init.source);
+      const Buffer *src = found == persistentByName.end() ? nullptr : found->second;
       if (!src)
         fail(path,
              where + ": init copies '" + cur->init.source + "', which is not a param, master or optimizer buffer");

@@ -76,18 +76,19 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
   /// bigc.param_copy back to the device compute copies (params=device).
   LogicalResult offloadOptimizer(ModuleOp module, func::FuncOp func) {
     Block &block = func.front();
+    SymbolTable symbols(module); // (a module's lookup scans it: once per update of the largest plans)
     SmallVector<AdamWOp> updates;
     for (Operation &op : block.without_terminator())
       if (auto a = dyn_cast<AdamWOp>(op)) updates.push_back(a);
     for (AdamWOp a : updates) {
-      auto master = module.lookupSymbol<ParamOp>(a.getParamAttr());
+      auto master = symbols.lookup<ParamOp>(a.getParam());
       if (!master) return a.emitError("bigc-offload: unknown parameter @") << a.getParam();
       StringRef name = master.getSymName();
       // fp32 run: @N becomes the master, @"N.half" the device compute copy.
       if (!a.getHalfAttr()) {
         std::string halfName = (name + ".half").str();
         FailureOr<ParamOp> half =
-            addParamAfter(master, halfName, master.getType(), kInitCopy, kParamRole, name, "bigc-offload");
+            addParamAfter(master, halfName, master.getType(), kInitCopy, kParamRole, name, "bigc-offload", &symbols);
         if (failed(half)) return failure();
         master.setRole(kMasterRole);
         auto halfRef = FlatSymbolRefAttr::get(module.getContext(), halfName);
@@ -96,11 +97,11 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
         });
         a.setHalfAttr(halfRef);
       }
-      auto half = module.lookupSymbol<ParamOp>(*a.getHalf());
+      auto half = symbols.lookup<ParamOp>(*a.getHalf());
       if (!half) return a.emitError("bigc-offload: unknown parameter @") << *a.getHalf();
       setSpace(master, kHostSpace);
       for (FlatSymbolRefAttr moment : {a.getExpAvgAttr(), a.getExpAvgSqAttr()})
-        if (auto m = module.lookupSymbol<ParamOp>(moment)) setSpace(m, kHostSpace);
+        if (auto m = symbols.lookup<ParamOp>(moment.getValue())) setSpace(m, kHostSpace);
       setSpace(a, kHostSpace);
       // ZeRO-3-Offload: the compute copy lives on the host; the host AdamW
       // writes it directly. (An update skipped on fp16 overflow still writes
@@ -114,7 +115,7 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
       // compute copy after its last reader of this step.
       std::string stageName = (name + ".stage").str();
       FailureOr<ParamOp> stage =
-          addParamAfter(half, stageName, half.getType(), kInitZeros, kTransferRole, "", "bigc-offload");
+          addParamAfter(half, stageName, half.getType(), kInitZeros, kTransferRole, "", "bigc-offload", &symbols);
       if (failed(stage)) return failure();
       setSpace(*stage, kHostSpace);
       auto stageRef = FlatSymbolRefAttr::get(module.getContext(), stageName);

@@ -129,6 +129,11 @@ struct ParamSpaces {
     auto it = of.find(name);
     return it == of.end() ? StringRef(kDeviceSpace) : StringRef(it->second);
   }
+  /// valueSpace(v), a bigc.get_param's from the map (valueSpace looks its symbol up: a scan).
+  StringRef valueSpace(Value v) const {
+    if (auto gp = v.getDefiningOp<GetParamOp>()) return space(gp.getParam());
+    return mlir::bigc::valueSpace(v);
+  }
 };
 
 /// A bigc.param_copy to or from the nvme space (bigc-offload-nvme).
@@ -278,6 +283,9 @@ void placeNvmeCopies(Block &block, const ParamSpaces &spaces) {
       if (std::optional<int64_t> id = number(c)) gradReads[*id].push_back(c);
     }
   }
+  // The order before the moves (the updates and the gradients' writes do not move here; asking
+  // the block after a move would renumber it).
+  const llvm::DenseMap<Operation *, unsigned> pos = positions(block);
   Operation *previous = nullptr; // the last update with staging so far
   for (AdamWOp a : updates) {
     std::optional<int64_t> id = number(a);
@@ -291,7 +299,8 @@ void placeNvmeCopies(Block &block, const ParamSpaces &spaces) {
     // the end of the backward can come before a later gradient is written); then before its update.
     for (CopyOp c : grad) {
       Operation *write = c.getX().getDefiningOp();
-      c->moveBefore(write && write->getBlock() == &block && before->isBeforeInBlock(write) ? a.getOperation() : before);
+      c->moveBefore(write && write->getBlock() == &block && pos.lookup(before) < pos.lookup(write) ? a.getOperation()
+                                                                                                   : before);
     }
     Operation *after = a;
     for (ParamCopyOp pc : out) {
@@ -409,26 +418,26 @@ void deferPartialNorms(Block &block) {
 
 /// A device copy of a parameter (bigc-offload with params=host) and the
 /// bigc.get_param it reads.
-GetParamOp fetchedParam(Operation *op) {
+GetParamOp fetchedParam(Operation *op, const ParamSpaces &spaces) {
   auto c = dyn_cast<CopyOp>(op);
   if (!c || opSpace(c) != kDeviceSpace) return {};
   auto gp = c.getX().getDefiningOp<GetParamOp>();
-  if (!gp || valueSpace(gp.getResult()) != kHostSpace) return {};
+  if (!gp || spaces.space(gp.getParam()) != kHostSpace) return {};
   return gp;
 }
 
 /// Prefetch: each host-to-device copy of a parameter moves (with its
 /// bigc.get_param) to the start of the segment before the one of its first
 /// user, so that the transfer overlaps the previous layer's compute.
-void prefetchParams(Block &block) {
+void prefetchParams(Block &block, const ParamSpaces &spaces) {
   Segments seg = computeSegments(block);
   SmallVector<std::pair<Operation *, Operation *>> moves;
   for (Operation &op : block.without_terminator()) {
-    GetParamOp gp = fetchedParam(&op);
+    GetParamOp gp = fetchedParam(&op, spaces);
     // (an offloaded activation's way back, bigc-offload-activations: the same, without a get_param)
     auto act = dyn_cast<CopyOp>(op);
     const bool activation = act && opSpace(act) == kDeviceSpace && act.getX().getDefiningOp<CopyOp>() &&
-                            valueSpace(act.getX()) == kHostSpace;
+                            spaces.valueSpace(act.getX()) == kHostSpace;
     if (!gp && !activation) continue;
     Operation *first = firstUser(block, &op);
     auto it = first ? seg.position.find(first) : seg.position.end();
@@ -557,7 +566,7 @@ StringRef streamOf(Operation *op, const ParamSpaces &spaces) {
     if (from == to) return from == kHostSpace ? StringRef(kHostStream) : StringRef(kComputeStream);
     return to == kHostSpace ? StringRef(kD2HStream) : StringRef(kH2DStream);
   };
-  if (auto c = dyn_cast<CopyOp>(op)) return between(valueSpace(c.getX()), opSpace(op));
+  if (auto c = dyn_cast<CopyOp>(op)) return between(spaces.valueSpace(c.getX()), opSpace(op));
   if (auto pc = dyn_cast<ParamCopyOp>(op)) {
     return between(spaces.space(pc.getFrom()), spaces.space(pc.getTo()));
   }
@@ -735,7 +744,7 @@ struct BigcSchedulePass : public mlir::bigc::impl::BigcScheduleBase<BigcSchedule
     hoistOptimizer(block, spaces);
     placeNvmeCopies(block, spaces);
     accumulateShardsEarly(block);
-    prefetchParams(block);
+    prefetchParams(block, spaces);
     prefetchGathers(block, prefetch);
     hoistTpCollectives(block);
     deferPartialNorms(block);

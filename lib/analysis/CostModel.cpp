@@ -48,10 +48,11 @@ static ArrayRef<int64_t> shape(Value v) {
 
 /// Bytes of the bigc.param named by the symbol attribute `attr` of `op`, or
 /// `fallback` when it cannot be found.
-static int64_t symbolBytes(Operation *op, StringRef attr, int64_t fallback) {
+static int64_t symbolBytes(Operation *op, StringRef attr, int64_t fallback,
+                           llvm::function_ref<Operation *(FlatSymbolRefAttr)> lookup) {
   auto ref = op->getAttrOfType<FlatSymbolRefAttr>(attr);
   if (!ref) return 0;
-  if (Operation *sym = SymbolTable::lookupNearestSymbolFrom(op, ref))
+  if (Operation *sym = lookup ? lookup(ref) : SymbolTable::lookupNearestSymbolFrom(op, ref))
     if (auto t = sym->getAttrOfType<TypeAttr>("type")) return typeBytes(t.getValue());
   return fallback;
 }
@@ -85,7 +86,7 @@ private:
 };
 } // namespace
 
-OpCost mlir::bigc::opCost(Operation *op) {
+OpCost mlir::bigc::opCost(Operation *op, llvm::function_ref<Operation *(FlatSymbolRefAttr)> lookup) {
   OpCost c;
   StringRef name = op->getName().getStringRef();
   if (!name.consume_front("bigc.")) {
@@ -120,8 +121,8 @@ OpCost mlir::bigc::opCost(Operation *op) {
       n = count.getInt();
     }
     int64_t fallback = n * 4;
-    int64_t p = symbolBytes(op, "param", fallback), m = symbolBytes(op, "exp_avg", fallback),
-            v = symbolBytes(op, "exp_avg_sq", fallback);
+    int64_t p = symbolBytes(op, "param", fallback, lookup), m = symbolBytes(op, "exp_avg", fallback, lookup),
+            v = symbolBytes(op, "exp_avg_sq", fallback, lookup);
     c.bytesRead += p + m + v;
     c.bytesWritten += p + m + v;
   }
@@ -131,10 +132,14 @@ OpCost mlir::bigc::opCost(Operation *op) {
 FunctionCost mlir::bigc::functionCost(func::FuncOp func) {
   FunctionCost fc;
   if (func.isExternal()) return fc;
+  // The enclosing module's symbols in one table (a lookup each would scan the module).
+  std::optional<SymbolTable> table;
+  if (Operation *scope = SymbolTable::getNearestSymbolTable(func->getParentOp())) table.emplace(scope);
+  auto lookup = [&](FlatSymbolRefAttr r) -> Operation * { return table ? table->lookup(r.getValue()) : nullptr; };
   for (Block &block : func.getBody())
     for (Operation &op : block) {
       if (op.hasTrait<OpTrait::IsTerminator>()) continue;
-      OpCost c = opCost(&op);
+      OpCost c = opCost(&op, lookup);
       StringRef p = bigc::phaseOf(&op);
       if (bigc::isRecomputed(&op))
         fc.recompute += c;

@@ -139,7 +139,8 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
     const std::string timeline = timelineOf(stream);
     start = std::max(start, streamFree[timeline]);
     double dur = 0;
-    const OpCost cost = opCost(&op); // (the compute and host ops' time, and every op's counts)
+    // (the compute and host ops' time, and every op's counts; symbols from the map)
+    const OpCost cost = opCost(&op, [&](FlatSymbolRefAttr r) -> Operation * { return params.get(r).getOperation(); });
     auto g = op.getAttrOfType<StringAttr>("group");
     if (isCollective(&op) && g && g.getValue() == kPpAxis) {
       // Every stage's part of it: it starts when the last stage reaches it.

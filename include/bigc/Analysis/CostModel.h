@@ -19,6 +19,7 @@
 #ifndef BIGC_ANALYSIS_COSTMODEL_H
 #define BIGC_ANALYSIS_COSTMODEL_H
 
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Types.h"
 
@@ -57,8 +58,9 @@ int64_t typeBytes(Type type);
 /// The cost of one op (any op of the bigc dialect; bigc.get_param and
 /// bigc.param cost nothing). Symbol operands of bigc.adamw (the parameter
 /// and its moments) are sized from `bigc.param` declarations found from the
-/// op's module, else from the gradient's type.
-OpCost opCost(Operation *op);
+/// op's module (through `lookup` when given: a module's symbol lookup scans it, once per
+/// update chunk of the largest plans), else from the gradient's type.
+OpCost opCost(Operation *op, llvm::function_ref<Operation *(FlatSymbolRefAttr)> lookup = nullptr);
 
 /// Sums of the op costs of a function, split by `bigc.phase`
 /// ("forward", "backward" — `bigc.recompute` ops of the backward counted
