@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_set>
 
 namespace bigc::format {
 
@@ -230,9 +231,18 @@ private:
     for (size_t root = 0; root < p_.buffers.size() && !full(); ++root) {
       if (members_[root].empty()) continue;
       const auto ga = groupAccesses(root);
+      // The pairs with a write, in the order (x, y) of a scan of all pairs: a read is checked against
+      // the writes after it only (a group can have thousands of reads: the loss scale, every update's
+      // overflow flag).
+      std::vector<size_t> writes;
+      for (size_t k = 0; k < ga.size(); ++k)
+        if (ga[k].first.write) writes.push_back(k);
       bool reported = false;
-      for (size_t x = 0; x < ga.size() && !reported; ++x)
-        for (size_t y = x + 1; y < ga.size() && !reported; ++y) {
+      for (size_t x = 0; x < ga.size() && !reported; ++x) {
+        const bool xw = ga[x].first.write;
+        const size_t from = xw ? x + 1 : size_t(std::upper_bound(writes.begin(), writes.end(), x) - writes.begin());
+        for (size_t k = from; k < (xw ? ga.size() : writes.size()) && !reported; ++k) {
+          const size_t y = xw ? k : writes[k];
           const Access &u = ga[x].first, &v = ga[y].first;
           if (u.ins == v.ins || !(u.write || v.write)) continue;
           if (hb(u.ins, v.ins) || hb(v.ins, u.ins)) continue;
@@ -242,6 +252,7 @@ private:
               (ga[x].second == ga[y].second ? "" : " at the same place") + ", and no wait orders the two");
           reported = true;
         }
+      }
     }
   }
 
@@ -249,10 +260,11 @@ private:
   struct Frontier {
     std::vector<int64_t> first, last;
   };
-  std::map<size_t, Frontier> frontiers_;
+  std::vector<Frontier> frontiers_; // per group root, made on first use
+  std::vector<bool> haveFrontier_;
   const Frontier &frontier(size_t root) {
-    auto it = frontiers_.find(root);
-    if (it != frontiers_.end()) return it->second;
+    if (frontiers_.empty()) frontiers_.resize(p_.buffers.size()), haveFrontier_.assign(p_.buffers.size(), false);
+    if (haveFrontier_[root]) return frontiers_[root];
     std::map<int64_t, std::pair<int64_t, int64_t>> byStream; // stream key -> (first, last)
     for (int64_t id : members_[root])
       for (const Access &a : acc_[size_t(id)]) {
@@ -262,7 +274,8 @@ private:
       }
     Frontier f;
     for (const auto &[key, fl] : byStream) f.first.push_back(fl.first), f.last.push_back(fl.second);
-    return frontiers_.emplace(root, std::move(f)).first->second;
+    haveFrontier_[root] = true;
+    return frontiers_[root] = std::move(f);
   }
   // Every access of `a`'s group happens before every access of `b`'s.
   bool before(const Frontier &a, const Frontier &b) const {
@@ -282,7 +295,7 @@ private:
       return "share bytes [" + std::to_string(lo) + ", " + std::to_string(hi) + ") of the '" + bx.space + "' arena";
     };
     for (int64_t id : {x, y})
-      if (p_.buffers[size_t(id)].persistent()) {
+      if (persistent_[size_t(id)]) {
         add(name(x) + " and " + name(y) + " " + shared() + ", but " + name(id) + " is persistent (live across steps)");
         return;
       }
@@ -319,11 +332,14 @@ private:
         (ua->first.write ? " writes" : " reads") + " the first, which is also used before that");
   }
 
+  std::vector<bool> persistent_; // per buffer (its role, compared once)
   void overlaps() {
+    persistent_.resize(p_.buffers.size());
+    for (size_t i = 0; i < p_.buffers.size(); ++i) persistent_[i] = p_.buffers[i].persistent();
     std::map<std::string, std::vector<int64_t>> bySpace;
     for (const Buffer &b : p_.buffers)
       if (b.bytes > 0) bySpace[b.space].push_back(b.id);
-    std::set<uint64_t> checked; // group pairs
+    std::unordered_set<uint64_t> checked; // group pairs (a hash: millions in the largest plans)
     for (auto &[space, ids] : bySpace) {
       std::sort(ids.begin(), ids.end(),
                 [&](int64_t a, int64_t b) { return p_.buffers[size_t(a)].offset < p_.buffers[size_t(b)].offset; });
@@ -334,8 +350,10 @@ private:
           if (bj.offset >= bi.offset + bi.bytes) break;
           const size_t gi = find(mem_, size_t(ids[i])), gj = find(mem_, size_t(ids[j]));
           if (gi == gj) continue; // one place by design (a view, or an in-place update)
+          // (a pair of groups of one buffer each comes once in this sweep: only larger groups can
+          // come again, through another pair of their members)
           const uint64_t key = (uint64_t(std::min(gi, gj)) << 32) | uint64_t(std::max(gi, gj));
-          if (!checked.insert(key).second) continue;
+          if ((members_[gi].size() > 1 || members_[gj].size() > 1) && !checked.insert(key).second) continue;
           overlapPair(gi, gj, ids[i], ids[j]);
         }
       }

@@ -14,6 +14,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
@@ -154,11 +155,14 @@ LogicalResult mlir::bigc::buildTrainStep(ModuleOp module, const AdamWConfig &con
   }
 
   OpBuilder mb(ctx);
+  // The symbols before the states are added (each state's name derives from its own parameter's,
+  // so two new names never meet; one lookup table instead of a scan of the module per name).
+  SymbolTable existing(module);
   for (auto [p, g] : updates) {
     std::string m = (p.getSymName() + ".exp_avg").str();
     std::string v = (p.getSymName() + ".exp_avg_sq").str();
     for (const std::string &name : {m, v})
-      if (Operation *clash = module.lookupSymbol(name))
+      if (Operation *clash = existing.lookup(name))
         return clash->emitError("bigc-autodiff: the optimizer state symbol @\"") << name << "\" already exists";
     RankedTensorType pt = p.getTensorType();
     auto stateType = RankedTensorType::get(pt.getShape(), config.bf16States() ? Type(BFloat16Type::get(ctx))

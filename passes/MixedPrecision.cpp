@@ -11,6 +11,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -111,6 +112,7 @@ struct BigcMixedPrecisionPass : public mlir::bigc::impl::BigcMixedPrecisionBase<
     // 1. Masters and compute copies.
     OpBuilder mb(ctx);
     llvm::StringMap<FlatSymbolRefAttr> halfOf;
+    SymbolTable existing(module); // (the names before the copies: each derives from its own weight's)
     for (ParamOp p : llvm::to_vector(module.getOps<ParamOp>())) {
       if (p.getRole() != kParamRole) continue;
       if (!p.getTensorType().getElementType().isF32())
@@ -118,7 +120,7 @@ struct BigcMixedPrecisionPass : public mlir::bigc::impl::BigcMixedPrecisionBase<
                << p.getSymName() << " must be f32 (its fp32 master is what "
                << "the optimizer updates), got " << p.getTensorType();
       std::string name = (p.getSymName() + ".half").str();
-      if (Operation *clash = module.lookupSymbol(name))
+      if (Operation *clash = existing.lookup(name))
         return clash->emitError("bigc-mixed-precision: the symbol @\"")
                << name << "\" (compute copy of @" << p.getSymName() << ") already exists";
       p.setRole(kMasterRole);

@@ -22,6 +22,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace mlir {
 namespace bigc {
@@ -63,9 +64,9 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
                      "block");
       return signalPassFailure();
     }
-    if (failed(offloadOptimizer(module, func)) || failed(placeHostOperands(func)) ||
-        failed(fetchHostParams(module, func)))
-      return signalPassFailure();
+    if (failed(offloadOptimizer(module, func))) return signalPassFailure();
+    for (ParamOp p : module.getOps<ParamOp>()) spaces_[p.getSymName()] = paramSpace(p).str();
+    if (failed(placeHostOperands(func)) || failed(fetchHostParams(module, func))) return signalPassFailure();
     Builder b(module.getContext());
     module->setAttr(kOffloadAttrName, b.getStringAttr(offload));
     module->setAttr(kOffloadParamsAttrName, b.getStringAttr(params));
@@ -169,6 +170,17 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
       }
   }
 
+  /// The space of each parameter once offloadOptimizer has placed them (valueSpace would look a
+  /// bigc.get_param's symbol up: a scan of the module, once per update of the largest plans).
+  llvm::StringMap<std::string> spaces_;
+  StringRef spaceOf(Value v) const {
+    if (auto gp = v.getDefiningOp<GetParamOp>()) {
+      auto it = spaces_.find(gp.getParam());
+      return it == spaces_.end() ? StringRef(kDeviceSpace) : StringRef(it->second);
+    }
+    return valueSpace(v);
+  }
+
   /// Each device value a host op reads (a gradient, found_inf, the global
   /// norm) gets one d2h copy, placed right after its definition.
   LogicalResult placeHostOperands(func::FuncOp func) {
@@ -180,7 +192,7 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
     for (Operation *op : hostOps) {
       for (OpOperand &use : op->getOpOperands()) {
         Value v = use.get();
-        if (valueSpace(v) == kHostSpace) continue;
+        if (spaceOf(v) == kHostSpace) continue;
         Value &copy = hostCopy[v];
         if (!copy) {
           OpBuilder b(func.getContext());
@@ -208,7 +220,7 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
     SmallVector<GetParamOp> reads;
     for (Operation &op : block.without_terminator())
       if (auto gp = dyn_cast<GetParamOp>(op))
-        if (valueSpace(gp.getResult()) == kHostSpace) reads.push_back(gp);
+        if (spaceOf(gp.getResult()) == kHostSpace) reads.push_back(gp);
     for (GetParamOp gp : reads) {
       // Device users, each once, in order.
       SmallVector<Operation *> users;

@@ -644,11 +644,19 @@ def BigcOffload : Pass<"bigc-offload", "::mlir::ModuleOp"> {
       (fp32), `@N` becomes role "master" and `@"N.half"` (f32, role param,
       init copy of `@N`) is the compute copy every `bigc.get_param` reads.
     - Masters, moments and every optimizer-role tensor (the fp16 loss scale)
-      get `bigc.space = "host"`; every `bigc.adamw`,
-      `bigc.loss_scale_update`, `bigc.check_finite` and `bigc.global_norm`
-      gets `bigc.space = "host"` (the two reductions read every gradient:
-      on the device they would keep all of them alive to the end of the
-      backward; on the host they read the copies the updates read).
+      get `bigc.space = "host"`; every `bigc.adamw` and
+      `bigc.loss_scale_update` gets `bigc.space = "host"`.
+    - `bigc.check_finite` and `bigc.global_norm` (fp16's overflow flag, the
+      clipping norm) stay on the device but read, instead of each gradient,
+      its norm: a `bigc.global_norm {bigc.partial_norm}` of that gradient
+      alone, made right after it (bigc-schedule moves one whose gradient a
+      collective makes a layer later). The device keeps a scalar per
+      gradient, not the gradients (all of them would stay alive to the end
+      of the backward), and no host op reads every gradient. The norm of
+      the norms is the norm (as PyTorch's clip_grad_norm_ combines it); a
+      gradient's norm is inf or nan exactly when it holds an inf or a nan
+      (the squares of 16-bit values sum in f32 far below its range), so the
+      flag is the same.
     - Each device value a host op reads (its gradient, found_inf, the
       global norm) gets one `bigc.copy {bigc.space = "host"}` right after its
       definition: the gradient leaves the device as soon as it is complete.
