@@ -13,7 +13,7 @@
 #   dgx2        dgx2-v100-32g-x16   the profile  fp16       25600:160 / 12288:96 (host)
 #   dgxh100     h100-80g-x8         the profile  bf16       25600:160 / 12288:96 (host)
 #
-# Usage: bench/capacity/machines.sh [build/bin] [names...]   (every name: both variants)
+# Usage: bench/capacity/machines.sh [build/bin] [names...]   (every name: both variants, or VARIANTS)
 # Prints one table row per configuration: layers, parameters, the device/host/drive use of the
 # largest that fits, what the next layer runs out of, and the compile time of the largest.
 set -euo pipefail
@@ -51,8 +51,9 @@ where() { # variant -> the offload options
 # probe L -> 0 fits, 1 not; the compile's report in $W/L.txt, its seconds in $W/L.s
 probe() {
   local L=$1 hw=$2 opts=$3 ch=$4 seq=$5 variant=$6
+  rm -f "$W/m.mlir"
   "$BIGC" gen gpt --layers "$L" --hidden "${ch%%:*}" --heads "${ch##*:}" --vocab 50257 --batch 1 --seq "$seq" \
-    -o "$W/m.mlir" > /dev/null
+    -o "$W/m.mlir" > /dev/null || { echo "bench/capacity/machines.sh: bigc gen gpt failed at $L layers" >&2; exit 1; }
   local t0 t1 rc=0
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086
@@ -69,7 +70,7 @@ field() { grep -m1 "$1" "$2" | sed -E "s/^ *$1 *//" | cut -c1-60; }
 echo "| machine | state on | hidden | layers | parameters | device arena / rank | host | drive / rank | the next layer | compile |"
 echo "|---|---|---:|---:|---:|---|---|---|---|---:|"
 for name in $NAMES; do
-  for variant in drive host; do
+  for variant in ${VARIANTS:-drive host}; do
     IFS='|' read -r hw opts ch seq lo hi <<< "$(config "$name" "$variant")"
     rm -f "$W"/*.txt "$W"/*.s
     probe "$lo" "$hw" "$opts" "$ch" "$seq" "$variant" || { echo "| $name | $variant | ${ch%%:*} | < $lo (the bracket's low end does not fit) |||||||"; continue; }
