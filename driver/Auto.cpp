@@ -465,8 +465,12 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
     // device at 1, 2, 3, 4 and 6 layers, so the slope of 1 -> 2 (3.23 GiB a layer) put the whole
     // model at 313 GiB and that of 3 -> 4 (0.47) at 57 GiB, against 56.88 compiled whole: three
     // and four layers then.)
+    // (With the activations on the host too, the device holds about the same from four layers on,
+    // and its growth from three to four is the window filling: 175b with ZeRO 3, the weights on
+    // the host, --offload-activations --prefetch 0: 6.12, 6.40, 6.45, 6.45, 6.45 GiB at 2 to 6
+    // layers, 6.45 whole; from 3 and 4 it was estimated at 11.05. Four and five then.)
     const bool streamed = c.zero == 3 || c.offload != Offload::None;
-    const int64_t k1 = (c.pp > 1 ? 2 : streamed ? 3 : 1) * unit, k2 = k1 + unit;
+    const int64_t k1 = (c.pp > 1 ? 2 : c.offloadActivations ? 4 : streamed ? 3 : 1) * unit, k2 = k1 + unit;
     mlir::ModuleOp a = cut(k1), b = a ? cut(k2) : nullptr;
     if (!a || !b) {
       compileWhole(plan);

@@ -2,7 +2,8 @@
 # How far `bigc compile --auto`'s estimates are from the whole compile (issue 44: within 10% of
 # the device memory): for each configuration below, the model cut to k1 and k2 layers (what --auto
 # compiles: one and two layers, three and four where the weights stream layer by layer -- ZeRO 3
-# or offload --, two and three a stage for a pipeline), their device arenas' lower bounds
+# or offload --, four and five with the activations on the host too, two and three a stage for a
+# pipeline), their device arenas' lower bounds
 # extrapolated linearly to every layer and times the larger cut's packing ratio, as
 # driver/Auto.cpp's `estimate` does, against the same configuration compiled whole. The cuts are
 # `bigc gen gpt --layers k` of the same preset (the model --auto cuts, regenerated). A plan that
@@ -27,6 +28,9 @@ CONFIGS=(
   "175b|--zero 3 --offload cpu --recompute full"
   "175b|--zero 3 --offload cpu --recompute full --offload-params host"
   "175b|--tp 8 --pad-vocab 64 --zero 1 --recompute full --offload cpu"
+  # the leanest device plan (the blocks' inputs on the host, each gather just before its use)
+  "13b|--zero 3 --offload cpu --recompute full --offload-params host --offload-activations --prefetch 0"
+  "175b|--zero 3 --offload cpu --recompute full --offload-params host --offload-activations --prefetch 0"
 )
 arena() { # compile output -> "device_GiB host_GiB"
   $PY -c "
@@ -52,7 +56,8 @@ for c in "${CONFIGS[@]}"; do
   preset=${c%%|*}; flags=${c#*|}
   L=$($PY -c "print({'gpt2-xl': 48, '6.7b': 32, '13b': 40, '175b': 96}['$preset'])") # (the presets' layers)
   pp=1; [[ $flags =~ --pp\ ([0-9]+) ]] && pp=${BASH_REMATCH[1]}
-  if [ "$pp" -gt 1 ]; then k1=$((2 * pp)); elif [[ $flags =~ --zero\ 3|--offload ]]; then k1=3; else k1=1; fi
+  if [ "$pp" -gt 1 ]; then k1=$((2 * pp)); elif [[ $flags =~ --offload-activations ]]; then k1=4
+  elif [[ $flags =~ --zero\ 3|--offload ]]; then k1=3; else k1=1; fi
   k2=$((k1 + pp))
   # shellcheck disable=SC2086
   read -r x xb < <(compile "$preset" $k1 $flags)

@@ -84,6 +84,6 @@ for name in $NAMES; do
     r="$W/$lo.txt"
     params=$(field parameters "$r" | awk '{print $1}')
     why=$(grep -m1 "the plan does not fit" "$W/$hi.txt" | sed -E 's/.*needs ([0-9.]+ [KMGT]iB) of ([a-z]+) memory, ([0-9.]+ [KMGT]iB) available.*/\2: \1 of \3/')
-    echo "| $name | $variant | ${ch%%:*} | $lo | $params | $(field 'device arena' "$r" | sed -E 's/ \(lower.*//') | $(grep -m1 'ranks .*host\|host arena' "$r" | sed -E 's/.*host ([0-9.]+ [KMGT]iB) for the ([0-9]+) ranks.*/\1 (\2 ranks)/; s/^ *host arena *([0-9.]+ [KMGT]iB).*/\1/') | $(field 'nvme arena' "$r" | sed -E 's/ per rank.*//') | $why | $(printf '%.1f' "$(cat "$W/$lo.s")") s |"
+    echo "| $name | $variant | ${ch%%:*} | $lo | $params | $(field 'device arena' "$r" | sed -E 's/ \(lower.*//') | $(if grep -q 'host .* for the [0-9]* ranks' "$r"; then grep -m1 'host .* for the [0-9]* ranks' "$r" | sed -E 's/.*host ([0-9.]+ [KMGT]iB) for the ([0-9]+) ranks.*/\1 (\2 ranks)/'; else field 'host arena' "$r" | sed -E 's/ \(lower.*//'; fi) | $(field 'nvme arena' "$r" | sed -E 's/ per rank.*//') | $why | $(printf '%.1f' "$(cat "$W/$lo.s")") s |"
   done
 done
