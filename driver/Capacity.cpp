@@ -112,6 +112,8 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
     add("--offload-params " + toString(c.offloadParams));
   if (c.offload == Offload::NVMe && c.offloadGrads == OffloadGrads::Nvme && c.offloadGrads != base.offloadGrads)
     add("--offload-grads nvme");
+  if (c.offloadGradsLimit != base.offloadGradsLimit && c.offloadGradsLimit > 0)
+    add("--offload-grads-limit " + std::to_string(c.offloadGradsLimit));
   if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
   if (c.zero == 3 && c.prefetch != base.prefetch) add("--prefetch " + std::to_string(c.prefetch));
   if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
@@ -123,7 +125,7 @@ bool sameTechniques(const CompileOptions &a, const CompileOptions &b) {
          a.offload == b.offload && a.memoryBudget == b.memoryBudget && a.zero == b.zero && a.tp == b.tp &&
          a.pp == b.pp && a.sequenceParallel == b.sequenceParallel && a.fuseLoss == b.fuseLoss && a.fuse == b.fuse &&
          a.padVocab == b.padVocab && a.offloadActivations == b.offloadActivations && a.prefetch == b.prefetch &&
-         a.offloadGrads == b.offloadGrads;
+         a.offloadGrads == b.offloadGrads && a.offloadGradsLimit == b.offloadGradsLimit;
 }
 
 std::string pct(double x) {
@@ -276,14 +278,28 @@ void chooseGradientsPlace(mlir::ModuleOp parsed, CompileOptions &o) {
   if (o.offloadGrads != OffloadGrads::Auto) return;
   o.offloadGrads = OffloadGrads::Host;
   if (o.offload != Offload::NVMe || o.hostCapacity <= 0) return;
-  for (const SpaceFit &f : checkFit(compileToProgram(parsed, o), o))
-    if (f.space == "host" && !f.fits) {
-      o.offloadGrads = OffloadGrads::Nvme;
-      if (!o.quiet)
-        std::printf("bigc compile: --offload nvme: with the gradients waiting on the host the plan needs %s of host "
-                    "memory, %s available: they wait in the nvme space\n",
-                    humanBytes(f.needed).c_str(), humanBytes(f.capacity).c_str());
-    }
+  const format::Program p = compileToProgram(parsed, o);
+  for (const SpaceFit &f : checkFit(p, o)) {
+    if (f.space != "host" || f.fits) continue;
+    // As many bytes of each rank's gradients as the host lacks (the ranks of a machine share it),
+    // and a tenth more: every gradient waits at the end of the backward, so each byte sent to the
+    // drive is a byte less at the host's peak, less the staging of its way there and back.
+    const int64_t perRank = (f.needed - f.capacity + ranksPerMachine(p, o) - 1) / ranksPerMachine(p, o);
+    CompileOptions part = o;
+    part.offloadGrads = OffloadGrads::Nvme;
+    part.offloadGradsLimit = perRank + perRank / 10;
+    bool partFits = true;
+    for (const SpaceFit &g : checkFit(compileToProgram(parsed, part), part)) partFits &= g.fits || g.space != "host";
+    o.offloadGrads = OffloadGrads::Nvme;
+    if (partFits) o.offloadGradsLimit = part.offloadGradsLimit;
+    if (!o.quiet)
+      std::printf("bigc compile: --offload nvme: with the gradients waiting on the host the plan needs %s of host "
+                  "memory, %s available: %s wait in the nvme space\n",
+                  humanBytes(f.needed).c_str(), humanBytes(f.capacity).c_str(),
+                  partFits
+                      ? ("up to " + humanBytes(o.offloadGradsLimit) + " of them a rank (--offload-grads-limit)").c_str()
+                      : "they");
+  }
 }
 
 } // namespace

@@ -359,6 +359,13 @@ const Flag kFlags[] = {
      [](CompileOptions &o, const Value &v) {
        if ((o.nvmeCapacity = v.size()) <= 0) v.fail("must be positive");
      }},
+    {"--offload-grads-limit", true, "--offload-grads-limit SIZE",
+     "--offload-grads nvme: at most SIZE bytes of a rank's gradients wait on\n"
+     "the drive (the first updates'), the rest on the host (default: all;\n"
+     "--offload-grads auto sets it to what the host cannot hold)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.offloadGradsLimit = v.size()) <= 0) v.fail("must be positive");
+     }},
     {"--global-batch", true, "--global-batch N",
      "check that N = ranks x batch x K sequences per step (DeepSpeed's\n"
      "train_batch_size): a clear error naming the batch per rank otherwise",
@@ -550,7 +557,7 @@ CompileOptions parseOptions(const cli::Args &args) {
     throw UserError("option --offload nvme needs --nvme-path DIR: the directory on the NVMe drive where each rank "
                     "keeps its nvme space (a preallocated scratch file)");
   // (--auto searches the drive's plans when it has a directory on it)
-  for (const char *opt : {"--nvme-path", "--nvme-mem", "--nvme-chunk", "--offload-grads"})
+  for (const char *opt : {"--nvme-path", "--nvme-mem", "--nvme-chunk", "--offload-grads", "--offload-grads-limit"})
     if (args.has(opt) && o.offload != Offload::NVMe && !o.autoSearch)
       throw UserError(std::string("option ") + opt + ": only with --offload nvme" +
                       (opt == std::string("--nvme-path") ? " (or --auto)" : ""));
@@ -613,6 +620,12 @@ CompileOptions parseOptions(const cli::Args &args) {
   if (o.sequenceParallel && o.tp == 1)
     throw UserError(
         "option --sequence-parallel needs --tp N with N > 1 (it splits the sequence over the tensor ranks)");
+  if (args.has("--offload-grads-limit")) {
+    if (o.offloadGrads == OffloadGrads::Host)
+      throw UserError("option --offload-grads-limit: only with --offload-grads nvme (it bounds the gradients sent to "
+                      "the drive; --offload-grads host keeps them all on the host)");
+    o.offloadGrads = OffloadGrads::Nvme;
+  }
   if (o.offloadParams == OffloadParams::Nvme && o.offload != Offload::NVMe)
     throw UserError("option --offload-params nvme: only with --offload nvme --nvme-path DIR (the weights then live "
                     "on the drive with the optimizer's state)");

@@ -236,6 +236,11 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
     Value g = a.getGrad();
     auto host = g.getDefiningOp<CopyOp>();
     if (!host || opSpace(host) != kHostSpace || !g.hasOneUse()) return;
+    const int64_t bytes =
+        int64_t(cast<RankedTensorType>(g.getType()).getNumElements()) *
+        int64_t(std::max<unsigned>(1, cast<RankedTensorType>(g.getType()).getElementTypeBitWidth() / 8));
+    if (gradsLimit > 0 && swappedBytes_ + bytes > gradsLimit) return;
+    swappedBytes_ += bytes;
     MLIRContext *ctx = a.getContext();
     OpBuilder b(host);
     b.setInsertionPointAfter(host);
@@ -250,8 +255,9 @@ struct BigcOffloadNvmePass : public mlir::bigc::impl::BigcOffloadNvmeBase<BigcOf
   }
 
   int64_t chunkCounter_ = 0;
-  llvm::StringMap<ParamOp> params_;                          // by name, for splitUpdate
-  SymbolTable *symbols_ = nullptr;                           // the module's, while the pass runs
+  int64_t swappedBytes_ = 0;        // the gradients sent to the nvme space so far (grads-limit)
+  llvm::StringMap<ParamOp> params_; // by name, for splitUpdate
+  SymbolTable *symbols_ = nullptr;  // the module's, while the pass runs
   llvm::DenseMap<int64_t, SmallVector<ParamCopyOp>> groups_; // update number -> its nvme copies
 
   /// --offload-params nvme: every compute copy on the host (role param) to the nvme space; its

@@ -743,7 +743,9 @@ def BigcOffloadNvme : Pass<"bigc-offload-nvme", "::mlir::ModuleOp"> {
     update (`bigc.copy` into "host", tagged `bigc.nvme_update` like the
     update's reads, so placed an update ahead): with fp16's overflow check
     or clipping every update waits for the end of the backward, and the
-    gradients wait on the drive instead of the host (ZeRO-Infinity).
+    gradients wait on the drive instead of the host (ZeRO-Infinity). With
+    grads-limit=N, only the first updates' gradients go, at most N bytes;
+    the others wait on the host (what the host cannot hold, and no more).
 
     The host then holds the staging of the updates in flight, not the whole
     optimizer state; bigc-memory-plan plans the "nvme" arena with 4096-byte
@@ -757,6 +759,9 @@ def BigcOffloadNvme : Pass<"bigc-offload-nvme", "::mlir::ModuleOp"> {
            "Move the compute weights bigc-offload left on the host (params=host) too">,
     Option<"grads", "grads", "bool", /*default=*/"false",
            "Write each update's gradient to the nvme space as it arrives and read it back for the update">,
+    Option<"gradsLimit", "grads-limit", "int64_t", /*default=*/"0",
+           "With grads: at most this many bytes of gradients go to the nvme space, the first updates' "
+           "(0: every gradient)">,
     Option<"chunk", "chunk", "int64_t", /*default=*/"16777216",
            "Split each update larger than this many elements into chunks (0: none; a multiple of 2048; "
            "the default is bigc compile's --nvme-chunk, 2^24)">,

@@ -163,6 +163,7 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
         BigcOffloadNvmeOptions no;
         no.params = o.offloadParams == OffloadParams::Nvme;
         no.grads = o.offloadGrads == OffloadGrads::Nvme;
+        no.gradsLimit = o.offloadGradsLimit;
         no.chunk = o.nvmeChunk;
         pm.addPass(createBigcOffloadNvme(no));
       }

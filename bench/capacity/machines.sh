@@ -5,7 +5,8 @@
 # seq 1024 (the seeds' machine) or 2048, vocabulary 50257, full recomputation; the leanest device
 # plan bigc has for a model this size (ZeRO 3 over the ranks, the weights off the device between
 # uses, the blocks' inputs kept on the host, each all-gather just before its use), and with the
-# drive the optimizer's state, the weights and the gradients on it (ZeRO-Infinity):
+# drive the optimizer's state and the weights on it, and the gradients that the host cannot hold
+# (--offload-grads auto: ZeRO-Infinity's swap, bounded):
 #
 #   name        hardware            host         precision  hidden:heads  where the state lives
 #   seeds1      v100-16g-x1         330 GB       fp16       8192:64       the drive | the host
@@ -43,7 +44,7 @@ config() {
 }
 where() { # variant -> the offload options
   if [ "$1" = drive ]; then
-    echo "--offload nvme --nvme-path $W/nvme --offload-params nvme --offload-grads nvme"
+    echo "--offload nvme --nvme-path $W/nvme --offload-params nvme" # (the gradients: auto)
   else
     echo "--offload cpu --offload-params host"
   fi

@@ -12,7 +12,7 @@
 #     of 2048 elements (each against the unchunked --offload cpu run of the same options), and
 #     --dump-grads gives the same gradients under the weights' names;
 #     With the gradients waiting on the drive (--offload-grads nvme): fp16 (whole and chunked
-#     updates), fp16 overflow with the weights there too, clipping with 2 micro-batches, ZeRO 3
+#     updates; the first updates' only, --offload-grads-limit), fp16 overflow with the weights there too, clipping with 2 micro-batches, ZeRO 3
 #     in chunks and tp 2, each equal to the --offload cpu run of the same options bit for bit;
 #  2. bigc inspect --json: the nvme space holds every master (4 B/param) and moment (8 B/param);
 #     the host arena holds only the staging of the updates in flight (about two layers' state):
@@ -86,6 +86,7 @@ CHUNKED=("k32|cfp32|--nvme-chunk 65536" "kbs|cbs|--nvme-chunk 65536 --precision 
          "kz3|cpz3|--nvme-chunk 2048 --offload-params nvme --ranks 8 --zero 3"
          # the gradients waiting on the drive (--offload-grads nvme)
          "g16|cf16|--offload-grads nvme --precision fp16" "gk16|cf16|--offload-grads nvme --precision fp16 --nvme-chunk 2048"
+         "glim|cf16|--offload-grads-limit 512K --precision fp16 --nvme-chunk 2048"
          "gov|cpov|--offload-grads nvme --offload-params nvme --precision fp16 --loss-scale 1e30"
          "gmb|cmb|--offload-grads nvme --micro-batches 2 --grad-clip 0.5"
          "gz3|cpz3|--offload-grads nvme --offload-params nvme --ranks 8 --zero 3 --nvme-chunk 2048"

@@ -112,6 +112,9 @@ struct TrainPipelineConfig {
   /// With offload nvme: where the gradients wait for their update (Auto: decided by the driver
   /// before the pipeline runs; the pipeline treats it as Host).
   OffloadGrads offloadGrads = OffloadGrads::Auto;
+  /// offload-grads nvme: at most this many bytes of a rank's gradients go to the drive, the first
+  /// updates' (0: all of them).
+  int64_t offloadGradsLimit = 0;
   /// offload nvme: updates larger than this many elements stream their state in chunks of it.
   int64_t nvmeChunk = int64_t(1) << 24;
   // bigc-schedule
