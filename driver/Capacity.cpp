@@ -283,13 +283,21 @@ void chooseGradientsPlace(mlir::ModuleOp parsed, CompileOptions &o) {
     if (f.space != "host" || f.fits) continue;
     // As many bytes of each rank's gradients as the host lacks (the ranks of a machine share it),
     // and a tenth more: every gradient waits at the end of the backward, so each byte sent to the
-    // drive is a byte less at the host's peak, less the staging of its way there and back.
-    const int64_t perRank = (f.needed - f.capacity + ranksPerMachine(p, o) - 1) / ranksPerMachine(p, o);
+    // drive is about a byte less at the host's peak, less the staging of its way there and back
+    // (GPT 230 x 8,192 on the seeds' machine: 49.4 GiB sent, 42.1 GiB less). Short still: what
+    // remains, and half again, at most twice more.
+    const int64_t ranks = ranksPerMachine(p, o);
     CompileOptions part = o;
     part.offloadGrads = OffloadGrads::Nvme;
-    part.offloadGradsLimit = perRank + perRank / 10;
-    bool partFits = true;
-    for (const SpaceFit &g : checkFit(compileToProgram(parsed, part), part)) partFits &= g.fits || g.space != "host";
+    int64_t lacking = f.needed - f.capacity;
+    bool partFits = false;
+    for (int attempt = 0; attempt < 3 && !partFits; ++attempt) {
+      const int64_t perRank = (lacking + ranks - 1) / ranks;
+      part.offloadGradsLimit += attempt == 0 ? perRank + perRank / 10 : perRank + perRank / 2;
+      partFits = true;
+      for (const SpaceFit &g : checkFit(compileToProgram(parsed, part), part))
+        if (g.space == "host" && !g.fits) partFits = false, lacking = g.needed - g.capacity;
+    }
     o.offloadGrads = OffloadGrads::Nvme;
     if (partFits) o.offloadGradsLimit = part.offloadGradsLimit;
     if (!o.quiet)
