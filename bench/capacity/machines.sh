@@ -32,13 +32,13 @@ LEAN=(--recompute full --offload-activations)
 # name variant -> "hardware|extra options|hidden:heads|seq|lo|hi" (lo fits, hi does not: checked)
 config() {
   case "$1/$2" in
-    seeds1/drive) echo "v100-16g-x1|--host-mem 330000000000 --precision fp16|8192:64|1024|200|300" ;;
+    seeds1/drive) echo "v100-16g-x1|--host-mem 330000000000 --precision fp16|8192:64|1024|240|290" ;;
     seeds1/host) echo "v100-16g-x1|--host-mem 330000000000 --precision fp16|8192:64|1024|8|64" ;;
-    seeds8/drive) echo "v100-16g-x8|--host-mem 330000000000 --precision fp16 --ranks 8 --zero 3 --prefetch 0|8192:64|1024|200|300" ;;
+    seeds8/drive) echo "v100-16g-x8|--host-mem 330000000000 --precision fp16 --ranks 8 --zero 3 --prefetch 0|8192:64|1024|240|290" ;;
     seeds8/host) echo "v100-16g-x8|--host-mem 330000000000 --precision fp16 --ranks 8 --zero 3 --prefetch 0|8192:64|1024|8|64" ;;
-    dgx2/drive) echo "dgx2-v100-32g-x16|--precision fp16 --ranks 16 --zero 3 --prefetch 0|25600:160|2048|200|360" ;;
+    dgx2/drive) echo "dgx2-v100-32g-x16|--precision fp16 --ranks 16 --zero 3 --prefetch 0|25600:160|2048|240|320" ;;
     dgx2/host) echo "dgx2-v100-32g-x16|--precision fp16 --ranks 16 --zero 3 --prefetch 0|12288:96|2048|8|96" ;;
-    dgxh100/drive) echo "h100-80g-x8|--precision bf16 --ranks 8 --zero 3 --prefetch 0|25600:160|2048|200|360" ;;
+    dgxh100/drive) echo "h100-80g-x8|--precision bf16 --ranks 8 --zero 3 --prefetch 0|25600:160|2048|240|320" ;;
     dgxh100/host) echo "h100-80g-x8|--precision bf16 --ranks 8 --zero 3 --prefetch 0|12288:96|2048|8|128" ;;
   esac
 }
