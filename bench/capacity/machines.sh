@@ -61,7 +61,7 @@ probe() {
   "$BIGC" compile "$W/m.mlir" -o "$W/m.bigc" --hardware "$hw" $opts $(where "$variant") "${LEAN[@]}" \
     > "$W/$L.txt" 2>&1 || rc=$?
   t1=$(date +%s.%N)
-  echo "$t1 - $t0" | bc > "$W/$L.s"
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f\n", b - a }' > "$W/$L.s"
   rm -f "$W/m.bigc"
   [ $rc -le 1 ] || { echo "bench/capacity/machines.sh: compile failed ($rc):" >&2; cat "$W/$L.txt" >&2; exit 1; }
   [ "${VERBOSE:-0}" = 1 ] && echo "  probe $L layers: $([ $rc = 0 ] && echo fits || echo 'does not fit') ($(cat "$W/$L.s") s)" >&2
