@@ -37,14 +37,20 @@ StringRef mlir::bigc::opSpace(Operation *op) {
   return kDeviceSpace;
 }
 
-StringRef mlir::bigc::valueSpace(Value value) {
+StringRef mlir::bigc::valueSpace(Value value, llvm::function_ref<StringRef(StringRef)> paramSpaceOf) {
   Operation *def = value.getDefiningOp();
   if (!def) return kDeviceSpace;
-  if (auto gp = dyn_cast<GetParamOp>(def)) {
-    if (auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(def, gp.getParamAttr())) return paramSpace(p);
-    return kDeviceSpace;
-  }
+  if (auto gp = dyn_cast<GetParamOp>(def)) return paramSpaceOf(gp.getParam());
   return opSpace(def);
+}
+
+StringRef mlir::bigc::valueSpace(Value value) {
+  return valueSpace(value, [&](StringRef name) -> StringRef {
+    Operation *def = value.getDefiningOp();
+    if (auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(def, StringAttr::get(def->getContext(), name)))
+      return paramSpace(p);
+    return kDeviceSpace;
+  });
 }
 
 StringRef mlir::bigc::opStream(Operation *op) {

@@ -203,15 +203,7 @@ std::string techniqueFlags(const CompileOptions &c, const CompileOptions &base) 
   if (c.offload != Offload::None)
     add("--offload " + toString(c.offload) +
         (c.offload == Offload::NVMe && base.nvmePath.empty() ? " --nvme-path DIR" : std::string()));
-  if (c.offload != Offload::None &&
-      (c.offloadParams == OffloadParams::Host || c.offloadParams == OffloadParams::Nvme) &&
-      c.offloadParams != base.offloadParams)
-    add("--offload-params " + toString(c.offloadParams));
-  if (c.offload == Offload::NVMe && c.offloadGrads == OffloadGrads::Nvme && c.offloadGrads != base.offloadGrads)
-    add("--offload-grads nvme");
-  if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
-  if (c.zero == 3 && c.prefetch != base.prefetch) add("--prefetch " + std::to_string(c.prefetch));
-  if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
+  if (std::string s = stateFlags(base, c); !s.empty()) add(s);
   return f;
 }
 

@@ -89,6 +89,26 @@ std::string firstLine(const std::string &s) {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
+} // namespace
+
+std::string stateFlags(const CompileOptions &base, const CompileOptions &c) {
+  std::string f;
+  auto add = [&](const std::string &s) { f += (f.empty() ? "" : " ") + s; };
+  if (c.offload != Offload::None && c.offloadParams != base.offloadParams &&
+      (c.offloadParams == OffloadParams::Host || c.offloadParams == OffloadParams::Nvme))
+    add("--offload-params " + toString(c.offloadParams));
+  if (c.offload == Offload::NVMe && c.offloadGrads == OffloadGrads::Nvme && c.offloadGrads != base.offloadGrads)
+    add("--offload-grads nvme");
+  if (c.offloadGradsLimit != base.offloadGradsLimit && c.offloadGradsLimit > 0)
+    add("--offload-grads-limit " + std::to_string(c.offloadGradsLimit));
+  if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
+  if (c.zero == 3 && c.prefetch != base.prefetch) add("--prefetch " + std::to_string(c.prefetch));
+  if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
+  return f;
+}
+
+namespace {
+
 // The flags that turn `base` into `c` (what the user would add to the command line).
 std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   std::string f;
@@ -107,16 +127,7 @@ std::string flagsOf(const CompileOptions &base, const CompileOptions &c) {
   if (c.cp != base.cp) add("--cp " + std::to_string(c.cp));
   if (c.sequenceParallel != base.sequenceParallel && c.sequenceParallel) add("--sequence-parallel");
   if (c.padVocab != base.padVocab) add("--pad-vocab " + std::to_string(c.padVocab));
-  if (c.offload != Offload::None && c.offloadParams != base.offloadParams &&
-      (c.offloadParams == OffloadParams::Host || c.offloadParams == OffloadParams::Nvme))
-    add("--offload-params " + toString(c.offloadParams));
-  if (c.offload == Offload::NVMe && c.offloadGrads == OffloadGrads::Nvme && c.offloadGrads != base.offloadGrads)
-    add("--offload-grads nvme");
-  if (c.offloadGradsLimit != base.offloadGradsLimit && c.offloadGradsLimit > 0)
-    add("--offload-grads-limit " + std::to_string(c.offloadGradsLimit));
-  if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
-  if (c.zero == 3 && c.prefetch != base.prefetch) add("--prefetch " + std::to_string(c.prefetch));
-  if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
+  if (std::string s = stateFlags(base, c); !s.empty()) add(s);
   return f;
 }
 

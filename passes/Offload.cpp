@@ -174,11 +174,10 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
   /// bigc.get_param's symbol up: a scan of the module, once per update of the largest plans).
   llvm::StringMap<std::string> spaces_;
   StringRef spaceOf(Value v) const {
-    if (auto gp = v.getDefiningOp<GetParamOp>()) {
-      auto it = spaces_.find(gp.getParam());
+    return valueSpace(v, [&](StringRef name) {
+      auto it = spaces_.find(name);
       return it == spaces_.end() ? StringRef(kDeviceSpace) : StringRef(it->second);
-    }
-    return valueSpace(v);
+    });
   }
 
   /// Each device value a host op reads (a gradient, found_inf, the global

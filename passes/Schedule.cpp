@@ -131,10 +131,9 @@ struct ParamSpaces {
     auto it = of.find(name);
     return it == of.end() ? StringRef(kDeviceSpace) : StringRef(it->second);
   }
-  /// valueSpace(v), a bigc.get_param's from the map (valueSpace looks its symbol up: a scan).
+  /// valueSpace(v), a bigc.get_param's from the map.
   StringRef valueSpace(Value v) const {
-    if (auto gp = v.getDefiningOp<GetParamOp>()) return space(gp.getParam());
-    return mlir::bigc::valueSpace(v);
+    return mlir::bigc::valueSpace(v, [&](StringRef name) { return space(name); });
   }
 };
 

@@ -9,6 +9,7 @@
 #define BIGC_DIALECT_BIGCTRANSFER_H
 
 #include "bigc/Dialect/BigcOps.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 
 namespace mlir {
 namespace bigc {
@@ -43,6 +44,9 @@ StringRef opSpace(Operation *op);
 /// result is the parameter (its space), other results are in the space of
 /// their op.
 StringRef valueSpace(Value value);
+/// The same, a bigc.get_param's from `paramSpace` (its parameter's name -> its space): a pass
+/// asking for many values keeps the spaces in a map (a symbol lookup scans the module).
+StringRef valueSpace(Value value, llvm::function_ref<StringRef(StringRef)> paramSpace);
 /// The stream of an op: its `bigc.stream`, else "compute".
 StringRef opStream(Operation *op);
 /// The op runs on a side stream (h2d, d2h, host).

@@ -70,6 +70,11 @@ std::vector<RoleUsage> peakUsageByRole(const format::Program &p, const std::stri
 // compile); nothing for other options. Prints one line per move (unless o.quiet).
 void chooseOffloadParams(mlir::ModuleOp parsed, CompileOptions &o);
 
+/// The flags that say where `c` keeps its state differently from `base` (--offload-params,
+/// --offload-grads and its limit, --offload-activations, --prefetch, --optimizer-states), as a user
+/// adds them: the tail of the flags the not-fit report and --auto print.
+std::string stateFlags(const CompileOptions &base, const CompileOptions &c);
+
 // --recompute auto: the smallest number of ranked recomputation candidates whose planned device
 // arena fits the budget (--memory-budget, else the device capacity); sets o.recomputeDrop.
 // `budgetFromHardware`: the budget is the profile's device memory (for the messages).
