@@ -120,6 +120,25 @@ LogicalResult ReduceScatterOp::verify() {
 
 LogicalResult AllGatherOp::verify() {
   if (failed(verifyGroup(*this, getGroup()))) return failure();
+  if (std::optional<ArrayRef<int64_t>> tile = getTile()) {
+    if (tile->size() != 2 || (*tile)[1] < 1 || (*tile)[0] < 0 || (*tile)[0] >= (*tile)[1])
+      return emitOpError("tile must be [t, k] with 0 <= t < k");
+    const int64_t k = (*tile)[1], ranks = meshAxisSize(*this, getGroup());
+    if (getInputs().size() != getOutputs().size() || getInputs().empty())
+      return emitOpError("needs one result per operand and at least one");
+    for (size_t i = 0; i < getInputs().size(); ++i) {
+      auto shard = cast<RankedTensorType>(getInputs()[i].getType());
+      Type whole = getOutputs()[i].getType();
+      if (shard.getRank() != 1 || elementType(whole) != shard.getElementType())
+        return emitOpError("tensor #") << i << ": a 1-D shard of the tile's element type, got " << shard;
+      const int64_t piece = shardElements(numel(whole), ranks);
+      if (shard.getDimSize(0) != k * piece)
+        return emitOpError("tensor #") << i << ": a tile of " << numel(whole) << " elements over " << ranks
+                                       << " ranks has pieces of " << piece << " elements, so a shard of " << k
+                                       << " tiles has " << k * piece << ", got " << shard.getDimSize(0);
+    }
+    return success();
+  }
   return verifyShards(*this, getOutputs(), getOutputs().getTypes(), getInputs().getTypes(), getGroup());
 }
 

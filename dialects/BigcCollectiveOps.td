@@ -77,8 +77,20 @@ def Bigc_AllGatherOp : Bigc_Op<"all_gather", [
     ```mlir
     %w = bigc.all_gather %ws {group = "dp"} : (tensor<512xbf16>) -> tensor<64x64xbf16>
     ```
+
+    `tile = [t, k]` (bigc-tile, with a weight's shards tile-interleaved: the
+    whole tensor is k equal tiles, each rank's shard is its piece of tile 0,
+    then of tile 1, ...; `bigc.tiles` on the bigc.param): each input holds k
+    pieces of P elements, and the result is tile t, gathered from piece t of
+    every rank (size * P >= the tile's elements > (size - 1) * P).
+
+    ```mlir
+    %w1 = bigc.all_gather %ws {group = "dp", tile = array<i64: 1, 4>}
+        : (tensor<512xbf16>) -> tensor<16x64xbf16>      // 8 ranks
+    ```
   }];
-  let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs, StrAttr:$group);
+  let arguments = (ins Variadic<Bigc_FloatTensor>:$inputs, StrAttr:$group,
+                       OptionalAttr<DenseI64ArrayAttr>:$tile);
   let results = (outs Variadic<Bigc_FloatTensor>:$outputs);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -501,7 +501,9 @@ AutoResult autoSearch(mlir::ModuleOp parsed, const CompileOptions &base, const s
   for (const Mesh &mesh : meshes) {
     std::vector<int64_t> zeros;
     for (int64_t z = 0; z <= 3; ++z)
-      if ((mesh.dp > 1 || z == 0) && (!given("--zero") || z == base.zero)) zeros.push_back(z);
+      if ((mesh.dp > 1 || z == 0) && (!given("--zero") || z == base.zero) &&
+          (!given("--tile-linear") || (z == 3 && mesh.tp == 1))) // (tiles: ZeRO-3's gathers, no tp)
+        zeros.push_back(z);
     bool meshRefused = false; // the model cannot take this mesh (e.g. a tensor size that does not divide it)
     const std::vector<Precision> precisions =
         scope.precisions.empty() ? std::vector<Precision>{base.precision} : scope.precisions;

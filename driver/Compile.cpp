@@ -366,6 +366,15 @@ const Flag kFlags[] = {
      [](CompileOptions &o, const Value &v) {
        if ((o.offloadGradsLimit = v.size()) <= 0) v.fail("must be positive");
      }},
+    {"--tile-linear", true, "--tile-linear SIZE",
+     "--zero 3: each linear layer's weight larger than SIZE (as its\n"
+     "compute copy) used as row tiles of at most SIZE, each gathered,\n"
+     "used and its gradient reduce-scattered alone (ZeRO-Infinity's\n"
+     "memory-centric tiling: a device holds a tile of such a weight, not\n"
+     "all of it)",
+     [](CompileOptions &o, const Value &v) {
+       if ((o.tileBytes = v.size()) <= 0) v.fail("must be positive");
+     }},
     {"--global-batch", true, "--global-batch N",
      "check that N = ranks x batch x K sequences per step (DeepSpeed's\n"
      "train_batch_size): a clear error naming the batch per rank otherwise",
@@ -636,6 +645,16 @@ CompileOptions parseOptions(const cli::Args &args) {
                     " keeps every weight whole on each device; use --zero 3, whose weight shards then live "
                     "off the device between uses, or --offload-params device)");
   if (o.offload != Offload::None && (o.zero == 1 || o.zero == 2)) o.offloadParams = OffloadParams::Device;
+  if (args.has("--tile-linear") && !o.autoSearch) {
+    const int64_t dp = o.ranks / std::max<int64_t>(1, o.tp * o.pp);
+    if (o.zero != 3 || dp < 2)
+      throw UserError("option --tile-linear: only with --zero 3 over 2 or more data-parallel ranks (each tile of a "
+                      "weight is gathered from the ranks' shards on its own; got --zero " +
+                      std::to_string(o.zero) + " over " + std::to_string(dp) + " data-parallel rank(s))");
+    if (o.tp > 1)
+      throw UserError("option --tile-linear: not with --tp " + std::to_string(o.tp) +
+                      " (tensor parallelism splits the linear layers' weights already; use --tp or --tile-linear)");
+  }
   return o;
 }
 

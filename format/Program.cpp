@@ -58,6 +58,14 @@ int writtenVersion(const Program &p) {
       if (ins.attrs.count("classes")) return true;
     return false;
   };
+  auto tiled = [](const Program &q) {
+    for (const Buffer &b : q.buffers)
+      if (b.tiles > 1) return true;
+    return false;
+  };
+  bool anyTiled = tiled(p);
+  for (const Program &s : p.stages) anyTiled = anyTiled || tiled(s);
+  if (anyTiled) return 6;
   if (p.optimizer.schedule.present()) return 5;
   bool any = padded(p);
   for (const Program &s : p.stages) any = any || padded(s);

@@ -272,6 +272,11 @@ Program fromJson(const json &root, const std::string &path, bool top) {
       if (axis != "dp") fail(path, where + ": shard axis '" + axis + "' (version 3 shards over dp only)");
       b.shard = true;
       b.fullShape = r.ints(js, "full_shape", where + " shard");
+      if (js.contains("tiles") && !js["tiles"].is_null()) {
+        if (p.version < 6)
+          fail(path, where + ": shard tiles (a tile-interleaved shard) needs program format version 6");
+        b.tiles = r.integer(js, "tiles", where + " shard");
+      }
     }
     if (jb.contains("tp") && !jb["tp"].is_null()) {
       const json &jt = r.object(jb, "tp", where);

@@ -165,9 +165,15 @@ void validateStage(const Program &p, const std::string &path) {
           fail(path, where + ": bad shard full_shape " + shapeStr(b.fullShape));
         full *= d;
       }
-      if (b.shape.size() != 1 || b.shape[0] != (full + p.dp - 1) / p.dp)
-        fail(path, where + ": a shard of " + shapeStr(b.fullShape) + " over dp " + std::to_string(p.dp) + " is [" +
-                       std::to_string((full + p.dp - 1) / p.dp) + "], the buffer is " + shapeStr(b.shape));
+      if (b.tiles != 1 && (b.tiles < 1 || b.fullShape.empty() || b.fullShape[0] % b.tiles != 0 || !b.persistent()))
+        fail(path, where + ": shard tiles " + std::to_string(b.tiles) +
+                       " must divide the first dimension of a persistent tensor (is " + shapeStr(b.fullShape) +
+                       ", role '" + b.role + "')");
+      const int64_t want = b.tiles * ((full / b.tiles + p.dp - 1) / p.dp);
+      if (b.shape.size() != 1 || b.shape[0] != want)
+        fail(path, where + ": a shard of " + shapeStr(b.fullShape) + " over dp " + std::to_string(p.dp) +
+                       (b.tiles > 1 ? " in " + std::to_string(b.tiles) + " tiles" : std::string()) + " is [" +
+                       std::to_string(want) + "], the buffer is " + shapeStr(b.shape));
     }
     if (b.tpDim >= 0) { // a tensor-parallel chunk: the whole shape with dim divided by tp
       const std::vector<int64_t> &local = b.shard ? b.fullShape : b.shape;

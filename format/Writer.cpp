@@ -87,6 +87,7 @@ json payloadJson(const Program &p) {
       jb["init"] = ji;
     }
     if (b.shard) jb["shard"] = {{"axis", "dp"}, {"full_shape", b.fullShape}};
+    if (b.shard && b.tiles > 1) jb["shard"]["tiles"] = b.tiles;
     if (b.tpDim >= 0) jb["tp"] = {{"dim", b.tpDim}, {"segments", b.tpSegments}, {"full_shape", b.tpFullShape}};
     if (b.vocabRows > 0) jb["vocab_rows"] = b.vocabRows;
     bufs.push_back(std::move(jb));

@@ -226,6 +226,18 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
       llvm::SmallPtrSet<Operation *, 8> seen;
       for (Operation *u : gp->getUsers())
         if (opSpace(u) != kHostSpace && seen.insert(u).second) users.push_back(u);
+      // The tile gathers of a shard read (bigc-tile, bigc-shard: one read per layer segment) share
+      // one copy, made before the first: each reads its piece of it.
+      auto tileGather = [](Operation *u) {
+        auto ag = dyn_cast<AllGatherOp>(u);
+        return ag && ag.getTile().has_value();
+      };
+      if (!users.empty() && llvm::all_of(users, tileGather)) {
+        Operation *first = users.front();
+        for (Operation *u : users)
+          if (u->getBlock() == &block && u->isBeforeInBlock(first)) first = u;
+        users = {first};
+      }
       for (Operation *u : users) {
         if (u->getBlock() != &block)
           return u->emitError("bigc-offload: a use of @") << gp.getParam() << " outside the body of @train_step";
@@ -237,7 +249,10 @@ struct BigcOffloadPass : public mlir::bigc::impl::BigcOffloadBase<BigcOffloadPas
         auto c = b.create<CopyOp>(u->getLoc(), own.getResult());
         setSpace(c, kDeviceSpace);
         copyPlacementTags(u, c);
-        u->replaceUsesOfWith(gp.getResult(), c.getY());
+        if (tileGather(u)) // (and the other tile gathers of the read)
+          gp.getResult().replaceUsesWithIf(c.getY(), [&](OpOperand &use) { return tileGather(use.getOwner()); });
+        else
+          u->replaceUsesOfWith(gp.getResult(), c.getY());
       }
       if (gp->use_empty()) gp->erase();
     }

@@ -244,6 +244,47 @@ def BigcPadVocab : Pass<"bigc-pad-vocab", "::mlir::ModuleOp"> {
   ];
 }
 
+def BigcTile : Pass<"bigc-tile", "::mlir::ModuleOp"> {
+  let summary = "Linear layers too large for the device used one row tile of the weight at a time (memory-centric tiling)";
+  let description = [{
+    Runs on @forward before bigc-autodiff. ZeRO-Infinity's memory-centric
+    tiling: a linear layer whose weight (at `element-bytes` bytes an element,
+    as the compute copy will be) is larger than `max-bytes` reads it as k
+    equal row tiles, k the fewest whose tile fits `max-bytes` (k divides the
+    rows). Each read of the weight becomes
+
+      %t0, %t1, ... = bigc.split %w {axis = 0}
+
+    and each bigc.matmul reading it one matmul per tile:
+
+      x @ w,   w [K,N]:  bigc.split x along its last axis; the tiles'
+                         products summed (bigc.add)
+      x @ w^T, w [N,K]:  (transpose_b) the tiles' products joined along the
+                         last axis (bigc.concat)
+
+    The weight gets `bigc.tiles = k`. After bigc-autodiff its gradient is
+    the bigc.concat of the tiles' gradients; bigc-shard (ZeRO-3) then shards
+    the weight, its fp32 master and AdamW moments tile-interleaved, gathers
+    each tile on its own just before its use and reduce-scatters each tile's
+    gradient as soon as it exists: the whole weight and its whole gradient
+    never exist on a device (with `--prefetch` a tile's gather overlaps the
+    previous tile's matmul; two tiles are alive at a time).
+
+    A weight read by anything but such matmuls (the tied embedding's table,
+    read by bigc.embedding too) is left whole; the module records what was
+    done: `bigc.tiled = {weights, tiles, untiled}` (`untiled`: the names of
+    the weights over the size left whole). A weight whose single row is over
+    `max-bytes` is an error.
+  }];
+  let dependentDialects = ["::mlir::bigc::BigcDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"maxBytes", "max-bytes", "int64_t", /*default=*/"0",
+           "The largest tile of a weight in bytes (weights over it are tiled)">,
+    Option<"elementBytes", "element-bytes", "int64_t", /*default=*/"4",
+           "Bytes an element of the compute copy (2 with 16-bit precision)">,
+  ];
+}
+
 def BigcFuseLoss : Pass<"bigc-fuse-loss", "::mlir::ModuleOp"> {
   let summary = "The LM head and the cross-entropy fused, the logits computed in chunks and never stored";
   let description = [{

@@ -54,10 +54,14 @@ using namespace mlir::bigc;
 
 namespace {
 
+/// A weight read as row tiles (bigc-tile): a bigc.split of a bigc.get_param, a parameter read.
+bool isWeightTiles(Operation *op) { return isa<SplitOp>(op) && op->getOperand(0).getDefiningOp<GetParamOp>(); }
+
 /// A forward op whose results may be recomputed (not a parameter read, not a message received from
 /// another pipeline stage: those are kept).
 bool isForwardOp(Operation *op) {
-  return op && !isa<GetParamOp>(op) && !isP2P(op) && phaseOf(op) == kForwardPhase && !isRecomputed(op);
+  return op && !isa<GetParamOp>(op) && !isWeightTiles(op) && !isP2P(op) && phaseOf(op) == kForwardPhase &&
+         !isRecomputed(op);
 }
 
 /// Elementwise and normalisation ops: cheap to recompute (a few FLOPs per

@@ -492,11 +492,23 @@ void prefetchGathers(Block &block, int64_t ahead) {
         if (Operation *u = inBlock(block, user);
             u && (!firstReader.lookup(gp.getParam()) || u->isBeforeInBlock(firstReader[gp.getParam()])))
           firstReader[gp.getParam()] = u;
+  // A weight's row tiles (bigc-tile): the gathers of one shard read after its first go one tile
+  // ahead, before the first reader of the tile gathered before (two tiles alive, not all).
+  llvm::DenseMap<Value, Operation *> lastTile; // shard read -> its latest tile gather so far
   for (Operation &op : block.without_terminator()) {
     if (!isa<AllGatherOp, ParamAllGatherOp>(op)) continue;
     // Weights only (ZeRO over "dp"): a tensor-parallel gather of activations is on the critical
     // path of the very computation that produces its input; it runs where it is.
     if (auto g = op.getAttrOfType<StringAttr>("group"); g && g.getValue() != kDpAxis) continue;
+    if (auto ag = dyn_cast<AllGatherOp>(op); ag && ag.getTile()) {
+      Operation *&prev = lastTile[ag.getInputs().front()];
+      Operation *previous = prev;
+      prev = &op;
+      if (previous) {
+        if (Operation *first = firstUser(block, previous)) moves.push_back({&op, first});
+        continue;
+      }
+    }
     Operation *first = nullptr;
     if (auto pg = dyn_cast<ParamAllGatherOp>(op)) first = firstReader.lookup(pg.getTo());
     first = firstUser(block, &op, first);

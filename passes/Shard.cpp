@@ -60,17 +60,27 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
   Block *block = nullptr;
   int64_t R = 1;
 
-  RankedTensorType shardType(Type full) {
+  /// The shard of a tensor of type `full` ([S]); of one used as `tiles` row tiles (bigc-tile),
+  /// tile-interleaved: a piece of each tile (tiles x ceil(tile / R) elements).
+  RankedTensorType shardType(Type full, int64_t tiles = 1) {
     auto t = tensorOf(full);
-    return RankedTensorType::get({shardElements(t.getNumElements(), R)}, t.getElementType());
+    return RankedTensorType::get({tiles * shardElements(t.getNumElements() / tiles, R)}, t.getElementType());
   }
 
-  /// Makes `p` a shard of itself: type [S], bigc.full_shape = its shape.
-  void shardParam(ParamOp p) {
+  /// The row tiles of a weight (bigc-tile's bigc.tiles), 1 when it is not tiled.
+  static int64_t tilesOf(ParamOp p) {
+    auto a = p ? p->getAttrOfType<IntegerAttr>(kTilesAttrName) : IntegerAttr();
+    return a ? a.getInt() : 1;
+  }
+
+  /// Makes `p` a shard of itself: type [S], bigc.full_shape = its shape; the shards of a weight
+  /// used as `tiles` row tiles tile-interleaved (bigc.tiles on it).
+  void shardParam(ParamOp p, int64_t tiles = 1) {
     auto t = p.getTensorType();
     OpBuilder b(p);
     p->setAttr(kFullShapeAttrName, b.getDenseI64ArrayAttr(t.getShape()));
-    p.setTypeAttr(TypeAttr::get(shardType(t)));
+    if (tiles > 1) p->setAttr(kTilesAttrName, b.getI64IntegerAttr(tiles));
+    p.setTypeAttr(TypeAttr::get(shardType(t, tiles)));
   }
 
   /// Where the gradient collectives of zero 1 go: the end of the backward
@@ -136,9 +146,41 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     return terms;
   }
 
+  /// The reduce-scatter of gradient `t` (at the builder's point), into `made`; the op whose result
+  /// is the shard. A weight used as `tiles` row tiles: `t` is the bigc.concat of the tiles'
+  /// gradients (bigc-autodiff's for bigc-tile's split); each is reduce-scattered right after it is
+  /// made, and the pieces joined into the tile-interleaved shard after the last.
+  FailureOr<Operation *> scatter(OpBuilder &b, Value t, int64_t tiles, llvm::SmallPtrSet<Operation *, 4> &made) {
+    if (tiles == 1) {
+      auto rs = createCollective<ReduceScatterOp>(b, t.getLoc(), t, shardType(t.getType()), kReduceSum);
+      if (Operation *d = t.getDefiningOp()) copyPlacementTags(d, rs);
+      made.insert(rs);
+      return rs.getOperation();
+    }
+    auto cat = t.getDefiningOp<ConcatOp>();
+    if (!cat || cat.getAxis() != 0 || int64_t(cat.getInputs().size()) != tiles) return failure();
+    OpBuilder::InsertionGuard guard(b);
+    SmallVector<Value> pieces;
+    Operation *last = nullptr;
+    for (Value g : cat.getInputs()) {
+      b.setInsertionPointAfterValue(g);
+      auto rs = createCollective<ReduceScatterOp>(b, g.getLoc(), g, shardType(g.getType()), kReduceSum);
+      if (Operation *d = g.getDefiningOp()) copyPlacementTags(d, rs);
+      made.insert(rs);
+      pieces.push_back(rs.getResult(0));
+      if (!last || last->isBeforeInBlock(rs)) last = rs;
+    }
+    b.setInsertionPointAfter(last);
+    auto joined = b.create<ConcatOp>(t.getLoc(), shardType(t.getType(), tiles), pieces, b.getI64IntegerAttr(0));
+    copyPlacementTags(last, joined);
+    made.insert(joined);
+    return joined.getOperation();
+  }
+
   template <typename OpT> OpT createCollective(OpBuilder &b, Location loc, Value x, Type resultType, StringRef reduce) {
     if constexpr (std::is_same_v<OpT, AllGatherOp>)
-      return b.create<AllGatherOp>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDpAxis));
+      return b.create<AllGatherOp>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDpAxis),
+                                   DenseI64ArrayAttr());
     else
       return b.create<OpT>(loc, TypeRange{resultType}, ValueRange{x}, b.getStringAttr(kDpAxis),
                            b.getStringAttr(reduce));
@@ -155,7 +197,10 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       if (auto c = dyn_cast<OpT>(op)) all.push_back(c);
     auto attrsOf = [](OpT c) {
       std::string r;
-      if constexpr (!std::is_same_v<OpT, AllGatherOp>) r = c.getReduce().str();
+      if constexpr (!std::is_same_v<OpT, AllGatherOp>)
+        r = c.getReduce().str();
+      else if (std::optional<ArrayRef<int64_t>> t = c.getTile()) // (a tile of k: with tiles t of k only)
+        r = std::to_string((*t)[0]) + "/" + std::to_string((*t)[1]);
       return c.getGroup().str() + "/" + r;
     };
     auto flush = [&](SmallVector<OpT> &bucket) {
@@ -266,6 +311,11 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
     for (AdamWOp a : updates) {
       Value g = a.getGrad();
       OpBuilder b(ctx);
+      const int64_t tiles = tilesOf(paramOf(a.getParamAttr()));
+      if (tiles > 1 && zero != 3)
+        return a.emitError("bigc-shard: the weight @")
+               << a.getParam() << " is used as " << tiles
+               << " row tiles (bigc-tile), which only ZeRO-3 gathers and reduce-scatters one by one; got zero " << zero;
       if (zero == 0) {
         b.setInsertionPointAfterValue(g);
         auto ar = createCollective<AllReduceOp>(b, g.getLoc(), g, g.getType(), kReduceSum);
@@ -288,10 +338,13 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
           b.setInsertionPoint(endOfBackward());
         else
           b.setInsertionPointAfterValue(t);
-        auto rs = createCollective<ReduceScatterOp>(b, t.getLoc(), t, shardType(t.getType()), kReduceSum);
-        if (Operation *d = t.getDefiningOp()) copyPlacementTags(d, rs);
-        made.insert(rs);
-        Value s = rs.getResult(0);
+        FailureOr<Operation *> scattered = scatter(b, t, tiles, made);
+        if (failed(scattered))
+          return a.emitError("bigc-shard: the gradient of the weight @")
+                 << a.getParam() << ", used as " << tiles
+                 << " row tiles (bigc-tile), is not the bigc.concat of its tiles' gradients";
+        Operation *rs = *scattered;
+        Value s = rs->getResult(0);
         if (nTerms == 1) {
           acc = s;
           break;
@@ -318,6 +371,9 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       g.replaceUsesWithIf(acc, [&](OpOperand &use) { return !made.count(use.getOwner()); });
       for (Operation *op : chain)
         if (op->use_empty()) op->erase();
+      if (tiles > 1) // the whole gradient, made of the tiles' (their pieces are reduced instead)
+        for (Value t : terms)
+          if (Operation *cat = t.getDefiningOp(); cat && cat->use_empty()) cat->erase();
     }
 
     if (zero >= 1) {
@@ -339,15 +395,16 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       }
       // Optimizer states and masters as shards.
       for (AdamWOp a : updates) {
+        const int64_t tiles = tilesOf(paramOf(a.getParamAttr())); // (its state and copy tiled alike)
         for (FlatSymbolRefAttr ref : {a.getParamAttr(), a.getExpAvgAttr(), a.getExpAvgSqAttr()}) {
           auto p = paramOf(ref);
           if (!p) return a.emitError("bigc-shard: unknown parameter ") << ref;
-          if (!p->hasAttr(kFullShapeAttrName)) shardParam(p);
+          if (!p->hasAttr(kFullShapeAttrName)) shardParam(p, tiles);
         }
         auto half = paramOf(a.getHalfAttr());
         if (!half) return a.emitError("bigc-shard: unknown compute copy ") << a.getHalfAttr();
         if (zero == 3) {
-          shardParam(half); // the weight itself is a shard; gathered before each use below
+          shardParam(half, tiles); // the weight itself is a shard; gathered before each use below
           continue;
         }
         // ZeRO-1/2: the update writes the rank's shard of the compute copy,
@@ -440,10 +497,10 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         Value flat = reshape(ag.getX(), {xt.getNumElements()});
         Value y;
         if (pre == 1) {
-          y = tag(b.create<AllGatherOp>(loc, TypeRange{yt}, ValueRange{flat}, tp));
+          y = tag(b.create<AllGatherOp>(loc, TypeRange{yt}, ValueRange{flat}, tp, DenseI64ArrayAttr()));
         } else {
           auto gt = RankedTensorType::get({T, pre, dl * post}, yt.getElementType());
-          Value g = tag(b.create<AllGatherOp>(loc, TypeRange{gt}, ValueRange{flat}, tp));
+          Value g = tag(b.create<AllGatherOp>(loc, TypeRange{gt}, ValueRange{flat}, tp, DenseI64ArrayAttr()));
           y = reshape(swap01(g), yt.getShape());
         }
         ag.getY().replaceAllUsesWith(y);
@@ -552,6 +609,15 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       llvm::MapVector<Operation *, SmallVector<OpOperand *>> uses; // get_param -> uses in this segment
     };
     std::map<unsigned, Need> needs;
+    // A weight read as row tiles (bigc-tile: the read's users are bigc.split along rows): per
+    // segment, each read of a tile in the order of the block, and the tile it reads.
+    struct TileUse {
+      Operation *user;
+      int64_t tile;
+      OpOperand *use;
+    };
+    std::map<unsigned, llvm::MapVector<Operation *, SmallVector<TileUse>>> tileNeeds;
+    SmallVector<Operation *> splits;
     SmallVector<GetParamOp> reads;
     for (Operation &op : block->without_terminator()) {
       auto gp = dyn_cast<GetParamOp>(op);
@@ -560,6 +626,26 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
       if (!p || !p->hasAttr(kFullShapeAttrName) || p.getType() == gp.getType())
         continue; // not a sharded weight (or already a shard read)
       reads.push_back(gp);
+      if (const int64_t k = tilesOf(p); k > 1) {
+        for (Operation *user : gp->getUsers()) {
+          auto split = dyn_cast<SplitOp>(user);
+          if (!split || split.getAxis() != 0 || int64_t(split.getNumResults()) != k)
+            return user->emitError("bigc-shard: the weight @")
+                   << gp.getParam() << " is used as " << k << " row tiles (bigc-tile); its reads must be a "
+                   << "bigc.split into them, this one is read by " << user->getName();
+          splits.push_back(split);
+          for (int64_t t = 0; t < k; ++t)
+            for (OpOperand &use : split.getResult(unsigned(t)).getUses()) {
+              Operation *u = inBlock(*block, use.getOwner());
+              auto it = segment.find(u);
+              if (it == segment.end())
+                return u->emitError("bigc-shard: a read of a tile of the sharded weight @")
+                       << gp.getParam() << " outside the step's ops";
+              tileNeeds[it->second][gp].push_back(TileUse{u, t, &use});
+            }
+        }
+        continue;
+      }
       for (OpOperand &use : gp->getUses()) {
         Operation *u = inBlock(*block, use.getOwner());
         auto it = segment.find(u);
@@ -583,6 +669,44 @@ struct BigcShardPass : public mlir::bigc::impl::BigcShardBase<BigcShardPass> {
         for (OpOperand *use : uses) use->set(ag.getResult(0));
       }
     }
+    // Tiles: in each segment, a tile is gathered just before a read of it unless the weight's
+    // read before was of the same tile (the recomputed forward reads tiles 0, 1, ..., the backward
+    // then k-1, ..., 0: a tile is not kept alive while the others are used).
+    const llvm::DenseMap<Operation *, unsigned> order = [&] {
+      llvm::DenseMap<Operation *, unsigned> m;
+      unsigned i = 0;
+      for (Operation &op : block->without_terminator()) m[&op] = i++;
+      return m;
+    }();
+    for (auto &[seg, byRead] : tileNeeds) {
+      for (auto &[gpOp, uses] : byRead) {
+        auto gp = cast<GetParamOp>(gpOp);
+        auto p = paramOf(gp.getParamAttr());
+        const int64_t k = tilesOf(p);
+        std::stable_sort(uses.begin(), uses.end(), [&](const TileUse &a, const TileUse &b) {
+          return order.lookup(a.user) < order.lookup(b.user);
+        });
+        OpBuilder b(uses.front().user);
+        auto shardRead = b.create<GetParamOp>(gp.getLoc(), p.getType(), gp.getParamAttr());
+        copyPlacementTags(uses.front().user, shardRead);
+        int64_t current = -1;
+        Value gathered;
+        for (const TileUse &tu : uses) {
+          if (tu.tile != current) {
+            b.setInsertionPoint(tu.user);
+            Type tileType = tu.use->get().getType(); // (the split's result, still)
+            auto ag = b.create<AllGatherOp>(gp.getLoc(), TypeRange{tileType}, ValueRange{shardRead.getResult()},
+                                            b.getStringAttr(kDpAxis), b.getDenseI64ArrayAttr({tu.tile, k}));
+            copyPlacementTags(tu.user, ag);
+            gathered = ag.getResult(0);
+            current = tu.tile;
+          }
+          tu.use->set(gathered);
+        }
+      }
+    }
+    for (Operation *s : splits)
+      if (s->use_empty()) s->erase();
     for (GetParamOp gp : reads)
       if (gp->use_empty()) gp->erase();
     (void)ctx;

@@ -96,6 +96,12 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineConfig &o, TrainSt
       fo.chunk = o.lossChunk;
       pm.addPass(createBigcFuseLoss(fo));
     }
+    if (o.tileBytes > 0) {
+      BigcTileOptions to;
+      to.maxBytes = o.tileBytes;
+      to.elementBytes = o.precision == Precision::FP32 ? 4 : 2;
+      pm.addPass(createBigcTile(to));
+    }
     BigcAutodiffOptions ao;
     ao.lr = o.adamw.lr;
     ao.beta1 = o.adamw.beta1;

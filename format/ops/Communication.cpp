@@ -37,6 +37,17 @@ void shapeAllReduce(const Ctx &op) {
     }
     const Buffer &whole = op.kind == OpKind::ReduceScatter ? a : b, &part = op.kind == OpKind::ReduceScatter ? b : a;
     const int64_t s = (whole.numel() + n - 1) / n;
+    if (op.kind == OpKind::AllGather && op.ins->attrs.count("tile")) {
+      // Tile t of k of a tile-interleaved shard (bigc-tile): the input holds k pieces of s elements.
+      const std::vector<int64_t> tile = op.ins->ints("tile");
+      if (tile.size() != 2 || tile[1] < 1 || tile[0] < 0 || tile[0] >= tile[1])
+        op.bad("attribute 'tile' must be [t, k] with 0 <= t < k");
+      if (part.shape.size() != 1 || part.shape[0] != tile[1] * s)
+        op.bad("a tile of " + std::to_string(whole.numel()) + " elements over " + std::to_string(n) +
+               " ranks has pieces of " + std::to_string(s) + ", so a shard of " + std::to_string(tile[1]) +
+               " tiles has [" + std::to_string(tile[1] * s) + "], '" + part.name + "' is " + shapeStr(part.shape));
+      continue;
+    }
     if (part.shape.size() != 1 || part.shape[0] != s)
       op.bad("the shard of '" + whole.name + "' " + shapeStr(whole.shape) + " over " + std::to_string(n) +
              " ranks is [" + std::to_string(s) + "], '" + part.name + "' is " + shapeStr(part.shape));
@@ -97,7 +108,7 @@ std::vector<OpDef> communicationOps() {
           .in(1, -1)
           .out(1, -1)
           .ownDtypes()
-          .attrs({{"axis", Int}})
+          .attrs({{"axis", Int}, {"tile", Ints}})
           .shape(shapeAllReduce),
       Def("ring_shift", OpKind::RingShift).in(1, -1).out(1, -1).ownDtypes().attrs({{"axis", Int}}).shape(shapeCp),
       Def("cp_all_to_all", OpKind::CpAllToAll)

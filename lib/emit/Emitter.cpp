@@ -301,6 +301,7 @@ format::Program buildProgram(ModuleOp module, format::Program header) {
     if (auto full = param->getAttrOfType<DenseI64ArrayAttr>(bigcd::kFullShapeAttrName)) { // bigc-shard
       b.shard = true;
       b.fullShape.assign(full.asArrayRef().begin(), full.asArrayRef().end());
+      if (auto tiles = param->getAttrOfType<IntegerAttr>(bigcd::kTilesAttrName)) b.tiles = tiles.getInt(); // bigc-tile
     }
     if (auto split = param->getAttrOfType<DenseI64ArrayAttr>(bigcd::kTpSplitAttrName); split && b.persistent()) {
       auto whole = param->getAttrOfType<DenseI64ArrayAttr>(bigcd::kTpFullShapeAttrName); // bigc-tensor-parallel

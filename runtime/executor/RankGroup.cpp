@@ -23,6 +23,31 @@ namespace bigc::rt {
 
 namespace {
 
+// What data rank r's shard of `b` (over dp ranks) holds: elements [at, at + count) of the shard are
+// [begin, begin + count) of the whole tensor (the rest of each piece is padding). One range (the
+// shard S elements from r*S on), or one per tile of a tile-interleaved shard (bigc-tile: rank r
+// holds piece r of each tile, docs/program-format.md).
+struct ShardRange {
+  int64_t at, begin, count;
+};
+std::vector<ShardRange> shardRanges(const Buffer &b, int64_t r) {
+  const int64_t k = std::max<int64_t>(1, b.tiles), T = b.fullNumel() / k, P = b.numel() / k;
+  std::vector<ShardRange> out;
+  for (int64_t t = 0; t < k; ++t) {
+    const int64_t begin = std::min(r * P, T);
+    out.push_back({t * P, t * T + begin, std::max<int64_t>(0, std::min(T, r * P + P) - begin)});
+  }
+  return out;
+}
+
+// The whole tensor (`whole`) from every data rank's shard (rank r's at shards + r * b.bytes).
+void wholeFromShards(const Buffer &b, int64_t dp, const char *shards, char *whole) {
+  const int64_t e = dtypeSize(b.dtype);
+  for (int64_t r = 0; r < dp; ++r)
+    for (const ShardRange &g : shardRanges(b, r))
+      std::memcpy(whole + g.begin * e, shards + r * b.bytes + g.at * e, size_t(g.count * e));
+}
+
 // A buffer as the logical program shows it: a shard (ZeRO) or chunk (tensor parallelism) as its
 // whole tensor.
 void wholeOf(Buffer &b) {
@@ -30,6 +55,7 @@ void wholeOf(Buffer &b) {
     b.shape = b.fullShape;
     b.shard = false;
     b.fullShape.clear();
+    b.tiles = 1;
   }
   if (b.tpDim >= 0) {
     b.shape = b.tpFullShape;
@@ -441,11 +467,11 @@ const std::map<std::string, std::vector<float>> &RankGroup::capturedGrads() cons
 }
 
 void RankGroup::gather(int s, int64_t id, void *dst) const {
-  // Rank r's shard is elements [r*S, r*S+S) of the whole: every rank's bytes in rank order, the
-  // padding of the last shard(s) dropped.
+  // Every rank's bytes in rank order, each shard's ranges of the whole put in place (the padding
+  // dropped): rank r's shard is elements [r*S, r*S+S) of the whole, or its piece of each tile.
   const Buffer &b = stage(s).buffers[size_t(id)];
   const std::vector<char> all = allRanks(s, id);
-  std::memcpy(dst, all.data(), size_t(b.fullNumel() * dtypeSize(b.dtype)));
+  wholeFromShards(b, rankProgram_.dp, all.data(), static_cast<char *>(dst));
 }
 
 std::vector<char> RankGroup::allRanks(int s, int64_t id) const {
@@ -497,13 +523,12 @@ void RankGroup::tpLocal(int s, int64_t id, int t, const std::function<void(int64
     rank(t, dst); // rank (dp 0, tp t)
     return;
   }
-  const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
+  const int64_t e = dtypeSize(b.dtype);
   std::vector<char> shard(size_t(b.bytes));
   for (int64_t d = 0; d < rankProgram_.dp; ++d) {
-    const int64_t begin = d * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);
-    if (len <= 0) continue;
     rank(d * tp + t, shard.data());
-    std::memcpy(static_cast<char *>(dst) + begin * e, shard.data(), size_t(len * e));
+    for (const ShardRange &g : shardRanges(b, d))
+      std::memcpy(static_cast<char *>(dst) + g.begin * e, shard.data() + g.at * e, size_t(g.count * e));
   }
 }
 
@@ -554,7 +579,7 @@ void RankGroup::writeBytes(int64_t logicalId, const void *src) {
       if (stageOf(comm_->globalRank(l)) == s) engines_[size_t(l)]->writeBytes(id, src);
     return;
   }
-  const int64_t e = dtypeSize(b.dtype), S = b.numel(), N = b.fullNumel();
+  const int64_t e = dtypeSize(b.dtype), N = b.fullNumel();
   std::vector<char> shard(size_t(b.bytes));
   if (b.tpDim >= 0) chunk.resize(size_t(N * e));
   for (int l = 0; l < int(engines_.size()); ++l) {
@@ -569,9 +594,9 @@ void RankGroup::writeBytes(int64_t logicalId, const void *src) {
       engines_[size_t(l)]->writeBytes(id, local);
       continue;
     }
-    const int64_t begin = dpIndex(g) * S, len = std::max<int64_t>(0, std::min(N, begin + S) - begin);
     std::fill(shard.begin(), shard.end(), 0);
-    if (len > 0) std::memcpy(shard.data(), local + begin * e, size_t(len * e));
+    for (const ShardRange &r : shardRanges(b, dpIndex(g)))
+      std::memcpy(shard.data() + r.at * e, local + r.begin * e, size_t(r.count * e));
     engines_[size_t(l)]->writeBytes(id, shard.data());
   }
 }
@@ -585,13 +610,13 @@ std::vector<Engine::HostPiece> RankGroup::hostPieces(int64_t logicalId) const {
     if (stageOf(comm_->globalRank(l)) != s) continue;
     std::vector<HostPiece> p = engines_[size_t(l)]->hostPieces(id);
     if (p.size() != 1) return {};
-    if (b.shard) {
-      const int64_t S = b.numel(), N = b.fullNumel(), begin = dpIndex(comm_->globalRank(l)) * S;
-      p[0].begin = std::min(begin, N);
-      p[0].count = std::max<int64_t>(0, std::min(N, begin + S) - begin);
-      p[0].capacity = S;
+    if (!b.shard) {
+      out.push_back(p[0]);
+      continue;
     }
-    out.push_back(p[0]);
+    const int64_t e = dtypeSize(b.dtype), capacity = b.numel() / std::max<int64_t>(1, b.tiles);
+    for (const ShardRange &r : shardRanges(b, dpIndex(comm_->globalRank(l))))
+      out.push_back(HostPiece{static_cast<char *>(p[0].data) + r.at * e, r.begin, r.count, capacity});
   }
   return out;
 }
@@ -631,10 +656,11 @@ void RankGroup::refreshCopies(int stageIndex) {
               engines_[size_t(l)]->readBytes(s->id, src.data());
               if (s->shard == b.shard) {
                 convert(src.data(), s->dtype, dst.data(), b.dtype, b.numel());
-              } else { // whole source, sharded copy: this rank's slice
-                const int64_t g = dpIndex(comm_->globalRank(l)), S = b.numel(), N = b.fullNumel();
-                for (int64_t i = 0; i < S; ++i)
-                  storeFrom32(dst.data(), b.dtype, i, g * S + i < N ? loadAs32(src.data(), s->dtype, g * S + i) : 0.0f);
+              } else { // whole source, sharded copy: this rank's ranges (the padding zero)
+                for (const ShardRange &r : shardRanges(b, dpIndex(comm_->globalRank(l))))
+                  for (int64_t i = 0; i < b.numel() / std::max<int64_t>(1, b.tiles); ++i)
+                    storeFrom32(dst.data(), b.dtype, r.at + i,
+                                i < r.count ? loadAs32(src.data(), s->dtype, r.begin + i) : 0.0f);
               }
               engines_[size_t(l)]->writeBytes(b.id, dst.data());
             },
@@ -645,9 +671,18 @@ void RankGroup::refreshCopies(int stageIndex) {
               std::vector<char> src(size_t(s->bytes)), whole(size_t(s->fullNumel() * dtypeSize(s->dtype))),
                   dst(size_t(b.bytes));
               engines_[size_t(l)]->readBytes(s->id, src.data());
-              dpComm(l).run(dpLocal(l), CollectiveKind::AllGather, Reduce::Sum,
-                            {CollectiveTensor{src.data(), whole.data(), s->dtype, s->numel(), s->fullNumel()}},
-                            "initialising '" + b.name + "' from the shards of '" + s->name + "'");
+              const std::string what = "initialising '" + b.name + "' from the shards of '" + s->name + "'";
+              if (s->tiles > 1) { // every rank's shard, then each one's tiles' pieces in place
+                std::vector<char> all(size_t(s->bytes * rankProgram_.dp));
+                dpComm(l).run(
+                    dpLocal(l), CollectiveKind::AllGather, Reduce::Sum,
+                    {CollectiveTensor{src.data(), all.data(), s->dtype, s->numel(), s->numel() * rankProgram_.dp}},
+                    what);
+                wholeFromShards(*s, rankProgram_.dp, all.data(), whole.data());
+              } else {
+                dpComm(l).run(dpLocal(l), CollectiveKind::AllGather, Reduce::Sum,
+                              {CollectiveTensor{src.data(), whole.data(), s->dtype, s->numel(), s->fullNumel()}}, what);
+              }
               convert(whole.data(), s->dtype, dst.data(), b.dtype, b.numel());
               engines_[size_t(l)]->writeBytes(b.id, dst.data());
             },

@@ -162,6 +162,11 @@ void StreamExecutor::bindOps() {
       op.axis = int(ins.num("axis", 0));
       op.reduce = Reduce(int(ins.num("reduce", 0)));
     }
+    if (const std::vector<int64_t> tile = ins.ints("tile"); op.kind == OpKind::AllGather && tile.size() == 2)
+      for (size_t k = 0; k < op.inNumel.size(); ++k) { // piece tile[0] of the tile-interleaved shard
+        op.inNumel[k] /= tile[1];
+        op.inByteOffset.push_back(tile[0] * op.inNumel[k] * dtypeSize(op.inType[k]));
+      }
     planOp(op);
     stagingBytes_[op.stream] = std::max(stagingBytes_[op.stream], op.stageBytes);
     ops_.push_back(std::move(p));
@@ -204,6 +209,8 @@ void StreamExecutor::bindOperands(const std::function<void *(size_t)> &stagingBa
     BoundOp &op = *p;
     op.rawIn.clear(), op.rawOut.clear();
     for (int64_t id : op.ins->in) op.rawIn.push_back(ptrs_[size_t(id)]);
+    for (size_t k = 0; k < op.inByteOffset.size(); ++k)
+      op.rawIn[k] = static_cast<char *>(op.rawIn[k]) + op.inByteOffset[k];
     for (int64_t id : op.ins->out) op.rawOut.push_back(ptrs_[size_t(id)]);
     op.in = op.rawIn, op.out = op.rawOut;
     if (op.pre.empty() && op.post.empty()) continue;

@@ -102,6 +102,15 @@ inline constexpr llvm::StringLiteral kVocabRowsAttrName = "bigc.vocab_rows";
 inline constexpr llvm::StringLiteral kClassesAttrName = "bigc.classes";
 /// On a sharded bigc.param: the shape of the whole tensor it is a shard of.
 inline constexpr llvm::StringLiteral kFullShapeAttrName = "bigc.full_shape";
+/// bigc-tile (--tile-linear): on a bigc.param, i64 k: the weight is used as k
+/// equal row tiles (its first dimension split in k). Sharded (ZeRO-3), its
+/// shards are tile-interleaved: rank r holds piece r of tile 0, then piece r
+/// of tile 1, ... (each piece ceil(tile / ranks) elements, the last padded),
+/// so that each tile is gathered and its gradient reduce-scattered alone.
+inline constexpr llvm::StringLiteral kTilesAttrName = "bigc.tiles";
+/// bigc-tile, on the module: {weights, tiles, untiled} (the weights tiled, the most tiles of one,
+/// the names of the weights over the size left whole).
+inline constexpr llvm::StringLiteral kTiledAttrName = "bigc.tiled";
 /// bigc-memory-plan: i64 offset of a bigc.param in its space's arena; the
 /// offsets of an op's results; of @train_step's arguments.
 inline constexpr llvm::StringLiteral kOffsetAttrName = "bigc.offset";

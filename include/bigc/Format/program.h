@@ -42,6 +42,11 @@ struct Buffer {
   // (the last shard padded with zeros).
   bool shard = false;
   std::vector<int64_t> fullShape;
+  // Version 6 (bigc-tile, --tile-linear): a shard of a weight used as `tiles` equal row tiles is
+  // tile-interleaved: tile t is elements [t*T, t*T+T) of the whole (T = numel / tiles), and rank r
+  // holds, for t = 0, 1, ..., elements [t*T + r*P, t*T + r*P + P) of it (P = ceil(T / dp), each
+  // piece padded with zeros past the tile): S = tiles * P. 1: the layout above.
+  int64_t tiles = 1;
   // Tensor parallelism: a chunk of the tensor of shape tpFullShape split along tpDim over the mesh
   // axis "tp" (rank t holds chunk t of each of tpSegments equal parts of that dimension, in order).
   // The shape before any dp shard (fullShape when sharded, else shape) is tpFullShape with tpDim
@@ -307,9 +312,11 @@ struct Program {
 // version-3 reader would skip and so train another model; a program without it is written as 3.
 // Version 5: a learning-rate schedule (optimizer.schedule), which a version-4 reader would skip
 // and train at a constant rate.
-constexpr int kProgramVersion = 5;
-// The version a program is written as: 5 where it has a schedule, 4 where it has a padded
-// vocabulary, else 3.
+// Version 6: tile-interleaved shards (buffer field shard.tiles, instruction attribute tile of
+// all_gather), which a version-5 reader would skip and so read every such shard wrongly.
+constexpr int kProgramVersion = 6;
+// The version a program is written as: 6 where it has tiled shards, 5 where it has a schedule, 4
+// where it has a padded vocabulary, else 3.
 int writtenVersion(const Program &p);
 constexpr int kOldestProgramVersion = 2; // read too (no collectives, one rank)
 constexpr int64_t kAlignment = 64;

@@ -142,6 +142,12 @@ template <typename B> void bindTrainOptions(B &b, TrainPipelineConfig &c) {
                       "positions x N floats)",
                       true},
            c.lossChunk, check::atLeast(0));
+  b.option(OptionInfo{"tile-bytes", "BYTES",
+                      "linear weights larger than BYTES (as compute copies) used as row tiles\n"
+                      "of at most BYTES, each gathered alone under ZeRO-3 (0: none; bigc\n"
+                      "compile --tile-linear SIZE)",
+                      false},
+           c.tileBytes, check::atLeast(0));
   b.option(OptionInfo{"fuse", nullptr,
                       "pairs of memory-bound ops fused (bigc-fuse): the residual add and\n"
                       "the norm after it, the norm's gradient and the residual gradient,\n"

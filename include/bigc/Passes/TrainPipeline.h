@@ -89,6 +89,8 @@ struct TrainPipelineConfig {
   bool fuseLoss = false; ///< the LM head + cross-entropy in vocabulary chunks, the logits never stored
   bool fuse = false;     ///< bigc-fuse: residual add + norm, bias + GELU and their gradients, one op each
   int64_t lossChunk = 0; ///< vocabulary columns per chunk (0: picked by the pass)
+  // bigc-tile
+  int64_t tileBytes = 0; ///< linear weights larger than this (as compute copies) used in row tiles (0: none)
   // bigc-mixed-precision
   Precision precision = Precision::FP32;
   double lossScaleInit = 65536.0;         ///< fp16 dynamic loss scaling: initial scale

@@ -54,6 +54,9 @@ struct BoundOp : OpDims {
   std::vector<void *> rawIn, rawOut; // arena
   std::vector<DType> inType, outType;
   std::vector<int64_t> inNumel, outNumel;
+  // all_gather of a tile (attribute tile [t, k]): input k's piece t begins inByteOffset[k] bytes
+  // into its buffer, and inNumel[k] is the piece's elements (empty: every input read from its start).
+  std::vector<int64_t> inByteOffset;
   std::vector<StagedOperand> pre, post;
   int64_t stageBytes = 0;
   int64_t offset = 0; // vocabulary-parallel ops: the first id of this rank's rows

@@ -529,7 +529,8 @@ const void *CudaEngine::hostView(const BoundOp &op, int64_t id, const void *ptr,
   if (!onHost_[op.stream]) BIGC_CK(cudaStreamSynchronize(cu_[op.stream]));
   const Buffer &b = prog_.buffers[size_t(id)];
   if (b.space != "device") return ptr; // pinned host memory
-  tmp.resize(size_t(b.bytes));
+  // (from ptr to the buffer's end: a tile's gather reads its piece of a shard from within it)
+  tmp.resize(size_t(b.bytes - (static_cast<const char *>(ptr) - static_cast<const char *>(ptrs_[size_t(id)]))));
   BIGC_CK(cudaMemcpy(tmp.data(), ptr, tmp.size(), cudaMemcpyDefault));
   return tmp.data();
 }
