@@ -104,6 +104,13 @@ std::string stateFlags(const CompileOptions &base, const CompileOptions &c) {
   if (c.offloadActivations && !base.offloadActivations) add("--offload-activations");
   if (c.zero == 3 && c.prefetch != base.prefetch) add("--prefetch " + std::to_string(c.prefetch));
   if (c.adamw.states != base.adamw.states) add("--optimizer-states " + toString(c.adamw.states));
+  if (c.tileBytes != base.tileBytes && c.tileBytes > 0) {
+    int64_t v = c.tileBytes;
+    const char *unit = "";
+    for (const char *u : {"K", "M", "G"})
+      if (v % 1024 == 0) v /= 1024, unit = u;
+    add("--tile-linear " + std::to_string(v) + unit);
+  }
   return f;
 }
 
@@ -136,7 +143,7 @@ bool sameTechniques(const CompileOptions &a, const CompileOptions &b) {
          a.offload == b.offload && a.memoryBudget == b.memoryBudget && a.zero == b.zero && a.tp == b.tp &&
          a.pp == b.pp && a.sequenceParallel == b.sequenceParallel && a.fuseLoss == b.fuseLoss && a.fuse == b.fuse &&
          a.padVocab == b.padVocab && a.offloadActivations == b.offloadActivations && a.prefetch == b.prefetch &&
-         a.offloadGrads == b.offloadGrads && a.offloadGradsLimit == b.offloadGradsLimit;
+         a.offloadGrads == b.offloadGrads && a.offloadGradsLimit == b.offloadGradsLimit && a.tileBytes == b.tileBytes;
 }
 
 std::string pct(double x) {

@@ -20,6 +20,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "bigc/Format/validator.h"
 #include "bigc/Format/verifier.h"
+#include "bigc/Support/format.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -480,6 +481,17 @@ format::Program compileToProgram(mlir::ModuleOp parsed, const CompileOptions &o,
   mlir::ModuleOp module = *owned;
   runStage(module, o, mlir::bigc::TrainStage::Model, "build the training step");
   if (o.pp > 1) checkPipeline(module, o);
+  if (auto tiled = module->getAttrOfType<mlir::DictionaryAttr>(mlir::bigc::kTiledAttrName); tiled && notes) {
+    // --tile-linear: what bigc-tile did, and the large weights it left whole.
+    auto num = [&](const char *k) { return tiled.getAs<mlir::IntegerAttr>(k).getInt(); };
+    std::string note = "--tile-linear " + humanBytes(o.tileBytes) + ": " + std::to_string(num("weights")) +
+                       " linear weight(s) used as row tiles (up to " + std::to_string(num("tiles")) + " each)";
+    std::string whole;
+    for (mlir::Attribute n : tiled.getAs<mlir::ArrayAttr>("untiled"))
+      whole += (whole.empty() ? "" : ", ") + llvm::cast<mlir::StringAttr>(n).getValue().str();
+    if (!whole.empty()) note += "; left whole, as something other than a linear layer reads them: " + whole;
+    notes->push_back(note);
+  }
   try {
     format::Program program;
     if (o.pp <= 1) {

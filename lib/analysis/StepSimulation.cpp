@@ -167,8 +167,12 @@ StepEstimate mlir::bigc::simulateStep(ModuleOp module, const ::bigc::HardwarePro
         // on NCCL): 4 bytes an element.
         StringRef red = op.hasAttr("reduce") ? op.getAttrOfType<StringAttr>("reduce").getValue() : StringRef();
         const bool wide = isa<AllReduceOp, ReduceScatterOp>(op) && (red == kReduceSum || red == kReduceMean);
+        // (a tile's gather reads a piece of its input: the tile is what moves)
+        const bool tile = isa<AllGatherOp>(op) && cast<AllGatherOp>(op).getTile().has_value();
         for (unsigned k = 0; k < op.getNumOperands() && k < op.getNumResults(); ++k) {
-          double b = double(std::max(typeBytes(op.getOperand(k).getType()), typeBytes(op.getResult(k).getType())));
+          double b =
+              tile ? double(typeBytes(op.getResult(k).getType()))
+                   : double(std::max(typeBytes(op.getOperand(k).getType()), typeBytes(op.getResult(k).getType())));
           auto t = dyn_cast<ShapedType>(op.getOperand(k).getType());
           if (wide && t && t.getElementType().getIntOrFloatBitWidth() == 16) b *= 2.0;
           bytes += b;

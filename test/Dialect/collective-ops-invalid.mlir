@@ -102,3 +102,25 @@ module attributes {bigc.mesh = {cp = 2 : i64, dp = 2 : i64, pp = 1 : i64, tp = 1
     return %h : tensor<2x8x8xf32>
   }
 }
+
+// -----
+
+// A tile of 3 x 4 over 3 ranks has pieces of 4 elements: the tile-interleaved shard of a weight
+// of 2 such tiles has 8.
+module attributes {bigc.mesh = {dp = 3 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  func.func @bad_tile_shard(%s: tensor<12xf32>) -> tensor<3x4xf32> {
+    // expected-error@+1 {{tensor #0: a tile of 12 elements over 3 ranks has pieces of 4 elements, so a shard of 2 tiles has 8, got 12}}
+    %w = bigc.all_gather %s {group = "dp", tile = array<i64: 1, 2>} : (tensor<12xf32>) -> tensor<3x4xf32>
+    return %w : tensor<3x4xf32>
+  }
+}
+
+// -----
+
+module attributes {bigc.mesh = {dp = 3 : i64, pp = 1 : i64, tp = 1 : i64}} {
+  func.func @bad_tile_index(%s: tensor<8xf32>) -> tensor<3x4xf32> {
+    // expected-error@+1 {{tile must be [t, k] with 0 <= t < k}}
+    %w = bigc.all_gather %s {group = "dp", tile = array<i64: 2, 2>} : (tensor<8xf32>) -> tensor<3x4xf32>
+    return %w : tensor<3x4xf32>
+  }
+}

@@ -4,7 +4,8 @@
 # (pieces of 22 and 1366 elements: every tile's last piece padded), 10 steps of synthetic data,
 # each configuration against the same one untiled: fp32, bf16, fp16 with the weights and state on
 # the drive, --recompute full with micro-batches, --offload cpu with the weights' shards on the host,
-# clipping with --prefetch 0; and fp32 against one rank training the global batch. Losses and the
+# clipping with --prefetch 0, a pipeline of 2 stages, 2 processes under mpirun; and fp32 against
+# one rank training the global batch. Losses and the
 # final weights (gathered from the tile-interleaved shards by --save-weights) to tolerances about 4x
 # the measured differences (below). A checkpoint of a tiled run resumes in the untiled program and
 # the other way round (the checkpoint holds whole tensors: the state is the same) with the losses of
@@ -38,7 +39,19 @@ for m in rank lrank; do
     names="$names u_${m}_$n t_${m}_$n"
   done
 done
+# A pipeline of 2 stages (each tiles its layers' weights) and 2 data ranks.
+compile u_pp rank --ranks 4 --pp 2 --zero 3 --micro-batches 2
+# shellcheck disable=SC2086
+compile t_pp rank --ranks 4 --pp 2 --zero 3 --micro-batches 2 $T
+names="$names u_pp t_pp"
 for n in $names; do run $n; done
+# Two processes of 2 ranks (MPI): the tiles' pieces come from the other process's ranks.
+source "$HERE/mpirun.shlib" # mpirun present, MPIRUN
+compile t_mpi rank --ranks 4 --zero 3 $T
+timeout 300 "${MPIRUN[@]}" -np 2 "$BIN/bigc" run "$d/t_mpi.bigc" --synthetic --steps 10 --seed 7 \
+  --log "$d/t_mpi.jsonl" --save-weights "$d/t_mpi.safetensors" --quiet
+compile u_mpi rank --ranks 4 --zero 3
+run u_mpi
 "$BIN/bigc" run "$d/one.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
 "$BIN/bigc" run "$d/u_lrank_f32.bigc" --steps 0 --save-weights "$d/linit.safetensors" --quiet
 
@@ -96,6 +109,8 @@ for m in ("rank", "lrank"):
         runlog.compare(check, d, f"t_{m}_{n}", f"u_{m}_{n}", lt, ut, w0 if m == "rank" else lw0,
                        what="tiled vs untiled")
 runlog.compare(check, d, "t_rank_f32", "one", *F32, w0, what="3 ranks tiled vs one rank")
+runlog.compare(check, d, "t_pp", "u_pp", *F32, w0, what="2 stages x 2 ranks, tiled vs untiled")
+runlog.compare(check, d, "t_mpi", "u_mpi", *F32, w0, what="2 processes x 2 ranks tiled vs one process untiled")
 straight = lambda n: runlog.losses(f"{d}/{n}.jsonl")[0]
 for got, ref, what in (("t2u", "u_rank_f32", "tiled checkpoint resumed untiled"),
                        ("u2t", "t_rank_f32", "untiled checkpoint resumed tiled")):

@@ -262,7 +262,7 @@ TEST(RuntimeProgram, ContainerErrors) {
 
   std::string v1 = good;
   v1.replace(0, 15, "BIGC-PROGRAM 1 ");
-  EXPECT_ERROR_HAS(parseError(v1), "version 1", "reads versions 2 to 5");
+  EXPECT_ERROR_HAS(parseError(v1), "version 1", "reads versions 2 to 6");
 
   EXPECT_ERROR_HAS(parseError(bigc::rt::testing::wrapPayload("{\"version\": 1,")), "not valid JSON");
 }
@@ -279,9 +279,22 @@ TEST(RuntimeProgram, MissingAndMistypedFields) {
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j.erase("config"); })), "'config'", "missing");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["config"]["batch"] = 2.5; })), "config", "'batch'",
                    "integer");
-  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["version"] = 1; })), "version 1", "reads versions 2 to 5");
+  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["version"] = 1; })), "version 1", "reads versions 2 to 6");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["buffers"][0]["vocab_rows"] = 1; })), "buffer 0",
                    "vocab_rows", "needs program format version 4");
+  // A tile-interleaved shard (bigc-tile): version 6; its tiles divide the rows (wte is 8 x 4).
+  EXPECT_ERROR_HAS(parseError(editPayload([](json &j) {
+                     j["buffers"][0]["shard"] = {{"axis", "dp"}, {"full_shape", {8, 4}}, {"tiles", 2}};
+                   })),
+                   "buffer 0", "shard tiles", "needs program format version 6");
+  {
+    Program p = TinyModel::build();
+    p.version = 6;
+    p.buffers[0].shard = true, p.buffers[0].fullShape = {8, 4}, p.buffers[0].shape = {32}, p.buffers[0].tiles = 3;
+    EXPECT_ERROR_HAS(validateError(p), "buffer 0", "shard tiles 3 must divide the first dimension");
+    p.buffers[0].tiles = 2, p.buffers[0].shape = {30}, p.buffers[0].bytes = 120; // (2 tiles of 16 over dp 1: 32)
+    EXPECT_ERROR_HAS(validateError(p), "buffer 0", "a shard of [8,4] over dp 1 in 2 tiles is [32], the buffer is [30]");
+  }
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["buffers"][0]["dtype"] = "f64"; })), "buffer 0",
                    "unknown dtype 'f64'");
   EXPECT_ERROR_HAS(parseError(editPayload([](json &j) { j["instructions"][3]["attrs"]["value"] = "one"; })),
