@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bigc/Dialect/BigcCollective.h"
 #include "bigc/Dialect/BigcOps.h"
 #include "bigc/Dialect/BigcTransfer.h"
 #include "bigc/Passes/Passes.h"
@@ -50,6 +51,9 @@ struct BigcTilePass : public mlir::bigc::impl::BigcTileBase<BigcTilePass> {
       return module.emitError("bigc-tile: element-bytes must be 2 or 4, got ") << int64_t(elementBytes);
     if (module->hasAttr(kTiledAttrName))
       return module.emitError("bigc-tile: already applied (the module has bigc.tiled)");
+    if (meshAxisSize(module, kTpAxis) > 1)
+      return module.emitError("bigc-tile: the weights are split over the tensor axis already (bigc-tensor-parallel); "
+                              "tile them or split them, not both");
     auto func = module.lookupSymbol<func::FuncOp>("forward");
     if (!func || func.isExternal())
       return module.emitError("bigc-tile: the module has no func.func @forward (it runs before bigc-autodiff)");

@@ -95,3 +95,16 @@ module {
     return %y : tensor<2x256xf32>
   }
 }
+
+// -----
+
+// Weights split over the tensor axis already (bigc-tensor-parallel placed the mesh).
+// expected-error @below {{bigc-tile: the weights are split over the tensor axis already (bigc-tensor-parallel); tile them or split them, not both}}
+module attributes {bigc.mesh = {dp = 1 : i64, pp = 1 : i64, tp = 2 : i64}} {
+  bigc.param @"w" : tensor<4x256xf32> {init = "normal", std = 0.02}
+  func.func @forward(%x: tensor<2x4xf32>) -> tensor<2x256xf32> {
+    %w = bigc.get_param @"w" : tensor<4x256xf32>
+    %y = bigc.matmul %x, %w : (tensor<2x4xf32>, tensor<4x256xf32>) -> tensor<2x256xf32>
+    return %y : tensor<2x256xf32>
+  }
+}

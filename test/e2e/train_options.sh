@@ -12,7 +12,7 @@ d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 "$BIN/bigc" gen llama --preset tiny --layers 4 -o "$d/m.mlir" >/dev/null
 cat >"$d/sets.txt" <<'EOF'
---ranks 2 --zero 3 --prefetch 2 --bucket-mb 1
+--ranks 2 --zero 3 --prefetch 2 --bucket-mb 1 --tile-linear 4K
 --ranks 4 --tp 2 --sequence-parallel --zero 1
 --pad-vocab 64 --fuse-loss --loss-chunk 40 --fuse
 --precision fp16 --loss-scale 1024 --loss-scale-window 100
