@@ -82,6 +82,10 @@ for set in $SETS; do
     c ranks-z2 m --ranks 2 --zero 2
     c ranks-z3 m --ranks 2 --zero 3
     c ranks-z3-bf16-offload m --ranks 2 --zero 3 --precision bf16 --offload cpu
+    # --tile-linear: the weights' row tiles gathered one by one from tile-interleaved shards (c_attn,
+    # c_fc and the MLP's c_proj in 4 tiles of 12 or 16 KiB), and with the shards on the host.
+    c ranks-z3-tiles m --ranks 2 --zero 3 --tile-linear 16K
+    c ranks-z3-tiles-bf16-offload m --ranks 2 --zero 3 --tile-linear 16K --precision bf16 --offload cpu --offload-params host
     c ranks-tp2 m --ranks 2 --tp 2
     c ranks-tp2-sp m --ranks 2 --tp 2 --sequence-parallel
     c ranks-tp2-bf16 m --ranks 2 --tp 2 --precision bf16

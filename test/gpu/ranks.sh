@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Several ranks of a program on the CUDA backend against the CPU backend: the tiny GPT (8 heads)
-# compiled for 2 ranks under zero 0, 2 and 3 (and bf16 with offload), and tensor-parallel as tp 2
+# compiled for 2 ranks under zero 0, 2 and 3 (and bf16 with offload; zero 3 with --tile-linear, fp32
+# and bf16 with the shards on the host), and tensor-parallel as tp 2
 # (with and without sequence parallelism, and bf16), tp 2 x dp 2 under zero 1 (fp32 with SP; bf16,
 # whose compute copies start from sharded masters), the tiny LLaMA (4 heads, 2 kv heads) as tp 2 (kv
 # heads split) and with 1 kv head as tp 2 (replicated: tp_heads), fp32 and bf16, the fused LM head and
