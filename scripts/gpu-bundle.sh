@@ -3,7 +3,8 @@
 # neither MLIR nor Debian's development packages nor internet: the runtime's build dependencies
 # (headers and libraries of nlohmann-json, OpenBLAS's OpenMP build with its Fortran runtime,
 # GoogleTest, liburing) taken from this machine's Debian packages, and the programs of
-# scripts/gpu-programs.sh (every set), compiled here, into one tarball.
+# scripts/gpu-programs.sh (every set; llama-bench imports Hugging Face configs: the Python
+# environment of scripts/setup-python.sh), compiled here, into one tarball.
 #
 #   scripts/gpu-bundle.sh BUILD/bin OUT.tar.xz
 #
@@ -34,6 +35,6 @@ A=$(gcc -print-multiarch)
 mkdir -p "$D/usr/include/$A/openblas-openmp"
 for h in /usr/include/$A/openblas-pthread/*.h; do cp -L "$h" "$D/usr/include/$A/openblas-openmp/"; done
 # The programs the GPU tests and the benchmark run.
-bash "$ROOT/scripts/gpu-programs.sh" "$BIN" "$W/programs" tiny ranks bench > /dev/null
+bash "$ROOT/scripts/gpu-programs.sh" "$BIN" "$W/programs" tiny ranks bench llama-bench > /dev/null
 tar -cJf "$OUT" -C "$W" deps programs
 echo "gpu-bundle.sh: $OUT ($(du -h "$OUT" | cut -f1); $(ls "$W/programs" | wc -l) programs)"

@@ -2,8 +2,9 @@
 # On a GPU machine without MLIR or the development packages, in a copy of this source tree: builds the
 # runtime from the tarball of scripts/gpu-bundle.sh (its build dependencies and compiled programs),
 # runs the GPU tests (`ctest -L gpu`: the kernels against the CPU backend, test/gpu/train.sh,
-# test/gpu/ranks.sh) and then the GPU benchmark (bench/gpu/run.sh: bigc against PyTorch eager and
-# torch.compile, which must be importable).
+# test/gpu/ranks.sh) and then the GPU benchmarks (bench/gpu/run.sh: GPT-2, and bench/gpu/llama.sh:
+# Llama-3.2-1B and TinyLlama-1.1B, LLAMA=0 skips it; bigc against PyTorch eager and torch.compile,
+# which must be importable, and transformers for the LLaMA peer; not yet run on a GPU).
 #
 #   scripts/gpu-check.sh BUNDLE.tar.xz [WORKDIR]
 # Then, unless set to 0: STEPS_CM=1 measures the single-GPU configurations of the cost model's check
@@ -42,6 +43,10 @@ rc=0
 if [ "${BENCH:-1}" != 0 ]; then
   echo "== bench/gpu"
   OUT_DIR=$W/bench bash "$ROOT/bench/gpu/run.sh" "$W/build/bin" "$W/programs" || rc=1
+  if [ "${LLAMA:-1}" != 0 ] && ls "$W"/programs/llama3.2-1b-*.bigc > /dev/null 2>&1; then
+    echo "== bench/gpu/llama.sh"
+    OUT_DIR=$W/bench-llama bash "$ROOT/bench/gpu/llama.sh" "$W/build/bin" "$W/programs" || rc=1
+  fi
 fi
 if ! nvidia-smi -L 2> /dev/null | grep -q "^GPU"; then
   echo "== no GPU: the steps, profiles and compute-sanitizer skipped"

@@ -138,7 +138,21 @@ for set in $SETS; do
       fi
     done
     ;;
-  *) echo "gpu-programs.sh: unknown set '$set' (tiny, ranks, bench)" >&2; exit 1 ;;
+  llama-bench)
+    # Llama-3.2-1B (tied embeddings, vocabulary 128,256) and TinyLlama-1.1B from their Hugging Face
+    # configs (bench/gpu/configs), batch $LLAMA_BATCH (default 4) x 2048, bf16, for
+    # bench/gpu/llama.sh: as compiled, with the pairs of memory-bound ops fused (--fuse), and with
+    # the LM head and loss fused too (--fuse-loss, the vocabulary padded to 64).
+    HERE=$(cd "$(dirname "$0")" && pwd)
+    LB=${LLAMA_BATCH:-4}
+    for m in llama3.2-1b tinyllama-1.1b; do
+      "$BIN/bigc" import hf "$HERE/../bench/gpu/configs/$m.json" --batch "$LB" --seq 2048 -o "$OUT/$m.mlir" > /dev/null
+      c "$m-bf16" "$m" --precision bf16 --lr 3e-4 --device-mem 80G
+      c "$m-bf16-fuse" "$m" --precision bf16 --lr 3e-4 --device-mem 80G --fuse
+      c "$m-bf16-fuse-all" "$m" --precision bf16 --lr 3e-4 --device-mem 80G --fuse --fuse-loss --pad-vocab 64
+    done
+    ;;
+  *) echo "gpu-programs.sh: unknown set '$set' (tiny, ranks, bench, llama-bench)" >&2; exit 1 ;;
   esac
 done
 rm -f "$OUT"/*.mlir
