@@ -7,7 +7,9 @@
 # which must be importable, and transformers for the LLaMA peer; not yet run on a GPU).
 #
 #   scripts/gpu-check.sh BUNDLE.tar.xz [WORKDIR]
-# Then, unless set to 0: STEPS_CM=1 measures the single-GPU configurations of the cost model's check
+# Then, unless set to 0: CURVE=1 trains Llama-3.2-1B 300 steps (CURVE_STEPS) by bigc and twice by
+# PyTorch from the same weights and tokens (bench/gpu/llama_curve.sh: WORKDIR/curve/llama_curve.svg),
+# STEPS_CM=1 measures the single-GPU configurations of the cost model's check
 # (every *-cm-* program and the padded ones: WORKDIR/cm.jsonl, one line each with step_ms, for
 # bench/gpu/h100_steps.json), PROFILE=1 prints `bigc run --profile` of the gpt2 programs that
 # bench/gpu/calibrate_h100.sh calibrates from (WORKDIR/profile-NAME.log), SANITIZE=1 runs
@@ -49,8 +51,12 @@ if [ "${BENCH:-1}" != 0 ]; then
   fi
 fi
 if ! nvidia-smi -L 2> /dev/null | grep -q "^GPU"; then
-  echo "== no GPU: the steps, profiles and compute-sanitizer skipped"
+  echo "== no GPU: the loss curve, steps, profiles and compute-sanitizer skipped"
   exit $rc
+fi
+if [ "${CURVE:-1}" != 0 ] && [ -e "$W/programs/llama3.2-1b-bf16-fuse.bigc" ]; then
+  echo "== the loss curve: Llama-3.2-1B, bigc against PyTorch ($W/curve/llama_curve.svg)"
+  STEPS=${CURVE_STEPS:-300} bash "$ROOT/bench/gpu/llama_curve.sh" "$W/build/bin" "$W/programs" "$W/curve" || rc=1
 fi
 if [ "${STEPS_CM:-1}" != 0 ]; then
   echo "== single-GPU steps for the cost model ($W/cm.jsonl)"
