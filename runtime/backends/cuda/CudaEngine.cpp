@@ -99,9 +99,12 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
     BIGC_CK(cudaFree(nullptr)); // the context exists from here
     BIGC_CK(cudaMemGetInfo(&freeB, &totalB));
     usedBeforeArenas_ = int64_t(totalB) - int64_t(freeB);
+    int64_t droppedStaging = 0; // the GEMM staging given up to fit (said on the device line)
     if (deviceArena + workspaceBytes_ + padBytes_ > int64_t(freeB)) { // without the GEMM staging (slower, smaller)
+      droppedStaging = workspaceBytes_;
       allowStaging_ = false;
       prepare();
+      droppedStaging -= workspaceBytes_;
     }
     // (padBytes_: the collectives' padded and f32 copies)
     const int64_t need = deviceArena + workspaceBytes_ + padBytes_;
@@ -181,6 +184,10 @@ CudaEngine::CudaEngine(Program program, uint64_t seed, CudaRank rank)
     else if (prog_.deviceReserveBytes > 0 && outside > prog_.deviceReserveBytes)
       info_ += "; note: more than the " + human(prog_.deviceReserveBytes) +
                " the plan reserved (raise device_reserve in the hardware profile)";
+    if (droppedStaging > 0) // (an LM head of 50257 columns runs several times slower unstaged)
+      info_ += "; warning: the " + human(droppedStaging) +
+               " of GEMM staging did not fit beside the arena: GEMMs of odd shapes run unstaged, several times "
+               "slower (compile with --pad-vocab 64, or for less memory with --device-mem)";
     if (rank_.initialize) initialize(seed);
   } catch (...) {
     release();

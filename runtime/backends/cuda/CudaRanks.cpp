@@ -114,6 +114,11 @@ std::unique_ptr<RankGroup> makeCudaRankGroup(Program program, uint64_t seed, dou
   // older than the headers this was built with.
   int ncclVersion = 0;
   BIGC_NCCL(ncclGetVersion(&ncclVersion));
+  // NCCL (2.22 on) connects its communicators, and allocates their buffers, at their first
+  // collective: a plan that fills the GPU to its reserve would then fail at step 1. Connected at
+  // initialisation instead (unless the environment says otherwise), the engines' check of the free
+  // memory, which follows, sees what the communicators took.
+  ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   if (ncclVersion < 21000)
     throw UserError("the CUDA backend's collectives need NCCL 2.10 or newer (bf16 sums, average reductions); the "
                     "NCCL library loaded reports version code " +
