@@ -4,8 +4,8 @@
 # (pieces of 22 and 1366 elements: every tile's last piece padded), 10 steps of synthetic data,
 # each configuration against the same one untiled: fp32, bf16, fp16 with the weights and state on
 # the drive, --recompute full with micro-batches, --offload cpu with the weights' shards on the host,
-# clipping with --prefetch 0, a pipeline of 2 stages, 2 processes under mpirun; and fp32 against
-# one rank training the global batch. Losses and the
+# clipping with --prefetch 0, a pipeline of 2 stages (1F1B, zero-bubble), a padded vocabulary (the
+# LLaMA's head), 2 processes under mpirun; and fp32 against one rank training the global batch. Losses and the
 # final weights (gathered from the tile-interleaved shards by --save-weights) to tolerances about 4x
 # the measured differences (below). A checkpoint of a tiled run resumes in the untiled program and
 # the other way round (the checkpoint holds whole tensors: the state is the same) with the losses of
@@ -39,11 +39,20 @@ for m in rank lrank; do
     names="$names u_${m}_$n t_${m}_$n"
   done
 done
-# A pipeline of 2 stages (each tiles its layers' weights) and 2 data ranks.
+# A pipeline of 2 stages (each tiles its layers' weights) and 2 data ranks, 1F1B and zero-bubble
+# (each weight gradient, a tile's among them, in the bubbles).
 compile u_pp rank --ranks 4 --pp 2 --zero 3 --micro-batches 2
 # shellcheck disable=SC2086
 compile t_pp rank --ranks 4 --pp 2 --zero 3 --micro-batches 2 $T
-names="$names u_pp t_pp"
+compile u_zb rank --ranks 4 --pp 2 --zero 3 --micro-batches 4 --pp-schedule zero-bubble
+# shellcheck disable=SC2086
+compile t_zb rank --ranks 4 --pp 2 --zero 3 --micro-batches 4 --pp-schedule zero-bubble $T
+# The LLaMA's vocabulary of 250 padded to 256 (--pad-vocab 64): the untied head's padding rows in its
+# last tile (8 tiles of 32 rows), saved as the model's 250.
+"$BIN/bigc" gen llama --preset tiny --batch 4 --vocab 250 -o "$d/l250.mlir" > /dev/null
+compile u_pad l250 $Z3 --pad-vocab 64
+compile t_pad l250 $Z3 --pad-vocab 64 --tile-linear 8K
+names="$names u_pp t_pp u_zb t_zb u_pad t_pad"
 for n in $names; do run $n; done
 # Two processes of 2 ranks (MPI): the tiles' pieces come from the other process's ranks.
 source "$HERE/mpirun.shlib" # mpirun present, MPIRUN
@@ -54,6 +63,7 @@ compile u_mpi rank --ranks 4 --zero 3
 run u_mpi
 "$BIN/bigc" run "$d/one.bigc" --steps 0 --save-weights "$d/init.safetensors" --quiet
 "$BIN/bigc" run "$d/u_lrank_f32.bigc" --steps 0 --save-weights "$d/linit.safetensors" --quiet
+"$BIN/bigc" run "$d/u_pad.bigc" --steps 0 --save-weights "$d/pinit.safetensors" --quiet
 
 # The program: version 6, the tiled buffers' shards with their tiles, tile gathers.
 $PY - "$d/t_rank_f32.bigc" <<'PY'
@@ -110,6 +120,9 @@ for m in ("rank", "lrank"):
                        what="tiled vs untiled")
 runlog.compare(check, d, "t_rank_f32", "one", *F32, w0, what="3 ranks tiled vs one rank")
 runlog.compare(check, d, "t_pp", "u_pp", *F32, w0, what="2 stages x 2 ranks, tiled vs untiled")
+runlog.compare(check, d, "t_zb", "u_zb", *F32, w0, what="zero-bubble, 2 stages x 2 ranks, tiled vs untiled")
+runlog.compare(check, d, "t_pad", "u_pad", *F32, runlog.weights(f"{d}/pinit.safetensors"),
+               what="LLaMA, padded vocabulary, tiled vs untiled")
 runlog.compare(check, d, "t_mpi", "u_mpi", *F32, w0, what="2 processes x 2 ranks tiled vs one process untiled")
 straight = lambda n: runlog.losses(f"{d}/{n}.jsonl")[0]
 for got, ref, what in (("t2u", "u_rank_f32", "tiled checkpoint resumed untiled"),
