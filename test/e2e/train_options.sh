@@ -22,6 +22,7 @@ cat >"$d/sets.txt" <<'EOF'
 --ranks 2 --pp 2 --pp-split 1 --pp-schedule zero-bubble --micro-batches 2
 --offload cpu --offload-params host --ranks 2 --zero 3
 --offload nvme --nvme-path NVME --nvme-chunk 4096
+--precision fp16 --offload nvme --nvme-path NVME --offload-grads-limit 64K
 --lr 1e-3 --beta1 0.8 --beta2 0.9 --eps 1e-6 --weight-decay 0.01 --grad-clip 1.0 --optimizer-states bf16
 --ranks 2 --cp 2 --cp-kind a2a --offload-activations
 EOF

@@ -237,6 +237,11 @@ template <typename B> void bindTrainOptions(B &b, TrainPipelineConfig &c) {
                       "arrive, read back an update ahead: ZeRO-Infinity's gradient swap)",
                       true},
            c.offloadGrads, check::none<OffloadGrads>());
+  b.option(OptionInfo{"offload-grads-limit", "BYTES",
+                      "offload-grads nvme: at most BYTES of a rank's gradients wait on the\n"
+                      "drive, the first updates' (0: all; bigc compile --offload-grads-limit SIZE)",
+                      false},
+           c.offloadGradsLimit, check::atLeast(0));
   b.option(OptionInfo{"offload-activations", nullptr,
                       "the activations kept for the backward go to the host as the forward\n"
                       "makes them and come back a layer ahead of the backward (the d2h and\n"
