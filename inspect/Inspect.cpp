@@ -356,9 +356,11 @@ std::map<std::string, CollectiveStat> collectiveStats(const format::Program &p, 
     if (axis >= 0 && int(ins.num("axis", 0)) != axis) continue;
     CollectiveStat &c = m[ins.op];
     c.count += 1;
+    const bool tile = ins.attrs.count("tile") > 0; // (a tile's gather moves the tile, a piece of its input)
     for (size_t k = 0; k < ins.in.size() && k < ins.out.size(); ++k) {
       c.tensors += 1;
-      c.bytes += std::max(p.buffers[size_t(ins.in[k])].bytes, p.buffers[size_t(ins.out[k])].bytes);
+      c.bytes += tile ? p.buffers[size_t(ins.out[k])].bytes
+                      : std::max(p.buffers[size_t(ins.in[k])].bytes, p.buffers[size_t(ins.out[k])].bytes);
     }
   }
   return m;
@@ -366,7 +368,7 @@ std::map<std::string, CollectiveStat> collectiveStats(const format::Program &p, 
 
 // Model state (weights, fp32 masters, AdamW moments) a rank holds, and the whole model's.
 struct ModelState {
-  int64_t perRank = 0, whole = 0, shardedTensors = 0;
+  int64_t perRank = 0, whole = 0, shardedTensors = 0, tiledTensors = 0;
 };
 ModelState modelState(const format::Program &p) {
   ModelState m;
@@ -380,6 +382,7 @@ ModelState modelState(const format::Program &p) {
     }
     m.whole += n * format::dtypeSize(b.dtype);
     m.shardedTensors += b.sharded() ? 1 : 0;
+    m.tiledTensors += b.sharded() && b.tiles > 1 ? 1 : 0;
   }
   return m;
 }
@@ -617,6 +620,9 @@ std::string textReport(const format::Program &p, const std::string &path, int64_
     if (ms.shardedTensors > 0)
       o << "; " << ms.shardedTensors << " tensors sharded: rank " << rank << " holds elements [" << rank << "*S, "
         << rank << "*S+S) of each (S = ceil(elements / " << p.dp << "))";
+    if (ms.tiledTensors > 0)
+      o << ", but for " << ms.tiledTensors << " in row tiles (--tile-linear), of which rank " << rank
+        << " holds its piece of each tile (each tile gathered alone)";
     o << "\n";
     if (p.estimate.present) {
       o << "estimate (cost model on " << p.hardwareName << "): " << durationStr(p.estimate.stepSeconds)
@@ -948,7 +954,10 @@ std::string jsonReport(const format::Program &p, const std::string &path, int64_
   j["zero"] = p.zero;
   {
     ModelState ms = modelState(p);
-    j["model_state_bytes"] = {{"rank", ms.perRank}, {"whole", ms.whole}, {"sharded_tensors", ms.shardedTensors}};
+    j["model_state_bytes"] = {{"rank", ms.perRank},
+                              {"whole", ms.whole},
+                              {"sharded_tensors", ms.shardedTensors},
+                              {"tiled_tensors", ms.tiledTensors}};
     json cj = json::object();
     for (const auto &[op, c] : collectiveStats(p))
       cj[op] = {{"count", c.count}, {"tensors", c.tensors}, {"bytes", c.bytes}};

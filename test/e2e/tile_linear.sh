@@ -81,6 +81,10 @@ assert len(gathers) >= 2 * 3 * 4 * 2, len(gathers)
 print(f"ok   program: format 6, {len(tiled)} tiled shards (4 tiles), {len(gathers)} tile gathers")
 PY
 
+"$BIN/bigc" inspect "$d/t_rank_f32.bigc" | grep -q "but for 24 in row tiles (--tile-linear)" ||
+  { echo "FAIL: bigc inspect does not say which shards are tiled"; "$BIN/bigc" inspect "$d/t_rank_f32.bigc"; exit 1; }
+echo "ok   bigc inspect: 24 shards in row tiles"
+
 # Checkpoints: a tiled run's resumes untiled, and the other way round.
 r() { "$BIN/bigc" run "$d/$1.bigc" --synthetic --seed 7 --quiet "${@:2}"; }
 r t_rank_f32 --steps 5 --checkpoint-dir "$d/ck.t"
