@@ -30,6 +30,8 @@ RES=$OUT/gpu_llama.jsonl
 : > "$RES"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 for m in $MODELS; do
+  read -r L C < <("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))
+print(c["num_hidden_layers"], c["hidden_size"])' "$HERE/configs/$m.json")
   for v in bf16 bf16-fuse bf16-fuse-all; do
     prog=$P/$m-$v.bigc
     [ -e "$prog" ] || continue
@@ -37,27 +39,10 @@ for m in $MODELS; do
     "$BIN/bigc-run" "$prog" --backend cuda --synthetic --steps $((STEPS + WARMUP)) --log "$OUT/$m.$v.bigc.jsonl" \
       > "$OUT/$m.$v.bigc.out" 2>&1 || { cat "$OUT/$m.$v.bigc.out"; exit 1; }
     tail -n 3 "$OUT/$m.$v.bigc.out" >&2
-    "$PY" - "$OUT/$m.$v.bigc.jsonl" "$OUT/$m.$v.bigc.out" "$m" "$B" "$WARMUP" "$PEAK" "$v" \
-      "$HERE/configs/$m.json" >> "$RES" <<'PY'
-import json, re, statistics, sys
-log, out, model, B, warm, peak, v, cfg = sys.argv[1:9]
-B, warm, peak = int(B), int(warm), float(peak)
-impl = {"bf16": "bigc", "bf16-fuse": "bigc --fuse", "bf16-fuse-all": "bigc --fuse --fuse-loss --pad-vocab 64"}[v]
-c = json.load(open(cfg))
-L, C, seq = c["num_hidden_layers"], c["hidden_size"], 2048
-rows = [json.loads(l) for l in open(log) if l.strip()][warm:]
-text = open(out).read()
-params = int(re.search(r"cuda backend, (\d+) parameters", text).group(1))
-tps = statistics.median(r["tokens_per_s"] for r in rows)
-ws = re.search(r"workspace ([\d.]+) (MiB|GiB)", text)
-wsb = float(ws.group(1)) * (2**20 if ws.group(2) == "MiB" else 2**30) if ws else 0
-arena = rows[-1]["planned_bytes"]["device"]
-fpt = 6 * params + 12 * L * C * seq
-print(json.dumps({"impl": impl, "preset": model, "batch": B, "seq": seq, "params": params,
-                  "step_ms": B * seq / tps * 1e3, "tokens_per_s": tps, "mfu": fpt * tps / peak,
-                  "peak_bytes": int(arena + wsb), "arena_bytes": arena, "workspace_bytes": int(wsb),
-                  "device_used_bytes": rows[-1]["peak_bytes"]["device"], "final_loss": rows[-1]["loss"]}))
-PY
+    impl=$(case $v in bf16) echo "bigc" ;; bf16-fuse) echo "bigc --fuse" ;;
+      bf16-fuse-all) echo "bigc --fuse --fuse-loss --pad-vocab 64" ;; esac)
+    "$PY" "$HERE/bench_rows.py" bigc "$OUT/$m.$v.bigc.jsonl" "$OUT/$m.$v.bigc.out" --preset "$m" --impl "$impl" \
+      --batch "$B" --seq 2048 --layers "$L" --hidden "$C" --warmup "$WARMUP" --peak-flops "$PEAK" >> "$RES"
   done
   for mode in $MODES; do
     echo "== pytorch $mode $m" >&2
@@ -66,18 +51,4 @@ PY
       { tail -20 "$OUT/$m.torch-$mode.err"; exit 1; }
   done
 done
-"$PY" - "$RES" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| model | implementation | step (ms) | tokens/s | MFU | peak memory allocated | GPU memory in use | bigc faster by |")
-print("|---|---|---:|---:|---:|---:|---:|---:|")
-for preset in dict.fromkeys(r["preset"] for r in rows):
-    rs = [r for r in rows if r["preset"] == preset]
-    bigcs = [r for r in rs if r["impl"].startswith("bigc")]
-    big = max(bigcs, key=lambda r: r["tokens_per_s"]) if bigcs else None  # the fastest bigc
-    for r in rs:
-        ratio = "" if r["impl"].startswith("bigc") or not big else f"{big['tokens_per_s'] / r['tokens_per_s']:.2f}x"
-        print(f"| {preset} (B={r['batch']}, T={r['seq']}) | {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | "
-              f"{100 * r['mfu']:.1f} % | {r['peak_bytes'] / 2**30:.2f} GiB | {r['device_used_bytes'] / 2**30:.2f} GiB | "
-              f"{ratio} |")
-PY
+"$PY" "$HERE/bench_rows.py" table "$RES"
